@@ -1,0 +1,35 @@
+"""The kit's own exceptions: each message says what is wrong and what to do."""
+
+from __future__ import annotations
+
+
+class KitError(Exception):
+    """Base of every error a user can meet; the CLI prints its message without a traceback."""
+
+
+class ParamsError(KitError):
+    """A params file is missing, unreadable, or holds an unknown key or a wrong value."""
+
+
+class ModelDirError(KitError):
+    """The model directory is missing or is not a Hugging Face model directory."""
+
+
+class EngineError(KitError):
+    """An inference server failed to start, died, or answered in a way the kit cannot use."""
+
+
+class EngineStartError(EngineError):
+    """The server did not become ready; the message carries the tail of its log."""
+
+
+class DataError(KitError):
+    """A dataset could not be loaded or a row does not fit its adapter's schema."""
+
+
+class RunFolderError(KitError):
+    """The run folder holds work that the requested action would overwrite or mix with."""
+
+
+class CostModelError(KitError):
+    """Inputs to the cost model are out of range (acceptance, accept length, batch beyond memory...)."""

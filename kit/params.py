@@ -1,0 +1,270 @@
+"""Run parameters: one YAML file per run, validated into frozen, typed config objects.
+
+Relative paths in a params file are resolved against the directory that holds the file, so
+`params/demo.yaml` can say `model: {path: ../.cache/demo/model}` and work from any working
+directory (the shell, JupyterLab's `notebooks/`, papermill).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from kit.errors import ParamsError
+
+
+class _Strict(BaseModel):
+    """Base for every params section: unknown keys are errors, values are frozen once read."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ModelParams(_Strict):
+    path: Path
+    """A local Hugging Face model directory (config.json, weights, tokenizer)."""
+    demo: bool = False
+    """Build the embedded demo model at `path` when it is absent (no download, a few MB)."""
+    served_name: str | None = None
+    """The model name sent in requests; defaults to what the server lists at /v1/models."""
+
+
+class SpeculativeParams(_Strict):
+    algorithm: Literal["EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM", "MTP"] | None = None
+    num_steps: int | None = Field(default=None, ge=1, le=16)
+    eagle_topk: int | None = Field(default=None, ge=1, le=16)
+    num_draft_tokens: int | None = Field(default=None, ge=1, le=64)
+    draft_model_path: Path | None = None
+
+
+class EngineParams(_Strict):
+    flavor: Literal["transformers", "sglang", "vllm", "external"] = "transformers"
+    python: Path | None = None
+    """Interpreter of the engine's own environment (often another venv); default: this one."""
+    base_url: str | None = None
+    """For `external`: the URL of a server someone else runs, e.g. http://10.0.0.5:30000."""
+    host: str = "127.0.0.1"
+    port: int | None = Field(default=None, ge=1, le=65535)
+    """Port to bind; default: a free port chosen at start."""
+    startup_timeout_s: float = Field(default=600.0, gt=0)
+    device: str = "cpu"
+    """transformers flavor only: the torch device (`cpu`, `cuda`)."""
+    tp_size: int = Field(default=1, ge=1)
+    dp_size: int = Field(default=1, ge=1)
+    mem_fraction_static: float | None = Field(default=None, gt=0, lt=1)
+    max_running_requests: int | None = Field(default=None, ge=1)
+    cuda_graph_max_bs: int | None = Field(default=None, ge=1)
+    context_length: int | None = Field(default=None, ge=1)
+    attention_backend: str | None = None
+    mamba_strategy: Literal["no_buffer", "extra_buffer", "extra_buffer_lazy"] | None = None
+    enable_metrics: bool = True
+    speculative: SpeculativeParams = SpeculativeParams()
+    extra_args: list[str] = []
+    """Flags passed through verbatim to the launcher, after the kit's own."""
+    env: dict[str, str] = {}
+    """Extra environment variables for the server process."""
+
+    @model_validator(mode="after")
+    def _external_needs_url(self) -> EngineParams:
+        if self.flavor == "external" and not self.base_url:
+            raise ValueError("flavor 'external' needs engine.base_url (the server's URL)")
+        return self
+
+
+class ProbeParams(_Strict):
+    measure_gpu: bool = False
+    """Time a device-to-device copy and a bf16 matmul (< 10 s) when a GPU is present."""
+    context_length: int = Field(default=4096, ge=1)
+    """Context per sequence assumed by the memory plan."""
+    mem_fraction: float = Field(default=0.85, gt=0, lt=1)
+
+
+class DecideParams(_Strict):
+    concurrencies: list[int] = [1, 4, 16]
+    num_prompts: int = Field(default=32, ge=1)
+    """Prompts in the fixed sweep sample (cycled when a concurrency needs more)."""
+    requests_per_level: int | None = Field(default=None, ge=1)
+    """Requests sent at each concurrency; default: max(num_prompts, 2 x concurrency)."""
+    max_tokens: int = Field(default=32, ge=1)
+    spec_steps: list[int] = [1, 2, 3]
+    """Draft lengths k to try for the speculative arms."""
+    accept_lengths: dict[int, float] = {}
+    """Expected accept length per k for the prediction (e.g. {3: 3.2}); from the sweep when measured."""
+    objective: Literal["throughput", "latency_bound"] = "throughput"
+    latency_bound_s: float | None = Field(default=None, gt=0)
+    profile: Path | None = None
+    """A step-time profile (parquet) measured on this device for this model's config."""
+
+    @field_validator("concurrencies", "spec_steps")
+    @classmethod
+    def _positive_sorted(cls, v: list[int]) -> list[int]:
+        if not v or any(x < 1 for x in v):
+            raise ValueError("must be a non-empty list of positive integers")
+        return sorted(set(v))
+
+
+class SourceParams(_Strict):
+    name: str
+    """Name of this source in the outputs (the `source` column)."""
+    adapter: str
+    """Adapter from the registry that turns a row into chat messages (see `kit adapters`)."""
+    dataset: str
+    """Hugging Face dataset id, or a builder for local files: json, parquet, csv."""
+    config: str | None = None
+    split: str = "train"
+    data_files: list[Path] | None = None
+    count: int | None = Field(default=None, ge=0)
+    """Target number of prompts; default: all rows."""
+    weight: float | None = Field(default=None, gt=0)
+    """Share of `data.total` when `count` is not given."""
+    language: str | None = None
+    """Keep rows in this language where the source says (e.g. Infinity-Instruct `langdetect`)."""
+
+
+class DataParams(_Strict):
+    seed: int = 0
+    sources: list[SourceParams] = []
+    total: int | None = Field(default=None, ge=1)
+    max_prompt_tokens: int | None = Field(default=None, ge=1)
+    dedup: bool = True
+
+
+class SamplingParams(_Strict):
+    max_tokens: int = Field(default=256, ge=1)
+    temperature: float = Field(default=0.7, ge=0)
+    top_p: float = Field(default=1.0, gt=0, le=1)
+    stop: list[str] = []
+    seed: int | None = None
+    n: int = Field(default=1, ge=1)
+    """Samples per prompt (sent as separate requests: not every engine honours `n`)."""
+
+
+class GenerateParams(_Strict):
+    sampling: SamplingParams = SamplingParams()
+    concurrency: int | None = Field(default=None, ge=1)
+    """Requests in flight; default: sized from the engine's capacity."""
+    shard_rows: int = Field(default=1000, ge=1)
+    shard_seconds: float = Field(default=60.0, gt=0)
+    request_timeout_s: float = Field(default=600.0, gt=0)
+    retries: int = Field(default=3, ge=0)
+    max_server_restarts: int = Field(default=3, ge=0)
+    limit: int | None = Field(default=None, ge=1)
+    """Generate only the first N planned prompts (a smoke run)."""
+
+
+class AnalyseParams(_Strict):
+    refusal_patterns: list[str] = [
+        r"^\s*(I'm sorry|I am sorry|I cannot|I can't|As an AI)",
+    ]
+    samples: int = Field(default=20, ge=0)
+
+
+class ReportParams(_Strict):
+    hide_code: bool = True
+
+
+class RunParams(_Strict):
+    run: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+    """Run name: outputs go to `<output_dir>/<run>/`."""
+    output_dir: Path = Path("../outputs")
+    model: ModelParams
+    engine: EngineParams = EngineParams()
+    probe: ProbeParams = ProbeParams()
+    decide: DecideParams = DecideParams()
+    data: DataParams = DataParams()
+    generate: GenerateParams = GenerateParams()
+    analyse: AnalyseParams = AnalyseParams()
+    report: ReportParams = ReportParams()
+    source_file: Path | None = None
+    """Where these params were read from (set by `load_params`)."""
+
+    @property
+    def run_dir(self) -> Path:
+        return self.output_dir / self.run
+
+    @property
+    def engine_python(self) -> Path:
+        return self.engine.python or Path(sys.executable)
+
+
+def _resolve_paths(obj: Any, base: Path) -> Any:
+    """Return `obj` with every relative Path field made absolute against `base`."""
+    if isinstance(obj, BaseModel):
+        updates = {}
+        for name in type(obj).model_fields:
+            value = getattr(obj, name)
+            new = _resolve_paths(value, base)
+            if new is not value:
+                updates[name] = new
+        return obj.model_copy(update=updates) if updates else obj
+    if isinstance(obj, Path):
+        return obj if obj.is_absolute() else (base / obj).resolve()
+    if isinstance(obj, list) and any(isinstance(x, (Path, BaseModel)) for x in obj):
+        return [_resolve_paths(x, base) for x in obj]
+    return obj
+
+
+def _describe(err: dict[str, Any], model: type[BaseModel]) -> str:
+    loc = ".".join(str(p) for p in err["loc"])
+    if err["type"] == "extra_forbidden":
+        allowed = _allowed_keys(model, err["loc"][:-1])
+        hint = f" (allowed here: {', '.join(allowed)})" if allowed else ""
+        return f"unknown key '{loc}'{hint}"
+    if err["type"] == "missing":
+        return f"missing required key '{loc}'"
+    got = err.get("input")
+    got_s = f" (got {got!r})" if not isinstance(got, (dict, list)) else ""
+    return f"'{loc}': {err['msg']}{got_s}"
+
+
+def _allowed_keys(model: type[BaseModel], loc: tuple[Any, ...]) -> list[str]:
+    """Field names allowed at `loc` inside `model`, walking nested sections and lists."""
+    current: Any = model
+    for part in loc:
+        if isinstance(part, int):
+            continue
+        field = getattr(current, "model_fields", {}).get(part)
+        if field is None:
+            return []
+        ann = field.annotation
+        args = getattr(ann, "__args__", ())
+        candidates = [ann, *args]
+        current = next((c for c in candidates if isinstance(c, type) and issubclass(c, BaseModel)), None)
+        if current is None:
+            return []
+    return sorted(getattr(current, "model_fields", {}))
+
+
+def load_params(path: str | Path, run: str | None = None) -> RunParams:
+    """Read and validate a params file; `run` overrides the run name in it.
+
+    Raises `ParamsError` naming the file and every bad key with what is allowed.
+    """
+    path = Path(path).expanduser()
+    if not path.is_file():
+        raise ParamsError(f"params file not found: {path}. Pass the path of a YAML file such as params/demo.yaml.")
+    try:
+        raw = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as e:
+        raise ParamsError(f"{path}: not valid YAML: {e}") from None
+    if not isinstance(raw, dict):
+        raise ParamsError(f"{path}: expected a mapping of keys at the top level, got {type(raw).__name__}")
+    if run:
+        raw["run"] = run
+    raw.setdefault("run", path.stem)
+    try:
+        params = RunParams.model_validate(raw)
+    except ValidationError as e:
+        problems = "\n  - ".join(_describe(err, RunParams) for err in e.errors())
+        raise ParamsError(f"{path}: invalid params:\n  - {problems}") from None
+    params = _resolve_paths(params, path.resolve().parent)
+    return params.model_copy(update={"source_file": path.resolve()})
+
+
+def dump_params(params: RunParams) -> str:
+    """The resolved params as YAML, as saved in the run folder."""
+    data = params.model_dump(mode="json", exclude={"source_file"})
+    return yaml.safe_dump(data, sort_keys=False)
