@@ -1,0 +1,246 @@
+"""The engine's own environment, examined through child processes of its interpreter.
+
+Nothing here imports an engine or initialises CUDA in the caller: versions come from package
+metadata read by the engine's interpreter, and accepted flags from the launcher's `--help`
+(cached in the run folder because importing SGLang takes seconds).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import warnings
+from pathlib import Path
+from typing import Any
+
+PACKAGES = ("sglang", "vllm", "torch", "flashinfer-python", "flashinfer", "sgl-kernel", "transformers")
+LAUNCHERS = {"sglang": "sglang.launch_server", "vllm": "vllm.entrypoints.openai.api_server"}
+HELP_FLAGS = {"sglang": ("--help",), "vllm": ("--help=all", "--help")}
+"""Newer vLLM lists only flag groups under --help; --help=all lists every flag (older versions reject it)."""
+RENAMES = {
+    "--mamba-scheduler-strategy": "--mamba-radix-cache-strategy",
+    "--mamba-radix-cache-strategy": "--mamba-scheduler-strategy",
+    "--speculative-algorithm": "--speculative-algo",
+    "--cuda-graph-max-bs": "--cuda-graph-max-bs-decode",
+}
+"""Flags renamed between engine versions, both ways: the old name suggests the new and back."""
+
+_FACTS = r"""
+import json, sys, importlib.metadata as md
+def v(n):
+    try:
+        return md.version(n)
+    except md.PackageNotFoundError:
+        return None
+print(json.dumps({"version": sys.version.split()[0], "executable": sys.executable, "prefix": sys.prefix,
+                  "base_prefix": sys.base_prefix, "packages": {n: v(n) for n in %r}}))
+"""
+
+
+def run_quiet(cmd: list[str], timeout_s: float) -> tuple[int | None, str, str]:
+    """(return code, stdout, stderr); return code None when it could not start or timed out."""
+    try:
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
+        return p.returncode, p.stdout, p.stderr
+    except subprocess.TimeoutExpired:
+        return None, "", f"timed out after {timeout_s:.0f} s: {' '.join(cmd)}"
+    except OSError as e:
+        return None, "", f"cannot run {cmd[0]}: {e}"
+
+
+def interpreter_facts(python: Path, timeout_s: float = 60) -> dict[str, Any]:
+    """Python version, prefix and package versions of `python`, or an `error`."""
+    if not Path(python).exists():
+        return {"error": f"{python} does not exist"}
+    rc, out, err = run_quiet([str(python), "-c", _FACTS % (PACKAGES,)], timeout_s)
+    if rc != 0:
+        return {"error": f"{python} does not run: {(err or out).strip()[-300:]}"}
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def pip_check(python: Path, timeout_s: float = 60) -> dict[str, Any]:
+    """Whether `python -m pip --version` works, with its output or the error."""
+    rc, out, err = run_quiet([str(python), "-m", "pip", "--version"], timeout_s)
+    return {"ok": rc == 0, "output": (out if rc == 0 else err or out).strip()[-300:]}
+
+
+def parse_flags(help_text: str) -> set[str]:
+    """Every `--long-flag` named in an argparse `--help` text."""
+    return set(re.findall(r"(?<![\w-])(--[a-zA-Z0-9][\w-]*)", help_text))
+
+
+def launcher_help(
+    python: Path, flavor: str, version: str, cache_dir: Path | None, timeout_s: float = 180
+) -> dict[str, Any]:
+    """The launcher's `--help`, read from `cache_dir` when this engine version was seen before."""
+    cache = cache_dir / f"{flavor}-{version}-launch-help.txt" if cache_dir else None
+    if cache and cache.is_file():
+        text = cache.read_text()
+        return {"cached": str(cache), "flags": sorted(parse_flags(text)), "from_cache": True}
+    for help_flag in HELP_FLAGS[flavor]:
+        rc, out, err = run_quiet([str(python), "-m", LAUNCHERS[flavor], help_flag], timeout_s)
+        if rc == 0 and "--" in out:
+            break
+    else:
+        return {"error": f"`-m {LAUNCHERS[flavor]} --help` failed: {(err or out).strip()[-400:]}"}
+    if cache:
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        cache.write_text(out)
+    return {"cached": str(cache) if cache else None, "flags": sorted(parse_flags(out)), "from_cache": False}
+
+
+def command_flags(command: list[str]) -> list[str]:
+    """The `--flags` of a command line, `--flag=value` reduced to `--flag`, in order, without repeats."""
+    flags = [tok.split("=", 1)[0] for tok in command if tok.startswith("--")]
+    return list(dict.fromkeys(flags))
+
+
+def missing_flags(flags: list[str], accepted: set[str]) -> list[dict[str, str | None]]:
+    """Flags the launcher does not accept, each with the renamed flag it does accept, if known."""
+    out = []
+    for flag in flags:
+        if flag not in accepted:
+            alt = RENAMES.get(flag)
+            out.append({"flag": flag, "use": alt if alt in accepted else None})
+    return out
+
+
+def planned_command(params: Any) -> list[str] | None:
+    """The server command the kit would run for `params`, or None while the builder is not available."""
+    try:
+        from kit.engines.commands import server_command
+    except ImportError:
+        return None
+    try:
+        with warnings.catch_warnings():  # the builder's advice is for launch time, not for the probe
+            warnings.simplefilter("ignore")
+            return server_command(params, 30000)
+    except Exception:  # the builder validates params; its errors surface when the engine starts
+        return None
+
+
+def inspect_engine_env(
+    python: Path, flavor: str, cache_dir: Path | None, planned: list[str] | None = None
+) -> dict[str, Any]:
+    """Facts about the engine interpreter: version, pip, uv, packages, launcher flags vs the planned ones."""
+    facts: dict[str, Any] = {"python": str(python), "flavor": flavor, "uv": shutil.which("uv")}
+    facts["interpreter"] = interpreter_facts(python)
+    if "error" in facts["interpreter"]:
+        return facts
+    facts["pip"] = pip_check(python)
+    version = facts["interpreter"]["packages"].get(flavor)
+    if flavor in LAUNCHERS and version:
+        facts["launcher"] = launcher_help(python, flavor, version, cache_dir)
+        if planned is not None and "flags" in facts["launcher"]:
+            facts["planned_flags"] = command_flags(planned)
+            facts["missing_flags"] = missing_flags(facts["planned_flags"], set(facts["launcher"]["flags"]))
+    return facts
+
+
+# ---- findings ----------------------------------------------------------------
+def engine_findings(facts: dict[str, Any]) -> list[dict[str, Any]]:
+    """Findings of section `engine_env`."""
+    from kit.probe.findings import finding
+
+    def f(name: str, status: str, value: Any, reason: str, action: str = "") -> dict[str, Any]:
+        return finding("engine_env", name, status, value, reason, action)  # type: ignore[arg-type]
+
+    py, flavor, interp = facts["python"], facts["flavor"], facts["interpreter"]
+    if "error" in interp:
+        return [
+            f(
+                "python",
+                "fail",
+                py,
+                interp["error"],
+                "set engine.python to the interpreter of the engine's environment (/opt/sglang/bin/python)",
+            )
+        ]
+    ver = interp["version"]
+    old = tuple(int(x) for x in ver.split(".")[:2]) < (3, 10)
+    out = [
+        f(
+            "python",
+            "warn" if old else "ok",
+            ver,
+            f"{py} runs Python {ver}",
+            "use Python 3.10 or newer for the engine" if old else "",
+        )
+    ]
+    out.append(_pip_finding(f, facts))
+    out.append(
+        f("uv", "ok", facts["uv"], f"uv at {facts['uv']}" if facts["uv"] else "uv not on PATH (optional)")
+    )
+    pkgs = {k: v for k, v in interp["packages"].items() if v}
+    engine_pkg = {"sglang": "sglang", "vllm": "vllm", "transformers": "transformers"}.get(flavor)
+    if engine_pkg and not pkgs.get(engine_pkg):
+        out.append(
+            f(
+                "packages",
+                "fail",
+                pkgs,
+                f"{engine_pkg} is not installed in {py}",
+                f"{py} -m pip install '{engine_pkg}' (or uv pip install --python {py} {engine_pkg})",
+            )
+        )
+    else:
+        out.append(f("packages", "ok", pkgs, ", ".join(f"{k} {v}" for k, v in pkgs.items()) or "none"))
+    out.extend(_launcher_findings(f, facts))
+    return out
+
+
+def _pip_finding(f: Any, facts: dict[str, Any]) -> dict[str, Any]:
+    pip, py = facts["pip"], facts["python"]
+    if pip["ok"]:
+        return f("pip", "ok", pip["output"], pip["output"])
+    fix = f"run `{py} -m ensurepip --upgrade`, or install with `uv pip install --python {py} ...`"
+    return f(
+        "pip",
+        "warn",
+        pip["output"],
+        "`python -m pip` fails in the engine environment (a venv made with "
+        "--without-pip or by `uv venv`): installing into it with pip will not work",
+        fix,
+    )
+
+
+def _launcher_findings(f: Any, facts: dict[str, Any]) -> list[dict[str, Any]]:
+    launcher = facts.get("launcher")
+    if launcher is None:
+        return []
+    if "error" in launcher:
+        return [
+            f(
+                "launcher",
+                "warn",
+                None,
+                launcher["error"],
+                "run the launcher's --help by hand in the engine environment and fix its import error",
+            )
+        ]
+    src = "cached" if launcher["from_cache"] else "read"
+    out = [f("launcher", "ok", launcher["cached"], f"{len(launcher['flags'])} flags {src} from --help")]
+    if "missing_flags" not in facts:
+        out.append(
+            f(
+                "planned_flags",
+                "warn",
+                None,
+                "the kit's server command could not be built to compare flags",
+                "check engine params (kit.engines.commands.server_command) before launching",
+            )
+        )
+    for m in facts.get("missing_flags", []):
+        hint = f"; this version accepts {m['use']}" if m["use"] else ""
+        out.append(
+            f(
+                f"flag {m['flag']}",
+                "warn",
+                m,
+                f"the launcher does not accept {m['flag']}{hint}",
+                f"use {m['use']} instead" if m["use"] else "drop the flag or upgrade the engine",
+            )
+        )
+    return out

@@ -1,0 +1,181 @@
+"""Findings of section `model`, from what `inspect_model_dir` read."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kit.probe.findings import finding
+
+
+def weight_bytes(info: dict[str, Any]) -> tuple[int | None, int, str]:
+    """(main weight bytes, MTP bytes, source): headers, else the index, else (None, 0, 'config')."""
+    st, index = info.get("safetensors") or {}, info.get("index") or {}
+    if st.get("tensors") and not st.get("errors") and not index.get("missing"):
+        return st["bytes_main"], st["bytes_mtp"], "safetensors headers"
+    if index.get("total_size"):
+        return int(index["total_size"]), 0, "index metadata.total_size"
+    return None, 0, "config (parameter count x dtype)"
+
+
+def model_findings(info: dict[str, Any]) -> list[dict[str, Any]]:
+    """Findings of section `model` from `inspect_model_dir`'s result."""
+    f = _f
+    if not info["exists"]:
+        return [
+            f(
+                "path",
+                "fail",
+                info["path"],
+                "model directory does not exist",
+                "set model.path to a local Hugging Face model directory (or model.demo: true)",
+            )
+        ]
+    out = [_config_finding(info), *_weights_findings(info)]
+    tok = info["tokenizer"]
+    out.append(
+        f("tokenizer", "ok", tok["files"], f"found {', '.join(tok['files'])}")
+        if tok["files"]
+        else f(
+            "tokenizer",
+            "fail",
+            None,
+            "no tokenizer.json / tokenizer.model / vocab.json",
+            "copy the tokenizer files from the model's repository into the directory",
+        )
+    )
+    out.append(
+        f("chat_template", "ok", tok["chat_template_in"], f"in {', '.join(tok['chat_template_in'])}")
+        if tok["chat_template"]
+        else f(
+            "chat_template",
+            "warn",
+            None,
+            "no chat template: chat requests will be rejected or unformatted",
+            "add chat_template.jinja, or send raw completions",
+        )
+    )
+    gen = info["generation_config"]
+    out.append(
+        f("generation_config", "ok", gen, "generation_config.json read")
+        if gen and "error" not in gen
+        else f(
+            "generation_config",
+            "warn",
+            gen,
+            (gen or {}).get("error", "no generation_config.json"),
+            "engines then use their own sampling defaults: set sampling explicitly in params",
+        )
+    )
+    out.append(_mtp_finding(info["mtp"]))
+    return out
+
+
+def _f(name: str, status: str, value: Any, reason: str, action: str = "") -> dict[str, Any]:
+    return finding("model", name, status, value, reason, action)  # type: ignore[arg-type]
+
+
+def _config_finding(info: dict[str, Any]) -> dict[str, Any]:
+    if info["config_error"]:
+        return _f(
+            "config.json",
+            "fail",
+            None,
+            info["config_error"],
+            "restore config.json from the model's repository",
+        )
+    c = info["config"]
+    layout = (
+        f"{len(c['full_attention_layers'])} full + {len(c['linear_attention_layers'])} linear-attention "
+        f"layers"
+        if c["is_hybrid"]
+        else f"{c['num_layers']} layers"
+    )
+    kind = "MLA" if c["is_mla"] else f"{c['num_heads']}q/{c['num_kv_heads']}kv heads x {c['head_dim']}"
+    why = f"{'/'.join(c['architectures']) or c['model_type']}: {layout}, {kind}, {c['dtype']}"
+    return _f("config.json", "ok", c["architectures"], why)
+
+
+def _weights_findings(info: dict[str, Any]) -> list[dict[str, Any]]:
+    index, st = info["index"], info["safetensors"]
+    out = []
+    if index and index.get("error"):
+        out.append(_f("index", "fail", None, index["error"], "re-download model.safetensors.index.json"))
+    elif index and index["missing"]:
+        out.append(
+            _f(
+                "shards",
+                "fail",
+                index["missing"],
+                f"{len(index['missing'])} of {len(index['shards'])} "
+                f"shards in the index are missing: {', '.join(index['missing'])}",
+                "download the missing shards (huggingface-cli download <repo> <file>)",
+            )
+        )
+    elif index:
+        out.append(
+            _f("shards", "ok", len(index["shards"]), f"all {len(index['shards'])} indexed shards present")
+        )
+    elif not st["files"]:
+        return out + [
+            _f(
+                "weights",
+                "fail",
+                info["other_weights"],
+                "no *.safetensors weights in the directory",
+                "download the safetensors weights (or convert .bin weights to safetensors)",
+            )
+        ]
+    for name, err in st["errors"].items():
+        out.append(
+            _f(
+                f"header:{name}",
+                "fail",
+                None,
+                f"unreadable safetensors header: {err}",
+                f"re-download {name} (truncated or corrupt)",
+            )
+        )
+    if st["tensors"]:
+        out.append(_params_finding(info))
+    return out
+
+
+def _params_finding(info: dict[str, Any]) -> dict[str, Any]:
+    st, cfg = info["safetensors"], info["config"] or {}
+    why = f"{_count(st['params_main'])} params (+{_count(st['params_mtp'])} MTP), mostly {st['dtype']}"
+    expect = cfg.get("params_from_config")
+    if expect and abs(st["params_main"] - expect) > 0.25 * expect:
+        return _f(
+            "params",
+            "warn",
+            st["params_main"],
+            why + f"; config implies {_count(expect)}",
+            "check for missing shards or a quantized checkpoint (packed weights count fewer elements)",
+        )
+    return _f("params", "ok", st["params_main"], why)
+
+
+def _count(n: int) -> str:
+    return f"{n / 1e9:.3g} B" if n >= 1e8 else f"{n:,}"
+
+
+def _mtp_finding(mtp: dict[str, Any]) -> dict[str, Any]:
+    ev = "; ".join(mtp["evidence"])
+    if mtp["unindexed_files"]:
+        return _f(
+            "mtp",
+            "warn",
+            mtp["status"],
+            f"{', '.join(mtp['unindexed_files'])} is not listed in "
+            "model.safetensors.index.json: SGLang and vLLM load only indexed files",
+            "add its tensors to the index's weight_map (or merge the file) before using MTP",
+        )
+    if mtp["status"] == "declared_missing":
+        return _f(
+            "mtp",
+            "warn",
+            mtp["status"],
+            f"config declares MTP layers but no MTP weights: {ev}",
+            "download the full checkpoint with its mtp.* tensors, or use NGRAM / an EAGLE draft model",
+        )
+    return _f("mtp", "ok", mtp["status"], ev)

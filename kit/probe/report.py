@@ -1,0 +1,227 @@
+"""Assemble the probe report from its parts: every check runs, none stops the others."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from kit.arch import arch_from_config
+from kit.memoryplan import memory_plan
+from kit.probe import backends, engine_env, gpu, gpu_findings, host, model_dir, model_findings
+from kit.probe.findings import finding, summarize
+from kit.probe.recommend import recommend
+
+REPORT_VERSION = 1
+
+
+@dataclass(frozen=True)
+class ProbeInputs:
+    """What the probe needs to know of a run; built from RunParams or by hand (benchmarks/probe_gpu.py)."""
+
+    model_path: Path
+    output_dir: Path
+    engine_python: Path = field(default_factory=lambda: Path(sys.executable))
+    flavor: str = "sglang"
+    cache_dir: Path | None = None
+    """Where the launcher's --help is cached (the run folder's logs/)."""
+    context_len: int = 4096
+    mem_fraction: float = 0.85
+    measure_gpu: bool = False
+    tp_size: int = 1
+    dp_size: int = 1
+    spec_algorithm: str | None = None
+    spec_topk: int | None = None
+    spec_draft_tokens: int | None = None
+    requested_backend: str | None = None
+    planned_command: list[str] | None = None
+    run: str | None = None
+
+
+def _model_section(inp: ProbeInputs) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    try:
+        info = model_dir.inspect_model_dir(inp.model_path)
+        return info, model_findings.model_findings(info)
+    except Exception as e:  # the probe reports, it does not stop: an unforeseen layout is a finding
+        return {"path": str(inp.model_path), "error": repr(e)}, [
+            finding(
+                "model",
+                "inspect",
+                "fail",
+                None,
+                f"could not inspect the model directory: {e!r}",
+                "check the directory by hand and report this as a kit bug",
+            )
+        ]
+
+
+def _engine_section(inp: ProbeInputs) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    if inp.flavor == "external":
+        return {"flavor": "external"}, [
+            finding(
+                "engine_env",
+                "external",
+                "ok",
+                None,
+                "an external server: its environment is not checked here",
+            )
+        ]
+    facts = engine_env.inspect_engine_env(inp.engine_python, inp.flavor, inp.cache_dir, inp.planned_command)
+    return facts, engine_env.engine_findings(facts)
+
+
+def _gpu_section(inp: ProbeInputs, gpus: list[gpu.GpuFacts] | None) -> tuple[dict[str, Any], list]:
+    if gpus is None:
+        gpus, info = gpu.collect_gpus(measure=inp.measure_gpu)
+    else:
+        info = {"injected": True, "devices": []}
+    needs = inp.flavor in ("sglang", "vllm")
+    found = gpu_findings.gpu_findings(gpus, info, needs_gpu=needs)
+    if needs and 0 < len(gpus) < inp.tp_size * inp.dp_size:
+        found.append(
+            finding(
+                "gpus",
+                "parallel",
+                "fail",
+                len(gpus),
+                f"tp_size x dp_size = {inp.tp_size * inp.dp_size} GPUs wanted, {len(gpus)} found",
+                "lower engine.tp_size / engine.dp_size",
+            )
+        )
+    section = {
+        "devices": [g.to_dict() for g in gpus],
+        "torch": info,
+        "topology": gpu.topology() if gpus else None,
+        "datasheet": gpu.lookup_datasheet(gpus[0].name) if gpus else None,
+    }
+    return section, found
+
+
+def _memory_section(
+    inp: ProbeInputs, model: dict[str, Any], gpus: list[dict[str, Any]]
+) -> tuple[dict | None, list]:
+    cfg_path = Path(inp.model_path) / "config.json"
+    if not model.get("config"):
+        return None, []
+    if not gpus or not gpus[0].get("memory_total_bytes"):
+        return None, [finding("memory", "plan", "ok", None, "no GPU: no memory plan")]
+    arch = arch_from_config(json.loads(cfg_path.read_text()))
+    main, mtp, source = model_findings.weight_bytes(model)
+    if not mtp and arch.mtp_layers:
+        mtp = arch.mtp_layers * arch.layer_params * arch.dtype_bytes
+    k = inp.spec_draft_tokens or 4
+    plan = memory_plan(
+        arch,
+        gpus[0]["memory_total_bytes"],
+        inp.mem_fraction,
+        inp.context_len,
+        weight_bytes=main,
+        spec_draft_tokens=k,
+        draft_weight_bytes=mtp,
+        tp_size=inp.tp_size,
+    )
+    section = plan.to_dict() | {"weight_source": source}
+    return section, _memory_findings(plan, arch.max_positions, inp.context_len)
+
+
+def _memory_findings(plan: Any, max_positions: int | None, context_len: int) -> list[dict[str, Any]]:
+    gib = 1024**3
+    out = []
+    if plan.max_seqs_plain < 1:
+        out.append(
+            finding(
+                "memory",
+                "plan",
+                "fail",
+                0,
+                f"weights {plan.weight_bytes / gib:.1f} GiB leave no room for "
+                f"one sequence in {plan.budget_bytes / gib:.1f} GiB",
+                "raise engine.tp_size or "
+                "probe.mem_fraction, shorten the context, or use a smaller / quantized model",
+            )
+        )
+    else:
+        out.append(
+            finding(
+                "memory",
+                "plan",
+                "ok",
+                plan.max_seqs_plain,
+                f"{plan.max_seqs_plain} sequences of "
+                f"{context_len} tokens fit; {plan.max_seqs_spec} with {plan.spec_draft_tokens} draft tokens",
+            )
+        )
+    if plan.max_seqs_plain >= 1 and plan.max_seqs_spec < 1:
+        out.append(
+            finding(
+                "memory",
+                "speculative",
+                "warn",
+                0,
+                "no room for one sequence once draft weights and buffers are paid",
+                "run without speculation or give it more memory",
+            )
+        )
+    if max_positions and context_len > max_positions:
+        out.append(
+            finding(
+                "memory",
+                "context",
+                "warn",
+                context_len,
+                f"context {context_len} > the model's max_position_embeddings {max_positions}",
+                "lower probe.context_length",
+            )
+        )
+    return out
+
+
+def build_report(inp: ProbeInputs, gpus: list[gpu.GpuFacts] | None = None) -> dict[str, Any]:
+    """Run every check for `inp` and return the probe report (the content of probe.json)."""
+    gpu_sec, findings = _gpu_section(inp, gpus)
+    model, mf = _model_section(inp)
+    engine, ef = _engine_section(inp)
+    memory, memf = _memory_section(inp, model, gpu_sec["devices"])
+    first = gpu.GpuFacts.from_dict(gpu_sec["devices"][0]) if gpu_sec["devices"] else None
+    traits = _traits(model, inp)
+    smem = (
+        (first.smem_per_block_optin or (gpu_sec["datasheet"] or {}).get("smem_per_block_bytes"))
+        if first
+        else None
+    )
+    verdicts = backends.backend_verdicts(first.sm if first else None, smem, traits)
+    rec_backend = backends.recommend_backend(first.sm if first else None, verdicts, traits)
+    findings += mf + ef + memf
+    if inp.flavor in ("sglang", "vllm"):  # the attention backend is an SGLang / vLLM setting
+        findings += backends.backend_findings(verdicts, rec_backend, inp.requested_backend)
+    weight = memory["weight_bytes"] * inp.tp_size if memory else None  # the whole checkpoint is read
+    host_sec = host.host_facts(inp.output_dir)
+    findings += host.host_findings(host_sec, weight, inp.tp_size * inp.dp_size > 1)
+    return {
+        "version": REPORT_VERSION,
+        "run": inp.run,
+        "created_at": dt.datetime.now(dt.timezone.utc).isoformat(),
+        "inputs": {k: (str(v) if isinstance(v, Path) else v) for k, v in inp.__dict__.items()},
+        "summary": summarize(findings),
+        "recommended": recommend(inp, model, engine, memory, rec_backend, first),
+        "findings": findings,
+        "gpus": gpu_sec,
+        "model": model,
+        "engine_env": engine,
+        "memory": memory,
+        "backends": verdicts,
+        "host": host_sec,
+    }
+
+
+def _traits(model: dict[str, Any], inp: ProbeInputs) -> backends.ModelTraits:
+    c = model.get("config") or {}
+    return backends.ModelTraits(
+        is_mla=bool(c.get("is_mla")),
+        is_hybrid=bool(c.get("is_hybrid")),
+        head_dim=int(c.get("head_dim") or 128),
+        spec_topk=inp.spec_topk if inp.spec_algorithm else None,
+    )

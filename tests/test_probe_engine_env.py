@@ -1,0 +1,103 @@
+"""The engine environment, probed through real child interpreters: a venv without pip, a fake SGLang."""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from fixtures_models import install_fake_sglang
+
+from kit.probe.engine_env import (
+    command_flags,
+    engine_findings,
+    inspect_engine_env,
+    missing_flags,
+    parse_flags,
+)
+
+
+def by_name(findings: list[dict]) -> dict[str, dict]:
+    return {f["name"]: f for f in findings}
+
+
+@pytest.fixture
+def fake_sglang(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    return install_fake_sglang(tmp_path / "site", monkeypatch)
+
+
+def test_venv_without_pip_is_a_warning_saying_how_to_fix(tmp_path: Path) -> None:
+    venv = tmp_path / "nopip"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
+    python = venv / "bin" / "python"
+    facts = inspect_engine_env(python, "sglang", tmp_path / "logs")
+    assert facts["pip"]["ok"] is False and "No module named pip" in facts["pip"]["output"]
+    f = by_name(engine_findings(facts))
+    assert f["python"]["status"] == "ok" and f["python"]["value"] == sys.version.split()[0]
+    assert (
+        f["pip"]["status"] == "warn" and "ensurepip" in f["pip"]["action"] and "uv pip" in f["pip"]["action"]
+    )
+    assert f["packages"]["status"] == "fail" and "sglang is not installed" in f["packages"]["reason"]
+
+
+def test_missing_interpreter_is_a_fail(tmp_path: Path) -> None:
+    facts = inspect_engine_env(tmp_path / "no" / "python", "sglang", None)
+    (f,) = engine_findings(facts)
+    assert f["name"] == "python" and f["status"] == "fail" and "does not exist" in f["reason"]
+
+
+def test_fake_sglang_flags_are_read_cached_and_compared(tmp_path: Path, fake_sglang: Path) -> None:
+    logs = tmp_path / "logs"
+    planned = [
+        sys.executable,
+        "-m",
+        "sglang.launch_server",
+        "--model-path",
+        "m",
+        "--port=1",
+        "--mamba-scheduler-strategy",
+        "no_buffer",
+        "--cuda-graph-max-bs",
+        "8",
+    ]
+    facts = inspect_engine_env(Path(sys.executable), "sglang", logs, planned)
+    assert facts["interpreter"]["packages"]["sglang"] == "0.0.1"
+    cache = logs / "sglang-0.0.1-launch-help.txt"
+    assert cache.is_file() and facts["launcher"]["from_cache"] is False
+    assert "--mamba-radix-cache-strategy" in facts["launcher"]["flags"]
+    f = by_name(engine_findings(facts))
+    renamed = f["flag --mamba-scheduler-strategy"]
+    assert renamed["status"] == "warn" and "--mamba-radix-cache-strategy" in renamed["action"]
+    assert f["flag --cuda-graph-max-bs"]["value"]["use"] is None
+    assert "flag --port" not in f and f["packages"]["status"] == "ok"
+    again = inspect_engine_env(Path(sys.executable), "sglang", logs, planned)
+    assert (
+        again["launcher"]["from_cache"] is True and again["launcher"]["flags"] == facts["launcher"]["flags"]
+    )
+
+
+def test_parse_flags_on_a_real_argparse_help() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--speculative-num-steps", type=int, help="see --speculative-algorithm too")
+    p.add_argument("-t", "--tp-size")
+    p.add_argument("--enable-metrics", action="store_true")
+    flags = parse_flags(p.format_help())
+    assert flags == {
+        "--help",
+        "--speculative-num-steps",
+        "--speculative-algorithm",
+        "--tp-size",
+        "--enable-metrics",
+    }
+
+
+def test_flag_diff_on_explicit_lists() -> None:
+    flags = command_flags(["py", "--a", "1", "--b=2", "--a", "3", "-x", "--mamba-radix-cache-strategy", "v"])
+    assert flags == ["--a", "--b", "--mamba-radix-cache-strategy"]
+    miss = missing_flags(flags, {"--a", "--mamba-scheduler-strategy"})
+    assert miss == [
+        {"flag": "--b", "use": None},
+        {"flag": "--mamba-radix-cache-strategy", "use": "--mamba-scheduler-strategy"},
+    ]
