@@ -1,0 +1,283 @@
+"""Choose plain or speculative decoding, with the engine settings and the reasons: decision.json.
+
+Measured sweep results decide when there are any; the cost model explains them and fills in for
+arms that could not be measured (for example: what MTP would be worth if its weights were fetched).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+from typing import Any
+
+import pandas as pd
+
+from kit.arch import ModelArch
+from kit.decide import costmodel as cm
+from kit.decide.predict import (
+    SGLANG_SPEC_RUNNING_CAP,
+    Workload,
+    arm_name,
+    best_arm,
+    crossover,
+    predict_ladder,
+    with_ratio,
+    workload_dict,
+)
+from kit.decide.profiler import calibrate
+from kit.errors import CostModelError
+
+SPEC_FLAVORS = ("sglang", "vllm")
+
+
+def spec_unavailable_reason(mtp_status: str, engine_flavor: str, arch: ModelArch) -> str | None:
+    """Why speculative arms cannot run here, or None when they can."""
+    if engine_flavor not in SPEC_FLAVORS:
+        return (
+            f"the {engine_flavor} engine flavor has no speculative decoding in the kit (use sglang or vllm)"
+        )
+    if mtp_status == "present":
+        return None
+    if mtp_status in ("missing", "declared_missing"):
+        return (
+            f"the config declares {arch.mtp_layers} MTP layer(s) but the checkpoint lacks their weights "
+            f"(no mtp.* tensors); fetch them to enable MTP"
+        )
+    return (
+        "the model has no multi-token-prediction layers (no mtp_num_hidden_layers / num_nextn_predict_layers)"
+    )
+
+
+def measured_accept_lengths(sweep: pd.DataFrame | None) -> dict[int, float]:
+    """Median accept length the engine reported per k, over the sweep's ok rows."""
+    if sweep is None or sweep.empty or "accept_length" not in sweep:
+        return {}
+    ok = sweep[(sweep.status == "ok") & (sweep.spec_k > 0) & sweep.accept_length.notna()]
+    return {int(k): float(g.accept_length.median()) for k, g in ok.groupby("spec_k")}
+
+
+def _joined(predicted: pd.DataFrame, sweep: pd.DataFrame | None) -> pd.DataFrame:
+    """Predicted beside measured tokens/s per arm and concurrency, with the prediction's error."""
+    t = predicted.rename(
+        columns={"output_tok_s": "predicted_tok_s", "accept_length": "predicted_accept_length"}
+    )
+    if sweep is None or sweep.empty:
+        t["measured_tok_s"], t["status"], t["reason"] = None, "not measured", ""
+    else:
+        cols = ["arm", "concurrency", "output_tok_s", "accept_length", "latency_p50_s", "status", "reason"]
+        m = sweep[cols].rename(
+            columns={"output_tok_s": "measured_tok_s", "accept_length": "measured_accept_length"}
+        )
+        t = t.merge(m, on=["arm", "concurrency"], how="left")
+        t["status"] = t["status"].fillna("not measured")
+    t["error_pct"] = [
+        100 * (p - m) / m if _num(p) and _num(m) and m > 0 else None
+        for p, m in zip(t.predicted_tok_s, t.measured_tok_s, strict=True)
+    ]
+    return t
+
+
+def _num(x: Any) -> bool:
+    return x is not None and not (isinstance(x, float) and math.isnan(x))
+
+
+def _pick_measured(sweep: pd.DataFrame, latency_bound_s: float | None) -> dict | None:
+    ok = sweep[(sweep.status == "ok") & sweep.output_tok_s.notna()]
+    if latency_bound_s is not None:
+        ok = ok[ok.latency_p50_s <= latency_bound_s]
+    if ok.empty:
+        return None
+    row = ok.loc[ok.output_tok_s.idxmax()]
+    return {
+        "arm": row.arm,
+        "spec_k": int(row.spec_k),
+        "concurrency": int(row.concurrency),
+        "output_tok_s": float(row.output_tok_s),
+        "source": "measured",
+    }
+
+
+def _best_of(table: pd.DataFrame, col: str, spec: bool) -> pd.Series | None:
+    rows = table[(table.spec_k > 0) == spec]
+    rows = rows[rows[col].map(_num)]
+    return rows.loc[rows[col].astype(float).idxmax()] if len(rows) else None
+
+
+def _reasons(
+    table: pd.DataFrame,
+    predicted: pd.DataFrame,
+    unavailable: str | None,
+    work: Workload,
+    ks: list[int],
+    measured: bool,
+) -> list[str]:
+    out = [f"speculation is unavailable: {unavailable}"] if unavailable else []
+    for r in table[table.status == "skipped"].drop_duplicates("arm").itertuples():
+        out.append(f"{r.arm} was not measured: {r.reason}")
+    col, how = ("measured_tok_s", "measured") if measured else ("predicted_tok_s", "predicted")
+    p, s = _best_of(table, col, False), _best_of(table, col, True)
+    if p is not None and s is not None:
+        pv, sv = float(p[col]), float(s[col])
+        lead, lag, lv, gv = (p, s, pv, sv) if pv >= sv else (s, p, sv, pv)
+        hypo = "would beat" if unavailable and int(lead.spec_k) > 0 else "beats"
+        out.append(
+            f"{_label(lead)} at {int(lead.concurrency)} concurrent {hypo} {_label(lag)} "
+            f"(best at {int(lag.concurrency)}) by {100 * (lv / gv - 1):.0f}% "
+            f"({how}: {lv:.0f} vs {gv:.0f} tok/s)"
+        )
+    out += _bound_sentences(predicted, ks, work)
+    ratios = with_ratio(predicted)
+    for k in ks:
+        r = ratios[(ratios.spec_k == k) & ratios.ratio_vs_plain.notna()]
+        if len(r):
+            pairs = ", ".join(
+                f"{int(c)}: {v:.2f}x" for c, v in zip(r.concurrency, r.ratio_vs_plain, strict=True)
+            )
+            worth = " (what it would be worth if it were available)" if unavailable else ""
+            out.append(f"predicted MTP k={k} / plain tokens/s by concurrency{worth}: {pairs}")
+    return out
+
+
+def _label(row: pd.Series) -> str:
+    return "plain decoding" if int(row.spec_k) == 0 else f"MTP k={int(row.spec_k)}"
+
+
+def _bound_sentences(predicted: pd.DataFrame, ks: list[int], work: Workload) -> list[str]:
+    out = []
+    for k in ks:
+        rows = predicted[(predicted.spec_k == k) & (predicted.compute_bound == True)]  # noqa: E712
+        if len(rows):
+            c = int(rows.concurrency.min())
+            b = int(rows[rows.concurrency == c].running.iloc[0])
+            out.append(
+                f"at concurrency {c} the k={k} verify step "
+                f"({b} x {k + 1} = {b * (k + 1)} tokens per replica) "
+                f"is compute-bound, so verifying drafts is no longer free"
+            )
+        x = crossover(predicted, k)
+        out.append(
+            f"predicted crossover for k={k}: plain decoding matches or beats it from concurrency {x}"
+            if x
+            else f"predicted: MTP k={k} stays ahead of plain decoding wherever both fit in memory"
+        )
+    for r in predicted[~predicted.feasible].drop_duplicates("arm").itertuples():
+        out.append(
+            f"{r.arm}: memory holds only {r.mem_max_running} running sequences per replica at context "
+            f"{work.input_len + work.output_len}; "
+            f"concurrencies above {r.mem_max_running * work.dp_size} are not predicted"
+        )
+    return out
+
+
+def _settings(
+    choice: dict,
+    arch: ModelArch,
+    predicted: pd.DataFrame,
+    work: Workload,
+    flavor: str,
+    attention_backend: str | None,
+) -> dict:
+    k = int(choice["spec_k"])
+    rows = predicted[predicted.spec_k == k]
+    mem_cap = int(rows.mem_max_running.iloc[0])
+    running = min(mem_cap, math.ceil(int(choice["concurrency"]) / work.dp_size))
+    s = {
+        "speculative": k > 0,
+        "spec_k": k,
+        "max_running_requests": max(running, 1),
+        "cuda_graph_max_bs": max(running, 1),
+        "mem_fraction_static": work.mem_fraction,
+        "dp_size": work.dp_size,
+        "tp_size": work.tp_size,
+        "attention_backend": attention_backend,
+        "client_concurrency": int(choice["concurrency"]),
+    }
+    if k:
+        s.update(algorithm="EAGLE" if flavor == "sglang" else "mtp", eagle_topk=1, num_draft_tokens=k + 1)
+        if arch.is_hybrid:
+            s["mamba_strategy"] = "extra_buffer"
+    return s
+
+
+def decide(
+    arch: ModelArch,
+    hw: cm.Hardware,
+    sweep: pd.DataFrame | None,
+    params: Any,
+    mtp_status: str,
+    engine_flavor: str,
+    *,
+    work: Workload | None = None,
+    profile: pd.DataFrame | None = None,
+    attention_backend: str | None = None,
+) -> dict:
+    """The content of decision.json; `params` is a DecideParams (concurrencies, spec_steps,
+    accept_lengths, objective, latency_bound_s). Measured rows decide; predictions explain."""
+    work = work or Workload()
+    eff = calibrate(profile, arch, hw) if profile is not None else cm.Efficiency()
+    ks = list(params.spec_steps)
+    accept = {
+        **{int(k): float(v) for k, v in params.accept_lengths.items()},
+        **measured_accept_lengths(sweep),
+    }
+    predicted = predict_ladder(arch, hw, params.concurrencies, ks, accept, work, eff, strict=False)
+    if predicted[predicted.spec_k == 0].feasible.sum() == 0:
+        raise CostModelError(
+            f"plain decoding does not fit: {arch.model_type} at context "
+            f"{work.input_len + work.output_len} leaves no room for one sequence on {hw.name}"
+        )
+    unavailable = spec_unavailable_reason(mtp_status, engine_flavor, arch)
+    table = _joined(predicted, sweep)
+    bound = params.latency_bound_s if params.objective == "latency_bound" else None
+    choice = _pick_measured(sweep, bound) if sweep is not None and not sweep.empty else None
+    if choice is None:
+        usable = predicted if not unavailable else predicted[predicted.spec_k == 0]
+        choice = {**best_arm(usable, bound, work.output_len), "source": "predicted"}
+    settings = _settings(choice, arch, predicted, work, engine_flavor, attention_backend)
+    reasons = [
+        f"chosen: {_label(pd.Series(choice))} at concurrency {int(choice['concurrency'])} "
+        f"({choice['source']} {float(choice['output_tok_s']):.0f} output tok/s "
+        f"over {work.dp_size} replica(s))"
+    ]
+    reasons += _reasons(table, predicted, unavailable, work, ks, choice["source"] == "measured")
+    if settings["speculative"] and engine_flavor == "sglang":
+        reasons.append(
+            f"max_running_requests is set explicitly to {settings['max_running_requests']}: "
+            f"unset, SGLang resets it to {SGLANG_SPEC_RUNNING_CAP} under speculation"
+        )
+    return {
+        "chosen_arm": arm_name(int(choice["spec_k"])),
+        "decided_by": choice["source"],
+        "objective": params.objective,
+        "speculation_available": unavailable is None,
+        "speculation_unavailable_reason": unavailable,
+        "engine_settings": settings,
+        "reasons": reasons,
+        "hardware": {
+            "name": hw.name,
+            "bandwidth_Bps": hw.bandwidth_Bps,
+            "flops_bf16": hw.flops_bf16,
+            "memory_bytes": hw.memory_bytes,
+        },
+        "efficiency": {"bw": eff.bw, "flops": eff.flops, "overhead_s": eff.overhead_s, "source": eff.source},
+        "workload": workload_dict(work),
+        "accept_lengths": accept,
+        "table": _records(table),
+    }
+
+
+def _records(table: pd.DataFrame) -> list[dict]:
+    """JSON-ready rows (NaN -> None)."""
+    clean = table.astype(object).where(table.notna(), None)
+    return [
+        {k: (v.item() if hasattr(v, "item") else v) for k, v in r.items()} for r in clean.to_dict("records")
+    ]
+
+
+def with_gpus(work: Workload, arch: ModelArch, hw: cm.Hardware, gpu_count: int) -> Workload:
+    """Data parallel over all GPUs when the weights fit one GPU's budget, else the smallest TP that fits."""
+    weights = work.weight_bytes or cm.weight_bytes(arch)
+    tp = 1
+    while tp < gpu_count and weights / tp > 0.8 * hw.memory_bytes * work.mem_fraction:
+        tp *= 2
+    return replace(work, tp_size=tp, dp_size=max(gpu_count // tp, 1))

@@ -1,0 +1,223 @@
+"""Predicted output tokens/s per arm over a concurrency ladder, the crossover and the best arm.
+
+A closed loop of `C` clients, each sending `I` prompt tokens and reading `O` output tokens. Per
+engine replica `B = min(ceil(C / dp), cap)` sequences decode together, with `cap` the smaller of
+the memory limit and the engine's running-request cap; mean context `L = I + O / 2`. One batch of
+`B` requests takes `(O / E) * T_iter(B) + B * T_prefill(I)`, so
+
+    tokens/s = min(C, dp * B) * O / ((O / E) * T_iter(B) + B * T_prefill(I))
+
+with `E = 1`, `T_iter = T(B, 1, L)` for plain decoding and `E` the accept length,
+`T_iter = T(B, k + 1, L) + T_draft(B, k, L)` for speculation with draft length `k`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, replace
+
+import pandas as pd
+
+from kit.arch import ModelArch
+from kit.decide import costmodel as cm
+from kit.decide.acceptance import accept_length_for, check_accept_length
+from kit.errors import CostModelError
+
+SGLANG_SPEC_RUNNING_CAP = 48
+"""SGLang resets --max-running-requests to 48 under speculation when the flag is unset."""
+
+
+@dataclass(frozen=True)
+class Workload:
+    """Request shape and memory settings the prediction assumes."""
+
+    input_len: int = 1024
+    output_len: int = 1024
+    mem_fraction: float = 0.85
+    tp_size: int = 1
+    dp_size: int = 1
+    kv_dtype_bytes: int | None = None
+    ssm_dtype_bytes: int = 4
+    weight_bytes: float | None = None
+
+    @property
+    def mean_context(self) -> float:
+        return self.input_len + self.output_len / 2
+
+    @property
+    def shape(self) -> cm.StepShape:
+        return cm.StepShape(self.weight_bytes, self.kv_dtype_bytes, self.ssm_dtype_bytes)
+
+
+@dataclass(frozen=True)
+class Capacity:
+    """Largest number of running sequences per replica, from memory."""
+
+    plain: int
+    spec: dict[int, int]
+    """Per draft length k."""
+
+
+def default_capacity(arch: ModelArch, hw: cm.Hardware, work: Workload, ks: Sequence[int]) -> Capacity:
+    """Memory limit per replica from kit.memoryplan (imported here so the cost model stays standalone)."""
+    from kit.memoryplan import memory_plan
+
+    def plan(k: int):
+        return memory_plan(
+            arch,
+            int(hw.memory_bytes),
+            work.mem_fraction,
+            work.input_len + work.output_len,
+            weight_bytes=None if work.weight_bytes is None else int(work.weight_bytes),
+            spec_draft_tokens=k + 1 if k else 0,
+            draft_weight_bytes=int(cm.draft_weight_bytes(arch)) if k else 0,
+            kv_dtype_bytes=work.kv_dtype_bytes,
+            ssm_dtype_bytes=work.ssm_dtype_bytes,
+            tp_size=work.tp_size,
+        )
+
+    return Capacity(plain=plan(0).max_seqs_plain, spec={k: plan(k).max_seqs_spec for k in ks})
+
+
+CapacityFn = Callable[[ModelArch, cm.Hardware, Workload, Sequence[int]], Capacity]
+
+
+def iteration_time(
+    arch: ModelArch, hw: cm.Hardware, B: int, k: int, work: Workload, eff: cm.Efficiency
+) -> float:
+    """Seconds per decode iteration at batch B (k = 0 plain; else verify k + 1 tokens plus k drafts)."""
+    L = work.mean_context
+    if k == 0:
+        return cm.step_time(arch, hw, B, 1, L, eff, work.shape)
+    return cm.step_time(arch, hw, B, k + 1, L, eff, work.shape) + cm.draft_time(
+        arch, hw, B, k, L, eff, work.kv_dtype_bytes
+    )
+
+
+def throughput(
+    arch: ModelArch, hw: cm.Hardware, B: int, k: int, E: float, work: Workload, eff: cm.Efficiency
+) -> float:
+    """Output tokens/s of one replica running B sequences (see the module docstring)."""
+    if k:
+        check_accept_length(E, k)
+    elif E != 1:
+        raise CostModelError(f"plain decoding emits one token per step, got accept length {E}")
+    out_len = work.output_len
+    t_batch = (out_len / E) * iteration_time(arch, hw, B, k, work, eff) + B * cm.prefill_time(
+        arch, hw, work.input_len, eff, work.shape
+    )
+    return B * out_len / t_batch
+
+
+def arm_name(k: int) -> str:
+    """'plain' for k = 0, else 'spec_k<k>' (the sweep's naming)."""
+    return "plain" if k == 0 else f"spec_k{k}"
+
+
+def predict_ladder(
+    arch: ModelArch,
+    hw: cm.Hardware,
+    concurrencies: Sequence[int],
+    ks: Sequence[int],
+    accept_lengths: Mapping[int, float] | None = None,
+    work: Workload = Workload(),
+    eff: cm.Efficiency = cm.DEFAULT_EFFICIENCY,
+    engine_caps: Mapping[int, int | None] | None = None,
+    capacity_fn: CapacityFn = default_capacity,
+    strict: bool = True,
+) -> pd.DataFrame:
+    """Predicted tokens/s for plain (k = 0) and each speculative k at each concurrency.
+
+    `engine_caps[k]` is the engine's running-request cap for that arm (None: none); requests
+    beyond it queue. A concurrency whose running batch exceeds the memory limit raises
+    `CostModelError` when `strict`, else its row is marked `feasible = False` with no throughput.
+    """
+    ks = sorted(set(ks))
+    cap = capacity_fn(arch, hw, work, ks)
+    if work.tp_size > 1:  # one replica's step runs on tp GPUs: their bandwidth and FLOP/s add up
+        tp = work.tp_size
+        hw = replace(hw, bandwidth_Bps=hw.bandwidth_Bps * tp, flops_bf16=hw.flops_bf16 * tp)
+    rows = []
+    for k in [0, *ks]:
+        E, source = (1.0, "plain") if k == 0 else accept_length_for(k, accept_lengths)
+        mem_cap = cap.plain if k == 0 else cap.spec[k]
+        engine_cap = (engine_caps or {}).get(k)
+        for C in sorted(set(concurrencies)):
+            rows.append(_ladder_row(arch, hw, C, k, E, source, mem_cap, engine_cap, work, eff, strict))
+    return pd.DataFrame(rows)
+
+
+def _ladder_row(arch, hw, C, k, E, source, mem_cap, engine_cap, work, eff, strict) -> dict:  # noqa: ANN001
+    wanted = math.ceil(C / work.dp_size)
+    B = min(wanted, engine_cap) if engine_cap else wanted
+    row = {
+        "arm": arm_name(k),
+        "spec_k": k,
+        "concurrency": C,
+        "running": B,
+        "accept_length": E,
+        "accept_source": source,
+        "dp_size": work.dp_size,
+        "mem_max_running": mem_cap,
+        "engine_cap": engine_cap,
+        "feasible": B <= mem_cap and mem_cap > 0,
+        "compute_bound": None,
+        "step_s": None,
+        "output_tok_s": None,
+    }
+    if not row["feasible"]:
+        if strict:
+            raise CostModelError(
+                f"{arm_name(k)} at concurrency {C}: {B} running sequences per replica but memory holds only "
+                f"{mem_cap} (context {work.input_len + work.output_len}, mem_fraction {work.mem_fraction}); "
+                f"lower the concurrency ladder, the context length, or add GPUs"
+            )
+        return row
+    q = k + 1 if k else 1
+    row["compute_bound"] = cm.is_compute_bound(arch, hw, B, q, work.mean_context, eff, work.shape)
+    row["step_s"] = iteration_time(arch, hw, B, k, work, eff)
+    total_running = min(C, work.dp_size * B)  # concurrency 1 keeps one replica busy, not dp of them
+    row["output_tok_s"] = total_running * throughput(arch, hw, B, k, E, work, eff) / B
+    return row
+
+
+def with_ratio(ladder: pd.DataFrame) -> pd.DataFrame:
+    """Add `ratio_vs_plain`: each arm's tokens/s over plain's at the same concurrency."""
+    plain = ladder[ladder.spec_k == 0].set_index("concurrency")["output_tok_s"]
+    out = ladder.copy()
+    out["ratio_vs_plain"] = [
+        (r.output_tok_s / plain.get(r.concurrency)) if r.output_tok_s and plain.get(r.concurrency) else None
+        for r in out.itertuples()
+    ]
+    return out
+
+
+def crossover(ladder: pd.DataFrame, k: int) -> int | None:
+    """Smallest concurrency in the ladder where plain decoding matches or beats speculation with k."""
+    t = with_ratio(ladder)
+    rows = t[(t.spec_k == k) & t.ratio_vs_plain.notna()].sort_values("concurrency")
+    hit = rows[rows.ratio_vs_plain <= 1.0]
+    return int(hit.concurrency.iloc[0]) if len(hit) else None
+
+
+def best_arm(ladder: pd.DataFrame, latency_bound_s: float | None = None, output_len: int = 1024) -> dict:
+    """Arm and concurrency with the most tokens/s over feasible points.
+
+    With `latency_bound_s`, only points whose predicted request latency
+    (output_len x tokens-per-second-per-sequence inverse) meets the bound count.
+    """
+    ok = ladder[ladder.feasible & ladder.output_tok_s.notna()].copy()
+    if latency_bound_s is not None:
+        busy = pd.concat([ok.concurrency, ok.running * ok.dp_size], axis=1).min(axis=1)
+        per_seq = ok.output_tok_s / busy
+        ok = ok[output_len / per_seq <= latency_bound_s]
+    if ok.empty:
+        raise CostModelError("no feasible arm meets the objective: relax the latency bound or the ladder")
+    best = ok.loc[ok.output_tok_s.idxmax()]
+    return {k: (v.item() if hasattr(v, "item") else v) for k, v in best.items()}
+
+
+def workload_dict(work: Workload) -> dict:
+    """JSON-ready copy of the workload."""
+    return asdict(work)

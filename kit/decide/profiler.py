@@ -1,0 +1,304 @@
+"""Measured step times `T(B, q, L)` of a random-weight model built from a config.json.
+
+Timing does not depend on weight values, so no checkpoint is needed. To save time and memory only
+a few layers are built; the step time at full depth is extrapolated from two depths:
+`T_full = T(n) + (N - n) * (T(n) - T(n/2)) / (n - n/2)`. The KV cache is filled to `L` with random
+tensors. On a GPU each step is captured in a CUDA graph (eager timing when capture fails, recorded
+in the `cuda_graph` column); on a CPU steps are timed plainly. Needs only torch, transformers,
+numpy and pandas, so benchmarks/profile_step.py runs on a bare GPU box.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+import warnings
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import pandas as pd
+
+from kit.arch import ModelArch, arch_from_config
+from kit.errors import CostModelError
+
+PROFILE_COLUMNS = ["B", "q", "L", "step_s", "device", "config_hash", "n_layers_profiled", "n_layers_full"]
+
+
+def config_hash(arch: ModelArch) -> str:
+    """Short stable hash of the model's shape (what the step time depends on), not its weights."""
+    fields = {k: v for k, v in asdict(arch).items() if k not in ("extra", "architectures", "max_positions")}
+    blob = json.dumps(fields, sort_keys=True, default=str).encode()
+    return hashlib.sha256(blob).hexdigest()[:16]
+
+
+@dataclass(frozen=True)
+class ProfileGrid:
+    """Batch sizes, tokens per sequence and contexts to time."""
+
+    batch_sizes: Sequence[int] = (1, 4, 16)
+    q_values: Sequence[int] = (1, 2, 4)
+    contexts: Sequence[int] = (256,)
+    reps: int = 5
+
+
+def _text_config(cfg: dict[str, Any], n_layers: int) -> Any:
+    """A transformers config for the language model only, cut to `n_layers` layers."""
+    from transformers import AutoConfig
+
+    c = dict(cfg.get("text_config") or cfg)
+    model_type = c.pop("model_type", None) or cfg.get("model_type")
+    for key in ("architectures", "auto_map", "transformers_version"):
+        c.pop(key, None)
+    if isinstance(c.get("layer_types"), list):
+        c["layer_types"] = c["layer_types"][:n_layers]
+    c["num_hidden_layers"] = n_layers
+    c["mtp_num_hidden_layers"] = 0
+    try:
+        return AutoConfig.for_model(model_type, **c)
+    except (ValueError, KeyError) as e:
+        raise CostModelError(
+            f"transformers cannot build model_type {model_type!r}: {e}; upgrade transformers"
+        ) from e
+
+
+def build_model(cfg: dict[str, Any], n_layers: int, device: str, dtype: Any) -> Any:
+    """Random-weight causal LM of `n_layers` layers, built directly on `device`."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    config = _text_config(cfg, n_layers)
+    with torch.device(device):
+        try:
+            model = AutoModelForCausalLM.from_config(config, dtype=dtype)
+        except TypeError:  # transformers < 4.56 names it torch_dtype
+            model = AutoModelForCausalLM.from_config(config, torch_dtype=dtype)
+    return model.eval()
+
+
+def _filled_cache(model: Any, B: int, L: int) -> Any:
+    """A cache holding L tokens per sequence: one real token, then random KV for the rest."""
+    import torch
+    from transformers import DynamicCache
+
+    cfg, dev = model.config, model.device
+    try:
+        cache = DynamicCache(config=cfg)
+    except TypeError:  # older transformers: no per-layer-type cache
+        cache = DynamicCache()
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)
+        model(
+            input_ids=torch.zeros(B, 1, dtype=torch.long, device=dev), past_key_values=cache, use_cache=True
+        )
+    kv_heads = cfg.num_key_value_heads
+    head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+    types = getattr(cfg, "layer_types", None) or ["full_attention"] * cfg.num_hidden_layers
+    for i, kind in enumerate(types):
+        if "linear" in str(kind) or L <= 1:
+            continue
+        kv = torch.randn(B, kv_heads, L - 1, head_dim, device=dev, dtype=model.dtype)
+        cache.update(kv, kv.clone(), i)
+    return cache
+
+
+def _crop_to(cache: Any, L: int) -> None:
+    """Drop the tokens a timed step appended (hybrid caches that cannot crop just grow by q)."""
+    extra = cache.get_seq_length() - L
+    if extra > 0 and getattr(cache, "is_croppable", True):
+        try:
+            cache.crop(-extra)
+        except (ValueError, NotImplementedError):
+            pass
+
+
+def _timed_eager(step: Any, cache: Any, L: int, reps: int, sync: Any) -> float:
+    times = []
+    for _ in range(reps + 1):
+        sync()
+        t0 = time.perf_counter()
+        step()
+        sync()
+        times.append(time.perf_counter() - t0)
+        _crop_to(cache, L)
+    return sorted(times[1:])[len(times[1:]) // 2]
+
+
+def _timed_graph(step: Any, cache: Any, L: int, reps: int) -> float:
+    """Capture one step in a CUDA graph and time its replays (launch overhead excluded)."""
+    import torch
+
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        step()
+    torch.cuda.current_stream().wait_stream(side)
+    _crop_to(cache, L)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        step()
+    graph.replay()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(reps):
+        graph.replay()
+    end.record()
+    torch.cuda.synchronize()
+    return start.elapsed_time(end) / 1e3 / reps
+
+
+def time_step(model: Any, B: int, q: int, L: int, reps: int, cuda_graph: bool) -> tuple[float, bool]:
+    """Seconds of one forward of q new tokens for B sequences over a cache of L; and graph used."""
+    import torch
+
+    cache = _filled_cache(model, B, L)
+    ids = torch.zeros(B, q, dtype=torch.long, device=model.device)
+
+    def step() -> None:
+        with torch.no_grad(), warnings.catch_warnings():
+            warnings.simplefilter("ignore", FutureWarning)
+            model(input_ids=ids, past_key_values=cache, use_cache=True, logits_to_keep=q)
+
+    on_gpu = model.device.type == "cuda"
+    sync = torch.cuda.synchronize if on_gpu else (lambda: None)
+    if on_gpu and cuda_graph:
+        try:
+            return _timed_graph(step, cache, L, reps), True
+        except Exception:  # noqa: BLE001 - any capture failure falls back to eager timing
+            torch.cuda.synchronize()
+            cache = _filled_cache(model, B, L)
+    return _timed_eager(step, cache, L, reps, sync), False
+
+
+def _lower_depth(arch: ModelArch, n: int) -> int:
+    """Second depth for the scaling: about n / 2, a whole number of hybrid layer periods."""
+    period = arch.layer_types.index("full_attention") + 1 if "full_attention" in arch.layer_types else 1
+    lower = max(period, (n // 2) // period * period)
+    if lower >= n:
+        raise CostModelError(
+            f"profile at least {2 * period} layers of this model to scale to full depth (got {n})"
+        )
+    return lower
+
+
+def profile_steps(
+    cfg: dict[str, Any],
+    grid: ProfileGrid = ProfileGrid(),
+    device: str = "cpu",
+    n_layers: int | None = None,
+    dtype: Any = None,
+    cuda_graph: bool = True,
+) -> pd.DataFrame:
+    """Time decode steps over the grid; returns one row per (B, q, L) at full-depth scale.
+
+    `n_layers=None` builds the full model; otherwise `n_layers` (>= 2) layers are timed together
+    with `n_layers // 2` and the difference scales the step to full depth.
+    """
+    import torch
+
+    arch = arch_from_config(cfg)
+    full = arch.num_layers
+    n = full if n_layers is None or n_layers >= full else n_layers
+    if n < full and n < 2:
+        raise CostModelError(f"profile at least 2 layers to scale to full depth, got n_layers={n_layers}")
+    dtype = dtype or (torch.bfloat16 if device.startswith("cuda") else torch.float32)
+    depths = [n] if n == full else [_lower_depth(arch, n), n]
+    times: dict[int, dict[tuple[int, int, int], tuple[float, bool]]] = {}
+    for d in depths:
+        model = build_model(cfg, d, device, dtype)
+        times[d] = {}
+        for L in grid.contexts:
+            for B in grid.batch_sizes:
+                for q in grid.q_values:
+                    times[d][(B, q, L)] = time_step(model, B, q, L, grid.reps, cuda_graph)
+                    cuda_graph = cuda_graph and times[d][(B, q, L)][1]  # one failed capture: eager after
+                    if device.startswith("cuda"):
+                        torch.cuda.empty_cache()
+        del model
+    return _rows(times, depths, full, device, config_hash(arch), torch.tensor([], dtype=dtype).element_size())
+
+
+def _rows(
+    times: dict, depths: list[int], full: int, device: str, chash: str, dtype_bytes: int
+) -> pd.DataFrame:
+    n = depths[-1]
+    rows = []
+    for key, (t_n, graph) in times[n].items():
+        step = t_n
+        if len(depths) == 2:
+            per_layer = max(t_n - times[depths[0]][key][0], 0.0) / (n - depths[0])
+            step = t_n + (full - n) * per_layer
+        B, q, L = key
+        rows.append(
+            {
+                "B": B,
+                "q": q,
+                "L": L,
+                "step_s": step,
+                "device": device,
+                "config_hash": chash,
+                "n_layers_profiled": n,
+                "n_layers_full": full,
+                "step_s_profiled": t_n,
+                "cuda_graph": graph,
+                "dtype_bytes": dtype_bytes,
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def load_profile(path: Any) -> pd.DataFrame:
+    """Read a profile parquet, checking its columns."""
+    table = pd.read_parquet(path)
+    missing = [c for c in PROFILE_COLUMNS if c not in table.columns]
+    if missing:
+        raise CostModelError(f"{path} is not a step profile: columns {missing} missing; re-run the profiler")
+    return table
+
+
+def check_profile(profile: pd.DataFrame, arch: ModelArch) -> None:
+    """Raise unless the profile was measured for this model's shape."""
+    hashes = set(profile["config_hash"].astype(str))
+    want = config_hash(arch)
+    if hashes != {want}:
+        raise CostModelError(
+            f"step profile was measured for model shape(s) {sorted(hashes)}, not this model ({want}); "
+            f"profile this model's config.json (benchmarks/profile_step.py) or drop decide.profile"
+        )
+
+
+def calibrate(profile: pd.DataFrame, arch: ModelArch, hw: Any) -> Any:
+    """Efficiency factors (bandwidth, FLOP/s, fixed overhead) that best fit a measured profile.
+
+    Least squares on log step time over a grid of (bw, flops) factors; for each pair the overhead
+    is the median residual (>= 0). The hardware figures are the datasheet the factors scale.
+    """
+    import numpy as np
+
+    from kit.decide import costmodel as cm
+
+    check_profile(profile, arch)
+    dtype_bytes = int(profile["dtype_bytes"].iloc[0]) if "dtype_bytes" in profile else arch.dtype_bytes
+    total, _ = arch.param_counts()
+    shape = cm.StepShape(weight_bytes=total * dtype_bytes, kv_dtype_bytes=dtype_bytes)
+    rows = list(profile.itertuples())
+    nbytes = np.array([cm.step_bytes(arch, r.B, r.q, r.L, shape) for r in rows])
+    flops = np.array([cm.step_flops(arch, r.B, r.q, r.L) for r in rows])
+    measured = profile["step_s"].to_numpy(dtype=float)
+    if (measured <= 0).any():
+        raise CostModelError("step profile holds non-positive step times; re-run the profiler")
+    best = (np.inf, 1.0, 1.0, 0.0)
+    grid = np.geomspace(0.005, 4.0, 80)
+    for e_bw in grid:
+        t_mem = nbytes / (hw.bandwidth_Bps * e_bw)
+        for e_f in grid:
+            roof = np.maximum(t_mem, flops / (hw.flops_bf16 * e_f))
+            overhead = max(float(np.median(measured - roof)), 0.0)
+            loss = float(np.mean(np.log((roof + overhead) / measured) ** 2))
+            if loss < best[0]:
+                best = (loss, float(e_bw), float(e_f), overhead)
+    _, e_bw, e_f, overhead = best
+    return cm.Efficiency(
+        bw=e_bw, flops=e_f, overhead_s=overhead, source=f"profile on {profile['device'].iloc[0]}"
+    )
