@@ -1,0 +1,42 @@
+"""Stage 4: is the generated data good, and how did the run go?
+
+    from kit.analyse import analyse_run
+    summary = analyse_run(RunFolder(Path("outputs/demo")), params.analyse)
+
+Modules: `load` (read a run folder, naming each gap), `tables` (per source, finish reasons),
+`flags` (quality flags), `health` (throughput, latency, failures, accept length), `plots`
+(seaborn figures), `summary` (analyse_run), `compare` (two runs), `browser` (sample browser).
+"""
+
+from kit.analyse.browser import SampleBrowser, sample_browser
+from kit.analyse.compare import compare_runs, difference_table
+from kit.analyse.flags import FLAGS, compute_flags, flag_counts
+from kit.analyse.health import accept_length_timeline, failures_by_reason, run_health, throughput_timeline
+from kit.analyse.load import load_failures, load_generations, load_metrics
+from kit.analyse.summary import RunData, analyse_run, read_run, summarise
+from kit.analyse.tables import finish_reason_table, per_source_table, requested_counts, summary_tables
+
+__all__ = [
+    "FLAGS",
+    "RunData",
+    "SampleBrowser",
+    "accept_length_timeline",
+    "analyse_run",
+    "compare_runs",
+    "compute_flags",
+    "difference_table",
+    "failures_by_reason",
+    "finish_reason_table",
+    "flag_counts",
+    "load_failures",
+    "load_generations",
+    "load_metrics",
+    "per_source_table",
+    "read_run",
+    "requested_counts",
+    "run_health",
+    "sample_browser",
+    "summarise",
+    "summary_tables",
+    "throughput_timeline",
+]

@@ -1,0 +1,177 @@
+"""A sample browser: ipywidgets in a live kernel (filter by source, finish reason and flag; step
+through rows and read the messages and completion), and a static HTML table everywhere else.
+
+`SampleBrowser` carries both: in JupyterLab the widget view is shown; nbconvert / papermill
+reports show the static table (the report renderer drops widget views, which would need a CDN).
+"""
+
+from __future__ import annotations
+
+import html
+from typing import Any
+
+import pandas as pd
+
+from kit.analyse.flags import FLAGS, compute_flags
+from kit.params import AnalyseParams
+
+ALL = "(all)"
+CLIP = 1200
+
+
+def _clip(text: str, limit: int = CLIP) -> str:
+    return text if len(text) <= limit else text[:limit] + f" … [{len(text) - limit} more chars]"
+
+
+def _pre(text: str) -> str:
+    return f'<pre style="white-space:pre-wrap;margin:0">{html.escape(_clip(text))}</pre>'
+
+
+def _flag_names(flags: pd.DataFrame | None, idx: Any) -> str:
+    if flags is None or idx not in flags.index:
+        return ""
+    return ", ".join(f for f in flags.columns if bool(flags.at[idx, f]))
+
+
+def pick_samples(df: pd.DataFrame, flags: pd.DataFrame | None, n: int, seed: int = 0) -> pd.DataFrame:
+    """Up to `n` rows: flagged rows first (up to half), the rest a seeded random sample."""
+    if df.empty or n <= 0:
+        return df.iloc[:0]
+    flagged = df.index[flags.any(axis=1)] if flags is not None and len(flags.columns) else df.index[:0]
+    first = (
+        df.loc[flagged].sample(min(len(flagged), n // 2 or 1), random_state=seed)
+        if len(flagged)
+        else df.iloc[:0]
+    )
+    rest = df.drop(index=first.index)
+    more = rest.sample(min(len(rest), n - len(first)), random_state=seed)
+    return pd.concat([first, more]).sort_index()
+
+
+def messages_html(messages: Any) -> str:
+    """The chat messages as role-labelled blocks."""
+    parts = []
+    for m in list(messages) if messages is not None else []:
+        if isinstance(m, dict):
+            parts.append(f"<b>{html.escape(str(m.get('role')))}</b>{_pre(str(m.get('content') or ''))}")
+    return "".join(parts)
+
+
+def static_table(df: pd.DataFrame, flags: pd.DataFrame | None = None, n: int = 20) -> str:
+    """A self-contained HTML table of sample rows: id, source, finish reason, flags, messages, completion."""
+    rows = []
+    for idx, r in pick_samples(df, flags, n).iterrows():
+        meta = (
+            f"{html.escape(str(r['id']))}<br>{html.escape(str(r['source']))}<br>"
+            f"{html.escape(str(r['finish_reason']))}<br><i>{html.escape(_flag_names(flags, idx))}</i>"
+        )
+        rows.append(
+            f"<tr><td style='vertical-align:top'>{meta}</td>"
+            f"<td style='vertical-align:top'>{messages_html(r['messages'])}</td>"
+            f"<td style='vertical-align:top'>{_pre(str(r['completion']))}</td></tr>"
+        )
+    head = "<tr><th>row</th><th>messages</th><th>completion</th></tr>"
+    caption = f"<caption>{len(rows)} of {len(df)} rows (flagged rows first)</caption>"
+    return f"<table class='kit-samples' border='1'>{caption}{head}{''.join(rows)}</table>"
+
+
+def _filtered(
+    df: pd.DataFrame, flags: pd.DataFrame | None, source: str, reason: str, flag: str
+) -> pd.DataFrame:
+    mask = pd.Series(True, index=df.index)
+    if source != ALL:
+        mask &= df["source"].eq(source)
+    if reason != ALL:
+        mask &= df["finish_reason"].eq(reason)
+    if flag != ALL and flags is not None:
+        mask &= flags[flag].reindex(df.index, fill_value=False)
+    return df[mask]
+
+
+def _build_widget(df: pd.DataFrame, flags: pd.DataFrame | None) -> Any:
+    import ipywidgets as w
+
+    def dropdown(label: str, values: list[str]) -> Any:
+        return w.Dropdown(options=[ALL, *values], description=label)
+
+    src = dropdown("source", sorted(df["source"].unique()))
+    reason = dropdown("finish", sorted(df["finish_reason"].unique()))
+    flag = dropdown("flag", list(flags.columns) if flags is not None else list(FLAGS))
+    pos = w.BoundedIntText(value=0, min=0, max=0, description="row")
+    view = w.HTML()
+
+    def refresh(_: Any = None) -> None:
+        rows = _filtered(df, flags, src.value, reason.value, flag.value)
+        pos.max = max(len(rows) - 1, 0)
+        if rows.empty:
+            view.value = "<i>no rows match</i>"
+            return
+        idx = rows.index[min(pos.value, len(rows) - 1)]
+        r = rows.loc[idx]
+        view.value = (
+            f"<p>{len(rows)} rows match · id {html.escape(str(r['id']))} · {html.escape(str(r['source']))}"
+            f" · {html.escape(str(r['finish_reason']))} · <i>{html.escape(_flag_names(flags, idx))}</i></p>"
+            f"{messages_html(r['messages'])}<b>completion</b>{_pre(str(r['completion']))}"
+        )
+
+    for control in (src, reason, flag, pos):
+        control.observe(refresh, names="value")
+    refresh()
+    return w.VBox([w.HBox([src, reason, flag, pos]), view])
+
+
+def _in_live_kernel() -> bool:
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return False
+    shell = get_ipython()
+    return shell is not None and getattr(shell, "kernel", None) is not None
+
+
+class SampleBrowser:
+    """The widget (when available) plus the static HTML table; Jupyter shows the best it can."""
+
+    def __init__(self, html_table: str, widget: Any = None) -> None:
+        self.html = html_table
+        self.widget = widget
+
+    def _repr_html_(self) -> str:
+        return self.html
+
+    def _repr_mimebundle_(self, **kwargs: Any) -> dict[str, Any]:
+        bundle = {
+            "text/html": self.html,
+            "text/plain": f"<SampleBrowser: {self.html.count('<tr>') - 1} rows>",
+        }
+        if self.widget is not None:
+            data = self.widget._repr_mimebundle_(**kwargs)
+            bundle.update({k: v for k, v in data.items() if k != "text/plain"})
+        return bundle
+
+
+def sample_browser(
+    df: pd.DataFrame,
+    n: int = 20,
+    flags: pd.DataFrame | None = None,
+    params: AnalyseParams | None = None,
+    interactive: bool | None = None,
+) -> SampleBrowser:
+    """A browser over generation rows `df` (as from `load_generations`).
+
+    `flags` default to `compute_flags(df, params)`. interactive=None: a widget when running in a
+    live kernel with ipywidgets; always a static table of `n` samples (flagged rows first) for
+    reports and headless runs.
+    """
+    if flags is None and len(df):
+        flags = compute_flags(df, params)
+    table = static_table(df, flags, n)
+    if interactive is None:
+        interactive = _in_live_kernel()
+    widget = None
+    if interactive and len(df):
+        try:
+            widget = _build_widget(df, flags)
+        except ImportError:
+            widget = None
+    return SampleBrowser(table, widget)

@@ -1,0 +1,110 @@
+"""Run health: throughput over time, request latency, failures by reason, accept length.
+
+The timeline comes from `metrics.parquet` when the run wrote it; otherwise it is rebuilt from the
+rows' `finished_at` stamps, so a run without metrics still shows how it went.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pandas as pd
+
+from kit.analyse.tables import distribution
+
+
+def timeline_from_rows(df: pd.DataFrame, bin_s: float | None = None) -> pd.DataFrame:
+    """A metrics-like timeline (t_s, rows_done, output_tokens_done, rows_s, tok_s) from `finished_at`."""
+    done = df.dropna(subset=["finished_at"]).sort_values("finished_at")
+    if done.empty:
+        return pd.DataFrame(columns=["t_s", "rows_done", "output_tokens_done", "rows_s", "tok_s"])
+    t = (done["finished_at"] - done["finished_at"].iloc[0]).dt.total_seconds()
+    span = float(t.iloc[-1]) or 1.0
+    bin_s = bin_s or max(span / 50, 1.0)
+    bins = (t // bin_s).astype(int)
+    g = done.groupby(bins)
+    out = pd.DataFrame({"rows": g.size(), "tokens": g["completion_tokens"].sum()})
+    out = out.reindex(range(int(bins.max()) + 1), fill_value=0)
+    return pd.DataFrame(
+        {
+            "t_s": (out.index + 1) * bin_s,
+            "rows_done": out["rows"].cumsum(),
+            "output_tokens_done": out["tokens"].cumsum(),
+            "rows_s": out["rows"] / bin_s,
+            "tok_s": out["tokens"] / bin_s,
+        }
+    ).reset_index(drop=True)
+
+
+def throughput_timeline(metrics: pd.DataFrame | None, df: pd.DataFrame) -> pd.DataFrame:
+    """rows/s and tok/s over time: from metrics (rates filled from the counters where absent), else rows."""
+    if metrics is None or metrics.empty:
+        return timeline_from_rows(df)
+    m = metrics.copy()
+    dt = m["t_s"].diff()
+    for rate, counter in (("rows_s", "rows_done"), ("tok_s", "output_tokens_done")):
+        if rate not in m.columns and counter in m.columns:
+            m[rate] = m[counter].diff() / dt
+    return m
+
+
+def accept_length_timeline(metrics: pd.DataFrame | None, df: pd.DataFrame) -> pd.DataFrame:
+    """Accept length over time (t_s, accept_length) from metrics, else from per-row values; may be empty."""
+    if metrics is not None and "accept_length" in metrics.columns:
+        out = metrics[["t_s", "accept_length"]].dropna()
+        if len(out):
+            return out
+    rows = df.dropna(subset=["accept_length", "finished_at"]).sort_values("finished_at")
+    if rows.empty:
+        return pd.DataFrame(columns=["t_s", "accept_length"])
+    t = (rows["finished_at"] - rows["finished_at"].iloc[0]).dt.total_seconds()
+    return pd.DataFrame({"t_s": t.values, "accept_length": rows["accept_length"].values})
+
+
+def failures_by_reason(failures: pd.DataFrame) -> pd.DataFrame:
+    """Failure counts per source and reason (rows: sources, columns: reasons)."""
+    if failures.empty:
+        return pd.DataFrame()
+    return pd.crosstab(failures["source"], failures["reason"])
+
+
+def _mean(values: pd.Series) -> float | None:
+    v = pd.to_numeric(values, errors="coerce").dropna()
+    return round(float(v.mean()), 3) if len(v) else None
+
+
+def _duration_s(df: pd.DataFrame, timeline: pd.DataFrame, manifest: dict[str, Any] | None) -> float | None:
+    if manifest and manifest.get("started_at") and manifest.get("finished_at"):
+        start = pd.to_datetime(manifest["started_at"], errors="coerce", utc=True)
+        end = pd.to_datetime(manifest["finished_at"], errors="coerce", utc=True)
+        if pd.notna(start) and pd.notna(end):
+            return float((end - start).total_seconds())
+    if len(timeline):
+        return float(timeline["t_s"].max())
+    return None
+
+
+def run_health(
+    df: pd.DataFrame, metrics: pd.DataFrame | None, failures: pd.DataFrame, manifest: dict[str, Any] | None
+) -> dict[str, Any]:
+    """Headline health numbers: duration, rows/s, tok/s (mean and peak), latency, failures, accept length."""
+    timeline = throughput_timeline(metrics, df)
+    duration = _duration_s(df, timeline, manifest)
+    tokens = float(pd.to_numeric(df["completion_tokens"], errors="coerce").sum())
+    peak = timeline["tok_s"].max() if "tok_s" in timeline and len(timeline) else None
+    return {
+        "complete": bool(manifest.get("complete")) if manifest else False,
+        "duration_s": round(duration, 3) if duration else None,
+        "rows_s": round(len(df) / duration, 3) if duration else None,
+        "output_tok_s": round(tokens / duration, 3) if duration else None,
+        "output_tok_s_peak": round(float(peak), 3) if peak is not None and pd.notna(peak) else None,
+        "latency_s": distribution(df["latency_s"]),
+        "ttft_s": distribution(df["ttft_s"]),
+        "failures": int(len(failures)),
+        "failures_by_reason": {str(k): int(v) for k, v in failures["reason"].value_counts().items()}
+        if len(failures)
+        else {},
+        "duplicate_ids": int(df.duplicated(subset=["id", "sample_index"]).sum()) if len(df) else 0,
+        "accept_length_mean": _mean(accept_length_timeline(metrics, df)["accept_length"]),
+        "timeline_from": "metrics.parquet" if metrics is not None and len(metrics) else "rows",
+    }

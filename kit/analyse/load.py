@@ -1,0 +1,162 @@
+"""Read a run folder as far as it can be read: every missing or corrupt part becomes a named gap.
+
+Each loader returns `(data, gaps)`; `gaps` is a list of one-line strings a person can act on.
+Nothing here raises on a damaged run: stage 4 must say what it could not read, not stop.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from kit.runfolder import RunFolder
+
+GENERATION_COLUMNS: dict[str, Any] = {
+    "id": "",
+    "source": "unknown",
+    "messages": None,
+    "tools": None,
+    "completion": "",
+    "finish_reason": "unknown",
+    "prompt_tokens": pd.NA,
+    "completion_tokens": pd.NA,
+    "latency_s": float("nan"),
+    "ttft_s": float("nan"),
+    "engine": None,
+    "sampling": None,
+    "sampling_hash": None,
+    "sample_index": 0,
+    "finished_at": pd.NaT,
+    "accept_length": float("nan"),
+}
+"""Columns stage 4 reads, with the value used where a shard lacks one."""
+
+REQUIRED = ("id", "source", "completion", "finish_reason", "completion_tokens")
+
+
+def _read_shard(path: Path) -> tuple[pa.Table | None, str | None]:
+    try:
+        return pq.read_table(path), None
+    except (OSError, pa.ArrowException, ValueError) as e:
+        why = str(e).splitlines()[0][:160] if str(e) else type(e).__name__
+        return None, f"{path.parent.name}/{path.name}: unreadable ({why}); its rows are left out"
+
+
+def _concat(tables: list[pa.Table]) -> pd.DataFrame:
+    frames = [t.to_pandas() for t in tables]
+    frames = [f for f in frames if len(f)]
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+
+def _normalise(df: pd.DataFrame, gaps: list[str]) -> pd.DataFrame:
+    for col, default in GENERATION_COLUMNS.items():
+        if col not in df.columns:
+            if col in REQUIRED and len(df):
+                gaps.append(f"generations: column '{col}' missing; filled with {default!r}")
+            df[col] = default
+    df["completion"] = df["completion"].fillna("").astype(str)
+    df["source"] = df["source"].fillna("unknown").astype(str)
+    df["finish_reason"] = df["finish_reason"].fillna("unknown").astype(str)
+    for col in ("prompt_tokens", "completion_tokens", "latency_s", "ttft_s", "accept_length"):
+        df[col] = pd.to_numeric(df[col], errors="coerce")
+    df["finished_at"] = pd.to_datetime(df["finished_at"], errors="coerce", utc=True)
+    return df
+
+
+def load_generations(folder: RunFolder) -> tuple[pd.DataFrame, list[str]]:
+    """All readable generation shards as one DataFrame, plus the gaps (missing or corrupt shards)."""
+    gaps: list[str] = []
+    paths = folder.shard_paths()
+    if not paths:
+        gaps.append(f"no generation shards in {folder.generations}: run stage 3 (generate) first")
+    tables = []
+    for path in paths:
+        table, gap = _read_shard(path)
+        if gap:
+            gaps.append(gap)
+        elif table is not None:
+            tables.append(table)
+    return _normalise(_concat(tables), gaps), gaps
+
+
+def load_failures(folder: RunFolder) -> tuple[pd.DataFrame, list[str]]:
+    """`failures.jsonl` as a DataFrame (id, source, reason, error, attempts, at); bad lines are gaps."""
+    cols = ["id", "source", "reason", "error", "attempts", "at"]
+    if not folder.failures.exists():
+        return pd.DataFrame(columns=cols), [f"{folder.failures.name} missing: failures are unknown"]
+    rows, bad = [], 0
+    for line in folder.failures.read_text(errors="replace").splitlines():
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError:
+            bad += 1
+            continue
+        rows.append(obj if isinstance(obj, dict) else {"error": str(obj)})
+    gaps = [f"{folder.failures.name}: {bad} line(s) are not JSON and are left out"] if bad else []
+    df = pd.DataFrame(rows).reindex(columns=list(dict.fromkeys(cols + [c for r in rows for c in r])))
+    df["reason"] = df["reason"].fillna("unknown").astype(str)
+    df["source"] = df["source"].fillna("unknown").astype(str)
+    return df, gaps
+
+
+def load_metrics(folder: RunFolder) -> tuple[pd.DataFrame | None, list[str]]:
+    """The throughput timeline `metrics.parquet`, or None with a gap when absent or unreadable."""
+    if not folder.metrics.exists():
+        return None, [f"{folder.metrics.name} missing: throughput over time is derived from the rows"]
+    table, gap = _read_shard(folder.metrics)
+    if table is None:
+        return None, [str(gap).replace("its rows are left out", "throughput is derived from the rows")]
+    df = table.to_pandas()
+    if "t_s" not in df.columns:
+        return None, [f"{folder.metrics.name}: no 't_s' column; throughput is derived from the rows"]
+    return _continuous_time(df).sort_values("t_s").reset_index(drop=True), []
+
+
+def _continuous_time(df: pd.DataFrame) -> pd.DataFrame:
+    """A resumed run restarts `t_s` at 0 per session; rebase it on the wall clock (`at`) when present."""
+    if "at" not in df.columns:
+        return df
+    at = pd.to_datetime(df["at"], errors="coerce", utc=True)
+    if at.isna().any():
+        return df
+    return df.assign(t_s=(at - at.min()).dt.total_seconds())
+
+
+def load_json_part(path: Path, what: str) -> tuple[dict[str, Any] | None, list[str]]:
+    """A JSON file of the run folder, or None with a gap saying what is missing or corrupt."""
+    if not path.exists():
+        return None, [f"{path.name} missing: {what}"]
+    try:
+        data = json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        return None, [f"{path.name} is not valid JSON ({e}): {what}"]
+    if not isinstance(data, dict):
+        return None, [f"{path.name}: expected an object, got {type(data).__name__}"]
+    return data, []
+
+
+def load_prompt_counts(folder: RunFolder) -> tuple[dict[str, int], list[str]]:
+    """Prompts per source from `prompts.parquet` (the frozen prompt set), for when plan.json is absent."""
+    if not folder.prompts.exists():
+        return {}, [f"{folder.prompts.name} missing: requested counts come from plan.json only"]
+    try:
+        src = pq.read_table(folder.prompts, columns=["source"]).column("source").to_pandas()
+    except (OSError, pa.ArrowException, ValueError, KeyError) as e:
+        return {}, [f"{folder.prompts.name}: unreadable ({str(e)[:120]})"]
+    return {str(k): int(v) for k, v in src.value_counts().items()}, []
+
+
+def outstanding_failures(failures: pd.DataFrame, df: pd.DataFrame) -> pd.DataFrame:
+    """The last failure record of each id that has no generated row (a retry that later succeeded,
+    or a second record of the same id after a resume, is not a failure of the run)."""
+    if failures.empty or "id" not in failures.columns:
+        return failures
+    last = failures.drop_duplicates(subset="id", keep="last")
+    return last[~last["id"].isin(set(df["id"]))].reset_index(drop=True)

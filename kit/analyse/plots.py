@@ -1,0 +1,105 @@
+"""Seaborn figures of one run (or of two runs overlaid, with a `run` column as hue).
+
+Every function takes tidy data and returns a matplotlib Figure, or None when there is nothing
+to draw; `save_figure` writes it as PNG. The Agg backend is selected unless one is already set,
+so headless code (papermill, `kit analyse`) never needs a display.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import matplotlib
+
+if "MPLBACKEND" not in os.environ:
+    matplotlib.use("Agg")
+
+import matplotlib.pyplot as plt  # noqa: E402
+import pandas as pd  # noqa: E402
+import seaborn as sns  # noqa: E402
+from matplotlib.figure import Figure  # noqa: E402
+
+sns.set_theme(style="whitegrid", context="notebook")
+
+
+def save_figure(fig: Figure, path: Path) -> Path:
+    """Write `fig` as PNG at `path` (folders created) and close it."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=100, bbox_inches="tight")
+    plt.close(fig)
+    return path
+
+
+def length_distribution(
+    df: pd.DataFrame, column: str = "completion_tokens", hue: str = "source"
+) -> Figure | None:
+    """Histogram of a token-count column per source (or per run), each normalised on its own."""
+    data = df.dropna(subset=[column])
+    if data.empty:
+        return None
+    fig, ax = plt.subplots(figsize=(8, 4))
+    sns.histplot(data=data, x=column, hue=hue, element="step", stat="density", common_norm=False, ax=ax)
+    ax.set_title(f"{column.replace('_', ' ')} by {hue}")
+    return fig
+
+
+def finish_reasons(df: pd.DataFrame, by: str = "source") -> Figure | None:
+    """Share of each finish reason per source (or per run), as horizontal bars."""
+    if df.empty:
+        return None
+    shares = df.groupby(by)["finish_reason"].value_counts(normalize=True).rename("share").reset_index()
+    fig, ax = plt.subplots(figsize=(8, 0.6 * shares[by].nunique() + 1.5))
+    sns.barplot(data=shares, y=by, x="share", hue="finish_reason", orient="h", ax=ax)
+    ax.set_xlim(0, 1)
+    ax.set_title("finish reasons (share of rows; 'length' = cut at max_tokens)")
+    return fig
+
+
+def throughput(timeline: pd.DataFrame, hue: str | None = None) -> Figure | None:
+    """Rows/s and output tokens/s over time, one panel each."""
+    cols = [c for c in ("rows_s", "tok_s") if c in timeline.columns and timeline[c].notna().any()]
+    if timeline.empty or not cols:
+        return None
+    fig, axes = plt.subplots(len(cols), 1, figsize=(8, 3 * len(cols)), sharex=True, squeeze=False)
+    for ax, col in zip(axes[:, 0], cols, strict=True):
+        sns.lineplot(data=timeline, x="t_s", y=col, hue=hue, ax=ax)
+        ax.set_ylabel({"rows_s": "rows/s", "tok_s": "output tok/s"}[col])
+    axes[-1, 0].set_xlabel("seconds since start")
+    axes[0, 0].set_title("throughput over time")
+    return fig
+
+
+def latency(df: pd.DataFrame, hue: str = "source") -> Figure | None:
+    """Distribution of request latency (seconds) per source (or per run)."""
+    data = df.dropna(subset=["latency_s"])
+    if data.empty:
+        return None
+    fig, ax = plt.subplots(figsize=(8, 4))
+    sns.histplot(data=data, x="latency_s", hue=hue, element="step", stat="density", common_norm=False, ax=ax)
+    ax.set_title("request latency (s)")
+    return fig
+
+
+def accept_length(timeline: pd.DataFrame, hue: str | None = None) -> Figure | None:
+    """Speculative accept length over time, where the engine reported it."""
+    if timeline.empty:
+        return None
+    fig, ax = plt.subplots(figsize=(8, 3))
+    sns.lineplot(data=timeline, x="t_s", y="accept_length", hue=hue, ax=ax)
+    ax.set_xlabel("seconds since start")
+    ax.set_title("accept length over time")
+    return fig
+
+
+def counts_bar(table: pd.DataFrame, title: str, xlabel: str = "rows") -> Figure | None:
+    """Bars of a count table (rows: sources, columns: categories such as flags or failure reasons)."""
+    if table.empty or not table.to_numpy().any():
+        return None
+    tidy = table.reset_index().melt(id_vars=table.index.name or "index", var_name="kind", value_name="n")
+    fig, ax = plt.subplots(figsize=(8, 0.5 * len(tidy["kind"].unique()) * max(len(table), 1) * 0.5 + 2))
+    sns.barplot(data=tidy, y="kind", x="n", hue=table.index.name or "index", orient="h", ax=ax)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel("")
+    ax.set_title(title)
+    return fig

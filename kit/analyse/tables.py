@@ -1,0 +1,106 @@
+"""Per-source tables: how many rows were asked for, generated and failed, their token counts,
+and how each source's completions finished (the share cut at `max_tokens` is the first sign
+that the token budget is wrong)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pandas as pd
+
+
+def distribution(values: pd.Series) -> dict[str, float | int | None]:
+    """Total, mean, p50, p90 and max of a numeric series (NaN ignored; None when empty)."""
+    v = pd.to_numeric(values, errors="coerce").dropna()
+    if v.empty:
+        return {"total": 0, "mean": None, "p50": None, "p90": None, "max": None}
+    return {
+        "total": int(v.sum()) if (v == v.round()).all() else round(float(v.sum()), 3),
+        "mean": round(float(v.mean()), 3),
+        "p50": round(float(v.quantile(0.5)), 3),
+        "p90": round(float(v.quantile(0.9)), 3),
+        "max": round(float(v.max()), 3),
+    }
+
+
+def requested_counts(plan: dict[str, Any] | None, prompt_counts: dict[str, int]) -> pd.DataFrame:
+    """Rows requested and kept (planned) per source, from plan.json, else from prompts.parquet."""
+    rows = {}
+    for source, entry in (plan or {}).items():
+        if isinstance(entry, dict):
+            rows[source] = {"requested": entry.get("requested"), "planned": entry.get("kept")}
+    for source, n in prompt_counts.items():
+        rows.setdefault(source, {"requested": None, "planned": n})
+    return pd.DataFrame.from_dict(rows, orient="index", columns=["requested", "planned"])
+
+
+def per_source_table(df: pd.DataFrame, failures: pd.DataFrame, requested: pd.DataFrame) -> pd.DataFrame:
+    """One row per source: requested, planned, generated, failed, and token totals / p50 / p90 / max."""
+    g = df.groupby("source")
+    table = pd.DataFrame({"generated": g.size()})
+    table["unique_ids"] = g["id"].nunique()
+    for col in ("prompt_tokens", "completion_tokens"):
+        table[f"{col}_total"] = g[col].sum(min_count=1)
+        for q, name in ((0.5, "p50"), (0.9, "p90"), (1.0, "max")):
+            table[f"{col}_{name}"] = g[col].quantile(q)
+    failed = failures.groupby("source").size() if len(failures) else pd.Series(dtype=int)
+    sources = sorted(set(table.index) | set(failed.index) | set(requested.index))
+    table = table.reindex(sources)
+    table.insert(0, "failed", failed.reindex(sources).fillna(0).astype(int))
+    table.insert(0, "planned", requested["planned"].reindex(sources))
+    table.insert(0, "requested", requested["requested"].reindex(sources))
+    table["generated"] = table["generated"].fillna(0).astype(int)
+    table.index.name = "source"
+    return table
+
+
+def finish_reason_table(df: pd.DataFrame, shares: bool = True) -> pd.DataFrame:
+    """Finish reasons per source (rows: sources, columns: reasons): shares of rows, or counts."""
+    counts = pd.crosstab(df["source"], df["finish_reason"])
+    if not shares or counts.empty:
+        return counts
+    return counts.div(counts.sum(axis=1), axis=0).round(4)
+
+
+def overall_finish_shares(df: pd.DataFrame) -> dict[str, float]:
+    """Share of each finish reason over all rows."""
+    if df.empty:
+        return {}
+    return {str(k): round(float(v), 4) for k, v in df["finish_reason"].value_counts(normalize=True).items()}
+
+
+def _per_source_frame(sources: dict[str, Any]) -> pd.DataFrame:
+    rows = {}
+    for name, s in sources.items():
+        row = {k: s.get(k) for k in ("requested", "planned", "generated", "failed")}
+        for col, short in (("prompt_tokens", "prompt"), ("completion_tokens", "completion")):
+            for stat in ("total", "p50", "p90", "max"):
+                row[f"{short} {stat}"] = (s.get(col) or {}).get(stat)
+        rows[name] = row
+    return pd.DataFrame.from_dict(rows, orient="index")
+
+
+def _health_frame(health: dict[str, Any]) -> pd.DataFrame:
+    flat = {}
+    for key, value in health.items():
+        if isinstance(value, dict):
+            flat.update({f"{key} {k}": v for k, v in value.items() if k != "total"})
+        else:
+            flat[key] = value
+    return pd.DataFrame({"value": pd.Series(flat, dtype=object)})
+
+
+def summary_tables(summary: dict[str, Any]) -> dict[str, pd.DataFrame]:
+    """The summary dict (as written to summary.json) as display tables, by title."""
+    sources = summary.get("sources", {})
+    tables = {
+        "per source": _per_source_frame(sources),
+        "finish reasons (share of rows)": pd.DataFrame(
+            {s: v.get("finish_reasons", {}) for s, v in sources.items()}
+        ).T.fillna(0.0),
+        "quality flags (rows)": pd.DataFrame({s: v.get("flags", {}) for s, v in sources.items()}).T,
+        "run health": _health_frame(summary.get("health", {})),
+    }
+    if summary.get("gaps"):
+        tables["gaps"] = pd.DataFrame({"gap": summary["gaps"]})
+    return tables
