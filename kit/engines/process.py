@@ -1,0 +1,315 @@
+"""Start, watch and stop an inference server as a child process that never outlives the kit.
+
+    with start_server(params, run_dir / "logs") as srv:     # starts, then waits until it answers
+        ...  # talk to srv.base_url with kit.engines.client.EngineClient
+
+The server runs under `kit/engines/reaper.py` in a process group of its own: `stop()` (also on
+KeyboardInterrupt, at interpreter exit, and when the kit is killed outright) takes down the whole
+group, SIGTERM first, SIGKILL after a grace period. Its output goes to `<log_dir>/<name>.log`.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import datetime as dt
+import os
+import shlex
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from types import TracebackType
+
+import httpx
+import psutil
+
+from kit.engines import reaper
+from kit.engines.client import is_loopback
+from kit.engines.commands import adapt_flags, server_command, server_env
+from kit.errors import EngineError, EngineStartError, ModelDirError
+from kit.params import RunParams
+
+LOG_TAIL_LINES = 30
+REAPER_GRACE_S = 10.0
+
+
+def port_in_use(host: str, port: int) -> bool:
+    """Whether a server could not bind `host:port` now (same socket options as uvicorn)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError:
+            return True
+    return False
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A port on `host` that nothing listens on (the OS picks it)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def probe_ready(http: httpx.Client, base_url: str) -> bool:
+    """True when GET /health (or, where it does not exist, GET /v1/models) answers 200."""
+    for path in ("/health", "/v1/models"):
+        try:
+            r = http.get(base_url + path)
+        except httpx.HTTPError:
+            return False
+        if r.status_code == 200:
+            return True
+        if r.status_code != 404:
+            return False
+    return False
+
+
+class ServerProcess:
+    """One engine server started from `params.engine` (flavors transformers, sglang, vllm)."""
+
+    def __init__(
+        self, params: RunParams, log_dir: Path, name: str = "server", accepted_flags: set[str] | None = None
+    ) -> None:
+        """`accepted_flags`: the flags of the installed launcher (`commands.accepted_flags(help)`), used to
+        rename flags that moved between versions; None starts the command as built."""
+        self.params = params
+        self.accepted_flags = accepted_flags
+        self.flag_notes: list[str] = []
+        self.log_dir = Path(log_dir)
+        self.name = name
+        self.port: int | None = None
+        self.command: list[str] = []
+        self.exit_code: int | None = None
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._log_offset = 0
+
+    @property
+    def log_path(self) -> Path:
+        return self.log_dir / f"{self.name}.log"
+
+    @property
+    def base_url(self) -> str:
+        if self.port is None:
+            raise EngineError(f"server '{self.name}' has no port yet: call start() first")
+        host = self.params.engine.host
+        host = "127.0.0.1" if host in ("0.0.0.0", "") else host
+        return f"http://{host}:{self.port}"
+
+    @property
+    def pid(self) -> int | None:
+        """Pid of the reaper that runs the server (the server itself is its child)."""
+        return self._proc.pid if self._proc else None
+
+    def alive(self) -> bool:
+        """Whether the server (its reaper) is still running."""
+        if self._proc is None:
+            return False
+        code = self._proc.poll()
+        if code is not None:
+            self.exit_code = code
+        return code is None
+
+    def start(self) -> ServerProcess:
+        """Launch the server; returns at once (see `wait_ready`)."""
+        if self.alive():
+            raise EngineError(f"server '{self.name}' is already running on {self.base_url}; stop() it first")
+        if not self.params.model.path.exists():
+            raise ModelDirError(
+                f"model.path {self.params.model.path} does not exist; point it at a local "
+                "Hugging Face model directory (config.json, weights, tokenizer)."
+            )
+        self.port = self._choose_port()
+        self.command, self.flag_notes = adapt_flags(
+            server_command(self.params, self.port), self.accepted_flags or set()
+        )
+        self._proc = self._launch()
+        self.exit_code = None
+        atexit.register(self.stop)
+        return self
+
+    def _launch(self) -> subprocess.Popen[bytes]:
+        """Start the reaper (by file path: it needs only the standard library) with the server command."""
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        reaper_argv = [sys.executable, reaper.__file__, "--parent-pid", str(os.getpid())]
+        reaper_argv += ["--grace", str(REAPER_GRACE_S), "--", *self.command]
+        stamp = dt.datetime.now().isoformat(timespec="seconds")
+        header = f"==== kit {stamp}: start '{self.name}', port {self.port}: {shlex.join(self.command)}\n"
+        header += "".join(f"==== kit: {note}\n" for note in self.flag_notes)
+        with open(self.log_path, "ab") as log:
+            self._log_offset = log.tell()
+            log.write(header.encode())
+            log.flush()
+            return subprocess.Popen(
+                reaper_argv,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env={**os.environ, **server_env(self.params)},
+                start_new_session=True,
+            )
+
+    def _choose_port(self) -> int:
+        host = self.params.engine.host
+        wanted = self.params.engine.port
+        if wanted is not None:
+            if port_in_use(host, wanted):
+                raise EngineStartError(
+                    f"port {wanted} on {host} is already in use, so server '{self.name}' cannot bind it. "
+                    f"Stop whatever listens there (`ss -ltnp | grep :{wanted}` shows it) or remove "
+                    "engine.port from the params so that the kit picks a free port."
+                )
+            return wanted
+        if self.port is not None and not port_in_use(host, self.port):
+            return self.port  # a restart keeps its address when it can, so clients stay valid
+        return free_port(host)
+
+    def wait_ready(self, timeout: float | None = None) -> ServerProcess:
+        """Poll until the server answers; raise EngineStartError (with its log tail) on death or timeout."""
+        timeout = self.params.engine.startup_timeout_s if timeout is None else timeout
+        deadline = time.monotonic() + timeout
+        with httpx.Client(timeout=5.0, trust_env=not is_loopback(self.base_url)) as http:
+            while True:
+                if not self.alive():
+                    raise EngineStartError(
+                        self._failure(f"exited with code {self.exit_code} before answering")
+                    )
+                if probe_ready(http, self.base_url):
+                    return self
+                if time.monotonic() > deadline:
+                    raise EngineStartError(self._failure(f"did not answer within {timeout:.0f} s"))
+                time.sleep(0.5)
+
+    def _failure(self, what: str) -> str:
+        tail = (
+            "\n".join("  " + line for line in self.log_tail(LOG_TAIL_LINES).splitlines())
+            or "  (the log is empty)"
+        )
+        return (
+            f"server '{self.name}' ({self.params.engine.flavor}) {what} on {self.base_url}.\n"
+            f"command: {shlex.join(self.command)}\n"
+            f"last {LOG_TAIL_LINES} lines of {self.log_path}:\n{tail}\n"
+            "What to do: read the log lines above (usual causes: a model path that is not a model "
+            "directory, a flag the installed engine does not know, too little memory); fix the params "
+            "and run again. If the server was only slow to load, raise engine.startup_timeout_s."
+        )
+
+    def log_tail(self, n: int = LOG_TAIL_LINES) -> str:
+        """The last `n` non-empty lines that the server wrote since its latest start, one per line."""
+        try:
+            with open(self.log_path, "rb") as f:
+                size = f.seek(0, os.SEEK_END)
+                f.seek(max(self._log_offset, size - 256 * 1024))
+                text = f.read().decode("utf-8", errors="replace")
+        except FileNotFoundError:
+            return ""
+        lines = [line.rstrip() for line in text.splitlines()]
+        return "\n".join([line for line in lines if line][-n:])
+
+    def stop(self, timeout: float = 15.0) -> None:
+        """SIGTERM the server's process group (through the reaper), SIGKILL what is left after `timeout`."""
+        proc, self._proc = self._proc, None
+        atexit.unregister(self.stop)
+        if proc is None:
+            return
+        members = _descendants(proc.pid)
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(5.0)
+        self.exit_code = proc.returncode
+        _kill_all(members)
+
+    def restart(self, timeout: float | None = None) -> ServerProcess:
+        """Stop, start again (on the same port when it is free) and wait until it answers."""
+        self.stop()
+        return self.start().wait_ready(timeout)
+
+    def __enter__(self) -> ServerProcess:
+        self.start()
+        try:
+            return self.wait_ready()
+        except BaseException:
+            self.stop()
+            raise
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+
+
+def _descendants(pid: int) -> list[psutil.Process]:
+    with contextlib.suppress(psutil.Error):
+        return psutil.Process(pid).children(recursive=True)
+    return []
+
+
+def _kill_all(procs: list[psutil.Process]) -> None:
+    """SIGKILL every process in `procs` that still runs (psutil guards against reused pids)."""
+    for p in procs:
+        with contextlib.suppress(psutil.Error):
+            if p.is_running() and p.status() != psutil.STATUS_ZOMBIE:
+                p.kill()
+    psutil.wait_procs(procs, timeout=5.0)
+
+
+class ExternalServer:
+    """A server someone else runs: same surface as ServerProcess, but start and stop do nothing."""
+
+    def __init__(self, base_url: str, startup_timeout_s: float = 60.0, name: str = "external") -> None:
+        self.base_url = base_url.rstrip("/")
+        self.startup_timeout_s = startup_timeout_s
+        self.name = name
+
+    def start(self) -> ExternalServer:
+        return self
+
+    def stop(self, timeout: float = 15.0) -> None:
+        """Nothing to stop: the kit does not own this server."""
+
+    def alive(self) -> bool:
+        with httpx.Client(timeout=5.0, trust_env=not is_loopback(self.base_url)) as http:
+            return probe_ready(http, self.base_url)
+
+    def log_tail(self, n: int = LOG_TAIL_LINES) -> str:
+        """Nothing: the kit has no log of a server it does not run."""
+        return ""
+
+    def wait_ready(self, timeout: float | None = None) -> ExternalServer:
+        """Poll the URL until it answers; EngineStartError after `timeout` seconds."""
+        timeout = self.startup_timeout_s if timeout is None else timeout
+        deadline = time.monotonic() + timeout
+        while not self.alive():
+            if time.monotonic() > deadline:
+                raise EngineStartError(
+                    f"external server {self.base_url} did not answer GET /health or /v1/models within "
+                    f"{timeout:.0f} s. Check that it runs and that engine.base_url is right."
+                )
+            time.sleep(1.0)
+        return self
+
+    def restart(self, timeout: float | None = None) -> ExternalServer:
+        """The kit cannot restart a server it does not own: wait for it to come back instead."""
+        return self.wait_ready(timeout)
+
+    def __enter__(self) -> ExternalServer:
+        return self.wait_ready()
+
+    def __exit__(self, *exc: object) -> None:
+        pass
+
+
+def start_server(
+    params: RunParams, log_dir: Path, name: str = "server", accepted_flags: set[str] | None = None
+) -> ServerProcess | ExternalServer:
+    """The server for `params.engine` (not started: use `with start_server(...) as srv:`)."""
+    if params.engine.flavor == "external":
+        return ExternalServer(str(params.engine.base_url), params.engine.startup_timeout_s, name=name)
+    return ServerProcess(params, log_dir, name, accepted_flags)
