@@ -124,9 +124,19 @@ class ModelArch:
         if self.is_mla:
             e = self.extra
             q_lora = e.get("q_lora_rank") or 0
-            nope, rope, v = e.get("qk_nope_head_dim", 128), self.qk_rope_head_dim or 64, e.get("v_head_dim", 128)
-            q = (h * q_lora + q_lora * self.num_heads * (nope + rope)) if q_lora else h * self.num_heads * (nope + rope)
-            kv = h * ((self.kv_lora_rank or 0) + rope) + (self.kv_lora_rank or 0) * self.num_heads * (nope + v)
+            nope, rope, v = (
+                e.get("qk_nope_head_dim", 128),
+                self.qk_rope_head_dim or 64,
+                e.get("v_head_dim", 128),
+            )
+            q = (
+                (h * q_lora + q_lora * self.num_heads * (nope + rope))
+                if q_lora
+                else h * self.num_heads * (nope + rope)
+            )
+            kv = h * ((self.kv_lora_rank or 0) + rope) + (self.kv_lora_rank or 0) * self.num_heads * (
+                nope + v
+            )
             return q + kv + self.num_heads * v * h
         q_out = self.num_heads * self.head_dim * (2 if self.attn_output_gate else 1)
         kv = 2 * self.num_kv_heads * self.head_dim
@@ -202,7 +212,9 @@ def arch_from_config(cfg: dict[str, Any]) -> ModelArch:
         hidden = int(c["hidden_size"])
         heads = int(c["num_attention_heads"])
     except KeyError as e:
-        raise ModelDirError(f"config.json lacks {e.args[0]!r}: is this a decoder-only language model?") from None
+        raise ModelDirError(
+            f"config.json lacks {e.args[0]!r}: is this a decoder-only language model?"
+        ) from None
     head_dim = int(c.get("head_dim") or hidden // heads)
     types = _layer_types(c, n)
     linear = None
@@ -236,7 +248,9 @@ def arch_from_config(cfg: dict[str, Any]) -> ModelArch:
         num_experts=int(c.get("num_experts") or c.get("n_routed_experts") or 0),
         experts_per_token=int(c.get("num_experts_per_tok") or 0),
         moe_intermediate_size=int(c.get("moe_intermediate_size") or 0),
-        shared_experts=int(c.get("n_shared_experts") or (1 if c.get("shared_expert_intermediate_size") else 0)),
+        shared_experts=int(
+            c.get("n_shared_experts") or (1 if c.get("shared_expert_intermediate_size") else 0)
+        ),
         dense_layers=int(c.get("first_k_dense_replace") or 0),
         mtp_layers=mtp,
         attn_output_gate=bool(c.get("attn_output_gate", False)),
@@ -248,7 +262,9 @@ def load_arch(model_dir: Path) -> ModelArch:
     """Read `<model_dir>/config.json` into a `ModelArch`, with a clear error when it is not there."""
     path = Path(model_dir) / "config.json"
     if not path.is_file():
-        raise ModelDirError(f"{model_dir} has no config.json: point model.path at a Hugging Face model directory")
+        raise ModelDirError(
+            f"{model_dir} has no config.json: point model.path at a Hugging Face model directory"
+        )
     try:
         return arch_from_config(json.loads(path.read_text()))
     except json.JSONDecodeError as e:

@@ -61,6 +61,11 @@ class EngineParams(_Strict):
     attention_backend: str | None = None
     mamba_strategy: Literal["no_buffer", "extra_buffer", "extra_buffer_lazy"] | None = None
     enable_metrics: bool = True
+    replicas: int = Field(default=1, ge=1)
+    """Independent servers to start, one per GPU group, balanced by the client (SGLang's own
+    `dp_size` is usually simpler: one server, N replicas behind one port)."""
+    gpus_per_replica: int | None = Field(default=None, ge=1)
+    """With `replicas > 1`: GPUs each server gets through CUDA_VISIBLE_DEVICES (default tp_size)."""
     speculative: SpeculativeParams = SpeculativeParams()
     extra_args: list[str] = []
     """Flags passed through verbatim to the launcher, after the kit's own."""
@@ -126,6 +131,8 @@ class SourceParams(_Strict):
 
 class DataParams(_Strict):
     seed: int = 0
+    demo_fixtures: Path | None = None
+    """Write the bundled fixture files (all six source schemas) to this folder when absent."""
     sources: list[SourceParams] = []
     total: int | None = Field(default=None, ge=1)
     max_prompt_tokens: int | None = Field(default=None, ge=1)
@@ -245,7 +252,9 @@ def load_params(path: str | Path, run: str | None = None) -> RunParams:
     """
     path = Path(path).expanduser()
     if not path.is_file():
-        raise ParamsError(f"params file not found: {path}. Pass the path of a YAML file such as params/demo.yaml.")
+        raise ParamsError(
+            f"params file not found: {path}. Pass the path of a YAML file such as params/demo.yaml."
+        )
     try:
         raw = yaml.safe_load(path.read_text()) or {}
     except yaml.YAMLError as e:

@@ -10,15 +10,36 @@ from __future__ import annotations
 import random
 
 TOPICS = [
-    "prime numbers", "binary search", "photosynthesis", "the water cycle", "linear equations",
-    "sorting a list", "recursion", "the French revolution", "gravity", "probability",
-    "hash tables", "matrix multiplication", "climate", "electric circuits", "fractions",
-    "the speed of light", "a linked list", "interest rates", "volcanoes", "the human heart",
+    "prime numbers",
+    "binary search",
+    "photosynthesis",
+    "the water cycle",
+    "linear equations",
+    "sorting a list",
+    "recursion",
+    "the French revolution",
+    "gravity",
+    "probability",
+    "hash tables",
+    "matrix multiplication",
+    "climate",
+    "electric circuits",
+    "fractions",
+    "the speed of light",
+    "a linked list",
+    "interest rates",
+    "volcanoes",
+    "the human heart",
 ]
 OPENERS = [
-    "Explain {t} in simple words.", "What is {t}?", "Can you describe {t}?",
-    "Write a short note about {t}.", "How does {t} work?", "Give me an example of {t}.",
-    "Why is {t} important?", "Summarize {t} for a student.",
+    "Explain {t} in simple words.",
+    "What is {t}?",
+    "Can you describe {t}?",
+    "Write a short note about {t}.",
+    "How does {t} work?",
+    "Give me an example of {t}.",
+    "Why is {t} important?",
+    "Summarize {t} for a student.",
 ]
 SENTENCES = [
     "{T} is a simple idea once you see the main step.",
@@ -37,8 +58,10 @@ SENTENCES = [
 MATH = [
     ("What is {a} plus {b}?", "The sum of {a} and {b} is {s}. We add the two numbers and get {s}."),
     ("What is {a} times {b}?", "The product of {a} and {b} is {p}. We multiply them and get {p}."),
-    ("If you have {a} apples and buy {b} more, how many do you have?",
-     "You start with {a} apples and add {b}, so you have {s} apples."),
+    (
+        "If you have {a} apples and buy {b} more, how many do you have?",
+        "You start with {a} apples and add {b}, so you have {s} apples.",
+    ),
 ]
 
 
@@ -61,9 +84,13 @@ def chat_corpus(n: int = 3000, seed: int = 0) -> list[str]:
         if rng.random() < 0.25:
             a, b = rng.randint(2, 60), rng.randint(2, 60)
             q, ans = rng.choice(MATH)
-            text += _turn("user", q.format(a=a, b=b)) + _turn("assistant", ans.format(a=a, b=b, s=a + b, p=a * b))
+            text += _turn("user", q.format(a=a, b=b)) + _turn(
+                "assistant", ans.format(a=a, b=b, s=a + b, p=a * b)
+            )
         else:
             topic = rng.choice(TOPICS)
-            text += _turn("user", rng.choice(OPENERS).format(t=topic)) + _turn("assistant", _answer(rng, topic))
+            text += _turn("user", rng.choice(OPENERS).format(t=topic)) + _turn(
+                "assistant", _answer(rng, topic)
+            )
         out.append(text)
     return out

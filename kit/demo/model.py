@@ -24,7 +24,8 @@ from kit.demo.corpus import chat_corpus
 MARKER = ".kit-demo-model.json"
 SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 CHAT_TEMPLATE = (
-    "{%- if tools %}<|im_start|>system\nYou can call these tools:\n{{ tools | tojson }}<|im_end|>\n{% endif %}"
+    "{%- if tools %}<|im_start|>system\nYou can call these tools:\n"
+    "{{ tools | tojson }}<|im_end|>\n{% endif %}"
     "{%- for message in messages %}<|im_start|>{{ message['role'] }}\n{{ message['content'] }}<|im_end|>\n"
     "{% endfor %}{%- if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
 )

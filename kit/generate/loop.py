@@ -1,0 +1,193 @@
+"""The saturating async generation loop.
+
+A fixed number of worker coroutines (the concurrency) pull work items from one lazy iterator,
+so the engine's queue stays full while the kit's memory stays flat however many prompts are
+planned. Each finished row goes to the shard writer; a rejected request goes to the failure
+log; a transient fault is retried with backoff; a dead server is restarted by the pool.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import random
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from tqdm.auto import tqdm
+
+from kit.engines.client import RequestRejected, TransientEngineError
+from kit.generate.metrics import Timeline
+from kit.generate.pool import ServerPool
+from kit.generate.store import FailureLog, ShardWriter, now_utc
+from kit.params import GenerateParams
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class LoopStats:
+    rows: int = 0
+    failures: int = 0
+    output_tokens: int = 0
+    retries: int = 0
+    in_flight: int = 0
+    restarts: int = 0
+    started: float = field(default_factory=time.monotonic)
+
+
+@dataclass
+class GenerationLoop:
+    pool: ServerPool
+    writer: ShardWriter
+    failures: FailureLog
+    timeline: Timeline
+    params: GenerateParams
+    engine_json: str
+    sampling_json: str
+    sampling_hash: str
+    context_limit: int | None = None
+    """The model's context length; longer prompts are failures, not requests."""
+    stats: LoopStats = field(default_factory=LoopStats)
+
+    async def run(self, items: Iterator[dict[str, Any]], total: int, concurrency: int) -> LoopStats:
+        bar = tqdm(total=total, desc="generate", unit="row", mininterval=1.0, smoothing=0.1)
+        ticker = asyncio.create_task(self._tick(bar))
+        try:
+            workers = [asyncio.create_task(self._worker(items, bar)) for _ in range(concurrency)]
+            await asyncio.gather(*workers)
+        finally:
+            ticker.cancel()
+            for w in locals().get("workers", []):
+                w.cancel()
+            self.writer.flush()
+            self.timeline.sample(self.stats, await self._engine_metrics())
+            self.timeline.save()
+            bar.close()
+        return self.stats
+
+    async def _worker(self, items: Iterator[dict[str, Any]], bar: tqdm) -> None:
+        for item in items:
+            self.stats.in_flight += 1
+            try:
+                row = await self._generate(item)
+            finally:
+                self.stats.in_flight -= 1
+            if row is not None:
+                self.writer.add(row)
+                self.stats.rows += 1
+                self.stats.output_tokens += row["completion_tokens"] or 0
+            bar.update(1)
+            if self.writer.due(self.params.shard_rows, self.params.shard_seconds):
+                self._flush()
+
+    async def _generate(self, item: dict[str, Any]) -> dict[str, Any] | None:
+        s = self.params.sampling
+        if self.context_limit and (item.get("prompt_tokens") or 0) >= self.context_limit:
+            # Some servers (transformers serve) accept such prompts and produce garbage; SGLang
+            # rejects them. Either way the row is a failure: say so without sending it.
+            reason = f"prompt of {item['prompt_tokens']} tokens exceeds the context of {self.context_limit}"
+            self._fail(item, "context_overflow", reason, 0, permanent=True)
+            return None
+        attempt = 0
+        while True:
+            replica = self.pool.pick()
+            replica.outstanding += 1
+            try:
+                result = await replica.client.chat(
+                    item["messages"],
+                    tools=item["tools_list"],
+                    max_tokens=s.max_tokens,
+                    temperature=s.temperature,
+                    top_p=s.top_p,
+                    stop=s.stop or None,
+                    seed=None if s.seed is None else s.seed + item["sample_index"],
+                )
+                return self._row(item, result)
+            except RequestRejected as e:
+                self._fail(item, "rejected", str(e), attempt + 1, permanent=True)
+                return None
+            except TransientEngineError as e:
+                if await self.pool.recover(replica):
+                    continue  # a restart is not the request's fault: do not count it
+                attempt += 1
+                self.stats.retries += 1
+                if attempt > self.params.retries:
+                    self._fail(item, "transient", str(e), attempt, permanent=False)
+                    return None
+                await asyncio.sleep(min(30.0, 0.5 * 2**attempt) * (0.5 + random.random()))
+            finally:
+                replica.outstanding -= 1
+
+    def _row(self, item: dict[str, Any], r: Any) -> dict[str, Any]:
+        return {
+            "id": item["id"],
+            "prompt_id": item["prompt_id"],
+            "sample_index": item["sample_index"],
+            "source": item["source"],
+            "messages": item["messages"],
+            "tools": item["tools"],
+            "completion": r.text,
+            "finish_reason": r.finish_reason,
+            "prompt_tokens": r.prompt_tokens,
+            "completion_tokens": r.completion_tokens,
+            "latency_s": r.latency_s,
+            "ttft_s": r.ttft_s,
+            "accept_length": r.accept_length,
+            "engine": self.engine_json,
+            "sampling": self.sampling_json,
+            "sampling_hash": self.sampling_hash,
+            "finished_at": now_utc(),
+        }
+
+    def _fail(self, item: dict[str, Any], reason: str, error: str, attempts: int, permanent: bool) -> None:
+        self.stats.failures += 1
+        self.failures.append(
+            {
+                "id": item["id"],
+                "prompt_id": item["prompt_id"],
+                "sample_index": item["sample_index"],
+                "source": item["source"],
+                "reason": reason,
+                "error": error[:2000],
+                "attempts": attempts,
+                "permanent": permanent,
+            }
+        )
+
+    def _flush(self) -> None:
+        self.writer.flush()
+        self.timeline.save()
+
+    async def _engine_metrics(self) -> dict[str, float]:
+        """The engine's own gauges (SGLang /metrics), summed over replicas; empty where not served."""
+        merged: dict[str, float] = {}
+        for r in self.pool.replicas:
+            try:
+                m = await asyncio.wait_for(r.client.prometheus(), timeout=2.0)
+            except Exception:  # metrics are best effort: never let them stop generation
+                m = None
+            for k, v in (m or {}).items():
+                merged[k] = merged.get(k, 0.0) + float(v)
+        return merged
+
+    async def _tick(self, bar: tqdm) -> None:
+        while True:
+            await asyncio.sleep(self.timeline.interval_s)
+            self.timeline.sample(self.stats, await self._engine_metrics())
+            last = self.timeline.last()
+            bar.set_postfix(tok_s=f"{last['tok_s']:.0f}", fail=self.stats.failures, refresh=False)
+            if self.writer.due(self.params.shard_rows, self.params.shard_seconds):
+                self._flush()
+
+
+def sampling_identity(params: GenerateParams) -> tuple[str, str]:
+    """(JSON of the sampling settings, its short hash): rows from different settings never mix."""
+    import hashlib
+
+    s = params.sampling.model_dump(mode="json")
+    text = json.dumps(s, sort_keys=True)
+    return text, hashlib.sha256(text.encode()).hexdigest()[:16]

@@ -1,0 +1,79 @@
+"""The run's timeline (`metrics.parquet`): rows, tokens/s, requests in flight, engine gauges.
+
+One sample every `interval_s`; a resumed run appends a new `session` to the samples already
+saved, so throughput over time covers the whole job across interruptions.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from kit.generate.store import now_utc
+from kit.runfolder import atomic_path
+
+ENGINE_GAUGES = {
+    "sglang:gen_throughput": "gen_throughput",
+    "sglang:num_running_reqs": "num_running_reqs",
+    "sglang:num_queue_reqs": "num_queue_reqs",
+    "sglang:token_usage": "token_usage",
+    "sglang:spec_accept_length": "accept_length",
+    "sglang:cache_hit_rate": "cache_hit_rate",
+    "vllm:num_requests_running": "num_running_reqs",
+    "vllm:num_requests_waiting": "num_queue_reqs",
+}
+
+
+class Timeline:
+    def __init__(self, path: Path, interval_s: float = 2.0) -> None:
+        self.path = path
+        self.interval_s = interval_s
+        self.previous = self._load()
+        self.session = int(self.previous["session"].max()) + 1 if len(self.previous) else 1
+        self.samples: list[dict[str, Any]] = []
+        self.t0 = time.monotonic()
+        self._last = (self.t0, 0, 0)
+
+    def _load(self) -> pd.DataFrame:
+        try:
+            return pq.read_table(self.path).to_pandas()
+        except (FileNotFoundError, pa.ArrowException, OSError):
+            return pd.DataFrame()
+
+    def sample(self, stats: Any, engine: dict[str, float]) -> None:
+        now = time.monotonic()
+        t_prev, rows_prev, tok_prev = self._last
+        dt = max(now - t_prev, 1e-9)
+        row = {
+            "session": self.session,
+            "at": now_utc(),
+            "t_s": now - self.t0,
+            "rows_done": stats.rows,
+            "output_tokens_done": stats.output_tokens,
+            "rows_s": (stats.rows - rows_prev) / dt,
+            "tok_s": (stats.output_tokens - tok_prev) / dt,
+            "in_flight": stats.in_flight,
+            "failures": stats.failures,
+        }
+        for key, name in ENGINE_GAUGES.items():
+            if key in engine:
+                row[name] = engine[key]
+        self.samples.append(row)
+        self._last = (now, stats.rows, stats.output_tokens)
+
+    def last(self) -> dict[str, Any]:
+        return self.samples[-1] if self.samples else {"tok_s": 0.0}
+
+    def save(self) -> None:
+        if not self.samples:
+            return
+        frame = pd.DataFrame(self.samples)
+        if len(self.previous):
+            frame = pd.concat([self.previous, frame], ignore_index=True)
+        with atomic_path(self.path) as tmp:
+            frame.to_parquet(tmp, index=False)

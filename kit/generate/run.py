@@ -1,0 +1,174 @@
+"""`run_generation`: resume-aware orchestration of the plan, the servers and the loop."""
+
+from __future__ import annotations
+
+import json
+import logging
+from contextlib import ExitStack
+from typing import Any
+
+from kit.asyncrun import run_coroutine
+from kit.engines import start_server
+from kit.errors import ModelDirError
+from kit.generate import (
+    archive_outputs,
+    check_identity,
+    count_by,
+    data_hash,
+    engine_identity,
+    ensure_prompts,
+    iter_items,
+    parse_shard,
+    pending_items,
+)
+from kit.generate.loop import GenerationLoop, sampling_identity
+from kit.generate.metrics import Timeline
+from kit.generate.pool import Replica, ServerPool
+from kit.generate.store import FailureLog, ShardWriter, done_ids, now_utc
+from kit.params import RunParams
+from kit.runfolder import RunFolder, write_json_atomic
+
+log = logging.getLogger(__name__)
+DEFAULT_CONCURRENCY = 64
+
+
+def replica_params(params: RunParams, index: int) -> RunParams:
+    """Params of replica `index`: its own GPU group through CUDA_VISIBLE_DEVICES when replicas > 1."""
+    eng = params.engine
+    if eng.replicas == 1:
+        return params
+    per = eng.gpus_per_replica or eng.tp_size
+    gpus = ",".join(str(g) for g in range(index * per, (index + 1) * per))
+    new_eng = eng.model_copy(update={"env": {**eng.env, "CUDA_VISIBLE_DEVICES": gpus}})
+    return params.model_copy(update={"engine": new_eng})
+
+
+def context_limit(params: RunParams) -> int | None:
+    """The context the server will allow: engine.context_length, else the model's max positions."""
+    if params.engine.context_length:
+        return params.engine.context_length
+    try:
+        from kit.arch import load_arch
+
+        return load_arch(params.model.path).max_positions
+    except ModelDirError:  # an external server's model may not be on this disk
+        return None
+
+
+async def capacity(pool: ServerPool) -> int | None:
+    """Requests the engines run at once, from SGLang's /server_info (max running x dp); None if unknown."""
+    total = 0
+    for r in pool.replicas:
+        info = await r.client.server_info()
+        if not info or not info.get("max_running_requests"):
+            return None
+        total += int(info["max_running_requests"]) * int(info.get("dp_size") or 1)
+    return total
+
+
+def run_generation(
+    params: RunParams,
+    folder: RunFolder,
+    *,
+    fresh: bool = False,
+    shard: str | None = None,
+    retry_failures: bool = False,
+) -> dict[str, Any]:
+    """Generate every planned (prompt, sample) not yet done; write the manifest when finished."""
+    folder.ensure()
+    if fresh:
+        archived = archive_outputs(folder)
+        if archived:
+            log.warning("earlier outputs archived in %s", archived)
+    sampling_json, sampling_hash = sampling_identity(params.generate)
+    identity = {**engine_identity(params), "sampling_hash": sampling_hash, "data_hash": data_hash(params)}
+    check_identity(folder, identity)
+    prompts = ensure_prompts(params, folder)
+    shard_i, shard_n = parse_shard(shard)
+    tag = f"s{shard_i}of{shard_n}" if shard_n > 1 else ""
+    manifest_path = folder.manifest if shard_n == 1 else folder.root / f"manifest-{tag}.json"
+    manifest_path.unlink(missing_ok=True)  # present again only once this run completes
+
+    done, corrupt = done_ids(folder.generations)
+    failures = FailureLog(folder.failures)
+    skip = done if retry_failures else done | failures.permanent_ids()
+    todo, work = pending_items(
+        prompts, params.generate.sampling.n, skip, (shard_i, shard_n), params.generate.limit
+    )
+    started = now_utc()
+    stats = None
+    if work:
+        stats = _run_loop(params, folder, todo, work, tag, failures, identity, sampling_json, sampling_hash)
+    done_after, _ = done_ids(folder.generations)
+    _, left = pending_items(
+        prompts,
+        params.generate.sampling.n,
+        done_after | failures.permanent_ids(),
+        (shard_i, shard_n),
+        params.generate.limit,
+    )
+    manifest = {
+        "run": params.run,
+        "complete": not left,
+        "rows": len(done_after),
+        "left": len(left),
+        "planned_prompts": prompts.num_rows,
+        "samples_per_prompt": params.generate.sampling.n,
+        "rows_this_session": stats.rows if stats else 0,
+        "failures": len({f["id"] for f in failures.read()} - done_after),
+        "rows_by_source": _rows_by_source(folder),
+        "shards": len(folder.shard_paths()),
+        "corrupt_shards_set_aside": corrupt,
+        "shard": f"{shard_i}/{shard_n}",
+        "engine": identity,
+        "sampling": json.loads(sampling_json),
+        "server_restarts": stats.restarts if stats else 0,
+        "started_at": started.isoformat(),
+        "finished_at": now_utc().isoformat(),
+    }
+    write_json_atomic(manifest_path, manifest)
+    return manifest
+
+
+def _rows_by_source(folder: RunFolder) -> dict[str, int]:
+    import pyarrow.parquet as pq
+
+    paths = folder.shard_paths()
+    if not paths:
+        return {}
+    return count_by(pq.read_table(paths, columns=["source"]), "source")
+
+
+def _run_loop(params, folder, todo, work, tag, failures, identity, sampling_json, sampling_hash):
+    with ExitStack() as stack:
+        servers = [
+            stack.enter_context(start_server(replica_params(params, i), folder.logs, name=f"server-{i}"))
+            for i in range(params.engine.replicas)
+        ]
+        replicas = [
+            Replica(s, params.engine.flavor, params.model.served_name, params.generate.request_timeout_s)
+            for s in servers
+        ]
+
+        async def main():
+            async with ServerPool(replicas, params.generate.max_server_restarts) as pool:
+                cap = await capacity(pool)
+                conc = params.generate.concurrency or (min(4096, 2 * cap) if cap else DEFAULT_CONCURRENCY)
+                loop = GenerationLoop(
+                    pool=pool,
+                    writer=ShardWriter(folder.generations, tag),
+                    failures=failures,
+                    timeline=Timeline(folder.metrics if not tag else folder.root / f"metrics-{tag}.parquet"),
+                    params=params.generate,
+                    engine_json=json.dumps(identity, sort_keys=True),
+                    sampling_json=sampling_json,
+                    sampling_hash=sampling_hash,
+                    context_limit=context_limit(params),
+                )
+                stats = await loop.run(
+                    iter_items(todo, work), total=len(work), concurrency=min(conc, len(work))
+                )
+                stats.restarts = pool.restarts
+                return stats
+
+        return run_coroutine(main())

@@ -1,0 +1,147 @@
+"""Where generated rows land: atomic parquet shards, the failure log, and what is already done.
+
+A row is written once, inside one shard that appears by atomic rename; a crash loses at most
+the rows buffered since the last flush, and those are simply generated again on resume. So
+the union of the shards holds every finished id exactly once.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from kit.runfolder import atomic_path
+
+MESSAGE = pa.struct([("role", pa.string()), ("content", pa.string())])
+ROW_SCHEMA = pa.schema(
+    [
+        ("id", pa.string()),
+        ("prompt_id", pa.string()),
+        ("sample_index", pa.int32()),
+        ("source", pa.string()),
+        ("messages", pa.list_(MESSAGE)),
+        ("tools", pa.string()),
+        ("completion", pa.string()),
+        ("finish_reason", pa.string()),
+        ("prompt_tokens", pa.int64()),
+        ("completion_tokens", pa.int64()),
+        ("latency_s", pa.float64()),
+        ("ttft_s", pa.float64()),
+        ("accept_length", pa.float64()),
+        ("engine", pa.string()),
+        ("sampling", pa.string()),
+        ("sampling_hash", pa.string()),
+        ("finished_at", pa.timestamp("ms", tz="UTC")),
+    ]
+)
+_PART = re.compile(r"part-(?:(?P<tag>s\d+of\d+)-)?(?P<seq>\d+)\.parquet$")
+
+
+def row_id(prompt_id: str, sample_index: int) -> str:
+    """The id of one generated row: the prompt's id, suffixed by the sample index beyond the first."""
+    return prompt_id if sample_index == 0 else f"{prompt_id}.{sample_index}"
+
+
+def now_utc() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+@dataclass
+class ShardWriter:
+    """Buffers rows and writes them as `part-[TAG-]NNNNN.parquet`, each shard atomically."""
+
+    directory: Path
+    tag: str = ""
+    buffer: list[dict[str, Any]] = field(default_factory=list)
+    last_flush: float = field(default_factory=time.monotonic)
+    written_rows: int = 0
+
+    def __post_init__(self) -> None:
+        self.directory.mkdir(parents=True, exist_ok=True)
+        for stale in self.directory.glob(".part-*.tmp"):
+            stale.unlink(missing_ok=True)
+        self._seq = max((self._seq_of(p) for p in self.directory.glob("part-*.parquet")), default=0)
+
+    def _seq_of(self, path: Path) -> int:
+        m = _PART.match(path.name)
+        return int(m["seq"]) if m and (m["tag"] or "") == self.tag else 0
+
+    def add(self, row: dict[str, Any]) -> None:
+        self.buffer.append(row)
+
+    def due(self, max_rows: int, max_seconds: float) -> bool:
+        if not self.buffer:
+            return False
+        return len(self.buffer) >= max_rows or time.monotonic() - self.last_flush >= max_seconds
+
+    def flush(self) -> Path | None:
+        """Write the buffered rows as one new shard; return its path (None when nothing was buffered)."""
+        self.last_flush = time.monotonic()
+        if not self.buffer:
+            return None
+        self._seq += 1
+        name = f"part-{self.tag + '-' if self.tag else ''}{self._seq:05d}.parquet"
+        target = self.directory / name
+        table = pa.Table.from_pylist(self.buffer, schema=ROW_SCHEMA)
+        with atomic_path(target) as tmp:
+            pq.write_table(table, tmp, compression="zstd")
+        self.written_rows += len(self.buffer)
+        self.buffer = []
+        return target
+
+
+def done_ids(directory: Path) -> tuple[set[str], list[str]]:
+    """Ids already written in any shard, and the names of shards that could not be read.
+
+    Only the `id` column is read, so this stays fast for hundreds of thousands of rows. An
+    unreadable shard (which atomic writes should make impossible, but disks fill up) is moved
+    aside to `corrupt/` so its rows are generated again rather than lost or doubled.
+    """
+    ids: set[str] = set()
+    bad: list[str] = []
+    for path in sorted(directory.glob("part-*.parquet")):
+        try:
+            ids.update(pq.read_table(path, columns=["id"]).column("id").to_pylist())
+        except (pa.ArrowException, OSError):
+            aside = directory / "corrupt"
+            aside.mkdir(exist_ok=True)
+            path.rename(aside / path.name)
+            bad.append(path.name)
+    return ids, bad
+
+
+class FailureLog:
+    """Append-only `failures.jsonl`: one JSON object per failed request, flushed line by line."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def append(self, record: dict[str, Any]) -> None:
+        record = {**record, "at": now_utc().isoformat()}
+        with open(self.path, "a") as f:
+            f.write(json.dumps(record, default=str) + "\n")
+            f.flush()
+
+    def read(self) -> list[dict[str, Any]]:
+        """Every readable record; a line cut short by a crash is skipped."""
+        if not self.path.exists():
+            return []
+        out = []
+        for line in self.path.read_text().splitlines():
+            try:
+                out.append(json.loads(line))
+            except json.JSONDecodeError:
+                continue
+        return out
+
+    def permanent_ids(self) -> set[str]:
+        """Ids the server rejected (bad request, context overflow): not retried on resume."""
+        return {r["id"] for r in self.read() if r.get("permanent")}

@@ -1,0 +1,154 @@
+"""Stage 3 against a real `transformers serve`: exactly-once output through kills and crashes."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pyarrow.parquet as pq
+import pytest
+
+from kit.errors import RunFolderError
+from kit.params import load_params
+from kit.runfolder import RunFolder
+
+pytestmark = pytest.mark.slow
+KIT = [sys.executable, "-m", "kit.cli"]
+# Long enough (about 60 requests one at a time) to be interrupted mid-run on a fast machine too.
+LONGER = {s: 10 for s in ("infinity_instruct", "webinstructsub", "codefeedback", "metamathqa", "hermes_fc")}
+SLOW = {"shard_rows": 3, "shard_seconds": 2, "concurrency": 1, "sampling": {"max_tokens": 96, "seed": 0}}
+
+
+def kit_generate(params_file: Path, *extra: str, **kw) -> subprocess.Popen:
+    log = open(params_file.with_suffix(".log"), "ab")
+    return subprocess.Popen(
+        [*KIT, "generate", str(params_file), *extra], stdout=log, stderr=log, start_new_session=True, **kw
+    )
+
+
+def rows_of(folder: RunFolder) -> list[str]:
+    paths = folder.shard_paths()
+    return pq.read_table(paths, columns=["id"]).column("id").to_pylist() if paths else []
+
+
+def planned_ids(folder: RunFolder) -> set[str]:
+    return set(pq.read_table(folder.prompts, columns=["id"]).column("id").to_pylist())
+
+
+def failure_records(folder: RunFolder) -> list[dict]:
+    return [json.loads(x) for x in folder.failures.read_text().splitlines()] if folder.failures.exists() else []
+
+
+def failed_ids(folder: RunFolder) -> set[str]:
+    return {f["id"] for f in failure_records(folder) if f["permanent"]}
+
+
+def alive(p: psutil.Process) -> bool:
+    try:
+        return p.is_running() and p.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def wait_for(cond, timeout: float, what: str) -> None:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if cond():
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+def test_kill9_at_several_points_then_resume_exactly_once(write_params):
+    params_file = write_params("kill", counts=LONGER, generate=SLOW)
+    folder = RunFolder(load_params(params_file).run_dir)
+    for shards_before_kill in (1, 3):
+        proc = kit_generate(params_file)
+        wait_for(
+            lambda n=shards_before_kill, proc=proc: len(folder.shard_paths()) >= n or proc.poll() is not None,
+            300,
+            f"{shards_before_kill} shard(s)",
+        )
+        assert proc.poll() is None, "generation finished before it could be killed: make the run longer"
+        family = psutil.Process(proc.pid).children(recursive=True)
+        assert family, "the server should be running under the kit"
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+        wait_for(
+            lambda family=family: not [p for p in family if alive(p)],
+            30,
+            "the orphaned server to be reaped",
+        )
+        assert not folder.manifest.exists()
+        ids = rows_of(folder)
+        assert len(ids) == len(set(ids))
+    done_before = len(rows_of(folder))
+    assert subprocess.run([*KIT, "generate", str(params_file)], capture_output=True).returncode == 0
+    ids = rows_of(folder)
+    manifest = json.loads(folder.manifest.read_text())
+    permanent = failed_ids(folder)
+    assert len(ids) == len(set(ids)), "an id was written twice"
+    assert set(ids) | permanent == planned_ids(folder), "an id is missing"
+    assert manifest["complete"] and manifest["rows"] == len(ids) and len(ids) > done_before
+
+
+def test_server_killed_mid_run_is_restarted(write_params):
+    params_file = write_params("crash", counts=LONGER, generate=SLOW)
+    folder = RunFolder(load_params(params_file).run_dir)
+    proc = kit_generate(params_file)
+    wait_for(lambda: len(folder.shard_paths()) >= 1 or proc.poll() is not None, 300, "a first shard")
+    servers = [
+        p for p in psutil.Process(proc.pid).children(recursive=True) if "serve" in " ".join(p.cmdline())
+    ]
+    assert servers, "no server process found under the kit"
+    for p in servers:
+        p.kill()
+    assert proc.wait(timeout=400) == 0
+    manifest = json.loads(folder.manifest.read_text())
+    assert manifest["server_restarts"] >= 1 and manifest["complete"]
+    ids = rows_of(folder)
+    assert len(ids) == len(set(ids))
+    assert set(ids) | failed_ids(folder) == planned_ids(folder)
+    assert all(f["reason"] == "context_overflow" for f in failure_records(folder))
+    assert "start 'server-0'" in (folder.logs / "server-0.log").read_text()
+
+
+def test_overlong_prompt_is_a_failure_row_and_the_run_completes(write_params, tmp_path):
+    long_file = tmp_path / "long.jsonl"
+    words = " ".join(f"word{i}" for i in range(3000))
+    rows = [{"prompt": "Say hello."}, {"prompt": f"Summarise: {words}"}, {"prompt": "Count to three."}]
+    long_file.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    source = {"name": "long", "adapter": "prompt_column", "dataset": "json", "data_files": [str(long_file)]}
+    params = load_params(write_params("long", data={"sources": [source]}))
+    from kit import stages
+
+    manifest = stages.generate(params)
+    folder = RunFolder(params.run_dir)
+    failures = [json.loads(x) for x in folder.failures.read_text().splitlines()]
+    assert [f["reason"] for f in failures] == ["context_overflow"]
+    assert manifest["complete"] and manifest["rows"] == 2 and manifest["failures"] == 1
+    again = stages.generate(params)  # resume: nothing left, the rejected prompt is not retried
+    assert again["rows_this_session"] == 0 and again["rows"] == 2
+
+
+def test_changed_sampling_refuses_to_mix_and_fresh_archives(write_params):
+    from kit import stages
+
+    params = load_params(write_params("mix", counts={"metamathqa": 2, "codefeedback": 2}))
+    first = stages.generate(params)
+    assert first["complete"] and first["rows"] == 4
+    sampling = params.generate.sampling.model_copy(update={"temperature": 0.1})
+    changed = params.model_copy(
+        update={"generate": params.generate.model_copy(update={"sampling": sampling})}
+    )
+    with pytest.raises(RunFolderError, match="sampling_hash.*--fresh"):
+        stages.generate(changed)
+    again = stages.generate(changed, fresh=True)
+    assert again["rows"] == 4 and again["rows_this_session"] == 4
+    assert list((RunFolder(params.run_dir).root / "archive").glob("*/generations/part-*.parquet"))
