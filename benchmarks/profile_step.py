@@ -4,13 +4,17 @@
     python3 benchmarks/profile_step.py --out /tmp/p --device cpu --config tests/configs/qwen3_32b.json \
         --layers 2 --batch-sizes 1,2 --q 1 --contexts 64 --hidden-override 256   # CPU smoke run
 
-Builds a random-weight model of `--layers` layers (default 4; timed also at half depth and scaled
-to the config's 64 layers), fills the KV cache to L with random tensors, times decode steps
-(CUDA graphs) for B in 1..256, q in 1, 2, 4 and L in 1024, 4096, measures device copy
-bandwidth, and writes `profile.parquet`, `summary.md` and `summary.json` to `--out`: the plain
-step at B = 1 against weight bytes / measured copy bandwidth, efficiency factors calibrated on the
-H200 datasheet, and the predicted tokens/s table per arm. Needs only torch, transformers, numpy,
-pandas and pyarrow (no pydantic).
+`--backend synthetic` (default, kit/decide/synthetic_step.py) times a serving engine's step
+shapes: preallocated KV cache written in place, SDPA over it without expanding GQA heads, LM head
+on the new rows. `--backend hf` times the transformers model (its DynamicCache copies the whole
+cache each step, so large B x L steps measure copies). Builds random weights for `--layers` layers
+(default 4; timed also at half depth and scaled to the config's 64 layers), fills the KV cache to
+L with random tensors, times decode steps (CUDA graphs) for B in 1..256, q in 1, 2, 4 and L in
+1024, 4096, measures device copy bandwidth, and writes `profile.parquet`, `summary.md` and
+`summary.json` to `--out`: the plain step at B = 1 against weight bytes / measured copy bandwidth,
+the largest-B, longest-L step against its bytes (weights + KV read) / copy bandwidth, efficiency
+factors calibrated on the H200 datasheet, and the predicted tokens/s table per arm. Needs only
+torch, numpy, pandas and pyarrow (transformers for `--backend hf`; no pydantic).
 """
 
 from __future__ import annotations
@@ -63,31 +67,53 @@ def main() -> None:
     ap.add_argument("--q", default="1,2,4")
     ap.add_argument("--contexts", default="1024,4096")
     ap.add_argument("--reps", type=int, default=10)
+    ap.add_argument("--backend", choices=("hf", "synthetic"), default="synthetic")
     ap.add_argument("--hidden-override", type=int, default=None, help="shrink the model (CPU smoke runs)")
     args = ap.parse_args()
     cfg = json.loads(args.config.read_text())
     if args.hidden_override:
-        h = args.hidden_override
-        cfg.update(hidden_size=h, intermediate_size=3 * h, num_attention_heads=4, num_key_value_heads=2,
-                   head_dim=h // 4, vocab_size=4096)
+        shrink(cfg, args.hidden_override)
     arch = arch_from_config(cfg)
     args.out.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
     bw = copy_bandwidth(args.device, gib=2.0 if args.device.startswith("cuda") else 0.25)
     grid = ProfileGrid(_ints(args.batch_sizes), _ints(args.q), _ints(args.contexts), args.reps)
-    profile = profile_steps(cfg, grid, device=args.device, n_layers=args.layers)
+    profile = profile_steps(cfg, grid, device=args.device, n_layers=args.layers, backend=args.backend)
     profile.to_parquet(args.out / "profile.parquet")
     summary = summarize(profile, arch, bw, args.device, time.perf_counter() - started)
+    summary["backend"] = args.backend
     (args.out / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
     (args.out / "summary.md").write_text(render(summary, profile, args))
     print((args.out / "summary.md").read_text())
 
 
+def shrink(cfg: dict, h: int) -> None:
+    """Shrink a config (flat or with `text_config`) to hidden size `h` for CPU smoke runs."""
+    c = cfg.get("text_config") or cfg
+    c.update(hidden_size=h, intermediate_size=3 * h, num_attention_heads=4, num_key_value_heads=2,
+             head_dim=h // 4, vocab_size=4096)
+    if c.get("linear_num_value_heads"):
+        c.update(linear_num_value_heads=4, linear_num_key_heads=2, linear_key_head_dim=h // 8,
+                 linear_value_head_dim=h // 8)
+
+
+def largest_step(profile, arch, copy_bw: float) -> dict:  # noqa: ANN001
+    """The q = 1 step at the largest B and L against its bytes (weights + KV read + state) / copy_bw."""
+    dtype_bytes = int(profile.dtype_bytes.iloc[0])
+    plain = profile[profile.q == 1]
+    row = plain[(plain.B == plain.B.max()) & (plain.L == plain.L.max())].iloc[0]
+    total, _ = arch.param_counts()
+    shape = cm.StepShape(weight_bytes=total * dtype_bytes, kv_dtype_bytes=dtype_bytes)
+    bound = cm.step_bytes(arch, int(row.B), 1, int(row.L), shape) / copy_bw
+    return {"B": int(row.B), "L": int(row.L), "step_s": float(row.step_s), "bytes_bound_s": bound,
+            "ratio_step_to_bound": float(row.step_s) / bound}
+
+
 def summarize(profile, arch, copy_bw: float, device: str, elapsed: float) -> dict:  # noqa: ANN001
-    """Bandwidth-bound comparison at B = 1, calibrated efficiency and the predicted ladder."""
+    """Bandwidth-bound comparisons at B = 1 and the largest point, calibrated efficiency, the ladder."""
     total, _ = arch.param_counts()
     weight_bytes = total * int(profile.dtype_bytes.iloc[0])
-    b1 = profile[(profile.B == 1) & (profile.q == 1)].sort_values("L")
+    b1 = profile[(profile.B == profile.B.min()) & (profile.q == 1)].sort_values("L")
     step_b1 = float(b1.step_s.iloc[0])
     bound = weight_bytes / copy_bw
     eff = calibrate(profile, arch, H200)
@@ -99,6 +125,7 @@ def summarize(profile, arch, copy_bw: float, device: str, elapsed: float) -> dic
         "device": device, "elapsed_s": elapsed, "copy_bandwidth_Bps": copy_bw, "weight_bytes": weight_bytes,
         "plain_step_B1_s": step_b1, "plain_step_B1_L": int(b1.L.iloc[0]), "bandwidth_bound_s": bound,
         "ratio_step_to_bound": step_b1 / bound, "cuda_graph": bool(profile.cuda_graph.all()),
+        "largest": largest_step(profile, arch, copy_bw),
         "efficiency": {"bw": eff.bw, "flops": eff.flops, "overhead_s": eff.overhead_s},
         "ladder": ladder[["arm", "concurrency", "running", "feasible", "step_s", "output_tok_s",
                           "ratio_vs_plain", "compute_bound"]].to_dict("records"),
@@ -120,13 +147,19 @@ def render(s: dict, profile, args) -> str:  # noqa: ANN001
     steps = profile.pivot_table(index="B", columns=["L", "q"], values="step_s") * 1e3
     import pandas as pd
 
+    big = s["largest"]
     return "\n".join([
-        "# Step-time profile", "", f"Command: `python3 benchmarks/profile_step.py --out {args.out}` "
-        f"(device {s['device']}, {args.layers} layers profiled and scaled, {s['elapsed_s']:.0f} s).", "",
+        "# Step-time profile", "", f"Command: `python3 benchmarks/profile_step.py --out {args.out} "
+        f"--backend {s['backend']}` (device {s['device']}, {args.layers} layers profiled and scaled, "
+        f"{s['elapsed_s']:.0f} s).", "",
+        f"- profiler backend: **{s['backend']}**",
         f"- measured copy bandwidth: {s['copy_bandwidth_Bps'] / 1e12:.2f} TB/s",
         f"- weights: {s['weight_bytes'] / 1e9:.1f} GB; bound at B=1: {s['bandwidth_bound_s'] * 1e3:.2f} ms",
         f"- measured plain step at B=1, L={s['plain_step_B1_L']}: {s['plain_step_B1_s'] * 1e3:.2f} ms "
         f"= **{s['ratio_step_to_bound']:.2f}x** the bandwidth bound",
+        f"- measured plain step at B={big['B']}, L={big['L']}: {big['step_s'] * 1e3:.2f} ms "
+        f"= **{big['ratio_step_to_bound']:.2f}x** its bytes bound (weights + KV read over the copy "
+        f"bandwidth: {big['bytes_bound_s'] * 1e3:.2f} ms)",
         f"- CUDA graphs for every point: {s['cuda_graph']}",
         f"- efficiency calibrated on the H200 datasheet: {s['efficiency']}", "",
         "## Step time (ms) at full depth", "", _md(steps), "",

@@ -189,13 +189,23 @@ def profile_steps(
     n_layers: int | None = None,
     dtype: Any = None,
     cuda_graph: bool = True,
+    backend: str = "hf",
 ) -> pd.DataFrame:
     """Time decode steps over the grid; returns one row per (B, q, L) at full-depth scale.
 
     `n_layers=None` builds the full model; otherwise `n_layers` (>= 2) layers are timed together
-    with `n_layers // 2` and the difference scales the step to full depth.
+    with `n_layers // 2` and the difference scales the step to full depth. `backend="hf"` times
+    the transformers model; `"synthetic"` times a serving engine's step shapes
+    (kit.decide.synthetic_step: preallocated KV cache, no cache copies, GQA without expansion).
     """
     import torch
+
+    if backend == "synthetic":
+        from kit.decide.synthetic_step import profile_synthetic
+
+        return profile_synthetic(cfg, grid, device, n_layers, dtype, cuda_graph)
+    if backend != "hf":
+        raise CostModelError(f"unknown profiler backend {backend!r}; use 'hf' or 'synthetic'")
 
     arch = arch_from_config(cfg)
     full = arch.num_layers
@@ -216,7 +226,8 @@ def profile_steps(
                     if device.startswith("cuda"):
                         torch.cuda.empty_cache()
         del model
-    return _rows(times, depths, full, device, config_hash(arch), torch.tensor([], dtype=dtype).element_size())
+    dtype_bytes = torch.tensor([], dtype=dtype).element_size()
+    return _rows(times, depths, full, device, config_hash(arch), dtype_bytes).assign(backend="hf")
 
 
 def _rows(

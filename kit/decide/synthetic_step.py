@@ -1,0 +1,346 @@
+"""Shape-faithful decode step of a serving engine, timed without Hugging Face modeling overheads.
+
+The `hf` profiler backend times `transformers` modeling code, whose DynamicCache concatenates the
+whole KV cache every step and whose SDPA path expands GQA heads: at large B x L that measures
+copies, not a serving engine. This backend builds what an engine's decode step does from a
+`ModelArch`, with random weights (timing does not depend on their values):
+
+- per layer: RMSNorm (torch ops), fused QKV projection (query doubled when `attn_output_gate`,
+  the gate applied as a sigmoid before the O projection), attention, O projection, RMSNorm and a
+  gated MLP (fused gate/up, down); residual adds;
+- a preallocated KV cache `[B, kv_heads, L + q_max, head_dim]` per full-attention layer; a step
+  writes its `q` new K/V at positions `L..L+q` (slice assignment, no concatenation) and attends
+  over the first `L + q` positions with `scaled_dot_product_attention`. Query heads are packed
+  by KV group (`[B, kv_heads, group * q, head_dim]`, as decode kernels do), so K/V are read once
+  per KV head on every SDPA backend; the `q` new tokens are causal among themselves (no mask
+  when `q = 1`);
+- the LM head on `B * q` rows with the real vocabulary.
+
+Approximations (details in docs/costmodel.md, "Two backends"): no embedding gather, RoPE, q/k
+norms or sampling; Gated DeltaNet layers are their projections plus a per-token fp32 state update
+and read of the right size; MoE layers run only the active experts; MLA models are refused.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import pandas as pd
+
+from kit.arch import ModelArch, arch_from_config
+from kit.errors import CostModelError
+
+CPU_BUDGET_BYTES = 4 * 2**30
+GPU_BUDGET_FRACTION = 0.6
+
+
+@dataclass
+class SyntheticModel:
+    """Random weights of the first `n` layers of a model, laid out as an engine keeps them."""
+
+    arch: ModelArch
+    layers: list[dict[str, Any]]
+    lm_head: Any
+    final_norm: Any
+    device: str
+    dtype: Any
+    buffers: dict[str, list[Any]] = field(default_factory=dict)
+
+    @property
+    def dtype_bytes(self) -> int:
+        import torch
+
+        return torch.tensor([], dtype=self.dtype).element_size()
+
+
+def _rand(*shape: int, like: dict[str, Any]) -> Any:
+    import torch
+
+    return torch.randn(*shape, **like) * shape[-1] ** -0.5
+
+
+def _attention_weights(a: ModelArch, opt: dict[str, Any]) -> dict[str, Any]:
+    q_out = a.num_heads * a.head_dim * (2 if a.attn_output_gate else 1)
+    qkv = q_out + 2 * a.num_kv_heads * a.head_dim
+    return {"kind": "full", "qkv": _rand(qkv, a.hidden_size, like=opt),
+            "o": _rand(a.hidden_size, a.num_heads * a.head_dim, like=opt)}
+
+
+def _linear_weights(a: ModelArch, opt: dict[str, Any]) -> dict[str, Any]:
+    la = a.linear
+    assert la is not None
+    key_dim, value_dim = la.num_k_heads * la.k_head_dim, la.num_v_heads * la.v_head_dim
+    return {"kind": "linear", "in": _rand(2 * key_dim + 2 * value_dim + 2 * la.num_v_heads, a.hidden_size,
+                                          like=opt),
+            "out": _rand(a.hidden_size, value_dim, like=opt)}
+
+
+def _mlp_weights(a: ModelArch, layer: int, opt: dict[str, Any]) -> dict[str, Any]:
+    """Gated MLP; for MoE layers the active experts (top-k + shared) fused into one, plus the router."""
+    inter, router = a.intermediate_size, None
+    if a.is_moe and layer >= a.dense_layers:
+        inter = (a.experts_per_token + a.shared_experts) * a.moe_intermediate_size
+        router = _rand(a.num_experts, a.hidden_size, like=opt)
+    return {"gate_up": _rand(2 * inter, a.hidden_size, like=opt),
+            "down": _rand(a.hidden_size, inter, like=opt), "router": router, "top_k": a.experts_per_token}
+
+
+def build_synthetic(arch: ModelArch, n_layers: int, device: str, dtype: Any) -> SyntheticModel:
+    """Random weights for the first `n_layers` layers of `arch` on `device` (MLA is refused)."""
+    import torch
+
+    if arch.is_mla:
+        raise CostModelError("the synthetic profiler does not model MLA attention; use backend='hf'")
+    opt = {"device": device, "dtype": dtype}
+    layers = []
+    for i, kind in enumerate(arch.layer_types[:n_layers]):
+        mixer = _linear_weights(arch, opt) if kind == "linear_attention" else _attention_weights(arch, opt)
+        norms = {"norm1": torch.ones(arch.hidden_size, **opt), "norm2": torch.ones(arch.hidden_size, **opt)}
+        layers.append({**mixer, **_mlp_weights(arch, i, opt), **norms})
+    return SyntheticModel(arch, layers, _rand(arch.vocab_size, arch.hidden_size, like=opt),
+                          torch.ones(arch.hidden_size, **opt), device, dtype)
+
+
+def point_bytes(arch: ModelArch, n_layers: int, B: int, q: int, L: int, dtype_bytes: int) -> dict[str, int]:
+    """Device bytes one grid point allocates besides the weights: KV, recurrent state, activations."""
+    types = arch.layer_types[:n_layers]
+    n_full = sum(t == "full_attention" for t in types)
+    kv = n_full * 2 * B * arch.num_kv_heads * (L + q) * arch.head_dim * dtype_bytes
+    state = (n_layers - n_full) * B * arch.linear.ssm_elements * 4 if arch.linear else 0
+    widest = max(arch.vocab_size, 2 * arch.intermediate_size, 2 * arch.hidden_size)
+    act = 4 * B * q * widest * dtype_bytes
+    return {"kv": kv, "state": state, "activations": act}
+
+
+def default_budget(device: str) -> int:
+    """Bytes a grid point may allocate: 60% of free GPU memory, or 4 GiB on a CPU."""
+    import torch
+
+    if device.startswith("cuda"):
+        free, _ = torch.cuda.mem_get_info(torch.device(device))
+        return int(free * GPU_BUDGET_FRACTION)
+    return CPU_BUDGET_BYTES
+
+
+def check_budget(arch: ModelArch, n_layers: int, points: list[tuple[int, int, int]], dtype_bytes: int,
+                 budget: int) -> None:
+    """Raise `CostModelError` naming every (B, q, L) whose buffers would exceed `budget` bytes."""
+    over = []
+    for B, q, L in points:
+        need = point_bytes(arch, n_layers, B, q, L, dtype_bytes)
+        if sum(need.values()) > budget:
+            parts = ", ".join(f"{k} {v / 2**30:.2f}" for k, v in need.items())
+            over.append(f"B={B} q={q} L={L}: {sum(need.values()) / 2**30:.2f} GiB ({parts})")
+    if over:
+        raise CostModelError(
+            f"grid points exceed the memory budget of {budget / 2**30:.2f} GiB for {n_layers} layers: "
+            + "; ".join(over) + ". Drop them from the grid, profile fewer layers or raise memory_budget_bytes"
+        )
+
+
+def allocate(model: SyntheticModel, B: int, L_max: int) -> None:
+    """Random KV caches `[B, kv_heads, L_max, head_dim]` and fp32 recurrent states for every layer."""
+    import torch
+
+    a, opt = model.arch, {"device": model.device}
+    model.buffers = {"k": [], "v": [], "state": []}
+    for layer in model.layers:
+        if layer["kind"] == "full":
+            for name in ("k", "v"):
+                model.buffers[name].append(
+                    torch.empty(B, a.num_kv_heads, L_max, a.head_dim, dtype=model.dtype, **opt).normal_())
+        else:
+            la = a.linear
+            model.buffers["state"].append(
+                torch.empty(B * la.num_v_heads, la.k_head_dim, la.v_head_dim, dtype=torch.float32, **opt)
+                .normal_().mul_(0.01))
+
+
+def _rms(x: Any, w: Any) -> Any:
+    import torch
+
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * w
+
+
+def _attention(m: SyntheticModel, p: dict, x: Any, idx: int, B: int, q: int, L: int, mask: Any) -> Any:
+    import torch.nn.functional as F
+
+    a = m.arch
+    nq, nkv, d = a.num_heads * a.head_dim, a.num_kv_heads * a.head_dim, a.head_dim
+    gate_w = nq if a.attn_output_gate else 0
+    qh, gate, k, v = F.linear(x, p["qkv"]).split([nq, gate_w, nkv, nkv], dim=-1)
+    kc, vc = m.buffers["k"][idx], m.buffers["v"][idx]
+    kc[:, :, L:L + q] = k.view(B, q, a.num_kv_heads, d).transpose(1, 2)
+    vc[:, :, L:L + q] = v.view(B, q, a.num_kv_heads, d).transpose(1, 2)
+    group = a.num_heads // a.num_kv_heads
+    packed = qh.view(B, q, a.num_kv_heads, group, d).permute(0, 2, 3, 1, 4).reshape(B, a.num_kv_heads, -1, d)
+    o = F.scaled_dot_product_attention(packed, kc[:, :, :L + q], vc[:, :, :L + q], attn_mask=mask)
+    o = o.view(B, a.num_kv_heads, group, q, d).permute(0, 3, 1, 2, 4).reshape(B * q, nq)
+    if a.attn_output_gate:
+        o = o * gate.sigmoid()
+    return F.linear(o, p["o"])
+
+
+def _deltanet(m: SyntheticModel, p: dict, x: Any, idx: int, B: int, q: int) -> Any:
+    """Projections plus a per-token fp32 update and read of the recurrent state (an approximation)."""
+    import torch
+    import torch.nn.functional as F
+
+    la = m.arch.linear
+    key_dim, value_dim, hv = la.num_k_heads * la.k_head_dim, la.num_v_heads * la.v_head_dim, la.num_v_heads
+    qk, kk, v, z, _ = F.linear(x, p["in"]).split([key_dim, key_dim, value_dim, value_dim, 2 * hv], dim=-1)
+    rep, dk, dv = hv // la.num_k_heads, la.k_head_dim, la.v_head_dim
+    qk, kk = (t.reshape(B, q, la.num_k_heads, 1, dk).float().expand(-1, -1, -1, rep, -1).reshape(B, q, hv, dk)
+              for t in (qk, kk))  # k heads shared by rep v heads, without a host sync
+    v = v.reshape(B, q, hv, dv).float()
+    state = m.buffers["state"][idx]
+    outs = []
+    for t in range(q):
+        state.baddbmm_(kk[:, t].reshape(B * hv, dk, 1), v[:, t].reshape(B * hv, 1, dv), beta=0.99)
+        outs.append(torch.bmm(qk[:, t].reshape(B * hv, 1, dk), state).view(B, 1, value_dim))
+    o = torch.cat(outs, dim=1).reshape(B * q, value_dim).to(x.dtype)
+    return F.linear(_rms(o, 1.0) * F.silu(z), p["out"])
+
+
+def _mlp(p: dict, x: Any) -> Any:
+    import torch.nn.functional as F
+
+    if p["router"] is not None:
+        F.linear(x, p["router"]).topk(p["top_k"], dim=-1)
+    gate, up = F.linear(x, p["gate_up"]).chunk(2, dim=-1)
+    return F.linear(F.silu(gate) * up, p["down"])
+
+
+def decode_step(m: SyntheticModel, x: Any, B: int, q: int, L: int, depth: int, mask: Any) -> Any:
+    """Logits `[B * q, vocab]` of one step of `q` tokens per sequence over a context of `L`."""
+    import torch.nn.functional as F
+
+    full = lin = 0
+    for p in m.layers[:depth]:
+        h = _rms(x, p["norm1"])
+        if p["kind"] == "full":
+            x = x + _attention(m, p, h, full, B, q, L, mask)
+            full += 1
+        else:
+            x = x + _deltanet(m, p, h, lin, B, q)
+            lin += 1
+        x = x + _mlp(p, _rms(x, p["norm2"]))
+    return F.linear(_rms(x, m.final_norm), m.lm_head)
+
+
+def causal_mask(arch: ModelArch, q: int, L: int, device: str) -> Any:
+    """Boolean mask `[group * q, L + q]` for group-packed query rows; None when q = 1."""
+    import torch
+
+    if q == 1:
+        return None
+    group = arch.num_heads // arch.num_kv_heads
+    row_tok = torch.arange(q, device=device).repeat(group)
+    return torch.arange(L + q, device=device)[None, :] <= (L + row_tok)[:, None]
+
+
+def _time_graph(step: Any, reps: int) -> float:
+    """Capture one step in a CUDA graph and time its replays with CUDA events."""
+    import torch
+
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        step()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        step()
+    graph.replay()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(reps):
+        graph.replay()
+    end.record()
+    torch.cuda.synchronize()
+    return start.elapsed_time(end) / 1e3 / reps
+
+
+def _time_eager(step: Any, reps: int, sync: Any) -> float:
+    """Median wall time of `reps` steps after one warm-up step."""
+    times = []
+    for _ in range(reps + 1):
+        sync()
+        t0 = time.perf_counter()
+        step()
+        sync()
+        times.append(time.perf_counter() - t0)
+    return sorted(times[1:])[len(times[1:]) // 2]
+
+
+def time_point(m: SyntheticModel, B: int, q: int, L: int, depth: int, reps: int, cuda_graph: bool
+               ) -> tuple[float, bool]:
+    """Seconds of one step at (B, q, L) over the first `depth` layers; and whether a graph was used.
+
+    `allocate(m, B, L_max)` with `L_max >= L + q` must have run.
+    """
+    import torch
+
+    x = torch.randn(B * q, m.arch.hidden_size, device=m.device, dtype=m.dtype)
+    mask = causal_mask(m.arch, q, L, m.device)
+
+    def step() -> None:
+        with torch.no_grad():
+            decode_step(m, x, B, q, L, depth, mask)
+
+    on_gpu = m.device.startswith("cuda")
+    if on_gpu and cuda_graph:
+        try:
+            return _time_graph(step, reps), True
+        except Exception:  # noqa: BLE001 - any capture failure falls back to eager timing
+            torch.cuda.synchronize()
+    return _time_eager(step, reps, torch.cuda.synchronize if on_gpu else (lambda: None)), False
+
+
+def profile_synthetic(
+    cfg: dict[str, Any],
+    grid: Any,
+    device: str = "cpu",
+    n_layers: int | None = None,
+    dtype: Any = None,
+    cuda_graph: bool = True,
+    memory_budget_bytes: int | None = None,
+) -> pd.DataFrame:
+    """Time synthetic decode steps over `grid` (a `ProfileGrid`); one row per (B, q, L) at full depth.
+
+    Same columns as `profiler.profile_steps` plus `backend = "synthetic"`. The model is built once
+    with `n_layers` layers and timed at that depth and at about half (a whole number of hybrid
+    periods); the difference scales to full depth. Grid points whose buffers exceed
+    `memory_budget_bytes` (default: 60% of free GPU memory, 4 GiB on a CPU) raise before any timing.
+    """
+    import torch
+
+    from kit.decide.profiler import _lower_depth, _rows, config_hash
+
+    arch = arch_from_config(cfg)
+    full = arch.num_layers
+    n = full if n_layers is None or n_layers >= full else n_layers
+    if n < full and n < 2:
+        raise CostModelError(f"profile at least 2 layers to scale to full depth, got n_layers={n_layers}")
+    depths = [n] if n == full else [_lower_depth(arch, n), n]
+    dtype = dtype or (torch.bfloat16 if device.startswith("cuda") else torch.float32)
+    model = build_synthetic(arch, n, device, dtype)
+    q_max = max(grid.q_values)
+    points = [(B, q_max, L) for L in grid.contexts for B in grid.batch_sizes]
+    budget = memory_budget_bytes if memory_budget_bytes is not None else default_budget(device)
+    check_budget(arch, n, points, model.dtype_bytes, budget)
+    times: dict[int, dict[tuple[int, int, int], tuple[float, bool]]] = {d: {} for d in depths}
+    for L in grid.contexts:
+        for B in grid.batch_sizes:
+            allocate(model, B, L + q_max)
+            for q in grid.q_values:
+                for d in depths:
+                    times[d][(B, q, L)] = time_point(model, B, q, L, d, grid.reps, cuda_graph)
+                    cuda_graph = cuda_graph and times[d][(B, q, L)][1]  # one failed capture: eager after
+            model.buffers = {}
+            if device.startswith("cuda"):
+                torch.cuda.empty_cache()
+    table = _rows(times, depths, full, device, config_hash(arch), model.dtype_bytes)
+    return table.assign(backend="synthetic")
