@@ -42,7 +42,9 @@ def planned_ids(folder: RunFolder) -> set[str]:
 
 
 def failure_records(folder: RunFolder) -> list[dict]:
-    return [json.loads(x) for x in folder.failures.read_text().splitlines()] if folder.failures.exists() else []
+    if not folder.failures.exists():
+        return []
+    return [json.loads(x) for x in folder.failures.read_text().splitlines()]
 
 
 def failed_ids(folder: RunFolder) -> set[str]:

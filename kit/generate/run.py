@@ -75,6 +75,7 @@ def run_generation(
     retry_failures: bool = False,
 ) -> dict[str, Any]:
     """Generate every planned (prompt, sample) not yet done; write the manifest when finished."""
+    shard_i, shard_n = parse_shard(shard)
     folder.ensure()
     if fresh:
         archived = archive_outputs(folder)
@@ -84,7 +85,6 @@ def run_generation(
     identity = {**engine_identity(params), "sampling_hash": sampling_hash, "data_hash": data_hash(params)}
     check_identity(folder, identity)
     prompts = ensure_prompts(params, folder)
-    shard_i, shard_n = parse_shard(shard)
     tag = f"s{shard_i}of{shard_n}" if shard_n > 1 else ""
     manifest_path = folder.manifest if shard_n == 1 else folder.root / f"manifest-{tag}.json"
     manifest_path.unlink(missing_ok=True)  # present again only once this run completes

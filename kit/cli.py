@@ -1,0 +1,174 @@
+"""The `kit` command: run the whole pipeline or one stage from the shell.
+
+kit run params/demo.yaml              # the four notebooks through papermill, then the HTML report
+kit probe|decide|generate|analyse params/demo.yaml
+kit report outputs/demo               # re-render the HTML report of a run
+kit demo-assets                       # build the embedded demo model and fixture data
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from kit.errors import KitError
+
+app = typer.Typer(
+    add_completion=False, no_args_is_help=True, help="Batch inference and the MTP decision, stage by stage."
+)
+ParamsArg = Annotated[Path, typer.Argument(help="params YAML file, e.g. params/demo.yaml")]
+RunOpt = Annotated[str | None, typer.Option("--run", help="run name (default: the one in the params file)")]
+
+
+def _load(path: Path, run: str | None):
+    from kit.params import load_params
+
+    return load_params(path, run)
+
+
+def _print(data: object) -> None:
+    typer.echo(json.dumps(data, indent=2, default=str))
+
+
+@app.command()
+def run(
+    params: ParamsArg,
+    run: RunOpt = None,
+    stages: Annotated[
+        str | None, typer.Option(help="comma-separated subset: probe,decide,generate,analyse")
+    ] = None,
+) -> None:
+    """Execute the stage notebooks headless into outputs/<run>/notebooks/ and render the report."""
+    from kit import stages as st
+    from kit.notebooks import execute_all
+    from kit.report import render_report
+
+    p = _load(params, run)
+    folder = st.prepare(p)
+    execute_all(p, folder, stages.split(",") if stages else None)
+    index = render_report(folder.root, hide_code=p.report.hide_code)
+    typer.echo(f"report: {index}")
+
+
+@app.command()
+def probe(params: ParamsArg, run: RunOpt = None) -> None:
+    """Stage 1: probe GPUs, the engine's environment and the model directory (probe.json)."""
+    from kit import stages as st
+
+    report = st.probe(_load(params, run))
+    _print(report.get("summary", report))
+
+
+@app.command()
+def decide(params: ParamsArg, run: RunOpt = None) -> None:
+    """Stage 2: measured sweep plus cost model; decide on speculative decoding (decision.json)."""
+    from kit import stages as st
+
+    decision = st.decide(_load(params, run))
+    _print({k: decision.get(k) for k in ("chosen_arm", "engine_settings", "reasons")})
+
+
+@app.command()
+def generate(
+    params: ParamsArg,
+    run: RunOpt = None,
+    fresh: Annotated[bool, typer.Option(help="archive this run's earlier outputs and start anew")] = False,
+    shard: Annotated[
+        str | None, typer.Option(help="static shard I/N of the prompt set (merge by id)")
+    ] = None,
+    retry_failures: Annotated[
+        bool, typer.Option(help="also retry prompts the server rejected before")
+    ] = False,
+) -> None:
+    """Stage 3: plan the prompts and generate every completion; rerun to resume."""
+    from kit import stages as st
+
+    _print(st.generate(_load(params, run), fresh=fresh, shard=shard, retry_failures=retry_failures))
+
+
+@app.command()
+def analyse(params: ParamsArg, run: RunOpt = None) -> None:
+    """Stage 4: summary.json and figures for a run's outputs."""
+    from kit import stages as st
+
+    summary = st.analyse(_load(params, run))
+    _print({k: summary.get(k) for k in ("rows", "failures", "gaps", "figures") if k in summary})
+
+
+@app.command()
+def report(
+    run_dir: Annotated[Path, typer.Argument(help="a run folder, e.g. outputs/demo")],
+    show_code: Annotated[bool, typer.Option(help="keep code cells in the HTML")] = False,
+) -> None:
+    """Render a run's executed notebooks to self-contained HTML (report/index.html)."""
+    from kit.report import render_report
+
+    typer.echo(f"report: {render_report(run_dir, hide_code=not show_code)}")
+
+
+@app.command()
+def compare(
+    run_a: Annotated[Path, typer.Argument(help="first run folder, e.g. outputs/plain")],
+    run_b: Annotated[Path, typer.Argument(help="second run folder, e.g. outputs/mtp")],
+    out: Annotated[Path | None, typer.Option(help="folder for the overlaid figures (PNG)")] = None,
+) -> None:
+    """Two runs side by side (e.g. the MTP and the plain arm): a table of differences, figures."""
+    from kit.analyse import compare_runs
+    from kit.errors import RunFolderError
+    from kit.runfolder import RunFolder
+
+    for run_dir in (run_a, run_b):
+        if not run_dir.is_dir():
+            raise RunFolderError(f"{run_dir} is not a run folder: pass outputs/<run> of a generated run")
+    out = out or run_b / "compare"
+    table, _ = compare_runs(RunFolder(run_a), RunFolder(run_b), out_dir=out)
+    typer.echo(table.to_string())
+    typer.echo(f"figures: {out}")
+
+
+@app.command("demo-assets")
+def demo_assets(
+    root: Annotated[Path, typer.Option(help="where to build them")] = Path(".cache/demo"),
+) -> None:
+    """Build the embedded demo model and the fixture data (no download)."""
+    from kit.demo.model import ensure_demo_model
+    from kit.prompts.fixtures import write_fixtures
+
+    typer.echo(f"model: {ensure_demo_model(root / 'model')}")
+    typer.echo(f"data: {root / 'data'} ({len(write_fixtures(root / 'data'))} sources)")
+
+
+@app.command()
+def adapters() -> None:
+    """List the dataset adapters the prompt plan can use."""
+    from kit.prompts.adapters import adapter_names
+
+    typer.echo("\n".join(adapter_names()))
+
+
+def main() -> None:
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    try:
+        app(standalone_mode=False)
+    except KitError as e:
+        typer.secho(f"error: {e}", fg="red", err=True)
+        sys.exit(2)
+    except KeyboardInterrupt:
+        typer.secho("interrupted: finished work is saved; rerun the same command to resume", err=True)
+        sys.exit(130)
+    except Exception as e:  # click usage errors
+        import click
+
+        if isinstance(e, click.exceptions.ClickException):
+            e.show()
+            sys.exit(e.exit_code)
+        raise
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,155 @@
+"""Stage 2 wiring: probe facts + measured sweep + cost model -> decision.json, and its display.
+
+Hardware comes from the probe: the datasheet of the first GPU (its efficiency factors from a
+step profile when `decide.profile` names one), or, with no GPU, this CPU calibrated by a short
+step profile of the model's own config, so the demo predicts its own curve honestly.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from kit.arch import load_arch
+from kit.decide import costmodel as cm
+from kit.decide.decision import decide
+from kit.decide.predict import Workload
+from kit.decide.sweep import run_sweep
+from kit.params import RunParams
+from kit.runfolder import RunFolder, read_json, write_json_atomic
+
+CPU_NOMINAL = cm.Hardware(bandwidth_Bps=20e9, flops_bf16=200e9, memory_bytes=16e9, name="cpu")
+"""Nominal CPU figures: a CPU profile's calibration scales them, so only their ratio matters much."""
+
+
+def sweep_prompts(params: RunParams, folder: RunFolder) -> list[dict[str, Any]]:
+    """A fixed, seeded sample of the planned prompts for every arm of the sweep."""
+    from kit.generate import ensure_prompts
+
+    table = ensure_prompts(params, folder)
+    rows = table.to_pylist()
+    random.Random(params.data.seed).shuffle(rows)
+    out = []
+    for r in rows[: params.decide.num_prompts]:
+        out.append({**r, "tools_list": json.loads(r["tools"]) if r.get("tools") else None})
+    return out
+
+
+def _mtp_status(probe: dict[str, Any]) -> str | None:
+    return ((probe.get("model") or {}).get("mtp") or {}).get("status")
+
+
+def _hardware(
+    params: RunParams, folder: RunFolder, probe: dict[str, Any]
+) -> tuple[cm.Hardware, pd.DataFrame | None, int]:
+    """(hardware, step profile or None, GPU count) for the prediction."""
+    from kit.decide.profiler import ProfileGrid, load_profile, profile_steps
+
+    gpus = (probe.get("gpus") or {}).get("devices") or []
+    sheet = (probe.get("gpus") or {}).get("datasheet")
+    profile = load_profile(params.decide.profile) if params.decide.profile else None
+    if gpus and sheet:
+        hw = cm.Hardware(
+            sheet["bandwidth_bytes_s"],
+            sheet["bf16_flops"],
+            gpus[0].get("memory_total_bytes") or sheet["memory_bytes"],
+            gpus[0]["name"],
+        )
+        return hw, profile, len(gpus)
+    ram = (probe.get("host") or {}).get("ram_total_bytes") or CPU_NOMINAL.memory_bytes
+    hw = cm.Hardware(CPU_NOMINAL.bandwidth_Bps, CPU_NOMINAL.flops_bf16, ram, "cpu")
+    if profile is None:
+        cfg = json.loads((Path(params.model.path) / "config.json").read_text())
+        grid = ProfileGrid(
+            batch_sizes=tuple(sorted({1, *params.decide.concurrencies})),
+            q_values=(1, 2),
+            contexts=(128,),
+            reps=3,
+        )
+        profile = profile_steps(cfg, grid, device="cpu")
+        profile.to_parquet(folder.root / "step_profile.parquet", index=False)
+    return hw, profile, 1
+
+
+def decide_stage(params: RunParams, folder: RunFolder, probe: dict[str, Any]) -> dict[str, Any]:
+    """Run the sweep, predict, decide; write decision.json and return it."""
+    arch = load_arch(params.model.path)
+    mtp = _mtp_status(probe)
+    prompts = sweep_prompts(params, folder)
+    sweep = run_sweep(params, folder, prompts, mtp, hybrid=arch.is_hybrid)
+    hw, profile, n_gpus = _hardware(params, folder, probe)
+    lens = [p["prompt_tokens"] for p in prompts if p.get("prompt_tokens")]
+    eng = params.engine
+    work = Workload(
+        input_len=int(sum(lens) / len(lens)) if lens else 512,
+        output_len=params.decide.max_tokens,
+        mem_fraction=eng.mem_fraction_static or params.probe.mem_fraction,
+        tp_size=eng.tp_size,
+        dp_size=eng.dp_size if n_gpus > 1 or eng.dp_size > 1 else 1,
+    )
+    backend = eng.attention_backend or (probe.get("recommended") or {}).get("attention_backend")
+    decision = decide(
+        arch,
+        hw,
+        sweep,
+        params.decide,
+        mtp or "absent",
+        eng.flavor,
+        work=work,
+        profile=profile,
+        attention_backend=backend,
+    )
+    decision["engine_flavor"] = eng.flavor
+    decision["mtp_status"] = mtp
+    write_json_atomic(folder.decision, decision)
+    return decision
+
+
+# ---- display (notebook 02) ---------------------------------------------------
+def decision_markdown(decision: dict[str, Any]) -> str:
+    s = decision["engine_settings"]
+    lines = [f"## Decision: **{decision['chosen_arm']}** ({decision['decided_by']})", ""]
+    lines += [f"- {r}" for r in decision["reasons"]]
+    lines += ["", "**Engine settings for stage 3**", ""]
+    lines += [f"- `{k}`: {v}" for k, v in s.items()]
+    return "\n".join(lines)
+
+
+def decision_tables(params: RunParams) -> dict[str, pd.DataFrame]:
+    folder = RunFolder(Path(params.run_dir))
+    tables: dict[str, pd.DataFrame] = {}
+    if folder.sweep.exists():
+        tables["Measured sweep"] = pd.read_parquet(folder.sweep)
+    if folder.decision.exists():
+        t = pd.DataFrame(read_json(folder.decision)["table"])
+        keep = [
+            c
+            for c in (
+                "arm",
+                "concurrency",
+                "predicted_tok_s",
+                "measured_tok_s",
+                "error_pct",
+                "feasible",
+                "compute_bound",
+                "status",
+            )
+            if c in t
+        ]
+        tables["Predicted beside measured"] = t[keep]
+    return tables
+
+
+def decision_figures(params: RunParams, decision: dict[str, Any]) -> list[Any]:
+    """The figures of notebook 02, also saved as PNG under figures/."""
+    from kit.decide.plots import decision_figures as make
+
+    folder = RunFolder(Path(params.run_dir))
+    figs = make(decision)
+    for name, fig in figs.items():
+        fig.savefig(folder.figures / f"decide_{name}.png", dpi=110, bbox_inches="tight")
+    return list(figs.values())

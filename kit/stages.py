@@ -1,0 +1,102 @@
+"""The four stages as plain functions: what the CLI and the notebooks both call.
+
+from kit.params import load_params
+from kit import stages
+params = load_params("params/demo.yaml")
+stages.probe(params); stages.decide(params); stages.generate(params); stages.analyse(params)
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+from kit.errors import ModelDirError
+from kit.params import RunParams, dump_params
+from kit.runfolder import RunFolder, read_json, write_text_atomic
+
+log = logging.getLogger(__name__)
+
+
+def prepare(params: RunParams) -> RunFolder:
+    """Create the run folder, save the resolved params (an earlier, different copy is kept
+    as `params.<n>.yaml`), and build the demo model when the params ask for it."""
+    folder = RunFolder(Path(params.run_dir)).ensure()
+    text = dump_params(params)
+    if folder.params.exists() and folder.params.read_text() != text:
+        n = 1 + len(list(folder.root.glob("params.*.yaml")))
+        folder.params.rename(folder.root / f"params.{n}.yaml")
+    if not folder.params.exists():
+        write_text_atomic(folder.params, text)
+    _ensure_model(params)
+    return folder
+
+
+def _ensure_model(params: RunParams) -> None:
+    path = Path(params.model.path)
+    if params.model.demo:
+        from kit.demo.model import ensure_demo_model
+
+        ensure_demo_model(path)
+    elif params.engine.flavor != "external" and not (path / "config.json").is_file():
+        what = "does not exist" if not path.exists() else "has no config.json"
+        raise ModelDirError(
+            f"model.path {path} {what}: point it at a local Hugging Face model directory "
+            "(config.json, *.safetensors, tokenizer), or set model.demo: true for the embedded demo model"
+        )
+
+
+def probe(params: RunParams) -> dict[str, Any]:
+    """Stage 1: write probe.json (GPUs, engine environment, model directory, memory, backends)."""
+    from kit.probe import run_probe
+
+    folder = prepare(params)
+    return run_probe(params, folder)
+
+
+def _probe_report(params: RunParams, folder: RunFolder) -> dict[str, Any]:
+    if folder.probe.exists():
+        return read_json(folder.probe)
+    from kit.probe import run_probe
+
+    return run_probe(params, folder)
+
+
+def decide(params: RunParams) -> dict[str, Any]:
+    """Stage 2: measured sweep plus predicted curves; write decision.json (and sweep.parquet)."""
+    from kit.decide.stage import decide_stage
+
+    folder = prepare(params)
+    return decide_stage(params, folder, _probe_report(params, folder))
+
+
+def generate(
+    params: RunParams, *, fresh: bool = False, shard: str | None = None, retry_failures: bool = False
+) -> dict[str, Any]:
+    """Stage 3: plan prompts, generate completions (resuming), write manifest.json."""
+    from kit.generate import run_generation
+
+    folder = prepare(params)
+    return run_generation(params, folder, fresh=fresh, shard=shard, retry_failures=retry_failures)
+
+
+def analyse(params: RunParams) -> dict[str, Any]:
+    """Stage 4: summary.json and figures from the run folder."""
+    from kit.analyse import analyse_run
+
+    folder = prepare(params)
+    return analyse_run(folder, params.analyse)
+
+
+def headline(run_dir: Path) -> dict[str, Any]:
+    """A few numbers of a run for the terminal: rows, failures, chosen arm."""
+    folder = RunFolder(Path(run_dir))
+    out: dict[str, Any] = {}
+    for name, path in (("manifest", folder.manifest), ("decision", folder.decision)):
+        if path.exists():
+            out[name] = read_json(path)
+    return out
+
+
+__all__ = ["prepare", "probe", "decide", "generate", "analyse", "headline"]

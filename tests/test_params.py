@@ -1,0 +1,84 @@
+"""Params files: typed, strict, with messages that name the file, the key and what is allowed."""
+
+from pathlib import Path
+
+import pytest
+from pydantic import ValidationError
+
+from kit.errors import ParamsError
+from kit.params import dump_params, load_params
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    p = tmp_path / "run.yaml"
+    p.write_text(text)
+    return p
+
+
+def test_demo_params_load_and_resolve_paths():
+    p = load_params(REPO / "params" / "demo.yaml")
+    assert p.run == "demo"
+    assert p.model.path == REPO / ".cache" / "demo" / "model"
+    assert p.run_dir == REPO / "outputs" / "demo"
+    assert all(f.is_absolute() for s in p.data.sources for f in s.data_files)
+    assert len({s.adapter for s in p.data.sources}) == 6
+
+
+def test_example_gpu_params_are_valid():
+    p = load_params(REPO / "params" / "sglang-8gpu.example.yaml")
+    assert p.engine.flavor == "sglang" and p.engine.dp_size == 8
+
+
+def test_unknown_key_names_file_key_and_allowed(tmp_path):
+    f = write(tmp_path, "model: {path: m}\nengine: {flavour: sglang}\n")
+    with pytest.raises(ParamsError) as e:
+        load_params(f)
+    msg = str(e.value)
+    assert str(f) in msg and "engine.flavour" in msg and "flavor" in msg
+
+
+def test_unknown_nested_key_in_list(tmp_path):
+    f = write(tmp_path, "model: {path: m}\ndata: {sources: [{name: a, adapter: b, dataset: json, cnt: 3}]}\n")
+    with pytest.raises(ParamsError, match=r"data\.sources\.0\.cnt.*allowed here: .*count"):
+        load_params(f)
+
+
+def test_wrong_type_names_key_and_value(tmp_path):
+    f = write(tmp_path, "model: {path: m}\ngenerate: {concurrency: lots}\n")
+    with pytest.raises(ParamsError, match=r"generate\.concurrency.*'lots'"):
+        load_params(f)
+
+
+def test_bad_choice_lists_allowed_values(tmp_path):
+    f = write(tmp_path, "model: {path: m}\nengine: {flavor: tgi}\n")
+    with pytest.raises(ParamsError, match=r"engine\.flavor.*'transformers'.*'sglang'"):
+        load_params(f)
+
+
+def test_missing_file_and_missing_required_key(tmp_path):
+    with pytest.raises(ParamsError, match="params file not found"):
+        load_params(tmp_path / "nope.yaml")
+    with pytest.raises(ParamsError, match="missing required key 'model'"):
+        load_params(write(tmp_path, "run: x\n"))
+
+
+def test_external_needs_url(tmp_path):
+    with pytest.raises(ParamsError, match="base_url"):
+        load_params(write(tmp_path, "model: {path: m}\nengine: {flavor: external}\n"))
+
+
+def test_invalid_yaml_and_run_override(tmp_path):
+    with pytest.raises(ParamsError, match="not valid YAML"):
+        load_params(write(tmp_path, "model: [unclosed\n"))
+    p = load_params(write(tmp_path, "model: {path: m}\n"), run="other")
+    assert p.run == "other" and p.model.path == tmp_path / "m"
+
+
+def test_params_are_frozen_and_dump_roundtrips(tmp_path):
+    p = load_params(REPO / "params" / "demo.yaml")
+    with pytest.raises(ValidationError):
+        p.run = "x"  # type: ignore[misc]
+    f = write(tmp_path, dump_params(p))
+    assert load_params(f) == p.model_copy(update={"source_file": f.resolve()})

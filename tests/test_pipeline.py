@@ -1,0 +1,90 @@
+"""The whole path as a user runs it: `kit run` on the demo params executes the four notebooks
+through papermill and renders the report; the test asserts on the artifacts they leave."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+import yaml
+from conftest import REPO
+
+pytestmark = pytest.mark.slow
+ROW_COLUMNS = {
+    "id",
+    "source",
+    "messages",
+    "completion",
+    "finish_reason",
+    "prompt_tokens",
+    "completion_tokens",
+    "latency_s",
+    "engine",
+    "sampling",
+    "sampling_hash",
+    "finished_at",
+}
+
+
+@pytest.fixture(scope="module")
+def demo_run(tmp_path_factory, demo_model) -> Path:
+    """params/demo.yaml, shrunk (fewer prompts, shorter sweep) and pointed at a temporary output dir."""
+    tmp = tmp_path_factory.mktemp("pipeline")
+    params = yaml.safe_load((REPO / "params" / "demo.yaml").read_text())
+    base = REPO / "params"
+    params["output_dir"] = str(tmp / "outputs")
+    params["model"]["path"] = str(demo_model)
+    params["data"]["demo_fixtures"] = str(tmp / "data")
+    for s in params["data"]["sources"]:
+        s["count"] = 3
+        s["data_files"] = [str(tmp / "data" / Path(f).name) for f in s["data_files"]]
+    params["decide"].update(concurrencies=[1, 4], num_prompts=4, max_tokens=8)
+    params["generate"]["sampling"]["max_tokens"] = 24
+    path = tmp / "demo.yaml"
+    path.write_text(yaml.safe_dump(params))
+    assert (base / "demo.yaml").exists()
+    done = subprocess.run([sys.executable, "-m", "kit.cli", "run", str(path)], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return tmp / "outputs" / "demo"
+
+
+def test_probe_and_decision(demo_run):
+    probe = json.loads((demo_run / "probe.json").read_text())
+    assert probe["summary"]["go"] is True
+    assert probe["gpus"]["devices"] == []  # no GPU here, reported as a finding, not a crash
+    decision = json.loads((demo_run / "decision.json").read_text())
+    assert decision["chosen_arm"] == "plain" and decision["decided_by"] == "measured"
+    assert decision["speculation_available"] is False
+    sweep = pq.read_table(demo_run / "sweep.parquet").to_pandas()
+    plain = sweep[sweep.arm == "plain"]
+    assert list(plain.concurrency) == [1, 4] and (plain.output_tok_s > 0).all()
+    assert (sweep[sweep.arm != "plain"].status == "skipped").all()
+    assert "transformers serve has no speculative decoding" in set(sweep.reason)
+
+
+def test_generations(demo_run):
+    manifest = json.loads((demo_run / "manifest.json").read_text())
+    table = pq.read_table(sorted((demo_run / "generations").glob("part-*.parquet")))
+    assert ROW_COLUMNS <= set(table.column_names)
+    planned = pq.read_table(demo_run / "prompts.parquet")
+    assert manifest["complete"] and manifest["failures"] == 0
+    assert table.num_rows == planned.num_rows == manifest["rows"]
+    assert set(table.column("source").to_pylist()) == set(planned.column("source").to_pylist())
+    assert len(set(planned.column("source").to_pylist())) == 6
+    assert not (demo_run / "failures.jsonl").exists()
+
+
+def test_analysis_and_report(demo_run):
+    summary = json.loads((demo_run / "summary.json").read_text())
+    assert summary["rows"] == json.loads((demo_run / "manifest.json").read_text())["rows"]
+    assert len(list((demo_run / "figures").glob("*.png"))) >= 2
+    names = {p.stem for p in (demo_run / "notebooks").glob("*.ipynb")}
+    assert names == {"01_probe_environment", "02_decide_mtp", "03_generate", "04_analyse_outputs"}
+    report = demo_run / "report"
+    assert {p.stem for p in report.glob("*.html")} == names | {"index"}
+    index = (report / "index.html").read_text()
+    assert all(f"{n}.html" in index for n in names)
