@@ -1,0 +1,189 @@
+"""Dataset adapters: one small function per source schema, picked by name from a registry.
+
+An adapter turns one dataset row into the prompt side of a chat request: messages
+(`[{role, content}]`), tools (a JSON string or None) and metadata (category, language, the
+reference answer...). The registry names feed the params (`data.sources[].adapter`) and the CLI.
+Schemas: ../shared/reference/datasets.md.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from kit.errors import DataError
+
+SHAREGPT_ROLES = {
+    "human": "user",
+    "user": "user",
+    "gpt": "assistant",
+    "assistant": "assistant",
+    "system": "system",
+    "tool": "tool",
+    "function_call": "assistant",
+    "observation": "tool",
+}
+"""ShareGPT `from` values mapped to chat roles (Infinity-Instruct, Hermes, AgentInstruct)."""
+
+ROLES = frozenset({"system", "user", "assistant", "tool"})
+
+
+@dataclass(frozen=True)
+class PromptRow:
+    """The prompt side of one planned request, before it gets a stable id."""
+
+    messages: list[dict[str, str]]
+    tools: str | None
+    source_row_id: str
+    metadata: str
+
+
+@dataclass(frozen=True)
+class Adapted:
+    """What an adapter function returns for one row (the registry adds id and JSON encoding)."""
+
+    messages: list[dict[str, str]]
+    tools: str | None = None
+    meta: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Adapter:
+    """A registered adapter: its row function and the columns it needs."""
+
+    name: str
+    fn: Callable[[Mapping[str, Any]], Adapted]
+    columns: tuple[str, ...]
+    id_column: str | None = None
+    language_columns: tuple[str, ...] = ()
+    doc: str = ""
+
+    def check_columns(self, source: str, found: Sequence[str]) -> None:
+        """Raise `DataError` when the dataset lacks a column this adapter needs."""
+        missing = [c for c in self.columns if c not in found]
+        if missing:
+            raise DataError(
+                f"source '{source}': adapter '{self.name}' expects columns [{', '.join(self.columns)}] "
+                f"but the dataset has [{', '.join(found)}] (missing: {', '.join(missing)}). "
+                f"Pick the adapter that matches this dataset (one of: {', '.join(adapter_names())}) "
+                "or check the dataset id, config and split."
+            )
+
+    def language_column(self, found: Sequence[str]) -> str | None:
+        """The column this source's language is read from, if the dataset has one."""
+        return next((c for c in self.language_columns if c in found), None)
+
+    def __call__(self, row: Mapping[str, Any], index: int, source: str = "?") -> PromptRow:
+        """Adapt one row; `index` is its position in the loaded split (the id when it has none)."""
+        try:
+            out = self.fn(row)
+        except DataError as e:
+            raise DataError(f"source '{source}' row {index}: {e}") from None
+        row_id = row.get(self.id_column) if self.id_column else None
+        return PromptRow(
+            messages=out.messages,
+            tools=out.tools,
+            source_row_id=str(index if row_id is None else row_id),
+            metadata=json.dumps(out.meta, ensure_ascii=False, sort_keys=True, default=str),
+        )
+
+
+_REGISTRY: dict[str, Adapter] = {}
+
+
+def adapter(
+    name: str, *, columns: Sequence[str], id_column: str | None = None, language: Sequence[str] = ()
+) -> Callable[[Callable[[Mapping[str, Any]], Adapted]], Callable[[Mapping[str, Any]], Adapted]]:
+    """Register `fn` as the adapter `name` for datasets with `columns`."""
+
+    def register(fn: Callable[[Mapping[str, Any]], Adapted]) -> Callable[[Mapping[str, Any]], Adapted]:
+        if name in _REGISTRY:
+            raise ValueError(f"adapter '{name}' is registered twice")
+        doc = (fn.__doc__ or "").strip().splitlines()[0] if fn.__doc__ else ""
+        _REGISTRY[name] = Adapter(name, fn, tuple(columns), id_column, tuple(language), doc)
+        return fn
+
+    return register
+
+
+def adapter_names() -> list[str]:
+    """Names of every registered adapter, sorted."""
+    return sorted(_REGISTRY)
+
+
+def get_adapter(name: str) -> Adapter:
+    """The adapter registered as `name`; `DataError` listing the known names otherwise."""
+    try:
+        return _REGISTRY[name]
+    except KeyError:
+        raise DataError(f"unknown adapter '{name}': use one of {', '.join(adapter_names())}") from None
+
+
+# --- shared pieces -------------------------------------------------------------------------------
+
+
+def sharegpt_prompt(turns: Any, keys: tuple[str, str] = ("from", "value")) -> tuple[list[dict], str | None]:
+    """Messages up to (not including) the last assistant turn, and that turn's text (the reference)."""
+    if not isinstance(turns, list) or not turns:
+        raise DataError(f"expected a non-empty list of {{{keys[0]}, {keys[1]}}} turns, found {_short(turns)}")
+    messages = [_turn(t, keys) for t in turns]
+    last = max((i for i, m in enumerate(messages) if m["role"] == "assistant"), default=None)
+    reference = None
+    if last is not None:
+        reference = messages[last]["content"]
+        messages = messages[:last]
+    if not any(m["role"] == "user" for m in messages):
+        raise DataError(f"no user turn before the last assistant turn in {_short(turns)}")
+    return messages, reference
+
+
+def _turn(turn: Any, keys: tuple[str, str]) -> dict[str, str]:
+    role_key, text_key = keys
+    if not isinstance(turn, Mapping) or role_key not in turn or text_key not in turn:
+        raise DataError(f"expected a turn with keys {{{role_key}, {text_key}}}, found {_short(turn)}")
+    raw_role, text = turn[role_key], turn[text_key]
+    role = SHAREGPT_ROLES.get(str(raw_role).lower()) if role_key == "from" else str(raw_role)
+    if role not in ROLES:
+        raise DataError(f"unknown role {raw_role!r} (expected one of {', '.join(sorted(SHAREGPT_ROLES))})")
+    if not isinstance(text, str):
+        raise DataError(f"turn content must be text, found {_short(text)}")
+    return {"role": role, "content": text}
+
+
+def tools_json(value: Any) -> str | None:
+    """Tools as a compact JSON string of a list, or None; accepts a JSON string or a list."""
+    if value is None or value == "" or value == []:
+        return None
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError as e:
+            raise DataError(f"tools is not valid JSON ({e}): {_short(value)}") from None
+    if isinstance(value, dict):
+        value = [value]
+    if not isinstance(value, list):
+        raise DataError(f"tools must be a JSON list of tool schemas, found {_short(value)}")
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+def user_prompt(text: Any, column: str) -> list[dict[str, str]]:
+    """A single user message from a text column."""
+    if not isinstance(text, str) or not text.strip():
+        raise DataError(f"column '{column}' must hold non-empty text, found {_short(text)}")
+    return [{"role": "user", "content": text}]
+
+
+def _short(value: Any, limit: int = 120) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def scalar_meta(row: Mapping[str, Any], skip: Sequence[str]) -> dict[str, Any]:
+    """The row's other columns that are plain values (for generic adapters' metadata)."""
+    return {
+        k: v
+        for k, v in row.items()
+        if k not in skip and (v is None or isinstance(v, (str, int, float, bool)))
+    }

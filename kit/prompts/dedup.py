@@ -1,0 +1,44 @@
+"""Exact deduplication on normalised text, and the stable id of a planned request."""
+
+from __future__ import annotations
+
+import hashlib
+
+
+def normalise(text: str) -> str:
+    """Lowercase with every run of whitespace collapsed to one space, trimmed."""
+    return " ".join(text.split()).lower()
+
+
+def dedup_key(messages: list[dict[str, str]], tools: str | None) -> bytes:
+    """A 16-byte digest of a request's normalised text (roles, contents and tools)."""
+    parts = [f"{m['role']}:{normalise(m['content'])}" for m in messages]
+    if tools:
+        parts.append("tools:" + normalise(tools))
+    return hashlib.blake2b("\x1e".join(parts).encode(), digest_size=16).digest()
+
+
+def prompt_id(source: str, source_row_id: str, messages: list[dict[str, str]], tools: str | None) -> str:
+    """Stable id: the first 16 hex digits of sha256 over source, source row id, messages and tools.
+
+    Fields are framed by ASCII unit/record separators (cheaper than JSON over 200K prompts).
+    """
+    parts = [source, source_row_id, *(f"{m['role']}\x1e{m['content']}" for m in messages), tools or ""]
+    return hashlib.sha256("\x1f".join(parts).encode()).hexdigest()[:16]
+
+
+class Deduplicator:
+    """Remembers the normalised text of every kept prompt and which id first held it."""
+
+    def __init__(self) -> None:
+        self._seen: dict[bytes, str] = {}
+
+    def first_holder(self, key: bytes) -> str | None:
+        """The id that already holds this text, or None when the text is new."""
+        return self._seen.get(key)
+
+    def add(self, key: bytes, holder: str) -> None:
+        self._seen.setdefault(key, holder)
+
+    def __len__(self) -> int:
+        return len(self._seen)

@@ -1,0 +1,228 @@
+"""Synthetic datasets in the six seed sources' real schemas, for tests, the demo and benchmarks.
+
+Rows are built from small word lists and templates, seeded, so the same call writes the same
+bytes. Every few rows carry planted work for the plan: exact duplicates (a copy of an earlier
+row's prompt under a new id, with case and spacing changed where the prompt is one text),
+very long prompts (for the token filter) and, in Infinity-Instruct, Chinese rows
+(`langdetect: zh`). `is_duplicate`, `is_long` and `is_chinese` say which row indices those are.
+
+    from kit.prompts.fixtures import write_fixtures
+    files = write_fixtures(Path("/tmp/fx"), rows_per_source=24)   # {"metamathqa": Path(...), ...}
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from collections.abc import Callable
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from kit.prompts import fixture_text as text
+from kit.prompts.fixture_text import between, pick
+
+DUP_EVERY = 12
+"""Row i with i % 12 == 11 repeats the prompt of row i - 5 (i - 6 when that one is long)."""
+LONG_EVERY = 50
+"""Row i with i % 50 == 19 holds a very long prompt (a document of ~1,500 words)."""
+ZH_EVERY = 6
+"""Infinity-Instruct row i with i % 6 == 4 is Chinese (`langdetect: zh`)."""
+
+SOURCES = ("infinity_instruct", "webinstructsub", "codefeedback", "metamathqa", "hermes_fc", "agentinstruct")
+
+
+def is_duplicate(i: int) -> bool:
+    """Whether row `i` of a fixture file is a planted exact duplicate of an earlier row."""
+    return i % DUP_EVERY == DUP_EVERY - 1
+
+
+def is_long(i: int) -> bool:
+    """Whether row `i` of a fixture file holds a very long prompt (planted duplicates never do)."""
+    return i % LONG_EVERY == 19 and not is_duplicate(i)
+
+
+def is_chinese(i: int) -> bool:
+    """Whether Infinity-Instruct row `i` was generated in Chinese (its duplicates copy the language)."""
+    return i % ZH_EVERY == 4
+
+
+def duplicate_of(i: int) -> int:
+    """The earlier row that planted duplicate `i` copies."""
+    j = i - 5
+    return j - 1 if is_long(j) else j
+
+
+def write_fixtures(out_dir: Path, rows_per_source: int = 24, seed: int = 0) -> dict[str, Path]:
+    """Write one JSONL file per source (`<source>.jsonl`) in its real schema; return the paths."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths = {}
+    for k, name in enumerate(SOURCES):
+        rng = random.Random(seed * 1000 + k)
+        rows = _rows(_GENERATORS[name], rng, rows_per_source)
+        path = out_dir / f"{name}.jsonl"
+        with open(path, "w", encoding="utf-8") as f:
+            f.writelines(json.dumps(r, ensure_ascii=False) + "\n" for r in rows)
+        paths[name] = path
+    return paths
+
+
+def _rows(make: Callable[[random.Random, int], dict], rng: random.Random, n: int) -> list[dict]:
+    """Generate `n` rows with unique prompts, then plant the duplicates."""
+    rows: list[dict] = []
+    seen: set[str] = set()
+    for i in range(n):
+        if is_duplicate(i):
+            rows.append(_copy(rows[duplicate_of(i)], make, i))
+            continue
+        for _attempt in range(100):
+            row = make(rng, i)
+            key = row["_key"]
+            if key not in seen:
+                break
+        seen.add(key)
+        row.pop("_key", None)
+        rows.append(row)
+    return rows
+
+
+def _copy(row: dict, make: Callable, i: int) -> dict:
+    """A copy of `row` under row i's id; one-text prompts get their case and spacing changed."""
+    new = dict(row)
+    if "id" in new:
+        new["id"] = _ID_FORMATS[make](i)
+    for column in ("question", "query"):
+        if column in new:
+            words = new[column].split(" ")
+            new[column] = "  ".join([words[0].upper(), *words[1:]]) + " "
+    return new
+
+
+# --- one generator per source -------------------------------------------------------------------
+
+
+def _infinity(rng: random.Random, i: int) -> dict[str, Any]:
+    zh = is_chinese(i)
+    question = text.zh_request(rng) if zh else text.long_document(rng) if is_long(i) else text.request(rng)
+    turns = [{"from": "human", "value": question}, {"from": "gpt", "value": text.answer(rng, zh)}]
+    if i % 5 == 2:
+        turns.insert(0, {"from": "system", "value": text.system_prompt(rng)})
+    if i % 7 == 3:
+        follow = text.zh_request(rng) if zh else text.follow_up(rng)
+        turns += [{"from": "human", "value": follow}, {"from": "gpt", "value": text.answer(rng, zh)}]
+    ability = rng.sample(text.ABILITIES, 2)
+    label = {
+        "ability_en": ability,
+        "ability_zh": ability,
+        "cate_ability_en": [pick(rng, text.CATEGORIES)],
+        "cate_ability_zh": [pick(rng, text.CATEGORIES)],
+    }
+    return {
+        "id": i,
+        "conversations": turns,
+        "label": label,
+        "langdetect": "zh" if zh else "en",
+        "source": pick(rng, text.INFINITY_ORIGINS),
+        "_key": question,
+    }
+
+
+def _webinstruct(rng: random.Random, i: int) -> dict[str, Any]:
+    question = text.long_document(rng) if is_long(i) else text.math_question(rng)
+    return {
+        "question": question,
+        "answer": text.answer(rng),
+        "source": pick(rng, text.WEB_ORIGINS),
+        "_key": question,
+    }
+
+
+def _codefeedback(rng: random.Random, i: int) -> dict[str, Any]:
+    lang = pick(rng, text.CODE_LANGS)
+    query = text.long_document(rng) if is_long(i) else text.code_request(rng, lang)
+    return {
+        "query": query,
+        "answer": text.code_answer(rng, lang),
+        "lang": lang,
+        "resource": pick(rng, text.CODE_ORIGINS),
+        "_key": query,
+    }
+
+
+def _metamath(rng: random.Random, i: int) -> dict[str, Any]:
+    original, answer = text.word_problem(rng)
+    kind = pick(rng, text.MATH_TYPES)
+    query = text.long_document(rng) if is_long(i) else text.rephrase(rng, original, kind)
+    return {
+        "query": query,
+        "response": f"Let us work it out step by step. The answer is: {answer}",
+        "type": kind,
+        "original_question": original,
+        "_key": query,
+    }
+
+
+def _hermes(rng: random.Random, i: int) -> dict[str, Any]:
+    picked = tuple(sorted(rng.sample(range(len(text.TOOLS)), between(rng, 1, 3))))
+    tools_text, system = _tool_texts(picked)
+    request, call = text.tool_request(rng, text.TOOLS[picked[0]][1])
+    if is_long(i):
+        request = text.long_document(rng) + "\n\n" + request
+    turns = [
+        {"from": "system", "value": system},
+        {"from": "human", "value": request},
+        {"from": "gpt", "value": f"<tool_call>\n{json.dumps(call)}\n</tool_call>"},
+    ]
+    if i % 4 == 1:
+        turns += [
+            {"from": "tool", "value": text.tool_response(rng, call)},
+            {"from": "gpt", "value": text.answer(rng)},
+        ]
+    return {
+        "id": f"{i:08x}-hermes",
+        "conversations": turns,
+        "tools": tools_text,
+        "category": text.TOOLS[picked[0]][0],
+        "subcategory": call["name"],
+        "task": request[:80],
+        "_key": request,
+    }
+
+
+@cache
+def _tool_texts(picked: tuple[int, ...]) -> tuple[str, str]:
+    """The `tools` JSON and the Hermes system prompt for a set of tools (few sets, many rows)."""
+    tools = [text.TOOLS[k][1] for k in picked]
+    return json.dumps(tools), text.hermes_system(tools)
+
+
+def _agent(rng: random.Random, i: int) -> dict[str, Any]:
+    task = text.long_document(rng) if is_long(i) else text.os_task(rng)
+    turns = [
+        {"from": "human", "loss": None, "value": text.AGENT_INSTRUCTIONS},
+        {"from": "gpt", "loss": False, "value": "OK."},
+        {"from": "human", "loss": None, "value": task},
+        {"from": "gpt", "loss": True, "value": text.agent_act(rng)},
+    ]
+    for _ in range(between(rng, 0, 2)):
+        turns += [
+            {"from": "human", "loss": None, "value": text.os_output(rng)},
+            {"from": "gpt", "loss": True, "value": text.agent_act(rng)},
+        ]
+    return {"id": f"os_{i}", "conversations": turns, "_key": task}
+
+
+_GENERATORS: dict[str, Callable[[random.Random, int], dict[str, Any]]] = {
+    "infinity_instruct": _infinity,
+    "webinstructsub": _webinstruct,
+    "codefeedback": _codefeedback,
+    "metamathqa": _metamath,
+    "hermes_fc": _hermes,
+    "agentinstruct": _agent,
+}
+_ID_FORMATS: dict[Callable, Callable[[int], Any]] = {
+    _infinity: lambda i: i,
+    _hermes: lambda i: f"{i:08x}-hermes",
+    _agent: lambda i: f"os_{i}",
+}

@@ -1,0 +1,160 @@
+"""The prompt plan: sample each source to its target with a seed, filter, deduplicate, freeze.
+
+    result = build_plan(params.data, model_dir, run.prompts, run.plan)
+    result.table            # per source: requested, available, examined, kept, dropped_<reason>
+
+Each source is shuffled with a seed derived from `data.seed` and its name (adding a source does
+not change another's sample), then walked in that order: a row a filter drops is replaced by the
+next one, until the target is met or the source runs out. Filters, in order: language (where the
+source has a language column), malformed (the row does not fit its adapter), duplicate (same
+normalised text as a row already kept, across all sources), too_long (more than
+`max_prompt_tokens` with the model's tokenizer and chat template) and template_error.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from kit.errors import DataError
+from kit.params import DataParams, SourceParams
+from kit.prompts import sources as _sources  # noqa: F401  (fills the adapter registry)
+from kit.prompts.adapters import get_adapter
+from kit.prompts.dedup import Deduplicator
+from kit.prompts.sampling import SourcePlan, load_source, source_targets
+from kit.prompts.tokens import TokenCounter
+from kit.runfolder import atomic_path, write_json_atomic
+
+PROMPTS_SCHEMA = pa.schema(
+    [
+        ("id", pa.string()),
+        ("source", pa.string()),
+        ("source_row_id", pa.string()),
+        ("messages", pa.list_(pa.struct([("role", pa.string()), ("content", pa.string())]))),
+        ("tools", pa.string()),
+        ("metadata", pa.string()),
+        ("prompt_tokens", pa.int64()),
+    ]
+)
+"""Columns of `prompts.parquet` (tools and prompt_tokens may be null)."""
+
+
+@dataclass
+class PlanResult:
+    """What `build_plan` wrote, with the per-source table and every dropped row."""
+
+    table: pd.DataFrame
+    prompts: Path
+    plan: Path
+    kept: int
+    dropped: int
+    dropped_rows: pd.DataFrame = field(repr=False, default_factory=pd.DataFrame)
+
+
+def build_plan(
+    data: DataParams, tokenizer_dir: Path | None, out_prompts: Path, out_plan: Path, progress: bool = True
+) -> PlanResult:
+    """Load, sample, filter and deduplicate every source; write `prompts.parquet` and `plan.json`."""
+    _check_sources(data)
+    if data.max_prompt_tokens and tokenizer_dir is None:
+        raise DataError(
+            "data.max_prompt_tokens needs the model's tokenizer to count prompt tokens: "
+            "pass the model directory (model.path), or drop max_prompt_tokens."
+        )
+    counter = TokenCounter(tokenizer_dir) if tokenizer_dir is not None else None
+    dedup = Deduplicator() if data.dedup else None
+    targets = source_targets(data)
+    plans, tables = [], []
+    for source in data.sources:
+        plan = SourcePlan(source, load_source(source, progress), targets[source.name], data, counter, dedup)
+        plans.append(plan.run(progress=progress))
+        tables.append(pa.Table.from_pylist(plan.kept, schema=PROMPTS_SCHEMA))
+        plan.kept.clear()  # the Arrow copy is several times smaller than the Python rows
+    table = write_prompts(pa.concat_tables(tables), out_prompts)
+    dropped = pd.DataFrame(
+        [d for p in plans for d in p.dropped], columns=["source", "source_row_id", "reason", "detail"]
+    )
+    write_json_atomic(out_plan, _plan_json(data, tokenizer_dir, plans, table))
+    summary = pd.DataFrame([p.summary() for p in plans])
+    return PlanResult(
+        summary, out_prompts, out_plan, kept=table.num_rows, dropped=len(dropped), dropped_rows=dropped
+    )
+
+
+def _check_sources(data: DataParams) -> None:
+    if not data.sources:
+        raise DataError(
+            "data.sources is empty: list at least one source (name, adapter, dataset) in the params."
+        )
+    for source in data.sources:
+        get_adapter(source.adapter)  # an unknown name fails before any dataset is loaded
+    names = [s.name for s in data.sources]
+    repeated = sorted({n for n in names if names.count(n) > 1})
+    if repeated:
+        raise DataError(f"data.sources: names must be unique, repeated: {', '.join(repeated)}")
+
+
+def write_prompts(table: pa.Table, out: Path) -> pa.Table:
+    """Write the kept rows sorted by id, atomically; return the sorted table."""
+    table = table.take(pc.sort_indices(table, [("id", "ascending")]))
+    with atomic_path(Path(out)) as tmp:
+        pq.write_table(table, tmp, compression="zstd")
+    return table
+
+
+def read_prompts(path: Path) -> pa.Table:
+    """Read a frozen prompt set; `DataError` when it is missing or not one."""
+    try:
+        table = pq.read_table(path)
+    except FileNotFoundError:
+        raise DataError(f"{path} not found: build the prompt plan first (kit generate writes it).") from None
+    except (pa.ArrowInvalid, OSError) as e:
+        raise DataError(
+            f"{path} is not a readable parquet file ({e}); delete it and rebuild the plan."
+        ) from None
+    missing = [n for n in PROMPTS_SCHEMA.names if n not in table.column_names]
+    if missing:
+        raise DataError(f"{path} lacks columns {', '.join(missing)}: it is not a prompt plan; rebuild it.")
+    return table
+
+
+def _plan_json(
+    data: DataParams, tokenizer_dir: Path | None, plans: list[SourcePlan], table: pa.Table
+) -> dict[str, Any]:
+    ids = "\n".join(table.column("id").to_pylist()).encode()
+    return {
+        "seed": data.seed,
+        "total": data.total,
+        "max_prompt_tokens": data.max_prompt_tokens,
+        "dedup": data.dedup,
+        "tokenizer": str(tokenizer_dir) if tokenizer_dir else None,
+        "prompts": table.num_rows,
+        "ids_sha256": hashlib.sha256(ids).hexdigest(),
+        "sources": [p.summary() for p in plans],
+        "dropped_examples": {p.source.name: p.examples() for p in plans},
+    }
+
+
+def plan_sources_from_files(
+    files: dict[str, Path], counts: dict[str, int] | None = None, **overrides: Any
+) -> list[SourceParams]:
+    """Sources for local fixture files named after their adapter (tests, demo, benchmark)."""
+    counts = counts or {}
+    return [
+        SourceParams(
+            name=name,
+            adapter=name,
+            dataset="json",
+            data_files=[path],
+            count=counts.get(name),
+            **overrides.get(name, {}),
+        )
+        for name, path in files.items()
+    ]

@@ -1,0 +1,253 @@
+"""One source of the prompt plan: load it, walk a seeded shuffle, filter, keep up to its target."""
+
+from __future__ import annotations
+
+import hashlib
+from collections import Counter
+from typing import Any
+
+import numpy as np
+
+from kit.errors import DataError
+from kit.params import DataParams, SourceParams
+from kit.prompts.adapters import PromptRow, get_adapter
+from kit.prompts.dedup import Deduplicator, dedup_key, prompt_id
+from kit.prompts.tokens import TEMPLATE_ERROR, TokenCounter
+
+CHUNK_MAX = 16384
+EXAMPLES_PER_REASON = 3
+REASONS = ("language", "malformed", "duplicate", "too_long", "template_error")
+
+
+def load_source(source: SourceParams, progress: bool = True) -> Any:
+    """`datasets.load_dataset(dataset, config, split=..., data_files=...)`, errors made actionable."""
+    import datasets
+
+    kwargs: dict[str, Any] = {"split": source.split}
+    if source.data_files:
+        kwargs["data_files"] = [str(p) for p in source.data_files]
+    quiet = not progress and not datasets.are_progress_bars_disabled()
+    if quiet:
+        datasets.disable_progress_bars()
+    try:
+        return datasets.load_dataset(source.dataset, source.config, **kwargs)
+    except Exception as e:  # the hub, the builders and fsspec raise many types; all mean "cannot load"
+        raise DataError(
+            f"source '{source.name}': cannot load dataset '{source.dataset}' (config {source.config!r}, "
+            f"split {source.split!r}): {type(e).__name__}: {str(e)[:500]}. To fix: {_load_hint(source)}."
+        ) from None
+    finally:
+        if quiet:
+            datasets.enable_progress_bars()
+
+
+def _load_hint(source: SourceParams) -> str:
+    if source.dataset in ("json", "parquet", "csv", "text", "arrow"):
+        return "check data_files (the paths exist and hold that format)"
+    return (
+        "check the dataset id, config and split; the hub must be reachable (HF_TOKEN for gated datasets "
+        "such as BAAI/Infinity-Instruct), or set HF_HUB_OFFLINE=1 with the dataset already cached, or "
+        "point `dataset: json|parquet` with data_files at a local copy"
+    )
+
+
+def source_targets(data: DataParams) -> dict[str, int | None]:
+    """Rows wanted per source: `count`, else a weighted share of `data.total`, else all (None).
+
+    With `data.total`, sources without count or weight weigh 1; shares of what the counted sources
+    leave are rounded by largest remainder, so the targets add up to the total exactly.
+    """
+    targets: dict[str, int | None] = {s.name: s.count for s in data.sources}
+    weighted = {s.name: (s.weight or 1.0) for s in data.sources if s.count is None}
+    if not weighted or data.total is None:
+        if any(s.weight is not None for s in data.sources if s.count is None):
+            raise DataError(
+                "a source has a weight but data.total is not set: set data.total (the number of "
+                "prompts the weights share) or give the source a count."
+            )
+        return targets
+    left = data.total - sum(s.count for s in data.sources if s.count is not None)
+    if left < 0:
+        raise DataError(
+            f"data.total ({data.total}) is less than the sum of the sources' counts: raise the total."
+        )
+    scale = left / sum(weighted.values())
+    shares = {name: w * scale for name, w in weighted.items()}
+    floors = {name: int(v) for name, v in shares.items()}
+    by_remainder = sorted(shares, key=lambda n: (floors[n] - shares[n], n))
+    for name in by_remainder[: left - sum(floors.values())]:
+        floors[name] += 1
+    return {**targets, **floors}
+
+
+def shuffled_order(seed: int, name: str, n: int) -> np.ndarray:
+    """A permutation of range(n) fixed by the plan seed and the source's name."""
+    digest = hashlib.sha256(f"{seed}:{name}".encode()).digest()
+    return np.random.default_rng(int.from_bytes(digest[:8], "little")).permutation(n)
+
+
+class SourcePlan:
+    """Walks one source's shuffled rows in chunks until its target of kept rows is met."""
+
+    def __init__(
+        self,
+        source: SourceParams,
+        dataset: Any,
+        target: int | None,
+        data: DataParams,
+        counter: TokenCounter | None,
+        dedup: Deduplicator | None,
+    ) -> None:
+        self.source, self.dataset, self.target, self.data = source, dataset, target, data
+        self.counter, self.dedup = counter, dedup
+        self.adapter = get_adapter(source.adapter)
+        columns = list(dataset.column_names)
+        self.adapter.check_columns(source.name, columns)
+        self.language_column = self.adapter.language_column(columns) if source.language else None
+        if source.language and self.language_column is None:
+            raise DataError(
+                f"source '{source.name}': language '{source.language}' was asked for but the dataset "
+                f"has no language column (adapter '{self.adapter.name}' reads "
+                f"{list(self.adapter.language_columns) or 'none'}; found {columns}). Remove `language`."
+            )
+        self.kept: list[dict[str, Any]] = []
+        self.kept_count = 0
+        self.dropped: list[dict[str, Any]] = []
+        self.examined = 0
+        self._ids: set[str] = set()
+
+    def run(self, progress: bool = True) -> SourcePlan:
+        """Process chunks of the shuffled order until the target is met or rows run out."""
+        from tqdm.auto import tqdm
+
+        order, pos = shuffled_order(self.data.seed, self.source.name, len(self.dataset)), 0
+        total = self.target if self.target is not None else len(order)
+        with tqdm(total=total, desc=f"plan {self.source.name}", disable=not progress, leave=False) as bar:
+            while pos < len(order) and not self._full():
+                need = len(order) if self.target is None else self.target - self.kept_count
+                size = min(CHUNK_MAX, int(need * 1.15) + 64)
+                before = self.kept_count
+                self._process(order[pos : pos + size].tolist())
+                pos += size
+                bar.update(self.kept_count - before)
+        self._check_malformed()
+        return self
+
+    def _full(self) -> bool:
+        return self.target is not None and self.kept_count >= self.target
+
+    def _process(self, indices: list[int]) -> None:
+        batch = self.dataset[indices]
+        columns = list(batch)
+        rows = [dict(zip(columns, values, strict=True)) for values in zip(*batch.values(), strict=True)]
+        adapted = [self._adapt(row, i) for row, i in zip(rows, indices, strict=True)]
+        keys = [
+            dedup_key(a.messages, a.tools) if isinstance(a, PromptRow) and self.dedup is not None else None
+            for a in adapted
+        ]
+        tokens = self._count(adapted, keys)
+        for row, index, item, key, n in zip(rows, indices, adapted, keys, tokens, strict=True):
+            if self._full():
+                return
+            self.examined += 1
+            self._decide(row, index, item, key, n)
+
+    def _adapt(self, row: dict[str, Any], index: int) -> PromptRow | tuple[str, str]:
+        """The adapted row, or (reason, detail) for a row dropped before it has messages."""
+        if self.language_column is not None:
+            lang = row.get(self.language_column)
+            if str(lang).lower() != str(self.source.language).lower():
+                return ("language", f"{self.language_column}={lang!r}")
+        try:
+            return self.adapter(row, index, self.source.name)
+        except DataError as e:
+            return ("malformed", str(e))
+
+    def _count(self, adapted: list[Any], keys: list[bytes | None]) -> list[int | None]:
+        """Token counts for rows that may be kept (adapted and not already a duplicate)."""
+        counts: list[int | None] = [None] * len(adapted)
+        if self.counter is None:
+            return counts
+        todo = [
+            i
+            for i, a in enumerate(adapted)
+            if isinstance(a, PromptRow)
+            and (keys[i] is None or self.dedup is None or self.dedup.first_holder(keys[i]) is None)
+        ]
+        for i, n in zip(todo, self.counter.count([adapted[i] for i in todo]), strict=True):
+            counts[i] = n
+        return counts
+
+    def _decide(
+        self, row: dict[str, Any], index: int, item: Any, key: bytes | None, tokens: int | None
+    ) -> None:
+        if not isinstance(item, PromptRow):
+            return self._drop(self._row_id(row, index), *item)
+        pid = prompt_id(self.source.name, item.source_row_id, item.messages, item.tools)
+        holder = self.dedup.first_holder(key) if self.dedup is not None and key is not None else None
+        if holder is not None or pid in self._ids:
+            return self._drop(item.source_row_id, "duplicate", f"same text as {holder or pid}")
+        if tokens == TEMPLATE_ERROR:
+            return self._drop(
+                item.source_row_id, "template_error", "the chat template refused these messages"
+            )
+        limit = self.data.max_prompt_tokens
+        if limit is not None and tokens is not None and tokens > limit:
+            return self._drop(item.source_row_id, "too_long", f"{tokens} tokens > {limit}")
+        if self.dedup is not None and key is not None:
+            self.dedup.add(key, pid)
+        self._ids.add(pid)
+        self.kept_count += 1
+        self.kept.append(
+            {
+                "id": pid,
+                "source": self.source.name,
+                "source_row_id": item.source_row_id,
+                "messages": item.messages,
+                "tools": item.tools,
+                "metadata": item.metadata,
+                "prompt_tokens": tokens,
+            }
+        )
+
+    def _drop(self, row_id: str, reason: str, detail: str) -> None:
+        self.dropped.append(
+            {"source": self.source.name, "source_row_id": row_id, "reason": reason, "detail": detail}
+        )
+
+    def _row_id(self, row: dict[str, Any], index: int) -> str:
+        value = row.get(self.adapter.id_column) if self.adapter.id_column else None
+        return str(index if value is None else value)
+
+    def _check_malformed(self) -> None:
+        bad = [d for d in self.dropped if d["reason"] == "malformed"]
+        if bad and len(bad) * 2 > self.examined:
+            raise DataError(
+                f"source '{self.source.name}': {len(bad)} of {self.examined} rows do not fit adapter "
+                f"'{self.adapter.name}', e.g. {bad[0]['detail']}. Pick the adapter for this schema."
+            )
+
+    def summary(self) -> dict[str, Any]:
+        """One row of the plan table."""
+        reasons = Counter(d["reason"] for d in self.dropped)
+        return {
+            "source": self.source.name,
+            "adapter": self.adapter.name,
+            "dataset": self.source.dataset,
+            "config": self.source.config,
+            "split": self.source.split,
+            "requested": self.target,
+            "available": len(self.dataset),
+            "examined": self.examined,
+            "kept": self.kept_count,
+            **{f"dropped_{r}": reasons.get(r, 0) for r in REASONS},
+        }
+
+    def examples(self) -> dict[str, list[dict[str, str]]]:
+        """The first few dropped rows per reason, for plan.json."""
+        out: dict[str, list[dict[str, str]]] = {}
+        for d in self.dropped:
+            bucket = out.setdefault(d["reason"], [])
+            if len(bucket) < EXAMPLES_PER_REASON:
+                bucket.append({"source_row_id": d["source_row_id"], "detail": d["detail"][:300]})
+        return out

@@ -1,0 +1,248 @@
+"""The prompt plan on real local files: sampling, filters, dedup, stable ids, errors."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import datasets
+import pytest
+
+from kit.errors import DataError
+from kit.params import DataParams, SourceParams
+from kit.prompts.fixtures import SOURCES, is_chinese, is_duplicate, is_long, write_fixtures
+from kit.prompts.plan import build_plan, plan_sources_from_files, read_prompts
+from kit.prompts.sampling import source_targets
+from kit.prompts.tiny_tokenizer import write_tokenizer
+
+N = 48
+PLANTED_DUPS = sum(is_duplicate(i) for i in range(N))
+PLANTED_LONG = sum(is_long(i) for i in range(N))
+LIMIT = 1536  # tokens: above every ordinary fixture prompt, below every planted long one
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    return write_fixtures(tmp_path_factory.mktemp("fx"), rows_per_source=N)
+
+
+@pytest.fixture(scope="module")
+def tokenizer(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_tokenizer(tmp_path_factory.mktemp("tok"))
+
+
+def _plan(tmp: Path, data: DataParams, tokenizer: Path | None = None):
+    return build_plan(data, tokenizer, tmp / "prompts.parquet", tmp / "plan.json", progress=False)
+
+
+def _by_source(result) -> dict[str, dict]:
+    return {row["source"]: row for row in result.table.to_dict("records")}
+
+
+def test_same_params_same_bytes(files: dict[str, Path], tokenizer: Path, tmp_path: Path) -> None:
+    data = DataParams(seed=3, total=150, max_prompt_tokens=LIMIT, sources=plan_sources_from_files(files))
+    a = _plan(tmp_path / "a", data, tokenizer)
+    _plan(tmp_path / "b", data, tokenizer)
+    assert a.kept == 150
+    assert (tmp_path / "a/prompts.parquet").read_bytes() == (tmp_path / "b/prompts.parquet").read_bytes()
+    assert (tmp_path / "a/plan.json").read_bytes() == (tmp_path / "b/plan.json").read_bytes()
+    ids = read_prompts(a.prompts).column("id").to_pylist()
+    assert len(set(ids)) == len(ids) == 150 and ids == sorted(ids)
+    other = _plan(tmp_path / "c", data.model_copy(update={"seed": 4}), tokenizer)
+    assert read_prompts(other.prompts).column("id").to_pylist() != ids
+
+
+def test_ids_hash_source_row_and_request_not_seed(files: dict[str, Path], tmp_path: Path) -> None:
+    sources = plan_sources_from_files(files, counts={n: 20 for n in SOURCES})
+    one = read_prompts(_plan(tmp_path / "a", DataParams(seed=0, sources=sources)).prompts).to_pylist()
+    two = read_prompts(_plan(tmp_path / "b", DataParams(seed=1, sources=sources)).prompts).to_pylist()
+    first = {(r["source"], r["source_row_id"]): r["id"] for r in one}
+    shared = [
+        (r["source"], r["source_row_id"], r["id"]) for r in two if (r["source"], r["source_row_id"]) in first
+    ]
+    assert shared and all(first[(s, rid)] == pid for s, rid, pid in shared)
+    r = one[0]
+    parts = [r["source"], r["source_row_id"], *(f"{m['role']}\x1e{m['content']}" for m in r["messages"])]
+    payload = "\x1f".join([*parts, r["tools"] or ""])
+    assert r["id"] == hashlib.sha256(payload.encode()).hexdigest()[:16]
+
+
+def test_dedup_counts_planted_duplicates(files: dict[str, Path], tmp_path: Path) -> None:
+    result = _plan(tmp_path, DataParams(sources=plan_sources_from_files(files)))
+    for name, row in _by_source(result).items():
+        assert row["dropped_duplicate"] == PLANTED_DUPS, name
+        assert row["kept"] == N - PLANTED_DUPS and row["available"] == N
+    plan = json.loads((tmp_path / "plan.json").read_text())
+    assert plan["dropped_examples"]["metamathqa"]["duplicate"][0]["detail"].startswith("same text as ")
+    off = _plan(tmp_path / "off", DataParams(dedup=False, sources=plan_sources_from_files(files)))
+    assert off.kept == N * len(SOURCES) and off.dropped == 0
+
+
+def test_dedup_across_sources_on_normalised_text(tmp_path: Path) -> None:
+    a, b = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    a.write_text("\n".join(json.dumps({"prompt": p}) for p in ["What is 2+2?", "Name a prime.", "Hi"]))
+    b.write_text(
+        json.dumps({"messages": [{"role": "user", "content": "  what IS   2+2? "}]})
+        + "\n"
+        + json.dumps({"messages": [{"role": "user", "content": "Something new"}]})
+    )
+    data = DataParams(
+        sources=[
+            SourceParams(name="a", adapter="prompt_column", dataset="json", data_files=[a]),
+            SourceParams(name="b", adapter="openai_messages", dataset="json", data_files=[b]),
+        ]
+    )
+    result = _plan(tmp_path, data)
+    assert _by_source(result)["b"]["dropped_duplicate"] == 1 and result.kept == 4
+    dropped = result.dropped_rows.to_dict("records")
+    assert dropped == [
+        {"source": "b", "source_row_id": "0", "reason": "duplicate", "detail": dropped[0]["detail"]}
+    ]
+    kept_a = {
+        r["source_row_id"]: r["id"] for r in read_prompts(result.prompts).to_pylist() if r["source"] == "a"
+    }
+    assert dropped[0]["detail"] == f"same text as {kept_a['0']}"
+
+
+def test_counts_and_weights(files: dict[str, Path], tmp_path: Path) -> None:
+    sources = [
+        SourceParams(
+            name="m", adapter="metamathqa", dataset="json", data_files=[files["metamathqa"]], count=10
+        ),
+        SourceParams(
+            name="w", adapter="webinstructsub", dataset="json", data_files=[files["webinstructsub"]], weight=2
+        ),
+        SourceParams(
+            name="c", adapter="codefeedback", dataset="json", data_files=[files["codefeedback"]], weight=1
+        ),
+    ]
+    data = DataParams(total=41, sources=sources)
+    assert source_targets(data) == {"m": 10, "w": 21, "c": 10}
+    result = _plan(tmp_path, data)
+    assert {k: v["kept"] for k, v in _by_source(result).items()} == {"m": 10, "w": 21, "c": 10}
+    with pytest.raises(DataError, match="data.total is not set"):
+        source_targets(DataParams(sources=sources))
+    with pytest.raises(DataError, match="less than the sum"):
+        source_targets(DataParams(total=5, sources=sources))
+
+
+def test_dropped_rows_are_replaced_until_the_source_runs_out(
+    files: dict[str, Path], tokenizer: Path, tmp_path: Path
+) -> None:
+    usable = N - PLANTED_DUPS - PLANTED_LONG
+    for count, expect in [(usable, usable), (N, usable)]:
+        src = SourceParams(
+            name="m", adapter="metamathqa", dataset="json", data_files=[files["metamathqa"]], count=count
+        )
+        row = _by_source(
+            _plan(tmp_path / str(count), DataParams(max_prompt_tokens=LIMIT, sources=[src]), tokenizer)
+        )["m"]
+        assert row["kept"] == expect and row["requested"] == count
+        drops = row["dropped_duplicate"] + row["dropped_too_long"]
+        if count == usable:  # rows dropped inside the shuffle were replaced by later ones
+            assert row["examined"] == usable + drops and drops > 0
+        else:  # more asked than there is: every row examined, every drop recorded
+            assert row["examined"] == N and drops == N - usable
+
+
+def test_language_filter(files: dict[str, Path], tmp_path: Path) -> None:
+    raw = [json.loads(x) for x in files["infinity_instruct"].read_text(encoding="utf-8").splitlines()]
+    zh_rows = sum(r["langdetect"] == "zh" for r in raw)
+    assert zh_rows >= sum(is_chinese(i) for i in range(N)) > 0
+    for lang, dropped in [("en", zh_rows), ("zh", N - zh_rows)]:
+        src = SourceParams(
+            name="inf",
+            adapter="infinity_instruct",
+            dataset="json",
+            data_files=[files["infinity_instruct"]],
+            language=lang,
+        )
+        result = _plan(tmp_path / lang, DataParams(dedup=False, sources=[src]))
+        assert _by_source(result)["inf"]["dropped_language"] == dropped
+        assert {
+            json.loads(m)["lang"] for m in read_prompts(result.prompts).column("metadata").to_pylist()
+        } == {lang}
+    src = SourceParams(
+        name="m", adapter="metamathqa", dataset="json", data_files=[files["metamathqa"]], language="en"
+    )
+    with pytest.raises(DataError, match="source 'm': language 'en'.*no language column"):
+        _plan(tmp_path / "m", DataParams(sources=[src]))
+
+
+def test_token_filter_counts_with_the_chat_template(
+    files: dict[str, Path], tokenizer: Path, tmp_path: Path
+) -> None:
+    from transformers import AutoTokenizer
+
+    data = DataParams(max_prompt_tokens=LIMIT, dedup=False, sources=plan_sources_from_files(files))
+    result = _plan(tmp_path, data, tokenizer)
+    for name, row in _by_source(result).items():
+        assert row["dropped_too_long"] == PLANTED_LONG, name
+    rows = read_prompts(result.prompts).to_pylist()
+    tok = AutoTokenizer.from_pretrained(tokenizer)
+    for r in rows:  # every kept prompt: the piecewise, cached count equals the whole-text one
+        tools = json.loads(r["tools"]) if r["tools"] else None
+        ids = tok.apply_chat_template(r["messages"], tools=tools, add_generation_prompt=True)["input_ids"]
+        assert r["prompt_tokens"] == len(ids)
+    assert all(r["prompt_tokens"] <= LIMIT for r in rows)
+    with pytest.raises(DataError, match="max_prompt_tokens needs the model's tokenizer"):
+        _plan(tmp_path / "x", data, None)
+
+
+def test_schema_mismatch_through_the_plan(files: dict[str, Path], tmp_path: Path) -> None:
+    src = SourceParams(name="web", adapter="webinstructsub", dataset="json", data_files=[files["metamathqa"]])
+    with pytest.raises(DataError) as err:
+        _plan(tmp_path, DataParams(sources=[src]))
+    text = str(err.value)
+    assert "source 'web'" in text and "expects columns [question]" in text
+    assert "query" in text and "original_question" in text
+
+
+def test_malformed_rows_dropped_then_fatal_when_most_are(tmp_path: Path) -> None:
+    good = {"conversations": [{"from": "human", "value": "Q"}, {"from": "gpt", "value": "A"}]}
+    bad = {"conversations": [{"from": "gpt", "value": "A"}]}
+    path = tmp_path / "s.jsonl"
+    path.write_text("\n".join(json.dumps({**good, "id": f"g{i}"}) for i in range(9)) + "\n" + json.dumps(bad))
+    src = SourceParams(name="s", adapter="sharegpt", dataset="json", data_files=[path])
+    result = _plan(tmp_path, DataParams(dedup=False, sources=[src]))
+    assert _by_source(result)["s"]["dropped_malformed"] == 1 and result.kept == 9
+    path.write_text("\n".join(json.dumps(bad) for _ in range(3)))
+    with pytest.raises(DataError, match="3 of 3 rows do not fit adapter 'sharegpt'"):
+        _plan(tmp_path / "b", DataParams(sources=[src]))
+
+
+def test_load_failures_say_what_to_do(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    src = SourceParams(
+        name="gone", adapter="metamathqa", dataset="json", data_files=[tmp_path / "missing.jsonl"]
+    )
+    with pytest.raises(DataError, match="source 'gone': cannot load dataset 'json'.*check data_files"):
+        _plan(tmp_path, DataParams(sources=[src]))
+    monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", True)
+    hub = SourceParams(
+        name="inf", adapter="infinity_instruct", dataset="BAAI/Infinity-Instruct", config="0625"
+    )
+    with pytest.raises(
+        DataError, match="source 'inf': cannot load dataset 'BAAI/Infinity-Instruct'.*HF_TOKEN"
+    ):
+        _plan(tmp_path, DataParams(sources=[hub]))
+    with pytest.raises(DataError, match="not found"):
+        read_prompts(tmp_path / "nothing.parquet")
+
+
+def test_tokenizer_without_chat_template_is_refused(
+    files: dict[str, Path], tokenizer: Path, tmp_path: Path
+) -> None:
+    import shutil
+
+    bare = tmp_path / "bare"
+    shutil.copytree(tokenizer, bare)
+    (bare / "chat_template.jinja").unlink()
+    config = json.loads((bare / "tokenizer_config.json").read_text())
+    config.pop("chat_template", None)
+    (bare / "tokenizer_config.json").write_text(json.dumps(config))
+    data = DataParams(max_prompt_tokens=LIMIT, sources=plan_sources_from_files(files))
+    with pytest.raises(DataError, match="has no chat template"):
+        _plan(tmp_path, data, bare)
+    with pytest.raises(DataError, match="cannot load a tokenizer from"):
+        _plan(tmp_path, data, tmp_path / "no_such_model")
