@@ -1,7 +1,8 @@
 """The embedded demo model: a tiny Qwen3-architecture causal LM built locally, no download.
 
-`ensure_demo_model(path)` trains a byte-level BPE tokenizer (with a ChatML chat template) and
-a ~1M-parameter Qwen3 model on a bundled, generated chat corpus for about a minute of CPU time,
+`ensure_demo_model(path)` trains a byte-level BPE tokenizer (Qwen-style chat template, see
+kit.demo.tokenizer) and a ~0.5M-parameter Qwen3 model on a generated chat corpus for about a
+minute of CPU time,
 so its completions are word-like rather than noise, and saves both as an ordinary Hugging Face
 model directory that `transformers serve` loads like any other. Everything is seeded; the
 directory is built in a temporary folder and renamed into place, with a marker file written
@@ -20,15 +21,9 @@ import time
 from pathlib import Path
 
 from kit.demo.corpus import chat_corpus
+from kit.demo.tokenizer import train_tokenizer
 
 MARKER = ".kit-demo-model.json"
-SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
-CHAT_TEMPLATE = (
-    "{%- if tools %}<|im_start|>system\nYou can call these tools:\n"
-    "{{ tools | tojson }}<|im_end|>\n{% endif %}"
-    "{%- for message in messages %}<|im_start|>{{ message['role'] }}\n{{ message['content'] }}<|im_end|>\n"
-    "{% endfor %}{%- if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
-)
 MODEL_SHAPE = dict(
     hidden_size=128,
     intermediate_size=384,
@@ -39,7 +34,7 @@ MODEL_SHAPE = dict(
     max_position_embeddings=2048,
     tie_word_embeddings=True,
 )
-VERSION = 2
+VERSION = 3
 
 
 def is_demo_model(path: Path) -> bool:
@@ -67,31 +62,13 @@ def ensure_demo_model(path: Path, *, train_steps: int = 400, seed: int = 0, quie
     return path
 
 
-def _train_tokenizer(texts: list[str], vocab_size: int = 2048):
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import PreTrainedTokenizerFast
-
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=vocab_size, special_tokens=SPECIALS, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
-    )
-    tok.train_from_iterator(texts, trainer=trainer)
-    fast = PreTrainedTokenizerFast(
-        tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|endoftext|>", unk_token=None
-    )
-    fast.chat_template = CHAT_TEMPLATE
-    return fast
-
-
 def _build(out: Path, *, train_steps: int, seed: int, quiet: bool) -> dict:
     import torch
     from transformers import GenerationConfig, Qwen3Config, Qwen3ForCausalLM
 
     torch.manual_seed(seed)
     texts = chat_corpus(seed=seed)
-    tokenizer = _train_tokenizer(texts)
+    tokenizer = train_tokenizer(texts)
     config = Qwen3Config(
         vocab_size=len(tokenizer),
         eos_token_id=tokenizer.convert_tokens_to_ids("<|im_end|>"),
