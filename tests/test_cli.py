@@ -82,3 +82,16 @@ def test_adapters_lists_the_six_sources():
         "agentinstruct",
     ):
         assert name in out
+
+
+def test_compare_two_runs(tmp_path: Path):
+    from test_analyse_fixture import build_run, generation_frame
+
+    a = build_run(tmp_path / "plain")
+    b = build_run(tmp_path / "mtp", frame=generation_frame().iloc[:10])
+    done = kit("compare", str(a.root), str(b.root))
+    assert done.returncode == 0, done.stderr
+    rows_line = next(line for line in done.stdout.splitlines() if line.startswith("rows"))
+    assert [float(x) for x in rows_line.split()[1:4]] == [20, 10, -10]
+    assert list((b.root / "compare").glob("*.png"))
+    assert_clear_error(kit("compare", str(a.root), str(tmp_path / "nope")), "is not a run folder")

@@ -154,3 +154,24 @@ def test_changed_sampling_refuses_to_mix_and_fresh_archives(write_params):
     again = stages.generate(changed, fresh=True)
     assert again["rows"] == 4 and again["rows_this_session"] == 4
     assert list((RunFolder(params.run_dir).root / "archive").glob("*/generations/part-*.parquet"))
+
+
+def test_two_replicas_share_the_work(write_params):
+    """engine.replicas: one server per GPU group, the client balancing on requests outstanding."""
+    from kit import stages
+    from kit.generate.run import replica_params
+
+    params = load_params(
+        write_params(
+            "dp",
+            counts={"metamathqa": 6, "codefeedback": 6},
+            engine={"replicas": 2, "gpus_per_replica": 2},
+            generate={"concurrency": 4},
+        )
+    )
+    assert [replica_params(params, i).engine.env["CUDA_VISIBLE_DEVICES"] for i in (0, 1)] == ["0,1", "2,3"]
+    manifest = stages.generate(params)
+    assert manifest["complete"] and manifest["rows"] + manifest["failures"] == 12
+    logs = RunFolder(params.run_dir).logs
+    served = [(logs / f"server-{i}.log").read_text().count("POST /v1/chat/completions") for i in (0, 1)]
+    assert min(served) >= 2, f"requests per replica: {served}"
