@@ -82,12 +82,13 @@ def _child(args: argparse.Namespace) -> None:
     import kit.prompts.plan as plan_mod
     from kit.params import DataParams
     from kit.prompts.fixtures import SOURCES
+    from kit.prompts.sampling import SourcePlan
     from kit.prompts.tokens import TokenCounter
 
     import_s = time.perf_counter() - t_import
     spent = {"load_s": 0.0, "tokens_s": 0.0, "tokenizer_load_s": 0.0}
     plan_mod.load_source = _timed(plan_mod.load_source, spent, "load_s")
-    TokenCounter.count = _timed(TokenCounter.count, spent, "tokens_s")
+    SourcePlan._wait = staticmethod(_timed(SourcePlan._wait, spent, "tokens_s"))  # counting not overlapped
     TokenCounter.__init__ = _timed(TokenCounter.__init__, spent, "tokenizer_load_s")
     files = {name: args.out / "data" / f"{name}.jsonl" for name in SOURCES}
     limit = None if args.no_tokenizer else args.max_prompt_tokens
@@ -103,17 +104,21 @@ def _child(args: argparse.Namespace) -> None:
     )
     wall, cpu = time.perf_counter() - t0, time.process_time() - c0
     peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    workers = resource.getrusage(resource.RUSAGE_CHILDREN)  # token-counting workers, if started
+    worker_mb, worker_cpu = workers.ru_maxrss / 1024, workers.ru_utime + workers.ru_stime
     table = result.table
     print(
         json.dumps(
             {
                 "wall_s": round(wall, 2),
                 "cpu_s": round(cpu, 2),
-                "cpu_share": round(cpu / wall, 2),
+                "worker_cpu_s": round(worker_cpu, 2),
+                "cpu_share": round((cpu + worker_cpu) / wall, 2),
                 "import_s": round(import_s, 2),
                 **{k: round(v, 2) for k, v in spent.items()},
                 "other_s": round(wall - sum(spent.values()), 2),
                 "peak_rss_mb": round(peak_mb),
+                "worker_peak_rss_mb": round(worker_mb),
                 "kept": result.kept,
                 "dropped": {c: int(table[c].sum()) for c in table if c.startswith("dropped_")},
                 "rows_per_s": round((int(table["examined"].sum())) / wall),

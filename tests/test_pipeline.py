@@ -75,7 +75,7 @@ def test_generations(demo_run):
     assert table.num_rows == planned.num_rows == manifest["rows"]
     assert set(table.column("source").to_pylist()) == set(planned.column("source").to_pylist())
     assert len(set(planned.column("source").to_pylist())) == 6
-    assert not (demo_run / "failures.jsonl").exists()
+    assert (demo_run / "failures.jsonl").read_text() == ""
 
 
 def test_analysis_and_report(demo_run):

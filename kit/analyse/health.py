@@ -74,6 +74,11 @@ def _mean(values: pd.Series) -> float | None:
 
 
 def _duration_s(df: pd.DataFrame, timeline: pd.DataFrame, manifest: dict[str, Any] | None) -> float | None:
+    """Seconds spent generating: summed over the sessions of a resumed run (downtime excluded)."""
+    if {"session", "t_s"} <= set(timeline.columns) and len(timeline):
+        return float(timeline.groupby("session")["t_s"].max().sum())
+    if manifest and manifest.get("generating_s"):
+        return float(manifest["generating_s"])
     if manifest and manifest.get("started_at") and manifest.get("finished_at"):
         start = pd.to_datetime(manifest["started_at"], errors="coerce", utc=True)
         end = pd.to_datetime(manifest["finished_at"], errors="coerce", utc=True)

@@ -123,7 +123,12 @@ def decision_tables(params: RunParams) -> dict[str, pd.DataFrame]:
     folder = RunFolder(Path(params.run_dir))
     tables: dict[str, pd.DataFrame] = {}
     if folder.sweep.exists():
-        tables["Measured sweep"] = pd.read_parquet(folder.sweep)
+        sweep = pd.read_parquet(folder.sweep)
+        ran = sweep[sweep.status != "skipped"].dropna(axis=1, how="all")
+        tables["Measured sweep"] = ran
+        skipped = sweep[sweep.status == "skipped"].drop_duplicates("arm")[["arm", "spec_k", "reason"]]
+        if len(skipped):
+            tables["Arms not measured"] = skipped
     if folder.decision.exists():
         t = pd.DataFrame(read_json(folder.decision)["table"])
         keep = [

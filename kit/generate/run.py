@@ -91,6 +91,7 @@ def run_generation(
 
     done, corrupt = done_ids(folder.generations)
     failures = FailureLog(folder.failures)
+    folder.failures.touch()  # present and empty says "no failures"; absent would mean "unknown"
     skip = done if retry_failures else done | failures.permanent_ids()
     todo, work = pending_items(
         prompts, params.generate.sampling.n, skip, (shard_i, shard_n), params.generate.limit
@@ -123,11 +124,23 @@ def run_generation(
         "engine": identity,
         "sampling": json.loads(sampling_json),
         "server_restarts": stats.restarts if stats else 0,
-        "started_at": started.isoformat(),
+        "generating_s": _generating_s(folder, tag),
+        "session_started_at": started.isoformat(),
         "finished_at": now_utc().isoformat(),
     }
     write_json_atomic(manifest_path, manifest)
     return manifest
+
+
+def _generating_s(folder: RunFolder, tag: str) -> float | None:
+    """Seconds spent generating over every session of this run, from the metrics timeline."""
+    import pandas as pd
+
+    path = folder.metrics if not tag else folder.root / f"metrics-{tag}.parquet"
+    if not path.exists():
+        return None
+    m = pd.read_parquet(path, columns=["session", "t_s"])
+    return round(float(m.groupby("session")["t_s"].max().sum()), 3)
 
 
 def _rows_by_source(folder: RunFolder) -> dict[str, int]:

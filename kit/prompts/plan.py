@@ -29,7 +29,7 @@ from kit.prompts import sources as _sources  # noqa: F401  (fills the adapter re
 from kit.prompts.adapters import get_adapter
 from kit.prompts.dedup import Deduplicator
 from kit.prompts.sampling import SourcePlan, load_source, source_targets
-from kit.prompts.tokens import TokenCounter
+from kit.prompts.tokens import POOL_MIN, TokenCounter
 from kit.runfolder import atomic_path, write_json_atomic
 
 PROMPTS_SCHEMA = pa.schema(
@@ -59,25 +59,30 @@ class PlanResult:
 
 
 def build_plan(
-    data: DataParams, tokenizer_dir: Path | None, out_prompts: Path, out_plan: Path, progress: bool = True
+    data: DataParams,
+    tokenizer_dir: Path | None,
+    out_prompts: Path,
+    out_plan: Path,
+    progress: bool = True,
+    pool_min: int | None = POOL_MIN,
 ) -> PlanResult:
-    """Load, sample, filter and deduplicate every source; write `prompts.parquet` and `plan.json`."""
+    """Load, sample, filter and deduplicate every source; write `prompts.parquet` and `plan.json`.
+
+    Token counting moves to worker processes for batches of at least `pool_min` prompts (None: never).
+    """
     _check_sources(data)
     if data.max_prompt_tokens and tokenizer_dir is None:
         raise DataError(
             "data.max_prompt_tokens needs the model's tokenizer to count prompt tokens: "
             "pass the model directory (model.path), or drop max_prompt_tokens."
         )
-    counter = TokenCounter(tokenizer_dir) if tokenizer_dir is not None else None
-    dedup = Deduplicator() if data.dedup else None
-    targets = source_targets(data)
-    plans, tables = [], []
-    for source in data.sources:
-        plan = SourcePlan(source, load_source(source, progress), targets[source.name], data, counter, dedup)
-        plans.append(plan.run(progress=progress))
-        tables.append(pa.Table.from_pylist(plan.kept, schema=PROMPTS_SCHEMA))
-        plan.kept.clear()  # the Arrow copy is several times smaller than the Python rows
-    table = write_prompts(pa.concat_tables(tables), out_prompts)
+    counter = TokenCounter(tokenizer_dir, pool_min=pool_min) if tokenizer_dir is not None else None
+    try:
+        plans, table = _run_sources(data, counter, progress)
+    finally:
+        if counter is not None:
+            counter.close()
+    table = write_prompts(table, out_prompts)
     dropped = pd.DataFrame(
         [d for p in plans for d in p.dropped], columns=["source", "source_row_id", "reason", "detail"]
     )
@@ -86,6 +91,20 @@ def build_plan(
     return PlanResult(
         summary, out_prompts, out_plan, kept=table.num_rows, dropped=len(dropped), dropped_rows=dropped
     )
+
+
+def _run_sources(
+    data: DataParams, counter: TokenCounter | None, progress: bool
+) -> tuple[list[SourcePlan], pa.Table]:
+    dedup = Deduplicator() if data.dedup else None
+    targets = source_targets(data)
+    plans, tables = [], []
+    for source in data.sources:
+        plan = SourcePlan(source, load_source(source, progress), targets[source.name], data, counter, dedup)
+        plans.append(plan.run(progress=progress))
+        tables.append(pa.Table.from_pylist(plan.kept, schema=PROMPTS_SCHEMA))
+        plan.kept.clear()  # the Arrow copy is several times smaller than the Python rows
+    return plans, pa.concat_tables(tables)
 
 
 def _check_sources(data: DataParams) -> None:

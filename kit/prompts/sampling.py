@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 from collections import Counter
+from concurrent.futures import Future
 from typing import Any
 
 import numpy as np
@@ -15,6 +16,8 @@ from kit.prompts.dedup import Deduplicator, dedup_key, prompt_id
 from kit.prompts.tokens import TEMPLATE_ERROR, TokenCounter
 
 CHUNK_MAX = 16384
+SUB_BATCH = 2048
+"""Rows adapted before their token counting is sent to the workers (when a chunk uses them)."""
 EXAMPLES_PER_REASON = 3
 REASONS = ("language", "malformed", "duplicate", "too_long", "template_error")
 
@@ -140,17 +143,33 @@ class SourcePlan:
         batch = self.dataset[indices]
         columns = list(batch)
         rows = [dict(zip(columns, values, strict=True)) for values in zip(*batch.values(), strict=True)]
-        adapted = [self._adapt(row, i) for row, i in zip(rows, indices, strict=True)]
-        keys = [
-            dedup_key(a.messages, a.tools) if isinstance(a, PromptRow) and self.dedup is not None else None
-            for a in adapted
-        ]
-        tokens = self._count(adapted, keys)
+        pooled = self.counter is not None and self.counter.uses_pool(len(rows))
+        step = max(SUB_BATCH if pooled else len(rows), 1)
+        adapted: list[Any] = []
+        keys: list[bytes | None] = []
+        pending = []
+        for start in range(0, len(rows), step):  # workers count a part while the next is adapted
+            part_rows, part_indices = rows[start : start + step], indices[start : start + step]
+            part = [self._adapt(r, i) for r, i in zip(part_rows, part_indices, strict=True)]
+            part_keys = [self._key(a) for a in part]
+            pending.append(self._count(part, part_keys, pooled))
+            adapted += part
+            keys += part_keys
+        tokens = self._wait(pending)
         for row, index, item, key, n in zip(rows, indices, adapted, keys, tokens, strict=True):
             if self._full():
                 return
             self.examined += 1
             self._decide(row, index, item, key, n)
+
+    @staticmethod
+    def _wait(pending: list[Future[list[int | None]]]) -> list[int | None]:
+        return [n for counts in pending for n in counts.result()]
+
+    def _key(self, item: PromptRow | tuple[str, str]) -> bytes | None:
+        if self.dedup is None or not isinstance(item, PromptRow):
+            return None
+        return dedup_key(item.messages, item.tools)
 
     def _adapt(self, row: dict[str, Any], index: int) -> PromptRow | tuple[str, str]:
         """The adapted row, or (reason, detail) for a row dropped before it has messages."""
@@ -163,20 +182,32 @@ class SourcePlan:
         except DataError as e:
             return ("malformed", str(e))
 
-    def _count(self, adapted: list[Any], keys: list[bytes | None]) -> list[int | None]:
-        """Token counts for rows that may be kept (adapted and not already a duplicate)."""
-        counts: list[int | None] = [None] * len(adapted)
+    def _count(self, adapted: list[Any], keys: list[bytes | None], pooled: bool) -> Future[list[int | None]]:
+        """Token counts for rows that may be kept (adapted and not already a duplicate), as a future."""
+        out: Future[list[int | None]] = Future()
         if self.counter is None:
-            return counts
+            out.set_result([None] * len(adapted))
+            return out
         todo = [
             i
             for i, a in enumerate(adapted)
             if isinstance(a, PromptRow)
             and (keys[i] is None or self.dedup is None or self.dedup.first_holder(keys[i]) is None)
         ]
-        for i, n in zip(todo, self.counter.count([adapted[i] for i in todo]), strict=True):
-            counts[i] = n
-        return counts
+        counting = self.counter.submit([adapted[i] for i in todo], pool=pooled)
+
+        def place(done: Future[list[int]]) -> None:
+            counts: list[int | None] = [None] * len(adapted)
+            try:
+                for i, n in zip(todo, done.result(), strict=True):
+                    counts[i] = n
+            except BaseException as e:
+                out.set_exception(e)
+                return
+            out.set_result(counts)
+
+        counting.add_done_callback(place)
+        return out
 
     def _decide(
         self, row: dict[str, Any], index: int, item: Any, key: bytes | None, tokens: int | None

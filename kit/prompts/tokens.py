@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import json
+import multiprocessing
+import os
 import re
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -16,11 +19,29 @@ TEMPLATE_ERROR = -1
 """Count reported for a prompt the chat template refuses to render (e.g. a role order it rejects)."""
 
 
-class TokenCounter:
-    """Counts `apply_chat_template(messages, tools=..., add_generation_prompt=True)` tokens, in batches."""
+POOL_MIN = 5000
+"""Prompts in one `count` call from which counting goes to worker processes (smaller: in process)."""
+POOL_BATCH = 2048
+"""Prompts per task sent to a worker."""
 
-    def __init__(self, tokenizer_dir: Path) -> None:
+
+class TokenCounter:
+    """Counts `apply_chat_template(messages, tools=..., add_generation_prompt=True)` tokens, in batches.
+
+    A call with at least `pool_min` prompts is split over `workers` processes (each loads the
+    tokenizer once), so rendering and encoding use every core; `pool_min=None` never starts them.
+    Use as a context manager (or call `close`) to stop the workers.
+    """
+
+    def __init__(
+        self, tokenizer_dir: Path, pool_min: int | None = POOL_MIN, workers: int | None = None
+    ) -> None:
         from transformers import AutoTokenizer
+
+        self.tokenizer_dir = Path(tokenizer_dir)
+        self.pool_min = pool_min
+        self.workers = workers or min(os.cpu_count() or 1, 8)
+        self._pool: ProcessPoolExecutor | None = None
 
         try:
             self.tokenizer: Any = AutoTokenizer.from_pretrained(str(tokenizer_dir))
@@ -41,8 +62,53 @@ class TokenCounter:
         self._fast: dict[bool, Any] = {}
         self._template_kwargs = dict(self.tokenizer.special_tokens_map)
 
+    def __enter__(self) -> TokenCounter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Stop the worker processes, if any were started."""
+        if self._pool is not None:
+            self._pool.shutdown(cancel_futures=True)
+            self._pool = None
+
     def count(self, rows: list[PromptRow]) -> list[int]:
         """Tokens of each rendered prompt; `TEMPLATE_ERROR` where the template refuses the row."""
+        return self.submit(rows).result()
+
+    def uses_pool(self, n: int) -> bool:
+        """Whether `n` prompts are enough to count them in the worker processes."""
+        return self.pool_min is not None and n >= self.pool_min and self.workers > 1
+
+    def submit(self, rows: list[PromptRow], pool: bool | None = None) -> Future[list[int]]:
+        """Start counting `rows`; the future's result is what `count` returns (in order).
+
+        `pool`: count in the workers (True), in this process (False), or by size (None: `uses_pool`).
+        """
+        pairs = [(r.messages, r.tools) for r in rows]
+        if not pairs or not (self.uses_pool(len(pairs)) if pool is None else pool and self.workers > 1):
+            done: Future[list[int]] = Future()
+            done.set_result(self._count_pairs(pairs))
+            return done
+        pool = self._start_pool()
+        parts = [pool.submit(_count_in_worker, b) for b in _batches(pairs, POOL_BATCH)]
+        return _joined(parts)
+
+    def _start_pool(self) -> ProcessPoolExecutor:
+        if self._pool is None:
+            method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
+            self._pool = ProcessPoolExecutor(
+                self.workers,
+                mp_context=multiprocessing.get_context(method),
+                initializer=_init_worker,
+                initargs=(self.tokenizer_dir,),
+            )
+        return self._pool
+
+    def _count_pairs(self, pairs: list[tuple[list[dict], str | None]]) -> list[int]:
+        rows = [PromptRow(messages, tools, "", "") for messages, tools in pairs]
         texts = self.render(rows)
         ok = [i for i, t in enumerate(texts) if t is not None]
         counts = [TEMPLATE_ERROR] * len(rows)
@@ -177,3 +243,41 @@ class PieceCounter:
         self.verified = full(texts) == counts
         self.usable = self.verified
         return self.verified
+
+
+_WORKER: TokenCounter | None = None
+
+
+def _init_worker(tokenizer_dir: Path) -> None:
+    """Load the tokenizer once per worker process; one encoding thread each (the pool is the parallelism)."""
+    global _WORKER
+    os.environ["TOKENIZERS_PARALLELISM"] = "false"
+    _WORKER = TokenCounter(tokenizer_dir, pool_min=None)
+
+
+def _count_in_worker(pairs: list[tuple[list[dict], str | None]]) -> list[int]:
+    assert _WORKER is not None
+    return _WORKER._count_pairs(pairs)
+
+
+def _batches(items: list, size: int) -> Iterator[list]:
+    for start in range(0, len(items), size):
+        yield items[start : start + size]
+
+
+def _joined(parts: list[Future[list[int]]]) -> Future[list[int]]:
+    """One future whose result is the concatenation of `parts`' results, in order."""
+    out: Future[list[int]] = Future()
+    left = [len(parts)]
+
+    def done(_: Future) -> None:
+        left[0] -= 1
+        if left[0] == 0:
+            try:
+                out.set_result([n for p in parts for n in p.result()])
+            except BaseException as e:
+                out.set_exception(e)
+
+    for p in parts:
+        p.add_done_callback(done)
+    return out
