@@ -71,6 +71,7 @@ def test_analyse_run_writes_summary_and_figures(run: RunFolder) -> None:
     on_disk = json.loads(run.summary.read_text())
     assert on_disk["rows"] == summary["rows"] == EXPECTED["rows"]
     assert summary["gaps"] == []
+    assert set(summary["sources"]) == {"chat", "tools"}  # plan.json's other keys are not sources
     chat = summary["sources"]["chat"]
     assert (chat["requested"], chat["planned"], chat["generated"], chat["failed"]) == (15, 13, 12, 1)
     tokens = generation_frame().groupby("source")["completion_tokens"]

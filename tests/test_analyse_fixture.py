@@ -146,9 +146,13 @@ def build_run(
     prompts.to_parquet(folder.prompts, index=False)
     write_json_atomic(
         folder.plan,
-        {
-            "chat": {"requested": 15, "available": 100, "kept": 13, "dropped": {"dup": 2}},
-            "tools": {"requested": 10, "available": 10, "kept": 10, "dropped": {}},
+        {  # the shape kit.prompts.plan writes
+            "seed": 0,
+            "sources": [
+                {"source": "chat", "requested": 15, "available": 100, "kept": 13, "dropped_duplicate": 2},
+                {"source": "tools", "requested": 10, "available": 10, "kept": 10, "dropped_duplicate": 0},
+            ],
+            "dropped_examples": {"chat": {"duplicate": ["a", "b"]}},
         },
     )
     if metrics:

@@ -26,9 +26,9 @@ def distribution(values: pd.Series) -> dict[str, float | int | None]:
 def requested_counts(plan: dict[str, Any] | None, prompt_counts: dict[str, int]) -> pd.DataFrame:
     """Rows requested and kept (planned) per source, from plan.json, else from prompts.parquet."""
     rows = {}
-    for source, entry in (plan or {}).items():
-        if isinstance(entry, dict):
-            rows[source] = {"requested": entry.get("requested"), "planned": entry.get("kept")}
+    for entry in (plan or {}).get("sources") or []:
+        if isinstance(entry, dict) and entry.get("source"):
+            rows[entry["source"]] = {"requested": entry.get("requested"), "planned": entry.get("kept")}
     for source, n in prompt_counts.items():
         rows.setdefault(source, {"requested": None, "planned": n})
     return pd.DataFrame.from_dict(rows, orient="index", columns=["requested", "planned"])
