@@ -246,3 +246,31 @@ def test_tokenizer_without_chat_template_is_refused(
         _plan(tmp_path, data, bare)
     with pytest.raises(DataError, match="cannot load a tokenizer from"):
         _plan(tmp_path, data, tmp_path / "no_such_model")
+
+
+def test_worker_processes_count_like_one_process(tmp_path: Path, tokenizer: Path) -> None:
+    from kit.prompts.adapters import get_adapter
+    from kit.prompts.tokens import TokenCounter
+
+    files = write_fixtures(tmp_path / "fx", rows_per_source=500)  # 3,000 rows, long and duplicate ones too
+    data = DataParams(seed=5, max_prompt_tokens=LIMIT, sources=plan_sources_from_files(files))
+    one = _plan_pooled(tmp_path / "one", data, tokenizer, pool_min=None)
+    pooled = _plan_pooled(tmp_path / "pool", data, tokenizer, pool_min=1)
+    assert one.kept == pooled.kept > 2500
+    assert (tmp_path / "one/prompts.parquet").read_bytes() == (tmp_path / "pool/prompts.parquet").read_bytes()
+    assert (tmp_path / "one/plan.json").read_bytes() == (tmp_path / "pool/plan.json").read_bytes()
+    assert one.dropped_rows.equals(pooled.dropped_rows)
+    hermes = get_adapter("hermes_fc")
+    source = datasets.load_dataset("json", data_files=str(files["hermes_fc"]), split="train")
+    rows = [hermes(r, i) for i, r in enumerate(source)]
+    with TokenCounter(tokenizer, pool_min=100, workers=2) as counter:
+        counts = counter.count(rows)
+        assert counter._pool is not None  # the workers did count
+    assert counts == TokenCounter(tokenizer, pool_min=None).count(rows)
+    assert len(set(counts)) > 50
+
+
+def _plan_pooled(tmp: Path, data: DataParams, tokenizer: Path, pool_min: int | None):
+    return build_plan(
+        data, tokenizer, tmp / "prompts.parquet", tmp / "plan.json", progress=False, pool_min=pool_min
+    )

@@ -113,7 +113,12 @@ def _crop_to(cache: Any, L: int) -> None:
             pass
 
 
-def _timed_eager(step: Any, cache: Any, L: int, reps: int, sync: Any) -> float:
+def _nothing() -> None:
+    return None
+
+
+def time_eager(step: Any, reps: int, sync: Any, after: Any = _nothing) -> float:
+    """Median wall time of `reps` steps after one warm-up; `after` runs between steps, untimed."""
     times = []
     for _ in range(reps + 1):
         sync()
@@ -121,12 +126,13 @@ def _timed_eager(step: Any, cache: Any, L: int, reps: int, sync: Any) -> float:
         step()
         sync()
         times.append(time.perf_counter() - t0)
-        _crop_to(cache, L)
+        after()
     return sorted(times[1:])[len(times[1:]) // 2]
 
 
-def _timed_graph(step: Any, cache: Any, L: int, reps: int) -> float:
-    """Capture one step in a CUDA graph and time its replays (launch overhead excluded)."""
+def time_cuda_graph(step: Any, reps: int, after_warmup: Any = _nothing) -> float:
+    """Capture one step in a CUDA graph (after a warm-up on a side stream) and time its replays
+    with CUDA events, so launch overhead does not pollute the figure."""
     import torch
 
     side = torch.cuda.Stream()
@@ -134,7 +140,7 @@ def _timed_graph(step: Any, cache: Any, L: int, reps: int) -> float:
     with torch.cuda.stream(side):
         step()
     torch.cuda.current_stream().wait_stream(side)
-    _crop_to(cache, L)
+    after_warmup()
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         step()
@@ -164,11 +170,11 @@ def time_step(model: Any, B: int, q: int, L: int, reps: int, cuda_graph: bool) -
     sync = torch.cuda.synchronize if on_gpu else (lambda: None)
     if on_gpu and cuda_graph:
         try:
-            return _timed_graph(step, cache, L, reps), True
+            return time_cuda_graph(step, reps, lambda: _crop_to(cache, L)), True
         except Exception:  # noqa: BLE001 - any capture failure falls back to eager timing
             torch.cuda.synchronize()
             cache = _filled_cache(model, B, L)
-    return _timed_eager(step, cache, L, reps, sync), False
+    return time_eager(step, reps, sync, lambda: _crop_to(cache, L)), False
 
 
 def _lower_depth(arch: ModelArch, n: int) -> int:

@@ -23,7 +23,6 @@ and read of the right size; MoE layers run only the active experts; MLA models a
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -241,40 +240,6 @@ def causal_mask(arch: ModelArch, q: int, L: int, device: str) -> Any:
     return torch.arange(L + q, device=device)[None, :] <= (L + row_tok)[:, None]
 
 
-def _time_graph(step: Any, reps: int) -> float:
-    """Capture one step in a CUDA graph and time its replays with CUDA events."""
-    import torch
-
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        step()
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        step()
-    graph.replay()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(reps):
-        graph.replay()
-    end.record()
-    torch.cuda.synchronize()
-    return start.elapsed_time(end) / 1e3 / reps
-
-
-def _time_eager(step: Any, reps: int, sync: Any) -> float:
-    """Median wall time of `reps` steps after one warm-up step."""
-    times = []
-    for _ in range(reps + 1):
-        sync()
-        t0 = time.perf_counter()
-        step()
-        sync()
-        times.append(time.perf_counter() - t0)
-    return sorted(times[1:])[len(times[1:]) // 2]
-
-
 def time_point(m: SyntheticModel, B: int, q: int, L: int, depth: int, reps: int, cuda_graph: bool
                ) -> tuple[float, bool]:
     """Seconds of one step at (B, q, L) over the first `depth` layers; and whether a graph was used.
@@ -282,6 +247,8 @@ def time_point(m: SyntheticModel, B: int, q: int, L: int, depth: int, reps: int,
     `allocate(m, B, L_max)` with `L_max >= L + q` must have run.
     """
     import torch
+
+    from kit.decide.profiler import time_cuda_graph, time_eager  # profiler imports this module
 
     x = torch.randn(B * q, m.arch.hidden_size, device=m.device, dtype=m.dtype)
     mask = causal_mask(m.arch, q, L, m.device)
@@ -293,10 +260,10 @@ def time_point(m: SyntheticModel, B: int, q: int, L: int, depth: int, reps: int,
     on_gpu = m.device.startswith("cuda")
     if on_gpu and cuda_graph:
         try:
-            return _time_graph(step, reps), True
+            return time_cuda_graph(step, reps), True
         except Exception:  # noqa: BLE001 - any capture failure falls back to eager timing
             torch.cuda.synchronize()
-    return _time_eager(step, reps, torch.cuda.synchronize if on_gpu else (lambda: None)), False
+    return time_eager(step, reps, torch.cuda.synchronize if on_gpu else (lambda: None)), False
 
 
 def profile_synthetic(

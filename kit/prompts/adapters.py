@@ -86,11 +86,13 @@ class Adapter:
             messages=out.messages,
             tools=out.tools,
             source_row_id=str(index if row_id is None else row_id),
-            metadata=json.dumps(out.meta, ensure_ascii=False, sort_keys=True, default=str),
+            metadata=_META_JSON.encode(out.meta),
         )
 
 
 _REGISTRY: dict[str, Adapter] = {}
+_META_JSON = json.JSONEncoder(ensure_ascii=False, sort_keys=True, default=str)
+"""`json.dumps(meta, ensure_ascii=False, sort_keys=True, default=str)`, without a new encoder per row."""
 
 
 def adapter(
