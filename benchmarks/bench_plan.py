@@ -5,7 +5,8 @@
 
 Writes the fixtures (timed apart), then runs `build_plan` in a fresh child process with an empty
 datasets cache (cold: JSON to Arrow conversion included) and again with that cache warm, and
-records wall time, CPU time, peak RSS and where the time went. Results: `<out>/bench_plan.json`.
+records wall time, CPU time and peak RSS (main process and token-counting workers) and where the
+time went (`tokens_s`: time the main process waits for token counts). Results: `<out>/bench_plan.json`.
 Targets (issue 5): planning <= 60 s and <= 2 GB on a 2-core machine.
 """
 
