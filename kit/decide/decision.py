@@ -114,6 +114,9 @@ def _reasons(
     out = [f"speculation is unavailable: {unavailable}"] if unavailable else []
     for r in table[table.status == "skipped"].drop_duplicates("arm").itertuples():
         out.append(f"{r.arm} was not measured: {r.reason}")
+    for r in table[table.status == "failed"].drop_duplicates("arm").itertuples():
+        first_line = str(r.reason).splitlines()[0] if r.reason else "unknown error"
+        out.append(f"{r.arm} could not be measured ({first_line}); its figures are predicted")
     col, how = ("measured_tok_s", "measured") if measured else ("predicted_tok_s", "predicted")
     p, s = _best_of(table, col, False), _best_of(table, col, True)
     if p is not None and s is not None:

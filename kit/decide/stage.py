@@ -16,7 +16,7 @@ import pandas as pd
 
 from kit.arch import load_arch
 from kit.decide import costmodel as cm
-from kit.decide.decision import decide
+from kit.decide.decision import decide, with_gpus
 from kit.decide.predict import Workload
 from kit.decide.sweep import run_sweep
 from kit.params import RunParams
@@ -89,8 +89,10 @@ def decide_stage(params: RunParams, folder: RunFolder, probe: dict[str, Any]) ->
         output_len=params.decide.max_tokens,
         mem_fraction=eng.mem_fraction_static or params.probe.mem_fraction,
         tp_size=eng.tp_size,
-        dp_size=eng.dp_size if n_gpus > 1 or eng.dp_size > 1 else 1,
+        dp_size=eng.dp_size,
     )
+    if n_gpus > 1 and eng.tp_size == 1 and eng.dp_size == 1:
+        work = with_gpus(work, arch, hw, n_gpus)  # params leave the layout open: use every GPU
     backend = eng.attention_backend or (probe.get("recommended") or {}).get("attention_backend")
     decision = decide(
         arch,
