@@ -31,8 +31,8 @@ import pyarrow.parquet as pq
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from kit.generate import pending_items  # noqa: E402
 from kit.generate.store import ShardWriter, done_ids, now_utc  # noqa: E402
+from kit.generate.work import pending_items  # noqa: E402
 
 STANDIN = """
 from fastapi import FastAPI
@@ -143,7 +143,7 @@ def bench_memory(tmp: Path, requests: int) -> dict:
         )
         folder = RunFolder(params.run_dir).ensure()
         pq.write_table(prompts_table(requests), folder.prompts)
-        from kit.generate import data_hash
+        from kit.generate.work import data_hash
 
         (folder.root / "prompts.hash").write_text(data_hash(params))
         samples: list[tuple[float, float]] = []

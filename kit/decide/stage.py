@@ -28,7 +28,7 @@ CPU_NOMINAL = cm.Hardware(bandwidth_Bps=20e9, flops_bf16=200e9, memory_bytes=16e
 
 def sweep_prompts(params: RunParams, folder: RunFolder) -> list[dict[str, Any]]:
     """A fixed, seeded sample of the planned prompts for every arm of the sweep."""
-    from kit.generate import ensure_prompts
+    from kit.generate.work import ensure_prompts
 
     table = ensure_prompts(params, folder)
     rows = table.to_pylist()

@@ -35,8 +35,18 @@ def manifest_table(folder: RunFolder) -> pd.DataFrame:
     if not folder.manifest.exists():
         return pd.DataFrame([{"field": "manifest", "value": "absent: the run has not finished"}])
     m = read_json(folder.manifest)
-    keep = ("complete", "rows", "left", "failures", "rows_this_session", "shards", "server_restarts",
-            "generating_s", "session_started_at", "finished_at")
+    keep = (
+        "complete",
+        "rows",
+        "left",
+        "failures",
+        "rows_this_session",
+        "shards",
+        "server_restarts",
+        "generating_s",
+        "session_started_at",
+        "finished_at",
+    )
     return pd.DataFrame([{"field": k, "value": str(m.get(k))} for k in keep])
 
 

@@ -10,7 +10,11 @@ from typing import Any
 from kit.asyncrun import run_coroutine
 from kit.engines import start_server
 from kit.errors import ModelDirError
-from kit.generate import (
+from kit.generate.loop import GenerationLoop, sampling_identity
+from kit.generate.metrics import Timeline
+from kit.generate.pool import Replica, ServerPool
+from kit.generate.store import FailureLog, ShardWriter, done_ids, now_utc
+from kit.generate.work import (
     archive_outputs,
     check_identity,
     count_by,
@@ -21,10 +25,6 @@ from kit.generate import (
     parse_shard,
     pending_items,
 )
-from kit.generate.loop import GenerationLoop, sampling_identity
-from kit.generate.metrics import Timeline
-from kit.generate.pool import Replica, ServerPool
-from kit.generate.store import FailureLog, ShardWriter, done_ids, now_utc
 from kit.params import RunParams
 from kit.runfolder import RunFolder, write_json_atomic
 

@@ -1,0 +1,155 @@
+"""What is left to do in a run: its identity, the frozen prompt set, and the pending work items.
+
+Kept apart from the loop so that resuming stays a cheap question: only the ids of finished rows
+are read, and work items are materialised a batch at a time.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from kit.errors import ParamsError, RunFolderError
+from kit.generate.store import now_utc, row_id
+from kit.params import RunParams
+from kit.runfolder import RunFolder, read_json, write_json_atomic
+
+IDENTITY_FILE = "_run.json"
+
+
+def data_hash(params: RunParams) -> str:
+    text = json.dumps(params.data.model_dump(mode="json"), sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def engine_identity(params: RunParams) -> dict[str, Any]:
+    """What makes rows comparable: engine flavor, model (with its config's hash) and speculation."""
+    cfg = Path(params.model.path) / "config.json"
+    cfg_hash = hashlib.sha256(cfg.read_bytes()).hexdigest()[:16] if cfg.is_file() else None
+    spec = params.engine.speculative.model_dump(mode="json", exclude_none=True)
+    return {
+        "flavor": params.engine.flavor,
+        "model": str(params.model.path),
+        "model_config_hash": cfg_hash,
+        "speculative": spec or None,
+    }
+
+
+def archive_outputs(folder: RunFolder) -> Path | None:
+    """Move earlier generation outputs into `archive/<timestamp>/` (nothing is deleted)."""
+    parts = [
+        folder.generations,
+        folder.failures,
+        folder.metrics,
+        folder.manifest,
+        folder.prompts,
+        folder.plan,
+    ]
+    present = [p for p in parts if p.exists()]
+    if not present:
+        return None
+    dest = folder.root / "archive" / now_utc().strftime("%Y%m%dT%H%M%S")
+    dest.mkdir(parents=True)
+    for p in present:
+        shutil.move(str(p), dest / p.name)
+    return dest
+
+
+def check_identity(folder: RunFolder, identity: dict[str, Any]) -> None:
+    """Refuse to mix rows from another model, engine, sampling or prompt plan into this run."""
+    path = folder.generations / IDENTITY_FILE
+    if not path.exists():
+        folder.generations.mkdir(parents=True, exist_ok=True)
+        write_json_atomic(path, identity)
+        return
+    old = read_json(path)
+    changed = [k for k in identity if old.get(k) != identity[k]]
+    if changed:
+        details = "; ".join(f"{k}: {old.get(k)!r} -> {identity[k]!r}" for k in changed)
+        raise RunFolderError(
+            f"{folder.root} already holds generations made with other settings ({details}). "
+            "Use a new run name, or pass --fresh to archive the earlier outputs and start anew."
+        )
+
+
+def parse_shard(spec: str | None) -> tuple[int, int]:
+    if not spec:
+        return 0, 1
+    try:
+        i, n = (int(x) for x in spec.split("/"))
+    except ValueError:
+        raise ParamsError(f"--shard must look like I/N (e.g. 0/4), got {spec!r}") from None
+    if not 0 <= i < n:
+        raise ParamsError(f"--shard {spec}: I must be in 0..N-1")
+    return i, n
+
+
+def pending_items(
+    prompts: pa.Table, n_samples: int, skip: set[str], shard: tuple[int, int], limit: int | None
+) -> tuple[pa.Table, list[tuple[int, int]]]:
+    """The prompts still to generate and, for each work item, (row in that table, sample index)."""
+    if limit is not None:
+        prompts = prompts.slice(0, limit)
+    i, n = shard
+    if n > 1:
+        keep = [int(x[:8], 16) % n == i for x in prompts.column("id").to_pylist()]
+        prompts = prompts.filter(pa.array(keep))
+    ids = prompts.column("id").to_pylist()
+    work = [(r, k) for k in range(n_samples) for r, pid in enumerate(ids) if row_id(pid, k) not in skip]
+    rows_needed = sorted({r for r, _ in work})
+    if len(rows_needed) < len(ids):
+        remap = {r: j for j, r in enumerate(rows_needed)}
+        prompts = prompts.take(pa.array(rows_needed, type=pa.int64()))
+        work = [(remap[r], k) for r, k in work]
+    return prompts, work
+
+
+def iter_items(prompts: pa.Table, work: list[tuple[int, int]], batch: int = 512) -> Iterator[dict[str, Any]]:
+    """Materialise work items a batch at a time, so memory stays flat for large plans."""
+    for start in range(0, len(work), batch):
+        chunk = work[start : start + batch]
+        rows = prompts.take(pa.array([r for r, _ in chunk], type=pa.int64())).to_pylist()
+        for row, (_, k) in zip(rows, chunk, strict=True):
+            tools = row.get("tools")
+            yield {
+                "id": row_id(row["id"], k),
+                "prompt_id": row["id"],
+                "sample_index": k,
+                "source": row["source"],
+                "messages": row["messages"],
+                "tools": tools,
+                "tools_list": json.loads(tools) if tools else None,
+                "prompt_tokens": row.get("prompt_tokens"),
+            }
+
+
+def ensure_prompts(params: RunParams, folder: RunFolder) -> pa.Table:
+    """The frozen prompt set: reused when the data params are unchanged, else planned anew."""
+    from kit.prompts.fixtures import write_fixtures
+    from kit.prompts.plan import build_plan, read_prompts
+
+    stamp = folder.root / "prompts.hash"
+    if folder.prompts.exists() and stamp.exists() and stamp.read_text().strip() == data_hash(params):
+        return read_prompts(folder.prompts)
+    if folder.shard_paths():
+        raise RunFolderError(
+            f"the data section of the params changed but {folder.generations} already holds rows of the "
+            "old prompt plan. Use a new run name, or pass --fresh to archive them and start anew."
+        )
+    if params.data.demo_fixtures is not None and not any(Path(params.data.demo_fixtures).glob("*.jsonl")):
+        write_fixtures(Path(params.data.demo_fixtures))
+    build_plan(params.data, Path(params.model.path), folder.prompts, folder.plan)
+    stamp.write_text(data_hash(params))
+    return read_prompts(folder.prompts)
+
+
+def count_by(table: pa.Table, column: str) -> dict[str, int]:
+    counts = pc.value_counts(table.column(column)).to_pylist()
+    return {c["values"]: c["counts"] for c in counts}
