@@ -175,3 +175,40 @@ def test_two_replicas_share_the_work(write_params):
     logs = RunFolder(params.run_dir).logs
     served = [(logs / f"server-{i}.log").read_text().count("POST /v1/chat/completions") for i in (0, 1)]
     assert min(served) >= 2, f"requests per replica: {served}"
+
+
+def test_a_writer_clears_only_its_own_stale_temporary_files(tmp_path):
+    from kit.generate.store import ShardWriter
+
+    gen = tmp_path / "generations"
+    gen.mkdir()
+    own, other, untagged = (
+        gen / ".part-s0of2-00003.parquet.x.tmp",
+        gen / ".part-s1of2-00001.parquet.y.tmp",
+        gen / ".part-00002.parquet.z.tmp",
+    )
+    for f in (own, other, untagged):
+        f.write_text("half a shard")
+    ShardWriter(gen, tag="s0of2")
+    assert not own.exists() and other.exists() and untagged.exists()
+    ShardWriter(gen)
+    assert not untagged.exists() and other.exists()
+
+
+def test_static_shards_merge_by_id(write_params):
+    """--shard i/N: each node takes the ids that hash to it; together they cover the plan once."""
+    from kit import stages
+
+    params = load_params(write_params("shards", counts={"metamathqa": 5, "webinstructsub": 5}))
+    manifests = [stages.generate(params, shard=f"{i}/2") for i in (0, 1)]
+    folder = RunFolder(params.run_dir)
+    ids = rows_of(folder)
+    assert len(ids) == len(set(ids))
+    assert set(ids) | failed_ids(folder) == planned_ids(folder)
+    assert all(m["complete"] for m in manifests)
+    assert {p.name for p in folder.root.glob("manifest-*.json")} == {
+        "manifest-s0of2.json",
+        "manifest-s1of2.json",
+    }
+    names = [p.name for p in folder.shard_paths()]
+    assert any(n.startswith("part-s0of2-") for n in names) and any(n.startswith("part-s1of2-") for n in names)

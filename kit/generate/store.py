@@ -66,7 +66,10 @@ class ShardWriter:
 
     def __post_init__(self) -> None:
         self.directory.mkdir(parents=True, exist_ok=True)
-        for stale in self.directory.glob(".part-*.tmp"):
+        # Temporary files a killed writer of the same tag left; other --shard writers may be
+        # writing theirs into this folder right now, so theirs are left alone.
+        mine = f".part-{self.tag}-*.tmp" if self.tag else ".part-[0-9]*.tmp"
+        for stale in self.directory.glob(mine):
             stale.unlink(missing_ok=True)
         self._seq = max((self._seq_of(p) for p in self.directory.glob("part-*.parquet")), default=0)
 
