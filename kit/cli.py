@@ -151,23 +151,30 @@ def adapters() -> None:
     typer.echo("\n".join(adapter_names()))
 
 
+INTERRUPTED = "interrupted: finished work is saved; rerun the same command to resume"
+
+
 def main() -> None:
+    """Entry point: the kit's own errors become one message (exit 2), Ctrl-C a hint (exit 130)."""
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     try:
-        app(standalone_mode=False)
+        # Without standalone mode, typer returns an exit code (130 for Ctrl-C) instead of exiting.
+        code = app(standalone_mode=False)
     except KitError as e:
         typer.secho(f"error: {e}", fg="red", err=True)
         sys.exit(2)
     except KeyboardInterrupt:
-        typer.secho("interrupted: finished work is saved; rerun the same command to resume", err=True)
-        sys.exit(130)
-    except Exception as e:  # click usage errors
-        import click
-
-        if isinstance(e, click.exceptions.ClickException):
-            e.show()
-            sys.exit(e.exit_code)
-        raise
+        code = 130
+    except Exception as e:
+        # Usage errors (bad option, missing argument) are click exceptions; typer ships its own
+        # copy of click, so they are recognised by what they can do rather than by class.
+        if not (hasattr(e, "show") and isinstance(getattr(e, "exit_code", None), int)):
+            raise
+        e.show()
+        sys.exit(e.exit_code)
+    if code == 130:
+        typer.secho(INTERRUPTED, err=True)
+    sys.exit(code if isinstance(code, int) else 0)
 
 
 if __name__ == "__main__":

@@ -38,6 +38,11 @@ def test_help_lists_every_command():
         assert cmd in out
 
 
+def test_usage_error_is_a_message():
+    done = kit("generate")
+    assert done.returncode == 2 and "Traceback" not in done.stderr and "Missing" in done.stderr
+
+
 def test_missing_params_file():
     assert_clear_error(kit("generate", "nope.yaml"), "params file not found: nope.yaml")
 

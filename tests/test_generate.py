@@ -212,3 +212,24 @@ def test_static_shards_merge_by_id(write_params):
     }
     names = [p.name for p in folder.shard_paths()]
     assert any(n.startswith("part-s0of2-") for n in names) and any(n.startswith("part-s1of2-") for n in names)
+
+
+def test_ctrl_c_saves_finished_rows_and_stops_the_server(write_params):
+    """SIGINT (Ctrl-C, a kernel interrupt) flushes the rows buffered so far, then exits 130."""
+    params_file = write_params(
+        "ctrlc", counts=LONGER, generate={**SLOW, "shard_rows": 1000, "shard_seconds": 600}
+    )
+    folder = RunFolder(load_params(params_file).run_dir)
+    proc = kit_generate(params_file)
+    log = folder.logs / "server-0.log"
+    wait_for(
+        lambda: log.exists() and log.read_text().count("POST /v1/chat/completions") >= 3, 300, "3 requests"
+    )
+    family = psutil.Process(proc.pid).children(recursive=True)
+    assert not folder.shard_paths(), "nothing should be flushed before the interrupt"
+    proc.send_signal(signal.SIGINT)
+    assert proc.wait(timeout=120) == 130
+    ids = rows_of(folder)
+    assert len(ids) >= 3 and len(ids) == len(set(ids))
+    assert "rerun the same command to resume" in params_file.with_suffix(".log").read_text()
+    wait_for(lambda: not [p for p in family if alive(p)], 30, "the server to stop")

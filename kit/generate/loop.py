@@ -56,13 +56,12 @@ class GenerationLoop:
     async def run(self, items: Iterator[dict[str, Any]], total: int, concurrency: int) -> LoopStats:
         bar = tqdm(total=total, desc="generate", unit="row", mininterval=1.0, smoothing=0.1)
         ticker = asyncio.create_task(self._tick(bar))
+        workers = [asyncio.create_task(self._worker(items, bar)) for _ in range(concurrency)]
         try:
-            workers = [asyncio.create_task(self._worker(items, bar)) for _ in range(concurrency)]
             await asyncio.gather(*workers)
-        finally:
-            ticker.cancel()
-            for w in locals().get("workers", []):
-                w.cancel()
+        finally:  # also on Ctrl-C (cancellation) and on a server that cannot be restarted
+            for task in (ticker, *workers):
+                task.cancel()
             self.writer.flush()
             self.timeline.sample(self.stats, await self._engine_metrics())
             self.timeline.save()
