@@ -27,28 +27,31 @@ def run_coroutine(coro: Coroutine[Any, Any, T]) -> T:
 def _run_in_thread(coro: Coroutine[Any, Any, T]) -> T:
     loop = asyncio.new_event_loop()
     box: dict[str, Any] = {}
+    finished = threading.Event()  # not Thread.join: an interrupted join can report a live thread dead
 
     def target() -> None:
         asyncio.set_event_loop(loop)
-        task = loop.create_task(coro)
-        box["task"] = task
         try:
+            box["task"] = task = loop.create_task(coro)
             box["result"] = loop.run_until_complete(task)
         except BaseException as e:  # re-raised in the caller's thread
             box["error"] = e
         finally:
             loop.close()
+            finished.set()
 
-    thread = threading.Thread(target=target, name="kit-async", daemon=True)
-    thread.start()
+    threading.Thread(target=target, name="kit-async", daemon=True).start()
     try:
-        while thread.is_alive():
-            thread.join(0.2)
+        while not finished.wait(0.2):
+            pass
     except KeyboardInterrupt:
         task = box.get("task")
-        if task is not None and not loop.is_closed():
-            loop.call_soon_threadsafe(task.cancel)
-        thread.join()
+        if task is not None:
+            try:
+                loop.call_soon_threadsafe(task.cancel)
+            except RuntimeError:  # the loop finished and closed in the meantime
+                pass
+        finished.wait()  # let the coroutine's finally blocks run (flush rows, stop servers)
         raise
     if "error" in box:
         raise box["error"]
