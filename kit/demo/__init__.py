@@ -1,0 +1,1 @@
+"""The embedded demo: a tiny local model and tokenizer built without any download."""
