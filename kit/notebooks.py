@@ -6,11 +6,13 @@ the params file, so an executed notebook shows exactly which file drove it.
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
 from kit.errors import KitError
 from kit.params import RunParams
+from kit.progress import ENV as PROGRESS_ENV
 from kit.runfolder import RunFolder
 
 STAGES = {
@@ -40,6 +42,7 @@ def execute_stage(params: RunParams, stage: str, folder: RunFolder) -> Path:
     src = notebooks_dir() / f"{name}.ipynb"
     out = folder.notebooks / f"{name}.ipynb"
     out.parent.mkdir(parents=True, exist_ok=True)
+    os.environ[PROGRESS_ENV] = "text"  # inherited by the kernel: text bars, not frozen widgets
     try:
         pm.execute_notebook(
             str(src),

@@ -13,13 +13,13 @@ import time
 from typing import Any
 
 import pandas as pd
-from tqdm.auto import tqdm
 
 from kit.asyncrun import run_coroutine
 from kit.engines import start_server
 from kit.engines.client import EngineClient
 from kit.errors import EngineError
 from kit.params import RunParams
+from kit.progress import progress
 from kit.runfolder import RunFolder
 
 COLUMNS = [
@@ -139,9 +139,7 @@ async def _level(
     }
 
 
-async def _measure_arm(
-    params: RunParams, server: Any, prompts: list[dict], bar: tqdm
-) -> list[dict[str, Any]]:
+async def _measure_arm(params: RunParams, server: Any, prompts: list[dict], bar: Any) -> list[dict[str, Any]]:
     d = params.decide
     rows = []
     async with EngineClient(
@@ -167,7 +165,7 @@ def run_sweep(
     d = params.decide
     arms = [0, *d.spec_steps]
     rows: list[dict[str, Any]] = []
-    bar = tqdm(total=len(arms) * len(d.concurrencies), desc="sweep", unit="level")
+    bar = progress(total=len(arms) * len(d.concurrencies), desc="sweep", unit="level")
     for k in arms:
         name = "plain" if k == 0 else f"spec_k{k}"
         reason = skip_reason(params, k, mtp_status)

@@ -98,7 +98,8 @@ def _build(out: Path, *, train_steps: int, seed: int, quiet: bool) -> dict:
 def _train(model, tokenizer, texts: list[str], *, steps: int, seed: int, quiet: bool) -> float:
     """Next-token training on the chat corpus packed into fixed-length blocks."""
     import torch
-    from tqdm.auto import tqdm
+
+    from kit.progress import progress
 
     ids: list[int] = []
     for t in texts:
@@ -110,7 +111,7 @@ def _train(model, tokenizer, texts: list[str], *, steps: int, seed: int, quiet: 
     sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=3e-3, total_steps=steps, pct_start=0.1)
     model.train()
     loss_value = float("nan")
-    bar = tqdm(range(steps), desc="training demo model", disable=quiet, mininterval=2)
+    bar = progress(range(steps), desc="training demo model", disable=quiet)
     for _ in bar:
         rows = data[torch.randint(len(data), (batch,), generator=gen)]
         loss = model(input_ids=rows, labels=rows).loss

@@ -17,13 +17,12 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from tqdm.auto import tqdm
-
 from kit.engines.client import RequestRejected, TransientEngineError
 from kit.generate.metrics import Timeline
 from kit.generate.pool import ServerPool
 from kit.generate.store import FailureLog, ShardWriter, now_utc
 from kit.params import GenerateParams
+from kit.progress import progress
 
 log = logging.getLogger(__name__)
 
@@ -54,7 +53,7 @@ class GenerationLoop:
     stats: LoopStats = field(default_factory=LoopStats)
 
     async def run(self, items: Iterator[dict[str, Any]], total: int, concurrency: int) -> LoopStats:
-        bar = tqdm(total=total, desc="generate", unit="row", mininterval=1.0, smoothing=0.1)
+        bar = progress(total=total, desc="generate", unit="row", smoothing=0.1)
         ticker = asyncio.create_task(self._tick(bar))
         workers = [asyncio.create_task(self._worker(items, bar)) for _ in range(concurrency)]
         try:
@@ -68,7 +67,7 @@ class GenerationLoop:
             bar.close()
         return self.stats
 
-    async def _worker(self, items: Iterator[dict[str, Any]], bar: tqdm) -> None:
+    async def _worker(self, items: Iterator[dict[str, Any]], bar: Any) -> None:
         for item in items:
             self.stats.in_flight += 1
             try:
@@ -173,7 +172,7 @@ class GenerationLoop:
                 merged[k] = merged.get(k, 0.0) + float(v)
         return merged
 
-    async def _tick(self, bar: tqdm) -> None:
+    async def _tick(self, bar: Any) -> None:
         while True:
             await asyncio.sleep(self.timeline.interval_s)
             self.timeline.sample(self.stats, await self._engine_metrics())

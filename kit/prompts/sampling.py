@@ -121,11 +121,11 @@ class SourcePlan:
 
     def run(self, progress: bool = True) -> SourcePlan:
         """Process chunks of the shuffled order until the target is met or rows run out."""
-        from tqdm.auto import tqdm
+        from kit.progress import progress
 
         order, pos = shuffled_order(self.data.seed, self.source.name, len(self.dataset)), 0
         total = self.target if self.target is not None else len(order)
-        with tqdm(total=total, desc=f"plan {self.source.name}", disable=not progress, leave=False) as bar:
+        with progress(total=total, desc=f"plan {self.source.name}", disable=not progress, leave=False) as bar:
             while pos < len(order) and not self._full():
                 need = len(order) if self.target is None else self.target - self.kept_count
                 size = min(CHUNK_MAX, int(need * 1.15) + 64)
