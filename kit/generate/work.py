@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
+import zlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -99,7 +100,8 @@ def pending_items(
         prompts = prompts.slice(0, limit)
     i, n = shard
     if n > 1:
-        keep = [int(x[:8], 16) % n == i for x in prompts.column("id").to_pylist()]
+        # crc32 of the whole id: an even split whatever the ids look like, the same on every node
+        keep = [zlib.crc32(x.encode()) % n == i for x in prompts.column("id").to_pylist()]
         prompts = prompts.filter(pa.array(keep))
     ids = prompts.column("id").to_pylist()
     work = [(r, k) for k in range(n_samples) for r, pid in enumerate(ids) if row_id(pid, k) not in skip]
