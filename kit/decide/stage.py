@@ -19,6 +19,7 @@ from kit.decide import costmodel as cm
 from kit.decide.decision import decide, with_gpus
 from kit.decide.predict import Workload
 from kit.decide.sweep import run_sweep
+from kit.errors import CostModelError
 from kit.params import RunParams
 from kit.runfolder import RunFolder, read_json, write_json_atomic
 
@@ -49,17 +50,11 @@ def _hardware(
     """(hardware, step profile or None, GPU count) for the prediction."""
     from kit.decide.profiler import ProfileGrid, load_profile, profile_steps
 
-    gpus = (probe.get("gpus") or {}).get("devices") or []
-    sheet = (probe.get("gpus") or {}).get("datasheet")
+    info = probe.get("gpus") or {}
+    gpus = info.get("devices") or []
     profile = load_profile(params.decide.profile) if params.decide.profile else None
-    if gpus and sheet:
-        hw = cm.Hardware(
-            sheet["bandwidth_bytes_s"],
-            sheet["bf16_flops"],
-            gpus[0].get("memory_total_bytes") or sheet["memory_bytes"],
-            gpus[0]["name"],
-        )
-        return hw, profile, len(gpus)
+    if gpus:
+        return _gpu_hardware(gpus, info), profile, len(gpus)
     ram = (probe.get("host") or {}).get("ram_total_bytes") or CPU_NOMINAL.memory_bytes
     hw = cm.Hardware(CPU_NOMINAL.bandwidth_Bps, CPU_NOMINAL.flops_bf16, ram, "cpu")
     if profile is None:
@@ -73,6 +68,24 @@ def _hardware(
         profile = profile_steps(cfg, grid, device="cpu")
         profile.to_parquet(folder.root / "step_profile.parquet", index=False)
     return hw, profile, 1
+
+
+def _gpu_hardware(gpus: list[dict[str, Any]], info: dict[str, Any]) -> cm.Hardware:
+    """The first GPU's datasheet figures, else the probe's measured ones, else a clear error."""
+    sheet = info.get("datasheet") or {}
+    measured = (info.get("torch") or {}).get("measured") or {}
+    memory = gpus[0].get("memory_total_bytes") or sheet.get("memory_bytes")
+    name = gpus[0]["name"]
+    if sheet and memory:
+        return cm.Hardware(sheet["bandwidth_bytes_s"], sheet["bf16_flops"], memory, name)
+    if measured.get("copy_bandwidth_bytes_s") and measured.get("bf16_flops") and memory:
+        return cm.Hardware(
+            measured["copy_bandwidth_bytes_s"], measured["bf16_flops"], memory, f"{name} (measured)"
+        )
+    raise CostModelError(
+        f"{name} is not in the kit's datasheet and was not measured: set probe.measure_gpu: true and "
+        "rerun kit probe (or add the GPU to kit/probe/datasheet.yaml)"
+    )
 
 
 def decide_stage(params: RunParams, folder: RunFolder, probe: dict[str, Any]) -> dict[str, Any]:
