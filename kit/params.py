@@ -160,6 +160,10 @@ class GenerateParams(_Strict):
     max_server_restarts: int = Field(default=3, ge=0)
     limit: int | None = Field(default=None, ge=1)
     """Generate only the first N planned prompts (a smoke run)."""
+    use_decision: bool = True
+    """Apply stage 2's decision.json: speculation on or off (and k), and the engine settings
+    the params leave unset (max running requests, CUDA-graph batch, memory fraction, dp/tp,
+    attention backend)."""
 
 
 class AnalyseParams(_Strict):

@@ -78,7 +78,15 @@ def generate(
     from kit.generate import run_generation
 
     folder = prepare(params)
-    return run_generation(params, folder, fresh=fresh, shard=shard, retry_failures=retry_failures)
+    applied = None
+    if params.generate.use_decision and folder.decision.exists():
+        from kit.decide.apply import apply_decision
+
+        params, applied = apply_decision(params, read_json(folder.decision))
+        log.warning("engine settings from %s: %s", folder.decision, applied)
+    return run_generation(
+        params, folder, fresh=fresh, shard=shard, retry_failures=retry_failures, from_decision=applied
+    )
 
 
 def analyse(params: RunParams) -> dict[str, Any]:

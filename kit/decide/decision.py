@@ -30,13 +30,20 @@ from kit.errors import CostModelError
 SPEC_FLAVORS = ("sglang", "vllm")
 
 
-def spec_unavailable_reason(mtp_status: str, engine_flavor: str, arch: ModelArch) -> str | None:
-    """Why speculative arms cannot run here, or None when they can."""
+def spec_unavailable_reason(
+    mtp_status: str,
+    engine_flavor: str,
+    arch: ModelArch,
+    algorithm: str | None = None,
+    draft_model: bool = False,
+) -> str | None:
+    """Why speculative arms cannot run here, or None when they can. MTP needs the model's own
+    heads; NGRAM needs nothing, and EAGLE / STANDALONE with a draft model need only that."""
     if engine_flavor not in SPEC_FLAVORS:
         return (
             f"the {engine_flavor} engine flavor has no speculative decoding in the kit (use sglang or vllm)"
         )
-    if mtp_status == "present":
+    if mtp_status == "present" or algorithm == "NGRAM" or draft_model:
         return None
     if mtp_status in ("missing", "declared_missing"):
         return (
@@ -110,6 +117,7 @@ def _reasons(
     work: Workload,
     ks: list[int],
     measured: bool,
+    name: str = "MTP",
 ) -> list[str]:
     out = [f"speculation is unavailable: {unavailable}"] if unavailable else []
     for r in table[table.status == "skipped"].drop_duplicates("arm").itertuples():
@@ -124,11 +132,11 @@ def _reasons(
         lead, lag, lv, gv = (p, s, pv, sv) if pv >= sv else (s, p, sv, pv)
         hypo = "would beat" if unavailable and int(lead.spec_k) > 0 else "beats"
         out.append(
-            f"{_label(lead)} at {int(lead.concurrency)} concurrent {hypo} {_label(lag)} "
+            f"{_label(lead, name)} at {int(lead.concurrency)} concurrent {hypo} {_label(lag, name)} "
             f"(best at {int(lag.concurrency)}) by {100 * (lv / gv - 1):.0f}% "
             f"({how}: {lv:.0f} vs {gv:.0f} tok/s)"
         )
-    out += _bound_sentences(predicted, ks, work)
+    out += _bound_sentences(predicted, ks, work, name)
     ratios = with_ratio(predicted)
     for k in ks:
         r = ratios[(ratios.spec_k == k) & ratios.ratio_vs_plain.notna()]
@@ -137,15 +145,22 @@ def _reasons(
                 f"{int(c)}: {v:.2f}x" for c, v in zip(r.concurrency, r.ratio_vs_plain, strict=True)
             )
             worth = " (what it would be worth if it were available)" if unavailable else ""
-            out.append(f"predicted MTP k={k} / plain tokens/s by concurrency{worth}: {pairs}")
+            out.append(f"predicted {name} k={k} / plain tokens/s by concurrency{worth}: {pairs}")
     return out
 
 
-def _label(row: pd.Series) -> str:
-    return "plain decoding" if int(row.spec_k) == 0 else f"MTP k={int(row.spec_k)}"
+def _label(row: pd.Series, name: str = "MTP") -> str:
+    return "plain decoding" if int(row.spec_k) == 0 else f"{name} k={int(row.spec_k)}"
 
 
-def _bound_sentences(predicted: pd.DataFrame, ks: list[int], work: Workload) -> list[str]:
+def spec_name(algorithm: str | None, draft_model: bool) -> str:
+    """What the speculative arms are called in the reasons: MTP for the model's own heads."""
+    if draft_model or algorithm in ("NGRAM", "EAGLE3", "STANDALONE"):
+        return algorithm or "EAGLE"
+    return "MTP"
+
+
+def _bound_sentences(predicted: pd.DataFrame, ks: list[int], work: Workload, name: str = "MTP") -> list[str]:
     out = []
     for k in ks:
         rows = predicted[(predicted.spec_k == k) & (predicted.compute_bound == True)]  # noqa: E712
@@ -161,7 +176,7 @@ def _bound_sentences(predicted: pd.DataFrame, ks: list[int], work: Workload) -> 
         out.append(
             f"predicted crossover for k={k}: plain decoding matches or beats it from concurrency {x}"
             if x
-            else f"predicted: MTP k={k} stays ahead of plain decoding wherever both fit in memory"
+            else f"predicted: {name} k={k} stays ahead of plain decoding wherever both fit in memory"
         )
     for r in predicted[~predicted.feasible].drop_duplicates("arm").itertuples():
         out.append(
@@ -179,6 +194,7 @@ def _settings(
     work: Workload,
     flavor: str,
     attention_backend: str | None,
+    algorithm: str | None = None,
 ) -> dict:
     k = int(choice["spec_k"])
     rows = predicted[predicted.spec_k == k]
@@ -196,7 +212,8 @@ def _settings(
         "client_concurrency": int(choice["concurrency"]),
     }
     if k:
-        s.update(algorithm="EAGLE" if flavor == "sglang" else "mtp", eagle_topk=1, num_draft_tokens=k + 1)
+        default = "EAGLE" if flavor == "sglang" else "MTP"
+        s.update(algorithm=algorithm or default, eagle_topk=1, num_draft_tokens=k + 1)
         if arch.is_hybrid:
             s["mamba_strategy"] = "extra_buffer"
     return s
@@ -213,6 +230,8 @@ def decide(
     work: Workload | None = None,
     profile: pd.DataFrame | None = None,
     attention_backend: str | None = None,
+    algorithm: str | None = None,
+    draft_model: bool = False,
 ) -> dict:
     """The content of decision.json; `params` is a DecideParams (concurrencies, spec_steps,
     accept_lengths, objective, latency_bound_s). Measured rows decide; predictions explain."""
@@ -229,20 +248,21 @@ def decide(
             f"plain decoding does not fit: {arch.model_type} at context "
             f"{work.input_len + work.output_len} leaves no room for one sequence on {hw.name}"
         )
-    unavailable = spec_unavailable_reason(mtp_status, engine_flavor, arch)
+    unavailable = spec_unavailable_reason(mtp_status, engine_flavor, arch, algorithm, draft_model)
+    name = spec_name(algorithm, draft_model)
     table = _joined(predicted, sweep)
     bound = params.latency_bound_s if params.objective == "latency_bound" else None
     choice = _pick_measured(sweep, bound) if sweep is not None and not sweep.empty else None
     if choice is None:
         usable = predicted if not unavailable else predicted[predicted.spec_k == 0]
         choice = {**best_arm(usable, bound, work.output_len), "source": "predicted"}
-    settings = _settings(choice, arch, predicted, work, engine_flavor, attention_backend)
+    settings = _settings(choice, arch, predicted, work, engine_flavor, attention_backend, algorithm)
     reasons = [
-        f"chosen: {_label(pd.Series(choice))} at concurrency {int(choice['concurrency'])} "
+        f"chosen: {_label(pd.Series(choice), name)} at concurrency {int(choice['concurrency'])} "
         f"({choice['source']} {float(choice['output_tok_s']):.0f} output tok/s "
         f"over {work.dp_size} replica(s))"
     ]
-    reasons += _reasons(table, predicted, unavailable, work, ks, choice["source"] == "measured")
+    reasons += _reasons(table, predicted, unavailable, work, ks, choice["source"] == "measured", name)
     if settings["speculative"] and engine_flavor == "sglang":
         reasons.append(
             f"max_running_requests is set explicitly to {settings['max_running_requests']}: "

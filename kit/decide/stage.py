@@ -117,6 +117,8 @@ def decide_stage(params: RunParams, folder: RunFolder, probe: dict[str, Any]) ->
         work=work,
         profile=profile,
         attention_backend=backend,
+        algorithm=eng.speculative.algorithm,
+        draft_model=eng.speculative.draft_model_path is not None,
     )
     decision["engine_flavor"] = eng.flavor
     decision["mtp_status"] = mtp

@@ -35,6 +35,9 @@ class LoopStats:
     retries: int = 0
     in_flight: int = 0
     restarts: int = 0
+    concurrency: int = 0
+    engine_capacity: int | None = None
+    """Requests the engine runs at once (SGLang: max running x dp), when it says."""
     started: float = field(default_factory=time.monotonic)
 
 

@@ -73,8 +73,12 @@ def run_generation(
     fresh: bool = False,
     shard: str | None = None,
     retry_failures: bool = False,
+    from_decision: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Generate every planned (prompt, sample) not yet done; write the manifest when finished."""
+    """Generate every planned (prompt, sample) not yet done; write the manifest when finished.
+
+    `from_decision`: the engine settings taken from decision.json, recorded in the manifest.
+    """
     shard_i, shard_n = parse_shard(shard)
     folder.ensure()
     if fresh:
@@ -124,6 +128,9 @@ def run_generation(
         "engine": identity,
         "sampling": json.loads(sampling_json),
         "server_restarts": stats.restarts if stats else 0,
+        "concurrency": stats.concurrency if stats else None,
+        "engine_capacity": stats.engine_capacity if stats else None,
+        "settings_from_decision": from_decision,
         "generating_s": _generating_s(folder, tag),
         "session_started_at": started.isoformat(),
         "finished_at": now_utc().isoformat(),
@@ -181,7 +188,7 @@ def _run_loop(params, folder, todo, work, tag, failures, identity, sampling_json
                 stats = await loop.run(
                     iter_items(todo, work), total=len(work), concurrency=min(conc, len(work))
                 )
-                stats.restarts = pool.restarts
+                stats.restarts, stats.concurrency, stats.engine_capacity = pool.restarts, conc, cap
                 return stats
 
         return run_coroutine(main())

@@ -1,0 +1,96 @@
+"""A stand-in for `python -m sglang.launch_server`, for tests of the kit's SGLang integration.
+
+Not SGLang: it accepts the launcher flags the kit passes (unknown flags fail as in SGLang),
+records its argv in $FAKE_SGLANG_LOG, and serves the endpoints the kit reads: /health,
+/v1/models, /server_info, /metrics and /v1/chat/completions with speculative accounting
+(spec_verify_ct) when a speculative algorithm is set. Answers are canned; a step takes
+STEP_S, and a speculative step yields ACCEPT tokens, so arms differ measurably.
+"""
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+
+STEP_S = 0.002
+ACCEPT = {1: 1.8, 2: 2.4, 3: 2.9}
+
+
+def parse() -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="sglang.launch_server")
+    p.add_argument("--model-path", required=True)
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=30000)
+    for flag in ("--tp-size", "--dp-size", "--max-running-requests", "--cuda-graph-max-bs",
+                 "--context-length",
+                 "--speculative-num-steps", "--speculative-eagle-topk", "--speculative-num-draft-tokens"):
+        p.add_argument(flag, type=int)
+    for flag in ("--mem-fraction-static",):
+        p.add_argument(flag, type=float)
+    for flag in ("--attention-backend", "--speculative-algorithm", "--speculative-draft-model-path",
+                 "--mamba-scheduler-strategy"):
+        p.add_argument(flag)
+    p.add_argument("--enable-metrics", action="store_true")
+    return p.parse_args()
+
+
+def main() -> None:
+    args = parse()
+    if os.environ.get("FAKE_SGLANG_LOG"):
+        with open(os.environ["FAKE_SGLANG_LOG"], "a") as f:
+            f.write(json.dumps(sys.argv[1:]) + "\n")
+    import uvicorn
+    from fastapi import FastAPI
+
+    app = FastAPI()
+    k = (args.speculative_num_steps or 0) if args.speculative_algorithm else 0
+    running = args.max_running_requests or (48 if k else 256)
+    state = {"running": 0, "tokens": 0}
+
+    @app.get("/health")
+    def health() -> dict:
+        return {}
+
+    @app.get("/v1/models")
+    def models() -> dict:
+        return {"data": [{"id": args.model_path}]}
+
+    @app.get("/server_info")
+    def server_info() -> dict:
+        return {"max_running_requests": running, "dp_size": args.dp_size or 1,
+                "speculative_algorithm": args.speculative_algorithm, "version": "0.0.2-fake",
+                "internal_states": [{"avg_spec_accept_length": ACCEPT.get(k)}]}
+
+    @app.get("/metrics")
+    def metrics():
+        from fastapi.responses import PlainTextResponse
+
+        lines = [f'sglang:num_running_reqs{{dp_rank="0"}} {state["running"]}',
+                 f'sglang:generation_tokens_total{{dp_rank="0"}} {state["tokens"]}',
+                 'sglang:gen_throughput{dp_rank="0"} 1234.5']
+        if k:
+            lines.append(f'sglang:spec_accept_length{{dp_rank="0"}} {ACCEPT[k]}')
+        return PlainTextResponse("\n".join(lines) + "\n")
+
+    @app.post("/v1/chat/completions")
+    async def chat(body: dict) -> dict:
+        n = int(body.get("max_tokens") or 16)
+        steps = max(1, round(n / ACCEPT[k])) if k else n
+        state["running"] += 1
+        try:
+            await asyncio.sleep(steps * STEP_S)
+        finally:
+            state["running"] -= 1
+        state["tokens"] += n
+        usage = {"prompt_tokens": 10, "completion_tokens": n, "total_tokens": n + 10}
+        if k:
+            usage["spec_verify_ct"] = steps
+        return {"choices": [{"index": 0, "message": {"role": "assistant", "content": "word " * n},
+                             "finish_reason": "length"}], "usage": usage}
+
+    uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,73 @@
+"""The kit's SGLang paths end to end against an SGLang-shaped stand-in server.
+
+SGLang itself needs a GPU; tests/fake_sglang is a small FastAPI server behind the same module
+name and launcher flags that serves /server_info, /metrics and speculative accounting. What is
+under test is the kit: one server per sweep arm with that arm's flags, accept length carried
+into sweep.parquet, the decision applied to stage 3, concurrency sized from /server_info, and
+engine gauges in metrics.parquet.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from kit import stages
+from kit.params import load_params
+from kit.runfolder import RunFolder
+
+pytestmark = pytest.mark.slow
+FAKE = Path(__file__).resolve().parent / "fake_sglang"
+
+
+def test_sweep_decision_and_generation_through_sglang_flags(write_params, tmp_path):
+    argv_log = tmp_path / "argv.jsonl"
+    params = load_params(
+        write_params(
+            "sg",
+            counts={"metamathqa": 6, "codefeedback": 6},
+            engine={
+                "flavor": "sglang",
+                "startup_timeout_s": 120,
+                "speculative": {"algorithm": "NGRAM"},
+                "env": {"PYTHONPATH": str(FAKE), "FAKE_SGLANG_LOG": str(argv_log)},
+            },
+            decide={"concurrencies": [1, 8], "spec_steps": [1, 2], "num_prompts": 4, "max_tokens": 32},
+            generate={"concurrency": None, "sampling": {"max_tokens": 32, "seed": 0}},
+        )
+    )
+    folder = RunFolder(params.run_dir)
+    decision = stages.decide(params)
+
+    launches = [json.loads(x) for x in argv_log.read_text().splitlines()]
+    assert len(launches) == 3  # plain, k=1, k=2: one server each
+    plain, k1, k2 = (" ".join(a) for a in launches)
+    assert "--speculative-algorithm" not in plain and "--max-running-requests 8" in plain
+    assert "--speculative-algorithm NGRAM --speculative-num-steps 2 --speculative-eagle-topk 1" in k2
+    assert "--speculative-num-draft-tokens 3" in k2 and "--max-running-requests 8" in k1
+    sweep = pd.read_parquet(folder.sweep)
+    assert set(sweep.status) == {"ok"}
+    spec = sweep[sweep.spec_k > 0]
+    assert spec.accept_length.between(1.5, 3.0).all() and sweep[sweep.spec_k == 0].accept_length.isna().all()
+    assert decision["decided_by"] == "measured" and decision["speculation_available"] is True
+    assert decision["chosen_arm"] in {"plain", "spec_k1", "spec_k2"}
+    assert any("NGRAM k=" in r for r in decision["reasons"]) and not any(
+        "MTP" in r for r in decision["reasons"]
+    )
+
+    manifest = stages.generate(params)
+
+    applied = manifest["settings_from_decision"]
+    assert applied["chosen_arm"] == decision["chosen_arm"]
+    gen_argv = " ".join(json.loads(argv_log.read_text().splitlines()[-1]))
+    k = decision["engine_settings"]["spec_k"]
+    assert ("--speculative-num-steps" in gen_argv) == (k > 0)
+    assert f"--max-running-requests {decision['engine_settings']['max_running_requests']}" in gen_argv
+    assert manifest["engine_capacity"] == decision["engine_settings"]["max_running_requests"]
+    assert manifest["concurrency"] == 2 * manifest["engine_capacity"]  # the queue never drains
+    assert manifest["complete"] and manifest["rows"] + manifest["failures"] == 12
+    metrics = pd.read_parquet(folder.metrics)
+    assert {"num_running_reqs", "gen_throughput"} <= set(metrics.columns)
