@@ -63,17 +63,22 @@ def _rand(*shape: int, like: dict[str, Any]) -> Any:
 def _attention_weights(a: ModelArch, opt: dict[str, Any]) -> dict[str, Any]:
     q_out = a.num_heads * a.head_dim * (2 if a.attn_output_gate else 1)
     qkv = q_out + 2 * a.num_kv_heads * a.head_dim
-    return {"kind": "full", "qkv": _rand(qkv, a.hidden_size, like=opt),
-            "o": _rand(a.hidden_size, a.num_heads * a.head_dim, like=opt)}
+    return {
+        "kind": "full",
+        "qkv": _rand(qkv, a.hidden_size, like=opt),
+        "o": _rand(a.hidden_size, a.num_heads * a.head_dim, like=opt),
+    }
 
 
 def _linear_weights(a: ModelArch, opt: dict[str, Any]) -> dict[str, Any]:
     la = a.linear
     assert la is not None
     key_dim, value_dim = la.num_k_heads * la.k_head_dim, la.num_v_heads * la.v_head_dim
-    return {"kind": "linear", "in": _rand(2 * key_dim + 2 * value_dim + 2 * la.num_v_heads, a.hidden_size,
-                                          like=opt),
-            "out": _rand(a.hidden_size, value_dim, like=opt)}
+    return {
+        "kind": "linear",
+        "in": _rand(2 * key_dim + 2 * value_dim + 2 * la.num_v_heads, a.hidden_size, like=opt),
+        "out": _rand(a.hidden_size, value_dim, like=opt),
+    }
 
 
 def _mlp_weights(a: ModelArch, layer: int, opt: dict[str, Any]) -> dict[str, Any]:
@@ -82,8 +87,12 @@ def _mlp_weights(a: ModelArch, layer: int, opt: dict[str, Any]) -> dict[str, Any
     if a.is_moe and layer >= a.dense_layers:
         inter = (a.experts_per_token + a.shared_experts) * a.moe_intermediate_size
         router = _rand(a.num_experts, a.hidden_size, like=opt)
-    return {"gate_up": _rand(2 * inter, a.hidden_size, like=opt),
-            "down": _rand(a.hidden_size, inter, like=opt), "router": router, "top_k": a.experts_per_token}
+    return {
+        "gate_up": _rand(2 * inter, a.hidden_size, like=opt),
+        "down": _rand(a.hidden_size, inter, like=opt),
+        "router": router,
+        "top_k": a.experts_per_token,
+    }
 
 
 def build_synthetic(arch: ModelArch, n_layers: int, device: str, dtype: Any) -> SyntheticModel:
@@ -98,8 +107,14 @@ def build_synthetic(arch: ModelArch, n_layers: int, device: str, dtype: Any) -> 
         mixer = _linear_weights(arch, opt) if kind == "linear_attention" else _attention_weights(arch, opt)
         norms = {"norm1": torch.ones(arch.hidden_size, **opt), "norm2": torch.ones(arch.hidden_size, **opt)}
         layers.append({**mixer, **_mlp_weights(arch, i, opt), **norms})
-    return SyntheticModel(arch, layers, _rand(arch.vocab_size, arch.hidden_size, like=opt),
-                          torch.ones(arch.hidden_size, **opt), device, dtype)
+    return SyntheticModel(
+        arch,
+        layers,
+        _rand(arch.vocab_size, arch.hidden_size, like=opt),
+        torch.ones(arch.hidden_size, **opt),
+        device,
+        dtype,
+    )
 
 
 def point_bytes(arch: ModelArch, n_layers: int, B: int, q: int, L: int, dtype_bytes: int) -> dict[str, int]:
@@ -123,8 +138,9 @@ def default_budget(device: str) -> int:
     return CPU_BUDGET_BYTES
 
 
-def check_budget(arch: ModelArch, n_layers: int, points: list[tuple[int, int, int]], dtype_bytes: int,
-                 budget: int) -> None:
+def check_budget(
+    arch: ModelArch, n_layers: int, points: list[tuple[int, int, int]], dtype_bytes: int, budget: int
+) -> None:
     """Raise `CostModelError` naming every (B, q, L) whose buffers would exceed `budget` bytes."""
     over = []
     for B, q, L in points:
@@ -135,7 +151,8 @@ def check_budget(arch: ModelArch, n_layers: int, points: list[tuple[int, int, in
     if over:
         raise CostModelError(
             f"grid points exceed the memory budget of {budget / 2**30:.2f} GiB for {n_layers} layers: "
-            + "; ".join(over) + ". Drop them from the grid, profile fewer layers or raise memory_budget_bytes"
+            + "; ".join(over)
+            + ". Drop them from the grid, profile fewer layers or raise memory_budget_bytes"
         )
 
 
@@ -149,12 +166,15 @@ def allocate(model: SyntheticModel, B: int, L_max: int) -> None:
         if layer["kind"] == "full":
             for name in ("k", "v"):
                 model.buffers[name].append(
-                    torch.empty(B, a.num_kv_heads, L_max, a.head_dim, dtype=model.dtype, **opt).normal_())
+                    torch.empty(B, a.num_kv_heads, L_max, a.head_dim, dtype=model.dtype, **opt).normal_()
+                )
         else:
             la = a.linear
             model.buffers["state"].append(
                 torch.empty(B * la.num_v_heads, la.k_head_dim, la.v_head_dim, dtype=torch.float32, **opt)
-                .normal_().mul_(0.01))
+                .normal_()
+                .mul_(0.01)
+            )
 
 
 def _rms(x: Any, w: Any) -> Any:
@@ -171,11 +191,11 @@ def _attention(m: SyntheticModel, p: dict, x: Any, idx: int, B: int, q: int, L: 
     gate_w = nq if a.attn_output_gate else 0
     qh, gate, k, v = F.linear(x, p["qkv"]).split([nq, gate_w, nkv, nkv], dim=-1)
     kc, vc = m.buffers["k"][idx], m.buffers["v"][idx]
-    kc[:, :, L:L + q] = k.view(B, q, a.num_kv_heads, d).transpose(1, 2)
-    vc[:, :, L:L + q] = v.view(B, q, a.num_kv_heads, d).transpose(1, 2)
+    kc[:, :, L : L + q] = k.view(B, q, a.num_kv_heads, d).transpose(1, 2)
+    vc[:, :, L : L + q] = v.view(B, q, a.num_kv_heads, d).transpose(1, 2)
     group = a.num_heads // a.num_kv_heads
     packed = qh.view(B, q, a.num_kv_heads, group, d).permute(0, 2, 3, 1, 4).reshape(B, a.num_kv_heads, -1, d)
-    o = F.scaled_dot_product_attention(packed, kc[:, :, :L + q], vc[:, :, :L + q], attn_mask=mask)
+    o = F.scaled_dot_product_attention(packed, kc[:, :, : L + q], vc[:, :, : L + q], attn_mask=mask)
     o = o.view(B, a.num_kv_heads, group, q, d).permute(0, 3, 1, 2, 4).reshape(B * q, nq)
     if a.attn_output_gate:
         o = o * gate.sigmoid()
@@ -191,8 +211,10 @@ def _deltanet(m: SyntheticModel, p: dict, x: Any, idx: int, B: int, q: int) -> A
     key_dim, value_dim, hv = la.num_k_heads * la.k_head_dim, la.num_v_heads * la.v_head_dim, la.num_v_heads
     qk, kk, v, z, _ = F.linear(x, p["in"]).split([key_dim, key_dim, value_dim, value_dim, 2 * hv], dim=-1)
     rep, dk, dv = hv // la.num_k_heads, la.k_head_dim, la.v_head_dim
-    qk, kk = (t.reshape(B, q, la.num_k_heads, 1, dk).float().expand(-1, -1, -1, rep, -1).reshape(B, q, hv, dk)
-              for t in (qk, kk))  # k heads shared by rep v heads, without a host sync
+    qk, kk = (
+        t.reshape(B, q, la.num_k_heads, 1, dk).float().expand(-1, -1, -1, rep, -1).reshape(B, q, hv, dk)
+        for t in (qk, kk)
+    )  # k heads shared by rep v heads, without a host sync
     v = v.reshape(B, q, hv, dv).float()
     state = m.buffers["state"][idx]
     outs = []
@@ -240,8 +262,9 @@ def causal_mask(arch: ModelArch, q: int, L: int, device: str) -> Any:
     return torch.arange(L + q, device=device)[None, :] <= (L + row_tok)[:, None]
 
 
-def time_point(m: SyntheticModel, B: int, q: int, L: int, depth: int, reps: int, cuda_graph: bool
-               ) -> tuple[float, bool]:
+def time_point(
+    m: SyntheticModel, B: int, q: int, L: int, depth: int, reps: int, cuda_graph: bool
+) -> tuple[float, bool]:
     """Seconds of one step at (B, q, L) over the first `depth` layers; and whether a graph was used.
 
     `allocate(m, B, L_max)` with `L_max >= L + q` must have run.
