@@ -32,12 +32,10 @@ def sweep_prompts(params: RunParams, folder: RunFolder) -> list[dict[str, Any]]:
     from kit.generate.work import ensure_prompts
 
     table = ensure_prompts(params, folder)
-    rows = table.to_pylist()
-    random.Random(params.data.seed).shuffle(rows)
-    out = []
-    for r in rows[: params.decide.num_prompts]:
-        out.append({**r, "tools_list": json.loads(r["tools"]) if r.get("tools") else None})
-    return out
+    order = list(range(table.num_rows))
+    random.Random(params.data.seed).shuffle(order)  # shuffle positions: only the sample is materialised
+    rows = table.take(order[: params.decide.num_prompts]).to_pylist()
+    return [{**r, "tools_list": json.loads(r["tools"]) if r.get("tools") else None} for r in rows]
 
 
 def _mtp_status(probe: dict[str, Any]) -> str | None:
