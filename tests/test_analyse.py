@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
-from test_analyse_fixture import EXPECTED, build_run, generation_frame  # noqa: E402
+from test_analyse_fixture import EXPECTED, build_run, generation_frame, metrics_frame  # noqa: E402
 
 from kit.analyse import (  # noqa: E402
     analyse_run,
@@ -194,3 +194,23 @@ def test_resumed_run_timeline_uses_wall_clock(tmp_path: Path) -> None:
     run.metrics.write_bytes(b"PAR1 not really parquet")
     metrics, gaps = load_metrics(run)
     assert metrics is None and "metrics.parquet: unreadable" in gaps[0]
+
+
+def test_resumed_run_counts_generating_time_not_the_night_between(tmp_path: Path) -> None:
+    """Two sessions a day apart: throughput divides by the time spent generating in both."""
+    run = build_run(tmp_path / "resumed")
+    first, second = metrics_frame(20), metrics_frame(10)
+    start = pd.Timestamp("2026-11-28T20:00:00Z")
+    first = first.assign(session=1, at=start + pd.to_timedelta(first["t_s"], unit="s"))
+    second = second.assign(
+        session=2, at=start + pd.Timedelta(days=1) + pd.to_timedelta(second["t_s"], unit="s")
+    )
+    pd.concat([first, second], ignore_index=True).to_parquet(run.metrics, index=False)
+    manifest = json.loads(run.manifest.read_text())
+    manifest.pop("generating_s", None)
+    run.manifest.write_text(json.dumps(manifest))
+    health = analyse_run(run, AnalyseParams())["health"]
+    assert health["duration_s"] == 30.0  # 20 s + 10 s, not a day
+    manifest["generating_s"] = 31.5  # what the sessions' own clocks measured wins
+    run.manifest.write_text(json.dumps(manifest))
+    assert analyse_run(run, AnalyseParams())["health"]["duration_s"] == 31.5

@@ -74,11 +74,17 @@ def _mean(values: pd.Series) -> float | None:
 
 
 def _duration_s(df: pd.DataFrame, timeline: pd.DataFrame, manifest: dict[str, Any] | None) -> float | None:
-    """Seconds spent generating: summed over the sessions of a resumed run (downtime excluded)."""
-    if {"session", "t_s"} <= set(timeline.columns) and len(timeline):
-        return float(timeline.groupby("session")["t_s"].max().sum())
+    """Seconds spent generating, summed over the sessions of a resumed run (downtime excluded).
+
+    The manifest's `generating_s` comes from each session's own clock; without it the span of
+    each session's samples is used (load_metrics rebases `t_s` on the wall clock across sessions,
+    so a session's time is its last sample minus its first, not its last sample).
+    """
     if manifest and manifest.get("generating_s"):
         return float(manifest["generating_s"])
+    if {"session", "t_s"} <= set(timeline.columns) and len(timeline):
+        spans = timeline.groupby("session")["t_s"].agg(lambda t: t.max() - t.min())
+        return float(spans.sum())
     if manifest and manifest.get("started_at") and manifest.get("finished_at"):
         start = pd.to_datetime(manifest["started_at"], errors="coerce", utc=True)
         end = pd.to_datetime(manifest["finished_at"], errors="coerce", utc=True)
