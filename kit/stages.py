@@ -97,14 +97,4 @@ def analyse(params: RunParams) -> dict[str, Any]:
     return analyse_run(folder, params.analyse)
 
 
-def headline(run_dir: Path) -> dict[str, Any]:
-    """A few numbers of a run for the terminal: rows, failures, chosen arm."""
-    folder = RunFolder(Path(run_dir))
-    out: dict[str, Any] = {}
-    for name, path in (("manifest", folder.manifest), ("decision", folder.decision)):
-        if path.exists():
-            out[name] = read_json(path)
-    return out
-
-
-__all__ = ["prepare", "probe", "decide", "generate", "analyse", "headline"]
+__all__ = ["prepare", "probe", "decide", "generate", "analyse"]
