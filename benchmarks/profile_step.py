@@ -90,11 +90,21 @@ def main() -> None:
 def shrink(cfg: dict, h: int) -> None:
     """Shrink a config (flat or with `text_config`) to hidden size `h` for CPU smoke runs."""
     c = cfg.get("text_config") or cfg
-    c.update(hidden_size=h, intermediate_size=3 * h, num_attention_heads=4, num_key_value_heads=2,
-             head_dim=h // 4, vocab_size=4096)
+    c.update(
+        hidden_size=h,
+        intermediate_size=3 * h,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=h // 4,
+        vocab_size=4096,
+    )
     if c.get("linear_num_value_heads"):
-        c.update(linear_num_value_heads=4, linear_num_key_heads=2, linear_key_head_dim=h // 8,
-                 linear_value_head_dim=h // 8)
+        c.update(
+            linear_num_value_heads=4,
+            linear_num_key_heads=2,
+            linear_key_head_dim=h // 8,
+            linear_value_head_dim=h // 8,
+        )
 
 
 def largest_step(profile, arch, copy_bw: float) -> dict:  # noqa: ANN001
@@ -105,8 +115,13 @@ def largest_step(profile, arch, copy_bw: float) -> dict:  # noqa: ANN001
     total, _ = arch.param_counts()
     shape = cm.StepShape(weight_bytes=total * dtype_bytes, kv_dtype_bytes=dtype_bytes)
     bound = cm.step_bytes(arch, int(row.B), 1, int(row.L), shape) / copy_bw
-    return {"B": int(row.B), "L": int(row.L), "step_s": float(row.step_s), "bytes_bound_s": bound,
-            "ratio_step_to_bound": float(row.step_s) / bound}
+    return {
+        "B": int(row.B),
+        "L": int(row.L),
+        "step_s": float(row.step_s),
+        "bytes_bound_s": bound,
+        "ratio_step_to_bound": float(row.step_s) / bound,
+    }
 
 
 def summarize(profile, arch, copy_bw: float, device: str, elapsed: float) -> dict:  # noqa: ANN001
@@ -117,18 +132,42 @@ def summarize(profile, arch, copy_bw: float, device: str, elapsed: float) -> dic
     step_b1 = float(b1.step_s.iloc[0])
     bound = weight_bytes / copy_bw
     eff = calibrate(profile, arch, H200)
-    ladder = with_ratio(predict_ladder(
-        arch, H200, [1, 4, 16, 64, 128, 256], [1, 2, 3], {1: 1.90, 2: 2.68, 3: 3.28},
-        Workload(1024, 1024, 0.9), eff, strict=False,
-    ))
+    ladder = with_ratio(
+        predict_ladder(
+            arch,
+            H200,
+            [1, 4, 16, 64, 128, 256],
+            [1, 2, 3],
+            {1: 1.90, 2: 2.68, 3: 3.28},
+            Workload(1024, 1024, 0.9),
+            eff,
+            strict=False,
+        )
+    )
     return {
-        "device": device, "elapsed_s": elapsed, "copy_bandwidth_Bps": copy_bw, "weight_bytes": weight_bytes,
-        "plain_step_B1_s": step_b1, "plain_step_B1_L": int(b1.L.iloc[0]), "bandwidth_bound_s": bound,
-        "ratio_step_to_bound": step_b1 / bound, "cuda_graph": bool(profile.cuda_graph.all()),
+        "device": device,
+        "elapsed_s": elapsed,
+        "copy_bandwidth_Bps": copy_bw,
+        "weight_bytes": weight_bytes,
+        "plain_step_B1_s": step_b1,
+        "plain_step_B1_L": int(b1.L.iloc[0]),
+        "bandwidth_bound_s": bound,
+        "ratio_step_to_bound": step_b1 / bound,
+        "cuda_graph": bool(profile.cuda_graph.all()),
         "largest": largest_step(profile, arch, copy_bw),
         "efficiency": {"bw": eff.bw, "flops": eff.flops, "overhead_s": eff.overhead_s},
-        "ladder": ladder[["arm", "concurrency", "running", "feasible", "step_s", "output_tok_s",
-                          "ratio_vs_plain", "compute_bound"]].to_dict("records"),
+        "ladder": ladder[
+            [
+                "arm",
+                "concurrency",
+                "running",
+                "feasible",
+                "step_s",
+                "output_tok_s",
+                "ratio_vs_plain",
+                "compute_bound",
+            ]
+        ].to_dict("records"),
     }
 
 
@@ -148,24 +187,35 @@ def render(s: dict, profile, args) -> str:  # noqa: ANN001
     import pandas as pd
 
     big = s["largest"]
-    return "\n".join([
-        "# Step-time profile", "", f"Command: `python3 benchmarks/profile_step.py --out {args.out} "
-        f"--backend {s['backend']}` (device {s['device']}, {args.layers} layers profiled and scaled, "
-        f"{s['elapsed_s']:.0f} s).", "",
-        f"- profiler backend: **{s['backend']}**",
-        f"- measured copy bandwidth: {s['copy_bandwidth_Bps'] / 1e12:.2f} TB/s",
-        f"- weights: {s['weight_bytes'] / 1e9:.1f} GB; bound at B=1: {s['bandwidth_bound_s'] * 1e3:.2f} ms",
-        f"- measured plain step at B=1, L={s['plain_step_B1_L']}: {s['plain_step_B1_s'] * 1e3:.2f} ms "
-        f"= **{s['ratio_step_to_bound']:.2f}x** the bandwidth bound",
-        f"- measured plain step at B={big['B']}, L={big['L']}: {big['step_s'] * 1e3:.2f} ms "
-        f"= **{big['ratio_step_to_bound']:.2f}x** its bytes bound (weights + KV read over the copy "
-        f"bandwidth: {big['bytes_bound_s'] * 1e3:.2f} ms)",
-        f"- CUDA graphs for every point: {s['cuda_graph']}",
-        f"- efficiency calibrated on the H200 datasheet: {s['efficiency']}", "",
-        "## Step time (ms) at full depth", "", _md(steps), "",
-        "## Predicted output tokens/s (1024 in / 1024 out; accept lengths 1.90 / 2.68 / 3.28 for k = 1/2/3)",
-        "", _md(pd.DataFrame(s["ladder"])), "",
-    ])
+    return "\n".join(
+        [
+            "# Step-time profile",
+            "",
+            f"Command: `python3 benchmarks/profile_step.py --out {args.out} "
+            f"--backend {s['backend']}` (device {s['device']}, {args.layers} layers profiled and scaled, "
+            f"{s['elapsed_s']:.0f} s).",
+            "",
+            f"- profiler backend: **{s['backend']}**",
+            f"- measured copy bandwidth: {s['copy_bandwidth_Bps'] / 1e12:.2f} TB/s",
+            f"- weights: {s['weight_bytes'] / 1e9:.1f} GB; bound at B=1: {s['bandwidth_bound_s'] * 1e3:.2f} ms",
+            f"- measured plain step at B=1, L={s['plain_step_B1_L']}: {s['plain_step_B1_s'] * 1e3:.2f} ms "
+            f"= **{s['ratio_step_to_bound']:.2f}x** the bandwidth bound",
+            f"- measured plain step at B={big['B']}, L={big['L']}: {big['step_s'] * 1e3:.2f} ms "
+            f"= **{big['ratio_step_to_bound']:.2f}x** its bytes bound (weights + KV read over the copy "
+            f"bandwidth: {big['bytes_bound_s'] * 1e3:.2f} ms)",
+            f"- CUDA graphs for every point: {s['cuda_graph']}",
+            f"- efficiency calibrated on the H200 datasheet: {s['efficiency']}",
+            "",
+            "## Step time (ms) at full depth",
+            "",
+            _md(steps),
+            "",
+            "## Predicted output tokens/s (1024 in / 1024 out; accept lengths 1.90 / 2.68 / 3.28 for k = 1/2/3)",
+            "",
+            _md(pd.DataFrame(s["ladder"])),
+            "",
+        ]
+    )
 
 
 if __name__ == "__main__":

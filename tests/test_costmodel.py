@@ -41,7 +41,12 @@ def test_published_gb300_anchor_within_25_percent() -> None:
     requests under speculation: the prediction applies that engine cap, nothing else is fitted.
     """
     ladder = predict_ladder(
-        _arch("qwen3_6_27b"), GB300, [1, 16, 64], [3], {3: 3.2}, Workload(1024, 1024, 0.85),
+        _arch("qwen3_6_27b"),
+        GB300,
+        [1, 16, 64],
+        [3],
+        {3: 3.2},
+        Workload(1024, 1024, 0.85),
         engine_caps={3: SGLANG_SPEC_RUNNING_CAP},
     )
     ratios = with_ratio(ladder).query("spec_k == 3").set_index("concurrency").ratio_vs_plain

@@ -61,13 +61,15 @@ def test_seed_case_no_mtp_weights_on_eight_rtx_pro_6000(qwen36_without_mtp: Path
 
 def test_measured_sweep_decides_and_carries_skips() -> None:
     arch = load_arch_from("qwen3_32b")
-    sweep = _sweep([
-        ("plain", 0, 1, 40.0, None, "ok", ""),
-        ("plain", 0, 256, 9000.0, None, "ok", ""),
-        ("spec_k3", 3, 1, 95.0, 2.9, "ok", ""),
-        ("spec_k3", 3, 256, 7900.0, 2.8, "ok", ""),
-        ("spec_k1", 1, 1, None, None, "skipped", "draft tokens 2 not supported by this build"),
-    ])
+    sweep = _sweep(
+        [
+            ("plain", 0, 1, 40.0, None, "ok", ""),
+            ("plain", 0, 256, 9000.0, None, "ok", ""),
+            ("spec_k3", 3, 1, 95.0, 2.9, "ok", ""),
+            ("spec_k3", 3, 256, 7900.0, 2.8, "ok", ""),
+            ("spec_k1", 1, 1, None, None, "skipped", "draft tokens 2 not supported by this build"),
+        ]
+    )
     params = DecideParams(concurrencies=[1, 256], spec_steps=[1, 3])
     d = decide(arch, H200, sweep, params, mtp_status="present", engine_flavor="sglang")
     assert d["decided_by"] == "measured" and d["chosen_arm"] == "plain"
@@ -95,8 +97,14 @@ def test_speculation_chosen_sets_explicit_running_cap_and_extra_buffer() -> None
 
 def test_transformers_flavor_has_no_speculation() -> None:
     arch = load_arch_from("qwen3_32b")
-    d = decide(arch, H200, None, DecideParams(concurrencies=[1, 4]), mtp_status="present",
-               engine_flavor="transformers")
+    d = decide(
+        arch,
+        H200,
+        None,
+        DecideParams(concurrencies=[1, 4]),
+        mtp_status="present",
+        engine_flavor="transformers",
+    )
     assert d["chosen_arm"] == "plain" and "transformers engine flavor" in d["speculation_unavailable_reason"]
 
 

@@ -17,8 +17,16 @@ from kit.decide.profiler import PROFILE_COLUMNS, ProfileGrid, config_hash, load_
 from kit.errors import CostModelError
 
 ROOT = Path(__file__).resolve().parents[1]
-TINY = dict(model_type="qwen3", hidden_size=256, intermediate_size=768, num_hidden_layers=4,
-            num_attention_heads=8, num_key_value_heads=2, head_dim=64, vocab_size=4096)
+TINY = dict(
+    model_type="qwen3",
+    hidden_size=256,
+    intermediate_size=768,
+    num_hidden_layers=4,
+    num_attention_heads=8,
+    num_key_value_heads=2,
+    head_dim=64,
+    vocab_size=4096,
+)
 
 
 @pytest.fixture(autouse=True)
@@ -40,8 +48,9 @@ def _reference_attention(m: syn.SyntheticModel, p: dict, x: torch.Tensor, kc, vc
     group = a.num_heads // a.num_kv_heads
     keys, vals = keys.repeat_interleave(group, 1), vals.repeat_interleave(group, 1)
     mask = torch.arange(L + q)[None, :] <= (L + torch.arange(q))[:, None]
-    o = torch.nn.functional.scaled_dot_product_attention(qh.view(B, q, -1, d).transpose(1, 2), keys, vals,
-                                                         attn_mask=mask)
+    o = torch.nn.functional.scaled_dot_product_attention(
+        qh.view(B, q, -1, d).transpose(1, 2), keys, vals, attn_mask=mask
+    )
     o = o.transpose(1, 2).reshape(B * q, nq)
     return torch.nn.functional.linear(o * gate.sigmoid() if gate_w else o, p["o"])
 
@@ -59,7 +68,7 @@ def test_packed_attention_matches_plain_gqa(q: int, gated: bool, kv_heads: int) 
     got = syn._attention(m, m.layers[0], x, 0, B, q, L, syn.causal_mask(arch, q, L, "cpu"))
     want = _reference_attention(m, m.layers[0], x, kc, vc, B, q, L)
     torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
-    assert not torch.equal(m.buffers["k"][0][:, :, L:L + q], kc[:, :, L:L + q])  # new K written in place
+    assert not torch.equal(m.buffers["k"][0][:, :, L : L + q], kc[:, :, L : L + q])  # new K written in place
 
 
 def test_step_time_grows_with_context_and_batch() -> None:
@@ -84,8 +93,15 @@ def test_profile_has_contract_columns_and_q_above_one(tmp_path: Path) -> None:
 def _shrunk_hybrid() -> dict:
     cfg = json.loads((ROOT / "tests/configs/qwen3_6_27b.json").read_text())
     cfg["text_config"].update(
-        hidden_size=128, intermediate_size=384, num_attention_heads=4, num_key_value_heads=2, head_dim=32,
-        vocab_size=2048, linear_num_value_heads=4, linear_num_key_heads=2, linear_key_head_dim=16,
+        hidden_size=128,
+        intermediate_size=384,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=32,
+        vocab_size=2048,
+        linear_num_value_heads=4,
+        linear_num_key_heads=2,
+        linear_key_head_dim=16,
         linear_value_head_dim=16,
     )
     return cfg
@@ -134,9 +150,28 @@ def test_benchmark_script_runs_without_pydantic_or_transformers(tmp_path: Path) 
     for mod in ("pydantic", "typer", "transformers"):
         (block / f"{mod}.py").write_text("raise ImportError('not on the GPU box')\n")
     out = tmp_path / "out"
-    cmd = [sys.executable, str(ROOT / "benchmarks/profile_step.py"), "--out", str(out), "--device", "cpu",
-           "--config", str(ROOT / "tests/configs/qwen3_32b.json"), "--layers", "4", "--batch-sizes", "1,8",
-           "--q", "1,2", "--contexts", "32,256", "--hidden-override", "128", "--reps", "2"]
+    cmd = [
+        sys.executable,
+        str(ROOT / "benchmarks/profile_step.py"),
+        "--out",
+        str(out),
+        "--device",
+        "cpu",
+        "--config",
+        str(ROOT / "tests/configs/qwen3_32b.json"),
+        "--layers",
+        "4",
+        "--batch-sizes",
+        "1,8",
+        "--q",
+        "1,2",
+        "--contexts",
+        "32,256",
+        "--hidden-override",
+        "128",
+        "--reps",
+        "2",
+    ]
     env = {"PYTHONPATH": str(block), "PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1"}
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=180, env=env)
     assert proc.returncode == 0, proc.stderr[-2000:]

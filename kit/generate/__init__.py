@@ -1,8 +1,8 @@
 """Stage 3: plan the prompts, then generate every completion exactly once.
 
-    kit generate params/demo.yaml                # plan (if needed), generate, resume where it stopped
-    kit generate params/demo.yaml --shard 0/4    # one static shard of four (SLURM-style); merge by id
-    kit generate params/demo.yaml --fresh        # archive earlier outputs of this run and start anew
+kit generate params/demo.yaml                # plan (if needed), generate, resume where it stopped
+kit generate params/demo.yaml --shard 0/4    # one static shard of four (SLURM-style); merge by id
+kit generate params/demo.yaml --fresh        # archive earlier outputs of this run and start anew
 """
 
 from kit.generate.run import run_generation

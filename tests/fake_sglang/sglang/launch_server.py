@@ -22,14 +22,25 @@ def parse() -> argparse.Namespace:
     p.add_argument("--model-path", required=True)
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=30000)
-    for flag in ("--tp-size", "--dp-size", "--max-running-requests", "--cuda-graph-max-bs",
-                 "--context-length",
-                 "--speculative-num-steps", "--speculative-eagle-topk", "--speculative-num-draft-tokens"):
+    for flag in (
+        "--tp-size",
+        "--dp-size",
+        "--max-running-requests",
+        "--cuda-graph-max-bs",
+        "--context-length",
+        "--speculative-num-steps",
+        "--speculative-eagle-topk",
+        "--speculative-num-draft-tokens",
+    ):
         p.add_argument(flag, type=int)
     for flag in ("--mem-fraction-static",):
         p.add_argument(flag, type=float)
-    for flag in ("--attention-backend", "--speculative-algorithm", "--speculative-draft-model-path",
-                 "--mamba-scheduler-strategy"):
+    for flag in (
+        "--attention-backend",
+        "--speculative-algorithm",
+        "--speculative-draft-model-path",
+        "--mamba-scheduler-strategy",
+    ):
         p.add_argument(flag)
     p.add_argument("--enable-metrics", action="store_true")
     return p.parse_args()
@@ -58,17 +69,23 @@ def main() -> None:
 
     @app.get("/server_info")
     def server_info() -> dict:
-        return {"max_running_requests": running, "dp_size": args.dp_size or 1,
-                "speculative_algorithm": args.speculative_algorithm, "version": "0.0.2-fake",
-                "internal_states": [{"avg_spec_accept_length": ACCEPT.get(k)}]}
+        return {
+            "max_running_requests": running,
+            "dp_size": args.dp_size or 1,
+            "speculative_algorithm": args.speculative_algorithm,
+            "version": "0.0.2-fake",
+            "internal_states": [{"avg_spec_accept_length": ACCEPT.get(k)}],
+        }
 
     @app.get("/metrics")
     def metrics():
         from fastapi.responses import PlainTextResponse
 
-        lines = [f'sglang:num_running_reqs{{dp_rank="0"}} {state["running"]}',
-                 f'sglang:generation_tokens_total{{dp_rank="0"}} {state["tokens"]}',
-                 'sglang:gen_throughput{dp_rank="0"} 1234.5']
+        lines = [
+            f'sglang:num_running_reqs{{dp_rank="0"}} {state["running"]}',
+            f'sglang:generation_tokens_total{{dp_rank="0"}} {state["tokens"]}',
+            'sglang:gen_throughput{dp_rank="0"} 1234.5',
+        ]
         if k:
             lines.append(f'sglang:spec_accept_length{{dp_rank="0"}} {ACCEPT[k]}')
         return PlainTextResponse("\n".join(lines) + "\n")
@@ -86,8 +103,16 @@ def main() -> None:
         usage = {"prompt_tokens": 10, "completion_tokens": n, "total_tokens": n + 10}
         if k:
             usage["spec_verify_ct"] = steps
-        return {"choices": [{"index": 0, "message": {"role": "assistant", "content": "word " * n},
-                             "finish_reason": "length"}], "usage": usage}
+        return {
+            "choices": [
+                {
+                    "index": 0,
+                    "message": {"role": "assistant", "content": "word " * n},
+                    "finish_reason": "length",
+                }
+            ],
+            "usage": usage,
+        }
 
     uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
 
