@@ -197,7 +197,8 @@ def render(s: dict, profile, args) -> str:  # noqa: ANN001
             "",
             f"- profiler backend: **{s['backend']}**",
             f"- measured copy bandwidth: {s['copy_bandwidth_Bps'] / 1e12:.2f} TB/s",
-            f"- weights: {s['weight_bytes'] / 1e9:.1f} GB; bound at B=1: {s['bandwidth_bound_s'] * 1e3:.2f} ms",
+            f"- weights: {s['weight_bytes'] / 1e9:.1f} GB; "
+            f"bound at B=1: {s['bandwidth_bound_s'] * 1e3:.2f} ms",
             f"- measured plain step at B=1, L={s['plain_step_B1_L']}: {s['plain_step_B1_s'] * 1e3:.2f} ms "
             f"= **{s['ratio_step_to_bound']:.2f}x** the bandwidth bound",
             f"- measured plain step at B={big['B']}, L={big['L']}: {big['step_s'] * 1e3:.2f} ms "
@@ -210,7 +211,8 @@ def render(s: dict, profile, args) -> str:  # noqa: ANN001
             "",
             _md(steps),
             "",
-            "## Predicted output tokens/s (1024 in / 1024 out; accept lengths 1.90 / 2.68 / 3.28 for k = 1/2/3)",
+            "## Predicted output tokens/s "
+            "(1024 in / 1024 out; accept lengths 1.90 / 2.68 / 3.28 for k = 1/2/3)",
             "",
             _md(pd.DataFrame(s["ladder"])),
             "",
