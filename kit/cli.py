@@ -3,7 +3,7 @@
 kit run params/demo.yaml              # the four notebooks through papermill, then the HTML report
 kit probe|decide|generate|analyse params/demo.yaml
 kit report outputs/demo               # re-render the HTML report of a run
-kit demo-assets                       # build the embedded demo model and fixture data
+kit demo-assets                       # build the embedded demo model, its draft and fixture data
 """
 
 from __future__ import annotations
@@ -135,11 +135,13 @@ def compare(
 def demo_assets(
     root: Annotated[Path, typer.Option(help="where to build them")] = Path(".cache/demo"),
 ) -> None:
-    """Build the embedded demo model and the fixture data (no download)."""
-    from kit.demo.model import ensure_demo_model
+    """Build the embedded demo model, its draft model and the fixture data (no download)."""
+    from kit.demo.model import ensure_demo_draft_model, ensure_demo_model
     from kit.prompts.fixtures import write_fixtures
 
-    typer.echo(f"model: {ensure_demo_model(root / 'model')}")
+    model = ensure_demo_model(root / "model")
+    typer.echo(f"model: {model}")
+    typer.echo(f"draft: {ensure_demo_draft_model(root / 'draft', model)}")
     typer.echo(f"data: {root / 'data'} ({len(write_fixtures(root / 'data'))} sources)")
 
 
