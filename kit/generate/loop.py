@@ -64,7 +64,7 @@ class GenerationLoop:
         finally:  # also on Ctrl-C (cancellation) and on a server that cannot be restarted
             for task in (ticker, *workers):
                 task.cancel()
-            self.writer.flush()
+            self.writer.flush(self.failures.flush)  # also waits for the shards in flight
             self.timeline.sample(self.stats, await self._engine_metrics())
             self.timeline.save()
             bar.close()
@@ -83,7 +83,7 @@ class GenerationLoop:
                 self.stats.output_tokens += row["completion_tokens"] or 0
             bar.update(1)
             if self.writer.due(self.params.shard_rows, self.params.shard_seconds):
-                self._flush()
+                await self._flush()
 
     async def _generate(self, item: dict[str, Any]) -> dict[str, Any] | None:
         s = self.params.sampling
@@ -159,9 +159,9 @@ class GenerationLoop:
             }
         )
 
-    def _flush(self) -> None:
-        self.writer.flush()
-        self.timeline.save()
+    async def _flush(self) -> None:
+        """Queue a shard (and the timeline and failure log after it) in the writer thread."""
+        await self.writer.flush_async(self.timeline.save, self.failures.flush)
 
     async def _engine_metrics(self) -> dict[str, float]:
         """The engine's own gauges (SGLang /metrics), summed over replicas; empty where not served."""
@@ -182,7 +182,7 @@ class GenerationLoop:
             last = self.timeline.last()
             bar.set_postfix(tok_s=f"{last['tok_s']:.0f}", fail=self.stats.failures, refresh=False)
             if self.writer.due(self.params.shard_rows, self.params.shard_seconds):
-                self._flush()
+                await self._flush()
 
 
 def sampling_identity(params: GenerateParams) -> tuple[str, str]:
