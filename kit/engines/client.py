@@ -112,9 +112,12 @@ def _accept_length(*parts: Mapping[str, Any] | None) -> float | None:
     return None
 
 
+_SPEC_KEYS = frozenset({"meta_info", "spec_accept_length", "spec_verify_ct"})
+
+
 def _has_spec_info(*parts: Mapping[str, Any]) -> bool:
     """Whether an answer carries speculative-decoding counters at all (most answers do not)."""
-    return any(k == "meta_info" or k.startswith("spec_") for part in parts for k in part)
+    return not all(_SPEC_KEYS.isdisjoint(part) for part in parts)
 
 
 class EngineClient:
