@@ -36,7 +36,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import urllib.request
 from pathlib import Path
@@ -379,8 +378,9 @@ def span(values: list[float], fmt: str) -> str:
 def report(args: argparse.Namespace, cells: list[dict], mem: dict | None, loads: tuple[str, str]) -> str:
     s = summarise(cells)
     lines = [
-        "| mode | concurrency | client | req/s | CPU s / 1,000 req | req/s vs aiohttp | CPU vs aiohttp |",
-        "|---|---|---|---|---|---|---|",
+        "| mode | concurrency | client | req/s | CPU s / 1,000 req | one-core ceiling, req/s "
+        "| req/s vs aiohttp | CPU vs aiohttp |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for stream in (False, True):
         for c in args.concurrency:
@@ -388,16 +388,24 @@ def report(args: argparse.Namespace, cells: list[dict], mem: dict | None, loads:
                 x = s.get((client, stream, c))
                 if x is None:
                     continue
-                lines.append(
-                    f"| {'streamed' if stream else 'plain JSON'} | {c:,} | {client} | {span(x['req_s'], ',.0f')} "
-                    f"| {span(x['cpu'], '.3f')} | {span(x['ratio'], '.2f')}x | {span(x['cpu_ratio'], '.2f')}x |"
-                )
+                mode = "streamed" if stream else "plain JSON"
+                ceiling = [1000 / v for v in x["cpu"]]
+                row = [mode, f"{c:,}", client, span(x["req_s"], ",.0f"), span(x["cpu"], ".3f")]
+                row += [
+                    span(ceiling, ",.0f"),
+                    span(x["ratio"], ".2f") + "x",
+                    span(x["cpu_ratio"], ".2f") + "x",
+                ]
+                lines.append("| " + " | ".join(row) + " |")
     cmd = " ".join(["python benchmarks/bench_client.py", *sys.argv[1:]])
     text = (
-        f"Command: `{cmd}` ({os.cpu_count()} cores; client on core {CLIENT_CORE}, nginx on core {SERVER_CORE}; "
-        f"{args.rounds} round(s), {args.requests:,} requests per plain cell, {args.streamed:,} per streamed "
-        f"cell; ranges are over rounds, ratios are within a round). Load average at start: {loads[0]}; "
-        f"at end: {loads[1]}.\n\n" + "\n".join(lines) + "\n"
+        f"Command: `{cmd}` ({os.cpu_count()} cores; client on core {CLIENT_CORE}, nginx on core "
+        f"{SERVER_CORE}; {args.rounds} round(s), {args.requests:,} requests per plain cell, "
+        f"{args.streamed:,} per streamed cell; ranges are over rounds, ratios are within a round; "
+        "the one-core ceiling is 1,000 / CPU s per 1,000 requests: the rate of a client that has its "
+        f"core to itself). Load average at start: {loads[0]}; at end: {loads[1]}.\n\n"
+        + "\n".join(lines)
+        + "\n"
     )
     if mem:
         text += (
