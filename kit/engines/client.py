@@ -115,9 +115,11 @@ def _accept_length(*parts: Mapping[str, Any] | None) -> float | None:
 _SPEC_KEYS = frozenset({"meta_info", "spec_accept_length", "spec_verify_ct"})
 
 
-def _has_spec_info(*parts: Mapping[str, Any]) -> bool:
+def _has_spec_info(data: Mapping[str, Any], choice: Mapping[str, Any], usage: Mapping[str, Any]) -> bool:
     """Whether an answer carries speculative-decoding counters at all (most answers do not)."""
-    return not all(_SPEC_KEYS.isdisjoint(part) for part in parts)
+    return not (
+        _SPEC_KEYS.isdisjoint(data) and _SPEC_KEYS.isdisjoint(choice) and _SPEC_KEYS.isdisjoint(usage)
+    )
 
 
 class EngineClient:
@@ -137,7 +139,9 @@ class EngineClient:
         self._base = URL(self.base_url)
         self._chat_url = self._base / "v1" / "chat" / "completions"
         self._chat_what = f"POST {self.base_url}/v1/chat/completions"
-        self._timeout = aiohttp.ClientTimeout(total=timeout_s, connect=min(30.0, timeout_s))
+        # sock_connect, not connect: aiohttp's `connect` also counts the wait for a free pooled
+        # connection, which at concurrency above max_connections is legitimately long.
+        self._timeout = aiohttp.ClientTimeout(total=timeout_s, sock_connect=min(30.0, timeout_s))
         self._max_connections = max_connections
         self._session: aiohttp.ClientSession | None = None
 
