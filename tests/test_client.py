@@ -162,6 +162,18 @@ def test_sglang_answers_give_accept_length_server_info_and_metrics(split: int, s
     assert fake.bodies[1]["stream_options"] == {"include_usage": True}
 
 
+def test_proxies_from_the_environment_are_bypassed_for_loopback(monkeypatch: pytest.MonkeyPatch) -> None:
+    for var in ("HTTP_PROXY", "http_proxy", "HTTPS_PROXY", "ALL_PROXY"):
+        monkeypatch.setenv(var, f"http://127.0.0.1:{free_port()}")  # nothing listens there
+    monkeypatch.delenv("NO_PROXY", raising=False)
+    monkeypatch.delenv("no_proxy", raising=False)
+
+    async def test(c: EngineClient) -> None:
+        assert (await c.chat(HELLO, max_tokens=4)).text == "Hello"
+
+    against(FakeSGLang(), "sglang", test)
+
+
 def test_transformers_requests_carry_only_fields_it_accepts() -> None:
     fake = FakeSGLang()
 
