@@ -292,6 +292,7 @@ def window(samples: list[tuple[float, int, float, float]], n: int) -> dict[str, 
         "cpu_per_1k": (cpu_b - cpu_a) / (0.9 * n) * 1000,
         "rss_mib": rss,
         "seconds": t_b - t_a,
+        "core_share": (cpu_b - cpu_a) / (t_b - t_a),
     }
 
 
@@ -336,7 +337,8 @@ def run_matrix(args: argparse.Namespace, server: Nginx, work: Path) -> list[dict
                     cells.append({"round": rnd, "client": client, "stream": stream, "c": c, "n": n, **r})
                     print(
                         f"round {rnd} {'sse ' if stream else 'json'} c={c:<5} {client:<13} {r['req_s']:7.0f} "
-                        f"req/s {r['cpu_per_1k']:.3f} CPU s/1k  (load {load_average()})",
+                        f"req/s {r['cpu_per_1k']:.3f} CPU s/1k {r['core_share']:.2f} core "
+                        f"(load {load_average()})",
                         flush=True,
                     )
     return cells
@@ -360,7 +362,8 @@ def summarise(cells: list[dict[str, Any]]) -> dict[tuple[str, bool, int], dict[s
     for x in cells:
         key = (x["client"], x["stream"], x["c"])
         b = base[(x["round"], x["stream"], x["c"])]
-        s = out.setdefault(key, {"req_s": [], "cpu": [], "ratio": [], "cpu_ratio": []})
+        s = out.setdefault(key, {"req_s": [], "cpu": [], "share": [], "ratio": [], "cpu_ratio": []})
+        s["share"].append(x["core_share"])
         s["req_s"].append(x["req_s"])
         s["cpu"].append(x["cpu_per_1k"])
         s["ratio"].append(x["req_s"] / b["req_s"])
@@ -378,9 +381,9 @@ def span(values: list[float], fmt: str) -> str:
 def report(args: argparse.Namespace, cells: list[dict], mem: dict | None, loads: tuple[str, str]) -> str:
     s = summarise(cells)
     lines = [
-        "| mode | concurrency | client | req/s | CPU s / 1,000 req | one-core ceiling, req/s "
-        "| req/s vs aiohttp | CPU vs aiohttp |",
-        "|---|---|---|---|---|---|---|---|",
+        "| mode | concurrency | client | req/s | CPU s / 1,000 req | share of its core "
+        "| one-core ceiling, req/s | req/s vs aiohttp | CPU vs aiohttp |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for stream in (False, True):
         for c in args.concurrency:
@@ -390,7 +393,14 @@ def report(args: argparse.Namespace, cells: list[dict], mem: dict | None, loads:
                     continue
                 mode = "streamed" if stream else "plain JSON"
                 ceiling = [1000 / v for v in x["cpu"]]
-                row = [mode, f"{c:,}", client, span(x["req_s"], ",.0f"), span(x["cpu"], ".3f")]
+                row = [
+                    mode,
+                    f"{c:,}",
+                    client,
+                    span(x["req_s"], ",.0f"),
+                    span(x["cpu"], ".3f"),
+                    span(x["share"], ".2f"),
+                ]
                 row += [
                     span(ceiling, ",.0f"),
                     span(x["ratio"], ".2f") + "x",
@@ -402,8 +412,9 @@ def report(args: argparse.Namespace, cells: list[dict], mem: dict | None, loads:
         f"Command: `{cmd}` ({os.cpu_count()} cores; client on core {CLIENT_CORE}, nginx on core "
         f"{SERVER_CORE}; {args.rounds} round(s), {args.requests:,} requests per plain cell, "
         f"{args.streamed:,} per streamed cell; ranges are over rounds, ratios are within a round; "
-        "the one-core ceiling is 1,000 / CPU s per 1,000 requests: the rate of a client that has its "
-        f"core to itself). Load average at start: {loads[0]}; at end: {loads[1]}.\n\n"
+        "share of its core: CPU s / wall s in the window, below 1 when other processes took core "
+        f"{CLIENT_CORE}; the one-core ceiling is 1,000 / CPU s per 1,000 requests: the rate of a client that "
+        f"has its core to itself). Load average at start: {loads[0]}; at end: {loads[1]}.\n\n"
         + "\n".join(lines)
         + "\n"
     )
