@@ -134,6 +134,8 @@ class SourceParams(_Strict):
     """Share of `data.total` when `count` is not given."""
     language: str | None = None
     """Keep rows in this language where the source says (e.g. Infinity-Instruct `langdetect`)."""
+    max_tokens: int | None = Field(default=None, ge=1)
+    """Output budget for this source's prompts (default: generate.sampling.max_tokens)."""
 
 
 class DataParams(_Strict):
@@ -147,13 +149,30 @@ class DataParams(_Strict):
 
 
 class SamplingParams(_Strict):
+    """What each request asks of the engine. Unset fields (None) are not sent, so the engine's and
+    the model's defaults apply; the kit refuses, before the run, a field the engine would reject."""
+
     max_tokens: int = Field(default=256, ge=1)
-    temperature: float = Field(default=0.7, ge=0)
+    temperature: float = Field(default=0.7, ge=0, le=2)
     top_p: float = Field(default=1.0, gt=0, le=1)
+    top_k: int | None = Field(default=None, ge=-1)
+    """Keep the k most likely tokens (Qwen recommends 20); -1 or None: off."""
+    min_p: float | None = Field(default=None, ge=0, le=1)
+    presence_penalty: float | None = Field(default=None, ge=-2, le=2)
+    frequency_penalty: float | None = Field(default=None, ge=-2, le=2)
+    repetition_penalty: float | None = Field(default=None, gt=0, le=2)
     stop: list[str] = []
     seed: int | None = None
+    """Base seed: sample i of a prompt is sent seed + i."""
     n: int = Field(default=1, ge=1)
     """Samples per prompt (sent as separate requests: not every engine honours `n`)."""
+    thinking: bool | None = None
+    """Thinking on or off, for models whose chat template has the switch (Qwen3 `enable_thinking`,
+    DeepSeek-V3.1 `thinking`); None leaves the template's default. Part of the run's identity."""
+    chat_template_kwargs: dict[str, Any] = {}
+    """Extra variables for the chat template, sent as they are."""
+    extra_body: dict[str, Any] = {}
+    """Engine-specific request fields (e.g. SGLang's `ignore_eos`), sent as they are."""
 
 
 class GenerateParams(_Strict):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -153,3 +154,28 @@ def test_vllm_counters_give_accept_length_per_position() -> None:
     assert delta.position_acceptance == pytest.approx([1097 / 1119, 969 / 1119, 724 / 1119])
     assert SpecCounters.from_samples(parse_samples("vllm:num_requests_running 3\n")) is None
     assert SpecCounters(0, 0, 0).accept_length is None
+
+
+def test_request_fields_per_flavor() -> None:
+    from kit.engines.settings import request_fields, sampling_problems
+    from kit.params import SamplingParams
+
+    s = SamplingParams(
+        temperature=0.6, top_p=0.95, top_k=20, min_p=0.0, presence_penalty=1.5, thinking=False,
+        extra_body={"ignore_eos": True},
+    )  # fmt: skip
+    vllm = request_fields("vllm", s)
+    assert vllm == {
+        "temperature": 0.6, "top_p": 0.95, "presence_penalty": 1.5, "top_k": 20, "min_p": 0.0,
+        "chat_template_kwargs": {"enable_thinking": False}, "ignore_eos": True,
+    }  # fmt: skip
+    assert request_fields("sglang", s, thinking_kwarg="thinking")["chat_template_kwargs"] == {
+        "thinking": False
+    }
+    tf = request_fields("transformers", s, model_generation_config={"eos_token_id": 2, "top_k": 50})
+    assert "top_k" not in tf and "presence_penalty" not in tf
+    assert json.loads(tf["generation_config"]) == {"eos_token_id": 2, "top_k": 20, "min_p": 0.0}
+    (problem,) = sampling_problems("transformers", s)
+    assert problem.startswith("generate.sampling.presence_penalty: transformers serve ignores it")
+    assert sampling_problems("vllm", s) == []
+    assert request_fields("vllm", SamplingParams()) == {"temperature": 0.7, "top_p": 1.0}

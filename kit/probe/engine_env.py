@@ -14,7 +14,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from kit.engines.launcher import LAUNCHERS, RENAMED_FLAGS, parse_help, read_help
+from kit.engines.launcher import LAUNCHERS, RENAMED_FLAGS, discover, parse_help, read_help
 
 PACKAGES = (
     "sglang",
@@ -76,18 +76,12 @@ def parse_flags(help_text: str) -> set[str]:
 def launcher_help(
     python: Path, flavor: str, version: str, cache_dir: Path | None, timeout_s: float = 180
 ) -> dict[str, Any]:
-    """The launcher's `--help`, read from `cache_dir` when this engine version was seen before."""
-    cache = cache_dir / f"{flavor}-{version}-launch-help.txt" if cache_dir else None
-    if cache and cache.is_file():
-        launcher = parse_help(cache.read_text())
-        return {"cached": str(cache), **_launcher_facts(launcher), "from_cache": True}
-    out, err = read_help(python, flavor, timeout_s=timeout_s)
-    if out is None:
-        return {"error": err}
-    if cache:
-        cache.parent.mkdir(parents=True, exist_ok=True)
-        cache.write_text(out)
-    return {"cached": str(cache) if cache else None, **_launcher_facts(parse_help(out)), "from_cache": False}
+    """The launcher's `--help`, read once per interpreter and install, with a copy in `cache_dir`."""
+    launcher = discover(python, flavor, copy_to=cache_dir)
+    if launcher is None:
+        _, err = read_help(python, flavor, timeout_s=timeout_s)
+        return {"error": err or f"`-m {LAUNCHERS[flavor]} --help` could not be read"}
+    return {"cached": launcher.help_path, **_launcher_facts(launcher), "from_cache": launcher.from_cache}
 
 
 def _launcher_facts(launcher: Any) -> dict[str, Any]:
