@@ -93,6 +93,7 @@ print(json.dumps({"available": available, "mode": plan.mode, "n_layers": plan.n_
 """
 
 
+@pytest.mark.slow
 def test_under_ulimit_a_few_layers_are_profiled_and_memory_stays_in_budget(tmp_path: Path) -> None:
     model = tmp_path / "model"
     model.mkdir()
