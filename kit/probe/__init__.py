@@ -52,6 +52,7 @@ def inputs_from_params(params: RunParams, folder: RunFolder) -> ProbeInputs:
         spec_topk=spec.eagle_topk,
         spec_draft_tokens=spec.num_draft_tokens,
         requested_backend=e.attention_backend,
+        device=e.device,
         planned_command=planned_command(params) if e.flavor in ("sglang", "vllm") else None,
         run=params.run,
     )

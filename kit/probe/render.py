@@ -8,6 +8,8 @@ import pandas as pd
 
 GIB = 1024**3
 ICON = {"ok": "ok", "warn": "WARN", "fail": "FAIL"}
+NO_GO_EXIT_CODE = 4
+"""`kit probe` exits with this code on NO-GO (0 on GO, 2 on an error that stopped the probe)."""
 
 
 def probe_tables(report: dict[str, Any]) -> dict[str, pd.DataFrame]:
@@ -41,6 +43,19 @@ def _settings_lines(rec: dict[str, Any]) -> list[str]:
     lines.append(f"- parsers: tool-call parser {tool}, reasoning parser {reasoning} ({why})")
     lines.append(f"- speculation available: {spec.get('available')} ({spec.get('why', 'unknown')})")
     return lines
+
+
+def verdict_text(report: dict[str, Any]) -> str:
+    """Go / no-go for a terminal: every failure and warning with its reason and a `Do:` line."""
+    s = report["summary"]
+    ok = sum(f["status"] == "ok" for f in report["findings"])
+    head = "GO" if s["go"] else "NO-GO"
+    lines = [f"{head}: {len(s['fails'])} fail, {len(s['warns'])} warn, {ok} ok"]
+    for status in ("fail", "warn"):
+        for f in report["findings"]:
+            if f["status"] == status:
+                lines += [f"{ICON[status]} {f['section']}/{f['name']}: {f['reason']}", f"  Do: {f['action']}"]
+    return "\n".join(lines)
 
 
 def verdict_markdown(report: dict[str, Any]) -> str:
