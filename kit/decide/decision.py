@@ -99,7 +99,7 @@ def _pick_measured(sweep: pd.DataFrame, latency_bound_s: float | None) -> dict |
 
 
 def _pick_predicted(
-    predicted: pd.DataFrame, unavailable: str | None, bound: float | None, output_len: int
+    predicted: pd.DataFrame, unavailable: str | None, bound: float | None, output_len: int, name: str = "MTP"
 ) -> dict:
     """The best predicted arm when nothing was measured: speculation only on a margin larger than
     the cost model's known error, and never when it cannot run here."""
@@ -112,7 +112,7 @@ def _pick_predicted(
     margin = float(best["output_tok_s"]) / float(plain["output_tok_s"]) - 1
     if margin <= PREDICTION_ERROR:
         plain["note"] = (
-            f"nothing was measured, and the predicted lead of spec k={int(best['spec_k'])} over plain "
+            f"nothing was measured, and the predicted lead of {name} k={int(best['spec_k'])} over plain "
             f"decoding ({100 * margin:.0f}%) is within the cost model's known error "
             f"(±{100 * PREDICTION_ERROR:.0f}%): plain decoding is kept"
         )
@@ -265,7 +265,7 @@ def decide(
     bound = params.latency_bound_s if params.objective == "latency_bound" else None
     choice = _pick_measured(sweep, bound) if sweep is not None and not sweep.empty else None
     if choice is None:
-        choice = _pick_predicted(predicted, unavailable, bound, work.output_len)
+        choice = _pick_predicted(predicted, unavailable, bound, work.output_len, name)
     settings = _settings(choice, arch, predicted, work, attention_backend, algo.name)
     reasons = [
         f"chosen: {_label(pd.Series(choice), name)} at concurrency {int(choice['concurrency'])} "
