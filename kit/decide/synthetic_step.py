@@ -10,10 +10,11 @@ copies, not a serving engine. This backend builds what an engine's decode step d
   gated MLP (fused gate/up, down); residual adds;
 - a preallocated KV cache `[B, kv_heads, L + q_max, head_dim]` per full-attention layer; a step
   writes its `q` new K/V at positions `L..L+q` (slice assignment, no concatenation) and attends
-  over the first `L + q` positions with `scaled_dot_product_attention`. Query heads are packed
-  by KV group (`[B, kv_heads, group * q, head_dim]`, as decode kernels do), so K/V are read once
-  per KV head on every SDPA backend; the `q` new tokens are causal among themselves (no mask
-  when `q = 1`);
+  over the first `L + q` positions with `scaled_dot_product_attention` taking the `q` query
+  tokens natively (`[B, heads, q, head_dim]`, grouped-query K/V via `enable_gqa`, no copies) with
+  a bottom-right causal mask (`causal_lower_right`: each new token sees the cache and the new
+  tokens before it), which the flash backend runs as one kernel, as serving engines' verify
+  kernels do; no mask when `q = 1`;
 - the LM head on `B * q` rows with the real vocabulary.
 
 Approximations (details in docs/costmodel.md, "Two backends"): no embedding gather, RoPE, q/k
@@ -29,6 +30,7 @@ from typing import Any
 import pandas as pd
 
 from kit.arch import ModelArch, arch_from_config
+from kit.decide.steptimer import config_hash, depth_scaled_rows, lower_depth, time_cuda_graph, time_eager
 from kit.errors import CostModelError
 
 CPU_BUDGET_BYTES = 4 * 2**30
@@ -193,10 +195,11 @@ def _attention(m: SyntheticModel, p: dict, x: Any, idx: int, B: int, q: int, L: 
     kc, vc = m.buffers["k"][idx], m.buffers["v"][idx]
     kc[:, :, L : L + q] = k.view(B, q, a.num_kv_heads, d).transpose(1, 2)
     vc[:, :, L : L + q] = v.view(B, q, a.num_kv_heads, d).transpose(1, 2)
-    group = a.num_heads // a.num_kv_heads
-    packed = qh.view(B, q, a.num_kv_heads, group, d).permute(0, 2, 3, 1, 4).reshape(B, a.num_kv_heads, -1, d)
-    o = F.scaled_dot_product_attention(packed, kc[:, :, : L + q], vc[:, :, : L + q], attn_mask=mask)
-    o = o.view(B, a.num_kv_heads, group, q, d).permute(0, 3, 1, 2, 4).reshape(B * q, nq)
+    query = qh.view(B, q, a.num_heads, d).transpose(1, 2)
+    o = F.scaled_dot_product_attention(
+        query, kc[:, :, : L + q], vc[:, :, : L + q], attn_mask=mask, enable_gqa=a.num_heads != a.num_kv_heads
+    )
+    o = o.transpose(1, 2).reshape(B * q, nq)
     if a.attn_output_gate:
         o = o * gate.sigmoid()
     return F.linear(o, p["o"])
@@ -251,15 +254,12 @@ def decode_step(m: SyntheticModel, x: Any, B: int, q: int, L: int, depth: int, m
     return F.linear(_rms(x, m.final_norm), m.lm_head)
 
 
-def causal_mask(arch: ModelArch, q: int, L: int, device: str) -> Any:
-    """Boolean mask `[group * q, L + q]` for group-packed query rows; None when q = 1."""
-    import torch
+def causal_mask(q: int, L: int) -> Any:
+    """Bottom-right causal mask of `q` new tokens over `L + q` positions (a `CausalBias`, which the
+    flash and memory-efficient SDPA kernels apply without materialising it); None when q = 1."""
+    from torch.nn.attention.bias import causal_lower_right
 
-    if q == 1:
-        return None
-    group = arch.num_heads // arch.num_kv_heads
-    row_tok = torch.arange(q, device=device).repeat(group)
-    return torch.arange(L + q, device=device)[None, :] <= (L + row_tok)[:, None]
+    return None if q == 1 else causal_lower_right(q, L + q)
 
 
 def time_point(
@@ -271,10 +271,8 @@ def time_point(
     """
     import torch
 
-    from kit.decide.profiler import time_cuda_graph, time_eager  # profiler imports this module
-
     x = torch.randn(B * q, m.arch.hidden_size, device=m.device, dtype=m.dtype)
-    mask = causal_mask(m.arch, q, L, m.device)
+    mask = causal_mask(q, L)
 
     def step() -> None:
         with torch.no_grad():
@@ -307,14 +305,12 @@ def profile_synthetic(
     """
     import torch
 
-    from kit.decide.profiler import _lower_depth, _rows, config_hash
-
     arch = arch_from_config(cfg)
     full = arch.num_layers
     n = full if n_layers is None or n_layers >= full else n_layers
     if n < full and n < 2:
         raise CostModelError(f"profile at least 2 layers to scale to full depth, got n_layers={n_layers}")
-    depths = [n] if n == full else [_lower_depth(arch, n), n]
+    depths = [n] if n == full else [lower_depth(arch, n), n]
     dtype = dtype or (torch.bfloat16 if device.startswith("cuda") else torch.float32)
     model = build_synthetic(arch, n, device, dtype)
     q_max = max(grid.q_values)
@@ -332,5 +328,5 @@ def profile_synthetic(
             model.buffers = {}
             if device.startswith("cuda"):
                 torch.cuda.empty_cache()
-    table = _rows(times, depths, full, device, config_hash(arch), model.dtype_bytes)
+    table = depth_scaled_rows(times, depths, full, device, config_hash(arch), model.dtype_bytes)
     return table.assign(backend="synthetic")
