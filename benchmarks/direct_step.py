@@ -1,12 +1,15 @@
 """Direct measurement of decode / verify steps to check the profiler with (profile_step.py --check-depth).
 
 Written apart from kit/decide/synthetic_step.py on purpose: separate (unfused) q, k, v, o, gate,
-up and down projections, a KV cache in the `[B, S, kv_heads, head_dim]` layout paged engines use,
-RoPE-free; attention by `scaled_dot_product_attention` on the `q` new tokens natively against the
-cache (grouped-query K/V, bottom-right causal mask for q > 1), forced to the flash kernel where it
-runs. Every layer of `depth` is built and timed (CUDA graph replays), with no depth scaling, so
-`T_profile(depth) = step_s_profiled + (depth - n_layers_profiled) step_s_per_layer` can be compared
-with it point by point. Dense full-attention models only.
+up and down projections; attention by `scaled_dot_product_attention` on the `[B, heads, q, d]`
+queries as they come, the K/V heads shared through `enable_gqa` (not packed by group as the
+profiler does), the flash kernel preferred. Every layer of `depth` is built and timed (CUDA graph
+replays), with no depth scaling, so `T_profile(depth) = step_s_profiled + (depth -
+n_layers_profiled) step_s_per_layer` can be compared with it point by point. Dense
+full-attention models only.
+
+`attention_variants` times one attention call per way of handing `q` new tokens to SDPA (packed
+or native heads, with or without a causal mask): the measurement behind the profiler's choice.
 """
 
 from __future__ import annotations
@@ -42,21 +45,28 @@ def _weights(a: ModelArch, depth: int, opt: dict) -> list[dict[str, Any]]:
     ]
 
 
-def _attend(query: Any, kc: Any, vc: Any, q: int, L: int) -> Any:
-    """[B, q, H, d] queries over the first L + q cache rows `[B, S, H_kv, d]`."""
+def _sdpa(query: Any, k: Any, v: Any, mask: Any = None, gqa: bool = False, backend: Any = None) -> Any:
+    """SDPA with the flash kernel preferred (or only `backend` when given)."""
     import torch.nn.functional as F
     from torch.nn.attention import SDPBackend, sdpa_kernel
-    from torch.nn.attention.bias import causal_lower_right
 
-    qh, k, v = query.transpose(1, 2), kc[:, : L + q].transpose(1, 2), vc[:, : L + q].transpose(1, 2)
-    mask = None if q == 1 else causal_lower_right(q, L + q)
-    backends = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
+    order = (
+        [backend]
+        if backend
+        else [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
+    )
     try:
-        context = sdpa_kernel(backends, set_priority=True)
+        context = sdpa_kernel(order, set_priority=True)
     except TypeError:  # torch < 2.6: no priority order, the default one (flash first) applies
-        context = sdpa_kernel(backends)
+        context = sdpa_kernel(order)
     with context:
-        return F.scaled_dot_product_attention(qh, k, v, attn_mask=mask, enable_gqa=True).transpose(1, 2)
+        return F.scaled_dot_product_attention(query, k, v, attn_mask=mask, enable_gqa=gqa)
+
+
+def _attend(query: Any, kc: Any, vc: Any, q: int, L: int) -> Any:
+    """[B, q, H, d] queries over the first L + q cache rows `[B, H_kv, S, d]`; no mask (see the
+    profiler's docstring: the q x q causal triangle is timing-neutral)."""
+    return _sdpa(query.transpose(1, 2), kc[:, :, : L + q], vc[:, :, : L + q], gqa=True).transpose(1, 2)
 
 
 def _rms(x: Any, w: Any) -> Any:
@@ -71,8 +81,8 @@ def _step(a: ModelArch, layers: list, head: Any, caches: list, x: Any, B: int, q
     d = a.head_dim
     for p, (kc, vc) in zip(layers, caches, strict=True):
         h = _rms(x, p["n1"])
-        kc[:, L : L + q] = F.linear(h, p["k"]).view(B, q, a.num_kv_heads, d)
-        vc[:, L : L + q] = F.linear(h, p["v"]).view(B, q, a.num_kv_heads, d)
+        kc[:, :, L : L + q] = F.linear(h, p["k"]).view(B, q, a.num_kv_heads, d).transpose(1, 2)
+        vc[:, :, L : L + q] = F.linear(h, p["v"]).view(B, q, a.num_kv_heads, d).transpose(1, 2)
         o = _attend(F.linear(h, p["q"]).view(B, q, a.num_heads, d), kc, vc, q, L)
         x = x + F.linear(o.reshape(B * q, a.num_heads * d), p["o"])
         h = _rms(x, p["n2"])
@@ -92,7 +102,7 @@ def direct_steps(
     rows = []
     for B, L in sorted({(B, L) for B, _, L in points}):
         q_max = max(q for b, q, c in points if (b, c) == (B, L))
-        shape = (B, L + q_max, arch.num_kv_heads, arch.head_dim)
+        shape = (B, arch.num_kv_heads, L + q_max, arch.head_dim)
         caches = [(torch.randn(shape, **opt), torch.randn(shape, **opt)) for _ in range(depth)]
         for q in sorted(q for b, q, c in points if (b, c) == (B, L)):
             x = torch.randn(B * q, arch.hidden_size, **opt)
@@ -116,3 +126,46 @@ def compare(profile: pd.DataFrame, direct: pd.DataFrame) -> pd.DataFrame:
     t["profile_at_depth_s"] = t.step_s_profiled + (t.depth - t.n_layers_profiled) * t.step_s_per_layer
     t["ratio"] = t.profile_at_depth_s / t.direct_s
     return t[["B", "q", "L", "depth", "profile_at_depth_s", "direct_s", "ratio"]]
+
+
+def _time_sdpa(args: tuple, backend: Any) -> dict:
+    import torch
+
+    label = "preferred" if backend is None else backend.name.lower()
+    try:
+        ms = time_eager(lambda: _sdpa(*args[:3], args[3], args[4], backend), 20, torch.cuda.synchronize) * 1e3
+    except RuntimeError as e:
+        ms, label = float("nan"), f"{label} ({str(e).splitlines()[0][:60]})"
+    return {"backend": label, "ms": ms}
+
+
+def attention_variants(
+    device: str, B: int = 64, L: int = 4096, heads: int = 64, kv_heads: int = 8
+) -> pd.DataFrame:
+    """Milliseconds of one attention call (head_dim 128, bf16) per way of handing q tokens to SDPA."""
+    import torch
+    from torch.nn.attention import SDPBackend
+    from torch.nn.attention.bias import causal_lower_right
+
+    backends = (None, SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.CUDNN_ATTENTION)
+    opt, d, g = {"device": device, "dtype": torch.bfloat16}, 128, heads // kv_heads
+    rows = []
+    for q in (1, 2, 4):
+        k, v = (torch.randn(B, kv_heads, L + q, d, **opt) for _ in range(2))
+        native = torch.randn(B, heads, q, d, **opt)
+        packed = torch.randn(B, kv_heads, g * q, d, **opt)
+        boolean = (
+            torch.arange(L + q, device=device)[None] <= L + torch.arange(q, device=device).repeat(g)[:, None]
+        )
+        lower_right = None if q == 1 else causal_lower_right(q, L + q)
+        variants = {
+            "packed by KV group, no mask (profiler)": (packed, k, v, None, False),
+            "packed, boolean causal mask (earlier profiler)": (packed, k, v, boolean, False),
+            "native heads, enable_gqa, no mask (direct check)": (native, k, v, None, True),
+            "native heads, enable_gqa, causal_lower_right": (native, k, v, lower_right, True),
+        }
+        for name, args in variants.items():
+            for backend in backends:
+                rows.append({"q": q, "variant": name, **_time_sdpa(args, backend)})
+    kv_gb = 2 * B * kv_heads * L * d * 2 / 1e9
+    return pd.DataFrame(rows).assign(B=B, L=L, kv_read_gb=kv_gb)

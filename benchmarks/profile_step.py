@@ -74,6 +74,7 @@ def main() -> None:
     ap.add_argument("--hidden-override", type=int, default=None, help="shrink the model (CPU smoke runs)")
     ap.add_argument("--check-depth", type=int, default=0, help="direct measurement at this depth (0: none)")
     ap.add_argument("--old", type=Path, default=None, help="an earlier profile.parquet to show beside")
+    ap.add_argument("--attention-variants", action="store_true", help="time SDPA per way of passing q tokens")
     args = ap.parse_args()
     cfg = json.loads(args.config.read_text())
     if args.hidden_override:
@@ -98,6 +99,10 @@ def main() -> None:
         except Exception as e:  # noqa: BLE001 - keep the profile and its summary whatever the check does
             summary["check_error"] = repr(e)
             print(f"direct check failed: {e!r}")
+    if args.attention_variants:
+        from direct_step import attention_variants
+
+        summary["attention_variants"] = attention_variants(args.device).to_dict("records")
     if args.old:
         old = pd.read_parquet(args.old)[["B", "q", "L", "step_s"]].rename(columns={"step_s": "old_step_s"})
         both = profile.merge(old, on=["B", "q", "L"])
@@ -271,6 +276,16 @@ def _extra_sections(s: dict) -> list[str]:
                     ["B", "q", "L", "profile_ms", "direct_ms", "ratio"]
                 ]
             ),
+            "",
+        ]
+    if s.get("attention_variants"):
+        v = pd.DataFrame(s["attention_variants"])
+        out += [
+            f"## One attention call (ms), B={int(v.B.iloc[0])}, L={int(v.L.iloc[0])}, 64/8 heads, d 128",
+            "",
+            f"Its K/V read is {v.kv_read_gb.iloc[0]:.2f} GB. Backend `preferred` is PyTorch's own choice.",
+            "",
+            _md(v.pivot_table(index=["variant", "backend"], columns="q", values="ms").reset_index()),
             "",
         ]
     if s.get("old"):

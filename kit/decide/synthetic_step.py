@@ -10,11 +10,13 @@ copies, not a serving engine. This backend builds what an engine's decode step d
   gated MLP (fused gate/up, down); residual adds;
 - a preallocated KV cache `[B, kv_heads, L + q_max, head_dim]` per full-attention layer; a step
   writes its `q` new K/V at positions `L..L+q` (slice assignment, no concatenation) and attends
-  over the first `L + q` positions with `scaled_dot_product_attention` taking the `q` query
-  tokens natively (`[B, heads, q, head_dim]`, grouped-query K/V via `enable_gqa`, no copies) with
-  a bottom-right causal mask (`causal_lower_right`: each new token sees the cache and the new
-  tokens before it), which the flash backend runs as one kernel, as serving engines' verify
-  kernels do; no mask when `q = 1`;
+  over the first `L + q` positions with `scaled_dot_product_attention`, the query heads of each
+  KV group packed into rows (`[B, kv_heads, group * q, head_dim]`, as FlashInfer's and FA3's
+  GQA kernels do), so K/V are read once per KV head, without a mask: the flash kernel takes the
+  `q` tokens natively. The causal triangle among the `q` new tokens (a verify kernel masks it
+  in-register at no cost; `q^2` of `q (L + q)` scores) is left out, because PyTorch routes any
+  multi-token mask to slower kernels that no serving engine uses (docs/h200/README.md has the
+  measurement): the step is faithful in time, not in the values of those few scores;
 - the LM head on `B * q` rows with the real vocabulary.
 
 Approximations (details in docs/costmodel.md, "Two backends"): no embedding gather, RoPE, q/k
@@ -185,7 +187,7 @@ def _rms(x: Any, w: Any) -> Any:
     return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * w
 
 
-def _attention(m: SyntheticModel, p: dict, x: Any, idx: int, B: int, q: int, L: int, mask: Any) -> Any:
+def _attention(m: SyntheticModel, p: dict, x: Any, idx: int, B: int, q: int, L: int) -> Any:
     import torch.nn.functional as F
 
     a = m.arch
@@ -195,11 +197,10 @@ def _attention(m: SyntheticModel, p: dict, x: Any, idx: int, B: int, q: int, L: 
     kc, vc = m.buffers["k"][idx], m.buffers["v"][idx]
     kc[:, :, L : L + q] = k.view(B, q, a.num_kv_heads, d).transpose(1, 2)
     vc[:, :, L : L + q] = v.view(B, q, a.num_kv_heads, d).transpose(1, 2)
-    query = qh.view(B, q, a.num_heads, d).transpose(1, 2)
-    o = F.scaled_dot_product_attention(
-        query, kc[:, :, : L + q], vc[:, :, : L + q], attn_mask=mask, enable_gqa=a.num_heads != a.num_kv_heads
-    )
-    o = o.transpose(1, 2).reshape(B * q, nq)
+    group = a.num_heads // a.num_kv_heads
+    packed = qh.view(B, q, a.num_kv_heads, group, d).permute(0, 2, 3, 1, 4).reshape(B, a.num_kv_heads, -1, d)
+    o = F.scaled_dot_product_attention(packed, kc[:, :, : L + q], vc[:, :, : L + q])
+    o = o.view(B, a.num_kv_heads, group, q, d).permute(0, 3, 1, 2, 4).reshape(B * q, nq)
     if a.attn_output_gate:
         o = o * gate.sigmoid()
     return F.linear(o, p["o"])
@@ -237,7 +238,7 @@ def _mlp(p: dict, x: Any) -> Any:
     return F.linear(F.silu(gate) * up, p["down"])
 
 
-def decode_step(m: SyntheticModel, x: Any, B: int, q: int, L: int, depth: int, mask: Any) -> Any:
+def decode_step(m: SyntheticModel, x: Any, B: int, q: int, L: int, depth: int) -> Any:
     """Logits `[B * q, vocab]` of one step of `q` tokens per sequence over a context of `L`."""
     import torch.nn.functional as F
 
@@ -245,21 +246,13 @@ def decode_step(m: SyntheticModel, x: Any, B: int, q: int, L: int, depth: int, m
     for p in m.layers[:depth]:
         h = _rms(x, p["norm1"])
         if p["kind"] == "full":
-            x = x + _attention(m, p, h, full, B, q, L, mask)
+            x = x + _attention(m, p, h, full, B, q, L)
             full += 1
         else:
             x = x + _deltanet(m, p, h, lin, B, q)
             lin += 1
         x = x + _mlp(p, _rms(x, p["norm2"]))
     return F.linear(_rms(x, m.final_norm), m.lm_head)
-
-
-def causal_mask(q: int, L: int) -> Any:
-    """Bottom-right causal mask of `q` new tokens over `L + q` positions (a `CausalBias`, which the
-    flash and memory-efficient SDPA kernels apply without materialising it); None when q = 1."""
-    from torch.nn.attention.bias import causal_lower_right
-
-    return None if q == 1 else causal_lower_right(q, L + q)
 
 
 def time_point(
@@ -272,11 +265,10 @@ def time_point(
     import torch
 
     x = torch.randn(B * q, m.arch.hidden_size, device=m.device, dtype=m.dtype)
-    mask = causal_mask(q, L)
 
     def step() -> None:
         with torch.no_grad():
-            decode_step(m, x, B, q, L, depth, mask)
+            decode_step(m, x, B, q, L, depth)
 
     on_gpu = m.device.startswith("cuda")
     if on_gpu and cuda_graph:
