@@ -1,10 +1,11 @@
 """Direct measurement of decode / verify steps to check the profiler with (profile_step.py --check-depth).
 
 Written apart from kit/decide/synthetic_step.py on purpose: separate (unfused) q, k, v, o, gate,
-up and down projections; attention by `scaled_dot_product_attention` on the `[B, heads, q, d]`
-queries as they come, the K/V heads shared through `enable_gqa` (not packed by group as the
-profiler does), the flash kernel preferred. Every layer of `depth` is built and timed (CUDA graph
-replays), with no depth scaling, so `T_profile(depth) = step_s_profiled + (depth -
+up and down projections; attention by `scaled_dot_product_attention` with the query heads of a KV
+group as rows (as GQA verify kernels take them) and, unlike the profiler, the real bottom-right
+causal mask among the `q` new tokens, which PyTorch runs on cuDNN's kernel (flash takes no mask;
+memory-efficient attention where cuDNN cannot). Every layer of `depth` is built and timed (CUDA
+graph replays), with no depth scaling, so `T_profile(depth) = step_s_profiled + (depth -
 n_layers_profiled) step_s_per_layer` can be compared with it point by point. Dense
 full-attention models only.
 
@@ -63,10 +64,32 @@ def _sdpa(query: Any, k: Any, v: Any, mask: Any = None, gqa: bool = False, backe
         return F.scaled_dot_product_attention(query, k, v, attn_mask=mask, enable_gqa=gqa)
 
 
-def _attend(query: Any, kc: Any, vc: Any, q: int, L: int) -> Any:
-    """[B, q, H, d] queries over the first L + q cache rows `[B, H_kv, S, d]`; no mask (see the
-    profiler's docstring: the q x q causal triangle is timing-neutral)."""
-    return _sdpa(query.transpose(1, 2), kc[:, :, : L + q], vc[:, :, : L + q], gqa=True).transpose(1, 2)
+def _attend(query: Any, kc: Any, vc: Any, mask: Any, q: int, L: int) -> Any:
+    """[B, q, H, d] queries over the first L + q cache rows `[B, H_kv, S, d]`, causal for q > 1."""
+    from torch.nn.attention import SDPBackend
+
+    B, _, H, d = query.shape
+    hkv = kc.shape[1]
+    rows = query.view(B, q, hkv, H // hkv, d).permute(0, 2, 3, 1, 4).reshape(B, hkv, -1, d)
+    order = [None] if mask is None else [SDPBackend.CUDNN_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, None]
+    for backend in order:  # the first kernel that takes a mask here (a CPU has only the math one)
+        try:
+            o = _sdpa(rows, kc[:, :, : L + q], vc[:, :, : L + q], mask, backend=backend)
+            break
+        except RuntimeError:
+            if backend is None:
+                raise
+    return o.view(B, hkv, H // hkv, q, d).permute(0, 3, 1, 2, 4)
+
+
+def causal_rows(q: int, L: int, group: int, device: str) -> Any:
+    """Boolean mask `[group q, L + q]`: new token t of each packed row sees the cache and tokens <= t."""
+    import torch
+
+    if q == 1:
+        return None
+    token = torch.arange(q, device=device).repeat(group)
+    return torch.arange(L + q, device=device)[None, :] <= (L + token)[:, None]
 
 
 def _rms(x: Any, w: Any) -> Any:
@@ -75,7 +98,9 @@ def _rms(x: Any, w: Any) -> Any:
     return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * w
 
 
-def _step(a: ModelArch, layers: list, head: Any, caches: list, x: Any, B: int, q: int, L: int) -> Any:
+def _step(
+    a: ModelArch, layers: list, head: Any, caches: list, x: Any, B: int, q: int, L: int, mask: Any
+) -> Any:
     import torch.nn.functional as F
 
     d = a.head_dim
@@ -83,7 +108,7 @@ def _step(a: ModelArch, layers: list, head: Any, caches: list, x: Any, B: int, q
         h = _rms(x, p["n1"])
         kc[:, :, L : L + q] = F.linear(h, p["k"]).view(B, q, a.num_kv_heads, d).transpose(1, 2)
         vc[:, :, L : L + q] = F.linear(h, p["v"]).view(B, q, a.num_kv_heads, d).transpose(1, 2)
-        o = _attend(F.linear(h, p["q"]).view(B, q, a.num_heads, d), kc, vc, q, L)
+        o = _attend(F.linear(h, p["q"]).view(B, q, a.num_heads, d), kc, vc, mask, q, L)
         x = x + F.linear(o.reshape(B * q, a.num_heads * d), p["o"])
         h = _rms(x, p["n2"])
         x = x + F.linear(F.silu(F.linear(h, p["gate"])) * F.linear(h, p["up"]), p["down"])
@@ -106,14 +131,20 @@ def direct_steps(
         caches = [(torch.randn(shape, **opt), torch.randn(shape, **opt)) for _ in range(depth)]
         for q in sorted(q for b, q, c in points if (b, c) == (B, L)):
             x = torch.randn(B * q, arch.hidden_size, **opt)
+            mask = causal_rows(q, L, arch.num_heads // arch.num_kv_heads, device)
 
-            def step(x: Any = x, q: int = q, B: int = B, L: int = L, caches: list = caches) -> None:
+            def step(
+                x: Any = x, q: int = q, B: int = B, L: int = L, caches: list = caches, m: Any = mask
+            ) -> None:
                 with torch.no_grad():
-                    _step(arch, layers, head, caches, x, B, q, L)
+                    _step(arch, layers, head, caches, x, B, q, L, m)
 
-            on_gpu = device.startswith("cuda")
-            t = time_cuda_graph(step, reps) if on_gpu else time_eager(step, reps, lambda: None)
-            rows.append({"B": B, "q": q, "L": L, "direct_s": t, "depth": depth})
+            graph = device.startswith("cuda")
+            try:
+                t = time_cuda_graph(step, reps) if graph else time_eager(step, reps, lambda: None)
+            except RuntimeError:  # a kernel that cannot be captured: eager timing, recorded as such
+                graph, t = False, time_eager(step, reps, torch.cuda.synchronize)
+            rows.append({"B": B, "q": q, "L": L, "direct_s": t, "depth": depth, "direct_cuda_graph": graph})
         del caches
         if device.startswith("cuda"):
             torch.cuda.empty_cache()
