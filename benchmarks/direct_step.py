@@ -1,13 +1,13 @@
 """Direct measurement of decode / verify steps to check the profiler with (profile_step.py --check-depth).
 
 Written apart from kit/decide/synthetic_step.py on purpose: separate (unfused) q, k, v, o, gate,
-up and down projections; attention by `scaled_dot_product_attention` with the query heads of a KV
-group as rows (as GQA verify kernels take them) and, unlike the profiler, the real bottom-right
-causal mask among the `q` new tokens, which PyTorch runs on cuDNN's kernel (flash takes no mask;
-memory-efficient attention where cuDNN cannot). Every layer of `depth` is built and timed (CUDA
-graph replays), with no depth scaling, so `T_profile(depth) = step_s_profiled + (depth -
-n_layers_profiled) step_s_per_layer` can be compared with it point by point. Dense
-full-attention models only.
+up and down projections, a separate layer loop; attention by `scaled_dot_product_attention` with
+the query heads of a KV group as rows (as GQA verify kernels take them), the kernel PyTorch picks,
+and no mask (as the profiler: a verify kernel applies the q x q causal triangle in-register, while
+PyTorch's masked kernels cost 1.1-1.6x the unmasked one, see `attention_variants`). Every layer of
+`depth` is built and timed (CUDA graph replays), with no depth scaling, so `T_profile(depth) =
+step_s_profiled + (depth - n_layers_profiled) step_s_per_layer` can be compared with it point by
+point. Dense full-attention models only.
 
 `attention_variants` times one attention call per way of handing `q` new tokens to SDPA (packed
 or native heads, with or without a causal mask): the measurement behind the profiler's choice.
@@ -64,32 +64,15 @@ def _sdpa(query: Any, k: Any, v: Any, mask: Any = None, gqa: bool = False, backe
         return F.scaled_dot_product_attention(query, k, v, attn_mask=mask, enable_gqa=gqa)
 
 
-def _attend(query: Any, kc: Any, vc: Any, mask: Any, q: int, L: int) -> Any:
-    """[B, q, H, d] queries over the first L + q cache rows `[B, H_kv, S, d]`, causal for q > 1."""
-    from torch.nn.attention import SDPBackend
+def _attend(query: Any, kc: Any, vc: Any, q: int, L: int) -> Any:
+    """[B, q, H, d] queries over the first L + q cache rows `[B, H_kv, S, d]`, as `[B, q, H_kv, g, d]`."""
+    import torch.nn.functional as F
 
     B, _, H, d = query.shape
     hkv = kc.shape[1]
     rows = query.view(B, q, hkv, H // hkv, d).permute(0, 2, 3, 1, 4).reshape(B, hkv, -1, d)
-    order = [None] if mask is None else [SDPBackend.CUDNN_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, None]
-    for backend in order:  # the first kernel that takes a mask here (a CPU has only the math one)
-        try:
-            o = _sdpa(rows, kc[:, :, : L + q], vc[:, :, : L + q], mask, backend=backend)
-            break
-        except RuntimeError:
-            if backend is None:
-                raise
+    o = F.scaled_dot_product_attention(rows, kc[:, :, : L + q], vc[:, :, : L + q])
     return o.view(B, hkv, H // hkv, q, d).permute(0, 3, 1, 2, 4)
-
-
-def causal_rows(q: int, L: int, group: int, device: str) -> Any:
-    """Boolean mask `[group q, L + q]`: new token t of each packed row sees the cache and tokens <= t."""
-    import torch
-
-    if q == 1:
-        return None
-    token = torch.arange(q, device=device).repeat(group)
-    return torch.arange(L + q, device=device)[None, :] <= (L + token)[:, None]
 
 
 def _rms(x: Any, w: Any) -> Any:
@@ -98,9 +81,7 @@ def _rms(x: Any, w: Any) -> Any:
     return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * w
 
 
-def _step(
-    a: ModelArch, layers: list, head: Any, caches: list, x: Any, B: int, q: int, L: int, mask: Any
-) -> Any:
+def _step(a: ModelArch, layers: list, head: Any, caches: list, x: Any, B: int, q: int, L: int) -> Any:
     import torch.nn.functional as F
 
     d = a.head_dim
@@ -108,7 +89,7 @@ def _step(
         h = _rms(x, p["n1"])
         kc[:, :, L : L + q] = F.linear(h, p["k"]).view(B, q, a.num_kv_heads, d).transpose(1, 2)
         vc[:, :, L : L + q] = F.linear(h, p["v"]).view(B, q, a.num_kv_heads, d).transpose(1, 2)
-        o = _attend(F.linear(h, p["q"]).view(B, q, a.num_heads, d), kc, vc, mask, q, L)
+        o = _attend(F.linear(h, p["q"]).view(B, q, a.num_heads, d), kc, vc, q, L)
         x = x + F.linear(o.reshape(B * q, a.num_heads * d), p["o"])
         h = _rms(x, p["n2"])
         x = x + F.linear(F.silu(F.linear(h, p["gate"])) * F.linear(h, p["up"]), p["down"])
@@ -131,13 +112,10 @@ def direct_steps(
         caches = [(torch.randn(shape, **opt), torch.randn(shape, **opt)) for _ in range(depth)]
         for q in sorted(q for b, q, c in points if (b, c) == (B, L)):
             x = torch.randn(B * q, arch.hidden_size, **opt)
-            mask = causal_rows(q, L, arch.num_heads // arch.num_kv_heads, device)
 
-            def step(
-                x: Any = x, q: int = q, B: int = B, L: int = L, caches: list = caches, m: Any = mask
-            ) -> None:
+            def step(x: Any = x, q: int = q, B: int = B, L: int = L, caches: list = caches) -> None:
                 with torch.no_grad():
-                    _step(arch, layers, head, caches, x, B, q, L, m)
+                    _step(arch, layers, head, caches, x, B, q, L)
 
             graph = device.startswith("cuda")
             try:
@@ -157,6 +135,16 @@ def compare(profile: pd.DataFrame, direct: pd.DataFrame) -> pd.DataFrame:
     t["profile_at_depth_s"] = t.step_s_profiled + (t.depth - t.n_layers_profiled) * t.step_s_per_layer
     t["ratio"] = t.profile_at_depth_s / t.direct_s
     return t[["B", "q", "L", "depth", "profile_at_depth_s", "direct_s", "ratio"]]
+
+
+def causal_rows(q: int, L: int, group: int, device: str) -> Any:
+    """Boolean mask `[group q, L + q]`: new token t of each packed row sees the cache and tokens <= t."""
+    import torch
+
+    if q == 1:
+        return None
+    token = torch.arange(q, device=device).repeat(group)
+    return torch.arange(L + q, device=device)[None, :] <= (L + token)[:, None]
 
 
 def _time_sdpa(args: tuple, backend: Any) -> dict:
@@ -185,9 +173,7 @@ def attention_variants(
         k, v = (torch.randn(B, kv_heads, L + q, d, **opt) for _ in range(2))
         native = torch.randn(B, heads, q, d, **opt)
         packed = torch.randn(B, kv_heads, g * q, d, **opt)
-        boolean = (
-            torch.arange(L + q, device=device)[None] <= L + torch.arange(q, device=device).repeat(g)[:, None]
-        )
+        boolean = causal_rows(q, L, g, device)
         lower_right = None if q == 1 else causal_lower_right(q, L + q)
         variants = {
             "packed by KV group, no mask (profiler)": (packed, k, v, None, False),
