@@ -176,9 +176,9 @@ def attention_variants(
         boolean = causal_rows(q, L, g, device)
         lower_right = None if q == 1 else causal_lower_right(q, L + q)
         variants = {
-            "packed by KV group, no mask (profiler)": (packed, k, v, None, False),
+            "packed by KV group, no mask (profiler, direct check)": (packed, k, v, None, False),
             "packed, boolean causal mask (earlier profiler)": (packed, k, v, boolean, False),
-            "native heads, enable_gqa, no mask (direct check)": (native, k, v, None, True),
+            "native heads, enable_gqa, no mask": (native, k, v, None, True),
             "native heads, enable_gqa, causal_lower_right": (native, k, v, lower_right, True),
         }
         for name, args in variants.items():

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import sys
 import time
 from pathlib import Path
@@ -88,6 +89,7 @@ def main() -> None:
     profile.to_parquet(args.out / "profile.parquet")
     summary = summarize(profile, arch, bw, args.device, time.perf_counter() - started)
     summary["backend"] = args.backend
+    summary["command"] = shlex.join(["python3", "benchmarks/profile_step.py", *sys.argv[1:]])
     if args.check_depth:
         from direct_step import compare, direct_steps
 
@@ -227,9 +229,8 @@ def render(s: dict, profile, args) -> str:  # noqa: ANN001
         [
             "# Step-time profile",
             "",
-            f"Command: `python3 benchmarks/profile_step.py --out {args.out} "
-            f"--backend {s['backend']}` (device {s['device']}, {args.layers} layers profiled and scaled, "
-            f"{s['elapsed_s']:.0f} s).",
+            f"Command: `{s['command']}` (device {s['device']}, "
+            f"{int(profile.n_layers_profiled.iloc[0])} layers profiled and scaled, {s['elapsed_s']:.0f} s).",
             "",
             f"- profiler backend: **{s['backend']}**",
             f"- measured copy bandwidth: {s['copy_bandwidth_Bps'] / 1e12:.2f} TB/s",
