@@ -20,7 +20,8 @@ speculative) over a context of `L`; `n = B q` tokens pass through the weights. P
 - comm_s      = [tp > 1] 2 n_layers (allreduce_s + 2 (tp - 1) / tp n h 2 / link_bw)
 
 A kernel's memory and compute times join through a soft maximum `(m^p + c^p)^(1/p)` (p =
-`ROOF_SHARPNESS`), so extra verified tokens always cost a little and never jump at a ridge:
+`Efficiency.sharpness`: how well kernels overlap loads with math), so extra verified tokens always
+cost a little and never jump at a ridge:
 
     T = smax(weights, linear) + smax(experts, expert_linear) + smax(kv, attention)
         + smax(state, recurrent) + fixed + comm
@@ -35,9 +36,6 @@ from dataclasses import dataclass, fields
 
 from kit.arch import ModelArch
 from kit.errors import CostModelError
-
-ROOF_SHARPNESS = 3.0
-"""p of the soft maximum joining a kernel's memory and compute times (p -> infinity: a hard max)."""
 
 MODEL_ERROR = 0.25
 """Relative error of a predicted tokens/s the validation supports (docs/costmodel.md): two arms whose
@@ -82,37 +80,49 @@ class Hardware:
 class Efficiency:
     """How far real kernels get from the datasheet, and the fixed costs of a step.
 
-    Defaults: kernel factors calibrated on the H200 step profile (docs/h200/profile-synthetic-qwen3-32b),
-    fixed costs fitted on the GB300 and SGLang EAGLE-3 tables (docs/costmodel.md); no other published
-    table was used. `calibrate` (kit.decide.profiler) and `fit_to_sweep` (kit.decide.fit) refit them.
+    Defaults (docs/costmodel.md, "Where the constants come from"): the kernel factors (bw to
+    sharpness) are `calibrate_many` of the H200 profiles of Qwen3-32B and Llama-3.1-8B
+    (docs/h200/); the fixed costs (overhead_s to spec_seq_s) are fitted on two of the five published
+    tables (SGLang's GB300 cookbook and MagicDec); the other three are held out. `calibrate`
+    (kit.decide.profiler) and `fit_to_sweep` (kit.decide.fit) refit them for a device or an engine.
     """
 
-    bw: float = 0.80
+    bw: float = 0.848
     """Fraction of datasheet HBM bandwidth that streamed weight and KV reads reach."""
-    flops: float = 0.70
+    flops: float = 0.594
     """Fraction of peak FLOP/s that large GEMMs reach."""
-    gemm_half_tokens: float = 32.0
-    """Tokens per GEMM at which it reaches half of `flops` (skinny decode shapes run below peak)."""
-    attn_flops: float = 0.40
+    gemm_half_tokens: float = 0.0
+    """Tokens per GEMM at which it reaches half of `flops` (0: flat; the H200 profiles put it there)."""
+    attn_flops: float = 0.342
     """Fraction of peak that attention reaches with many query rows per KV head."""
-    attn_half_rows: float = 32.0
+    attn_half_rows: float = 10.1
     """Query rows per KV head (group x q) at which attention reaches half of `attn_flops`."""
-    overhead_s: float = 1.5e-3
+    sharpness: float = 3.0
+    """p of the soft maximum joining a kernel's memory and compute times (large p: a hard max)."""
+    overhead_s: float = 1.75e-4
     """Per step: scheduler, sampling, graph launch."""
     layer_s: float = 0.0
     """Per decoder layer per forward pass: launch gaps and the small kernels (norms, rope, activation)."""
-    allreduce_s: float = 0.0
+    allreduce_s: float = 8.13e-5
     """Latency of one tensor-parallel all-reduce (two per layer when tp > 1)."""
+    spec_seq_s: float = 2.16e-5
+    """Host bookkeeping per running sequence in a speculative iteration (accept / reject, KV slots),
+    which engines do not overlap with the GPU as they do a plain step's scheduling."""
+    ngram_seq_s: float = 5e-6
+    """Host time of an n-gram (prompt lookup) proposal per sequence and iteration (not fitted on any
+    published table: none measures n-gram; the CPU sweep refits it, docs/cpu_validation.md)."""
     source: str = "defaults"
 
     def __post_init__(self) -> None:
-        if not (0 < self.bw <= 4 and 0 < self.flops <= 4 and 0 < self.attn_flops <= 4):
+        if not (
+            0 < self.bw <= 4 and 0 < self.flops <= 4 and 0 < self.attn_flops <= 4 and self.sharpness >= 1
+        ):
             raise CostModelError(
                 f"efficiency factors must be in (0, 4] (above 1 means the datasheet figure is too low), "
                 f"got bw={self.bw}, flops={self.flops}, attn_flops={self.attn_flops}"
             )
-        fixed = (self.overhead_s, self.layer_s, self.allreduce_s, self.gemm_half_tokens, self.attn_half_rows)
-        if min(fixed) < 0:
+        fixed = (self.overhead_s, self.layer_s, self.allreduce_s, self.spec_seq_s, self.ngram_seq_s)
+        if min(*fixed, self.gemm_half_tokens, self.attn_half_rows) < 0:
             raise CostModelError("fixed costs and half-efficiency points must be >= 0")
 
     def as_dict(self) -> dict:
@@ -158,6 +168,7 @@ class StepTerms:
     recurrent_s: float
     fixed_s: float
     comm_s: float
+    sharpness: float = 3.0
 
     @property
     def memory_s(self) -> float:
@@ -169,16 +180,17 @@ class StepTerms:
 
     @property
     def total_s(self) -> float:
+        p = self.sharpness
         kernels = (
-            smax(self.weights_s, self.linear_s)
-            + smax(self.experts_s, self.expert_linear_s)
-            + smax(self.kv_s, self.attention_s)
-            + smax(self.state_s, self.recurrent_s)
+            smax(self.weights_s, self.linear_s, p)
+            + smax(self.experts_s, self.expert_linear_s, p)
+            + smax(self.kv_s, self.attention_s, p)
+            + smax(self.state_s, self.recurrent_s, p)
         )
         return kernels + self.fixed_s + self.comm_s
 
 
-def smax(m: float, c: float, p: float = ROOF_SHARPNESS) -> float:
+def smax(m: float, c: float, p: float = 3.0) -> float:
     """Soft maximum (m^p + c^p)^(1/p) of a kernel's memory and compute times."""
     return (m**p + c**p) ** (1 / p)
 
@@ -277,6 +289,7 @@ def step_terms(
         ),
         fixed_s=eff.overhead_s + arch.num_layers * eff.layer_s,
         comm_s=allreduce_time(arch.num_layers, n, arch.hidden_size, hw, eff, tp),
+        sharpness=eff.sharpness,
     )
 
 

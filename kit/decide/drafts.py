@@ -16,7 +16,7 @@ plus `(layers + 1) layer_s` of fixed cost and its all-reduces, but no per-step s
               32000 for the Llama-3.1-8B head) as LM head;
 - draft_model: the draft's own config.json, every layer, at context L;
 - self_spec:  the target itself attending to a budget of `kv_budget` tokens (MagicDec, StreamingLLM);
-- ngram:      no GPU pass: a host lookup of `NGRAM_S_PER_SEQ` per sequence per iteration.
+- ngram:      no GPU pass: a host lookup of `Efficiency.ngram_seq_s` per sequence per iteration.
 """
 
 from __future__ import annotations
@@ -32,9 +32,6 @@ from kit.errors import CostModelError
 
 DraftKind = Literal["mtp", "eagle", "eagle3", "draft_model", "self_spec", "ngram"]
 DRAFT_KINDS: tuple[str, ...] = ("mtp", "eagle", "eagle3", "draft_model", "self_spec", "ngram")
-
-NGRAM_S_PER_SEQ = 20e-6
-"""Host time of an n-gram lookup per sequence and iteration (vLLM's numba matcher over a few K tokens)."""
 
 
 @dataclass(frozen=True)
@@ -122,7 +119,7 @@ def draft_time(
     if k < 1:
         raise CostModelError(f"draft length k must be >= 1, got {k}")
     if draft.kind == "ngram":
-        return B * NGRAM_S_PER_SEQ
+        return B * eff.ngram_seq_s
     shape = replace(shape, weight_bytes=None, weight_dtype_bytes=shape.per_weight(target))
     if draft.kind == "self_spec":
         net, L, extra = target, min(L, float(draft.kv_budget or L)), 0.0

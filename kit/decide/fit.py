@@ -28,9 +28,12 @@ BOUNDS = {
     "gemm_half_tokens": (0.0, 4096.0),
     "attn_flops": (1e-3, 4.0),
     "attn_half_rows": (0.0, 4096.0),
+    "sharpness": (1.0, 32.0),
     "overhead_s": (0.0, 1.0),
     "layer_s": (0.0, 0.05),
     "allreduce_s": (0.0, 0.01),
+    "spec_seq_s": (0.0, 0.01),
+    "ngram_seq_s": (0.0, 0.01),
 }
 """Physical range of each constant a fit may move (fractions of the datasheet, seconds, tokens)."""
 
@@ -67,12 +70,12 @@ def fit_efficiency(
     return replace(start, **dict(zip(free, map(float, result.x), strict=True)), source=source)
 
 
-def _sweep_points(sweep: pd.DataFrame) -> pd.DataFrame:
-    need = {"arm", "spec_k", "concurrency", "output_tok_s"}
+def _sweep_points(sweep: pd.DataFrame, measured: bool = True) -> pd.DataFrame:
+    need = {"arm", "spec_k", "concurrency", *(["output_tok_s"] if measured else [])}
     missing = need - set(sweep.columns)
     if missing:
         raise CostModelError(f"sweep table lacks columns {sorted(missing)}; it needs {sorted(need)}")
-    ok = sweep[sweep.output_tok_s.notna() & (sweep.output_tok_s > 0)]
+    ok = sweep[sweep.output_tok_s.notna() & (sweep.output_tok_s > 0)] if measured else sweep
     if "status" in ok:
         ok = ok[ok.status == "ok"]
     spec = ok.spec_k > 0
@@ -93,11 +96,11 @@ def predict_sweep(
     eff: cm.Efficiency,
     draft: Draft = MTP,
 ) -> np.ndarray:
-    """Predicted output tokens/s at each usable sweep row (its arm, concurrency, measured accept length)."""
+    """Predicted output tokens/s at each sweep row (its arm, concurrency, measured accept length)."""
     from kit.decide.predict import throughput
 
     out = []
-    for r in _sweep_points(sweep).itertuples():
+    for r in _sweep_points(sweep, measured=False).itertuples():
         k, C = int(r.spec_k), int(r.concurrency)
         B = math.ceil(C / work.dp_size)
         E = float(r.accept_length) if k else 1.0

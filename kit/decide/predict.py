@@ -107,7 +107,7 @@ def iteration_time(
     if k == 0:
         return cm.step_time(arch, hw, B, 1, L, eff, work.shape, tp)
     verify = cm.step_time(arch, hw, B, k + 1, L, eff, work.shape, tp)
-    return verify + draft_time(arch, draft, hw, B, k, L, eff, work.shape, tp)
+    return verify + draft_time(arch, draft, hw, B, k, L, eff, work.shape, tp) + B * eff.spec_seq_s
 
 
 def throughput(

@@ -202,21 +202,31 @@ PROFILE_FREE = ("bw", "flops", "gemm_half_tokens", "attn_flops", "attn_half_rows
 def calibrate(profile: pd.DataFrame, arch: ModelArch, hw: Any, free: Sequence[str] = PROFILE_FREE) -> Any:
     """Efficiency constants that best fit a measured profile (kit.decide.fit: least squares on log
     step time). The hardware figures are the datasheet the factors scale."""
+    return calibrate_many([(profile, arch)], hw, free)
+
+
+def calibrate_many(
+    profiles: Sequence[tuple[pd.DataFrame, ModelArch]], hw: Any, free: Sequence[str] = PROFILE_FREE
+) -> Any:
+    """One set of efficiency constants fitted to several profiles measured on the same device."""
     import numpy as np
 
     from kit.decide import costmodel as cm
     from kit.decide.fit import fit_efficiency
 
-    check_profile(profile, arch)
-    dtype_bytes = int(profile["dtype_bytes"].iloc[0]) if "dtype_bytes" in profile else arch.dtype_bytes
-    shape = cm.StepShape(kv_dtype_bytes=dtype_bytes, weight_dtype_bytes=dtype_bytes)
-    points = [(int(r.B), int(r.q), float(r.L)) for r in profile.itertuples()]
-    measured = profile["step_s"].to_numpy(dtype=float)
-    if (measured <= 0).any():
+    points, measured = [], []
+    for profile, arch in profiles:
+        check_profile(profile, arch)
+        dtype_bytes = int(profile["dtype_bytes"].iloc[0]) if "dtype_bytes" in profile else arch.dtype_bytes
+        shape = cm.StepShape(kv_dtype_bytes=dtype_bytes, weight_dtype_bytes=dtype_bytes)
+        points += [(arch, int(r.B), int(r.q), float(r.L), shape) for r in profile.itertuples()]
+        measured += list(profile["step_s"].astype(float))
+    if min(measured) <= 0:
         raise CostModelError("step profile holds non-positive step times; re-run the profiler")
 
     def predict(eff: Any) -> Any:
-        return np.array([cm.step_time(arch, hw, B, q, L, eff, shape) for B, q, L in points])
+        return np.array([cm.step_time(a, hw, B, q, L, eff, shape) for a, B, q, L, shape in points])
 
-    start = cm.Efficiency(overhead_s=float(measured.min()) * 0.1)
-    return fit_efficiency(predict, measured, free, start, source=f"profile on {profile['device'].iloc[0]}")
+    devices = sorted({str(p["device"].iloc[0]) for p, _ in profiles})
+    start = cm.Efficiency(overhead_s=min(measured) * 0.1, layer_s=1e-5)
+    return fit_efficiency(predict, np.array(measured), free, start, source=f"profile on {', '.join(devices)}")
