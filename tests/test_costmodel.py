@@ -293,3 +293,43 @@ def test_bad_hardware_step_and_efficiency_are_errors() -> None:
     with pytest.raises(CostModelError):
         cm.Efficiency(layer_s=-1)
     assert np.isfinite(cm.step_time(_arch("qwen3_32b"), H200, 1, 1, 0))
+
+
+# ---- draft settings in the params, the MTP band of the seed's case -------------------------------
+def test_draft_settings_from_params_and_engine() -> None:
+    from kit.decide.drafts import draft_for
+    from kit.params import DecideParams, SpeculativeParams
+
+    assert draft_for(DecideParams()).kind == "mtp"
+    assert draft_for(DecideParams(), SpeculativeParams(algorithm="NGRAM")).kind == "ngram"
+    eagle3 = draft_for(
+        DecideParams(draft_config=CONFIGS / "llama3_1_8b_eagle3.json"), SpeculativeParams(algorithm="EAGLE3")
+    )
+    assert eagle3.kind == "eagle3" and eagle3.vocab == 32000
+    assert draft_for(DecideParams(draft="self_spec", draft_kv_budget=512)).kv_budget == 512
+    with pytest.raises(CostModelError, match="draft_config"):
+        draft_for(DecideParams(draft="draft_model"))
+    with pytest.raises(ValueError, match="draft_kv_budget"):
+        DecideParams(draft="self_spec")
+    with pytest.raises(ValueError, match="only to draft: self_spec"):
+        DecideParams(draft_kv_budget=512)
+
+
+def test_mtp_worth_band_for_the_seed_case() -> None:
+    """params/sglang-8gpu.example.yaml: Qwen3.6-27B, dp 8 on RTX PRO 6000s, 1024 output tokens."""
+    from kit.decide.worth import mtp_worth
+    from kit.params import load_params
+    from kit.probe.gpu import lookup_datasheet
+
+    params = load_params(ROOT / "params/sglang-8gpu.example.yaml")
+    sheet = lookup_datasheet("NVIDIA RTX PRO 6000 Blackwell Workstation Edition")
+    hw = cm.Hardware(sheet["bandwidth_bytes_s"], sheet["bf16_flops"], sheet["memory_bytes"], sheet["name"])
+    eng, dec = params.engine, params.decide
+    work = Workload(1024, dec.max_tokens, eng.mem_fraction_static, eng.tp_size, eng.dp_size)
+    band = mtp_worth(_arch("qwen3_6_27b"), hw, work, dec.concurrencies, dec.spec_steps)
+    t = band.table.pivot_table(index="concurrency", columns="band", values="ratio")
+    assert (t.low < t.typical).all() and (t.typical < t.high).all()
+    assert t.typical.is_monotonic_decreasing and t.typical.iloc[0] > 2 and t.typical.iloc[-1] < 1
+    assert set(dec.concurrencies) <= set(band.table[band.table.in_params_ladder].concurrency)
+    assert "stops paying" in band.sentence and "from concurrency" in band.sentence
+    assert "<table" in band._repr_html_()

@@ -145,3 +145,23 @@ def draft_weight_bytes(target: ModelArch, draft: Draft = MTP, shape: cm.StepShap
     own_head = lm_head if draft.kind == "eagle3" else 0.0
     params = layers * (dense + routed + _fusion_params(target, draft)) + own_head
     return float(params * shape.per_weight(target))
+
+
+_BY_ALGORITHM = {"NGRAM": "ngram", "EAGLE3": "eagle3", "STANDALONE": "draft_model"}
+
+
+def draft_for(decide: object, speculative: object | None = None) -> Draft:
+    """The draft the prediction assumes, from DecideParams (draft, draft_config, draft_kv_budget) and
+    the engine's SpeculativeParams (algorithm, draft_model_path) when the former leave it open."""
+    algorithm = getattr(speculative, "algorithm", None)
+    config = getattr(decide, "draft_config", None) or getattr(speculative, "draft_model_path", None)
+    kind = getattr(decide, "draft", None) or _BY_ALGORITHM.get(algorithm or "")
+    if kind is None:
+        kind = "eagle" if algorithm == "EAGLE" and config else "mtp"
+    if kind == "draft_model" and config is None:
+        raise CostModelError(
+            "a draft_model draft needs its config.json: set decide.draft_config or "
+            "engine.speculative.draft_model_path"
+        )
+    uses_config = kind in ("draft_model", "eagle", "eagle3") and config is not None
+    return draft_from_config(kind, config if uses_config else None, getattr(decide, "draft_kv_budget", None))
