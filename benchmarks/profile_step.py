@@ -1,12 +1,16 @@
 """Profile decode-step time of a Qwen3-32B-shaped dense model on one GPU and compare with the roofline.
 
-    python3 benchmarks/profile_step.py --out docs/h200_profile          # H200: ~2-4 minutes
+    python3 benchmarks/profile_step.py --out docs/h200/profile-synthetic-qwen3-32b --check-depth 8 \
+        --attention-variants --old docs/h200/profile-synthetic-qwen3-32b/profile.parquet   # H200: ~40 s
     python3 benchmarks/profile_step.py --out /tmp/p --device cpu --config tests/configs/qwen3_32b.json \
         --layers 2 --batch-sizes 1,2 --q 1 --contexts 64 --hidden-override 256   # CPU smoke run
 
 `--backend synthetic` (default, kit/decide/synthetic_step.py) times a serving engine's step
-shapes: preallocated KV cache written in place, SDPA over it without expanding GQA heads, LM head
-on the new rows. `--backend hf` times the transformers model (its DynamicCache copies the whole
+shapes: preallocated KV cache written in place, SDPA with the query heads packed by KV group (no
+mask), LM head on the new rows. `--check-depth N` also times an independent direct step
+(benchmarks/direct_step.py) at N layers at every grid point and compares; `--attention-variants`
+times one SDPA call per way of passing q tokens; `--old` puts an earlier profile beside.
+`--backend hf` times the transformers model (its DynamicCache copies the whole
 cache each step, so large B x L steps measure copies). Builds random weights for `--layers` layers
 (default 4; timed also at half depth and scaled to the config's 64 layers), fills the KV cache to
 L with random tensors, times decode steps (CUDA graphs) for B in 1..256, q in 1, 2, 4 and L in
