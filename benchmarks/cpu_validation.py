@@ -9,10 +9,11 @@ demo's planned prompts (64 output tokens, `ignore_eos`), twice per level (the ma
 both passes are kept and their median used), and reads vLLM's /metrics counters
 (`vllm:spec_decode_num_drafts_total`, `..._num_accepted_tokens_total`) for the accept length.
 
-Then three predictions of the same points: *before*, the roofline as `kit decide` calibrates it
-today (a CPU step profile of the model, kit.decide.profiler.calibrate); *after*, calibrated on the
-sweep's own points (kit.decide.fit.fit_to_sweep, all points); and *held out*, fitted on the plain
-points only, the n-gram arm predicted from its measured accept length.
+Then three predictions of the same points: *before*, the step model calibrated as `kit decide`
+does on a CPU (a step profile of the model, kit.decide.profiler.calibrate); *after*, calibrated on
+the sweep's own points (kit.decide.fit.fit_to_sweep: per-step overhead, bandwidth, FLOP/s and the
+n-gram host cost, 4 constants over 6 points); and *held out*, the first three fitted on the plain
+points only and the n-gram arm predicted from its measured accept length.
 """
 
 from __future__ import annotations
@@ -145,6 +146,7 @@ def measure_arm(args, prompts: list[list], spec: dict | None, port: int) -> list
 def predictions(sweep: pd.DataFrame, cfg: dict, input_len: int, max_tokens: int) -> dict[str, pd.Series]:
     """Before / after / held-out predicted tok/s for every row of the (median) sweep."""
     from kit.arch import arch_from_config
+    from kit.decide import costmodel as cm
     from kit.decide.drafts import NGRAM as NGRAM_DRAFT
     from kit.decide.fit import fit_to_sweep, predict_sweep
     from kit.decide.predict import Workload
@@ -156,10 +158,10 @@ def predictions(sweep: pd.DataFrame, cfg: dict, input_len: int, max_tokens: int)
         batch_sizes=(1, *sorted(set(sweep.concurrency))), q_values=(1, 2), contexts=(128,), reps=3
     )
     before = calibrate(profile_steps(cfg, grid, device="cpu"), arch, CPU_NOMINAL)
-    free = ("overhead_s", "layer_s", "bw", "flops", "ngram_seq_s", "spec_seq_s")
-    after = fit_to_sweep(sweep, arch, CPU_NOMINAL, work, NGRAM_DRAFT, before, free)
+    free = ("overhead_s", "bw", "flops", "ngram_seq_s")
+    after = fit_to_sweep(sweep, arch, CPU_NOMINAL, work, NGRAM_DRAFT, cm.DEFAULT_EFFICIENCY, free)
     plain = sweep[sweep.spec_k == 0]
-    held = fit_to_sweep(plain, arch, CPU_NOMINAL, work, NGRAM_DRAFT, before, free[:4])
+    held = fit_to_sweep(plain, arch, CPU_NOMINAL, work, NGRAM_DRAFT, cm.DEFAULT_EFFICIENCY, free[:3])
     out = {}
     for name, eff in (("before", before), ("after", after), ("held_out", held)):
         out[name] = pd.Series(
@@ -221,6 +223,7 @@ def main() -> None:
     ap.add_argument("--passes", type=int, default=2)
     ap.add_argument("--port", type=int, default=18731)
     ap.add_argument("--out", type=Path, default=None)
+    ap.add_argument("--from-raw", type=Path, default=None, help="re-predict a saved cpu_validation_raw.csv")
     args = ap.parse_args()
     args.concurrencies = [int(c) for c in args.concurrencies.split(",")]
     started = time.perf_counter()
@@ -233,10 +236,13 @@ def main() -> None:
         json.loads(p["messages"]) if isinstance(p["messages"], str) else p["messages"] for p in planned
     ]
     input_len = int(statistics.mean(p["prompt_tokens"] for p in planned))
-    raw = pd.DataFrame(
-        measure_arm(args, prompts, None, args.port) + measure_arm(args, prompts, NGRAM, args.port + 1)
-    )
-    raw.to_csv(folder.root / "cpu_validation_raw.csv", index=False)
+    if args.from_raw:
+        raw = pd.read_csv(args.from_raw)
+    else:
+        raw = pd.DataFrame(
+            measure_arm(args, prompts, None, args.port) + measure_arm(args, prompts, NGRAM, args.port + 1)
+        )
+        raw.to_csv(folder.root / "cpu_validation_raw.csv", index=False)
     sweep = raw.groupby(["arm", "spec_k", "concurrency"], as_index=False).agg(
         output_tok_s=("output_tok_s", "median"),
         accept_length=("accept_length", "median"),
