@@ -29,7 +29,7 @@ from kit.decide.profiler import calibrate
 from kit.engines.settings import Arm, decided_settings, resolve_algorithm, unavailable_reason
 from kit.errors import CostModelError
 
-PREDICTION_ERROR = 0.25
+PREDICTION_ERROR = cm.MODEL_ERROR
 """The cost model's known error on published tables it was not fitted to (docs/costmodel.md): a
 predicted margin smaller than this never turns speculation on."""
 MEASUREMENT_NOISE = 0.03
