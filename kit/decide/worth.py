@@ -12,7 +12,8 @@ band over three accept-length assumptions per draft length k:
 
 For each band and concurrency the best k is kept. Each arm runs at most the sequences its memory
 holds per replica (the rest queue), so the ladder is extended past the params' one, doubling up
-to twice what plain decoding holds, to find where MTP "stops paying": the smallest concurrency
+to twice what plain decoding holds (at most 64 times the ladder's top), to find where MTP "stops
+paying": the smallest concurrency
 where it is no faster than plain decoding. It is "a clear win" only where its margin exceeds the
 model's known error (`costmodel.MODEL_ERROR`).
 """
@@ -76,7 +77,8 @@ def mtp_worth(
     band = band or default_band(ks)
     cap = default_capacity(arch, hw, work, ks, MTP)
     caps = {0: cap.plain, **cap.spec}
-    ladder_c = sorted(set(concurrencies) | _doubling(work.dp_size, 2 * work.dp_size * max(cap.plain, 1)))
+    top = min(2 * work.dp_size * max(cap.plain, 1), 64 * max(concurrencies))
+    ladder_c = sorted(set(concurrencies) | _doubling(work.dp_size, top))
     rows = []
     for name, accepts in band.items():
         ladder = predict_ladder(arch, hw, ladder_c, ks, accepts, work, eff, caps, strict=False, draft=MTP)
@@ -127,7 +129,7 @@ def _sentence(table: pd.DataFrame, hw: cm.Hardware, work: Workload) -> str:
     stop_text = ", ".join(
         f"{name}: {f'from concurrency {c}' if c else f'not up to {top}'}" for name, c in stops.items()
     )
-    layout = f"{work.dp_size} replica(s) of {work.tp_size} GPU(s), {hw.name}"
+    layout = f"{work.dp_size} replica(s) of {work.tp_size} device(s), {hw.name}"
     return (
         f"On {layout}, {work.input_len} prompt / {work.output_len} output tokens: MTP would give "
         f"{lo:.2f}x-{hi:.2f}x plain decoding's tokens/s at concurrency {c0} (typical {mid:.2f}x). "
