@@ -109,6 +109,15 @@ class DecideParams(_Strict):
     latency_bound_s: float | None = Field(default=None, gt=0)
     profile: Path | None = None
     """A step-time profile (parquet) measured on this device for this model's config."""
+    draft: Literal["mtp", "eagle", "eagle3", "draft_model", "self_spec", "ngram"] | None = None
+    """What the speculative arms draft with, for the prediction (kit.decide.drafts); default from
+    engine.speculative.algorithm: NGRAM -> ngram, EAGLE3 -> eagle3, STANDALONE -> draft_model,
+    EAGLE with a draft model -> eagle, otherwise the model's own MTP heads."""
+    draft_config: Path | None = None
+    """config.json (or its directory) of the draft model or EAGLE head; default
+    engine.speculative.draft_model_path."""
+    draft_kv_budget: int | None = Field(default=None, ge=1)
+    """self_spec: tokens of KV cache the draft attends to (MagicDec's StreamingLLM budget)."""
 
     @field_validator("concurrencies", "spec_steps")
     @classmethod
@@ -116,6 +125,14 @@ class DecideParams(_Strict):
         if not v or any(x < 1 for x in v):
             raise ValueError("must be a non-empty list of positive integers")
         return sorted(set(v))
+
+    @model_validator(mode="after")
+    def _draft_needs_what_it_costs(self) -> DecideParams:
+        if self.draft == "self_spec" and self.draft_kv_budget is None:
+            raise ValueError("draft 'self_spec' needs decide.draft_kv_budget (tokens of KV it attends to)")
+        if self.draft != "self_spec" and self.draft_kv_budget is not None:
+            raise ValueError("decide.draft_kv_budget applies only to draft: self_spec")
+        return self
 
 
 class SourceParams(_Strict):

@@ -115,7 +115,7 @@ def test_latency_bound_objective_limits_concurrency() -> None:
     arch = load_arch_from("qwen3_32b")
     ladder = dict(concurrencies=[1, 16, 256], spec_steps=[3])
     loose = decide(arch, H200, None, DecideParams(**ladder), "absent", "sglang")
-    tight = DecideParams(**ladder, objective="latency_bound", latency_bound_s=20.0)
+    tight = DecideParams(**ladder, objective="latency_bound", latency_bound_s=18.0)
     d = decide(arch, H200, None, tight, "absent", "sglang", work=Workload(1024, 1024))
     assert d["engine_settings"]["client_concurrency"] < loose["engine_settings"]["client_concurrency"]
 

@@ -7,13 +7,14 @@ arms that could not be measured (for example: what MTP would be worth if its wei
 from __future__ import annotations
 
 import math
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 import pandas as pd
 
 from kit.arch import ModelArch
 from kit.decide import costmodel as cm
+from kit.decide.drafts import Draft, draft_for
 from kit.decide.predict import (
     SGLANG_SPEC_RUNNING_CAP,
     Workload,
@@ -28,7 +29,7 @@ from kit.decide.profiler import calibrate
 from kit.engines.settings import Arm, decided_settings, resolve_algorithm, unavailable_reason
 from kit.errors import CostModelError
 
-PREDICTION_ERROR = 0.25
+PREDICTION_ERROR = cm.MODEL_ERROR
 """The cost model's known error on published tables it was not fitted to (docs/costmodel.md): a
 predicted margin smaller than this never turns speculation on."""
 MEASUREMENT_NOISE = 0.03
@@ -242,9 +243,11 @@ def decide(
     attention_backend: str | None = None,
     algorithm: str | None = None,
     draft_model: bool = False,
+    draft: Draft | None = None,
 ) -> dict:
     """The content of decision.json; `params` is a DecideParams (concurrencies, spec_steps,
-    accept_lengths, objective, latency_bound_s). Measured rows decide; predictions explain."""
+    accept_lengths, objective, latency_bound_s). Measured rows decide; predictions explain.
+    `draft` is what the speculative arms draft with (default: from params and `algorithm`)."""
     work = work or Workload()
     eff = calibrate(profile, arch, hw) if profile is not None else cm.Efficiency()
     ks = list(params.spec_steps)
@@ -252,7 +255,10 @@ def decide(
         **{int(k): float(v) for k, v in params.accept_lengths.items()},
         **measured_accept_lengths(sweep),
     }
-    predicted = predict_ladder(arch, hw, params.concurrencies, ks, accept, work, eff, strict=False)
+    draft = draft if draft is not None else draft_for(params, _Speculative(algorithm))
+    predicted = predict_ladder(
+        arch, hw, params.concurrencies, ks, accept, work, eff, strict=False, draft=draft
+    )
     if predicted[predicted.spec_k == 0].feasible.sum() == 0:
         raise CostModelError(
             f"plain decoding does not fit: {arch.model_type} at context "
@@ -294,11 +300,17 @@ def decide(
             "flops_bf16": hw.flops_bf16,
             "memory_bytes": hw.memory_bytes,
         },
-        "efficiency": {"bw": eff.bw, "flops": eff.flops, "overhead_s": eff.overhead_s, "source": eff.source},
+        "efficiency": eff.as_dict(),
         "workload": workload_dict(work),
         "accept_lengths": accept,
         "table": _records(table),
     }
+
+
+@dataclass(frozen=True)
+class _Speculative:
+    algorithm: str | None
+    draft_model_path: None = None
 
 
 def _records(table: pd.DataFrame) -> list[dict]:

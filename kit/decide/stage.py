@@ -21,6 +21,7 @@ import pandas as pd
 from kit.arch import arch_from_config, load_arch
 from kit.decide import costmodel as cm
 from kit.decide.decision import decide, with_gpus
+from kit.decide.drafts import draft_for
 from kit.decide.predict import Workload
 from kit.decide.profile_budget import ProfilePlan, plan_cpu_profile
 from kit.decide.sweep import run_sweep
@@ -138,6 +139,7 @@ def decide_stage(params: RunParams, folder: RunFolder, probe: dict[str, Any]) ->
         attention_backend=backend,
         algorithm=eng.speculative.algorithm,
         draft_model=eng.speculative.draft_model_path is not None,
+        draft=draft_for(params.decide, eng.speculative),
     )
     decision["engine_flavor"] = eng.flavor
     _note_profile_plan(decision, profile_plan)
