@@ -256,6 +256,7 @@ def decide(
         **measured_accept_lengths(sweep),
     }
     draft = draft if draft is not None else draft_for(params, _Speculative(algorithm))
+    eff = _fitted(sweep, arch, hw, work, draft, eff)
     predicted = predict_ladder(
         arch, hw, params.concurrencies, ks, accept, work, eff, strict=False, draft=draft
     )
@@ -305,6 +306,36 @@ def decide(
         "accept_lengths": accept,
         "table": _records(table),
     }
+
+
+def _fitted(
+    sweep: pd.DataFrame | None,
+    arch: ModelArch,
+    hw: cm.Hardware,
+    work: Workload,
+    draft: Draft,
+    eff: cm.Efficiency,
+) -> cm.Efficiency:
+    """The efficiency fitted to the sweep's own measured points when there are enough of them (the
+    prediction then explains the measurement and extrapolates from it); else `eff` as it is.
+
+    Free: the fixed cost per step and the two rates, plus, when speculative arms were measured,
+    the per-sequence cost of drafting (n-gram lookup) or of speculative bookkeeping.
+    """
+    from kit.decide.fit import fit_to_sweep
+
+    if sweep is None or sweep.empty:
+        return eff
+    ok = sweep[(sweep.status == "ok") & sweep.output_tok_s.notna()]
+    free = ["overhead_s", "bw", "flops"]
+    if (ok.spec_k > 0).any():
+        free.append("ngram_seq_s" if draft.kind == "ngram" else "spec_seq_s")
+    if len(ok) < len(free):
+        return eff
+    try:
+        return fit_to_sweep(ok, arch, hw, work, draft, eff, tuple(free))
+    except CostModelError:
+        return eff
 
 
 @dataclass(frozen=True)
