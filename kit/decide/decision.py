@@ -16,9 +16,7 @@ from kit.arch import ModelArch
 from kit.decide import costmodel as cm
 from kit.decide.drafts import Draft, draft_for
 from kit.decide.predict import (
-    SGLANG_SPEC_RUNNING_CAP,
     Workload,
-    arm_name,
     best_arm,
     crossover,
     predict_ladder,
@@ -26,7 +24,13 @@ from kit.decide.predict import (
     workload_dict,
 )
 from kit.decide.profiler import calibrate
-from kit.engines.settings import Arm, decided_settings, resolve_algorithm, unavailable_reason
+from kit.engines.arms import Arm, arm_name
+from kit.engines.settings import (
+    SGLANG_SPEC_MAX_RUNNING,
+    decided_settings,
+    resolve_algorithm,
+    unavailable_reason,
+)
 from kit.errors import CostModelError
 
 PREDICTION_ERROR = cm.MODEL_ERROR
@@ -285,7 +289,7 @@ def decide(
     if settings["speculative"] and engine_flavor == "sglang":
         reasons.append(
             f"max_running_requests is set explicitly to {settings['max_running_requests']}: "
-            f"unset, SGLang resets it to {SGLANG_SPEC_RUNNING_CAP} under speculation"
+            f"unset, SGLang resets it to {SGLANG_SPEC_MAX_RUNNING} under speculation"
         )
     return {
         "chosen_arm": arm_name(int(choice["spec_k"])),

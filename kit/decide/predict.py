@@ -24,10 +24,8 @@ from kit.arch import ModelArch
 from kit.decide import costmodel as cm
 from kit.decide.acceptance import accept_length_for, check_accept_length
 from kit.decide.drafts import MTP, Draft, draft_time, draft_weight_bytes
+from kit.engines.arms import arm_name
 from kit.errors import CostModelError
-
-SGLANG_SPEC_RUNNING_CAP = 48
-"""SGLang resets --max-running-requests to 48 under speculation when the flag is unset."""
 
 
 @dataclass(frozen=True)
@@ -130,11 +128,6 @@ def throughput(
         arch, hw, work.input_len, eff, work.shape, work.tp_size
     )
     return B * out_len / t_batch
-
-
-def arm_name(k: int) -> str:
-    """'plain' for k = 0, else 'spec_k<k>' (the sweep's naming)."""
-    return "plain" if k == 0 else f"spec_k{k}"
 
 
 def predict_ladder(

@@ -18,6 +18,7 @@ import json
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from kit.engines.arms import Arm
 from kit.errors import ParamsError
 from kit.params import EngineParams, RunParams, SamplingParams, SpeculativeParams
 
@@ -75,28 +76,6 @@ def resolve_algorithm(name: str | None, has_draft_model: bool) -> Algorithm:
 def algorithm(spec: SpeculativeParams) -> Algorithm:
     """The algorithm of a speculative params section."""
     return resolve_algorithm(spec.algorithm, spec.draft_model_path is not None)
-
-
-@dataclass(frozen=True)
-class Arm:
-    """One configuration the sweep measures and the decision may choose: plain (k = 0) or speculative."""
-
-    k: int
-    """Draft tokens per verify step; 0 is plain decoding."""
-    algorithm: str | None = None
-
-    @property
-    def name(self) -> str:
-        return arm_name(self.k)
-
-    @property
-    def speculative(self) -> bool:
-        return self.k > 0
-
-
-def arm_name(k: int) -> str:
-    """The name of the arm with draft length k in tables and decision.json."""
-    return "plain" if k == 0 else f"spec_k{k}"
 
 
 def sweep_arms(params: RunParams) -> list[Arm]:
