@@ -22,7 +22,7 @@ from typing import Any
 import pandas as pd
 
 from kit.analyse.reasoning import flag_unterminated_think, reasoning_parts, row_parts
-from kit.analyse.toolcalls import call_problems, is_function_calling
+from kit.analyse.toolcalls import is_function_calling
 from kit.errors import ParamsError
 from kit.params import AnalyseParams
 
@@ -71,7 +71,8 @@ def _echoes(prompt: str, answer: str) -> bool:
 def flag_repeats_prompt(df: pd.DataFrame, parts: pd.DataFrame | None = None) -> pd.Series:
     """True where the answer contains the last user message verbatim (case and spaces folded)."""
     answers = _answers(df, parts)
-    values = [_echoes(last_user_text(m), a) for m, a in zip(df["messages"], answers, strict=True)]
+    pairs = zip(df["messages"].tolist(), answers.tolist(), strict=True)
+    values = [_echoes(last_user_text(m), a) for m, a in pairs]
     return pd.Series(values, index=df.index, dtype=bool)
 
 
@@ -89,13 +90,14 @@ def compile_patterns(patterns: list[str]) -> list[re.Pattern[str]]:
 def flag_refusal(df: pd.DataFrame, patterns: list[str], parts: pd.DataFrame | None = None) -> pd.Series:
     """True where the answer matches any refusal pattern (re.search, case-insensitive)."""
     compiled = compile_patterns(patterns)
-    values = [any(p.search(a) for p in compiled) for a in _answers(df, parts)]
+    values = [any(p.search(a) for p in compiled) for a in _answers(df, parts).tolist()]
     return pd.Series(values, index=df.index, dtype=bool)
 
 
 def flag_tool_call_broken(df: pd.DataFrame, parts: pd.DataFrame | None = None) -> pd.Series:
     """True where a parsed call, or a `<tool_call>` block of a function-calling row, is broken."""
-    return call_problems(df, _answers(df, parts)).notna()
+    parts = parts if parts is not None and "call_problem" in parts else row_parts(df)
+    return parts["call_problem"].notna()
 
 
 def compute_flags(

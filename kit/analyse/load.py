@@ -63,10 +63,10 @@ def _concat(tables: list[pa.Table]) -> pd.DataFrame:
 
 def _text_or_none(value: Any) -> str | None:
     """A JSON-or-text cell as str, or None: nulls and NaN become None, lists and dicts JSON text."""
-    if value is None or value is pd.NA or (isinstance(value, float) and math.isnan(value)):
-        return None
     if isinstance(value, str):
         return value
+    if value is None or value is pd.NA or (isinstance(value, float) and math.isnan(value)):
+        return None
     if hasattr(value, "tolist"):
         value = value.tolist()
     try:
@@ -85,7 +85,7 @@ def _normalise(df: pd.DataFrame, gaps: list[str]) -> pd.DataFrame:
     df["source"] = df["source"].fillna("unknown").astype(str)
     df["finish_reason"] = df["finish_reason"].fillna("unknown").astype(str)
     for col in TEXT_OR_NULL:
-        df[col] = pd.Series([_text_or_none(v) for v in df[col]], index=df.index, dtype=object)
+        df[col] = pd.Series([_text_or_none(v) for v in df[col].tolist()], index=df.index, dtype=object)
     for col in ("prompt_tokens", "completion_tokens", "latency_s", "ttft_s", "accept_length"):
         df[col] = pd.to_numeric(df[col], errors="coerce")
     df["reasoning_tokens"] = nullable_int(df["reasoning_tokens"])

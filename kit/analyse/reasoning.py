@@ -18,7 +18,7 @@ from typing import Any
 
 import pandas as pd
 
-from kit.analyse.toolcalls import call_kinds, column_or_nulls
+from kit.analyse.toolcalls import call_table, column_or_nulls
 
 OPEN, CLOSE = "<think>", "</think>"
 PART_COLUMNS = (
@@ -81,7 +81,8 @@ def reasoning_parts(df: pd.DataFrame) -> pd.DataFrame:
     Columns: PART_COLUMNS. `reasoning_from` is 'parser', 'text' or None; `reasoning_chars` is null
     where the row did not think.
     """
-    rows = [split_row(r, c) for r, c in zip(column_or_nulls(df, "reasoning"), df["completion"], strict=True)]
+    reasoning, completion = column_or_nulls(df, "reasoning").tolist(), df["completion"].tolist()
+    rows = [split_row(r, c) for r, c in zip(reasoning, completion, strict=True)]
     text, source, answer, unterminated = (list(col) for col in zip(*rows, strict=True)) if rows else ([],) * 4
     parts = pd.DataFrame(
         {  # object columns keep None (pandas 3 would infer a string dtype holding NaN)
@@ -116,6 +117,6 @@ def flag_unterminated_think(df: pd.DataFrame, parts: pd.DataFrame) -> pd.Series:
 
 
 def row_parts(df: pd.DataFrame) -> pd.DataFrame:
-    """`reasoning_parts` beside the tool-call kinds of each row (toolcalls.call_kinds)."""
+    """`reasoning_parts` beside the tool calls of each row (toolcalls.call_table)."""
     parts = reasoning_parts(df)
-    return parts.join(call_kinds(df, parts["answer_text"]))
+    return parts.join(call_table(df, parts["answer_text"]))

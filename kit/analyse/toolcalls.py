@@ -7,6 +7,7 @@ is not among the tools the prompt offered (`tools`, a JSON list of tool schemas)
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from typing import Any
@@ -28,14 +29,24 @@ def is_function_calling(tools: Any) -> bool:
     return text not in ("", "[]", "null", "None")
 
 
-def tool_names(tools: Any) -> set[str] | None:
+def tool_names(tools: Any) -> frozenset[str] | None:
     """Names of the tools a prompt offered: an empty set for none, None when `tools` is not readable JSON."""
     if not is_function_calling(tools):
-        return set()
+        return frozenset()
+    return _names_of(tools) if isinstance(tools, str) else _names_of_schemas(tools)
+
+
+@functools.lru_cache(maxsize=4096)
+def _names_of(tools: str) -> frozenset[str] | None:
+    """tool_names of a JSON text (cached: a source offers a few tool sets over many rows)."""
     try:
-        schemas = json.loads(tools) if isinstance(tools, str) else tools
+        schemas = json.loads(tools)
     except json.JSONDecodeError:
         return None
+    return _names_of_schemas(schemas)
+
+
+def _names_of_schemas(schemas: Any) -> frozenset[str] | None:
     if isinstance(schemas, dict):
         schemas = [schemas]
     if not isinstance(schemas, list):
@@ -45,7 +56,7 @@ def tool_names(tools: Any) -> set[str] | None:
         fn = s.get("function", s) if isinstance(s, dict) else None
         if isinstance(fn, dict) and fn.get("name"):
             names.add(str(fn["name"]))
-    return names
+    return frozenset(names)
 
 
 def load_calls(value: Any) -> tuple[list[Any] | None, str | None]:
@@ -66,7 +77,7 @@ def load_calls(value: Any) -> tuple[list[Any] | None, str | None]:
     return value, None
 
 
-def call_problem(call: Any, names: set[str] | None) -> str | None:
+def call_problem(call: Any, names: frozenset[str] | None) -> str | None:
     """Why one call ({"function": {name, arguments}} or {name, arguments}) is broken, or None."""
     fn = call.get("function", call) if isinstance(call, dict) else None
     if not isinstance(fn, dict) or not fn.get("name"):
@@ -86,7 +97,7 @@ def call_problem(call: Any, names: set[str] | None) -> str | None:
     return None
 
 
-def text_call_problem(answer: str, names: set[str] | None = None) -> str | None:
+def text_call_problem(answer: str, names: frozenset[str] | None = None) -> str | None:
     """Why the `<tool_call>` blocks of an answer text are broken, or None when all are sound."""
     if answer.count("<tool_call>") != answer.count("</tool_call>"):
         return "unclosed <tool_call>"
@@ -101,18 +112,25 @@ def text_call_problem(answer: str, names: set[str] | None = None) -> str | None:
     return None
 
 
-def row_call_problem(tools: Any, tool_calls: Any, answer: str) -> str | None:
-    """Why a row's tool calls are broken: the parsed calls (any row), then the answer's
-    `<tool_call>` blocks (function-calling rows only, as a plain answer may quote the tag)."""
+def _calls_problem(tools: Any, calls: list[Any] | None, answer: str, function_calling: bool) -> str | None:
+    """The parsed calls judged first (any row), then the answer's `<tool_call>` blocks
+    (function-calling rows only, as a plain answer may quote the tag)."""
     names = tool_names(tools)
-    calls, unreadable = load_calls(tool_calls)
-    if unreadable:
-        return unreadable
     for call in calls or []:
         problem = call_problem(call, names)
         if problem:
             return problem
-    return text_call_problem(answer, names) if is_function_calling(tools) else None
+    return text_call_problem(answer, names) if function_calling else None
+
+
+def row_calls(tools: Any, tool_calls: Any, answer: str) -> tuple[bool, bool, bool, str | None]:
+    """(function-calling, engine parsed a call, `<tool_call>` in the answer, why broken or None) of a row."""
+    function_calling, in_text = is_function_calling(tools), "<tool_call>" in answer
+    if _missing(tool_calls) and not in_text:
+        return function_calling, False, False, None
+    calls, unreadable = load_calls(tool_calls)
+    problem = unreadable or _calls_problem(tools, calls, answer, function_calling)
+    return function_calling, bool(calls), in_text, problem
 
 
 def column_or_nulls(df: pd.DataFrame, name: str) -> pd.Series:
@@ -120,29 +138,20 @@ def column_or_nulls(df: pd.DataFrame, name: str) -> pd.Series:
     return df[name] if name in df else pd.Series(None, index=df.index, dtype=object)
 
 
-def call_problems(df: pd.DataFrame, answers: pd.Series) -> pd.Series:
-    """Per row: why its tool calls are broken, or None (answers: the completion without its think block)."""
-    values = [
-        row_call_problem(t, c, a)
-        for t, c, a in zip(
-            column_or_nulls(df, "tools"), column_or_nulls(df, "tool_calls"), answers, strict=True
-        )
-    ]
-    return pd.Series(values, index=df.index, dtype=object)
-
-
-def call_kinds(df: pd.DataFrame, answers: pd.Series) -> pd.DataFrame:
-    """Per row: `function_calling` (tools offered), `parsed_calls` (engine parsed at least one call),
-    `text_calls` (a `<tool_call>` block in the answer), `has_call` (either)."""
-    parsed = [bool(load_calls(v)[0]) for v in column_or_nulls(df, "tool_calls")]
+def call_table(df: pd.DataFrame, answers: pd.Series) -> pd.DataFrame:
+    """Per row (answers: the completion without its think block): `function_calling` (tools
+    offered), `parsed_calls` (the engine parsed a call), `text_calls` (a `<tool_call>` block in the
+    answer), `has_call` (either), `call_problem` (why the calls are broken, or None)."""
+    tools, calls = column_or_nulls(df, "tools").tolist(), column_or_nulls(df, "tool_calls").tolist()
+    rows = [row_calls(t, c, a) for t, c, a in zip(tools, calls, answers.tolist(), strict=True)]
+    fc, parsed, text, problems = (list(col) for col in zip(*rows, strict=True)) if rows else ([],) * 4
     out = pd.DataFrame(
         {
-            "function_calling": [is_function_calling(t) for t in column_or_nulls(df, "tools")],
-            "parsed_calls": parsed,
-            "text_calls": answers.str.contains("<tool_call>", regex=False).tolist(),
-        },
-        index=df.index,
-        dtype=bool,
+            "function_calling": pd.Series(fc, index=df.index, dtype=bool),
+            "parsed_calls": pd.Series(parsed, index=df.index, dtype=bool),
+            "text_calls": pd.Series(text, index=df.index, dtype=bool),
+        }
     )
     out["has_call"] = out["parsed_calls"] | out["text_calls"]
+    out["call_problem"] = pd.Series(problems, index=df.index, dtype=object)
     return out
