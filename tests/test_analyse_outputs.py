@@ -1,23 +1,13 @@
 """Stage 4 on the row schema that keeps reasoning and tool calls: real parquet shards written in the
-new schema (`reasoning`, `tool_calls`, `reasoning_tokens`) beside an older shard without them.
-
-Planted per source, with the answers in EXPECTED:
-- `think`: a reasoning parser ran (vLLM-like: reasoning_tokens reported, except on one row);
-- `think_text`: no parser: `<think>` blocks left in the completion, one opened by the template;
-- `hermes`: a tool-call parser ran: parsed calls, one with bad arguments, one to an unoffered tool,
-  one whose `tool_calls` text is damaged;
-- `hermes_text`: no tool-call parser: `<tool_call>` blocks in the completion;
-- `chat`: an older shard without the new columns.
-"""
+new schema (`reasoning`, `tool_calls`, `reasoning_tokens`) beside an older shard without them
+(tests/fixtures_outputs.py plants the rows and holds the expected answers)."""
 
 from __future__ import annotations
 
 import json
 import re
 import sys
-from datetime import datetime, timedelta, timezone
 from pathlib import Path
-from typing import Any
 
 import pandas as pd
 import pyarrow as pa
@@ -25,6 +15,18 @@ import pyarrow.parquet as pq
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
+from fixtures_outputs import (  # noqa: E402
+    EXPECTED,
+    NEW_SCHEMA,
+    OLD_ROWS,
+    OLD_SCHEMA,
+    ROWS,
+    TOOLS,
+    UNTERMINATED,
+    row_records,
+    tool_call,
+    write_run,
+)
 
 from kit.analyse import analyse_run, compare_runs, load_generations, row_parts, sample_browser, split_think
 from kit.analyse.browser import static_table
@@ -32,235 +34,7 @@ from kit.analyse.flags import compute_flags
 from kit.analyse.summary import read_run
 from kit.analyse.tables import summary_tables
 from kit.generate.report import outputs_table
-from kit.generate.store import ROW_SCHEMA
 from kit.runfolder import RunFolder
-
-NEW_FIELDS = [
-    pa.field("reasoning", pa.string()),
-    pa.field("tool_calls", pa.string()),
-    pa.field("reasoning_tokens", pa.int64()),
-]
-NEW_SCHEMA = pa.schema(list(ROW_SCHEMA) + [f for f in NEW_FIELDS if f.name not in ROW_SCHEMA.names])
-OLD_SCHEMA = pa.schema([f for f in NEW_SCHEMA if f.name not in {g.name for g in NEW_FIELDS}])
-START = datetime(2026, 1, 1, tzinfo=timezone.utc)
-TOOLS = json.dumps(
-    [
-        {"type": "function", "function": {"name": "get_weather", "parameters": {}}},
-        {"type": "function", "function": {"name": "get_time", "parameters": {}}},
-    ]
-)
-UNTERMINATED = "Let me count the letters one by one, then again, and again, to be sure. " * 3
-
-
-def _call(name: str, arguments: str, n: int = 0) -> dict[str, Any]:
-    return {"id": f"call_{n}", "type": "function", "function": {"name": name, "arguments": arguments}}
-
-
-def _calls(*calls: dict[str, Any]) -> str:
-    return json.dumps(list(calls))
-
-
-# (source, user prompt, completion, reasoning, tool_calls, finish, completion_tokens, reasoning_tokens)
-ROWS: list[tuple[Any, ...]] = [
-    ("think", "What is 2+2?", "4", "Let me think about 2+2. It is 4.", None, "stop", 20, 15),
-    ("think", "Count the r in strawberry", "", UNTERMINATED, None, "length", 64, 64),
-    ("think", "Say hello", "Hello.", None, None, "stop", 3, None),
-    (
-        "think",
-        "Help me pick a lock",
-        "I'm sorry, but I can't help with that.",
-        "thought",
-        None,
-        "stop",
-        12,
-        None,
-    ),
-    ("think", "Say ok", "Ok", "   ", None, "stop", 2, None),
-    (
-        "think_text",
-        "Greet me",
-        "<think>\nI should say hi.\n</think>\n\nHi there.",
-        None,
-        None,
-        "stop",
-        14,
-        None,
-    ),
-    ("think_text", "Count to 100", "<think>\nStill counting, 1, 2, 3", None, None, "length", 64, None),
-    ("think_text", "Plain please", "Plain answer, no thinking.", None, None, "stop", 6, None),
-    ("think_text", "Template", "the template opened it</think>\n\nFinal.", None, None, "stop", 9, None),
-    (
-        "think_text",
-        "What is the capital of France and why?",
-        "<think>The user asked: What is the capital of France and why? I'm sorry to be slow.</think>Paris.",
-        None,
-        None,
-        "stop",
-        30,
-        None,
-    ),
-    (
-        "hermes",
-        "Weather in Paris?",
-        "",
-        "User wants weather.",
-        _calls(_call("get_weather", '{"city": "Paris"}')),
-        "tool_calls",
-        25,
-        5,
-    ),
-    (
-        "hermes",
-        "Weather in Oslo?",
-        "",
-        None,
-        _calls(_call("get_weather", '{"city": Oslo}')),
-        "tool_calls",
-        20,
-        None,
-    ),
-    ("hermes", "Book a flight", "", None, _calls(_call("book_flight", "{}")), "tool_calls", 18, None),
-    ("hermes", "Tell me a joke", "Why did the chicken cross the road?", None, None, "stop", 10, None),
-    (
-        "hermes",
-        "Weather and time in Rome?",
-        "",
-        None,
-        _calls(_call("get_weather", '{"city": "Rome"}', 0), _call("get_time", '{"tz": "CET"}', 1)),
-        "tool_calls",
-        30,
-        None,
-    ),
-    (
-        "hermes",
-        "Weather in Lima?",
-        "",
-        None,
-        '[{"function": {"name": "get_weather", "argu',
-        "tool_calls",
-        9,
-        None,
-    ),
-    (
-        "hermes_text",
-        "Weather in Nice?",
-        '<tool_call>{"name": "get_weather", "arguments": {"city": "Nice"}}</tool_call>',
-        None,
-        None,
-        "stop",
-        22,
-        None,
-    ),
-    (
-        "hermes_text",
-        "Weather in Bern?",
-        '<tool_call>{"name": "get_weather", "arguments": {"city": "Bern"}}',
-        None,
-        None,
-        "length",
-        64,
-        None,
-    ),
-    (
-        "hermes_text",
-        "Launch it",
-        '<tool_call>{"name": "launch_rocket", "arguments": {}}</tool_call>',
-        None,
-        None,
-        "stop",
-        15,
-        None,
-    ),
-    ("hermes_text", "Thanks!", "No call needed.", None, None, "stop", 4, None),
-    (
-        "hermes_text",
-        "Time?",
-        '<think>maybe <tool_call>{bad</think><tool_call>{"name": "get_time", "arguments": {}}</tool_call>',
-        None,
-        None,
-        "stop",
-        20,
-        None,
-    ),
-]
-OLD_ROWS: list[tuple[Any, ...]] = [
-    ("chat", "Ponder", "<think>pondering</think>Done.", None, None, "stop", 8, None),
-    ("chat", "Go on forever", "<think>never closed", None, None, "length", 64, None),
-    ("chat", "Plain old", "Plain old answer.", None, None, "stop", 4, None),
-]
-EXPECTED = {
-    "rows": len(ROWS) + len(OLD_ROWS),
-    "empty": 4,  # think[1], think_text[1], hermes[5] (its calls are unreadable), chat[1]
-    "duplicate": 0,
-    "repeats_prompt": 0,  # think_text[4] repeats the question inside its reasoning only
-    "refusal": 1,  # think[3]; think_text[4] says sorry inside its reasoning only
-    "tool_call_broken": 5,  # hermes[1] arguments, [2] name, [5] damaged; hermes_text[1] unclosed, [2] name
-    "unterminated_think": 3,  # think[1] (parser, cut), think_text[1], chat[1]
-    "reasoning_rows": {"think": 3, "think_text": 4, "hermes": 1, "hermes_text": 1, "chat": 2},
-    "tool_calls": {
-        "hermes": {
-            "function_calling_rows": 6,
-            "rows_with_calls": 4,
-            "share_with_calls": 0.6667,
-            "parsed_by_engine": 4,
-            "in_text": 0,
-            "broken": 3,
-        },
-        "hermes_text": {
-            "function_calling_rows": 5,
-            "rows_with_calls": 4,
-            "share_with_calls": 0.8,
-            "parsed_by_engine": 0,
-            "in_text": 4,
-            "broken": 2,
-        },
-    },
-}
-
-
-def _records(rows: list[tuple[Any, ...]], first: int) -> list[dict[str, Any]]:
-    out = []
-    for n, (source, prompt, completion, reasoning, calls, finish, tokens, rtokens) in enumerate(rows, first):
-        out.append(
-            {
-                "id": f"{source}-{n:03d}",
-                "prompt_id": f"{source}-{n:03d}",
-                "sample_index": 0,
-                "source": source,
-                "messages": [{"role": "user", "content": prompt}],
-                "tools": TOOLS if source.startswith("hermes") else None,
-                "completion": completion,
-                "reasoning": reasoning,
-                "tool_calls": calls,
-                "reasoning_tokens": rtokens,
-                "finish_reason": finish,
-                "prompt_tokens": 10,
-                "completion_tokens": tokens,
-                "latency_s": 0.5,
-                "ttft_s": 0.05,
-                "accept_length": None,
-                "engine": json.dumps({"flavor": "vllm"}),
-                "sampling": json.dumps({"max_tokens": 64}),
-                "sampling_hash": "abc",
-                "finished_at": START + timedelta(seconds=n + 1),
-            }
-        )
-    return out
-
-
-def write_run(root: Path, *, old_shard: bool = True) -> RunFolder:
-    """A run folder with two new-schema shards and, optionally, one shard without the new columns."""
-    folder = RunFolder(root).ensure()
-    records = _records(ROWS, 0)
-    half = len(records) // 2
-    for k, part in enumerate((records[:half], records[half:]), start=1):
-        pq.write_table(
-            pa.Table.from_pylist(part, schema=NEW_SCHEMA), folder.generations / f"part-{k:05d}.parquet"
-        )
-    if old_shard:
-        old = pa.Table.from_pylist(_records(OLD_ROWS, len(ROWS)), schema=OLD_SCHEMA)
-        pq.write_table(old, folder.generations / "part-00003.parquet")
-    return folder
 
 
 @pytest.fixture
@@ -292,7 +66,7 @@ def test_dtypes_do_not_depend_on_which_shards_exist(tmp_path: Path) -> None:
     new_only, _ = load_generations(write_run(tmp_path / "new", old_shard=False))
     old_run = RunFolder(tmp_path / "old").ensure()
     pq.write_table(
-        pa.Table.from_pylist(_records(OLD_ROWS, 0), schema=OLD_SCHEMA),
+        pa.Table.from_pylist(row_records(OLD_ROWS, 0), schema=OLD_SCHEMA),
         old_run.generations / "part-00001.parquet",
     )
     old_only, gaps = load_generations(old_run)
@@ -363,7 +137,8 @@ def test_no_thinking_no_tools_run_has_no_reasoning_figure(tmp_path: Path) -> Non
     folder = RunFolder(tmp_path / "plain").ensure()
     rows = [r for r in ROWS if r[0] == "think" and r[3] is None] + [OLD_ROWS[2]]
     pq.write_table(
-        pa.Table.from_pylist(_records(rows, 0), schema=NEW_SCHEMA), folder.generations / "part-00001.parquet"
+        pa.Table.from_pylist(row_records(rows, 0), schema=NEW_SCHEMA),
+        folder.generations / "part-00001.parquet",
     )
     summary = analyse_run(folder)
     assert not any("reasoning_and_answer" in p for p in summary["figures"])
@@ -502,3 +277,20 @@ def test_report_details_are_collapsed_in_chromium(thinking_report: Path, tmp_pat
     assert found, f"checker did not report: {dom[-500:]}"
     blocks, shown, after = map(int, found.groups())
     assert blocks >= 2 and shown == 0 and after == 1
+
+
+def test_tool_names_and_call_problems() -> None:
+    from kit.analyse.toolcalls import call_problem, load_calls, tool_names
+
+    assert tool_names(TOOLS) == {"get_weather", "get_time"}
+    assert tool_names(None) == frozenset() and tool_names("[]") == frozenset()
+    assert tool_names("{not json") is None and tool_names('[{"no": "name"}]') is None  # names unknown
+    offered = tool_names(TOOLS)
+    assert call_problem(tool_call("get_time", ""), offered) is None  # no arguments: {}
+    assert "not a JSON object" in call_problem(tool_call("get_time", "[1, 2]"), offered)
+    assert "not among the prompt's tools (none)" in call_problem(tool_call("get_time", "{}"), frozenset())
+    assert call_problem(tool_call("anything", "{}"), None) is None  # tools unreadable: names not judged
+    assert call_problem({"function": {"arguments": "{}"}}, offered) == "a call without a function name"
+    assert (
+        load_calls("[]") == (None, None) and load_calls('{"a": 1}')[1] == "tool_calls is not a list but dict"
+    )

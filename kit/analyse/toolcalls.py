@@ -56,7 +56,7 @@ def _names_of_schemas(schemas: Any) -> frozenset[str] | None:
         fn = s.get("function", s) if isinstance(s, dict) else None
         if isinstance(fn, dict) and fn.get("name"):
             names.add(str(fn["name"]))
-    return frozenset(names)
+    return frozenset(names) if names else None  # schemas of a shape without names: names unknown
 
 
 def load_calls(value: Any) -> tuple[list[Any] | None, str | None]:
