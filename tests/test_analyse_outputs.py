@@ -97,6 +97,17 @@ def test_lengths_of_reasoning_and_answer(run: RunFolder) -> None:
     )
 
 
+def test_engine_zero_reasoning_tokens_without_a_split(run: RunFolder) -> None:
+    """An engine that reports 0 reasoning tokens for text it did not split: the count is not used."""
+    df, _ = load_generations(run)
+    df["reasoning_tokens"] = pd.array([0] * len(df), dtype="Int64")
+    parts = row_parts(df).set_index(df["id"])
+    assert pd.isna(parts.loc["think_text-005", "answer_tokens"])  # thought in text: split unknown
+    assert pd.isna(parts.loc["think_text-005", "reasoning_tokens"])
+    assert parts.loc["think_text-007", "answer_tokens"] == 6  # did not think: all tokens are answer
+    assert parts.loc["think-000", "answer_tokens"] == 20  # the parser's row: 20 - 0
+
+
 def test_flags_on_reasoning_and_tool_calls(run: RunFolder) -> None:
     df, _ = load_generations(run)
     flags = compute_flags(df).set_index(df["id"])

@@ -70,7 +70,8 @@ def nullable_int(values: pd.Series) -> pd.Series:
 
 
 def _answer_tokens(completion: pd.Series, reasoning: pd.Series, thought: pd.Series) -> pd.Series:
-    """completion - reasoning tokens where both are known; all completion tokens where nothing was thought."""
+    """completion - reasoning tokens where the engine counted the reasoning; all completion tokens
+    where nothing was thought; null otherwise."""
     answer = (completion - reasoning).clip(lower=0)
     return answer.where(reasoning.notna(), completion.where(~thought)).astype("Int64")
 
@@ -79,7 +80,7 @@ def reasoning_parts(df: pd.DataFrame) -> pd.DataFrame:
     """Per row (aligned with `df`): reasoning and answer text, their lengths in chars and tokens.
 
     Columns: PART_COLUMNS. `reasoning_from` is 'parser', 'text' or None; `reasoning_chars` is null
-    where the row did not think.
+    where the row did not think, `reasoning_tokens` where no parser split the reasoning out.
     """
     reasoning, completion = column_or_nulls(df, "reasoning").tolist(), df["completion"].tolist()
     rows = [split_row(r, c) for r, c in zip(reasoning, completion, strict=True)]
@@ -95,7 +96,10 @@ def reasoning_parts(df: pd.DataFrame) -> pd.DataFrame:
     has_reasoning = parts["reasoning_text"].notna()
     parts["reasoning_chars"] = parts["reasoning_text"].str.len().where(has_reasoning).astype("Int64")
     parts["answer_chars"] = parts["answer_text"].str.len().astype("Int64")
-    parts["reasoning_tokens"] = nullable_int(column_or_nulls(df, "reasoning_tokens"))
+    from_parser = parts["reasoning_from"].eq(
+        "parser"
+    )  # an engine's count of text it did not split is no count
+    parts["reasoning_tokens"] = nullable_int(column_or_nulls(df, "reasoning_tokens")).where(from_parser)
     completion_tokens = nullable_int(column_or_nulls(df, "completion_tokens"))
     parts["answer_tokens"] = _answer_tokens(completion_tokens, parts["reasoning_tokens"], has_reasoning)
     return parts[list(PART_COLUMNS)]
