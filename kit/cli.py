@@ -57,11 +57,19 @@ def run(
 
 @app.command()
 def probe(params: ParamsArg, run: RunOpt = None) -> None:
-    """Stage 1: probe GPUs, the engine's environment and the model directory (probe.json)."""
-    from kit import stages as st
+    """Stage 1: probe GPUs, the engine's environment and the model directory (probe.json).
 
-    report = st.probe(_load(params, run))
-    _print(report.get("summary", report))
+    Prints every failed and warned finding with what to do; exits 4 on NO-GO, 0 on GO."""
+    from kit import stages as st
+    from kit.probe.render import NO_GO_EXIT_CODE, verdict_text
+    from kit.runfolder import RunFolder
+
+    p = _load(params, run)
+    report = st.probe(p)
+    typer.echo(verdict_text(report))
+    typer.echo(f"probe.json: {RunFolder(Path(p.run_dir)).probe}")
+    if not report["summary"]["go"]:
+        raise typer.Exit(NO_GO_EXIT_CODE)
 
 
 @app.command()

@@ -2,26 +2,34 @@
 
 Hardware comes from the probe: the datasheet of the first GPU (its efficiency factors from a
 step profile when `decide.profile` names one), or, with no GPU, this CPU calibrated by a short
-step profile of the model's own config, so the demo predicts its own curve honestly.
+step profile of the model's own config, so the demo predicts its own curve honestly. The CPU
+profile never takes more memory than the machine has (kit.decide.profile_budget): a model too big
+to build whole is profiled on a few layers and scaled, or not at all, and decision.json says which.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import random
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
-from kit.arch import load_arch
+from kit.arch import arch_from_config, load_arch
 from kit.decide import costmodel as cm
 from kit.decide.decision import decide, with_gpus
+from kit.decide.drafts import draft_for
 from kit.decide.predict import Workload
+from kit.decide.profile_budget import ProfilePlan, plan_cpu_profile
 from kit.decide.sweep import run_sweep
 from kit.errors import CostModelError
 from kit.params import RunParams
 from kit.runfolder import RunFolder, read_json, write_json_atomic
+
+log = logging.getLogger(__name__)
 
 CPU_NOMINAL = cm.Hardware(bandwidth_Bps=20e9, flops_bf16=200e9, memory_bytes=16e9, name="cpu")
 """Nominal CPU figures: a CPU profile's calibration scales them, so only their ratio matters much."""
@@ -44,28 +52,42 @@ def _mtp_status(probe: dict[str, Any]) -> str | None:
 
 def _hardware(
     params: RunParams, folder: RunFolder, probe: dict[str, Any]
-) -> tuple[cm.Hardware, pd.DataFrame | None, int]:
-    """(hardware, step profile or None, GPU count) for the prediction."""
-    from kit.decide.profiler import ProfileGrid, load_profile, profile_steps
+) -> tuple[cm.Hardware, pd.DataFrame | None, int, ProfilePlan | None]:
+    """(hardware, step profile or None, GPU count, the CPU profile's plan when one was made)."""
+    from kit.decide.profiler import load_profile
 
     info = probe.get("gpus") or {}
     gpus = info.get("devices") or []
     profile = load_profile(params.decide.profile) if params.decide.profile else None
     if gpus:
-        return _gpu_hardware(gpus, info), profile, len(gpus)
+        return _gpu_hardware(gpus, info), profile, len(gpus), None
     ram = (probe.get("host") or {}).get("ram_total_bytes") or CPU_NOMINAL.memory_bytes
     hw = cm.Hardware(CPU_NOMINAL.bandwidth_Bps, CPU_NOMINAL.flops_bf16, ram, "cpu")
-    if profile is None:
-        cfg = json.loads((Path(params.model.path) / "config.json").read_text())
-        grid = ProfileGrid(
-            batch_sizes=tuple(sorted({1, *params.decide.concurrencies})),
-            q_values=(1, 2),
-            contexts=(128,),
-            reps=3,
-        )
-        profile = profile_steps(cfg, grid, device="cpu")
-        profile.to_parquet(folder.root / "step_profile.parquet", index=False)
-    return hw, profile, 1
+    if profile is not None:
+        return hw, profile, 1, None
+    profile, plan = _cpu_profile(params, folder)
+    return hw, profile, 1, plan
+
+
+def _cpu_profile(params: RunParams, folder: RunFolder) -> tuple[pd.DataFrame | None, ProfilePlan]:
+    """A step profile of this model on the CPU, as deep as memory allows (none when nothing fits)."""
+    from kit.decide.profiler import ProfileGrid, profile_steps
+
+    cfg = json.loads((Path(params.model.path) / "config.json").read_text())
+    grid = ProfileGrid(
+        batch_sizes=tuple(sorted({1, *params.decide.concurrencies})),
+        q_values=(1, 2),
+        contexts=(128,),
+        reps=3,
+    )
+    plan = plan_cpu_profile(arch_from_config(cfg), max(grid.batch_sizes), max(grid.q_values), 128)
+    if plan.warning():
+        log.warning(plan.warning())
+    if plan.mode == "skipped":
+        return None, plan
+    profile = profile_steps(cfg, grid, device="cpu", n_layers=plan.profiler_layers)
+    profile.to_parquet(folder.root / "step_profile.parquet", index=False)
+    return profile, plan
 
 
 def _gpu_hardware(gpus: list[dict[str, Any]], info: dict[str, Any]) -> cm.Hardware:
@@ -92,7 +114,7 @@ def decide_stage(params: RunParams, folder: RunFolder, probe: dict[str, Any]) ->
     mtp = _mtp_status(probe)
     prompts = sweep_prompts(params, folder)
     sweep = run_sweep(params, folder, prompts, mtp, hybrid=arch.is_hybrid)
-    hw, profile, n_gpus = _hardware(params, folder, probe)
+    hw, profile, n_gpus, profile_plan = _hardware(params, folder, probe)
     lens = [p["prompt_tokens"] for p in prompts if p.get("prompt_tokens")]
     eng = params.engine
     work = Workload(
@@ -117,11 +139,24 @@ def decide_stage(params: RunParams, folder: RunFolder, probe: dict[str, Any]) ->
         attention_backend=backend,
         algorithm=eng.speculative.algorithm,
         draft_model=eng.speculative.draft_model_path is not None,
+        draft=draft_for(params.decide, eng.speculative),
     )
     decision["engine_flavor"] = eng.flavor
+    _note_profile_plan(decision, profile_plan)
     decision["mtp_status"] = mtp
     write_json_atomic(folder.decision, decision)
     return decision
+
+
+def _note_profile_plan(decision: dict[str, Any], plan: ProfilePlan | None) -> None:
+    """Say in decision.json (efficiency source, warnings) what the CPU profile was."""
+    decision.setdefault("warnings", [])
+    if plan is None:
+        return
+    decision["efficiency"]["source"] = plan.source()
+    decision["cpu_profile"] = asdict(plan)
+    if plan.warning():
+        decision["warnings"].append(plan.warning())
 
 
 # ---- display (notebook 02) ---------------------------------------------------
@@ -129,6 +164,7 @@ def decision_markdown(decision: dict[str, Any]) -> str:
     s = decision["engine_settings"]
     lines = [f"## Decision: **{decision['chosen_arm']}** ({decision['decided_by']})", ""]
     lines += [f"- {r}" for r in decision["reasons"]]
+    lines += [f"- **warning:** {w}" for w in decision.get("warnings") or []]
     lines += ["", "**Engine settings for stage 3**", ""]
     lines += [f"- `{k}`: {v}" for k, v in s.items()]
     return "\n".join(lines)

@@ -35,7 +35,7 @@ from kit.engines.answers import (
     parse_json,
     result_from_json,
 )
-from kit.engines.metrics import parse_prometheus
+from kit.engines.metrics import Sample, parse_prometheus, parse_samples
 from kit.errors import EngineError
 
 # Request fields each flavor accepts; `transformers serve` answers 422 to any field outside its schema.
@@ -161,16 +161,26 @@ class EngineClient:
                 _check_status(status, raw, f"GET {path}")
         return None
 
+    async def metrics_text(self) -> str | None:
+        """GET /metrics as text; None when the server has no /metrics."""
+        status, raw = await self._get("/metrics")
+        if status == 404:
+            return None
+        _check_status(status, raw, "GET /metrics")
+        return raw.decode("utf-8", "replace")
+
     async def prometheus(self) -> dict[str, float] | None:
         """GET /metrics as {name: value} (summed over label sets); None when the server has no /metrics.
 
         The text (tens of KB on SGLang) is parsed in a worker thread, off the event loop.
         """
-        status, raw = await self._get("/metrics")
-        if status == 404:
-            return None
-        _check_status(status, raw, "GET /metrics")
-        return await asyncio.to_thread(parse_prometheus, raw.decode("utf-8", "replace"))
+        text = await self.metrics_text()
+        return None if text is None else await asyncio.to_thread(parse_prometheus, text)
+
+    async def prometheus_samples(self) -> list[Sample] | None:
+        """GET /metrics as samples with their labels (parsed off the event loop); None without /metrics."""
+        text = await self.metrics_text()
+        return None if text is None else await asyncio.to_thread(parse_samples, text)
 
     def _chat_body(
         self,

@@ -26,9 +26,10 @@ from types import TracebackType
 import httpx
 import psutil
 
+from kit.engines import launcher as launchers
 from kit.engines import reaper
 from kit.engines.client import is_loopback
-from kit.engines.commands import adapt_flags, server_command, server_env
+from kit.engines.commands import server_command, server_env
 from kit.errors import EngineError, EngineStartError, ModelDirError
 from kit.params import RunParams
 
@@ -72,12 +73,16 @@ class ServerProcess:
     """One engine server started from `params.engine` (flavors transformers, sglang, vllm)."""
 
     def __init__(
-        self, params: RunParams, log_dir: Path, name: str = "server", accepted_flags: set[str] | None = None
+        self,
+        params: RunParams,
+        log_dir: Path,
+        name: str = "server",
+        launcher: launchers.Launcher | None = None,
     ) -> None:
-        """`accepted_flags`: the flags of the installed launcher (`commands.accepted_flags(help)`), used to
-        rename flags that moved between versions; None starts the command as built."""
+        """`launcher`: what the installed launcher accepts, used to rename flags that moved between
+        versions and to check choices; by default it is read from the engine's own `--help`."""
         self.params = params
-        self.accepted_flags = accepted_flags
+        self.launcher = launcher
         self.flag_notes: list[str] = []
         self.log_dir = Path(log_dir)
         self.name = name
@@ -123,13 +128,42 @@ class ServerProcess:
                 "Hugging Face model directory (config.json, weights, tokenizer)."
             )
         self.port = self._choose_port()
-        self.command, self.flag_notes = adapt_flags(
-            server_command(self.params, self.port), self.accepted_flags or set()
-        )
+        launcher = self._launcher()
+        built = server_command(self.params, self.port)
+        self.command, self.flag_notes = launchers.adapt_flags(built, launcher)
+        problems = launchers.choice_problems(self.command, launcher)
+        if problems:
+            raise EngineStartError(
+                f"server '{self.name}' ({self.params.engine.flavor}) would be refused by its launcher: "
+                + "; ".join(problems)
+                + ". Fix the engine params (see `kit probe` for what this engine offers)."
+            )
         self._proc = self._launch()
         self.exit_code = None
         atexit.register(self.stop)
         return self
+
+    def _launcher(self) -> launchers.Launcher | None:
+        """The installed launcher (read once per engine version); a clear error when the engine is absent."""
+        flavor = self.params.engine.flavor
+        if self.launcher is not None or flavor not in launchers.LAUNCHERS:
+            return self.launcher
+        python = self.params.engine_python
+        if not Path(python).exists():
+            raise EngineStartError(
+                f"engine.python {python} does not exist: point it at the interpreter of the environment "
+                f"where {flavor} is installed (for the CPU vLLM of the demo: run `make engine-vllm`, then "
+                "use .venv-vllm/bin/python)."
+            )
+        env = {**os.environ, **server_env(self.params)}
+        if launchers.engine_version(python, flavor, env) is None:
+            raise EngineStartError(
+                f"{flavor} is not installed in {python}: install it there "
+                f"({python} -m pip install {flavor}), or point engine.python at the interpreter of the "
+                "environment that has it."
+            )
+        self.launcher = launchers.discover(python, flavor, copy_to=self.log_dir, env=env)
+        return self.launcher
 
     def _launch(self) -> subprocess.Popen[bytes]:
         """Start the reaper (by file path: it needs only the standard library) with the server command."""
@@ -307,9 +341,9 @@ class ExternalServer:
 
 
 def start_server(
-    params: RunParams, log_dir: Path, name: str = "server", accepted_flags: set[str] | None = None
+    params: RunParams, log_dir: Path, name: str = "server", launcher: launchers.Launcher | None = None
 ) -> ServerProcess | ExternalServer:
     """The server for `params.engine` (not started: use `with start_server(...) as srv:`)."""
     if params.engine.flavor == "external":
         return ExternalServer(str(params.engine.base_url), params.engine.startup_timeout_s, name=name)
-    return ServerProcess(params, log_dir, name, accepted_flags)
+    return ServerProcess(params, log_dir, name, launcher)

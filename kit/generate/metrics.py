@@ -16,6 +16,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from kit.engines.spec_metrics import VLLM_ACCEPTED, VLLM_DRAFTS
 from kit.generate.store import now_utc
 from kit.runfolder import atomic_path
 
@@ -40,6 +41,7 @@ class Timeline:
         self.samples: list[dict[str, Any]] = []
         self.t0 = time.monotonic()
         self._last = (self.t0, 0, 0)
+        self._spec: tuple[float, float] | None = None
 
     def _load(self) -> pd.DataFrame:
         try:
@@ -65,8 +67,21 @@ class Timeline:
         for key, name in ENGINE_GAUGES.items():
             if key in engine:
                 row[name] = engine[key]
+        accept = self._counter_accept_length(engine)
+        if accept is not None:
+            row["accept_length"] = accept
         self.samples.append(row)
         self._last = (now, stats.rows, stats.output_tokens)
+
+    def _counter_accept_length(self, engine: dict[str, float]) -> float | None:
+        """vLLM's accept length since the previous sample, from its draft / accepted counters."""
+        if VLLM_DRAFTS not in engine or VLLM_ACCEPTED not in engine:
+            return None
+        now = (engine[VLLM_DRAFTS], engine[VLLM_ACCEPTED])
+        before, self._spec = self._spec, now
+        if before is None or now[0] <= before[0]:
+            return None
+        return 1.0 + (now[1] - before[1]) / (now[0] - before[0])
 
     def last(self) -> dict[str, Any]:
         return self.samples[-1] if self.samples else {"tok_s": 0.0}

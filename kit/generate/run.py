@@ -55,15 +55,30 @@ def context_limit(params: RunParams) -> int | None:
         return None
 
 
-async def capacity(pool: ServerPool) -> int | None:
-    """Requests the engines run at once, from SGLang's /server_info (max running x dp); None if unknown."""
+async def capacity(pool: ServerPool, params: RunParams) -> int | None:
+    """Requests the engines run at once: SGLang's /server_info (max running x dp), else what the kit
+    launched them with (engine.max_running_requests x dp x replicas); None if unknown."""
     total = 0
     for r in pool.replicas:
         info = await r.client.server_info()
         if not info or not info.get("max_running_requests"):
-            return None
+            total = 0
+            break
         total += int(info["max_running_requests"]) * int(info.get("dp_size") or 1)
-    return total
+    eng = params.engine
+    if not total and eng.max_running_requests and eng.flavor != "external":
+        total = eng.max_running_requests * eng.dp_size * eng.replicas
+    return total or None
+
+
+def loop_concurrency(params: RunParams, cap: int | None, from_decision: dict[str, Any] | None) -> int:
+    """Requests in flight: the params' value, else twice the engine's capacity (its queue never
+    drains), else the decision's client concurrency, else DEFAULT_CONCURRENCY."""
+    if params.generate.concurrency:
+        return params.generate.concurrency
+    if cap:
+        return min(4096, 2 * cap)
+    return int((from_decision or {}).get("client_concurrency") or DEFAULT_CONCURRENCY)
 
 
 def run_generation(
@@ -103,7 +118,9 @@ def run_generation(
     started = now_utc()
     stats = None
     if work:
-        stats = _run_loop(params, folder, todo, work, tag, failures, identity, sampling_json, sampling_hash)
+        stats = _run_loop(
+            params, folder, todo, work, tag, failures, identity, sampling_json, sampling_hash, from_decision
+        )
     done_after, _ = done_ids(folder.generations)
     _, left = pending_items(
         prompts,
@@ -159,7 +176,9 @@ def _rows_by_source(folder: RunFolder) -> dict[str, int]:
     return count_by(pq.read_table(paths, columns=["source"]), "source")
 
 
-def _run_loop(params, folder, todo, work, tag, failures, identity, sampling_json, sampling_hash):
+def _run_loop(  # noqa: ANN001, ANN202
+    params, folder, todo, work, tag, failures, identity, sampling_json, sampling_hash, from_decision
+):
     with ExitStack() as stack:
         servers = [
             stack.enter_context(start_server(replica_params(params, i), folder.logs, name=f"server-{i}"))
@@ -172,8 +191,8 @@ def _run_loop(params, folder, todo, work, tag, failures, identity, sampling_json
 
         async def main():
             async with ServerPool(replicas, params.generate.max_server_restarts) as pool:
-                cap = await capacity(pool)
-                conc = params.generate.concurrency or (min(4096, 2 * cap) if cap else DEFAULT_CONCURRENCY)
+                cap = await capacity(pool, params)
+                conc = loop_concurrency(params, cap, from_decision)
                 loop = GenerationLoop(
                     pool=pool,
                     writer=ShardWriter(folder.generations, tag),

@@ -8,6 +8,8 @@ import pandas as pd
 
 GIB = 1024**3
 ICON = {"ok": "ok", "warn": "WARN", "fail": "FAIL"}
+NO_GO_EXIT_CODE = 4
+"""`kit probe` exits with this code on NO-GO (0 on GO, 2 on an error that stopped the probe)."""
 
 
 def probe_tables(report: dict[str, Any]) -> dict[str, pd.DataFrame]:
@@ -28,31 +30,32 @@ def probe_tables(report: dict[str, Any]) -> dict[str, pd.DataFrame]:
 
 def _settings_lines(rec: dict[str, Any]) -> list[str]:
     lines = []
-    flags = [
-        ("--attention-backend", rec.get("attention_backend")),
-        ("--mem-fraction-static", rec.get("mem_fraction_static")),
-        ("--max-running-requests", rec.get("max_running_requests")),
-        ("--cuda-graph-max-bs", rec.get("cuda_graph_max_bs")),
-    ]
-    if rec.get("mamba_strategy"):
-        flags.append((rec.get("mamba_flag") or "--mamba-scheduler-strategy", rec["mamba_strategy"]))
-    plain = " ".join(f"{f} {v}" for f, v in flags if v is not None)
-    lines.append(f"- plain: `{plain}`" if plain else "- plain: no settings (no GPU or no readable model)")
+    for name, cmd in (rec.get("commands") or {}).items():
+        flags = " ".join(cmd[cmd.index(next(a for a in cmd if a.startswith("--"))) :])
+        lines.append(f"- {name}: `{flags}`")
+    if not rec.get("commands"):
+        keys = ("attention_backend", "mem_fraction_static", "max_running_requests", "cuda_graph_max_bs")
+        shown = ", ".join(f"{k} {rec[k]}" for k in keys if rec.get(k) is not None)
+        lines.append(f"- plain: {shown}" if shown else "- plain: no settings (no GPU or no readable model)")
     spec = rec.get("speculative") or {}
-    if spec.get("available") and spec.get("algorithm") != "NGRAM" and "num_steps" in spec:
-        s = (
-            f"--speculative-algorithm {spec['algorithm']} --speculative-num-steps {spec['num_steps']} "
-            f"--speculative-eagle-topk {spec['eagle_topk']} "
-            f"--speculative-num-draft-tokens {spec['num_draft_tokens']}"
-        )
-        if rec.get("max_running_requests_speculative"):
-            s += f" --max-running-requests {rec['max_running_requests_speculative']}"
-        if rec.get("mamba_strategy_speculative"):
-            flag = rec.get("mamba_flag") or "--mamba-scheduler-strategy"
-            s += f" {flag} {rec['mamba_strategy_speculative']}"
-        lines.append(f"- speculative: `{s}`")
+    tool, reasoning = rec.get("tool_call_parser"), rec.get("reasoning_parser")
+    why = rec.get("parsers_reason", "unknown")
+    lines.append(f"- parsers: tool-call parser {tool}, reasoning parser {reasoning} ({why})")
     lines.append(f"- speculation available: {spec.get('available')} ({spec.get('why', 'unknown')})")
     return lines
+
+
+def verdict_text(report: dict[str, Any]) -> str:
+    """Go / no-go for a terminal: every failure and warning with its reason and a `Do:` line."""
+    s = report["summary"]
+    ok = sum(f["status"] == "ok" for f in report["findings"])
+    head = "GO" if s["go"] else "NO-GO"
+    lines = [f"{head}: {len(s['fails'])} fail, {len(s['warns'])} warn, {ok} ok"]
+    for status in ("fail", "warn"):
+        for f in report["findings"]:
+            if f["status"] == status:
+                lines += [f"{ICON[status]} {f['section']}/{f['name']}: {f['reason']}", f"  Do: {f['action']}"]
+    return "\n".join(lines)
 
 
 def verdict_markdown(report: dict[str, Any]) -> str:

@@ -1,6 +1,8 @@
 """A stand-in for `python -m sglang.launch_server`, for tests of the kit's SGLang integration.
 
-Not SGLang: it accepts the launcher flags the kit passes (unknown flags fail as in SGLang),
+Not SGLang: it accepts the launcher flags the kit passes, under the names of SGLang 0.5.23
+(`--cuda-graph-max-bs-decode`, `--mamba-radix-cache-strategy`: the kit must rename its own from
+the launcher's --help; unknown flags fail as in SGLang),
 records its argv in $FAKE_SGLANG_LOG, and serves the endpoints the kit reads: /health,
 /v1/models, /server_info, /metrics and /v1/chat/completions with speculative accounting
 (spec_verify_ct) when a speculative algorithm is set. Answers are canned; a step takes
@@ -26,11 +28,13 @@ def parse() -> argparse.Namespace:
         "--tp-size",
         "--dp-size",
         "--max-running-requests",
-        "--cuda-graph-max-bs",
+        "--cuda-graph-max-bs-decode",
+        "--cuda-graph-max-bs-prefill",
         "--context-length",
         "--speculative-num-steps",
         "--speculative-eagle-topk",
         "--speculative-num-draft-tokens",
+        "--speculative-ngram-max-bfs-breadth",
     ):
         p.add_argument(flag, type=int)
     for flag in ("--mem-fraction-static",):
@@ -39,7 +43,9 @@ def parse() -> argparse.Namespace:
         "--attention-backend",
         "--speculative-algorithm",
         "--speculative-draft-model-path",
-        "--mamba-scheduler-strategy",
+        "--mamba-radix-cache-strategy",
+        "--tool-call-parser",
+        "--reasoning-parser",
     ):
         p.add_argument(flag)
     p.add_argument("--enable-metrics", action="store_true")
@@ -55,7 +61,8 @@ def main() -> None:
     from fastapi import FastAPI
 
     app = FastAPI()
-    k = (args.speculative_num_steps or 0) if args.speculative_algorithm else 0
+    drafted = args.speculative_num_steps or (args.speculative_num_draft_tokens or 1) - 1
+    k = drafted if args.speculative_algorithm else 0
     running = args.max_running_requests or (48 if k else 256)
     state = {"running": 0, "tokens": 0}
 
