@@ -6,6 +6,9 @@ from typing import Any
 
 import pandas as pd
 
+from kit.display import Table, gib, human_name, table
+from kit.run_summary import gpu_line
+
 GIB = 1024**3
 ICON = {"ok": "ok", "warn": "WARN", "fail": "FAIL"}
 NO_GO_EXIT_CODE = 4
@@ -35,13 +38,16 @@ def _settings_lines(rec: dict[str, Any]) -> list[str]:
         lines.append(f"- {name}: `{flags}`")
     if not rec.get("commands"):
         keys = ("attention_backend", "mem_fraction_static", "max_running_requests", "cuda_graph_max_bs")
-        shown = ", ".join(f"{k} {rec[k]}" for k in keys if rec.get(k) is not None)
+        shown = ", ".join(f"{human_name(k)} {rec[k]}" for k in keys if rec.get(k) is not None)
         lines.append(f"- plain: {shown}" if shown else "- plain: no settings (no GPU or no readable model)")
     spec = rec.get("speculative") or {}
     tool, reasoning = rec.get("tool_call_parser"), rec.get("reasoning_parser")
     why = rec.get("parsers_reason", "unknown")
-    lines.append(f"- parsers: tool-call parser {tool}, reasoning parser {reasoning} ({why})")
-    lines.append(f"- speculation available: {spec.get('available')} ({spec.get('why', 'unknown')})")
+    lines.append(
+        f"- parsers: tool-call parser {tool or 'none'}, reasoning parser {reasoning or 'none'} ({why})"
+    )
+    available = {True: "yes", False: "no"}.get(spec.get("available"), "unknown")
+    lines.append(f"- speculation available: {available} ({spec.get('why', 'unknown')})")
     return lines
 
 
@@ -66,7 +72,7 @@ def verdict_markdown(report: dict[str, Any]) -> str:
         head,
         "",
         f"{len(s['fails'])} fail, {len(s['warns'])} warn, "
-        f"{sum(f['status'] == 'ok' for f in report['findings'])} ok.",
+        f"{sum(f['status'] == 'ok' for f in report['findings'])} ok, on {gpu_line(report)}.",
         "",
     ]
     for f in report["findings"]:
@@ -85,3 +91,72 @@ def verdict_markdown(report: dict[str, Any]) -> str:
         ]
     lines += ["", "### Recommended settings", "", *_settings_lines(report.get("recommended") or {})]
     return "\n".join(lines) + "\n"
+
+
+SECTIONS = {
+    "gpus": "GPUs",
+    "model": "Model directory",
+    "engine_env": "Engine environment",
+    "memory": "Memory",
+    "host": "Host",
+    "backends": "Attention backend choice",
+}
+FINDING_COLUMNS = {"name": "check", "status": "status", "reason": "finding", "action": "what to do"}
+DEVICE_COLUMNS = {
+    "index": "GPU",
+    "name": "name",
+    "arch": "arch",
+    "memory_total_bytes": "memory",
+    "memory_free_bytes": "free",
+    "sm_count": "SMs",
+    "driver_version": "driver",
+    "cuda_driver_version": "CUDA",
+}
+
+
+def _findings_table(title: str, findings: pd.DataFrame) -> Table:
+    cols = [c for c in FINDING_COLUMNS if c in findings and (c != "action" or findings[c].fillna("").any())]
+    counts = findings["status"].value_counts()
+    summary = ", ".join(f"{counts[s]} {s}" for s in ("fail", "warn", "ok") if s in counts)
+    return table(findings[cols], title, FINDING_COLUMNS, summary=f"{len(findings)} checks: {summary}")
+
+
+def _memory_value(key: str, value: Any) -> str:
+    if not isinstance(value, int | float) or isinstance(value, bool):
+        return str(value)
+    if key.endswith("_per_token"):
+        return f"{value / 1024:,.0f} KiB per token"
+    if key.endswith("_per_seq"):
+        return f"{value / 2**20:,.0f} MiB per sequence"
+    if key.endswith("_bytes"):
+        return gib(value)
+    return f"{value:,.2f}" if isinstance(value, float) else f"{value:,}"
+
+
+def probe_display(report: dict[str, Any]) -> list[Table]:
+    """Notebook 01's tables for reading: findings per section, GPUs, backends, memory plan, settings."""
+    findings = pd.DataFrame(report["findings"])
+    out = [
+        _findings_table(SECTIONS.get(sec, human_name(sec)), df)
+        for sec, df in findings.groupby("section", sort=False)
+    ]
+    devices = pd.DataFrame((report.get("gpus") or {}).get("devices") or [])
+    if len(devices):
+        keep = [c for c in DEVICE_COLUMNS if c in devices]
+        gib_cols = {c: gib for c in ("memory_total_bytes", "memory_free_bytes")}
+        out.append(table(devices[keep], "GPU devices", DEVICE_COLUMNS, formats=gib_cols))
+    if report.get("backends"):
+        backends = pd.DataFrame(report["backends"])
+        out.append(table(backends, "Attention backends", {"reason": "why"}))
+    memory = report.get("memory") or {}
+    if memory:
+        rows = [
+            {"item": human_name(k.removesuffix("_bytes")), "value": _memory_value(k, v)}
+            for k, v in memory.items()
+        ]
+        out.append(table(pd.DataFrame(rows), "Memory plan per GPU"))
+    rec = {k: v for k, v in (report.get("recommended") or {}).items() if k not in ("speculative", "commands")}
+    rows = [{"setting": human_name(k), "value": v} for k, v in rec.items() if v is not None]
+    note = "Every recommended setting with its reason; settings left unset are not shown."
+    out.append(table(pd.DataFrame(rows), "Recommended settings in detail", note=note))
+    return out
