@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import html
 import io
+import json
 import math
 import numbers
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pandas as pd
@@ -57,6 +59,26 @@ def human_name(key: str) -> str:
     return key.replace("_", " ")
 
 
+@dataclass(frozen=True)
+class Answer:
+    """One of the run's questions: a topic, its short answer, the sentence behind it, a status
+    (ok / warn / fail / missing) for the page's colour."""
+
+    topic: str
+    headline: str
+    detail: str
+    status: str = "ok"
+
+
+def read_json_or_none(path: Path) -> dict[str, Any] | None:
+    """A JSON object from `path`, or None when it is absent or unreadable (the page says so)."""
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
 def _missing(x: Any) -> bool:
     return x is None or x is pd.NA or x is pd.NaT or (isinstance(x, float) and math.isnan(x))
 
@@ -65,13 +87,14 @@ def _is_bool(x: Any) -> bool:
     return isinstance(x, bool) or type(x).__name__ == "bool_"
 
 
-def _is_num(x: Any) -> bool:
+def is_number(x: Any) -> bool:
+    """A real number (not a bool, not missing)."""
     return isinstance(x, numbers.Real) and not _is_bool(x) and not _missing(x)
 
 
 def decimals_for(values: Any) -> int:
     """Decimals that show a column's magnitude without noise: 0 from 100, 1 from 10, 2 from 1, else 3."""
-    nums = [abs(float(v)) for v in values if _is_num(v)]
+    nums = [abs(float(v)) for v in values if is_number(v)]
     if not nums:
         return 0
     typical = sorted(nums)[len(nums) // 2]
@@ -84,7 +107,7 @@ def number(x: Any, decimals: int | None = None) -> str:
         return MISSING
     if _is_bool(x):
         return "yes" if x else "no"
-    if not _is_num(x):
+    if not is_number(x):
         return str(x)
     if isinstance(x, numbers.Integral) or (decimals is None and float(x).is_integer()):
         return f"{int(x):,}"
@@ -135,15 +158,15 @@ def text(x: Any) -> str:
         return "yes" if x else "no"
     if isinstance(x, list | tuple):
         return ", ".join(str(v) for v in x) or MISSING
-    return number(x) if _is_num(x) else str(x)
+    return number(x) if is_number(x) else str(x)
 
 
 def _format_column(values: pd.Series, fmt: Callable[[Any], str] | None) -> list[str]:
     if fmt is not None:
         return [fmt(v) for v in values]
-    floats = [v for v in values if _is_num(v) and not float(v).is_integer()]
+    floats = [v for v in values if is_number(v) and not float(v).is_integer()]
     d = decimals_for(floats) if floats else None
-    return [number(v, d) if _is_num(v) and not isinstance(v, numbers.Integral) else text(v) for v in values]
+    return [number(v, d) if is_number(v) and not isinstance(v, numbers.Integral) else text(v) for v in values]
 
 
 @dataclass(frozen=True)

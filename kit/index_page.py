@@ -11,20 +11,17 @@ from pathlib import Path
 
 import yaml
 
-from kit.display import timestamp
-from kit.run_summary import (
-    Answer,
+from kit.decide.verdict import decision_answer
+from kit.display import Answer, read_json_or_none, timestamp
+from kit.generate.verdict import (
     data_answer,
-    decision_answer,
     failure_answer,
     failures_by_reason,
     generation_answer,
-    gpu_line,
     load_snippet,
-    probe_answer,
-    read_json_or_none,
     throughput_answer,
 )
+from kit.probe.render import gpu_line, probe_answer
 from kit.runfolder import RunFolder
 
 STAGE_PAGES = {

@@ -346,7 +346,7 @@ def test_index_of_a_run_with_no_stage_says_what_is_missing(tmp_path: Path) -> No
 
 
 def test_predicted_decision_and_speculation_not_measured() -> None:
-    from kit.run_summary import decision_answer
+    from kit.decide.verdict import decision_answer
 
     table = [
         {"arm": "plain", "spec_k": 0, "concurrency": 8, "predicted_tok_s": 100.0, "status": "not measured"},

@@ -11,7 +11,7 @@ import pandas as pd
 
 def _table(decision: dict) -> pd.DataFrame:
     """The decision's table, arms named for reading (`plain decoding`, `MTP k=2`)."""
-    from kit.run_summary import arm_label
+    from kit.decide.verdict import arm_label
 
     t = pd.DataFrame(decision["table"]).sort_values(["spec_k", "concurrency"])
     t["arm"] = [arm_label(int(k), decision.get("speculation_name", "MTP")) for k in t.spec_k]
@@ -19,7 +19,7 @@ def _table(decision: dict) -> pd.DataFrame:
 
 
 def _chosen(decision: dict) -> str:
-    from kit.run_summary import arm_label
+    from kit.decide.verdict import arm_label
 
     k = int((decision.get("engine_settings") or {}).get("spec_k") or 0)
     return arm_label(k, decision.get("speculation_name", "MTP"))

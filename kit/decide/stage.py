@@ -171,8 +171,8 @@ def speculation_name(params: RunParams) -> str:
 def decision_markdown(decision: dict[str, Any], params: RunParams | None = None) -> str:
     """The decision first (what was chosen, measured or predicted, by how much), then the reasons,
     warnings and the engine settings stage 3 takes."""
+    from kit.decide.verdict import decision_answer
     from kit.display import human_name
-    from kit.run_summary import decision_answer
 
     answer = decision_answer(decision, speculation_name(params) if params else "MTP")
     lines = [f"## Decision: {answer.headline}", "", answer.detail, "", "**Why**", ""]
@@ -217,8 +217,8 @@ BESIDE_COLUMNS = {
 
 def decision_tables(params: RunParams) -> list[Any]:
     """Notebook 02's tables for reading: predicted beside measured, the measured sweep, arms not measured."""
+    from kit.decide.verdict import arm_label
     from kit.display import signed_percent, table
-    from kit.run_summary import arm_label
 
     folder = RunFolder(Path(params.run_dir))
     name = speculation_name(params)

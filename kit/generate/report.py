@@ -13,8 +13,8 @@ import pyarrow.parquet as pq
 
 from kit.display import Table, seconds, table, text, timestamp
 from kit.generate.store import FailureLog
+from kit.generate.verdict import FAILURE_REASONS
 from kit.params import RunParams
-from kit.run_summary import FAILURE_REASONS
 from kit.runfolder import RunFolder, read_json
 
 
@@ -136,7 +136,7 @@ def _output_tokens(folder: RunFolder) -> int | None:
 
 def generation_verdict(params: RunParams) -> str:
     """Notebook 03's opening, as Markdown: rows against plan, completeness, failures, throughput."""
-    from kit.run_summary import failure_answer, failures_by_reason, generation_answer, throughput_answer
+    from kit.generate.verdict import failure_answer, failures_by_reason, generation_answer, throughput_answer
 
     folder = RunFolder(Path(params.run_dir))
     manifest = read_json(folder.manifest) if folder.manifest.exists() else None

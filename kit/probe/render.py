@@ -6,13 +6,46 @@ from typing import Any
 
 import pandas as pd
 
-from kit.display import Table, gib, human_name, table
-from kit.run_summary import gpu_line
+from kit.display import Answer, Table, gib, human_name, table
 
 GIB = 1024**3
 ICON = {"ok": "ok", "warn": "WARN", "fail": "FAIL"}
 NO_GO_EXIT_CODE = 4
 """`kit probe` exits with this code on NO-GO (0 on GO, 2 on an error that stopped the probe)."""
+
+
+def gpu_line(probe: dict[str, Any]) -> str:
+    """`2 x NVIDIA H200`, or `no GPU (CPU)`."""
+    devices = (probe.get("gpus") or {}).get("devices") or []
+    names = [str(d.get("name")) for d in devices if isinstance(d, dict) and d.get("name")]
+    if not names:
+        return "no GPU (CPU)"
+    return " + ".join(f"{names.count(n)} x {n}" for n in dict.fromkeys(names))
+
+
+def probe_answer(probe: dict[str, Any] | None) -> Answer:
+    """GO / NO-GO with the first failure (or warning) and what to do about it."""
+    if not probe or "summary" not in probe:
+        return Answer("Environment", "not probed", "probe.json is missing: stage 1 has not run.", "missing")
+    findings = probe.get("findings") or []
+    fails = [f for f in findings if f.get("status") == "fail"]
+    warns = [f for f in findings if f.get("status") == "warn"]
+    where = f"on {gpu_line(probe)}"
+    if fails:
+        f = fails[0]
+        detail = (
+            f"{len(fails)} of {len(findings)} checks failed {where}; the first: "
+            f"{f.get('section')}/{f.get('name')}: {f.get('reason')}. Do: {f.get('action')}"
+        )
+        return Answer("Environment", "NO-GO", detail, "fail")
+    if warns:
+        w = warns[0]
+        detail = (
+            f"{len(findings) - len(warns)} checks passed {where}, {len(warns)} warned; the first: "
+            f"{w.get('section')}/{w.get('name')}: {w.get('reason')}."
+        )
+        return Answer("Environment", "GO", detail, "warn")
+    return Answer("Environment", "GO", f"all {len(findings)} checks passed {where}.")
 
 
 def probe_tables(report: dict[str, Any]) -> dict[str, pd.DataFrame]:
