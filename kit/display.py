@@ -162,10 +162,13 @@ def text(x: Any) -> str:
 
 
 def _format_column(values: pd.Series, fmt: Callable[[Any], str] | None) -> list[str]:
+    """Cells of one column: `fmt`, else numbers with the column's decimals (a mixed column's numbers
+    each on their own), everything else as text."""
     if fmt is not None:
         return [fmt(v) for v in values]
+    numeric = all(is_number(v) or _missing(v) for v in values)
     floats = [v for v in values if is_number(v) and not float(v).is_integer()]
-    d = decimals_for(floats) if floats else None
+    d = decimals_for(floats) if floats and numeric else None
     return [number(v, d) if is_number(v) and not isinstance(v, numbers.Integral) else text(v) for v in values]
 
 

@@ -48,7 +48,7 @@ def length_distribution(
     ax.set(
         title=f"{column.replace('_', ' ').capitalize()} per {hue}",
         xlabel=f"{column.replace('_', ' ')} per request",
-        ylabel=f"density (each {hue} sums to 1)",
+        ylabel=f"density (area 1 per {hue})",
     )
     return fig
 
@@ -90,9 +90,7 @@ def latency(df: pd.DataFrame, hue: str = "source") -> Figure | None:
         return None
     fig, ax = plt.subplots(figsize=(8, 4))
     sns.histplot(data=data, x="latency_s", hue=hue, element="step", stat="density", common_norm=False, ax=ax)
-    ax.set(
-        title="Request latency", xlabel="latency per request (s)", ylabel=f"density (each {hue} sums to 1)"
-    )
+    ax.set(title="Request latency", xlabel="latency per request (s)", ylabel=f"density (area 1 per {hue})")
     return fig
 
 

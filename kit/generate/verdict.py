@@ -79,15 +79,14 @@ def throughput_answer(
     summary: dict[str, Any] | None, manifest: dict[str, Any] | None, output_tokens: int | None = None
 ) -> Answer:
     """Output tokens/s and rows/s over the time spent generating: stage 4's figures, else the
-    manifest's time with the session's rows (and `output_tokens`, the rows' completion tokens)."""
+    manifest's rows over its time generating (summed over sessions), with `output_tokens` (the
+    rows' completion tokens) for tokens/s."""
     health = (summary or {}).get("health") or {}
     tok_s, rows_s, duration = health.get("output_tok_s"), health.get("rows_s"), health.get("duration_s")
-    if duration is None and manifest:
-        duration = manifest.get("generating_s")
-        if duration and manifest.get("rows_this_session"):
-            rows_s = manifest["rows_this_session"] / duration
-        if duration and output_tokens and manifest.get("rows_this_session") == manifest.get("rows"):
-            tok_s = output_tokens / duration
+    if duration is None and manifest and manifest.get("generating_s"):
+        duration = float(manifest["generating_s"])
+        rows_s = float(manifest.get("rows") or 0) / duration
+        tok_s = output_tokens / duration if output_tokens is not None else None
     if not is_number(duration):
         return Answer("Throughput", "unknown", "no timing yet: stage 3 (or stage 4) has not run.", "missing")
     parts = [f"over {seconds(duration)} of generation"]
@@ -95,7 +94,7 @@ def throughput_answer(
         parts.insert(0, f"{number(float(rows_s))} rows/s")
     peak = health.get("output_tok_s_peak")
     tail = f"; peak {number(float(peak), 0)} tok/s" if is_number(peak) else ""
-    head = f"{number(float(tok_s), 0)} output tok/s" if is_number(tok_s) else "rows/s only"
+    head = f"{number(float(tok_s), 0)} output tok/s" if is_number(tok_s) else parts[0]
     return Answer("Throughput", head, " ".join(parts) + tail + ".")
 
 

@@ -97,6 +97,17 @@ def verdict_text(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _counts_line(report: dict[str, Any]) -> str:
+    s, findings = report["summary"], report["findings"]
+    if not s["fails"] and not s["warns"]:
+        return f"All {len(findings)} checks passed on {gpu_line(report)}."
+    ok = sum(f["status"] == "ok" for f in findings)
+    return (
+        f"{len(s['fails'])} failed, {len(s['warns'])} warned, {ok} passed, on {gpu_line(report)}. "
+        "Each problem and what to do:"
+    )
+
+
 def verdict_markdown(report: dict[str, Any]) -> str:
     """Go / no-go, every failure and warning with what to do, and the recommended settings, as Markdown."""
     s = report["summary"]
@@ -104,8 +115,7 @@ def verdict_markdown(report: dict[str, Any]) -> str:
     lines = [
         head,
         "",
-        f"{len(s['fails'])} fail, {len(s['warns'])} warn, "
-        f"{sum(f['status'] == 'ok' for f in report['findings'])} ok, on {gpu_line(report)}.",
+        _counts_line(report),
         "",
     ]
     for f in report["findings"]:
