@@ -319,7 +319,7 @@ def test_answers_from_every_json(tmp_path: Path) -> None:
     assert "no *.safetensors weights in the directory" in env.detail and "Do: download" in env.detail
     decision = answers["Decision"]
     assert decision.headline == "MTP k=3 (measured)"
-    assert "Measured: 120 output tok/s at concurrency 16" in decision.detail
+    assert "Measured by the sweep: 120 output tok/s at concurrency 16" in decision.detail
     assert "50% more than the best of plain decoding (80 tok/s at concurrency 16)" in decision.detail
     assert answers["Generation"].headline == "20 of 20 rows" and "complete" in answers["Generation"].detail
     failures = answers["Failures"]  # stage 4's count: the retried-then-done id is not a failure

@@ -73,7 +73,7 @@ def decision_answer(decision: dict[str, Any] | None, name: str = "MTP", worth: s
     win = _chosen_row(decision, rows, col)
     text = ""
     if win:
-        how = "Measured" if measured else "Predicted, nothing measured"
+        how = "Measured by the sweep" if measured else "Predicted, nothing measured"
         text = f"{how}: {number(float(win[col]), 0)} output tok/s at concurrency {int(win['concurrency'])}. "
         runs = not decision.get("speculation_unavailable_reason")
         text += _lead(win, _best(rows, col, k == 0), col, label, name, runs)
