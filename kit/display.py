@@ -45,6 +45,9 @@ NAMES = {
     "speculative": "speculative decoding",
     "mem_max_running": "sequences memory holds",
     "compute_bound": "compute-bound",
+    "algorithm": "speculative algorithm",
+    "eagle_topk": "EAGLE top-k",
+    "num_draft_tokens": "draft tokens per step",
 }
 """Human names of the raw keys the kit writes (others: underscores become spaces)."""
 

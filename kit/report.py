@@ -3,6 +3,10 @@
 Reports must open on an air-gapped cluster: images are embedded as data: URIs, and the template
 drops every script or stylesheet nbconvert would fetch from a CDN (require.js, MathJax, Mermaid,
 the widget manager). Widget views are removed too (the sample browser carries a static table).
+
+A reader sees what the run concluded, not how it got there: progress bars (tqdm frames on stderr
+or stdout, progress widgets) are left out, the rest of stderr (warnings) is kept as one message
+block per cell, and images carry the alt text the kit gave them (`kit.display.figure_image`).
 """
 
 from __future__ import annotations

@@ -366,6 +366,8 @@ def test_predicted_decision_and_speculation_not_measured() -> None:
     assert "MTP k=2 would give 50% more (150 tok/s at concurrency 8), but it cannot run here." in a.detail
     assert "Speculation could not be measured: the checkpoint lacks its MTP weights." in a.detail
     assert a.detail.endswith("If MTP could run here, ...")
+    runs = decision_answer({**decision, "speculation_unavailable_reason": None}, "n-gram")
+    assert "n-gram k=2 would give 50% more" in runs.detail and "within the run-to-run noise" in runs.detail
 
 
 def test_stderr_becomes_messages_without_progress_bars() -> None:

@@ -64,7 +64,8 @@ def decision_answer(decision: dict[str, Any] | None, name: str = "MTP", worth: s
     """The chosen arm, measured or predicted, and its lead over the best arm of the other kind;
     why speculation was not measured, and what MTP would be worth (`worth`) when given."""
     if not decision or "chosen_arm" not in decision:
-        return Answer("Decision", "not decided", "decision.json is missing: stage 2 has not run.", "missing")
+        why = "decision.json is missing: stage 2 has not run (`kit decide PARAMS` writes it)."
+        return Answer("Decision", "not decided", why, "missing")
     rows = decision.get("table") or []
     measured = decision.get("decided_by") == "measured"
     col = "measured_tok_s" if measured else "predicted_tok_s"

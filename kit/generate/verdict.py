@@ -22,7 +22,8 @@ def generation_answer(folder: RunFolder, manifest: dict[str, Any] | None) -> Ans
     if manifest is None:
         shards = folder.shard_paths()
         if not shards:
-            return Answer("Generation", "not run", "no generations yet: stage 3 has not run.", "missing")
+            why = "no generations yet: stage 3 has not run (`kit generate PARAMS`)."
+            return Answer("Generation", "not run", why, "missing")
         return Answer(
             "Generation",
             "unfinished",
@@ -60,7 +61,8 @@ def failures_by_reason(folder: RunFolder, summary: dict[str, Any] | None) -> dic
 def failure_answer(by_reason: dict[str, int] | None) -> Answer:
     """Failed requests counted by reason."""
     if by_reason is None:
-        return Answer("Failures", "unknown", "failures.jsonl is missing: stage 3 has not run.", "missing")
+        why = "failures.jsonl is missing: stage 3 has not run (`kit generate PARAMS`)."
+        return Answer("Failures", "unknown", why, "missing")
     total = sum(by_reason.values())
     if not total:
         return Answer("Failures", "none", "no request failed.")
@@ -88,7 +90,8 @@ def throughput_answer(
         rows_s = float(manifest.get("rows") or 0) / duration
         tok_s = output_tokens / duration if output_tokens is not None else None
     if not is_number(duration):
-        return Answer("Throughput", "unknown", "no timing yet: stage 3 (or stage 4) has not run.", "missing")
+        why = "no timing yet: stage 3 has not finished (`kit generate PARAMS`, then `kit analyse PARAMS`)."
+        return Answer("Throughput", "unknown", why, "missing")
     parts = [f"over {seconds(duration)} of generation"]
     if is_number(rows_s):
         parts.insert(0, f"{number(float(rows_s))} rows/s")

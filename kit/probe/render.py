@@ -26,7 +26,8 @@ def gpu_line(probe: dict[str, Any]) -> str:
 def probe_answer(probe: dict[str, Any] | None) -> Answer:
     """GO / NO-GO with the first failure (or warning) and what to do about it."""
     if not probe or "summary" not in probe:
-        return Answer("Environment", "not probed", "probe.json is missing: stage 1 has not run.", "missing")
+        why = "probe.json is missing: stage 1 has not run (`kit probe PARAMS` writes it)."
+        return Answer("Environment", "not probed", why, "missing")
     findings = probe.get("findings") or []
     fails = [f for f in findings if f.get("status") == "fail"]
     warns = [f for f in findings if f.get("status") == "warn"]
