@@ -267,9 +267,9 @@ def thinking_report(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.mark.slow
 def test_notebook_04_report_shows_reasoning_and_tool_calls(thinking_report: Path) -> None:
     page = thinking_report.read_text()
-    for heading in ("thinking (rows)", "reasoning and answer lengths (p50, p90)", "tool calls (rows)"):
+    for heading in ("Thinking (rows)", "Reasoning and answer lengths (p50, p90)", "Tool calls (rows)"):
         assert f"{heading}</h3>" in page or f">{heading}<" in page, heading
-    assert "unterminated_think" in page and "share_with_calls" in page
+    assert "<th>unterminated think</th>" in page and "<th>share with calls</th>" in page
     assert page.count("<details class='kit-reasoning'>") + page.count('<details class="kit-reasoning">') >= 1
     assert "<details open" not in page
 

@@ -99,8 +99,7 @@ def test_stage3_uses_the_decision_and_completes_every_source(vllm_run: Path) -> 
 
 def test_the_report_shows_the_measured_arms(vllm_run: Path) -> None:
     decide_page = (vllm_run / "report" / "02_decide_mtp.html").read_text()
-    assert "spec_k3" in decide_page and "plain" in decide_page
-    assert "n-gram" in decide_page
+    assert "n-gram k=3" in decide_page and "plain decoding" in decide_page
 
 
 @pytest.fixture(scope="module")

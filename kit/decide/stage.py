@@ -160,52 +160,105 @@ def _note_profile_plan(decision: dict[str, Any], plan: ProfilePlan | None) -> No
 
 
 # ---- display (notebook 02) ---------------------------------------------------
-def decision_markdown(decision: dict[str, Any]) -> str:
-    s = decision["engine_settings"]
-    lines = [f"## Decision: **{decision['chosen_arm']}** ({decision['decided_by']})", ""]
+def speculation_name(params: RunParams) -> str:
+    """What the run's speculative arms are called: MTP, n-gram, EAGLE, draft model."""
+    from kit.decide.decision import spec_name
+
+    spec = params.engine.speculative
+    return spec_name(spec.algorithm, spec.draft_model_path is not None)
+
+
+def decision_markdown(decision: dict[str, Any], params: RunParams | None = None) -> str:
+    """The decision first (what was chosen, measured or predicted, by how much), then the reasons,
+    warnings and the engine settings stage 3 takes."""
+    from kit.decide.verdict import decision_answer
+    from kit.display import human_name
+
+    answer = decision_answer(decision, speculation_name(params) if params else "MTP")
+    lines = [f"## Decision: {answer.headline}", "", answer.detail, "", "**Why**", ""]
     lines += [f"- {r}" for r in decision["reasons"]]
     lines += [f"- **warning:** {w}" for w in decision.get("warnings") or []]
     lines += ["", "**Engine settings for stage 3**", ""]
-    lines += [f"- `{k}`: {v}" for k, v in s.items()]
+    lines += [f"- {human_name(k)}: {_setting(v)}" for k, v in decision["engine_settings"].items()]
     return "\n".join(lines)
 
 
-def decision_tables(params: RunParams) -> dict[str, pd.DataFrame]:
+def _setting(value: Any) -> str:
+    if value is None:
+        return "engine default"
+    return "yes" if value is True else "no" if value is False else str(value)
+
+
+SWEEP_COLUMNS = {
+    "arm": "arm",
+    "concurrency": "concurrency",
+    "requests": "requests",
+    "errors": "errors",
+    "output_tokens": "output tokens",
+    "duration_s": "duration (s)",
+    "output_tok_s": "output tok/s",
+    "latency_p50_s": "latency p50 (s)",
+    "latency_p90_s": "latency p90 (s)",
+    "ttft_p50_s": "first token p50 (s)",
+    "accept_length": "accept length",
+}
+MEASURED = {"ok": "yes", "skipped": "no (skipped)", "failed": "no (failed)", "not measured": "no"}
+BESIDE_COLUMNS = {
+    "arm": "arm",
+    "concurrency": "concurrency",
+    "predicted_tok_s": "predicted tok/s",
+    "measured_tok_s": "measured tok/s",
+    "error_pct": "prediction error",
+    "predicted_accept_length": "accept length (predicted)",
+    "mem_max_running": "sequences memory holds",
+    "status": "measured?",
+}
+
+
+def decision_tables(params: RunParams) -> list[Any]:
+    """Notebook 02's tables for reading: predicted beside measured, the measured sweep, arms not measured."""
+    from kit.decide.verdict import arm_label
+    from kit.display import signed_percent, table
+
     folder = RunFolder(Path(params.run_dir))
-    tables: dict[str, pd.DataFrame] = {}
-    if folder.sweep.exists():
-        sweep = pd.read_parquet(folder.sweep)
-        ran = sweep[sweep.status != "skipped"].dropna(axis=1, how="all")
-        tables["Measured sweep"] = ran
-        skipped = sweep[sweep.status == "skipped"].drop_duplicates("arm")[["arm", "spec_k", "reason"]]
-        if len(skipped):
-            tables["Arms not measured"] = skipped
+    name = speculation_name(params)
+    tables = []
     if folder.decision.exists():
         t = pd.DataFrame(read_json(folder.decision)["table"])
-        keep = [
-            c
-            for c in (
-                "arm",
-                "concurrency",
-                "predicted_tok_s",
-                "measured_tok_s",
-                "error_pct",
-                "feasible",
-                "compute_bound",
-                "status",
+        t["arm"] = [arm_label(int(k), name) for k in t.spec_k]
+        cols = [c for c in BESIDE_COLUMNS if c in t]
+        tables.append(
+            table(
+                t[cols],
+                "Predicted beside measured",
+                BESIDE_COLUMNS,
+                formats={"error_pct": signed_percent, "status": lambda s: MEASURED.get(s, str(s))},
+                note="Prediction error: (predicted - measured) / measured.",
+                summary=f"{len(t)} arm and concurrency levels",
             )
-            if c in t
-        ]
-        tables["Predicted beside measured"] = t[keep]
+        )
+    if folder.sweep.exists():
+        sweep = pd.read_parquet(folder.sweep)
+        sweep["arm"] = [arm_label(int(k), name) for k in sweep.spec_k]
+        ran = sweep[sweep.status != "skipped"].dropna(axis=1, how="all")
+        cols = [c for c in SWEEP_COLUMNS if c in ran]
+        if len(ran):
+            tables.append(table(ran[cols], "Measured sweep", SWEEP_COLUMNS, summary=f"{len(ran)} levels"))
+        skipped = sweep[sweep.status == "skipped"].drop_duplicates("arm")[["arm", "reason"]]
+        if len(skipped):
+            tables.append(table(skipped, "Arms not measured", {"reason": "why"}))
     return tables
 
 
 def decision_figures(params: RunParams, decision: dict[str, Any]) -> list[Any]:
-    """The figures of notebook 02, also saved as PNG under figures/."""
+    """The figures of notebook 02 as images with alt text, also saved as PNG under figures/."""
     from kit.decide.plots import decision_figures as make
+    from kit.display import figure_image
 
     folder = RunFolder(Path(params.run_dir))
-    figs = make(decision)
-    for name, fig in figs.items():
-        fig.savefig(folder.figures / f"decide_{name}.png", dpi=110, bbox_inches="tight")
-    return list(figs.values())
+    folder.figures.mkdir(parents=True, exist_ok=True)
+    images = []
+    for stem, (fig, alt) in make(decision, speculation_name(params)).items():
+        fig.savefig(folder.figures / f"decide_{stem}.png", dpi=110, bbox_inches="tight")
+        images.append(figure_image(fig, alt))
+    return images

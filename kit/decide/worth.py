@@ -20,6 +20,7 @@ model's known error (`costmodel.MODEL_ERROR`).
 
 from __future__ import annotations
 
+import html
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -60,8 +61,45 @@ class WorthBand:
     sentence: str
 
     def _repr_html_(self) -> str:
-        head = f"<p><b>What fetching the MTP weights would be worth.</b> {self.sentence}</p>"
-        return head + self.table.to_html(index=False, float_format="%.2f")
+        head = f"<h3>What MTP would be worth</h3><p>{html.escape(self.sentence)}</p>"
+        return head + self.display_table()._repr_html_()
+
+    def display_table(self) -> Any:
+        """Per concurrency: plain tok/s, and MTP / plain (best k) in each band, for reading."""
+        from kit.display import Table, number
+
+        if self.table.empty:
+            return Table("", pd.DataFrame())
+        rows = []
+        for c, g in self.table.groupby("concurrency"):
+            by = g.set_index("band")
+            row = {"concurrency": f"{int(c):,}", "plain tok/s": number(float(g.plain_tok_s.iloc[0]), 1)}
+            for band in ("low", "typical", "high"):
+                if band in by.index:
+                    row[f"MTP / plain, {band}"] = f"{by.ratio[band]:.2f}x (k={int(by.best_k[band])})"
+            row["in the params' ladder"] = "yes" if bool(g.in_params_ladder.iloc[0]) else "no"
+            rows.append(row)
+        note = "Bands: accept lengths measured for Qwen3.x MTP with thinking on (low) and off (high)."
+        return Table("", pd.DataFrame(rows), note=note, summary=f"{len(rows)} concurrencies")
+
+    def headline(self) -> str:
+        """One sentence for the index: the band at the lowest concurrency and where MTP is a clear win."""
+        if self.table.empty:
+            return ""
+        by = {b: t.sort_values("concurrency") for b, t in self.table.groupby("band")}
+        first = {b: t.iloc[0] for b, t in by.items()}
+        c0 = int(first["typical"].concurrency)
+        clear = by["typical"][by["typical"].ratio > 1 + cm.MODEL_ERROR]
+        where = (
+            f"a clear win up to concurrency {int(clear.concurrency.max()):,}"
+            if len(clear)
+            else "nowhere a clear win beyond the model's error"
+        )
+        lo, mid, hi = (float(first[b].ratio) for b in ("low", "typical", "high"))
+        return (
+            f"If MTP could run here, the cost model predicts {lo:.2f}x-{hi:.2f}x plain decoding's tok/s "
+            f"at concurrency {c0} (typical {mid:.2f}x), {where}."
+        )
 
 
 def mtp_worth(
@@ -156,3 +194,17 @@ def mtp_worth_band(params: Any, decision: Mapping[str, Any]) -> WorthBand:
     return mtp_worth(
         load_arch(params.model.path), hw, work, params.decide.concurrencies, params.decide.spec_steps, eff
     )
+
+
+def worth_for_run(folder: Any) -> WorthBand | None:
+    """The band for a run folder (its params.yaml and decision.json), or None when the model or
+    either file cannot be read (a run folder copied away from its model, a stage not run)."""
+    from kit.errors import KitError
+    from kit.params import load_params
+    from kit.runfolder import read_json
+
+    try:
+        params = load_params(folder.params)
+        return mtp_worth_band(params, read_json(folder.decision))
+    except (KitError, OSError, ValueError, KeyError, TypeError):
+        return None

@@ -11,7 +11,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from kit.display import Table, seconds, table, text, timestamp
 from kit.generate.store import FailureLog
+from kit.generate.verdict import FAILURE_REASONS
 from kit.params import RunParams
 from kit.runfolder import RunFolder, read_json
 
@@ -33,25 +35,6 @@ def failure_table(folder: RunFolder) -> pd.DataFrame:
     return pd.DataFrame(
         [{"source": s, "reason": r, "permanent": p, "requests": n} for (s, r, p), n in sorted(counts.items())]
     )
-
-
-def manifest_table(folder: RunFolder) -> pd.DataFrame:
-    if not folder.manifest.exists():
-        return pd.DataFrame([{"field": "manifest", "value": "absent: the run has not finished"}])
-    m = read_json(folder.manifest)
-    keep = (
-        "complete",
-        "rows",
-        "left",
-        "failures",
-        "rows_this_session",
-        "shards",
-        "server_restarts",
-        "generating_s",
-        "session_started_at",
-        "finished_at",
-    )
-    return pd.DataFrame([{"field": k, "value": str(m.get(k))} for k in keep])
 
 
 OUTPUT_COLUMNS = ("source", "completion", "reasoning", "tool_calls", "finish_reason")
@@ -110,15 +93,85 @@ def outputs_table(folder: RunFolder) -> tuple[pd.DataFrame, list[str]]:
     return pd.concat(frames).groupby(level=0).sum(), unreadable
 
 
-def generation_tables(params: RunParams) -> dict[str, pd.DataFrame]:
-    """The tables notebook 03 shows, by title (empty ones left out)."""
+RUN_FIELDS = {
+    "complete": "complete",
+    "rows": "rows generated",
+    "left": "rows left",
+    "failures": "failed requests",
+    "rows_this_session": "rows this session",
+    "shards": "parquet shards",
+    "server_restarts": "server restarts",
+    "generating_s": "time generating",
+    "session_started_at": "session started",
+    "finished_at": "finished",
+}
+
+
+def run_table(folder: RunFolder) -> Table:
+    """The manifest's fields a reader needs, named and in units."""
+    if not folder.manifest.exists():
+        frame = pd.DataFrame([{"field": "manifest", "value": "absent: the run has not finished"}])
+        return table(frame, "Run")
+    m = read_json(folder.manifest)
+    shown = {
+        "generating_s": seconds,
+        "session_started_at": timestamp,
+        "finished_at": timestamp,
+    }
+    rows = [{"field": name, "value": shown.get(k, text)(m.get(k))} for k, name in RUN_FIELDS.items()]
+    return table(pd.DataFrame(rows), "Run")
+
+
+def _output_tokens(folder: RunFolder) -> int | None:
+    """Completion tokens over every readable shard (None when there are none)."""
+    total = None
+    for path in folder.shard_paths():
+        try:
+            column = pq.read_table(path, columns=["completion_tokens"]).column(0)
+        except (OSError, pa.ArrowException, KeyError, ValueError):
+            continue
+        total = (total or 0) + int(pc.sum(column).as_py() or 0)
+    return total
+
+
+def generation_verdict(params: RunParams) -> str:
+    """Notebook 03's opening, as Markdown: rows against plan, completeness, failures, throughput."""
+    from kit.generate.verdict import failure_answer, failures_by_reason, generation_answer, throughput_answer
+
+    folder = RunFolder(Path(params.run_dir))
+    manifest = read_json(folder.manifest) if folder.manifest.exists() else None
+    answers = (
+        generation_answer(folder, manifest),
+        failure_answer(failures_by_reason(folder, None)),
+        throughput_answer(None, manifest, _output_tokens(folder)),
+    )
+    head = f"## Outcome: {answers[0].headline}, " + (
+        "complete" if manifest and manifest.get("complete") else "not complete"
+    )
+    return "\n".join([head, "", *(f"- **{a.topic}: {a.headline}.** {a.detail}" for a in answers)])
+
+
+def generation_tables(params: RunParams) -> list[Table]:
+    """The tables notebook 03 shows, for reading (empty ones left out)."""
     folder = RunFolder(Path(params.run_dir))
     outputs, unreadable = outputs_table(folder)
-    tables = {
-        "Prompt plan": plan_table(folder),
-        "Run": manifest_table(folder),
-        "What the rows kept (per source)": outputs,
-        "Unreadable shards (left out above; stage 4 names them too)": pd.DataFrame({"shard": unreadable}),
-        "Failures": failure_table(folder),
-    }
-    return {k: v for k, v in tables.items() if not v.empty}
+    plan = plan_table(folder)
+    plan_names = {c: c.replace("dropped_", "dropped: ").replace("_", " ") for c in plan.columns}
+    failures = failure_table(folder)
+    if len(failures):
+        failures["reason"] = [FAILURE_REASONS.get(r, r) for r in failures["reason"]]
+    tables = [
+        table(
+            plan,
+            "Prompt plan",
+            plan_names,
+            note="Per source: rows asked for, found, kept, and dropped by why.",
+        ),
+        run_table(folder),
+        table(outputs, "What the rows kept (per source)", index_name="source"),
+        table(
+            pd.DataFrame({"shard": unreadable}), "Unreadable shards (left out above; stage 4 names them too)"
+        ),
+        table(failures, "Failures", {"permanent": "not retried on resume"}),
+    ]
+    return [t for t in tables if not t.frame.empty]
