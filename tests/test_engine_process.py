@@ -15,6 +15,7 @@ import psutil
 import pytest
 
 from kit.engines import ExternalServer, ServerProcess, start_server
+from kit.engines.launcher import Launcher
 from kit.engines.process import free_port, port_in_use
 from kit.engines.reaper import group_members
 from kit.errors import EngineStartError, ModelDirError
@@ -132,7 +133,7 @@ def test_a_bad_model_dir_ends_with_the_log_tail(tmp_path: Path) -> None:
     bad.mkdir()
     (bad / "README.md").write_text("no config.json here\n")
     known = {"--continuous-batching", "--device", "--host", "--port", "--cb-max-batch-tokens"}
-    srv = start_server(params(bad), tmp_path / "logs", name="bad", accepted_flags=known)
+    srv = start_server(params(bad), tmp_path / "logs", name="bad", launcher=Launcher(frozenset(known)))
     with pytest.raises(EngineStartError) as info:
         with srv:
             pass
