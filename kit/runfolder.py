@@ -144,12 +144,13 @@ def disk_full_is_a_message(root: Path) -> Iterator[None]:
 
 
 def disk_full_message(e: OSError, root: Path) -> str:
-    where = e.filename or root
+    where = e.filename or f"in {root}"
     try:
         free = f"{shutil.disk_usage(root).free / 2**20:.0f} MiB free now"
     except OSError:
         free = "free space unknown"
     return (
-        f"the disk is full ({e.strerror} writing {where}; {free}). Rows written before are kept: "
-        "free some space (or move the run with output_dir) and rerun the same command to resume."
+        f"the disk is full ({os.strerror(e.errno or errno.ENOSPC)}, writing {where}; {free}). Rows "
+        "written before are kept: free some space (or move the run with output_dir) and rerun the same "
+        "command to resume."
     )

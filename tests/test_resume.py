@@ -157,3 +157,45 @@ def test_damaged_state_between_runs_is_set_aside_and_rebuilt(write_params, tmp_p
     assert rebuilt.returncode == 0, rebuilt.stderr[-3000:]
     assert "data section of the params changed" not in rebuilt.stderr
     assert json.loads(folder.manifest.read_text())["rows"] == 30
+
+
+NAMESPACE = """
+set -u
+mount -t tmpfs -o size=600k tmpfs "$OUT" || exit 97
+"$PY" -m kit.cli generate "$PARAMS" > "$KEEP/full.out" 2> "$KEEP/full.err"; echo $? > "$KEEP/full.rc"
+mount -o remount,size=64m "$OUT"
+"$PY" -m kit.cli generate "$PARAMS" > "$KEEP/freed.out" 2> "$KEEP/freed.err"; echo $? > "$KEEP/freed.rc"
+cp -r "$OUT" "$KEEP/outputs"
+"""
+
+
+@pytest.mark.slow
+def test_a_full_disk_is_a_message_and_the_rerun_completes(write_params, tmp_path):
+    """ENOSPC on a real (small tmpfs) filesystem, in a private mount namespace."""
+    if not shutil.which("unshare"):
+        pytest.skip("needs unshare (util-linux) for a private tmpfs")
+    data = tmp_path / "prompts.jsonl"
+    data.write_text("".join(json.dumps({"prompt": f"Question {i}?"}) + "\n" for i in range(200)))
+    fake_env = {"PYTHONPATH": str(FAKE), "FAKE_SGLANG_NOISE": "1", "FAKE_SGLANG_STEP_S": "0.0001"}
+    engine = {"flavor": "sglang", "startup_timeout_s": 120, "env": fake_env}
+    gen = {"concurrency": 8, "shard_rows": 10, "sampling": {"max_tokens": 1000, "seed": 0}}
+    params_file = write_params("full", data={"sources": [source(data)]}, engine=engine, generate=gen)
+    out = load_params(params_file).output_dir
+    out.mkdir(parents=True)
+    keep = tmp_path / "keep"
+    keep.mkdir()
+    env = {**os.environ, "OUT": str(out), "PY": sys.executable, "PARAMS": str(params_file), "KEEP": str(keep)}
+    cmd = ["unshare", "--user", "--map-root-user", "--mount", "sh", "-c", NAMESPACE]
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+    if done.returncode == 97 or "unshare" in done.stderr:
+        pytest.skip(f"no private tmpfs here: {done.stderr.strip()[:200]}")
+    err = (keep / "full.err").read_text()
+    assert (keep / "full.rc").read_text().strip() == "2", err[-3000:]
+    assert "error: the disk is full (No space left on device, writing" in err and "Traceback" not in err
+    assert (keep / "freed.rc").read_text().strip() == "0", (keep / "freed.err").read_text()[-3000:]
+    folder = RunFolder(keep / "outputs" / "full")
+    ids = ids_on_disk(folder)
+    assert len(ids) == len(set(ids)) == 200
+    assert json.loads(folder.manifest.read_text())["rows_this_session"] < 200, (
+        "rows of the first run were kept"
+    )

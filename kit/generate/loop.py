@@ -74,10 +74,10 @@ class GenerationLoop:
             await asyncio.wait([ticker, watchdog, *workers])
             if work.done() and not work.cancelled():
                 work.exception()  # retrieved: asyncio would log it again at exit
+            bar.close()
             self.writer.flush()
             self.timeline.sample(self.stats, await self._engine_metrics())
             self.timeline.save()
-            bar.close()
         return self.stats
 
     async def _worker(self, items: Iterator[dict[str, Any]], bar: Any) -> None:

@@ -7,8 +7,8 @@ records its argv in $FAKE_SGLANG_LOG, and serves the endpoints the kit reads: /h
 /v1/models, /server_info, /metrics and /v1/chat/completions with speculative accounting
 (spec_verify_ct) when a speculative algorithm is set. Answers are canned and begin with
 `re:<digest of the request's messages>`, so a test can check that each completion answers its own
-prompt; a step takes STEP_S ($FAKE_SGLANG_STEP_S), and a speculative step yields ACCEPT tokens,
-so arms differ measurably.
+prompt (then "word" repeated, or random hex words with $FAKE_SGLANG_NOISE); a step takes STEP_S
+($FAKE_SGLANG_STEP_S), and a speculative step yields ACCEPT tokens, so arms differ measurably.
 
 Faults on a schedule, for the kit's robustness tests: $FAKE_SGLANG_FAULTS names a JSON file,
 read again whenever it changes, e.g.
@@ -30,6 +30,7 @@ import random
 import sys
 
 STEP_S = float(os.environ.get("FAKE_SGLANG_STEP_S", "0.002"))
+NOISE = bool(os.environ.get("FAKE_SGLANG_NOISE"))  # random words: answers that do not compress
 ACCEPT = {1: 1.8, 2: 2.4, 3: 2.9}
 BAD_KINDS = ("no_choices", "null_finish", "abort")
 
@@ -182,7 +183,8 @@ def main() -> None:
             return JSONResponse({"error": "injected fault"}, status_code=500)
         if fault:
             return bad_body(fault, usage)
-        content = f"re:{digest(body.get('messages'))} " + "word " * (n - 1)
+        words = (os.urandom(4).hex() for _ in range(n - 1)) if NOISE else ("word" for _ in range(n - 1))
+        content = f"re:{digest(body.get('messages'))} " + " ".join(words)
         return {
             "choices": [
                 {"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": "length"}
