@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import signal
 import subprocess
 import sys
 import time
@@ -18,6 +20,7 @@ import psutil
 import pyarrow.parquet as pq
 import pytest
 
+from kit.engines.process import free_port
 from kit.generate.answers import FINISHED
 from kit.params import load_params
 from kit.runfolder import RunFolder
@@ -114,8 +117,9 @@ def answered(folder: RunFolder) -> int:
 
 
 def test_server_killed_three_times_at_concurrency_16(write_params, tmp_path):
-    """kill -9 with 16 requests in flight, three times, while 10% of answers are HTTP 500 (so that
-    some requests sleep in their backoff): all wait for each restart, none is lost."""
+    """kill -9 with 16 requests in flight, three times (once also the replacement while it starts),
+    while 10% of answers are HTTP 500 (so that some requests sleep in their backoff): all wait for
+    each restart, none is lost."""
     params_file = write_params(
         "kills",
         data={"sources": [prompt_source(tmp_path, 600)]},
@@ -130,7 +134,7 @@ def test_server_killed_three_times_at_concurrency_16(write_params, tmp_path):
     folder = RunFolder(load_params(params_file).run_dir)
     log = open(tmp_path / "kills.log", "w")
     proc = subprocess.Popen([*KIT, "generate", str(params_file)], stdout=log, stderr=log)
-    killed = []
+    killed: list[psutil.Process] = []
     for n in (60, 220, 380):
         wait_for(lambda n=n: answered(folder) >= n or proc.poll() is not None, 120, f"{n} rows")
         assert proc.poll() is None, (tmp_path / "kills.log").read_text()[-3000:]
@@ -139,11 +143,58 @@ def test_server_killed_three_times_at_concurrency_16(write_params, tmp_path):
         for p in servers:
             p.kill()
         killed += servers
+        if n == 220:  # and its replacement while it starts: the restart is tried again
+            wait_for(lambda: set(engine_processes(proc.pid)) - set(killed), 60, "a new server")
+            for p in set(engine_processes(proc.pid)) - set(killed):
+                p.kill()
+                killed.append(p)
     assert proc.wait(timeout=300) == 0, (tmp_path / "kills.log").read_text()[-3000:]
     manifest = json.loads(folder.manifest.read_text())
-    assert manifest["complete"] and manifest["server_restarts"] == 3
+    assert manifest["complete"] and manifest["server_restarts"] == 4
     rows = rows_table(folder)
     assert len(rows) == 600 == len({r["id"] for r in rows})
     assert all(r["completion"].startswith(f"re:{digest(r['messages'])} ") for r in rows)
     assert folder.failures.read_text() == "", "a request was written off"
     assert not [p for p in killed if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+
+
+def start_external(port: int, log: Path) -> subprocess.Popen:
+    """The stand-in as a server the kit does not own (flavor external)."""
+    cmd = [sys.executable, "-m", "sglang.launch_server", "--model-path", "m", "--port", str(port)]
+    env = {**os.environ, "PYTHONPATH": str(FAKE), "FAKE_SGLANG_STEP_S": "0.01"}
+    return subprocess.Popen(cmd, env=env, stdout=log.open("ab"), stderr=subprocess.STDOUT)
+
+
+def test_an_external_server_that_freezes_or_dies_is_waited_for(write_params, tmp_path):
+    """The kit cannot restart a server it does not own: it waits, and loses no request."""
+    port = free_port()
+    server = start_external(port, tmp_path / "external.log")
+    params_file = write_params(
+        "ext",
+        data={"sources": [prompt_source(tmp_path, 300)]},
+        engine={"flavor": "external", "base_url": f"http://127.0.0.1:{port}", "startup_timeout_s": 120},
+        model={"served_name": "m"},
+        generate={"concurrency": 8, "hang_timeout_s": 3, "retries": 1, "sampling": {"max_tokens": 16}},
+    )
+    folder = RunFolder(load_params(params_file).run_dir)
+    log = open(tmp_path / "ext.log", "w")
+    proc = subprocess.Popen([*KIT, "generate", str(params_file)], stdout=log, stderr=log)
+    try:
+        wait_for(lambda: answered(folder) >= 40 or proc.poll() is not None, 120, "40 rows")
+        server.send_signal(signal.SIGSTOP)  # frozen well beyond the hang timeout
+        time.sleep(15)
+        server.send_signal(signal.SIGCONT)
+        wait_for(lambda: answered(folder) >= 150 or proc.poll() is not None, 120, "150 rows")
+        server.kill()  # gone; someone starts it again a little later, on the same port
+        server.wait()
+        time.sleep(8)
+        server = start_external(port, tmp_path / "external.log")
+        assert proc.wait(timeout=300) == 0, (tmp_path / "ext.log").read_text()[-3000:]
+    finally:
+        proc.kill()
+        server.kill()
+    manifest = json.loads(folder.manifest.read_text())
+    assert manifest["complete"] and manifest["server_restarts"] >= 2
+    assert len(set(pq.read_table(folder.shard_paths(), columns=["id"]).column("id").to_pylist())) == 300
+    assert folder.failures.read_text() == "", "a request was written off while the server was away"
+    assert "waiting for it to answer again" in (tmp_path / "ext.log").read_text()

@@ -118,7 +118,7 @@ class GenerationLoop:
                 reason, error = "transient", str(e)
             else:
                 error = answer_problem(result)
-                self.pool.note_answer(replica, good=error is None)
+                self.pool.note_answer(replica, generation, good=error is None)
                 if error is None:
                     return self._row(item, result)
                 reason = "bad_answer"  # HTTP 200 but not a completion: retried, never stored

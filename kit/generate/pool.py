@@ -20,13 +20,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kit.engines.client import EngineClient
-from kit.errors import EngineError
+from kit.errors import EngineError, EngineStartError
 
 log = logging.getLogger(__name__)
 HEALTH_INTERVAL_S = 5.0
-"""Seconds between two health probes of a replica."""
+"""Seconds between two health probes of a replica (less when the hang timeout is short)."""
 HEALTH_TIMEOUT_S = 10.0
-"""A probe not answered within this is a failed probe."""
+"""A probe not answered within this (or the hang timeout, if shorter) is a failed probe."""
 
 
 @dataclass
@@ -77,18 +77,18 @@ class Replica:
         """Whether a server the kit runs has exited (an external server's process is not ours to see)."""
         return bool(getattr(self.server, "restartable", False)) and not self.server.alive()
 
-    async def healthy(self) -> bool:
+    async def healthy(self, timeout_s: float = HEALTH_TIMEOUT_S) -> bool:
         """One /health probe with a deadline; concurrent callers share the probe in flight."""
         if self._probe is None or self._probe.done():
-            self._probe = asyncio.create_task(self._health())
+            self._probe = asyncio.create_task(self._health(timeout_s))
         return await asyncio.shield(self._probe)
 
-    async def _health(self) -> bool:
+    async def _health(self, timeout_s: float) -> bool:
         client = self.client
         if client is None:
             return False
         try:
-            ok = await asyncio.wait_for(client.health(), HEALTH_TIMEOUT_S)
+            ok = await asyncio.wait_for(client.health(), timeout_s)
         except (asyncio.TimeoutError, EngineError, OSError):
             ok = False
         if ok:
@@ -104,12 +104,12 @@ class ServerPool:
         replicas: list[Replica],
         max_restarts: int,
         hang_timeout_s: float = 60.0,
-        health_interval_s: float = HEALTH_INTERVAL_S,
     ) -> None:
         self.replicas = replicas
         self.max_restarts = max_restarts
         self.hang_timeout_s = hang_timeout_s
-        self.health_interval_s = health_interval_s
+        self.health_interval_s = min(HEALTH_INTERVAL_S, hang_timeout_s / 2)
+        self.probe_timeout_s = min(HEALTH_TIMEOUT_S, hang_timeout_s)
 
     async def __aenter__(self) -> ServerPool:
         for r in self.replicas:
@@ -133,18 +133,19 @@ class ServerPool:
                 for w in waits:
                     w.cancel()
 
-    def note_answer(self, replica: Replica, good: bool) -> None:
-        """The server answered; a good answer also resets its budget of restarts in a row."""
-        replica.saw_life()
-        if good:
-            replica.restarts_in_a_row = 0
+    def note_answer(self, replica: Replica, generation: int, good: bool) -> None:
+        """The server answered; a good answer from its current generation resets its restarts in a row."""
+        if generation == replica.generation:
+            replica.saw_life()
+            if good:
+                replica.restarts_in_a_row = 0
 
     async def recover(self, replica: Replica, generation: int, error: Exception) -> bool:
         """After a failed request: True when the fault was the server's (it exited, hung or was
         restarted since the request was sent), so the request is retried without counting an
         attempt; False when the server is well and the failure counts against the request."""
-        if getattr(error, "status", None) is not None:
-            replica.saw_life()  # it answered with an error status: alive, and the failure counts
+        if getattr(error, "status", None) is not None:  # it answered with an error status: it lives
+            self.note_answer(replica, generation, good=False)
             return False
         async with replica.lock:
             if replica.generation != generation:
@@ -152,7 +153,7 @@ class ServerPool:
             if replica.process_exited():
                 await self._restart(replica, f"exited with code {getattr(replica.server, 'exit_code', None)}")
                 return True
-        if await replica.healthy():
+        if await replica.healthy(self.probe_timeout_s):
             return False
         await self._until_life_or_restart(replica, generation)
         return True
@@ -175,7 +176,7 @@ class ServerPool:
                 continue
             if replica.process_exited():
                 await self._restart_if(replica, generation, "exited")
-            elif not await replica.healthy():
+            elif not await replica.healthy(self.probe_timeout_s):
                 silent = time.monotonic() - replica.last_life
                 if silent > self.hang_timeout_s:
                     why = (
@@ -189,7 +190,23 @@ class ServerPool:
                 await self._restart(replica, why, force)
 
     async def _restart(self, replica: Replica, why: str, force: bool = False) -> None:
-        """Restart `replica` (its lock held); EngineError once `max_restarts` in a row are spent."""
+        """Restart `replica` (its lock held), again if a start fails; EngineError once
+        `max_restarts` in a row are spent."""
+        replica.ready.clear()
+        while True:
+            self._count_restart(replica, why)
+            try:
+                if getattr(replica.server, "restartable", False):
+                    await asyncio.to_thread(replica.server.restart, force=force)
+                else:
+                    await asyncio.to_thread(replica.server.wait_ready)
+                break
+            except EngineStartError as e:  # killed while starting, or no answer in time
+                why, force = f"did not come back ({str(e).splitlines()[0]})", True
+        replica.generation += 1
+        await replica.open()
+
+    def _count_restart(self, replica: Replica, why: str) -> None:
         tail = replica.server.log_tail(30) if hasattr(replica.server, "log_tail") else ""
         if replica.restarts_in_a_row >= self.max_restarts:
             raise EngineError(
@@ -197,7 +214,6 @@ class ServerPool:
                 f"answer in between (limit generate.max_server_restarts={self.max_restarts}); finished rows "
                 f"are saved, rerun the same command to resume. Last log lines:\n{tail}"
             )
-        replica.ready.clear()
         replica.restarts += 1
         replica.restarts_in_a_row += 1
         owned = getattr(replica.server, "restartable", False)
@@ -210,12 +226,6 @@ class ServerPool:
             self.max_restarts,
             tail,
         )
-        if owned:
-            await asyncio.to_thread(replica.server.restart, force=force)
-        else:
-            await asyncio.to_thread(replica.server.wait_ready)
-        replica.generation += 1
-        await replica.open()
 
     @property
     def restarts(self) -> int:
