@@ -144,7 +144,7 @@ def test_server_killed_three_times_at_concurrency_16(write_params, tmp_path):
             p.kill()
         killed += servers
         if n == 220:  # and its replacement while it starts: the restart is tried again
-            wait_for(lambda: set(engine_processes(proc.pid)) - set(killed), 60, "a new server")
+            wait_for(lambda k=killed: set(engine_processes(proc.pid)) - set(k), 60, "a new server")
             for p in set(engine_processes(proc.pid)) - set(killed):
                 p.kill()
                 killed.append(p)
