@@ -100,7 +100,8 @@ def servers_of(kit: subprocess.Popen) -> list[psutil.Process]:
         return []
     for p in kids:
         try:
-            if "sglang.launch_server" in " ".join(p.cmdline()):
+            cmdline = " ".join(p.cmdline())
+            if "sglang.launch_server" in cmdline and "reaper.py" not in cmdline:  # the server, not its reaper
                 found.append(p)
         except psutil.NoSuchProcess:
             continue

@@ -70,17 +70,41 @@ def stop_signals() -> Iterator[None]:
             signal.signal(sig, handler)
 
 
+LEFTOVER_WAIT_S = 5.0
+"""Seconds that tasks still running after the coroutine get to end before the loop closes."""
+
+
 def run_coroutine(coro: Coroutine[Any, Any, T]) -> T:
     try:
         asyncio.get_running_loop()
     except RuntimeError:
-        return asyncio.run(_cancelled_by_stop_signals(coro))
+        return _run_here(coro)
     return _run_in_thread(coro)
 
 
-async def _cancelled_by_stop_signals(coro: Coroutine[Any, Any, T]) -> T:
-    """Await `coro`; SIGTERM / SIGHUP cancel it (its finally blocks run), then raise `Terminated`,
-    as asyncio.run does for SIGINT: a signal handler must not raise inside the event loop."""
+def _run_here(coro: Coroutine[Any, Any, T]) -> T:
+    """Like asyncio.run, but the clean-up is bounded: tasks left over (a connection that will not
+    close, a server restart in a thread) get LEFTOVER_WAIT_S to end, so the kit always exits."""
+    loop = asyncio.new_event_loop()
+    asyncio.set_event_loop(loop)
+    try:
+        return loop.run_until_complete(_cancelled_by_signals(coro))
+    finally:
+        try:
+            left = asyncio.all_tasks(loop)
+            for task in left:
+                task.cancel()
+            if left:
+                loop.run_until_complete(asyncio.wait(left, timeout=LEFTOVER_WAIT_S))
+            loop.run_until_complete(loop.shutdown_asyncgens())
+        finally:
+            asyncio.set_event_loop(None)
+            loop.close()  # shuts the default executor down without waiting for its threads
+
+
+async def _cancelled_by_signals(coro: Coroutine[Any, Any, T]) -> T:
+    """Await `coro`; SIGINT, SIGTERM and SIGHUP cancel it (its finally blocks run), then raise
+    KeyboardInterrupt or `Terminated`: a signal handler must not raise inside the event loop."""
     loop, task = asyncio.get_running_loop(), asyncio.current_task()
     got: list[int] = []
 
@@ -90,21 +114,27 @@ async def _cancelled_by_stop_signals(coro: Coroutine[Any, Any, T]) -> T:
             task.cancel()
 
     taken = {sig: signal.getsignal(sig) for sig in STOP_SIGNALS if _handled(sig)}
+    if _handled(signal.SIGINT) and signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+        taken[signal.SIGINT] = signal.default_int_handler
     for sig in taken:
         loop.add_signal_handler(sig, on_signal, sig)
     try:
         result = await coro
     except asyncio.CancelledError:
         if got:
-            raise Terminated(got[0]) from None
+            raise _interruption(got[0]) from None
         raise
     finally:
         for sig, handler in taken.items():
             loop.remove_signal_handler(sig)
             signal.signal(sig, handler)
     if got:  # the coroutine ended by itself before the cancellation reached it
-        raise Terminated(got[0])
+        raise _interruption(got[0])
     return result
+
+
+def _interruption(signum: int) -> KeyboardInterrupt:
+    return KeyboardInterrupt() if signum == signal.SIGINT else Terminated(signum)
 
 
 def _run_in_thread(coro: Coroutine[Any, Any, T]) -> T:

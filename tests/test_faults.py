@@ -94,7 +94,8 @@ def engine_processes(kit_pid: int) -> list[psutil.Process]:
     found = []
     for p in psutil.Process(kit_pid).children(recursive=True):
         try:
-            if "sglang.launch_server" in " ".join(p.cmdline()):
+            cmdline = " ".join(p.cmdline())
+            if "sglang.launch_server" in cmdline and "reaper.py" not in cmdline:  # the server, not its reaper
                 found.append(p)
         except psutil.NoSuchProcess:
             continue

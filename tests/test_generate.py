@@ -108,8 +108,9 @@ def test_kill9_at_several_points_then_resume_exactly_once(write_params):
 
 
 def server_processes(kit_pid: int) -> list[psutil.Process]:
+    """The servers under the kit (not their reapers, whose command lines name the server's too)."""
     procs = psutil.Process(kit_pid).children(recursive=True)
-    return [p for p in procs if "serve" in " ".join(p.cmdline())]
+    return [p for p in procs if "serve" in " ".join(p.cmdline()) and "reaper.py" not in " ".join(p.cmdline())]
 
 
 def assert_exactly_once(folder: RunFolder) -> None:

@@ -267,7 +267,7 @@ class ServerProcess:
             return
         members = _descendants(proc.pid)
         if force:
-            _kill_all(members)
+            _kill_all([*members, psutil.Process(proc.pid)] if proc.poll() is None else members)
         if proc.poll() is None:
             proc.send_signal(signal.SIGTERM)
             try:

@@ -25,6 +25,7 @@ from kit.errors import EngineError, EngineStartError
 log = logging.getLogger(__name__)
 HEALTH_INTERVAL_S = 5.0
 """Seconds between two health probes of a replica (less when the hang timeout is short)."""
+CLOSE_WAIT_S = 5.0
 HEALTH_TIMEOUT_S = 10.0
 """A probe not answered within this (or the hang timeout, if shorter) is a failed probe."""
 
@@ -64,11 +65,15 @@ class Replica:
         self.ready.set()
 
     async def close(self) -> None:
+        """Close every client it had, waiting a few seconds at most: a connection to a server that
+        is frozen or gone must not hold the run's end."""
         self.ready.clear()
-        for client in (*self.retired, self.client):
-            if client is not None:
-                await client.__aexit__(None, None, None)
+        closing = [
+            asyncio.ensure_future(c.__aexit__(None, None, None)) for c in (*self.retired, self.client) if c
+        ]
         self.client, self.retired = None, []
+        if closing:
+            await asyncio.wait(closing, timeout=CLOSE_WAIT_S)
 
     def saw_life(self) -> None:
         self.last_life = time.monotonic()
@@ -89,7 +94,7 @@ class Replica:
             return False
         try:
             ok = await asyncio.wait_for(client.health(), timeout_s)
-        except (asyncio.TimeoutError, EngineError, OSError):
+        except Exception:  # whatever stops the probe (timeout, refused, a closed client) is a failed probe
             ok = False
         if ok:
             self.saw_life()
