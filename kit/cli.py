@@ -177,8 +177,9 @@ INTERRUPTED = "interrupted by {}: finished work is saved; rerun the same command
 
 
 def main() -> None:
-    """Entry point. Exit codes: 0 done, 3 incomplete (rows left), 2 error (one message, no traceback),
-    128 + signal when interrupted (130 Ctrl-C, 143 SIGTERM, 129 SIGHUP) with finished work saved."""
+    """Entry point. Exit codes: 0 done, 2 error (one message, no traceback), 3 incomplete (rows left),
+    4 `kit probe` NO-GO, 128 + signal when interrupted (130 Ctrl-C, 143 SIGTERM, 129 SIGHUP) with
+    finished work saved."""
     from kit.asyncrun import stop_signal_received, stop_signals
     from kit.runfolder import DISK_FULL, disk_full_message
 
