@@ -28,6 +28,8 @@ from kit.params import GenerateParams
 from kit.progress import progress
 
 log = logging.getLogger(__name__)
+UNWIND_S = 10.0
+"""Seconds the cancelled workers get to unwind at the end (their rows are already on disk)."""
 
 
 @dataclass
@@ -69,13 +71,14 @@ class GenerationLoop:
             for task in done:
                 task.result()  # a worker's or the watchdog's error (a server that cannot come back)
         finally:  # also on Ctrl-C, SIGTERM (cancellation) and on a server that cannot be restarted
-            for task in (ticker, watchdog, *workers):
-                task.cancel()
-            await asyncio.wait([ticker, watchdog, *workers])
+            tasks = [ticker, watchdog, *workers]
+            for task in tasks:
+                task.cancel()  # cancelled at their next step: none adds a row after this
+            bar.close()
+            self.writer.flush()  # first of all: every finished row reaches disk, whatever follows
+            await asyncio.wait(tasks, timeout=UNWIND_S)
             if work.done() and not work.cancelled():
                 work.exception()  # retrieved: asyncio would log it again at exit
-            bar.close()
-            self.writer.flush()
             self.timeline.sample(self.stats, await self._engine_metrics())
             self.timeline.save()
         return self.stats
