@@ -1,17 +1,20 @@
 """Fault soak: thousands of requests at concurrency 64 against a server that is killed, frozen and
 made to misbehave on a schedule; rows lost, rows duplicated, restarts and time lost.
 
-    .venv/bin/python benchmarks/bench_soak.py --out docs/bench_soak.md
-    .venv/bin/python benchmarks/bench_soak.py --prompts 500      # a quick look
+    .venv/bin/python benchmarks/bench_soak.py --out docs/bench_soak.md               # both engines
+    .venv/bin/python benchmarks/bench_soak.py --engines fake --prompts 500           # a quick look
 
-The server is tests/fake_sglang (an SGLang-shaped stand-in started by the kit as flavor `sglang`,
-answers begin with a digest of their prompt) so that a restart takes seconds, not minutes; the
-kit is the real `kit generate` command. Two runs of the same plan: a baseline without faults,
-then the soak, where a driver watching the rows on disk fires one event per step of the plan:
-`kill -9` of the server, SIGSTOP (lifted after a few seconds, or never: the kit must notice),
-windows of HTTP 200 answers that are no completion or of HTTP 500s, and one SIGTERM of the kit
+Engine `fake`: tests/fake_sglang (an SGLang-shaped stand-in started by the kit as flavor `sglang`;
+its answers begin with a digest of their prompt, and it serves bad answers and 500s when told),
+so that a restart takes seconds: 2,500 prompts x 2 samples at concurrency 64. Engine `vllm`: the
+real vLLM (CPU build, .venv-vllm, `make engine-vllm`) on the demo model, a shorter plan and
+schedule, since each of its starts takes a minute or more here. The kit is the real `kit
+generate` command. Per engine, two runs of the same plan: a baseline without faults, then the
+soak, where a driver watching the rows on disk fires one event per step of the plan: `kill -9`
+of the server process, SIGSTOP (lifted after 3 s, or never: the kit must notice), windows of
+HTTP 200 answers that are no completion or of HTTP 500s (fake only), and one SIGTERM of the kit
 itself followed by the same command again (a resume). Afterwards every planned id must be in
-the shards exactly once, each answering its own prompt, none of them a bad answer.
+the shards exactly once, none of them a bad answer (and, on the fake, each answering its own prompt).
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import psutil
@@ -33,35 +37,85 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 FAKE = ROOT / "tests" / "fake_sglang"
 KIT = [sys.executable, "-m", "kit.cli", "generate"]
-# One event each time another share of the plan is on disk (the kit is SIGTERMed once, then resumed).
-SCHEDULE = [
-    "kill",
-    "bad_answers",
-    "freeze_short",
-    "kill",
-    "errors",
-    "kill",
-    "freeze_long",
-    "sigterm_kit",
-    "kill",
-    "bad_answers",
-    "freeze_short",
-    "kill",
-    "freeze_long",
-]
 
 
-def write_params(tmp: Path, name: str, prompts: int, faults: Path) -> Path:
+@dataclass(frozen=True)
+class Engine:
+    """How one engine is soaked: its params, how its server process is named, the schedule."""
+
+    flavor: str
+    server_match: str
+    """A piece of the server process's command line (its reaper's also names it, and is skipped)."""
+    schedule: tuple[str, ...]
+    """One event each time another share of the plan is on disk."""
+    prompts: int
+    concurrency: int
+    hang_timeout_s: float
+    digests: bool
+    """Answers begin with `re:<digest of the prompt>` (the fake), so each can be traced to its prompt."""
+
+    def section(self, faults: Path) -> dict:
+        if self.flavor == "sglang":
+            env = {"PYTHONPATH": str(FAKE), "FAKE_SGLANG_FAULTS": str(faults), "FAKE_SGLANG_STEP_S": "0.005"}
+            return {"flavor": "sglang", "startup_timeout_s": 120, "env": env}
+        return {
+            "flavor": "vllm",
+            "python": str(ROOT / ".venv-vllm" / "bin" / "python"),
+            "startup_timeout_s": 900,
+            "context_length": 2048,
+            "extra_args": ["--dtype", "float32"],
+            "env": {"VLLM_CPU_KVCACHE_SPACE": "1"},
+        }
+
+
+ENGINES = {
+    "fake": Engine(
+        "sglang",
+        "sglang.launch_server",
+        (
+            "kill",
+            "bad_answers",
+            "freeze_short",
+            "kill",
+            "errors",
+            "kill",
+            "freeze_long",
+            "sigterm_kit",
+            "kill",
+            "bad_answers",
+            "freeze_short",
+            "kill",
+            "freeze_long",
+        ),  # fmt: skip
+        prompts=2500,
+        concurrency=64,
+        hang_timeout_s=5,
+        digests=True,
+    ),
+    "vllm": Engine(
+        "vllm",
+        "vllm.entrypoints.openai.api_server",
+        ("kill", "freeze_short", "freeze_long", "sigterm_kit"),
+        prompts=300,
+        concurrency=64,
+        hang_timeout_s=20,
+        digests=False,
+    ),
+}
+
+
+def write_params(tmp: Path, name: str, engine: Engine, faults: Path) -> Path:
     data = tmp / "prompts.jsonl"
     data.write_text(
-        "".join(json.dumps({"prompt": f"Soak question {i}: {i} + {i}?"}) + "\n" for i in range(prompts))
+        "".join(
+            json.dumps({"prompt": f"Soak question {i}: {i} + {i}?"}) + "\n" for i in range(engine.prompts)
+        )
     )
-    env = {"PYTHONPATH": str(FAKE), "FAKE_SGLANG_FAULTS": str(faults), "FAKE_SGLANG_STEP_S": "0.005"}
     params = {
         "run": name,
         "output_dir": str(tmp / "outputs"),
         "model": {"path": str(ROOT / ".cache" / "demo" / "model")},
-        "engine": {"flavor": "sglang", "startup_timeout_s": 120, "env": env},
+        "engine": engine.section(faults),
         "data": {
             "seed": 0,
             "sources": [
@@ -70,11 +124,11 @@ def write_params(tmp: Path, name: str, prompts: int, faults: Path) -> Path:
         },
         "generate": {
             "sampling": {"max_tokens": 32, "temperature": 0.7, "seed": 0, "n": 2},
-            "concurrency": 64,
+            "concurrency": engine.concurrency,
             "shard_rows": 200,
             "shard_seconds": 1,
-            "request_timeout_s": 60,
-            "hang_timeout_s": 5,
+            "request_timeout_s": 120,
+            "hang_timeout_s": engine.hang_timeout_s,
             "retries": 3,
             "use_decision": False,
         },
@@ -92,7 +146,7 @@ def rows_on_disk(gen: Path) -> int:
         return 0
 
 
-def servers_of(kit: subprocess.Popen) -> list[psutil.Process]:
+def servers_of(kit: subprocess.Popen, match: str) -> list[psutil.Process]:
     found = []
     try:
         kids = psutil.Process(kit.pid).children(recursive=True)
@@ -101,7 +155,7 @@ def servers_of(kit: subprocess.Popen) -> list[psutil.Process]:
     for p in kids:
         try:
             cmdline = " ".join(p.cmdline())
-            if "sglang.launch_server" in cmdline and "reaper.py" not in cmdline:  # the server, not its reaper
+            if match in cmdline and "reaper.py" not in cmdline:  # the server, not its reaper
                 found.append(p)
         except psutil.NoSuchProcess:
             continue
@@ -115,8 +169,8 @@ def start_kit(params: Path, log: Path) -> subprocess.Popen:
 class Driver:
     """Fires the scheduled events against the server and the kit while the soak runs."""
 
-    def __init__(self, params: Path, faults: Path, log: Path) -> None:
-        self.params, self.faults, self.log = params, faults, log
+    def __init__(self, params: Path, faults: Path, log: Path, match: str) -> None:
+        self.params, self.faults, self.log, self.match = params, faults, log, match
         self.kit = start_kit(params, log)
         self.sessions, self.events, self.exit_codes = 1, [], []
         self.thaw: list[tuple[float, list[psutil.Process]]] = []
@@ -137,15 +191,15 @@ class Driver:
             self.thaw.append((time.monotonic() + 3.0, []))
         elif event == "sigterm_kit":
             self.kit.send_signal(signal.SIGTERM)
-            self.exit_codes.append(self.kit.wait(120))
+            self.exit_codes.append(self.kit.wait(300))
             self.kit = start_kit(self.params, self.log)
             self.sessions += 1
         self.events.append(event)
 
-    def wait_for_servers(self, timeout_s: float = 60.0) -> list[psutil.Process]:
+    def wait_for_servers(self, timeout_s: float = 900.0) -> list[psutil.Process]:
         """The server processes, once there are some (a restart may be under way)."""
         deadline = time.monotonic() + timeout_s
-        while not (servers := servers_of(self.kit)) and time.monotonic() < deadline:
+        while not (servers := servers_of(self.kit, self.match)) and time.monotonic() < deadline:
             time.sleep(0.1)
         if not servers:
             raise RuntimeError(f"no server under the kit after {timeout_s} s; see {self.log}")
@@ -164,21 +218,22 @@ class Driver:
                     pass
 
 
-def run_soak(tmp: Path, prompts: int, faulty: bool) -> dict:
+def run_soak(tmp: Path, engine: Engine, faulty: bool) -> dict:
     name = "soak" if faulty else "baseline"
     faults = tmp / f"faults-{name}.json"
     faults.write_text("{}")
-    params = write_params(tmp, name, prompts, faults)
+    params = write_params(tmp, name, engine, faults)
     gen = tmp / "outputs" / name / "generations"
-    planned = 2 * prompts
-    steps = [planned * (i + 1) // (len(SCHEDULE) + 2) for i in range(len(SCHEDULE))] if faulty else []
+    planned = 2 * engine.prompts
+    n = len(engine.schedule)
+    steps = [planned * (i + 1) // (n + 2) for i in range(n)] if faulty else []
     t0 = time.monotonic()
-    driver = Driver(params, faults, tmp / f"{name}.log")
+    driver = Driver(params, faults, tmp / f"{name}.log", engine.server_match)
     while driver.kit.poll() is None or driver.thaw:
         driver.tick()
         if steps and rows_on_disk(gen) >= steps[0] and driver.kit.poll() is None:
             steps.pop(0)
-            driver.fire(SCHEDULE[len(driver.events)])
+            driver.fire(engine.schedule[len(driver.events)])
         time.sleep(0.2)
     driver.exit_codes.append(driver.kit.returncode)
     wall = time.monotonic() - t0
@@ -186,26 +241,33 @@ def run_soak(tmp: Path, prompts: int, faulty: bool) -> dict:
         rerun = subprocess.run([*KIT, str(params)], capture_output=True, text=True)
         driver.exit_codes.append(rerun.returncode)
         driver.sessions += 1
-    return {"wall_s": wall, **verify(tmp / "outputs" / name, planned), **vars_of(driver, tmp, name)}
+    found = verify(tmp / "outputs" / name, planned, engine.digests)
+    return {"wall_s": wall, **found, **vars_of(driver, tmp, name)}
 
 
 def vars_of(driver: Driver, tmp: Path, name: str) -> dict:
-    starts = (tmp / "outputs" / name / "logs" / "server-0.log").read_text().count("start 'server-0'")
+    log = (tmp / "outputs" / name / "logs" / "server-0.log").read_text()
     return {
         "events": driver.events,
         "sessions": driver.sessions,
         "exit_codes": driver.exit_codes,
-        "restarts": starts - driver.sessions,
+        "restarts": log.count("start 'server-0'") - driver.sessions,
+        "bad_answers_served": sum(
+            log.count(f"injected fault {k}") for k in ("no_choices", "null_finish", "abort")
+        ),
+        "errors_served": log.count("injected fault error"),
     }
 
 
-def verify(run: Path, planned: int) -> dict:
+def verify(run: Path, planned: int, digests: bool) -> dict:
     table = pq.read_table(sorted((run / "generations").glob("part-*.parquet")))
     rows = table.to_pylist()
     ids = [r["id"] for r in rows]
     plan_ids = pq.read_table(run / "prompts.parquet", columns=["id"]).column("id").to_pylist()
     wanted = {i if k == 0 else f"{i}.{k}" for i in plan_ids for k in (0, 1)}
-    wrong = sum(not r["completion"].startswith(f"re:{digest(r['messages'])} ") for r in rows)
+    wrong = (
+        sum(not r["completion"].startswith(f"re:{digest(r['messages'])} ") for r in rows) if digests else "-"
+    )
     bad = sum(r["finish_reason"] not in ("stop", "length", "tool_calls") or not r["completion"] for r in rows)
     failures = (run / "failures.jsonl").read_text().splitlines()
     return {
@@ -227,23 +289,26 @@ def sessions(result: dict) -> str:
     return f"{result['sessions']} ({', '.join(map(str, result['exit_codes']))})"
 
 
-def report(base: dict, soak: dict, prompts: int) -> str:
+EVENTS = """Events: `kill`: SIGKILL of the server process; `freeze_short`: SIGSTOP lifted after 3 s (within
+the hang timeout: waited out); `freeze_long`: SIGSTOP never lifted (the watchdog must restart the
+server); `bad_answers` / `errors`: for 3 s, 30% of answers are HTTP 200 without a completion (no
+choices, null finish_reason, `abort`) or HTTP 500; `sigterm_kit`: SIGTERM to the kit, then the same
+command again."""
+
+
+def report(name: str, engine: Engine, base: dict, soak: dict) -> str:
     lost_s = soak["wall_s"] - base["wall_s"]
     per_event = lost_s / max(len(soak["events"]), 1)
     counts = {e: soak["events"].count(e) for e in dict.fromkeys(soak["events"])}
     events = ", ".join(f"{n} x {e}" for e, n in counts.items())
-    return f"""# Fault soak: the run survives what nights bring
+    server = (
+        "an SGLang-shaped stand-in (tests/fake_sglang)" if name == "fake" else "the real vLLM (CPU build)"
+    )
+    return f"""## Engine `{name}`: {server}
 
-Command: `.venv/bin/python benchmarks/bench_soak.py --prompts {prompts} --out docs/bench_soak.md`
-on {os.cpu_count()} cores shared with other work (wall times are noisy; the ratio is what to read).
-
-{2 * prompts:,} requests ({prompts:,} prompts, n = 2), concurrency 64, against an SGLang-shaped
-stand-in (tests/fake_sglang) started by the real `kit generate`. Events, one each time another
-share of the plan was on disk: {events}. `freeze_short`: SIGSTOP lifted after 3 s (within the
-hang timeout of 5 s: waited out); `freeze_long`: SIGSTOP never lifted (the watchdog must restart
-the server); `bad_answers` / `errors`: for 3 s, 30% of answers are HTTP 200 without a completion
-(no choices, null finish_reason, `abort`) or HTTP 500; `sigterm_kit`: SIGTERM to the kit, then
-the same command again.
+{2 * engine.prompts:,} requests ({engine.prompts:,} prompts, n = 2), concurrency {engine.concurrency},
+hang timeout {engine.hang_timeout_s:g} s. Events in the soak, one each time another share of the
+plan was on disk: {events}.
 
 | what | baseline (no faults) | soak |
 |---|---|---|
@@ -252,6 +317,8 @@ the same command again.
 | **rows lost** | {base["lost"]} | **{soak["lost"]}** |
 | **rows duplicated** | {base["duplicated"]} | **{soak["duplicated"]}** |
 | rows holding another prompt's answer | {base["foreign_answers"]} | {soak["foreign_answers"]} |
+| HTTP 200 answers without a completion served | {base["bad_answers_served"]} | {soak["bad_answers_served"]} |
+| HTTP 500 answers served | {base["errors_served"]} | {soak["errors_served"]} |
 | bad answers stored as rows | {base["bad_answers_stored"]} | {soak["bad_answers_stored"]} |
 | failures recorded (retried on rerun) | {base["failures_recorded"]} | {soak["failures_recorded"]} |
 | server restarts (by the kit) | {base["restarts"]} | {soak["restarts"]} |
@@ -264,22 +331,39 @@ the same command again.
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--prompts", type=int, default=2500, help="prompts in the plan (2 samples each)")
+    ap.add_argument("--engines", default="fake,vllm", help="comma-separated: fake, vllm")
+    ap.add_argument("--prompts", type=int, default=None, help="prompts in each plan (2 samples each)")
     ap.add_argument("--out", type=Path, default=None, help="write the results as markdown here")
     ap.add_argument("--tmp", type=Path, default=Path("/tmp/kit-bench-soak"))
     args = ap.parse_args()
     import shutil
 
-    shutil.rmtree(args.tmp, ignore_errors=True)
-    args.tmp.mkdir(parents=True)
-    base = run_soak(args.tmp, args.prompts, faulty=False)
-    soak = run_soak(args.tmp, args.prompts, faulty=True)
-    text = report(base, soak, args.prompts)
+    sections, broken = [], False
+    for name in args.engines.split(","):
+        engine = ENGINES[name]
+        if args.prompts:
+            engine = replace(engine, prompts=args.prompts)
+        tmp = args.tmp / name
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+        base = run_soak(tmp, engine, faulty=False)
+        soak = run_soak(tmp, engine, faulty=True)
+        sections.append(report(name, engine, base, soak))
+        broken |= bool(soak["lost"] or soak["duplicated"] or soak["bad_answers_stored"])
+        broken |= soak["foreign_answers"] not in (0, "-")
+    command = " ".join(["benchmarks/bench_soak.py", *sys.argv[1:]])
+    text = f"""# Fault soak: the run survives what nights bring
+
+Command: `.venv/bin/python {command}` on {os.cpu_count()} cores shared with other work (wall times are
+noisy: compare the soak with the baseline measured just before it).
+
+{EVENTS}
+
+""" + "\n".join(sections)
     print(text)
     if args.out:
         args.out.write_text(text)
-    if soak["lost"] or soak["duplicated"] or soak["foreign_answers"] or soak["bad_answers_stored"]:
-        sys.exit(1)
+    sys.exit(1 if broken else 0)
 
 
 if __name__ == "__main__":

@@ -180,7 +180,8 @@ class ServerPool:
             if not replica.ready.is_set():
                 continue
             if replica.process_exited():
-                await self._restart_if(replica, generation, "exited")
+                code = getattr(replica.server, "exit_code", None)
+                await self._restart_if(replica, generation, f"exited with code {code}")
             elif not await replica.healthy(self.probe_timeout_s):
                 silent = time.monotonic() - replica.last_life
                 if silent > self.hang_timeout_s:

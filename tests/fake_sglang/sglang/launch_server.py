@@ -17,7 +17,8 @@ bad_rate: the share of chat answers that are HTTP 200 with a body that is no com
 `choices`, empty content with a null finish_reason, or finish_reason `abort`, in turn);
 bad_first: the first N answers of this process are such bodies;
 error_rate: the share answered HTTP 500; bad_marker: a request whose messages contain it always
-gets `abort`. Kills and freezes come from outside (signals to this process).
+gets `abort`. Each injected fault is a line in the server log. Kills and freezes come from outside
+(signals to this process).
 """
 
 import argparse
@@ -179,6 +180,8 @@ def main() -> None:
         if k:
             usage["spec_verify_ct"] = steps
         fault = faults.pick(body.get("messages"))
+        if fault:
+            print(f"fake_sglang: injected fault {fault}", flush=True)  # counted by the soak benchmark
         if fault == "error":
             return JSONResponse({"error": "injected fault"}, status_code=500)
         if fault:
