@@ -44,7 +44,8 @@ def run(
         str | None, typer.Option(help="comma-separated subset: probe,decide,generate,analyse")
     ] = None,
 ) -> None:
-    """Execute the stage notebooks headless into outputs/<run>/notebooks/ and render the report."""
+    """Execute the stage notebooks headless into outputs/<run>/notebooks/ and render the report;
+    exits 3 when the generation it ran left rows (as `kit generate` does)."""
     from kit import stages as st
     from kit.notebooks import execute_all
     from kit.report import render_report
@@ -52,10 +53,12 @@ def run(
 
     p = _load(params, run)
     folder = st.prepare(p)
-    execute_all(p, folder, stages.split(",") if stages else None)
+    chosen = stages.split(",") if stages else None
+    execute_all(p, folder, chosen)
     index = render_report(folder.root, hide_code=p.report.hide_code)
     typer.echo(f"report: {index}")
-    if folder.manifest.exists() and not read_json(folder.manifest).get("complete", True):
+    generated = chosen is None or "generate" in chosen
+    if generated and folder.manifest.exists() and not read_json(folder.manifest).get("complete", True):
         typer.secho(
             "incomplete: rows are left to generate; rerun to retry them (see failures.jsonl)", err=True
         )
