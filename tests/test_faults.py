@@ -21,7 +21,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from kit.engines.process import free_port
-from kit.generate.answers import FINISHED
+from kit.generate.completions import FINISHED
 from kit.params import load_params
 from kit.runfolder import RunFolder
 

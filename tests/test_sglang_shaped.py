@@ -55,7 +55,7 @@ def test_sweep_decision_and_generation_through_sglang_flags(write_params, tmp_pa
     assert spec.accept_length.between(1.5, 3.0).all() and sweep[sweep.spec_k == 0].accept_length.isna().all()
     assert decision["decided_by"] == "measured" and decision["speculation_available"] is True
     assert decision["chosen_arm"] in {"plain", "spec_k1", "spec_k2"}
-    assert any("NGRAM k=" in r for r in decision["reasons"]) and not any(
+    assert any("n-gram k=" in r for r in decision["reasons"]) and not any(
         "MTP" in r for r in decision["reasons"]
     )
 

@@ -8,9 +8,11 @@ so headless code (papermill, `kit analyse`) never needs a display.
 from __future__ import annotations
 
 import os
+import warnings
 from pathlib import Path
 
 import matplotlib
+from matplotlib import MatplotlibDeprecationWarning
 
 if "MPLBACKEND" not in os.environ:
     matplotlib.use("Agg")
@@ -102,4 +104,49 @@ def counts_bar(table: pd.DataFrame, title: str, xlabel: str = "rows") -> Figure 
     ax.set_xlabel(xlabel)
     ax.set_ylabel("")
     ax.set_title(title)
+    return fig
+
+
+def _parts_tidy(df: pd.DataFrame, parts: pd.DataFrame, hue: str) -> pd.DataFrame:
+    """Long form: one row per (row, part) with chars and tokens, for the rows that thought."""
+    thought = parts["reasoning_text"].notna()
+    frames = []
+    for part in ("reasoning", "answer"):
+        frames.append(
+            pd.DataFrame(
+                {
+                    hue: df.loc[thought, hue].to_numpy(),
+                    "part": part,
+                    "chars": parts.loc[thought, f"{part}_chars"].astype("Float64").to_numpy(),
+                    "tokens": parts.loc[thought, f"{part}_tokens"].astype("Float64").to_numpy(),
+                }
+            )
+        )
+    return pd.concat(frames, ignore_index=True).astype({"chars": float, "tokens": float})
+
+
+def reasoning_and_answer(df: pd.DataFrame, parts: pd.DataFrame, hue: str = "source") -> Figure | None:
+    """Lengths of reasoning and answer per source (rows that thought), in chars and, where the
+    engine reported `reasoning_tokens`, in tokens; None when no row thought."""
+    if df.empty or not parts["reasoning_text"].notna().any():
+        return None
+    tidy = _parts_tidy(df, parts, hue)
+    units = ["chars"] + (["tokens"] if tidy["tokens"].notna().any() else [])
+    order = sorted(tidy[hue].unique())
+    fig, axes = plt.subplots(
+        1, len(units), figsize=(6 * len(units), 0.7 * len(order) + 2), squeeze=False, sharey=True
+    )
+    for ax, unit in zip(axes[0], units, strict=True):
+        with warnings.catch_warnings():  # seaborn 0.13 passes matplotlib 3.11 a deprecated `vert`
+            warnings.simplefilter("ignore", MatplotlibDeprecationWarning)
+            sns.boxplot(
+                data=tidy.dropna(subset=[unit]), y=hue, x=unit, hue="part", order=order, orient="h", ax=ax
+            )
+        ax.set_xscale("symlog", linthresh=10)
+        ax.set_xlim(left=0)
+        ax.set_xlabel(f"{unit} (symlog)")
+        ax.set_ylabel("")
+    for ax in axes[0, 1:]:
+        ax.get_legend().remove()
+    axes[0, 0].set_title("reasoning and answer lengths (rows that thought)")
     return fig

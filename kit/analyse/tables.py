@@ -1,12 +1,15 @@
 """Per-source tables: how many rows were asked for, generated and failed, their token counts,
-and how each source's completions finished (the share cut at `max_tokens` is the first sign
-that the token budget is wrong)."""
+how each source's completions finished (the share cut at `max_tokens` is the first sign
+that the token budget is wrong), and the lengths of reasoning and answer and the tool calls."""
 
 from __future__ import annotations
 
 from typing import Any
 
 import pandas as pd
+
+LENGTHS = ("reasoning_chars", "answer_chars", "reasoning_tokens", "answer_tokens")
+"""Length columns of kit.analyse.reasoning.reasoning_parts, summarised per source."""
 
 
 def distribution(values: pd.Series) -> dict[str, float | int | None]:
@@ -69,6 +72,39 @@ def overall_finish_shares(df: pd.DataFrame) -> dict[str, float]:
     return {str(k): round(float(v), 4) for k, v in df["finish_reason"].value_counts(normalize=True).items()}
 
 
+def outputs_entry(parts: pd.DataFrame, flags: pd.DataFrame) -> dict[str, Any]:
+    """Reasoning and answer lengths, thinking and tool-call counts of some rows (`parts`: row_parts)."""
+    fc = parts["function_calling"]
+    with_calls = int((parts["has_call"] & fc).sum())
+    return {
+        **{col: distribution(parts[col]) for col in LENGTHS},
+        "reasoning": {
+            "rows": int(parts["reasoning_text"].notna().sum()),
+            "from_parser": int(parts["reasoning_from"].eq("parser").sum()),
+            "from_text": int(parts["reasoning_from"].eq("text").sum()),
+            "unterminated_think": int(flags["unterminated_think"].sum()),
+        },
+        "tool_calls": {
+            "function_calling_rows": int(fc.sum()),
+            "rows_with_calls": with_calls,
+            "share_with_calls": round(with_calls / int(fc.sum()), 4) if fc.any() else None,
+            "parsed_by_engine": int(parts["parsed_calls"].sum()),
+            "in_text": int(parts["text_calls"].sum()),
+            "broken": int(flags["tool_call_broken"].sum()),
+        },
+    }
+
+
+def outputs_by_source(
+    df: pd.DataFrame, parts: pd.DataFrame, flags: pd.DataFrame
+) -> dict[str, dict[str, Any]]:
+    """`outputs_entry` per source."""
+    return {
+        str(s): outputs_entry(parts.loc[idx], flags.loc[idx])
+        for s, idx in df.groupby("source").groups.items()
+    }
+
+
 def _per_source_frame(sources: dict[str, Any]) -> pd.DataFrame:
     rows = {}
     for name, s in sources.items():
@@ -78,6 +114,28 @@ def _per_source_frame(sources: dict[str, Any]) -> pd.DataFrame:
                 row[f"{short} {stat}"] = (s.get(col) or {}).get(stat)
         rows[name] = row
     return pd.DataFrame.from_dict(rows, orient="index")
+
+
+def _lengths_frame(sources: dict[str, Any]) -> pd.DataFrame:
+    """Per source: p50 and p90 of reasoning and answer, in chars and tokens (max in summary.json)."""
+    rows = {}
+    for name, s in sources.items():
+        rows[name] = {
+            f"{col.replace('_', ' ')} {stat}": (s.get(col) or {}).get(stat)
+            for col in LENGTHS
+            for stat in ("p50", "p90")
+        }
+    return pd.DataFrame.from_dict(rows, orient="index")
+
+
+def _counts_frame(sources: dict[str, Any], key: str) -> pd.DataFrame:
+    """The `key` block (reasoning or tool_calls) per source, for the sources where it counted anything."""
+    frame = pd.DataFrame.from_dict({s: v.get(key) or {} for s, v in sources.items()}, orient="index")
+    counts = frame.drop(columns="share_with_calls", errors="ignore")
+    if counts.empty:
+        return counts
+    frame[counts.columns] = counts.fillna(0).astype(int)
+    return frame[counts.gt(0).any(axis=1)]
 
 
 def _health_frame(health: dict[str, Any]) -> pd.DataFrame:
@@ -99,8 +157,11 @@ def summary_tables(summary: dict[str, Any]) -> dict[str, pd.DataFrame]:
             {s: v.get("finish_reasons", {}) for s, v in sources.items()}
         ).T.fillna(0.0),
         "quality flags (rows)": pd.DataFrame({s: v.get("flags", {}) for s, v in sources.items()}).T,
+        "thinking (rows)": _counts_frame(sources, "reasoning"),
+        "reasoning and answer lengths (p50, p90)": _lengths_frame(sources),
+        "tool calls (rows)": _counts_frame(sources, "tool_calls"),
         "run health": _health_frame(summary.get("health", {})),
     }
     if summary.get("gaps"):
         tables["gaps"] = pd.DataFrame({"gap": summary["gaps"]})
-    return tables
+    return {k: v for k, v in tables.items() if not v.empty}

@@ -3,7 +3,7 @@
 A fixed number of worker coroutines (the concurrency) pull work items from one lazy iterator,
 so the engine's queue stays full while the kit's memory stays flat however many prompts are
 planned. Each real completion goes to the shard writer; a rejected request goes to the failure
-log; a transient fault or an answer that is no completion (`answers.py`) is retried with
+log; a transient fault or an answer that is no completion (`completions.py`) is retried with
 backoff; a server that exits or hangs is restarted by the pool's watchdog, and the requests it
 cut are retried without counting an attempt.
 """
@@ -11,6 +11,8 @@ cut are retried without counting an attempt.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import gc
 import json
 import logging
 import random
@@ -20,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kit.engines.client import RequestRejected, TransientEngineError
-from kit.generate.answers import answer_problem
+from kit.generate.completions import not_a_completion
 from kit.generate.metrics import Timeline
 from kit.generate.pool import ServerPool
 from kit.generate.store import FailureLog, ShardWriter, now_utc
@@ -67,7 +69,8 @@ class GenerationLoop:
         workers = [asyncio.create_task(self._worker(items, bar)) for _ in range(concurrency)]
         work = asyncio.gather(*workers)
         try:
-            done, _ = await asyncio.wait({work, watchdog}, return_when=asyncio.FIRST_COMPLETED)
+            with fewer_gc_passes():
+                done, _ = await asyncio.wait({work, watchdog}, return_when=asyncio.FIRST_COMPLETED)
             for task in done:
                 task.result()  # a worker's or the watchdog's error (a server that cannot come back)
         finally:  # also on Ctrl-C, SIGTERM (cancellation) and on a server that cannot be restarted
@@ -75,7 +78,8 @@ class GenerationLoop:
             for task in tasks:
                 task.cancel()  # cancelled at their next step: none adds a row after this
             bar.close()
-            self.writer.flush()  # first of all: every finished row reaches disk, whatever follows
+            # first of all: every finished row reaches disk (this waits for the shards in flight)
+            self.writer.flush(self.failures.flush)
             await asyncio.wait(tasks, timeout=UNWIND_S)
             if work.done() and not work.cancelled():
                 work.exception()  # retrieved: asyncio would log it again at exit
@@ -96,7 +100,7 @@ class GenerationLoop:
                 self.stats.output_tokens += row["completion_tokens"] or 0
             bar.update(1)
             if self.writer.due(self.params.shard_rows, self.params.shard_seconds):
-                self._flush()
+                await self._flush()
 
     async def _generate(self, item: dict[str, Any]) -> dict[str, Any] | None:
         if self.context_limit and (item.get("prompt_tokens") or 0) >= self.context_limit:
@@ -120,7 +124,7 @@ class GenerationLoop:
                     continue  # the server exited, hung or restarted: not the request's fault, not counted
                 reason, error = "transient", str(e)
             else:
-                error = answer_problem(result)
+                error = not_a_completion(result)
                 self.pool.note_answer(replica, generation, good=error is None)
                 if error is None:
                     return self._row(item, result)
@@ -182,9 +186,9 @@ class GenerationLoop:
             }
         )
 
-    def _flush(self) -> None:
-        self.writer.flush()
-        self.timeline.save()
+    async def _flush(self) -> None:
+        """Queue a shard (and the timeline and failure log after it) in the writer thread."""
+        await self.writer.flush_async(self.timeline.save, self.failures.flush)
 
     async def _engine_metrics(self) -> dict[str, float]:
         """The engine's own gauges (SGLang /metrics), summed over replicas; empty where not served."""
@@ -207,7 +211,23 @@ class GenerationLoop:
             last = self.timeline.last()
             bar.set_postfix(tok_s=f"{last['tok_s']:.0f}", fail=self.stats.failures, refresh=False)
             if self.writer.due(self.params.shard_rows, self.params.shard_seconds):
-                self._flush()
+                await self._flush()
+
+
+@contextlib.contextmanager
+def fewer_gc_passes(young: int = 50_000) -> Iterator[None]:
+    """Collect the young generation every `young` allocations instead of 700 while the loop runs.
+
+    Nearly every object a request makes is freed by reference counting; at the default threshold
+    the cyclic collector still ran dozens of times a second at 2,000 req/s, for ~15% of the loop's
+    CPU (docs/bench_client.md). The old thresholds come back afterwards (a notebook's kernel).
+    """
+    old = gc.get_threshold()
+    gc.set_threshold(max(old[0], young), *old[1:])
+    try:
+        yield
+    finally:
+        gc.set_threshold(*old)
 
 
 def sampling_identity(params: GenerateParams) -> tuple[str, str]:

@@ -1,8 +1,10 @@
 """The run's timeline (`metrics.parquet`): rows, tokens/s, requests in flight, engine gauges.
 
-One sample every `interval_s`; a resumed run appends a new `session` to the samples already
-saved, so throughput over time covers the whole job across interruptions. A timeline that
-cannot be read is set aside (`metrics.parquet.unreadable-<time>`) rather than stopping the run.
+One sample every `interval_s` (cheap: counters the loop keeps, and the engine's gauges fetched
+and parsed off the event loop); a resumed run appends a new `session` to the samples already
+saved, so throughput over time covers the whole job across interruptions. Saving happens in the
+shard writer's thread. A timeline that cannot be read is set aside
+(`metrics.parquet.unreadable-<time>`) rather than stopping the run.
 """
 
 from __future__ import annotations
@@ -99,9 +101,11 @@ class Timeline:
         return self.samples[-1] if self.samples else {"tok_s": 0.0}
 
     def save(self) -> None:
-        if not self.samples:
+        """Rewrite metrics.parquet atomically; safe to call from the shard writer's thread."""
+        samples = list(self.samples)  # a snapshot: the event loop may append while this runs
+        if not samples:
             return
-        frame = pd.DataFrame(self.samples)
+        frame = pd.DataFrame(samples)
         if len(self.previous):
             frame = pd.concat([self.previous, frame], ignore_index=True)
         with atomic_path(self.path) as tmp:

@@ -13,7 +13,7 @@ FINISHED = frozenset({"stop", "length", "tool_calls"})
 """finish_reason values of a completion that ran to its end (EOS or stop string, max_tokens, a tool call)."""
 
 
-def answer_problem(result: Any) -> str | None:
+def not_a_completion(result: Any) -> str | None:
     """Why `result` (a ChatResult) is not a real completion; None when it is one.
 
     A real completion has a finished `finish_reason` and something generated: content, tool calls,
