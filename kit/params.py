@@ -200,7 +200,14 @@ class GenerateParams(_Strict):
     shard_seconds: float = Field(default=60.0, gt=0)
     request_timeout_s: float = Field(default=600.0, gt=0)
     retries: int = Field(default=3, ge=0)
+    """Attempts after the first for a request that failed by its own fault (an error status, a
+    timeout while the server answered others, an answer that is no completion). A restart of its
+    server does not count."""
     max_server_restarts: int = Field(default=3, ge=0)
+    """Restarts of one server in a row, with no good answer between them, before the run ends."""
+    hang_timeout_s: float = Field(default=60.0, gt=0)
+    """Seconds a server may show no life (no answer, no healthy /health) before it counts as hung
+    and is restarted; at most half of request_timeout_s is used."""
     limit: int | None = Field(default=None, ge=1)
     """Generate only the first N planned prompts (a smoke run)."""
     use_decision: bool = True

@@ -69,8 +69,8 @@ def test_a_slow_disk_does_not_stall_the_event_loop(tmp_path: Path, monkeypatch: 
 
     asyncio.run(go())
     writer.flush()
-    ids, bad = done_ids(tmp_path)
-    assert not bad and ids == {f"r{i:05d}" for i in range(300)}
+    check = done_ids(tmp_path)
+    assert not check.corrupt and check.ids == {f"r{i:05d}" for i in range(300)}
     assert sorted(p.name for p in tmp_path.glob("part-*.parquet")) == [
         f"part-0000{k}.parquet" for k in (1, 2, 3)
     ]
@@ -99,7 +99,7 @@ def test_a_failed_shard_write_is_raised_and_leaves_no_partial_shard(
         asyncio.run(go())
     with pytest.raises(OSError, match="No space left"):
         writer.flush()  # and the shard queued after it failed too: still not silent
-    ids, _ = done_ids(tmp_path)
+    ids = done_ids(tmp_path).ids
     assert ids == {"r00000"}, "rows of a failed shard are not on disk: a resume generates them again"
     assert not list(tmp_path.glob(".*.tmp")), "no temporary file is left behind"
 

@@ -7,15 +7,23 @@ the union of the shards holds every finished id exactly once.
 Shards are encoded, written and fsynced by one writer thread, in order, while the event loop goes
 on sending requests; a shard that fails to write raises in the loop at the next flush, never
 silently. The failure log is buffered and written in batches.
+
+Resume verifies what it trusts: each shard's size and CRC-32 are recorded at write time in a
+hidden sidecar (`.part-NNNNN.parquet.crc32`) and checked before its ids are counted; a shard
+without one (written by an older kit, or copied in) is read in full, with parquet's page
+checksums. A shard that fails is moved to `corrupt/`, one that repeats ids of another to
+`duplicate/`, each with a warning, and their rows are generated again.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import re
 import threading
 import time
+import zlib
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -28,7 +36,9 @@ import orjson
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from kit.runfolder import atomic_path
+from kit.runfolder import atomic_path, write_text_atomic
+
+log = logging.getLogger(__name__)
 
 MESSAGE = pa.struct([("role", pa.string()), ("content", pa.string())])
 ROW_SCHEMA = pa.schema(
@@ -84,9 +94,10 @@ class ShardWriter:
         self.directory.mkdir(parents=True, exist_ok=True)
         # Temporary files a killed writer of the same tag left; other --shard writers may be
         # writing theirs into this folder right now, so theirs are left alone.
-        mine = f".part-{self.tag}-*.tmp" if self.tag else ".part-[0-9]*.tmp"
-        for stale in self.directory.glob(mine):
-            stale.unlink(missing_ok=True)
+        mine = f"part-{self.tag}-*.tmp" if self.tag else "part-[0-9]*.tmp"
+        for pattern in (f".{mine}", f"..{mine}"):  # a shard's, and its checksum's
+            for stale in self.directory.glob(pattern):
+                stale.unlink(missing_ok=True)
         self._seq = max((self._seq_of(p) for p in self.directory.glob("part-*.parquet")), default=0)
         self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kit-shards")
         self._jobs: deque[Future[Path | None]] = deque()
@@ -143,31 +154,80 @@ class ShardWriter:
         if target is not None:
             table = pa.Table.from_pylist(rows, schema=ROW_SCHEMA)
             with atomic_path(target) as tmp:
-                pq.write_table(table, tmp, compression="zstd")
+                pq.write_table(table, tmp, compression="zstd", write_page_checksum=True)
+                # the checksum lands before the shard: a visible shard always has its own
+                write_text_atomic(checksum_path(target), checksum_of(tmp.read_bytes()))
             self.written_rows += len(rows)
         for step in then:
             step()
         return target
 
 
-def done_ids(directory: Path) -> tuple[set[str], list[str]]:
-    """Ids already written in any shard, and the names of shards that could not be read.
+def checksum_path(shard: Path) -> Path:
+    """The hidden sidecar that records a shard's size and CRC-32."""
+    return shard.with_name(f".{shard.name}.crc32")
 
-    Only the `id` column is read, so this stays fast for hundreds of thousands of rows. An
-    unreadable shard (which atomic writes should make impossible, but disks fill up) is moved
-    aside to `corrupt/` so its rows are generated again rather than lost or doubled.
+
+def checksum_of(data: bytes) -> str:
+    return f"{len(data)} {zlib.crc32(data):08x}\n"
+
+
+@dataclass
+class ShardCheck:
+    """What resume found in the shards: the ids it can trust, and the shards it set aside."""
+
+    ids: set[str] = field(default_factory=set)
+    corrupt: list[str] = field(default_factory=list)
+    duplicate: list[str] = field(default_factory=list)
+
+
+def _shard_ids(path: Path) -> list[str]:
+    """The ids of a verified shard; ValueError when it fails its checksum or cannot be read in full."""
+    data = path.read_bytes()
+    sidecar = checksum_path(path)
+    if sidecar.exists():
+        if sidecar.read_text() != checksum_of(data):
+            raise ValueError("its size or CRC-32 differs from the one recorded when it was written")
+        return pq.read_table(pa.BufferReader(data), columns=["id"]).column("id").to_pylist()
+    table = pq.read_table(pa.BufferReader(data), page_checksum_verification=True)
+    return table.column("id").to_pylist()
+
+
+def _set_aside(path: Path, folder: str, why: str) -> None:
+    aside = path.parent / folder
+    aside.mkdir(exist_ok=True)
+    path.rename(aside / path.name)
+    sidecar = checksum_path(path)
+    if sidecar.exists():
+        sidecar.rename(aside / sidecar.name)
+    log.warning("%s: %s; moved to %s/", path, why, aside)
+
+
+def done_ids(directory: Path, verify: bool = True) -> ShardCheck:
+    """Ids already written in the shards, each shard verified first (`verify`).
+
+    A shard that fails verification is moved to `corrupt/`, one that repeats ids already seen
+    (a copied shard) to `duplicate/`: their rows are generated again, never lost or doubled.
     """
-    ids: set[str] = set()
-    bad: list[str] = []
-    for path in sorted(directory.glob("part-*.parquet")):
+    check = ShardCheck()
+    # the kit's own names first, so that of an original and its copy, the copy is set aside
+    for path in sorted(directory.glob("part-*.parquet"), key=lambda p: (not _PART.match(p.name), p.name)):
         try:
-            ids.update(pq.read_table(path, columns=["id"]).column("id").to_pylist())
-        except (pa.ArrowException, OSError):
-            aside = directory / "corrupt"
-            aside.mkdir(exist_ok=True)
-            path.rename(aside / path.name)
-            bad.append(path.name)
-    return ids, bad
+            if verify:
+                ids = _shard_ids(path)
+            else:
+                ids = pq.read_table(path, columns=["id"]).column("id").to_pylist()
+        except (pa.ArrowException, OSError, ValueError) as e:
+            _set_aside(path, "corrupt", f"corrupt shard ({e}); its rows will be generated again")
+            check.corrupt.append(path.name)
+            continue
+        unique = set(ids)
+        if len(unique) < len(ids) or not unique.isdisjoint(check.ids):
+            _set_aside(path, "duplicate", "repeats ids of another shard (a copy?); its rows count once")
+            check.duplicate.append(path.name)
+            continue
+        check.ids |= unique
+    return check
 
 
 class FailureLog:
