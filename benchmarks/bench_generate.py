@@ -4,7 +4,7 @@
 
 Part 1 (resume): writes 200,000 finished rows as real parquet shards with the kit's own
 ShardWriter next to a 210,000-prompt plan, then times what a resumed `kit generate` does before
-its first request: read the ids of every shard (`done_ids`) and select the prompts left
+its first request: verify every shard and read its ids (`done_ids`), select the prompts left
 (`pending_items`). Target: at most 5 s.
 
 Part 2 (memory): runs the real generation loop (`run_generation`, flavor `external`) for N
@@ -99,7 +99,7 @@ def bench_resume(tmp: Path, finished: int = 200_000, planned: int = 210_000) -> 
     pq.write_table(prompts, tmp / "prompts.parquet")
     t0 = time.perf_counter()
     table = pq.read_table(tmp / "prompts.parquet")
-    done, _ = done_ids(gen)
+    done = done_ids(gen).ids
     _, work = pending_items(table, 1, done, (0, 1), None)
     resume_s = time.perf_counter() - t0
     assert len(work) == planned - finished

@@ -1,12 +1,16 @@
 """Profile decode-step time of a Qwen3-32B-shaped dense model on one GPU and compare with the roofline.
 
-    python3 benchmarks/profile_step.py --out docs/h200_profile          # H200: ~2-4 minutes
+    python3 benchmarks/profile_step.py --out docs/h200/profile-synthetic-qwen3-32b --check-depth 8 \
+        --attention-variants --old docs/h200/profile-synthetic-qwen3-32b/profile.parquet   # H200: ~40 s
     python3 benchmarks/profile_step.py --out /tmp/p --device cpu --config tests/configs/qwen3_32b.json \
         --layers 2 --batch-sizes 1,2 --q 1 --contexts 64 --hidden-override 256   # CPU smoke run
 
 `--backend synthetic` (default, kit/decide/synthetic_step.py) times a serving engine's step
-shapes: preallocated KV cache written in place, SDPA over it without expanding GQA heads, LM head
-on the new rows. `--backend hf` times the transformers model (its DynamicCache copies the whole
+shapes: preallocated KV cache written in place, SDPA with the query heads packed by KV group (no
+mask), LM head on the new rows. `--check-depth N` also times an independent direct step
+(benchmarks/direct_step.py) at N layers at every grid point and compares; `--attention-variants`
+times one SDPA call per way of passing q tokens; `--old` puts an earlier profile beside.
+`--backend hf` times the transformers model (its DynamicCache copies the whole
 cache each step, so large B x L steps measure copies). Builds random weights for `--layers` layers
 (default 4; timed also at half depth and scaled to the config's 64 layers), fills the KV cache to
 L with random tensors, times decode steps (CUDA graphs) for B in 1..256, q in 1, 2, 4 and L in
@@ -14,19 +18,23 @@ L with random tensors, times decode steps (CUDA graphs) for B in 1..256, q in 1,
 `summary.json` to `--out`: the plain step at B = 1 against weight bytes / measured copy bandwidth,
 the largest-B, longest-L step against its bytes (weights + KV read) / copy bandwidth, efficiency
 factors calibrated on the H200 datasheet, and the predicted tokens/s table per arm. Needs only
-torch, numpy, pandas and pyarrow (transformers for `--backend hf`; no pydantic).
+torch, numpy, scipy, pandas and pyarrow (transformers for `--backend hf`; no pydantic).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import sys
 import time
 from pathlib import Path
 
+import pandas as pd
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from kit.arch import arch_from_config  # noqa: E402
 from kit.decide import costmodel as cm  # noqa: E402
@@ -69,6 +77,9 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=10)
     ap.add_argument("--backend", choices=("hf", "synthetic"), default="synthetic")
     ap.add_argument("--hidden-override", type=int, default=None, help="shrink the model (CPU smoke runs)")
+    ap.add_argument("--check-depth", type=int, default=0, help="direct measurement at this depth (0: none)")
+    ap.add_argument("--old", type=Path, default=None, help="an earlier profile.parquet to show beside")
+    ap.add_argument("--attention-variants", action="store_true", help="time SDPA per way of passing q tokens")
     args = ap.parse_args()
     cfg = json.loads(args.config.read_text())
     if args.hidden_override:
@@ -82,6 +93,26 @@ def main() -> None:
     profile.to_parquet(args.out / "profile.parquet")
     summary = summarize(profile, arch, bw, args.device, time.perf_counter() - started)
     summary["backend"] = args.backend
+    summary["command"] = shlex.join(["python3", "benchmarks/profile_step.py", *sys.argv[1:]])
+    if args.check_depth:
+        from direct_step import compare, direct_steps
+
+        points = [(int(r.B), int(r.q), int(r.L)) for r in profile.itertuples()]
+        try:
+            check = compare(profile, direct_steps(arch, points, args.check_depth, args.device, args.reps))
+            check.to_parquet(args.out / "check.parquet")
+            summary["check"] = check.to_dict("records")
+        except Exception as e:  # noqa: BLE001 - keep the profile and its summary whatever the check does
+            summary["check_error"] = repr(e)
+            print(f"direct check failed: {e!r}")
+    if args.attention_variants:
+        from direct_step import attention_variants
+
+        summary["attention_variants"] = attention_variants(args.device).to_dict("records")
+    if args.old:
+        old = pd.read_parquet(args.old)[["B", "q", "L", "step_s"]].rename(columns={"step_s": "old_step_s"})
+        both = profile.merge(old, on=["B", "q", "L"])
+        summary["old"] = both[["B", "q", "L", "step_s", "old_step_s"]].to_dict("records")
     (args.out / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
     (args.out / "summary.md").write_text(render(summary, profile, args))
     print((args.out / "summary.md").read_text())
@@ -155,7 +186,8 @@ def summarize(profile, arch, copy_bw: float, device: str, elapsed: float) -> dic
         "ratio_step_to_bound": step_b1 / bound,
         "cuda_graph": bool(profile.cuda_graph.all()),
         "largest": largest_step(profile, arch, copy_bw),
-        "efficiency": {"bw": eff.bw, "flops": eff.flops, "overhead_s": eff.overhead_s},
+        "efficiency": eff.as_dict(),
+        "calibration_error": _fit_errors(profile, arch, eff),
         "ladder": ladder[
             [
                 "arm",
@@ -171,6 +203,17 @@ def summarize(profile, arch, copy_bw: float, device: str, elapsed: float) -> dic
     }
 
 
+def _fit_errors(profile, arch, eff) -> dict:  # noqa: ANN001
+    """Median and largest |predicted / measured - 1| of the calibrated model over the profile."""
+    dtype_bytes = int(profile.dtype_bytes.iloc[0])
+    shape = cm.StepShape(kv_dtype_bytes=dtype_bytes, weight_dtype_bytes=dtype_bytes)
+    err = [
+        abs(cm.step_time(arch, H200, int(r.B), int(r.q), float(r.L), eff, shape) / r.step_s - 1)
+        for r in profile.itertuples()
+    ]
+    return {"median": float(sorted(err)[len(err) // 2]), "max": float(max(err))}
+
+
 def _md(df) -> str:  # noqa: ANN001
     """A pipe table without the optional `tabulate` dependency."""
     df = df.reset_index() if df.index.name or getattr(df.index, "names", [None])[0] else df
@@ -184,16 +227,14 @@ def _md(df) -> str:  # noqa: ANN001
 def render(s: dict, profile, args) -> str:  # noqa: ANN001
     """Markdown summary with the command, the B = 1 comparison and both tables."""
     steps = profile.pivot_table(index="B", columns=["L", "q"], values="step_s") * 1e3
-    import pandas as pd
 
     big = s["largest"]
     return "\n".join(
         [
             "# Step-time profile",
             "",
-            f"Command: `python3 benchmarks/profile_step.py --out {args.out} "
-            f"--backend {s['backend']}` (device {s['device']}, {args.layers} layers profiled and scaled, "
-            f"{s['elapsed_s']:.0f} s).",
+            f"Command: `{s['command']}` (device {s['device']}, "
+            f"{int(profile.n_layers_profiled.iloc[0])} layers profiled and scaled, {s['elapsed_s']:.0f} s).",
             "",
             f"- profiler backend: **{s['backend']}**",
             f"- measured copy bandwidth: {s['copy_bandwidth_Bps'] / 1e12:.2f} TB/s",
@@ -206,6 +247,9 @@ def render(s: dict, profile, args) -> str:  # noqa: ANN001
             f"bandwidth: {big['bytes_bound_s'] * 1e3:.2f} ms)",
             f"- CUDA graphs for every point: {s['cuda_graph']}",
             f"- efficiency calibrated on the H200 datasheet: {s['efficiency']}",
+            "- calibrated step model vs this profile: median error {:.1f}%, largest {:.1f}%".format(
+                100 * s["calibration_error"]["median"], 100 * s["calibration_error"]["max"]
+            ),
             "",
             "## Step time (ms) at full depth",
             "",
@@ -216,8 +260,53 @@ def render(s: dict, profile, args) -> str:  # noqa: ANN001
             "",
             _md(pd.DataFrame(s["ladder"])),
             "",
+            *_extra_sections(s),
         ]
     )
+
+
+def _extra_sections(s: dict) -> list[str]:
+    """The direct-measurement check and the earlier profile, when the run made them."""
+    out = []
+    if s.get("check"):
+        c = pd.DataFrame(s["check"])
+        worst = float((c.ratio - 1).abs().max())
+        out += [
+            f"## Profile vs direct measurement at {int(c.depth.iloc[0])} layers (benchmarks/direct_step.py)",
+            "",
+            f"Largest deviation: **{100 * worst:.1f}%** over {len(c)} points (ratio = profile / direct).",
+            "",
+            _md(
+                c.assign(profile_ms=c.profile_at_depth_s * 1e3, direct_ms=c.direct_s * 1e3)[
+                    ["B", "q", "L", "profile_ms", "direct_ms", "ratio"]
+                ]
+            ),
+            "",
+        ]
+    if s.get("attention_variants"):
+        v = pd.DataFrame(s["attention_variants"])
+        out += [
+            f"## One attention call (ms), B={int(v.B.iloc[0])}, L={int(v.L.iloc[0])}, 64/8 heads, d 128",
+            "",
+            f"Its K/V read is {v.kv_read_gb.iloc[0]:.2f} GB. Backend `preferred` is PyTorch's own choice.",
+            "",
+            _md(v.pivot_table(index=["variant", "backend"], columns="q", values="ms").reset_index()),
+            "",
+        ]
+    if s.get("old"):
+        o = pd.DataFrame(s["old"])
+        o["new_over_old"] = o.step_s / o.old_step_s
+        out += [
+            "## This profile beside the earlier one (step ms at full depth)",
+            "",
+            _md(
+                o.assign(new_ms=o.step_s * 1e3, old_ms=o.old_step_s * 1e3)[
+                    ["B", "q", "L", "new_ms", "old_ms", "new_over_old"]
+                ]
+            ),
+            "",
+        ]
+    return out
 
 
 if __name__ == "__main__":

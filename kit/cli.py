@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+import signal
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -43,25 +44,42 @@ def run(
         str | None, typer.Option(help="comma-separated subset: probe,decide,generate,analyse")
     ] = None,
 ) -> None:
-    """Execute the stage notebooks headless into outputs/<run>/notebooks/ and render the report."""
+    """Execute the stage notebooks headless into outputs/<run>/notebooks/ and render the report;
+    exits 3 when the generation it ran left rows (as `kit generate` does)."""
     from kit import stages as st
     from kit.notebooks import execute_all
     from kit.report import render_report
+    from kit.runfolder import read_json
 
     p = _load(params, run)
     folder = st.prepare(p)
-    execute_all(p, folder, stages.split(",") if stages else None)
+    chosen = stages.split(",") if stages else None
+    execute_all(p, folder, chosen)
     index = render_report(folder.root, hide_code=p.report.hide_code)
     typer.echo(f"report: {index}")
+    generated = chosen is None or "generate" in chosen
+    if generated and folder.manifest.exists() and not read_json(folder.manifest).get("complete", True):
+        typer.secho(
+            "incomplete: rows are left to generate; rerun to retry them (see failures.jsonl)", err=True
+        )
+        raise typer.Exit(EXIT_INCOMPLETE)
 
 
 @app.command()
 def probe(params: ParamsArg, run: RunOpt = None) -> None:
-    """Stage 1: probe GPUs, the engine's environment and the model directory (probe.json)."""
-    from kit import stages as st
+    """Stage 1: probe GPUs, the engine's environment and the model directory (probe.json).
 
-    report = st.probe(_load(params, run))
-    _print(report.get("summary", report))
+    Prints every failed and warned finding with what to do; exits 4 on NO-GO, 0 on GO."""
+    from kit import stages as st
+    from kit.probe.render import NO_GO_EXIT_CODE, verdict_text
+    from kit.runfolder import RunFolder
+
+    p = _load(params, run)
+    report = st.probe(p)
+    typer.echo(verdict_text(report))
+    typer.echo(f"probe.json: {RunFolder(Path(p.run_dir)).probe}")
+    if not report["summary"]["go"]:
+        raise typer.Exit(NO_GO_EXIT_CODE)
 
 
 @app.command()
@@ -85,10 +103,15 @@ def generate(
         bool, typer.Option(help="also retry prompts the server rejected before")
     ] = False,
 ) -> None:
-    """Stage 3: plan the prompts and generate every completion; rerun to resume."""
+    """Stage 3: plan the prompts and generate every completion; rerun to resume.
+
+    Exit code: 0 complete, 3 incomplete (rows left: rerun to retry them), 2 error, 130 / 143 / 129
+    interrupted by SIGINT / SIGTERM / SIGHUP (finished rows saved)."""
     from kit import stages as st
 
-    _print(st.generate(_load(params, run), fresh=fresh, shard=shard, retry_failures=retry_failures))
+    manifest = st.generate(_load(params, run), fresh=fresh, shard=shard, retry_failures=retry_failures)
+    _print(manifest)
+    raise typer.Exit(manifest["exit_code"])
 
 
 @app.command()
@@ -153,20 +176,33 @@ def adapters() -> None:
     typer.echo("\n".join(adapter_names()))
 
 
-INTERRUPTED = "interrupted: finished work is saved; rerun the same command to resume"
+EXIT_ERROR = 2
+EXIT_INCOMPLETE = 3  # kit.generate.run.EXIT_INCOMPLETE, kept here so that `kit --help` stays fast
+INTERRUPTED = "interrupted by {}: finished work is saved; rerun the same command to resume"
 
 
 def main() -> None:
-    """Entry point: the kit's own errors become one message (exit 2), Ctrl-C a hint (exit 130)."""
+    """Entry point. Exit codes: 0 done, 2 error (one message, no traceback), 3 incomplete (rows left),
+    4 `kit probe` NO-GO, 128 + signal when interrupted (130 Ctrl-C, 143 SIGTERM, 129 SIGHUP) with
+    finished work saved."""
+    from kit.asyncrun import stop_signal_received, stop_signals
+    from kit.runfolder import DISK_FULL, disk_full_message
+
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     try:
         # Without standalone mode, typer returns an exit code (130 for Ctrl-C) instead of exiting.
-        code = app(standalone_mode=False)
+        with stop_signals():
+            code = app(standalone_mode=False)
     except KitError as e:
         typer.secho(f"error: {e}", fg="red", err=True)
-        sys.exit(2)
+        sys.exit(EXIT_ERROR)
     except KeyboardInterrupt:
         code = 130
+    except OSError as e:
+        if e.errno not in DISK_FULL:
+            raise
+        typer.secho(f"error: {disk_full_message(e, Path.cwd())}", fg="red", err=True)
+        sys.exit(EXIT_ERROR)
     except Exception as e:
         # Usage errors (bad option, missing argument) are click exceptions; typer ships its own
         # copy of click, so they are recognised by what they can do rather than by class.
@@ -175,7 +211,9 @@ def main() -> None:
         e.show()
         sys.exit(e.exit_code)
     if code == 130:
-        typer.secho(INTERRUPTED, err=True)
+        signum = stop_signal_received()
+        code = 128 + signum if signum else 130
+        typer.secho(INTERRUPTED.format(signal.Signals(code - 128).name), err=True)
     sys.exit(code if isinstance(code, int) else 0)
 
 

@@ -2,14 +2,25 @@
 
 Each notebook gets two parameters, `params_path` and `run_name`; everything else comes from
 the params file, so an executed notebook shows exactly which file drove it.
+
+Ctrl-C, SIGTERM and SIGHUP while a notebook runs are passed to its kernel as an interrupt, so
+the stage in it saves its finished work and stops its servers before `kit run` stops; a kernel
+that dies (killed, out of memory) is one message, not a traceback.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import sys
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 
+import psutil
+
+from kit.asyncrun import Terminated
 from kit.errors import KitError
 from kit.params import RunParams
 from kit.progress import ENV as PROGRESS_ENV
@@ -44,19 +55,73 @@ def execute_stage(params: RunParams, stage: str, folder: RunFolder) -> Path:
     out.parent.mkdir(parents=True, exist_ok=True)
     os.environ[PROGRESS_ENV] = "text"  # inherited by the kernel: text bars, not frozen widgets
     try:
-        pm.execute_notebook(
-            str(src),
-            str(out),
-            cwd=str(src.parent),
-            kernel_name="python3",
-            progress_bar=False,
-            stdout_file=sys.stdout,
-            stderr_file=sys.stderr,
-            parameters={"params_path": str(params.source_file), "run_name": params.run},
-        )
+        with _signals_to_kernel() as received:
+            pm.execute_notebook(
+                str(src),
+                str(out),
+                cwd=str(src.parent),
+                kernel_name="python3",
+                progress_bar=False,
+                stdout_file=sys.stdout,
+                stderr_file=sys.stderr,
+                parameters={"params_path": str(params.source_file), "run_name": params.run},
+            )
     except pm.PapermillExecutionError as e:
+        if received:
+            raise _interrupt(received[0]) from None
         raise KitError(f"notebook {name} failed: {e.ename}: {e.evalue}\n(executed copy: {out})") from None
+    except Exception as e:
+        if type(e).__name__ != "DeadKernelError":  # nbclient's, raised through papermill
+            raise
+        raise KitError(
+            f"the kernel running notebook {name} died ({e}): killed, or out of memory? Work the stage "
+            f"finished is saved; rerun the same command to resume. (executed copy: {out})"
+        ) from None
+    if received:
+        raise _interrupt(received[0])
     return out
+
+
+def _interrupt(signum: int) -> KeyboardInterrupt:
+    return KeyboardInterrupt() if signum == signal.SIGINT else Terminated(signum)
+
+
+@contextlib.contextmanager
+def _signals_to_kernel() -> Iterator[list[int]]:
+    """While a notebook runs: SIGINT, SIGTERM and SIGHUP interrupt its kernel (the cell stops the
+    way Ctrl-C stops it, saving finished work) and are listed in the yielded list."""
+    received: list[int] = []
+    if threading.current_thread() is not threading.main_thread():
+        yield received
+        return
+    wanted = [signal.SIGINT, signal.SIGTERM, signal.SIGHUP]
+    old = {sig: signal.getsignal(sig) for sig in wanted if signal.getsignal(sig) != signal.SIG_IGN}
+
+    def forward(signum: int, _frame: object) -> None:
+        received.append(signum)
+        for kernel in _kernels():
+            with contextlib.suppress(psutil.Error):
+                kernel.send_signal(signal.SIGINT)
+
+    for sig in old:
+        signal.signal(sig, forward)
+    try:
+        yield received
+    finally:
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
+
+
+def _kernels() -> list[psutil.Process]:
+    """The Jupyter kernels this process started."""
+    kids = psutil.Process().children(recursive=True)
+    return [p for p in kids if "ipykernel_launcher" in " ".join(_cmdline(p))]
+
+
+def _cmdline(p: psutil.Process) -> list[str]:
+    with contextlib.suppress(psutil.Error):
+        return p.cmdline()
+    return []
 
 
 def execute_all(params: RunParams, folder: RunFolder, stages: list[str] | None = None) -> list[Path]:

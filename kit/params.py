@@ -7,6 +7,7 @@ directory (the shell, JupyterLab's `notebooks/`, papermill).
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 from typing import Any, Literal
@@ -61,6 +62,12 @@ class EngineParams(_Strict):
     attention_backend: str | None = None
     mamba_strategy: Literal["no_buffer", "extra_buffer", "extra_buffer_lazy"] | None = None
     enable_metrics: bool = True
+    tool_call_parser: str | None = "auto"
+    """The engine's tool-call parser (sglang, vllm): `auto` picks it from the model's chat template
+    (docs/engines.md), null launches without one, any other name is passed as it is."""
+    reasoning_parser: str | None = "auto"
+    """The engine's reasoning parser, which splits the `<think>` block out of the answer: `auto`
+    picks it when the chat template can think, null keeps the thinking inside the completion."""
     replicas: int = Field(default=1, ge=1)
     """Independent servers to start, one per GPU group, balanced by the client (SGLang's own
     `dp_size` is usually simpler: one server, N replicas behind one port)."""
@@ -102,6 +109,15 @@ class DecideParams(_Strict):
     latency_bound_s: float | None = Field(default=None, gt=0)
     profile: Path | None = None
     """A step-time profile (parquet) measured on this device for this model's config."""
+    draft: Literal["mtp", "eagle", "eagle3", "draft_model", "self_spec", "ngram"] | None = None
+    """What the speculative arms draft with, for the prediction (kit.decide.drafts); default from
+    engine.speculative.algorithm: NGRAM -> ngram, EAGLE3 -> eagle3, STANDALONE -> draft_model,
+    EAGLE with a draft model -> eagle, otherwise the model's own MTP heads."""
+    draft_config: Path | None = None
+    """config.json (or its directory) of the draft model or EAGLE head; default
+    engine.speculative.draft_model_path."""
+    draft_kv_budget: int | None = Field(default=None, ge=1)
+    """self_spec: tokens of KV cache the draft attends to (MagicDec's StreamingLLM budget)."""
 
     @field_validator("concurrencies", "spec_steps")
     @classmethod
@@ -109,6 +125,14 @@ class DecideParams(_Strict):
         if not v or any(x < 1 for x in v):
             raise ValueError("must be a non-empty list of positive integers")
         return sorted(set(v))
+
+    @model_validator(mode="after")
+    def _draft_needs_what_it_costs(self) -> DecideParams:
+        if self.draft == "self_spec" and self.draft_kv_budget is None:
+            raise ValueError("draft 'self_spec' needs decide.draft_kv_budget (tokens of KV it attends to)")
+        if self.draft != "self_spec" and self.draft_kv_budget is not None:
+            raise ValueError("decide.draft_kv_budget applies only to draft: self_spec")
+        return self
 
 
 class SourceParams(_Strict):
@@ -127,6 +151,8 @@ class SourceParams(_Strict):
     """Share of `data.total` when `count` is not given."""
     language: str | None = None
     """Keep rows in this language where the source says (e.g. Infinity-Instruct `langdetect`)."""
+    max_tokens: int | None = Field(default=None, ge=1)
+    """Output budget for this source's prompts (default: generate.sampling.max_tokens)."""
 
 
 class DataParams(_Strict):
@@ -140,13 +166,30 @@ class DataParams(_Strict):
 
 
 class SamplingParams(_Strict):
+    """What each request asks of the engine. Unset fields (None) are not sent, so the engine's and
+    the model's defaults apply; the kit refuses, before the run, a field the engine would reject."""
+
     max_tokens: int = Field(default=256, ge=1)
-    temperature: float = Field(default=0.7, ge=0)
+    temperature: float = Field(default=0.7, ge=0, le=2)
     top_p: float = Field(default=1.0, gt=0, le=1)
+    top_k: int | None = Field(default=None, ge=-1)
+    """Keep the k most likely tokens (Qwen recommends 20); -1 or None: off."""
+    min_p: float | None = Field(default=None, ge=0, le=1)
+    presence_penalty: float | None = Field(default=None, ge=-2, le=2)
+    frequency_penalty: float | None = Field(default=None, ge=-2, le=2)
+    repetition_penalty: float | None = Field(default=None, gt=0, le=2)
     stop: list[str] = []
     seed: int | None = None
+    """Base seed: sample i of a prompt is sent seed + i."""
     n: int = Field(default=1, ge=1)
     """Samples per prompt (sent as separate requests: not every engine honours `n`)."""
+    thinking: bool | None = None
+    """Thinking on or off, for models whose chat template has the switch (Qwen3 `enable_thinking`,
+    DeepSeek-V3.1 `thinking`); None leaves the template's default. Part of the run's identity."""
+    chat_template_kwargs: dict[str, Any] = {}
+    """Extra variables for the chat template, sent as they are."""
+    extra_body: dict[str, Any] = {}
+    """Engine-specific request fields (e.g. SGLang's `ignore_eos`), sent as they are."""
 
 
 class GenerateParams(_Strict):
@@ -157,7 +200,14 @@ class GenerateParams(_Strict):
     shard_seconds: float = Field(default=60.0, gt=0)
     request_timeout_s: float = Field(default=600.0, gt=0)
     retries: int = Field(default=3, ge=0)
+    """Attempts after the first for a request that failed by its own fault (an error status, a
+    timeout while the server answered others, an answer that is no completion). A restart of its
+    server does not count."""
     max_server_restarts: int = Field(default=3, ge=0)
+    """Restarts of one server in a row, with no good answer between them, before the run ends."""
+    hang_timeout_s: float = Field(default=60.0, gt=0)
+    """Seconds a server may show no life (no answer, no healthy /health) before it counts as hung
+    and is restarted; at most half of request_timeout_s is used."""
     limit: int | None = Field(default=None, ge=1)
     """Generate only the first N planned prompts (a smoke run)."""
     use_decision: bool = True
@@ -212,7 +262,8 @@ def _resolve_paths(obj: Any, base: Path) -> Any:
                 updates[name] = new
         return obj.model_copy(update=updates) if updates else obj
     if isinstance(obj, Path):
-        return obj if obj.is_absolute() else (base / obj).resolve()
+        # normpath, not resolve(): a venv's bin/python is a symlink, and following it would leave the venv
+        return obj if obj.is_absolute() else Path(os.path.normpath(base / obj))
     if isinstance(obj, list) and any(isinstance(x, (Path, BaseModel)) for x in obj):
         return [_resolve_paths(x, base) for x in obj]
     return obj

@@ -1,8 +1,9 @@
 """Progress bars: a widget in JupyterLab, plain text in the terminal and in headless notebook runs.
 
 `kit run` executes the notebooks through papermill with KIT_PROGRESS=text: a widget there would be
-saved in the executed notebook (and its HTML report) in its first state, showing 0%; text lines
-show the last state instead.
+saved in the executed notebook in its first state, showing 0%; text lines on stderr show the last
+state instead, and papermill echoes them to the terminal running `kit run`. The HTML report
+(kit.report) leaves every progress-bar frame out and keeps the other stderr lines as messages.
 """
 
 from __future__ import annotations

@@ -3,12 +3,15 @@
 Reports must open on an air-gapped cluster: images are embedded as data: URIs, and the template
 drops every script or stylesheet nbconvert would fetch from a CDN (require.js, MathJax, Mermaid,
 the widget manager). Widget views are removed too (the sample browser carries a static table).
+
+A reader sees what the run concluded, not how it got there: progress bars (tqdm frames on stderr
+or stdout, progress widgets) are left out, the rest of stderr (warnings) is kept as one message
+block per cell, and images carry the alt text the kit gave them (`kit.display.figure_image`).
 """
 
 from __future__ import annotations
 
 import html
-import json
 import re
 from pathlib import Path
 from typing import Any
@@ -18,21 +21,50 @@ import nbformat
 from nbconvert import HTMLExporter
 
 from kit.errors import KitError
+from kit.index_page import index_html
 from kit.runfolder import write_text_atomic
 
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 OFFLINE_TEMPLATE = "kit_offline.html.j2"
-_TEMPLATE_SOURCE = """{%- extends 'lab/index.html.j2' -%}
+PAGE_CSS = """
+body.jp-Notebook main{max-width:72em;margin:0 auto}
+.kit-nav{font:14px sans-serif;padding:.5em 1em}
+.jp-RenderedHTMLCommon h3{margin-top:1.2em}
+.jp-RenderedHTMLCommon table.kit-table{font-size:13px;margin:.3em 0 1em;table-layout:auto}
+.jp-RenderedHTMLCommon table.kit-table td,
+.jp-RenderedHTMLCommon table.kit-table th{text-align:left;padding:.25em .7em}
+details.kit-fold>summary{cursor:pointer;color:#1a5fb4;margin:.3em 0}
+.kit-messages{border-left:4px solid #c88a00;background:#fff8e6;padding:.4em .8em;margin:.4em 0}
+.kit-messages pre{white-space:pre-wrap;margin:.3em 0 0;font-size:12px}
+"""
+_TEMPLATE_SOURCE = (
+    """{%- extends 'lab/index.html.j2' -%}
 {%- block html_head_js_requirejs -%}{%- endblock html_head_js_requirejs -%}
 {% block jupyter_widgets %}{% endblock jupyter_widgets %}
 {%- block html_head_js_mathjax -%}{%- endblock html_head_js_mathjax -%}
 {%- block html_head_js_mermaidjs -%}{%- endblock html_head_js_mermaidjs -%}
+{%- block html_head_css -%}<style type="text/css">"""
+    + PAGE_CSS
+    + """</style>{%- endblock html_head_css -%}
+{%- block body_header -%}{{ super() }}<nav class="kit-nav"><a href="index.html">&larr; run summary</a></nav>
+{%- endblock body_header -%}
+{%- block data_png scoped -%}
+{%- set alt = output | get_metadata('alt', 'image/png') -%}
+{%- if alt -%}
+<div class="jp-RenderedImage jp-OutputArea-output {{ extra_class }}">
+<img src="data:image/png;base64,{{ output.data['image/png'] | escape_html }}" alt="{{ alt | escape_html }}">
+</div>
+{%- else -%}{{ super() }}{%- endif -%}
+{%- endblock data_png -%}
 """
+)
 FETCHING = re.compile(
     r"""<(?:script|link|img|iframe|source|audio|video|embed|object)\b[^>]*?\b(?:src|href|data)\s*=\s*["']?\s*"""
     r"""((?:https?:)?//[^"'\s>]+)|url\(\s*["']?((?:https?:)?//[^)"']+)|@import\s+["']((?:https?:)?//[^"']+)""",
     re.IGNORECASE,
 )
+PROGRESS_FRAME = re.compile(r"\[\d+:\d{2}(?::\d{2})?(?:<|,|\])")
+"""tqdm's `[elapsed<remaining, rate]` or `[elapsed, rate]`: a progress bar frame, not a message."""
 
 
 def network_references(page: str) -> list[str]:
@@ -53,13 +85,64 @@ def _exporter(hide_code: bool) -> HTMLExporter:
     return exporter
 
 
-def _drop_widgets(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
+def printed_messages(text: str) -> list[str]:
+    """The lines of a stderr stream a reader needs: progress-bar frames and blank redraws dropped."""
+    lines = (line.strip() for line in re.split(r"[\r\n]", text))
+    return list(dict.fromkeys(line for line in lines if line and not PROGRESS_FRAME.search(line)))
+
+
+def _messages_output(lines: list[str]) -> nbformat.NotebookNode:
+    body = html.escape("\n".join(lines))
+    page = (
+        "<div class='kit-messages'><b>Printed while this step ran</b> (warnings and notes; "
+        f"progress bars left out):<pre>{body}</pre></div>"
+    )
+    return nbformat.v4.new_output("display_data", data={"text/html": page, "text/plain": "\n".join(lines)})
+
+
+def _is_stream(out: Any, name: str) -> bool:
+    return out.get("output_type") == "stream" and out.get("name") == name
+
+
+def _without_bars(text: str) -> str:
+    """stdout as a terminal would leave it (the last frame of each line), progress-bar lines dropped."""
+    lines = (line.split("\r")[-1] for line in text.split("\n"))
+    return "\n".join(line for line in lines if not PROGRESS_FRAME.search(line))
+
+
+def _for_reading(outputs: list[Any]) -> list[Any]:
+    """A cell's outputs with its stderr streams folded into one message block (none if all were bars),
+    progress bars dropped from stdout, and widgets that have no HTML (progress widgets) dropped."""
+    stderr = [o for o in outputs if _is_stream(o, "stderr")]
+    lines = printed_messages("".join(o.get("text", "") for o in stderr))
+    kept, placed = [], False
+    for out in outputs:
+        data = out.get("data") or {}
+        if WIDGET_VIEW in data and "text/html" not in data:
+            continue
+        if _is_stream(out, "stderr"):
+            if lines and not placed:
+                kept.append(_messages_output(lines))
+            placed = True
+            continue
+        if _is_stream(out, "stdout"):
+            out.text = _without_bars(out.get("text", ""))
+            if not out.text.strip():
+                continue
+        kept.append(out)
+    return kept
+
+
+def for_reading(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
+    """The executed notebook as a reader sees it: widget views (which need a CDN) dropped, stderr
+    (progress bars, warnings) replaced by a block of the messages alone."""
     nb.metadata.pop("widgets", None)
     for cell in nb.cells:
-        for out in cell.get("outputs", []):
-            data = out.get("data")
-            if data and WIDGET_VIEW in data and len(data) > 1:
-                data.pop(WIDGET_VIEW)
+        if "outputs" not in cell:
+            continue
+        cell.outputs = _for_reading(cell.outputs)
+        for out in cell.outputs:
+            (out.get("data") or {}).pop(WIDGET_VIEW, None)
     return nb
 
 
@@ -74,117 +157,11 @@ def render_notebook(path: Path, out_dir: Path, hide_code: bool = True) -> tuple[
     except Exception as e:  # nbformat raises several unrelated types for a bad file
         raise KitError(f"{path}: not a readable notebook ({e}); re-run the stage that executed it") from None
     body, _ = _exporter(hide_code).from_notebook_node(
-        _drop_widgets(nb), resources={"metadata": {"name": path.stem}}
+        for_reading(nb), resources={"metadata": {"name": path.stem}}
     )
     target = out_dir / f"{path.stem}.html"
     write_text_atomic(target, body)
     return target, network_references(body)
-
-
-def _load(path: Path) -> dict[str, Any]:
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}
-
-
-def _dig(d: Any, *keys: str) -> Any:
-    for key in keys:
-        if not isinstance(d, dict):
-            return None
-        d = d.get(key)
-    return d
-
-
-def _chosen_arm(decision: dict[str, Any]) -> Any:
-    arm = decision.get("chosen_arm")
-    if arm is None:
-        return None
-    by = decision.get("decided_by")
-    return f"{arm} ({by})" if by else arm
-
-
-def _gpu_line(probe: dict[str, Any]) -> str | None:
-    devices = _dig(probe, "gpus", "devices")
-    if not isinstance(devices, list):
-        devices = probe.get("gpus") if isinstance(probe.get("gpus"), list) else []
-    names = [str(d.get("name")) for d in devices if isinstance(d, dict) and d.get("name")]
-    if not names:
-        return "none (CPU)" if probe else None
-    return " + ".join(f"{names.count(n)} x {n}" for n in dict.fromkeys(names))
-
-
-def headline_numbers(run_dir: Path) -> dict[str, Any]:
-    """Rows generated, failures, output tok/s, chosen arm and GPU, from whichever JSON files exist."""
-    summary, manifest = _load(run_dir / "summary.json"), _load(run_dir / "manifest.json")
-    rows = summary.get("rows", manifest.get("rows"))
-    failures = _dig(summary, "health", "failures")
-    return {
-        "run": run_dir.name,
-        "rows generated": rows,
-        "failures": failures if failures is not None else manifest.get("failures"),
-        "output tok/s": _dig(summary, "health", "output_tok_s"),
-        "complete": manifest.get("complete") if manifest else None,
-        "chosen arm": _chosen_arm(_load(run_dir / "decision.json")),
-        "GPU": _gpu_line(_load(run_dir / "probe.json")),
-        "gaps": summary.get("gaps", []),
-    }
-
-
-INDEX = """<!DOCTYPE html>
-<html lang="en"><head><meta charset="utf-8"><title>{title}</title>
-<style>body{{font-family:sans-serif;max-width:60em;margin:2em auto;padding:0 1em}}
-table{{border-collapse:collapse}}td,th{{border:1px solid #ccc;padding:.3em .8em;text-align:left}}
-.warn{{color:#a40}}</style></head>
-<body><h1>{title}</h1>
-<h2>Headline</h2><table>{numbers}</table>
-{gaps}
-<h2>Reports</h2><ul>{links}</ul>
-</body></html>
-"""
-
-
-def _fmt(value: Any) -> str:
-    if value is None:
-        return "n/a"
-    if isinstance(value, float):
-        return f"{value:,.1f}"
-    if isinstance(value, int) and not isinstance(value, bool):
-        return f"{value:,}"
-    return str(value)
-
-
-def index_html(run_dir: Path, pages: list[tuple[Path, list[str]]]) -> str:
-    """The index page: headline numbers, gaps from summary.json, and one link per report."""
-    numbers = headline_numbers(run_dir)
-    gaps = numbers.pop("gaps") or []
-    rows = "".join(
-        f"<tr><th>{html.escape(k)}</th><td>{html.escape(_fmt(v))}</td></tr>" for k, v in numbers.items()
-    )
-    gap_html = (
-        (
-            "<h2>Gaps</h2><ul>"
-            + "".join(f"<li class='warn'>{html.escape(str(g))}</li>" for g in gaps)
-            + "</ul>"
-        )
-        if gaps
-        else ""
-    )
-    links = []
-    for page, remote in pages:
-        warn = (
-            (
-                f" <span class='warn'>(fetches {len(remote)} resource(s) from the network: "
-                f"{html.escape(', '.join(remote[:3]))})</span>"
-            )
-            if remote
-            else ""
-        )
-        links.append(f"<li><a href='{html.escape(page.name)}'>{html.escape(page.stem)}</a>{warn}</li>")
-    return INDEX.format(
-        title=html.escape(f"Run {run_dir.name}"), numbers=rows, gaps=gap_html, links="".join(links)
-    )
 
 
 def render_report(run_dir: Path, hide_code: bool = True) -> Path:

@@ -6,8 +6,10 @@ reader (or a resumed run) sees either the old file or the new one, never half of
 
 from __future__ import annotations
 
+import errno
 import json
 import os
+import shutil
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -125,3 +127,30 @@ class RunFolder:
 
     def shard_paths(self) -> list[Path]:
         return sorted(self.generations.glob("part-*.parquet"))
+
+
+DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
+
+
+@contextmanager
+def disk_full_is_a_message(root: Path) -> Iterator[None]:
+    """Turn "no space left on device" (or a quota) inside the block into one RunFolderError."""
+    try:
+        yield
+    except OSError as e:
+        if e.errno not in DISK_FULL:
+            raise
+        raise RunFolderError(disk_full_message(e, root)) from None
+
+
+def disk_full_message(e: OSError, root: Path) -> str:
+    where = e.filename or f"in {root}"
+    try:
+        free = f"{shutil.disk_usage(root).free / 2**20:.0f} MiB free now"
+    except OSError:
+        free = "free space unknown"
+    return (
+        f"the disk is full ({os.strerror(e.errno or errno.ENOSPC)}, writing {where}; {free}). Rows "
+        "written before are kept: free some space (or move the run with output_dir) and rerun the same "
+        "command to resume."
+    )

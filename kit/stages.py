@@ -84,9 +84,31 @@ def generate(
 
         params, applied = apply_decision(params, read_json(folder.decision))
         log.warning("engine settings from %s: %s", folder.decision, applied)
+    check_sampling(params)
     return run_generation(
         params, folder, fresh=fresh, shard=shard, retry_failures=retry_failures, from_decision=applied
     )
+
+
+def check_sampling(params: RunParams) -> None:
+    """Refuse, before any request, sampling settings the engine would reject, ignore or crash on."""
+    from kit.engines.launcher import LAUNCHERS, discover
+    from kit.engines.settings import sampling_problems
+    from kit.errors import ParamsError
+
+    eng = params.engine
+    launcher = discover(params.engine_python, eng.flavor) if eng.flavor in LAUNCHERS else None
+    problems = sampling_problems(
+        eng.flavor,
+        params.generate.sampling,
+        speculative=eng.speculative.algorithm is not None,
+        distribution=launcher.distribution if launcher else None,
+    )
+    if problems:
+        where = params.source_file or "the params"
+        raise ParamsError(
+            f"{where}: the {eng.flavor} engine cannot take these settings:\n  - " + "\n  - ".join(problems)
+        )
 
 
 def analyse(params: RunParams) -> dict[str, Any]:

@@ -6,7 +6,11 @@ directory is a few hundred KB and writes in well under a second.
 
 from __future__ import annotations
 
+import atexit
+import functools
 import json
+import shutil
+import tempfile
 from dataclasses import dataclass
 from math import prod
 from pathlib import Path
@@ -85,10 +89,28 @@ def make_model_dir(
     index = {"metadata": {"total_size": total}, "weight_map": weight_map}
     (path / "model.safetensors.index.json").write_text(json.dumps(index))
     if tokenizer:
-        (path / "tokenizer.json").write_text("{}")
-        (path / "tokenizer_config.json").write_text(json.dumps({"chat_template": "{{ messages }}"}))
+        write_real_tokenizer(path)
         (path / "generation_config.json").write_text(json.dumps({"temperature": 0.6}))
     return FakeModel(path, {n: SHAPE for n in written}, tuple(mtp_names if mtp != "none" else ()))
+
+
+@functools.cache
+def _tiny_tokenizer() -> Path:
+    """The kit's tiny tokenizer, trained once per test process."""
+    from kit.prompts.tiny_tokenizer import write_tokenizer
+
+    out = Path(tempfile.mkdtemp(prefix="kit-tiny-tok-"))
+    atexit.register(shutil.rmtree, out, True)
+    return write_tokenizer(out)
+
+
+def write_real_tokenizer(path: Path) -> None:
+    """A tokenizer transformers loads, its chat template inside tokenizer_config.json."""
+    tiny = _tiny_tokenizer()
+    shutil.copy(tiny / "tokenizer.json", path / "tokenizer.json")
+    config = json.loads((tiny / "tokenizer_config.json").read_text())
+    config["chat_template"] = (tiny / "chat_template.jinja").read_text()
+    (path / "tokenizer_config.json").write_text(json.dumps(config))
 
 
 def qwen36_like(path: Path, mtp: str = "index") -> FakeModel:

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import _thread
 import asyncio
+import signal
+import subprocess
+import sys
 import threading
 
 import pytest
@@ -57,3 +60,41 @@ def test_kernel_interrupt_cancels_the_coroutine_and_runs_its_finally():
     finally:
         loop.close()
     assert flushed == [True]
+
+
+STOPPABLE = """
+import asyncio, signal, sys, time
+from pathlib import Path
+from kit.asyncrun import run_coroutine, stop_signals
+
+async def long_job():
+    try:
+        print("running", flush=True)
+        await asyncio.sleep(60)
+    finally:
+        await asyncio.sleep(0.1)  # an await inside the clean-up, as the loop's flush has
+        Path(sys.argv[1]).write_text("flushed")
+
+with stop_signals():
+    if sys.argv[2] == "sync":  # a signal outside the event loop (planning, a server starting)
+        print("running", flush=True)
+        time.sleep(60)
+    else:
+        run_coroutine(long_job())
+"""
+
+
+@pytest.mark.parametrize("where", ["loop", "sync"])
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP], ids=lambda s: s.name)
+def test_sigterm_and_sighup_stop_like_ctrl_c(tmp_path, sig, where):
+    """They raise Terminated (a KeyboardInterrupt) after the coroutine's clean-up ran."""
+    marker = tmp_path / "flushed"
+    proc = subprocess.Popen(
+        [sys.executable, "-c", STOPPABLE, str(marker), where],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    assert proc.stdout.readline().strip() == "running"  # type: ignore[union-attr]
+    proc.send_signal(sig)
+    _, err = proc.communicate(timeout=30)
+    assert f"kit.asyncrun.Terminated: {sig.name}" in err, err
+    assert marker.exists() == (where == "loop")

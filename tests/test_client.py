@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Callable, Coroutine, Iterator
+from collections.abc import Awaitable, Callable, Coroutine, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
-import httpx
 import pytest
+from aiohttp import web
 
 from kit.engines import EngineClient, RequestRejected, ServerProcess, TransientEngineError, start_server
 from kit.engines.metrics import parse_prometheus, parse_samples
@@ -25,7 +25,7 @@ def run(coro: Coroutine[Any, Any, T]) -> T:
     return asyncio.run(coro)
 
 
-# --- SGLang-shaped answers through httpx's mock transport (no SGLang on this machine) ------------
+# --- SGLang-shaped answers from a small aiohttp server on loopback (no SGLang on this machine) ------
 
 SGLANG_METRICS = """# HELP sglang:num_running_reqs The number of running requests.
 # TYPE sglang:num_running_reqs gauge
@@ -44,105 +44,196 @@ sglang:cache_hit_rate{model_name="qwen"} NaN
 """
 
 
-def sse(*chunks: dict[str, Any]) -> bytes:
-    return b"".join(f"data: {json.dumps(c)}\n\n".encode() for c in chunks) + b"data: [DONE]\n\n"
+def sse(*chunks: dict[str, Any], sep: str = "\n") -> bytes:
+    events = [f"data: {json.dumps(c)}{sep}{sep}" for c in chunks]
+    return "".join([": keep-alive comment" + sep + sep, *events, f"data: [DONE]{sep}{sep}"]).encode()
+
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
 class FakeSGLang:
-    """Answers like SGLang 0.5 (old endpoint names); records the request bodies it gets."""
+    """Answers like SGLang 0.5 (old endpoint names); records the request bodies it gets.
 
-    def __init__(self) -> None:
+    `split` sends a streamed answer in pieces of that many bytes, each written (and so read by the
+    client) on its own, so SSE events are cut across network reads; `sep` is the line ending.
+    """
+
+    def __init__(self, split: int = 0, sep: str = "\n") -> None:
         self.bodies: list[dict[str, Any]] = []
+        self.split, self.sep = split, sep
 
-    def __call__(self, request: httpx.Request) -> httpx.Response:
-        path = request.url.path
+    async def __call__(self, request: web.Request) -> web.StreamResponse:
+        path = request.path
         if path == "/v1/models":
-            return httpx.Response(200, json={"data": [{"id": "qwen"}]})
+            return web.json_response({"data": [{"id": "qwen"}]})
         if path == "/get_server_info":
-            return httpx.Response(200, json={"max_running_requests": 48, "speculative_algorithm": "EAGLE"})
+            return web.json_response({"max_running_requests": 48, "speculative_algorithm": "EAGLE"})
         if path == "/metrics":
-            return httpx.Response(200, text=SGLANG_METRICS)
+            return web.Response(text=SGLANG_METRICS)
         if path == "/v1/chat/completions":
-            body = json.loads(request.content)
+            body = await request.json()
             self.bodies.append(body)
-            return self.chat(body)
-        return httpx.Response(404, json={"detail": "Not Found"})
+            return await self.chat(request, body)
+        return web.json_response({"detail": "Not Found"}, status=404)
 
-    def chat(self, body: dict[str, Any]) -> httpx.Response:
+    async def chat(self, request: web.Request, body: dict[str, Any]) -> web.StreamResponse:
         usage = {"prompt_tokens": 7, "completion_tokens": 12, "total_tokens": 19}
         meta = {"spec_verify_ct": 4, "completion_tokens": 12}
-        if body.get("stream"):
-            return httpx.Response(200, content=sse(
-                {"choices": [{"index": 0, "delta": {"role": "assistant"}}]},
-                {"choices": [{"index": 0, "delta": {"content": "Hel"}}]},
-                {"choices": [{"index": 0, "delta": {"content": "lo"}, "finish_reason": "stop"}]},
-                {"choices": [], "usage": usage, "meta_info": meta},
-            ), headers={"content-type": "text/event-stream"})  # fmt: skip
-        choice = {"index": 0, "message": {"role": "assistant", "content": "Hello"}, "finish_reason": "stop"}
-        return httpx.Response(200, json={"choices": [choice], "usage": usage, "meta_info": meta})
+        if not body.get("stream"):
+            choice = {
+                "index": 0,
+                "message": {"role": "assistant", "content": "Hello"},
+                "finish_reason": "stop",
+            }
+            return web.json_response({"choices": [choice], "usage": usage, "meta_info": meta})
+        payload = sse(
+            {"choices": [{"index": 0, "delta": {"role": "assistant"}}]},
+            {"choices": [{"index": 0, "delta": {"content": "Hel"}}]},
+            {"choices": [{"index": 0, "delta": {"content": "lo"}, "finish_reason": "stop"}]},
+            {"choices": [], "usage": usage, "meta_info": meta},
+            sep=self.sep,
+        )
+        r = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await r.prepare(request)
+        step = self.split or len(payload)
+        for i in range(0, len(payload), step):
+            await r.write(payload[i : i + step])
+            await asyncio.sleep(0.002)  # a separate network read on the client's side
+        await r.write_eof()
+        return r
 
 
-def fake_client(handler: Callable[[httpx.Request], httpx.Response], flavor: str = "sglang") -> EngineClient:
-    return EngineClient("http://127.0.0.1:30000", flavor, transport=httpx.MockTransport(handler))
+async def serve(handler: Handler) -> web.AppRunner:
+    async def route(request: web.Request) -> web.StreamResponse:
+        return await handler(request)
+
+    app = web.Application()
+    app.router.add_route("*", "/{tail:.*}", route)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    return runner
 
 
-def test_sglang_answers_give_accept_length_server_info_and_metrics() -> None:
-    fake = FakeSGLang()
+def url_of(runner: web.AppRunner) -> str:
+    host, port = runner.addresses[0][:2]
+    return f"http://{host}:{port}"
+
+
+def against(
+    handler: Handler, flavor: str, test: Callable[[EngineClient], Awaitable[None]], **kw: Any
+) -> None:
+    """Run `test` with an EngineClient of `flavor` talking to `handler` on a loopback port."""
 
     async def go() -> None:
-        async with fake_client(fake) as c:
-            r = await c.chat(HELLO, max_tokens=12, temperature=0, seed=1)
-            assert (r.text, r.finish_reason, r.prompt_tokens, r.completion_tokens) == ("Hello", "stop", 7, 12)
-            assert r.accept_length == 3.0 and r.ttft_s is None
-            s = await c.chat(HELLO, max_tokens=12, stream=True)
-            assert (s.text, s.finish_reason, s.completion_tokens, s.accept_length) == (
-                "Hello",
-                "stop",
-                12,
-                3.0,
-            )
-            assert s.ttft_s is not None and 0 <= s.ttft_s <= s.latency_s
-            assert (await c.server_info() or {})["max_running_requests"] == 48, (
-                "falls back to /get_server_info"
-            )
-            metrics = await c.prometheus() or {}
-            assert metrics["sglang:num_running_reqs"] == 42.0, "summed over data-parallel ranks"
-            assert metrics["sglang:spec_accept_length"] == 3.25
+        runner = await serve(handler)
+        try:
+            async with EngineClient(url_of(runner), flavor, **kw) as c:
+                await test(c)
+        finally:
+            await runner.cleanup()
 
     run(go())
+
+
+@pytest.mark.parametrize(("split", "sep"), [(0, "\n"), (7, "\n"), (1, "\r\n")])
+def test_sglang_answers_give_accept_length_server_info_and_metrics(split: int, sep: str) -> None:
+    """Also with SSE events cut across network reads (7 bytes, 1 byte at a time) and CRLF endings."""
+    fake = FakeSGLang(split, sep)
+
+    async def test(c: EngineClient) -> None:
+        r = await c.chat(HELLO, max_tokens=12, temperature=0, seed=1)
+        assert (r.text, r.finish_reason, r.prompt_tokens, r.completion_tokens) == ("Hello", "stop", 7, 12)
+        assert r.accept_length == 3.0 and r.ttft_s is None
+        s = await c.chat(HELLO, max_tokens=12, stream=True)
+        assert (s.text, s.finish_reason, s.completion_tokens, s.accept_length) == ("Hello", "stop", 12, 3.0)
+        assert s.ttft_s is not None and 0 <= s.ttft_s <= s.latency_s
+        if split:
+            assert s.latency_s - s.ttft_s > 0.002, "ttft is when the first content arrived, not the end"
+        assert (await c.server_info() or {})["max_running_requests"] == 48, "falls back to /get_server_info"
+        metrics = await c.prometheus() or {}
+        assert metrics["sglang:num_running_reqs"] == 42.0, "summed over data-parallel ranks"
+        assert metrics["sglang:spec_accept_length"] == 3.25
+
+    against(fake, "sglang", test)
     assert fake.bodies[0] == {"model": "qwen", "messages": HELLO, "stream": False, "max_tokens": 12,
                               "temperature": 0, "top_p": 1.0, "seed": 1}  # fmt: skip
     assert fake.bodies[1]["stream_options"] == {"include_usage": True}
 
 
+def test_proxies_from_the_environment_are_bypassed_for_loopback(monkeypatch: pytest.MonkeyPatch) -> None:
+    for var in ("HTTP_PROXY", "http_proxy", "HTTPS_PROXY", "ALL_PROXY"):
+        monkeypatch.setenv(var, f"http://127.0.0.1:{free_port()}")  # nothing listens there
+    monkeypatch.delenv("NO_PROXY", raising=False)
+    monkeypatch.delenv("no_proxy", raising=False)
+
+    async def test(c: EngineClient) -> None:
+        assert (await c.chat(HELLO, max_tokens=4)).text == "Hello"
+
+    against(FakeSGLang(), "sglang", test)
+
+
 def test_transformers_requests_carry_only_fields_it_accepts() -> None:
     fake = FakeSGLang()
 
-    async def go() -> None:
-        async with fake_client(fake, flavor="transformers") as c:
-            await c.chat(HELLO, max_tokens=5, stream=True, stop=["\n"], tools=[{"type": "function"}])
+    async def test(c: EngineClient) -> None:
+        await c.chat(HELLO, max_tokens=5, stream=True, stop=["\n"], tools=[{"type": "function"}])
 
-    run(go())
+    against(fake, "transformers", test)
     sent = set(fake.bodies[0])
     assert sent == {"model", "messages", "stream", "max_tokens", "temperature", "top_p", "stop", "tools"}
 
 
-@pytest.mark.parametrize(("status", "error"), [(400, RequestRejected), (422, RequestRejected),
-                                               (429, TransientEngineError), (500, TransientEngineError),
-                                               (503, TransientEngineError)])  # fmt: skip
-def test_http_errors_are_split_into_rejected_and_transient(status: int, error: type[Exception]) -> None:
-    def handler(request: httpx.Request) -> httpx.Response:
-        return httpx.Response(status, json={"detail": f"status {status}"})
+REJECTED, TRANSIENT = (
+    [(s, RequestRejected) for s in (400, 422)],
+    [(s, TransientEngineError) for s in (408, 429, 500, 503)],
+)
 
-    async def go() -> None:
-        async with EngineClient(
-            "http://x:1", "sglang", model="m", transport=httpx.MockTransport(handler)
-        ) as c:
-            await c.chat(HELLO, max_tokens=4)
+
+@pytest.mark.parametrize(("status", "error"), REJECTED + TRANSIENT)
+@pytest.mark.parametrize("stream", [False, True])
+def test_http_errors_are_split_into_rejected_and_transient(
+    status: int, error: type[Exception], stream: bool
+) -> None:
+    async def handler(request: web.Request) -> web.Response:
+        return web.json_response({"detail": f"status {status}"}, status=status)
+
+    async def test(c: EngineClient) -> None:
+        await c.chat(HELLO, max_tokens=4, stream=stream)
 
     with pytest.raises(error, match=str(status)) as info:
-        run(go())
+        against(handler, "sglang", test, model="m")
     assert info.value.status == status and f"status {status}" in info.value.body  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_an_answer_that_is_not_json_or_cut_short_is_transient(stream: bool) -> None:
+    async def handler(request: web.Request) -> web.StreamResponse:
+        if not stream:
+            return web.Response(text="<html>proxy error</html>")
+        r = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await r.prepare(request)
+        await r.write(b'data: {"choices": []}\n\ndata: {"choices": [tru\n\n')
+        return r
+
+    async def test(c: EngineClient) -> None:
+        await c.chat(HELLO, max_tokens=4, stream=stream)
+
+    with pytest.raises(TransientEngineError, match="not JSON"):
+        against(handler, "sglang", test, model="m")
+
+
+def test_a_server_that_stops_answering_times_out_as_transient() -> None:
+    async def handler(request: web.Request) -> web.Response:
+        await asyncio.sleep(1.5)
+        return web.json_response({})
+
+    async def test(c: EngineClient) -> None:
+        await c.chat(HELLO, max_tokens=4)
+
+    with pytest.raises(TransientEngineError, match="timed out"):
+        against(handler, "sglang", test, model="m", timeout_s=0.3)
 
 
 def test_a_server_that_is_not_there_is_transient() -> None:

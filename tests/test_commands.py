@@ -12,14 +12,13 @@ from pathlib import Path
 import pytest
 
 from kit.engines.commands import (
-    accepted_flags,
-    adapt_flags,
     flavors,
     server_command,
     server_env,
     speculation_unsupported,
     transformers_cli,
 )
+from kit.engines.launcher import Launcher, accepted_flags, adapt_flags
 from kit.errors import EngineError, ParamsError
 from kit.params import RunParams
 
@@ -72,14 +71,23 @@ def test_sglang_minimal_command_leaves_engine_defaults_alone() -> None:
     assert set(flag_values(cmd)) == {"--model-path", "--host", "--port", "--tp-size", "--dp-size"}
 
 
-@pytest.mark.parametrize(("algorithm", "sent"), [("MTP", "EAGLE"), ("NEXTN", "NEXTN"), ("EAGLE3", "EAGLE3"),
-                                                  ("NGRAM", "NGRAM")])  # fmt: skip
+@pytest.mark.parametrize(("algorithm", "sent"), [("MTP", "EAGLE"), ("NEXTN", "NEXTN"), ("EAGLE3", "EAGLE3")])
 def test_sglang_speculative_algorithm_names(algorithm: str, sent: str) -> None:
     p = params(flavor="sglang", max_running_requests=64, speculative={"algorithm": algorithm, "num_steps": 2})
     values = flag_values(server_command(p, 1))
     assert values["--speculative-algorithm"] == sent
     assert values["--speculative-num-steps"] == "2"
     assert "--speculative-eagle-topk" not in values, "unset speculative values are left to SGLang"
+
+
+def test_sglang_ngram_asks_for_a_chain_of_k_drafted_tokens() -> None:
+    """SGLang's n-gram drafts a tree whose breadth overrides top-k: a chain of k + 1 is asked for."""
+    p = params(flavor="sglang", max_running_requests=64, speculative={"algorithm": "NGRAM", "num_steps": 3})
+    values = flag_values(server_command(p, 1))
+    assert values["--speculative-algorithm"] == "NGRAM"
+    assert values["--speculative-num-draft-tokens"] == "4"
+    assert values["--speculative-ngram-max-bfs-breadth"] == "1"
+    assert "--speculative-num-steps" not in values and "--speculative-eagle-topk" not in values
 
 
 def test_sglang_warns_that_speculation_lowers_max_running_requests() -> None:
@@ -114,9 +122,13 @@ def test_vllm_command_maps_each_setting() -> None:
         ({"algorithm": "MTP"}, {"method": "mtp"}),
         ({"algorithm": "EAGLE", "num_steps": 3, "draft_model_path": "/d"},
          {"method": "eagle", "num_speculative_tokens": 3, "model": "/d"}),
-        ({"algorithm": "EAGLE3", "num_draft_tokens": 5}, {"method": "eagle3", "num_speculative_tokens": 5}),
+        ({"algorithm": "EAGLE3", "num_draft_tokens": 5, "draft_model_path": "/e3"},
+         {"method": "eagle3", "num_speculative_tokens": 4, "model": "/e3"}),
+        ({"algorithm": "EAGLE", "num_steps": 2}, {"method": "mtp", "num_speculative_tokens": 2}),
+        ({"algorithm": "STANDALONE", "num_steps": 2, "draft_model_path": "/small"},
+         {"method": "draft_model", "num_speculative_tokens": 2, "model": "/small"}),
         ({"algorithm": "NGRAM", "num_steps": 4},
-         {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 4}),
+         {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 4, "prompt_lookup_min": 2}),
     ],
 )  # fmt: skip
 def test_vllm_speculative_config(spec: dict[str, object], expected: dict[str, object]) -> None:
@@ -124,9 +136,13 @@ def test_vllm_speculative_config(spec: dict[str, object], expected: dict[str, ob
     assert json.loads(flag_values(cmd)["--speculative-config"] or "") == expected
 
 
-def test_vllm_eagle_without_a_draft_length_is_a_params_error() -> None:
+def test_vllm_draft_model_algorithms_need_a_length_and_a_model() -> None:
     with pytest.raises(ParamsError, match="num_steps"):
-        server_command(params(flavor="vllm", speculative={"algorithm": "EAGLE"}), 1)
+        server_command(
+            params(flavor="vllm", speculative={"algorithm": "EAGLE3", "draft_model_path": "/d"}), 1
+        )
+    with pytest.raises(ParamsError, match="draft_model_path"):
+        server_command(params(flavor="vllm", speculative={"algorithm": "STANDALONE", "num_steps": 2}), 1)
 
 
 def test_transformers_command_uses_the_console_script_next_to_the_interpreter(tmp_path: Path) -> None:
@@ -187,7 +203,7 @@ def test_external_has_no_command_and_user_env_wins() -> None:
 
 def test_adapt_flags_renames_the_mamba_strategy_flag_both_ways() -> None:
     old = ["py", "-m", "sglang.launch_server", "--mamba-scheduler-strategy", "extra_buffer", "--port", "1"]
-    new, notes = adapt_flags(old, {"--mamba-radix-cache-strategy", "--port"})
+    new, notes = adapt_flags(old, Launcher(frozenset({"--mamba-radix-cache-strategy", "--port"})))
     assert new == [
         "py",
         "-m",
@@ -198,16 +214,18 @@ def test_adapt_flags_renames_the_mamba_strategy_flag_both_ways() -> None:
         "1",
     ]
     assert len(notes) == 1 and "renamed" in notes[0]
-    back, _ = adapt_flags(["--mamba-radix-cache-strategy=no_buffer"], {"--mamba-scheduler-strategy"})
+    back, _ = adapt_flags(
+        ["--mamba-radix-cache-strategy=no_buffer"], Launcher(frozenset({"--mamba-scheduler-strategy"}))
+    )
     assert back == ["--mamba-scheduler-strategy=no_buffer"]
 
 
 def test_adapt_flags_reports_unknown_flags_and_keeps_the_command_when_unknown() -> None:
     cmd = ["--speculative-algorithm", "EAGLE", "--enable-metrics"]
-    same, notes = adapt_flags(cmd, {"--speculative-algorithm"})
+    same, notes = adapt_flags(cmd, Launcher(frozenset({"--speculative-algorithm"})))
     assert same == cmd
     assert notes == ["--enable-metrics is not accepted by the installed launcher"]
-    assert adapt_flags(cmd, set()) == (cmd, [])
+    assert adapt_flags(cmd, None) == (cmd, [])
 
 
 def test_accepted_flags_reads_a_help_text() -> None:

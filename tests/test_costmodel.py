@@ -1,68 +1,236 @@
-"""Cost model: the published GB300 anchor, acceptance arithmetic, roofline regimes, bad input."""
+"""Cost model: validation against published tables, step terms, draft kinds, fitting, bad input.
+
+The published tables (data, citations and settings in tests/published_tables.py):
+
+- SGLang cookbook, Qwen3.x-27B MTP on one GB300 (fitted);
+- EAGLE-3 (arXiv 2503.01840) Table 3, SGLang on H100, batch 2-64 (held out);
+- EAGLE-3 (arXiv 2503.01840) Table 5, vLLM on RTX 3090, batch 2-56 (held out);
+- MagicDec (arXiv 2408.11049), Llama-3.1-8B self-speculation, 32K context, 8xA100 / 8xH100 (fitted);
+- SGLang docs, DeepSeek-V3 MTP on H200 TP8, batch 1 and 32 (held out).
+"""
 
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
+import numpy as np
+import pandas as pd
 import pytest
+from published_tables import (
+    FITTED,
+    HELD_OUT_TOLERANCE,
+    TABLES,
+    predicted,
+    refit_fixed_costs,
+    with_kernel_factors_only,
+)
 
 from kit.arch import arch_from_config
 from kit.decide import costmodel as cm
-from kit.decide.acceptance import (
-    accept_length,
-    accept_length_for,
-    accept_length_positional,
-    acceptance_rate,
-)
-from kit.decide.predict import (
-    SGLANG_SPEC_RUNNING_CAP,
-    Workload,
-    crossover,
-    predict_ladder,
-    with_ratio,
-)
+from kit.decide.acceptance import accept_length, accept_length_for, accept_length_positional, acceptance_rate
+from kit.decide.drafts import MTP, NGRAM, Draft, draft_from_config, draft_time, draft_weight_bytes
+from kit.decide.fit import fit_to_sweep, predict_sweep
+from kit.decide.predict import Workload, crossover, predict_ladder
+from kit.decide.profiler import PROFILE_FREE, calibrate_many
 from kit.errors import CostModelError
 
-CONFIGS = Path(__file__).parent / "configs"
-# GB300 (Blackwell Ultra): ~8 TB/s HBM3e, ~2.5 PFLOP/s dense bf16, 288 GB (specdec.md / NVIDIA datasheet).
-GB300 = cm.Hardware(bandwidth_Bps=8e12, flops_bf16=2.5e15, memory_bytes=288e9, name="GB300")
-H200 = cm.Hardware(bandwidth_Bps=4.8e12, flops_bf16=989e12, memory_bytes=141e9, name="H200")
+ROOT = Path(__file__).resolve().parents[1]
+CONFIGS = ROOT / "tests" / "configs"
+H200 = cm.Hardware(bandwidth_Bps=4.8e12, flops_bf16=989e12, memory_bytes=141e9, name="H200", link_Bps=450e9)
 
 
 def _arch(name: str):
     return arch_from_config(json.loads((CONFIGS / f"{name}.json").read_text()))
 
 
-def test_published_gb300_anchor_within_25_percent() -> None:
-    """SGLang cookbook, Qwen3.x-27B BF16 on one GB300, 1024 in / 1024 out, MTP 3 steps, accept 3.2.
+# ---- published tables ---------------------------------------------------------------------------
+def test_at_most_half_of_the_tables_are_fitted() -> None:
+    assert len(FITTED) <= len(TABLES) / 2
+    assert set(HELD_OUT_TOLERANCE) == {t.name for t in TABLES} - set(FITTED)
 
-    The cookbook's command leaves --max-running-requests unset, so SGLang runs at most 48
-    requests under speculation: the prediction applies that engine cap, nothing else is fitted.
-    """
-    ladder = predict_ladder(
-        _arch("qwen3_6_27b"),
-        GB300,
-        [1, 16, 64],
-        [3],
-        {3: 3.2},
-        Workload(1024, 1024, 0.85),
-        engine_caps={3: SGLANG_SPEC_RUNNING_CAP},
+
+@pytest.mark.parametrize("table", [t for t in TABLES if t.name not in FITTED], ids=lambda t: t.name)
+def test_held_out_table_within_its_tolerance_and_direction_with_batch(table) -> None:
+    rows = predicted(table)
+    worst = max(abs(r["error"]) for r in rows)
+    assert worst <= HELD_OUT_TOLERANCE[table.name], [(r["label"], round(r["error"], 3)) for r in rows]
+    first, last = rows[0], rows[-1]  # the published ratio falls with batch in every held-out table
+    assert first["published"] > last["published"] and first["predicted"] > last["predicted"]
+
+
+@pytest.mark.parametrize("table", [t for t in TABLES if t.name in FITTED], ids=lambda t: t.name)
+def test_fitted_table_within_ten_percent(table) -> None:
+    assert max(abs(r["error"]) for r in predicted(table)) <= 0.10
+
+
+def test_magicdec_speedup_grows_with_batch_at_long_context() -> None:
+    """The regime the old max(memory, compute) model got backwards: long context, large batch."""
+    magic = next(t for t in TABLES if t.name == "magicdec_selfspec")
+    a100 = [r["predicted"] for r in predicted(magic) if r["label"].startswith("8xA100")]
+    assert a100[0] < a100[1]
+
+
+def test_fixed_cost_defaults_are_the_fit_on_the_fitted_tables_only() -> None:
+    refit = refit_fixed_costs(with_kernel_factors_only())
+    for table in TABLES:
+        for a, b in zip(predicted(table, refit), predicted(table), strict=True):
+            assert a["predicted"] == pytest.approx(b["predicted"], rel=0.01), (table.name, a["label"])
+
+
+def test_kernel_defaults_are_the_h200_profile_calibration() -> None:
+    pairs = [
+        (pd.read_parquet(ROOT / f"docs/h200/profile-synthetic-{name}/profile.parquet"), _arch(config))
+        for name, config in (("qwen3-32b", "qwen3_32b"), ("llama3.1-8b", "llama3_1_8b"))
+    ]
+    fitted = calibrate_many(pairs, cm.Hardware(4.8e12, 989e12, 141e9, "H200"))
+    for name in ("bw", "flops", "attn_flops"):
+        assert getattr(fitted, name) == pytest.approx(getattr(cm.DEFAULT_EFFICIENCY, name), rel=0.02), name
+    assert set(PROFILE_FREE) >= {"bw", "flops", "gemm_half_tokens", "attn_flops", "attn_half_rows"}
+
+
+# ---- step terms ----------------------------------------------------------------------------------
+def test_verify_costs_little_when_memory_bound_and_grows_smoothly() -> None:
+    arch = _arch("qwen3_32b")
+    t1, t4 = (cm.step_time(arch, H200, 1, q, 1024) for q in (1, 4))
+    assert 1.0 < t4 / t1 < 1.05
+    assert not cm.is_compute_bound(arch, H200, 1, 4, 1024)
+    big = [cm.step_time(arch, H200, 256, q, 1024) for q in (1, 2, 3, 4)]
+    assert cm.is_compute_bound(arch, H200, 256, 4, 1024)
+    assert big[3] / big[0] > 2.0 and np.all(np.diff(big) > 0)
+    costs = [cm.step_time(arch, H200, B, 4, 1024) / cm.step_time(arch, H200, B, 1, 1024) for B in (8, 16, 32)]
+    steps = np.array(costs[1:]) / np.array(costs[:-1])
+    assert np.all(steps > 1) and steps.max() < 1.6  # rises with B, no jump at a ridge
+
+
+def test_terms_are_named_and_sum_to_the_step() -> None:
+    arch = _arch("qwen3_32b")
+    t = cm.step_terms(arch, H200, 64, 4, 4096, tp=2)
+    assert t.weights_s > 0 and t.kv_s > 0 and t.linear_s > 0 and t.attention_s > 0 and t.comm_s > 0
+    assert t.experts_s == 0 and t.state_s == 0
+    assert t.total_s == pytest.approx(cm.step_time(arch, H200, 64, 4, 4096, tp=2))
+    assert max(t.memory_s, t.compute_s) < t.total_s < t.memory_s + t.compute_s + t.fixed_s + t.comm_s
+
+
+def test_tensor_parallel_splits_weights_and_gqa_kv_but_not_the_mla_latent() -> None:
+    qwen, ds = _arch("qwen3_32b"), _arch("deepseek_v3")
+    one, eight = (cm.step_terms(qwen, H200, 8, 1, 4096, tp=tp) for tp in (1, 8))
+    assert eight.weights_s == pytest.approx(one.weights_s / 8) and eight.kv_s == pytest.approx(one.kv_s / 8)
+    one, eight = (cm.step_terms(ds, H200, 8, 1, 4096, tp=tp) for tp in (1, 8))
+    assert eight.kv_s == pytest.approx(one.kv_s)  # the latent is replicated on every rank
+    assert eight.comm_s > 0 and one.comm_s == 0
+
+
+def test_mla_attention_uses_latent_dims_not_hidden_over_heads() -> None:
+    ds = _arch("deepseek_v3")
+    assert cm.attention_dims(ds) == (512 + 64, 512, 128)
+    per_position = cm.attention_flops(ds, 1, 1) / ds.full_attention_layers
+    assert per_position == 2 * 128 * (576 + 512)
+    assert per_position > 9 * 4 * ds.num_heads * (ds.hidden_size // ds.num_heads)  # the old ~10x low figure
+
+
+def test_fp8_weights_halve_weight_bytes_and_moe_reads_touched_experts() -> None:
+    ds = _arch("deepseek_v3")
+    bf16, fp8 = cm.weight_bytes(ds), cm.weight_bytes(ds, cm.StepShape(weight_dtype_bytes=1))
+    assert fp8 == pytest.approx(bf16 / 2)
+    assert cm.weight_bytes(ds, tokens=1) < 0.2 * bf16
+    two = cm.weight_bytes(ds, tokens=2) - cm.weight_bytes(ds, tokens=1)
+    one = cm.weight_bytes(ds, tokens=1) - cm.weight_bytes(ds, tokens=0)
+    assert two == pytest.approx(
+        one * (1 - 8 / 256), rel=1e-6
+    )  # the second token overlaps the first's experts
+    assert cm.weight_bytes(ds, tokens=4096) == pytest.approx(bf16, rel=0.01)
+
+
+def test_hybrid_state_and_snapshots_count_in_bytes() -> None:
+    arch = _arch("qwen3_6_27b")
+    state = arch.state_bytes_per_seq(4, 2)
+    plain = cm.step_bytes(arch, 8, 1, 0) - cm.step_bytes(arch, 1, 1, 0)
+    verify = cm.step_bytes(arch, 8, 4, 0) - cm.step_bytes(arch, 1, 4, 0)
+    assert plain == pytest.approx(7 * (2 * state + arch.kv_bytes_per_token()))
+    assert verify - plain == pytest.approx(7 * (6 * state + 3 * arch.kv_bytes_per_token()))
+
+
+# ---- drafts --------------------------------------------------------------------------------------
+def test_draft_cost_per_kind_is_ordered_as_the_work_it_does() -> None:
+    llama = _arch("llama3_1_8b")
+    eagle3 = draft_from_config("eagle3", CONFIGS / "llama3_1_8b_eagle3.json")
+    assert eagle3.vocab == 32000 and eagle3.arch.num_layers == 1
+    small = draft_from_config("draft_model", _arch_config_dict("llama3_1_8b", num_hidden_layers=4))
+    cost = {
+        name: draft_time(llama, d, H200, 32, 3, 1024)
+        for name, d in {
+            "ngram": NGRAM,
+            "eagle3": eagle3,
+            "eagle": Draft("eagle"),
+            "mtp": MTP,
+            "draft_model": small,
+            "self_spec": Draft("self_spec", kv_budget=512),
+        }.items()
+    }
+    verify = cm.step_time(llama, H200, 32, 4, 1024)
+    assert cost["ngram"] < 0.05 * verify
+    assert cost["eagle3"] < cost["eagle"] <= cost["mtp"] * 1.01 < cost["draft_model"] < cost["self_spec"]
+
+
+def test_self_speculation_draft_does_not_grow_with_context_beyond_its_budget() -> None:
+    llama, draft = _arch("llama3_1_8b"), Draft("self_spec", kv_budget=512)
+    assert draft_time(llama, draft, H200, 32, 3, 8000) == pytest.approx(
+        draft_time(llama, draft, H200, 32, 3, 32000)
     )
-    ratios = with_ratio(ladder).query("spec_k == 3").set_index("concurrency").ratio_vs_plain
-    for c, published in {1: 2.53, 16: 1.87, 64: 1.25}.items():
-        assert abs(ratios[c] / published - 1) <= 0.25, (c, ratios[c], published)
-    assert ratios[1] > ratios[16] > ratios[64]
+    assert draft_time(llama, MTP, H200, 32, 3, 32000) > draft_time(llama, MTP, H200, 32, 3, 8000)
 
 
-def test_engine_cap_lowers_speculative_throughput_above_it() -> None:
-    arch, work = _arch("qwen3_6_27b"), Workload(1024, 1024, 0.85)
-    free = predict_ladder(arch, GB300, [64], [3], {3: 3.2}, work).query("spec_k == 3")
-    capped = predict_ladder(arch, GB300, [64], [3], {3: 3.2}, work, engine_caps={3: 48}).query("spec_k == 3")
-    assert capped.running.item() == 48
-    assert capped.output_tok_s.item() < free.output_tok_s.item()
+def test_moe_mtp_head_reads_its_touched_experts_in_the_checkpoint_dtype() -> None:
+    ds = _arch("deepseek_v3")
+    bf16 = draft_time(ds, MTP, H200, 1, 1, 1024)
+    fp8 = draft_time(ds, MTP, H200, 1, 1, 1024, shape=cm.StepShape(weight_dtype_bytes=1))
+    assert fp8 < bf16
+    head_all_experts = 3 * ds.hidden_size * ds.moe_intermediate_size * ds.num_experts * 2
+    assert draft_weight_bytes(ds) > head_all_experts  # memory holds every expert of the head ...
+    assert bf16 < head_all_experts / (H200.bandwidth_Bps * cm.DEFAULT_EFFICIENCY.bw)  # ... a pass reads few
 
 
+def test_bad_draft_settings_are_errors() -> None:
+    with pytest.raises(CostModelError, match="unknown draft kind"):
+        Draft("medusa")  # type: ignore[arg-type]
+    with pytest.raises(CostModelError, match="config.json"):
+        Draft("draft_model")
+    with pytest.raises(CostModelError, match="kv_budget"):
+        Draft("self_spec")
+    with pytest.raises(CostModelError, match="does not exist"):
+        draft_from_config("draft_model", Path("/nonexistent/draft"))
+
+
+def _arch_config_dict(name: str, **changes) -> dict:
+    return {**json.loads((CONFIGS / f"{name}.json").read_text()), **changes}
+
+
+# ---- fitting to a sweep, model error -------------------------------------------------------------
+def test_fit_to_sweep_recovers_the_constants_that_made_it() -> None:
+    arch, work = _arch("llama3_1_8b"), Workload(256, 128)
+    truth = replace(cm.DEFAULT_EFFICIENCY, overhead_s=2e-3, bw=0.6)
+    sweep = pd.DataFrame(
+        [{"arm": "plain", "spec_k": 0, "concurrency": c, "accept_length": None} for c in (1, 4, 16, 64)]
+        + [{"arm": "spec_k3", "spec_k": 3, "concurrency": c, "accept_length": 2.5} for c in (1, 4, 16, 64)]
+    )
+    sweep["output_tok_s"] = predict_sweep(sweep, arch, H200, work, truth, NGRAM)
+    fitted = fit_to_sweep(sweep, arch, H200, work, NGRAM, free=("overhead_s", "bw"))
+    assert fitted.overhead_s == pytest.approx(2e-3, rel=0.02) and fitted.bw == pytest.approx(0.6, rel=0.02)
+    assert "4" in fitted.source or "8" in fitted.source
+    with pytest.raises(CostModelError, match="lacks columns"):
+        fit_to_sweep(sweep.drop(columns="output_tok_s"), arch, H200, work)
+
+
+def test_model_error_band_tells_close_predictions_apart_from_clear_ones() -> None:
+    assert cm.MODEL_ERROR == 0.25
+    assert cm.within_model_error(100, 120) and not cm.within_model_error(100, 130)
+    with pytest.raises(CostModelError):
+        cm.within_model_error(0, 1)
+
+
+# ---- acceptance arithmetic and the ladder (unchanged behaviour) ----------------------------------
 def test_accept_length_and_rate_round_trip() -> None:
     for a in (0.3, 0.69, 0.86):
         for k in (1, 3, 5):
@@ -101,29 +269,11 @@ def test_ladder_beyond_memory_is_an_error_or_marked() -> None:
     assert list(marked.feasible) == [True, False] and marked.output_tok_s.isna().tolist() == [False, True]
 
 
-def test_verify_is_nearly_free_when_memory_bound_and_not_when_compute_bound() -> None:
-    arch = _arch("qwen3_32b")
-    t1, t4 = (cm.step_time(arch, H200, 1, q, 1024) for q in (1, 4))
-    assert t4 / t1 < 1.05
-    assert not cm.is_compute_bound(arch, H200, 1, 4, 1024)
-    big1, big4 = (cm.step_time(arch, H200, 256, q, 1024) for q in (1, 4))
-    assert cm.is_compute_bound(arch, H200, 256, 4, 1024)
-    assert big4 / big1 > 2.0
-
-
-def test_hybrid_state_and_snapshots_count_in_bytes() -> None:
-    arch = _arch("qwen3_6_27b")
-    state = arch.state_bytes_per_seq(4, 2)
-    plain = cm.step_bytes(arch, 8, 1, 0) - cm.step_bytes(arch, 1, 1, 0)
-    verify = cm.step_bytes(arch, 8, 4, 0) - cm.step_bytes(arch, 1, 4, 0)
-    assert plain == pytest.approx(7 * (2 * state + arch.kv_bytes_per_token()))
-    assert verify - plain == pytest.approx(7 * (6 * state + 3 * arch.kv_bytes_per_token()))
-
-
-def test_moe_reads_fewer_weights_at_batch_one() -> None:
-    arch = _arch("deepseek_v3")
-    assert cm.weight_bytes(arch, tokens=1) < 0.2 * cm.weight_bytes(arch)
-    assert cm.weight_bytes(arch, tokens=4096) == pytest.approx(cm.weight_bytes(arch), rel=0.01)
+def test_engine_cap_lowers_speculative_throughput_above_it() -> None:
+    arch, work, gb300 = _arch("qwen3_6_27b"), Workload(1024, 1024, 0.85), TABLES[0].points[0][1]
+    free = predict_ladder(arch, gb300, [64], [3], {3: 3.2}, work).query("spec_k == 3")
+    capped = predict_ladder(arch, gb300, [64], [3], {3: 3.2}, work, engine_caps={3: 48}).query("spec_k == 3")
+    assert capped.running.item() == 48 and capped.output_tok_s.item() < free.output_tok_s.item()
 
 
 def test_crossover_moves_up_with_context() -> None:
@@ -135,8 +285,51 @@ def test_crossover_moves_up_with_context() -> None:
     assert (crossover(long_, 3) or 10**9) >= x_short
 
 
-def test_bad_hardware_and_step_are_errors() -> None:
+def test_bad_hardware_step_and_efficiency_are_errors() -> None:
     with pytest.raises(CostModelError):
         cm.Hardware(0, 1e15, 1e9)
     with pytest.raises(CostModelError):
         cm.step_time(_arch("qwen3_32b"), H200, 0, 1, 10)
+    with pytest.raises(CostModelError):
+        cm.Efficiency(layer_s=-1)
+    assert np.isfinite(cm.step_time(_arch("qwen3_32b"), H200, 1, 1, 0))
+
+
+# ---- draft settings in the params, the MTP band of the seed's case -------------------------------
+def test_draft_settings_from_params_and_engine() -> None:
+    from kit.decide.drafts import draft_for
+    from kit.params import DecideParams, SpeculativeParams
+
+    assert draft_for(DecideParams()).kind == "mtp"
+    assert draft_for(DecideParams(), SpeculativeParams(algorithm="NGRAM")).kind == "ngram"
+    eagle3 = draft_for(
+        DecideParams(draft_config=CONFIGS / "llama3_1_8b_eagle3.json"), SpeculativeParams(algorithm="EAGLE3")
+    )
+    assert eagle3.kind == "eagle3" and eagle3.vocab == 32000
+    assert draft_for(DecideParams(draft="self_spec", draft_kv_budget=512)).kv_budget == 512
+    with pytest.raises(CostModelError, match="draft_config"):
+        draft_for(DecideParams(draft="draft_model"))
+    with pytest.raises(ValueError, match="draft_kv_budget"):
+        DecideParams(draft="self_spec")
+    with pytest.raises(ValueError, match="only to draft: self_spec"):
+        DecideParams(draft_kv_budget=512)
+
+
+def test_mtp_worth_band_for_the_seed_case() -> None:
+    """params/sglang-8gpu.example.yaml: Qwen3.6-27B, dp 8 on RTX PRO 6000s, 1024 output tokens."""
+    from kit.decide.worth import mtp_worth
+    from kit.params import load_params
+    from kit.probe.gpu import lookup_datasheet
+
+    params = load_params(ROOT / "params/sglang-8gpu.example.yaml")
+    sheet = lookup_datasheet("NVIDIA RTX PRO 6000 Blackwell Workstation Edition")
+    hw = cm.Hardware(sheet["bandwidth_bytes_s"], sheet["bf16_flops"], sheet["memory_bytes"], sheet["name"])
+    eng, dec = params.engine, params.decide
+    work = Workload(1024, dec.max_tokens, eng.mem_fraction_static, eng.tp_size, eng.dp_size)
+    band = mtp_worth(_arch("qwen3_6_27b"), hw, work, dec.concurrencies, dec.spec_steps)
+    t = band.table.pivot_table(index="concurrency", columns="band", values="ratio")
+    assert (t.low < t.typical).all() and (t.typical < t.high).all()
+    assert t.typical.is_monotonic_decreasing and t.typical.iloc[0] > 2 and t.typical.iloc[-1] < 1
+    assert set(dec.concurrencies) <= set(band.table[band.table.in_params_ladder].concurrency)
+    assert "stops paying" in band.sentence and "from concurrency" in band.sentence
+    assert "<table" in band._repr_html_()

@@ -105,14 +105,17 @@ def test_transformers_flavor_has_no_speculation() -> None:
         mtp_status="present",
         engine_flavor="transformers",
     )
-    assert d["chosen_arm"] == "plain" and "transformers engine flavor" in d["speculation_unavailable_reason"]
+    assert (
+        d["chosen_arm"] == "plain"
+        and "transformers serve has no speculative" in d["speculation_unavailable_reason"]
+    )
 
 
 def test_latency_bound_objective_limits_concurrency() -> None:
     arch = load_arch_from("qwen3_32b")
     ladder = dict(concurrencies=[1, 16, 256], spec_steps=[3])
     loose = decide(arch, H200, None, DecideParams(**ladder), "absent", "sglang")
-    tight = DecideParams(**ladder, objective="latency_bound", latency_bound_s=20.0)
+    tight = DecideParams(**ladder, objective="latency_bound", latency_bound_s=18.0)
     d = decide(arch, H200, None, tight, "absent", "sglang", work=Workload(1024, 1024))
     assert d["engine_settings"]["client_concurrency"] < loose["engine_settings"]["client_concurrency"]
 
@@ -121,3 +124,43 @@ def load_arch_from(name: str):
     from kit.arch import arch_from_config
 
     return arch_from_config(json.loads((CONFIGS / f"{name}.json").read_text()))
+
+
+def test_a_decision_never_rests_on_nothing() -> None:
+    """Unmeasured speculation wins only on a predicted lead beyond the model's known error; a measured
+    lead within the noise keeps plain decoding; a failed arm never wins over a measured one."""
+    from kit.decide.decision import MEASUREMENT_NOISE, PREDICTION_ERROR, _pick_predicted
+
+    ladder = pd.DataFrame(
+        {"arm": ["plain", "spec_k3"], "spec_k": [0, 3], "concurrency": [64, 64], "feasible": [True, True]}
+    )
+    within = ladder.assign(output_tok_s=[1000.0, 1000.0 * (1 + PREDICTION_ERROR * 0.8)])
+    choice = _pick_predicted(within, None, None, 1024, "MTP")
+    assert choice["spec_k"] == 0 and "within the cost model's known error" in choice["note"]
+    beyond = ladder.assign(output_tok_s=[1000.0, 1000.0 * (1 + PREDICTION_ERROR * 1.5)])
+    assert _pick_predicted(beyond, None, None, 1024)["spec_k"] == 3
+    assert _pick_predicted(beyond, "no MTP weights", None, 1024)["spec_k"] == 0
+
+    arch = load_arch_from("qwen3_32b")
+    params = DecideParams(concurrencies=[1, 64], spec_steps=[3], accept_lengths={3: 3.5})
+    close = _sweep(
+        [
+            ("plain", 0, 64, 1000.0, None, "ok", ""),
+            ("spec_k3", 3, 64, 1000.0 * (1 + MEASUREMENT_NOISE / 2), 2.0, "ok", ""),
+        ]
+    )
+    d = decide(arch, H200, close, params, mtp_status="present", engine_flavor="sglang")
+    assert d["decided_by"] == "measured" and d["chosen_arm"] == "plain"
+    assert any("run-to-run noise" in r for r in d["reasons"])
+
+    failed = _sweep(
+        [
+            ("plain", 0, 64, 1000.0, None, "ok", ""),
+            ("spec_k3", 3, 64, None, None, "failed", "server 'sweep-spec_k3' exited with code 1\nlog tail"),
+        ]
+    )
+    d = decide(arch, H200, failed, params, mtp_status="present", engine_flavor="sglang")
+    assert d["decided_by"] == "measured" and d["chosen_arm"] == "plain"
+    assert any("spec_k3 could not be measured (server 'sweep-spec_k3' exited" in r for r in d["reasons"])
+    row = [r for r in d["table"] if r["arm"] == "spec_k3" and r["concurrency"] == 64][0]
+    assert row["status"] == "failed" and row["measured_tok_s"] is None

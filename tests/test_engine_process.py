@@ -15,6 +15,7 @@ import psutil
 import pytest
 
 from kit.engines import ExternalServer, ServerProcess, start_server
+from kit.engines.launcher import Launcher
 from kit.engines.process import free_port, port_in_use
 from kit.engines.reaper import group_members
 from kit.errors import EngineStartError, ModelDirError
@@ -96,6 +97,22 @@ def test_reaper_escalates_to_sigkill_when_sigterm_is_ignored() -> None:
     assert_all_gone(procs, within_s=5)
 
 
+def test_kill_9_of_the_reaper_takes_the_server_with_it() -> None:
+    """The kernel kills the server when its reaper dies outright (Linux: PR_SET_PDEATHSIG)."""
+    cmd = [sys.executable, str(REAPER), "--parent-pid", str(os.getpid()), "--", "sh", "-c", "sleep 300; :"]
+    reaper = subprocess.Popen(cmd, start_new_session=True, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 10
+    while len(tree(reaper.pid)) < 3 and time.monotonic() < deadline:  # reaper, sh, sleep
+        time.sleep(0.05)
+    server, sleeper = tree(reaper.pid)[1:]
+    reaper.kill()
+    reaper.wait()
+    try:
+        assert_all_gone([server], within_s=3)
+    finally:
+        sleeper.kill()  # the rest of the server's group: the kit's ServerProcess.stop cleans that up
+
+
 # --- failures before or at start ----------------------------------------------------------------
 
 
@@ -132,7 +149,7 @@ def test_a_bad_model_dir_ends_with_the_log_tail(tmp_path: Path) -> None:
     bad.mkdir()
     (bad / "README.md").write_text("no config.json here\n")
     known = {"--continuous-batching", "--device", "--host", "--port", "--cb-max-batch-tokens"}
-    srv = start_server(params(bad), tmp_path / "logs", name="bad", accepted_flags=known)
+    srv = start_server(params(bad), tmp_path / "logs", name="bad", launcher=Launcher(frozenset(known)))
     with pytest.raises(EngineStartError) as info:
         with srv:
             pass
@@ -168,6 +185,22 @@ def test_start_answer_and_interrupt_leaves_nothing_behind(demo_model: Path, tmp_
     assert not srv.alive() and srv.exit_code is not None
     assert_all_gone(procs, within_s=5)
     assert not accepts_connections(port) and not port_in_use("127.0.0.1", port)
+
+
+@pytest.mark.slow
+def test_a_killed_reaper_orphans_nothing_and_the_server_restarts(demo_model: Path, tmp_path: Path) -> None:
+    srv = start_server(params(demo_model), tmp_path / "logs")
+    assert isinstance(srv, ServerProcess)
+    with srv:
+        old = tree(srv.pid or 0)
+        os.kill(old[0].pid, signal.SIGKILL)  # the reaper
+        assert_all_gone(old[1:2], within_s=5)  # the server, by the kernel
+        assert not srv.alive()
+        srv.restart()  # what the pool does: also cleans what is left of the old server's group
+        assert_all_gone(old, within_s=5)
+        assert srv.alive() and accepts_connections(srv.port or 0)
+        new = tree(srv.pid or 0)
+    assert_all_gone(new, within_s=10)
 
 
 CHILD_SCRIPT = """

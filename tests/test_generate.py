@@ -68,16 +68,23 @@ def wait_for(cond, timeout: float, what: str) -> None:
 
 
 def test_kill9_at_several_points_then_resume_exactly_once(write_params):
+    """Also: a second `kit generate` on the folder is refused, naming the holder; a killed holder's
+    lock does not block the next run."""
     params_file = write_params("kill", counts=LONGER, generate=SLOW)
     folder = RunFolder(load_params(params_file).run_dir)
-    for shards_before_kill in (1, 3):
+    for new_shards in (1, 2):
         proc = kit_generate(params_file)
+        n = len(folder.shard_paths()) + new_shards
         wait_for(
-            lambda n=shards_before_kill, proc=proc: len(folder.shard_paths()) >= n or proc.poll() is not None,
+            lambda n=n, proc=proc: len(folder.shard_paths()) >= n or proc.poll() is not None,
             300,
-            f"{shards_before_kill} shard(s)",
+            f"{new_shards} new shard(s)",
         )
         assert proc.poll() is None, "generation finished before it could be killed: make the run longer"
+        if new_shards == 1:
+            second = subprocess.run([*KIT, "generate", str(params_file)], capture_output=True, text=True)
+            assert second.returncode == 2, second.stderr[-2000:]
+            assert f"another kit generate is writing into {folder.root}: pid {proc.pid} on " in second.stderr
         family = psutil.Process(proc.pid).children(recursive=True)
         assert family, "the server should be running under the kit"
         os.kill(proc.pid, signal.SIGKILL)
@@ -100,25 +107,57 @@ def test_kill9_at_several_points_then_resume_exactly_once(write_params):
     assert manifest["complete"] and manifest["rows"] == len(ids) and len(ids) > done_before
 
 
-def test_server_killed_mid_run_is_restarted(write_params):
-    params_file = write_params("crash", counts=LONGER, generate=SLOW)
+def server_processes(kit_pid: int) -> list[psutil.Process]:
+    """The servers under the kit (not their reapers, whose command lines name the server's too)."""
+    procs = psutil.Process(kit_pid).children(recursive=True)
+    return [p for p in procs if "serve" in " ".join(p.cmdline()) and "reaper.py" not in " ".join(p.cmdline())]
+
+
+def assert_exactly_once(folder: RunFolder) -> None:
+    ids = rows_of(folder)
+    assert len(ids) == len(set(ids)), "an id was written twice"
+    assert set(ids) | failed_ids(folder) == planned_ids(folder), "an id is missing"
+    assert all(f["reason"] == "context_overflow" for f in failure_records(folder)), "a row was written off"
+
+
+def test_server_killed_mid_run_at_concurrency_8_is_restarted(write_params):
+    """kill -9 of the server with 8 requests in flight: they wait for the restart and are retried."""
+    params_file = write_params("crash", counts=LONGER, generate={**SLOW, "concurrency": 8})
     folder = RunFolder(load_params(params_file).run_dir)
     proc = kit_generate(params_file)
     wait_for(lambda: len(folder.shard_paths()) >= 1 or proc.poll() is not None, 300, "a first shard")
-    servers = [
-        p for p in psutil.Process(proc.pid).children(recursive=True) if "serve" in " ".join(p.cmdline())
-    ]
+    servers = server_processes(proc.pid)
     assert servers, "no server process found under the kit"
     for p in servers:
         p.kill()
-    assert proc.wait(timeout=400) == 0
+    assert proc.wait(timeout=400) == 0, params_file.with_suffix(".log").read_text()[-3000:]
+    manifest = json.loads(folder.manifest.read_text())
+    assert manifest["server_restarts"] >= 1 and manifest["complete"] and manifest["exit_code"] == 0
+    assert_exactly_once(folder)
+    log = (folder.logs / "server-0.log").read_text()
+    assert log.count("start 'server-0'") == 2 and not [p for p in servers if alive(p)]
+
+
+def test_frozen_server_is_noticed_and_restarted(write_params):
+    """SIGSTOP of the server, never lifted: the watchdog restarts it; no request is written off."""
+    params_file = write_params(
+        "hang",
+        counts=LONGER,
+        generate={**SLOW, "concurrency": 8, "request_timeout_s": 30, "hang_timeout_s": 8, "retries": 1},
+    )
+    folder = RunFolder(load_params(params_file).run_dir)
+    proc = kit_generate(params_file)
+    wait_for(lambda: len(folder.shard_paths()) >= 1 or proc.poll() is not None, 300, "a first shard")
+    frozen = server_processes(proc.pid)
+    assert frozen, "no server process found under the kit"
+    for p in frozen:
+        p.suspend()  # SIGSTOP: the process exists, but answers nothing
+    assert proc.wait(timeout=400) == 0, params_file.with_suffix(".log").read_text()[-3000:]
     manifest = json.loads(folder.manifest.read_text())
     assert manifest["server_restarts"] >= 1 and manifest["complete"]
-    ids = rows_of(folder)
-    assert len(ids) == len(set(ids))
-    assert set(ids) | failed_ids(folder) == planned_ids(folder)
-    assert all(f["reason"] == "context_overflow" for f in failure_records(folder))
-    assert "start 'server-0'" in (folder.logs / "server-0.log").read_text()
+    assert_exactly_once(folder)
+    assert "hung" in params_file.with_suffix(".log").read_text()
+    assert not [p for p in frozen if alive(p)], "the frozen server was left behind"
 
 
 def test_overlong_prompt_is_a_failure_row_and_the_run_completes(write_params, tmp_path):
@@ -214,10 +253,12 @@ def test_static_shards_merge_by_id(write_params):
     assert any(n.startswith("part-s0of2-") for n in names) and any(n.startswith("part-s1of2-") for n in names)
 
 
-def test_ctrl_c_saves_finished_rows_and_stops_the_server(write_params):
-    """SIGINT (Ctrl-C, a kernel interrupt) flushes the rows buffered so far, then exits 130."""
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP], ids=lambda s: s.name)
+def test_a_stop_signal_saves_finished_rows_and_stops_the_server(write_params, sig):
+    """SIGINT (Ctrl-C, a kernel interrupt), SIGTERM (a scheduler), SIGHUP (a closed terminal): the
+    rows buffered so far are flushed, the server is stopped, the exit code is 128 + the signal."""
     params_file = write_params(
-        "ctrlc", counts=LONGER, generate={**SLOW, "shard_rows": 1000, "shard_seconds": 600}
+        "stop", counts=LONGER, generate={**SLOW, "shard_rows": 1000, "shard_seconds": 600}
     )
     folder = RunFolder(load_params(params_file).run_dir)
     proc = kit_generate(params_file)
@@ -227,9 +268,11 @@ def test_ctrl_c_saves_finished_rows_and_stops_the_server(write_params):
     )
     family = psutil.Process(proc.pid).children(recursive=True)
     assert not folder.shard_paths(), "nothing should be flushed before the interrupt"
-    proc.send_signal(signal.SIGINT)
-    assert proc.wait(timeout=120) == 130
+    answered = log.read_text().count("POST /v1/chat/completions")
+    proc.send_signal(sig)
+    assert proc.wait(timeout=120) == 128 + sig
     ids = rows_of(folder)
-    assert len(ids) >= 3 and len(ids) == len(set(ids))
-    assert "rerun the same command to resume" in params_file.with_suffix(".log").read_text()
+    assert len(ids) >= max(3, answered - 1) and len(ids) == len(set(ids))
+    said = params_file.with_suffix(".log").read_text()
+    assert f"interrupted by {sig.name}: finished work is saved; rerun the same command to resume" in said
     wait_for(lambda: not [p for p in family if alive(p)], 30, "the server to stop")

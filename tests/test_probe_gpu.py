@@ -120,7 +120,8 @@ def test_gpu_findings_used_memory_mixed_and_no_gpu() -> None:
     assert (
         f["mixed"]["status"] == "warn" and f["gpu1"]["status"] == "ok" and f["datasheet"]["value"] == "H200"
     )
-    assert gpu_findings([], {}, needs_gpu=True)[0]["status"] == "warn"
+    (none,) = gpu_findings([], {}, needs_gpu=True, wanted=8)
+    assert none["status"] == "fail" and "tp_size x dp_size = 8" in none["reason"]  # SGLang cannot run
     assert gpu_findings([], {}, needs_gpu=False)[0]["status"] == "ok"
 
 

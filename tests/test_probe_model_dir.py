@@ -8,13 +8,18 @@ from pathlib import Path
 import pytest
 from fixtures_models import deepseek_like, dense_qwen3, qwen36_like
 
-from kit.probe.model_dir import inspect_model_dir
+from kit.probe import model_dir
 from kit.probe.model_findings import model_findings, weight_bytes
 from kit.probe.weights import read_header
 
 
 def by_name(findings: list[dict]) -> dict[str, dict]:
     return {f["name"]: f for f in findings}
+
+
+def inspect_model_dir(path: Path) -> dict:
+    """The directory's facts without the tokenizer load (a child process; tested on its own below)."""
+    return model_dir.inspect_model_dir(path, load_tokenizer=False)
 
 
 def test_qwen36_hybrid_with_mtp_in_index(tmp_path: Path) -> None:
@@ -117,3 +122,29 @@ def test_read_header_rejects_non_safetensors(tmp_path: Path) -> None:
     p.write_bytes(b"abc")
     with pytest.raises(ValueError):
         read_header(p)
+
+
+def test_the_tokenizer_is_loaded_and_a_broken_one_fails_with_the_loaders_message(tmp_path: Path) -> None:
+    m = dense_qwen3(tmp_path / "d")
+    f = by_name(model_findings(model_dir.inspect_model_dir(m.path)))
+    assert (
+        f["tokenizer"]["status"] == "ok"
+        and "loads: TokenizersBackend, 2048 tokens" in f["tokenizer"]["reason"]
+    )
+    assert f["chat_template"]["status"] == "ok"
+    (m.path / "tokenizer.json").write_text("{}")  # exists, parses as JSON, is no tokenizer
+    f = by_name(model_findings(model_dir.inspect_model_dir(m.path)))["tokenizer"]
+    assert f["status"] == "fail" and f["value"] == ["tokenizer.json"]
+    assert f"transformers cannot load the tokenizer in {m.path}: KeyError: 'added_tokens'" in f["reason"]
+    assert "copy tokenizer.json and tokenizer_config.json again" in f["action"]
+
+
+def test_a_chat_template_that_does_not_render_fails(tmp_path: Path) -> None:
+    m = dense_qwen3(tmp_path / "d")
+    config = json.loads((m.path / "tokenizer_config.json").read_text())
+    config["chat_template"] = "{% for m in messages %}{{ m.content }"  # unclosed tag
+    (m.path / "tokenizer_config.json").write_text(json.dumps(config))
+    f = by_name(model_findings(model_dir.inspect_model_dir(m.path)))
+    assert f["tokenizer"]["status"] == "ok"
+    t = f["chat_template"]
+    assert t["status"] == "fail" and "does not render a one-message chat: TemplateSyntaxError" in t["reason"]

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import nbformat
@@ -16,17 +18,77 @@ sys.path.insert(0, str(Path(__file__).parent))
 from test_analyse_fixture import build_run  # noqa: E402
 
 from kit.errors import KitError  # noqa: E402
-from kit.report import network_references, render_report  # noqa: E402
+from kit.report import WIDGET_VIEW, network_references, render_report  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
+H200_PROBE = REPO / "docs" / "h200" / "probe.json"
+SPEC_DECISION = {
+    "chosen_arm": "spec_k3",
+    "decided_by": "measured",
+    "engine_settings": {"spec_k": 3, "client_concurrency": 16},
+    "speculation_unavailable_reason": None,
+    "table": [
+        {"arm": "plain", "spec_k": 0, "concurrency": 16, "predicted_tok_s": 90.0, "measured_tok_s": 80.0,
+         "status": "ok"},
+        {"arm": "spec_k3", "spec_k": 3, "concurrency": 4, "predicted_tok_s": 60.0, "measured_tok_s": 61.0,
+         "status": "ok"},
+        {"arm": "spec_k3", "spec_k": 3, "concurrency": 16, "predicted_tok_s": 110.0, "measured_tok_s": 120.0,
+         "status": "ok"},
+    ],
+}  # fmt: skip
+NO_ALT = "No description has been provided for this image"  # what nbconvert writes for a missing alt
+LONG_FLOAT = re.compile(r"\d\.\d{4,}")
+
+
+def readability_problems(page: str) -> list[str]:
+    """What a reader should not meet on a rendered page: stderr blocks, pandas index columns, floats
+    with more than 3 decimals in table cells (sample rows' own text aside), images without alt text."""
+    from bs4 import BeautifulSoup
+
+    soup = BeautifulSoup(page, "html.parser")
+    problems = [f"stderr block: {b.get_text()[:80]!r}" for b in soup.select('[data-mime-type*="stderr"]')]
+    for t in soup.find_all("table"):
+        rows = t.find_all("tr")
+        head = t.thead.find_all("tr") if t.thead else rows[:1]
+        for r in head:
+            first = r.find(["th", "td"])
+            if first is not None and not first.get_text(strip=True):
+                problems.append(f"blank first header cell (an index): {r.get_text(' ', strip=True)[:80]!r}")
+        problems += [
+            f"row header (an index): {r.get_text(' ', strip=True)[:80]!r}"
+            for r in rows
+            if r not in head and r.find("th")
+        ]
+        if "kit-samples" not in (t.get("class") or []):
+            problems += [
+                f"long float: {td.get_text()!r}"
+                for td in t.find_all("td")
+                if LONG_FLOAT.search(td.get_text())
+            ]
+    for img in soup.find_all("img"):
+        if not img.get("alt") or img["alt"] == NO_ALT:
+            problems.append(f"image without alt text: {str(img)[:60]}")
+    return problems
+
 
 CELLS = [
     ("code", "run_dir = ''", ["parameters"]),
     ("markdown", "# Analysis of a fixture run\n\nInline math $E = (1 - a^{k+1}) / (1 - a)$.", []),
     (
         "code",
-        "from pathlib import Path\nfrom IPython.display import Image, display\n"
+        "from pathlib import Path\nfrom IPython.display import display\n"
         "from kit.analyse import analyse_run, read_run, sample_browser\nfrom kit.runfolder import RunFolder\n"
+        "from kit.analyse.plots import summary_images\nfrom kit.analyse.tables import summary_display\n"
         "folder = RunFolder(Path(run_dir))\nsummary = analyse_run(folder)\n"
-        "for p in summary['figures'][:3]:\n    display(Image(filename=p))",
+        "for t in summary_display(summary):\n    display(t)\n"
+        "for image in summary_images(summary)[:3]:\n    display(image)",
+        [],
+    ),
+    (
+        "code",
+        "import logging, sys\nfrom tqdm.std import tqdm\n"
+        "for _ in tqdm(range(3), desc='BAR_MARKER', file=sys.stderr, mininterval=0):\n    pass\n"
+        "logging.getLogger('kit.test').warning('WARNED_MARKER: a reader must see this')",
         [],
     ),
     ("code", "data = read_run(folder)\nsample_browser(data.df, n=4, flags=data.flags)", []),
@@ -73,8 +135,11 @@ def test_render_report_is_self_contained(executed_run: Path) -> None:
     assert "SECRET_CODE_MARKER" not in page  # code hidden
     assert "kit-samples" in page  # the sample browser's static table replaced the widget
     assert "application/vnd.jupyter.widget" not in page
+    assert "WARNED_MARKER: a reader must see this" in page and "BAR_MARKER" not in page
+    assert readability_problems(page) == []
     text = index.read_text()
-    assert "04_analyse.html" in text and "rows generated" in text and ">20<" in text
+    assert "04_analyse.html" in text and "20 rows in 2 parquet shard(s)" in text
+    assert "decision.json is missing: stage 2 has not run" in text  # a stage not run is named
     assert not re.search(r"""(?:src|href)\s*=\s*["']?https?://""", text, re.IGNORECASE)
 
 
@@ -144,6 +209,62 @@ def _chromium(tmp: Path, *args: str) -> str:
     return done.stdout
 
 
+def require_chromium() -> None:
+    """Skip without Chromium, or fail when KIT_REQUIRE_ENGINES=1 (CI installs it: .ci/run)."""
+    if CHROMIUM is None:
+        message = "chromium is not installed (Debian: apt-get install -y chromium; .ci/run installs it)"
+        if os.environ.get("KIT_REQUIRE_ENGINES") == "1":
+            pytest.fail(message)
+        pytest.skip(message)
+
+
+FIRST_SCREEN = """<!DOCTYPE html><html><body style="margin:0">
+<iframe id="f" src="{url}" width="1280" height="800" style="border:0"></iframe>
+<script>
+document.getElementById('f').addEventListener('load', () => setTimeout(() => {{
+  const d = document.getElementById('f').contentDocument;
+  const items = d.querySelectorAll('ul.answers > li');
+  const bottom = Math.max(...Array.from(items).map(e => e.getBoundingClientRect().bottom));
+  const p = document.createElement('pre'); p.id = 'result';
+  p.textContent = 'ANSWERS ' + items.length + ' BOTTOM ' + Math.round(bottom);
+  document.body.appendChild(p);
+}}, 300));
+</script></body></html>
+"""
+
+
+def first_screen(index: Path) -> dict[str, int]:
+    """How many answers the index shows and where the last one ends, in a 1280 x 800 window."""
+    require_chromium()
+    with tempfile.TemporaryDirectory() as tmp:
+        checker = Path(tmp) / "first-screen.html"
+        checker.write_text(FIRST_SCREEN.format(url=index.resolve().as_uri()))
+        dom = _chromium(Path(tmp), "--virtual-time-budget=10000", "--dump-dom", checker.as_uri())
+    found = re.search(r"ANSWERS (\d+) BOTTOM (-?\d+)", dom)
+    assert found, f"checker did not report: {dom[-500:]}"
+    return {"answers": int(found.group(1)), "bottom": int(found.group(2))}
+
+
+def screenshots(pages: list[Path], name: str) -> list[Path]:
+    """Screenshots of `pages` in headless Chromium (network blocked), kept as test artifacts under
+    $KIT_TEST_ARTIFACTS (default outputs/test-artifacts/report/); the index at one screen's height."""
+    require_chromium()
+    out = Path(os.environ.get("KIT_TEST_ARTIFACTS", REPO / "outputs" / "test-artifacts")) / "report"
+    out.mkdir(parents=True, exist_ok=True)
+    shots = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for page in pages:
+            shot = out / f"{name}-{page.stem}.png"
+            size = "1280,800" if page.stem == "index" else "1280,2400"
+            _chromium(
+                Path(tmp), f"--window-size={size}", "--hide-scrollbars", f"--screenshot={shot}", page.as_uri()
+            )
+            assert shot.read_bytes()[:4] == b"\x89PNG"
+            print(f"screenshot: {shot}")
+            shots.append(shot)
+    return shots
+
+
 def _images_loaded(tmp: Path, page: Path) -> tuple[int, int]:
     """(images on the page, images that decoded) as seen by Chromium after the page loaded."""
     checker = tmp / f"check-{page.stem}.html"
@@ -169,7 +290,7 @@ def test_report_opens_offline_in_chromium(executed_run: Path, tmp_path: Path) ->
     index = render_report(executed_run, hide_code=True)
     dom = _chromium(tmp_path, "--virtual-time-budget=5000", "--dump-dom", index.as_uri())
     links = re.findall(r'<a href="([^"]+\.html)"', dom)
-    assert links == ["04_analyse.html"] and "rows generated" in dom
+    assert links == ["04_analyse.html"] and "20 rows in 2 parquet shard(s)" in dom
     for name in links:
         total, loaded = _images_loaded(tmp_path, index.parent / name)
         assert total >= 3 and loaded == total
@@ -182,23 +303,133 @@ def test_report_opens_offline_in_chromium(executed_run: Path, tmp_path: Path) ->
         print(f"screenshot: {shot}")
 
 
-def test_headline_numbers_from_every_json(tmp_path: Path) -> None:
+def test_answers_from_every_json(tmp_path: Path) -> None:
     from kit.analyse import analyse_run
-    from kit.report import headline_numbers
+    from kit.index_page import run_answers
     from kit.runfolder import write_json_atomic
 
     run = build_run(tmp_path / "run")
     analyse_run(run)
-    devices = [{"name": "NVIDIA H200", "index": i} for i in range(2)]
-    write_json_atomic(run.probe, {"gpus": {"devices": devices}})
-    write_json_atomic(
-        run.decision, {"chosen_arm": "spec_k3", "decided_by": "measured", "objective": "throughput"}
+    write_json_atomic(run.probe, json.loads(H200_PROBE.read_text()))
+    write_json_atomic(run.decision, SPEC_DECISION)
+    answers = {a.topic: a for a in run_answers(run)}
+    env = answers["Environment"]
+    assert env.headline == "NO-GO" and env.status == "fail"
+    assert "3 of " in env.detail and "on 1 x NVIDIA H200" in env.detail
+    assert "no *.safetensors weights in the directory" in env.detail and "Do: download" in env.detail
+    decision = answers["Decision"]
+    assert decision.headline == "MTP k=3 (measured)"
+    assert "Measured by the sweep: 120 output tok/s at concurrency 16" in decision.detail
+    assert "50% more than the best of plain decoding (80 tok/s at concurrency 16)" in decision.detail
+    assert answers["Generation"].headline == "20 of 20 rows" and "complete" in answers["Generation"].detail
+    failures = answers["Failures"]  # stage 4's count: the retried-then-done id is not a failure
+    assert failures.headline == "3 failed" and "2 timeout, 1 server error" in failures.detail
+    assert (
+        answers["Throughput"].headline.endswith("output tok/s")
+        and "over 20.0 s" in answers["Throughput"].detail
     )
-    numbers = headline_numbers(run.root)
-    assert numbers["GPU"] == "2 x NVIDIA H200" and numbers["chosen arm"] == "spec_k3 (measured)"
-    assert numbers["rows generated"] == 20 and numbers["failures"] == 3 and numbers["complete"] is True
     run.decision.write_text("{broken")
-    assert headline_numbers(run.root)["chosen arm"] is None
+    assert {a.topic: a for a in run_answers(run)}["Decision"].status == "missing"
+
+
+def test_index_of_a_run_with_no_stage_says_what_is_missing(tmp_path: Path) -> None:
+    from kit.index_page import index_html, run_answers
+    from kit.runfolder import RunFolder
+
+    folder = RunFolder(tmp_path / "empty").ensure()
+    answers = run_answers(folder)
+    assert [a.status for a in answers] == ["missing"] * 6
+    page = index_html(folder.root, [])
+    for said in ("stage 1 has not run", "stage 2 has not run", "stage 3 has not run", "not rendered"):
+        assert said in page
+    assert "<img" not in page and readability_problems(page) == []
+
+
+def test_predicted_decision_and_speculation_not_measured() -> None:
+    from kit.decide.verdict import decision_answer
+
+    table = [
+        {"arm": "plain", "spec_k": 0, "concurrency": 8, "predicted_tok_s": 100.0, "status": "not measured"},
+        {"arm": "spec_k2", "spec_k": 2, "concurrency": 8, "predicted_tok_s": 150.0, "status": "skipped",
+         "reason": "the checkpoint lacks its MTP weights"},
+    ]  # fmt: skip
+    decision = {
+        "chosen_arm": "plain",
+        "decided_by": "predicted",
+        "engine_settings": {"spec_k": 0, "client_concurrency": 8},
+        "speculation_unavailable_reason": "the checkpoint lacks its MTP weights",
+        "table": table,
+    }
+    a = decision_answer(decision, "MTP", worth="If MTP could run here, ...")
+    assert a.headline == "plain decoding (predicted only)" and a.status == "warn"
+    assert "Predicted, nothing measured: 100 output tok/s at concurrency 8" in a.detail
+    assert "MTP k=2 would give 50% more (150 tok/s at concurrency 8), but it cannot run here." in a.detail
+    assert "Speculation could not be measured: the checkpoint lacks its MTP weights." in a.detail
+    assert a.detail.endswith("If MTP could run here, ...")
+    runs = decision_answer({**decision, "speculation_unavailable_reason": None}, "n-gram")
+    assert "n-gram k=2 would give 50% more" in runs.detail and "within the run-to-run noise" in runs.detail
+
+
+def test_stderr_becomes_messages_without_progress_bars() -> None:
+    from kit.report import for_reading, printed_messages
+
+    stream = [  # what papermill saved from notebook 02 of the demo: plan and sweep bars, one warning
+        "\rplan infinity_instruct:   0%|          | 0/20 [00:00<?, ?it/s]",
+        "\r                                                              ",
+        "\rsource 'infinity_instruct' gave 17 of 20 planned prompts; lower the count.\n",
+        "\rsweep:   8%|▊         | 1/12 [01:10<12:58, 70.76s/level]",
+        "\rsweep: 100%|██████████| 12/12 [01:37<00:00,  8.11s/level]",
+        "\rgenerate: 5row [00:01,  3.20row/s]",
+        "\n",
+    ]
+    assert printed_messages("".join(stream)) == [
+        "source 'infinity_instruct' gave 17 of 20 planned prompts; lower the count."
+    ]
+    nb = nbformat.v4.new_notebook()
+    cell = nbformat.v4.new_code_cell("x")
+    cell.outputs = [nbformat.v4.new_output("stream", name="stderr", text=t) for t in stream]
+    cell.outputs.insert(2, nbformat.v4.new_output("display_data", data={"text/plain": "table"}))
+    bars_only = nbformat.v4.new_code_cell("y")
+    widget = {WIDGET_VIEW: {"model_id": "m"}, "text/plain": "Generating train split: 0 examples [00:00, ?]"}
+    bars_only.outputs = [
+        nbformat.v4.new_output("stream", name="stderr", text=stream[0]),
+        nbformat.v4.new_output("display_data", data=widget),  # datasets' progress widget
+        nbformat.v4.new_output("stream", name="stdout", text="rows 20\nstep: 50%|##  | 1/2 [00:01<00:01]\n"),
+    ]
+    nb.cells = [cell, bars_only]
+    for_reading(nb)
+    kinds = [(o.output_type, o.get("name")) for o in cell.outputs]
+    assert kinds == [("display_data", None), ("display_data", None)]
+    assert "gave 17 of 20" in cell.outputs[0].data["text/html"]
+    assert cell.outputs[1].data["text/plain"] == "table"
+    assert [(o.output_type, o.get("text")) for o in bars_only.outputs] == [("stream", "rows 20\n")]
+
+
+def test_table_for_reading() -> None:
+    import pandas as pd
+
+    from kit.display import gib, number, percent, seconds, table
+
+    assert [number(0.85), number(1234.56), number(7.0), seconds(119.6), gib(3 * 1024**3)] == [
+        "0.85",
+        "1,235",
+        "7",
+        "2 min 0 s",
+        "3.0 GiB",
+    ]
+
+    df = pd.DataFrame(
+        {"output_tok_s": [6.910904, 24.316822, 143.47], "spec_k": [0, 1, 2], "share": [0.5, 0.25, 1.0]},
+        index=["a", "b", "c"],
+    )
+    t = table(df, "Levels", formats={"share": percent}, index_name="source")
+    assert list(t.frame.columns) == ["source", "output tok/s", "draft length k", "share"]
+    assert t.frame["output tok/s"].tolist() == ["6.9", "24.3", "143.5"]
+    assert t.frame["share"].tolist() == ["50.0%", "25.0%", "100.0%"]
+    page = t._repr_html_()
+    assert "<details" not in page and readability_problems(page) == []
+    long = table(pd.DataFrame({"x": range(30)}), "Long", summary="30 levels")
+    assert long._repr_html_().startswith("<h3>Long</h3><details class='kit-fold'><summary>30 levels")
 
 
 NOTEBOOK_04 = Path(__file__).resolve().parents[1] / "notebooks" / "04_analyse_outputs.ipynb"

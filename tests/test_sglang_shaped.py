@@ -46,15 +46,16 @@ def test_sweep_decision_and_generation_through_sglang_flags(write_params, tmp_pa
     assert len(launches) == 3  # plain, k=1, k=2: one server each
     plain, k1, k2 = (" ".join(a) for a in launches)
     assert "--speculative-algorithm" not in plain and "--max-running-requests 8" in plain
-    assert "--speculative-algorithm NGRAM --speculative-num-steps 2 --speculative-eagle-topk 1" in k2
-    assert "--speculative-num-draft-tokens 3" in k2 and "--max-running-requests 8" in k1
+    assert "--speculative-algorithm NGRAM --speculative-num-draft-tokens 3" in k2
+    assert "--speculative-ngram-max-bfs-breadth 1" in k2 and "--max-running-requests 8" in k1
+    assert "--cuda-graph-max-bs-decode 8" in k1, "renamed for the launcher, from its --help"
     sweep = pd.read_parquet(folder.sweep)
     assert set(sweep.status) == {"ok"}
     spec = sweep[sweep.spec_k > 0]
     assert spec.accept_length.between(1.5, 3.0).all() and sweep[sweep.spec_k == 0].accept_length.isna().all()
     assert decision["decided_by"] == "measured" and decision["speculation_available"] is True
     assert decision["chosen_arm"] in {"plain", "spec_k1", "spec_k2"}
-    assert any("NGRAM k=" in r for r in decision["reasons"]) and not any(
+    assert any("n-gram k=" in r for r in decision["reasons"]) and not any(
         "MTP" in r for r in decision["reasons"]
     )
 
@@ -64,7 +65,7 @@ def test_sweep_decision_and_generation_through_sglang_flags(write_params, tmp_pa
     assert applied["chosen_arm"] == decision["chosen_arm"]
     gen_argv = " ".join(json.loads(argv_log.read_text().splitlines()[-1]))
     k = decision["engine_settings"]["spec_k"]
-    assert ("--speculative-num-steps" in gen_argv) == (k > 0)
+    assert ("--speculative-num-draft-tokens" in gen_argv) == (k > 0)
     assert f"--max-running-requests {decision['engine_settings']['max_running_requests']}" in gen_argv
     assert manifest["engine_capacity"] == decision["engine_settings"]["max_running_requests"]
     assert manifest["concurrency"] == 2 * manifest["engine_capacity"]  # the queue never drains

@@ -4,8 +4,10 @@
     summary = analyse_run(RunFolder(Path("outputs/demo")), params.analyse)
 
 Modules: `load` (read a run folder, naming each gap), `tables` (per source, finish reasons),
-`flags` (quality flags), `health` (throughput, latency, failures, accept length), `plots`
-(seaborn figures), `summary` (analyse_run), `compare` (two runs), `browser` (sample browser).
+`flags` (quality flags), `reasoning` (reasoning and answer of a row, their lengths),
+`toolcalls` (parsed and text tool calls, judged against the prompt's tools), `health`
+(throughput, latency, failures, accept length), `plots` (seaborn figures), `summary`
+(analyse_run), `compare` (two runs), `browser` (sample browser).
 """
 
 from kit.analyse.browser import SampleBrowser, sample_browser
@@ -13,6 +15,7 @@ from kit.analyse.compare import compare_runs, difference_table
 from kit.analyse.flags import FLAGS, compute_flags, flag_counts
 from kit.analyse.health import accept_length_timeline, failures_by_reason, run_health, throughput_timeline
 from kit.analyse.load import load_failures, load_generations, load_metrics
+from kit.analyse.reasoning import reasoning_parts, row_parts, split_think
 from kit.analyse.summary import RunData, analyse_run, read_run, summarise
 from kit.analyse.tables import finish_reason_table, per_source_table, requested_counts, summary_tables
 
@@ -32,10 +35,13 @@ __all__ = [
     "load_generations",
     "load_metrics",
     "per_source_table",
+    "reasoning_parts",
+    "row_parts",
     "read_run",
     "requested_counts",
     "run_health",
     "sample_browser",
+    "split_think",
     "summarise",
     "summary_tables",
     "throughput_timeline",

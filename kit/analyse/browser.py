@@ -1,5 +1,8 @@
 """A sample browser: ipywidgets in a live kernel (filter by source, finish reason and flag; step
-through rows and read the messages and completion), and a static HTML table everywhere else.
+through rows and read the messages and the answer), and a static HTML table everywhere else.
+
+A row shows its answer first; its reasoning and the engine's parsed tool calls follow in HTML
+`<details>` blocks, collapsed until clicked.
 
 `SampleBrowser` carries both: in JupyterLab the widget view is shown; nbconvert / papermill
 reports show the static table (the report renderer drops widget views, which would need a CDN).
@@ -8,23 +11,70 @@ reports show the static table (the report renderer drops widget views, which wou
 from __future__ import annotations
 
 import html
+import json
 from typing import Any
 
 import pandas as pd
 
 from kit.analyse.flags import FLAGS, compute_flags
+from kit.analyse.reasoning import split_row
+from kit.analyse.toolcalls import load_calls
 from kit.params import AnalyseParams
 
 ALL = "(all)"
 CLIP = 1200
+CLIP_REASONING = 4 * CLIP
 
 
 def _clip(text: str, limit: int = CLIP) -> str:
     return text if len(text) <= limit else text[:limit] + f" … [{len(text) - limit} more chars]"
 
 
-def _pre(text: str) -> str:
-    return f'<pre style="white-space:pre-wrap;margin:0">{html.escape(_clip(text))}</pre>'
+def _pre(text: str, limit: int = CLIP) -> str:
+    return f'<pre style="white-space:pre-wrap;margin:0">{html.escape(_clip(text, limit))}</pre>'
+
+
+def _details(kind: str, summary: str, body: str) -> str:
+    """A collapsed block (closed until clicked; no `open` attribute)."""
+    return f"<details class='kit-{kind}'><summary>{html.escape(summary)}</summary>{body}</details>"
+
+
+def _readable_call(call: Any) -> Any:
+    """One parsed call as {name, arguments} with its arguments decoded where they are JSON text."""
+    fn = call.get("function", call) if isinstance(call, dict) else None
+    if not isinstance(fn, dict):
+        return call
+    args = fn.get("arguments")
+    if isinstance(args, str):
+        try:
+            args = json.loads(args)
+        except json.JSONDecodeError:
+            pass
+    return {"name": fn.get("name"), "arguments": args}
+
+
+def tool_calls_html(value: Any) -> str:
+    """The engine's parsed calls as a collapsed block ('' when there are none)."""
+    calls, problem = load_calls(value)
+    if problem:
+        return _details("tool-calls", f"tool calls (unreadable: {problem})", _pre(str(value)))
+    if not calls:
+        return ""
+    names = ", ".join(str(_readable_call(c).get("name")) if isinstance(c, dict) else "?" for c in calls)
+    text = "\n".join(json.dumps(_readable_call(c), indent=2, ensure_ascii=False, default=str) for c in calls)
+    return _details("tool-calls", f"tool calls ({len(calls)}: {names})", _pre(text, CLIP_REASONING))
+
+
+def answer_html(row: Any) -> str:
+    """A row's answer, then its reasoning and parsed tool calls, each collapsed."""
+    reasoning, source, answer, unterminated = split_row(row.get("reasoning"), str(row["completion"]))
+    body = _pre(answer) if answer else "<i>(no answer text)</i>"
+    if reasoning is not None:
+        where = "split out by the engine" if source == "parser" else "the <think> text of the completion"
+        cut = ", never closed" if unterminated else ""
+        label = f"reasoning ({len(reasoning)} chars, {where}{cut})"
+        body += _details("reasoning", label, _pre(reasoning, CLIP_REASONING))
+    return body + tool_calls_html(row.get("tool_calls"))
 
 
 def _flag_names(flags: pd.DataFrame | None, idx: Any) -> str:
@@ -58,7 +108,8 @@ def messages_html(messages: Any) -> str:
 
 
 def static_table(df: pd.DataFrame, flags: pd.DataFrame | None = None, n: int = 20) -> str:
-    """A self-contained HTML table of sample rows: id, source, finish reason, flags, messages, completion."""
+    """A self-contained HTML table of sample rows: id, source, finish reason, flags, messages, and the
+    answer with its reasoning and tool calls collapsed."""
     rows = []
     for idx, r in pick_samples(df, flags, n).iterrows():
         meta = (
@@ -68,9 +119,9 @@ def static_table(df: pd.DataFrame, flags: pd.DataFrame | None = None, n: int = 2
         rows.append(
             f"<tr><td style='vertical-align:top'>{meta}</td>"
             f"<td style='vertical-align:top'>{messages_html(r['messages'])}</td>"
-            f"<td style='vertical-align:top'>{_pre(str(r['completion']))}</td></tr>"
+            f"<td style='vertical-align:top'>{answer_html(r)}</td></tr>"
         )
-    head = "<tr><th>row</th><th>messages</th><th>completion</th></tr>"
+    head = "<tr><th>row</th><th>messages</th><th>answer (reasoning, tool calls: click to open)</th></tr>"
     caption = f"<caption>{len(rows)} of {len(df)} rows (flagged rows first)</caption>"
     return f"<table class='kit-samples' border='1'>{caption}{head}{''.join(rows)}</table>"
 
@@ -111,7 +162,7 @@ def _build_widget(df: pd.DataFrame, flags: pd.DataFrame | None) -> Any:
         view.value = (
             f"<p>{len(rows)} rows match · id {html.escape(str(r['id']))} · {html.escape(str(r['source']))}"
             f" · {html.escape(str(r['finish_reason']))} · <i>{html.escape(_flag_names(flags, idx))}</i></p>"
-            f"{messages_html(r['messages'])}<b>completion</b>{_pre(str(r['completion']))}"
+            f"{messages_html(r['messages'])}<b>answer</b>{answer_html(r)}"
         )
 
     for control in (src, reason, flag, pos):

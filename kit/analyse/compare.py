@@ -27,6 +27,19 @@ HEADLINE = (
     ("completion_tokens_p90", ("completion_tokens", "p90")),
     ("completion_tokens_total", ("completion_tokens", "total")),
     ("share_length", ("finish_reasons", "length")),
+    ("reasoning_rows", ("reasoning", "rows")),
+    ("reasoning_chars_p50", ("reasoning_chars", "p50")),
+    ("reasoning_tokens_p50", ("reasoning_tokens", "p50")),
+    ("answer_chars_p50", ("answer_chars", "p50")),
+    ("answer_tokens_p50", ("answer_tokens", "p50")),
+    ("tool_call_share", ("tool_calls", "share_with_calls")),
+)
+PER_SOURCE = (
+    ("generated",),
+    ("completion_tokens", "p50"),
+    ("finish_reasons", "length"),
+    ("reasoning_chars", "p50"),
+    ("answer_chars", "p50"),
 )
 
 
@@ -43,7 +56,7 @@ def _metric_rows(sa: dict[str, Any], sb: dict[str, Any]) -> list[tuple[str, Any,
     for flag in sa.get("flags", {}):
         rows.append((f"flag_{flag}", sa["flags"].get(flag), sb.get("flags", {}).get(flag)))
     for src in sorted(set(sa.get("sources", {})) | set(sb.get("sources", {}))):
-        for key in (("generated",), ("completion_tokens", "p50"), ("finish_reasons", "length")):
+        for key in PER_SOURCE:
             name = f"{src}:{'_'.join(key)}"
             rows.append((name, _get(sa, ("sources", src, *key)), _get(sb, ("sources", src, *key))))
     return rows
@@ -76,6 +89,9 @@ def overlay_figures(runs: dict[str, RunData]) -> dict[str, Figure]:
         "compare_finish_reasons": plots.finish_reasons(both, by="run"),
         "compare_throughput": plots.throughput(_timelines(runs, health.throughput_timeline), hue="run"),
         "compare_latency": plots.latency(both, hue="run"),
+        "compare_reasoning_and_answer": plots.reasoning_and_answer(
+            both, pd.concat([d.row_parts() for d in runs.values()], ignore_index=True), hue="run"
+        ),
         "compare_accept_length": plots.accept_length(
             _timelines(runs, health.accept_length_timeline), hue="run"
         ),

@@ -1,29 +1,34 @@
 """Quality flags on generated rows: one boolean column per flag, True where the row looks wrong.
 
-- `empty`: the completion is empty or only whitespace.
+The answer is the completion without its `<think>` block (kit.analyse.reasoning); text flags are
+judged on it, so a run with a reasoning parser and one without flag the same rows.
+
+- `empty`: no answer: the answer text is empty or whitespace, and the engine parsed no tool call.
 - `duplicate`: the completion (non-empty) is exactly the same as another row's; every copy is flagged.
-- `repeats_prompt`: the completion contains the last user message verbatim (after folding case and
+- `repeats_prompt`: the answer contains the last user message verbatim (after folding case and
   whitespace), i.e. the model echoed its input instead of answering.
-- `refusal`: the completion matches one of `AnalyseParams.refusal_patterns` (case-insensitive).
-- `tool_call_broken`: a function-calling row (`tools` set) has a `<tool_call>` block whose body is
-  not JSON, or a block that is opened and never closed.
+- `refusal`: the answer matches one of `AnalyseParams.refusal_patterns` (case-insensitive).
+- `tool_call_broken`: a parsed call (`tool_calls`) or, on a function-calling row, a `<tool_call>`
+  block in the answer whose JSON does not parse, whose arguments are not a JSON object, whose name
+  is not among the prompt's `tools`, or a block opened and never closed (kit.analyse.toolcalls).
+- `unterminated_think`: the row ran out of budget while thinking (kit.analyse.reasoning).
 """
 
 from __future__ import annotations
 
-import json
 import re
 from typing import Any
 
 import pandas as pd
 
+from kit.analyse.reasoning import flag_unterminated_think, reasoning_parts, row_parts
+from kit.analyse.toolcalls import is_function_calling
 from kit.errors import ParamsError
 from kit.params import AnalyseParams
 
-FLAGS = ("empty", "duplicate", "repeats_prompt", "refusal", "tool_call_broken")
-TOOL_CALL = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
+FLAGS = ("empty", "duplicate", "repeats_prompt", "refusal", "tool_call_broken", "unterminated_think")
 MIN_ECHO_CHARS = 16
-"""A prompt shorter than this counts as repeated only when the completion equals it."""
+"""A prompt shorter than this counts as repeated only when the answer equals it."""
 
 
 def _fold(text: str) -> str:
@@ -40,27 +45,34 @@ def last_user_text(messages: Any) -> str:
     return ""
 
 
-def flag_empty(df: pd.DataFrame) -> pd.Series:
-    """True where the completion is empty or whitespace only."""
-    return df["completion"].str.strip().eq("")
+def _answers(df: pd.DataFrame, parts: pd.DataFrame | None) -> pd.Series:
+    return (parts if parts is not None else reasoning_parts(df))["answer_text"]
+
+
+def flag_empty(df: pd.DataFrame, parts: pd.DataFrame | None = None) -> pd.Series:
+    """True where the answer is empty or whitespace and the engine parsed no tool call."""
+    parts = parts if parts is not None else row_parts(df)
+    return parts["answer_text"].str.strip().eq("") & ~parts["parsed_calls"]
 
 
 def flag_duplicate(df: pd.DataFrame) -> pd.Series:
     """True for every row whose non-empty completion also appears in another row."""
-    nonempty = ~flag_empty(df)
+    nonempty = df["completion"].str.strip().ne("")
     return df["completion"].duplicated(keep=False) & nonempty
 
 
-def _echoes(prompt: str, completion: str) -> bool:
-    p, c = _fold(prompt), _fold(completion)
+def _echoes(prompt: str, answer: str) -> bool:
+    p, c = _fold(prompt), _fold(answer)
     if not p or not c:
         return False
     return p == c if len(p) < MIN_ECHO_CHARS else p in c
 
 
-def flag_repeats_prompt(df: pd.DataFrame) -> pd.Series:
-    """True where the completion contains the last user message verbatim (case and spaces folded)."""
-    values = [_echoes(last_user_text(m), c) for m, c in zip(df["messages"], df["completion"], strict=True)]
+def flag_repeats_prompt(df: pd.DataFrame, parts: pd.DataFrame | None = None) -> pd.Series:
+    """True where the answer contains the last user message verbatim (case and spaces folded)."""
+    answers = _answers(df, parts)
+    pairs = zip(df["messages"].tolist(), answers.tolist(), strict=True)
+    values = [_echoes(last_user_text(m), a) for m, a in pairs]
     return pd.Series(values, index=df.index, dtype=bool)
 
 
@@ -75,52 +87,36 @@ def compile_patterns(patterns: list[str]) -> list[re.Pattern[str]]:
     return out
 
 
-def flag_refusal(df: pd.DataFrame, patterns: list[str]) -> pd.Series:
-    """True where the completion matches any refusal pattern (re.search, case-insensitive)."""
+def flag_refusal(df: pd.DataFrame, patterns: list[str], parts: pd.DataFrame | None = None) -> pd.Series:
+    """True where the answer matches any refusal pattern (re.search, case-insensitive)."""
     compiled = compile_patterns(patterns)
-    values = [any(p.search(c) for p in compiled) for c in df["completion"]]
+    values = [any(p.search(a) for p in compiled) for a in _answers(df, parts).tolist()]
     return pd.Series(values, index=df.index, dtype=bool)
 
 
-def tool_call_problem(completion: str) -> str | None:
-    """Why the `<tool_call>` blocks of a completion are broken, or None when all parse as JSON."""
-    if completion.count("<tool_call>") != completion.count("</tool_call>"):
-        return "unclosed <tool_call>"
-    for body in TOOL_CALL.findall(completion):
-        try:
-            json.loads(body)
-        except json.JSONDecodeError as e:
-            return f"invalid JSON: {e.msg}"
-    return None
+def flag_tool_call_broken(df: pd.DataFrame, parts: pd.DataFrame | None = None) -> pd.Series:
+    """True where a parsed call, or a `<tool_call>` block of a function-calling row, is broken."""
+    parts = parts if parts is not None and "call_problem" in parts else row_parts(df)
+    return parts["call_problem"].notna()
 
 
-def is_function_calling(tools: Any) -> bool:
-    """A row is function-calling when its `tools` field is a non-empty JSON list or string."""
-    if tools is None or (isinstance(tools, float) and pd.isna(tools)):
-        return False
-    text = str(tools).strip()
-    return text not in ("", "[]", "null", "None")
+def compute_flags(
+    df: pd.DataFrame, params: AnalyseParams | None = None, parts: pd.DataFrame | None = None
+) -> pd.DataFrame:
+    """All flags as a boolean DataFrame aligned with `df` (columns: FLAGS).
 
-
-def flag_tool_call_broken(df: pd.DataFrame) -> pd.Series:
-    """True on function-calling rows whose `<tool_call>` blocks do not parse."""
-    values = [
-        is_function_calling(t) and tool_call_problem(c) is not None
-        for t, c in zip(df["tools"], df["completion"], strict=True)
-    ]
-    return pd.Series(values, index=df.index, dtype=bool)
-
-
-def compute_flags(df: pd.DataFrame, params: AnalyseParams | None = None) -> pd.DataFrame:
-    """All flags as a boolean DataFrame aligned with `df` (columns: FLAGS)."""
+    `parts` is `row_parts(df)` when the caller has it already (computed otherwise).
+    """
     params = params or AnalyseParams()
+    parts = parts if parts is not None else row_parts(df)
     return pd.DataFrame(
         {
-            "empty": flag_empty(df),
+            "empty": flag_empty(df, parts),
             "duplicate": flag_duplicate(df),
-            "repeats_prompt": flag_repeats_prompt(df),
-            "refusal": flag_refusal(df, params.refusal_patterns),
-            "tool_call_broken": flag_tool_call_broken(df),
+            "repeats_prompt": flag_repeats_prompt(df, parts),
+            "refusal": flag_refusal(df, params.refusal_patterns, parts),
+            "tool_call_broken": flag_tool_call_broken(df, parts),
+            "unterminated_think": flag_unterminated_think(df, parts),
         },
         index=df.index,
     )

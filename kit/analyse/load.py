@@ -7,6 +7,7 @@ Nothing here raises on a damaged run: stage 4 must say what it could not read, n
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +15,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from kit.analyse.reasoning import nullable_int
 from kit.runfolder import RunFolder
 
 GENERATION_COLUMNS: dict[str, Any] = {
@@ -22,9 +24,12 @@ GENERATION_COLUMNS: dict[str, Any] = {
     "messages": None,
     "tools": None,
     "completion": "",
+    "reasoning": None,
+    "tool_calls": None,
     "finish_reason": "unknown",
     "prompt_tokens": pd.NA,
     "completion_tokens": pd.NA,
+    "reasoning_tokens": pd.NA,
     "latency_s": float("nan"),
     "ttft_s": float("nan"),
     "engine": None,
@@ -37,6 +42,9 @@ GENERATION_COLUMNS: dict[str, Any] = {
 """Columns stage 4 reads, with the value used where a shard lacks one."""
 
 REQUIRED = ("id", "source", "completion", "finish_reason", "completion_tokens")
+KEPT_OUTPUTS = ("reasoning", "tool_calls")
+"""Columns a shard written before the kit kept reasoning and parsed tool calls lacks."""
+TEXT_OR_NULL = ("tools", "reasoning", "tool_calls")
 
 
 def _read_shard(path: Path) -> tuple[pa.Table | None, str | None]:
@@ -53,6 +61,20 @@ def _concat(tables: list[pa.Table]) -> pd.DataFrame:
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 
+def _text_or_none(value: Any) -> str | None:
+    """A JSON-or-text cell as str, or None: nulls and NaN become None, lists and dicts JSON text."""
+    if isinstance(value, str):
+        return value
+    if value is None or value is pd.NA or (isinstance(value, float) and math.isnan(value)):
+        return None
+    if hasattr(value, "tolist"):
+        value = value.tolist()
+    try:
+        return json.dumps(value, ensure_ascii=False, default=str)
+    except (TypeError, ValueError):
+        return str(value)
+
+
 def _normalise(df: pd.DataFrame, gaps: list[str]) -> pd.DataFrame:
     for col, default in GENERATION_COLUMNS.items():
         if col not in df.columns:
@@ -62,8 +84,11 @@ def _normalise(df: pd.DataFrame, gaps: list[str]) -> pd.DataFrame:
     df["completion"] = df["completion"].fillna("").astype(str)
     df["source"] = df["source"].fillna("unknown").astype(str)
     df["finish_reason"] = df["finish_reason"].fillna("unknown").astype(str)
+    for col in TEXT_OR_NULL:
+        df[col] = pd.Series([_text_or_none(v) for v in df[col].tolist()], index=df.index, dtype=object)
     for col in ("prompt_tokens", "completion_tokens", "latency_s", "ttft_s", "accept_length"):
         df[col] = pd.to_numeric(df[col], errors="coerce")
+    df["reasoning_tokens"] = nullable_int(df["reasoning_tokens"])
     df["finished_at"] = pd.to_datetime(df["finished_at"], errors="coerce", utc=True)
     return df
 
@@ -81,7 +106,21 @@ def load_generations(folder: RunFolder) -> tuple[pd.DataFrame, list[str]]:
             gaps.append(gap)
         elif table is not None:
             tables.append(table)
+    gaps += _older_schema_gap(tables)
     return _normalise(_concat(tables), gaps), gaps
+
+
+def _older_schema_gap(tables: list[pa.Table]) -> list[str]:
+    """A gap naming the rows of shards written before `reasoning` / `tool_calls` were kept."""
+    old = [t for t in tables if len(t) and not set(KEPT_OUTPUTS) <= set(t.schema.names)]
+    if not old:
+        return []
+    rows = sum(len(t) for t in old)
+    return [
+        f"generations: {rows} row(s) in {len(old)} shard(s) written without the {' / '.join(KEPT_OUTPUTS)} "
+        "columns (an older kit): their reasoning and parsed tool calls count as absent; "
+        "<think> and <tool_call> text left in the completion is still analysed"
+    ]
 
 
 def load_failures(folder: RunFolder) -> tuple[pd.DataFrame, list[str]]:

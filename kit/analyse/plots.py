@@ -8,9 +8,12 @@ so headless code (papermill, `kit analyse`) never needs a display.
 from __future__ import annotations
 
 import os
+import warnings
 from pathlib import Path
+from typing import Any
 
 import matplotlib
+from matplotlib import MatplotlibDeprecationWarning
 
 if "MPLBACKEND" not in os.environ:
     matplotlib.use("Agg")
@@ -19,6 +22,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
+
+from kit.display import number, percent  # noqa: E402
 
 sns.set_theme(style="whitegrid", context="notebook")
 
@@ -40,7 +45,11 @@ def length_distribution(
         return None
     fig, ax = plt.subplots(figsize=(8, 4))
     sns.histplot(data=data, x=column, hue=hue, element="step", stat="density", common_norm=False, ax=ax)
-    ax.set_title(f"{column.replace('_', ' ')} by {hue}")
+    ax.set(
+        title=f"{column.replace('_', ' ').capitalize()} per {hue}",
+        xlabel=f"{column.replace('_', ' ')} per request",
+        ylabel=f"density (area 1 per {hue})",
+    )
     return fig
 
 
@@ -52,7 +61,11 @@ def finish_reasons(df: pd.DataFrame, by: str = "source") -> Figure | None:
     fig, ax = plt.subplots(figsize=(8, 0.6 * shares[by].nunique() + 1.5))
     sns.barplot(data=shares, y=by, x="share", hue="finish_reason", orient="h", ax=ax)
     ax.set_xlim(0, 1)
-    ax.set_title("finish reasons (share of rows; 'length' = cut at max_tokens)")
+    ax.set(
+        title="Finish reasons ('length' = cut at max_tokens)",
+        xlabel="share of rows (0-1)",
+        ylabel="",
+    )
     return fig
 
 
@@ -64,9 +77,9 @@ def throughput(timeline: pd.DataFrame, hue: str | None = None) -> Figure | None:
     fig, axes = plt.subplots(len(cols), 1, figsize=(8, 3 * len(cols)), sharex=True, squeeze=False)
     for ax, col in zip(axes[:, 0], cols, strict=True):
         sns.lineplot(data=timeline, x="t_s", y=col, hue=hue, ax=ax)
-        ax.set_ylabel({"rows_s": "rows/s", "tok_s": "output tok/s"}[col])
-    axes[-1, 0].set_xlabel("seconds since start")
-    axes[0, 0].set_title("throughput over time")
+        ax.set_ylabel({"rows_s": "rows/s", "tok_s": "output tokens/s"}[col])
+    axes[-1, 0].set_xlabel("time since start (s)")
+    axes[0, 0].set_title("Throughput over time")
     return fig
 
 
@@ -77,7 +90,7 @@ def latency(df: pd.DataFrame, hue: str = "source") -> Figure | None:
         return None
     fig, ax = plt.subplots(figsize=(8, 4))
     sns.histplot(data=data, x="latency_s", hue=hue, element="step", stat="density", common_norm=False, ax=ax)
-    ax.set_title("request latency (s)")
+    ax.set(title="Request latency", xlabel="latency per request (s)", ylabel=f"density (area 1 per {hue})")
     return fig
 
 
@@ -87,8 +100,11 @@ def accept_length(timeline: pd.DataFrame, hue: str | None = None) -> Figure | No
         return None
     fig, ax = plt.subplots(figsize=(8, 3))
     sns.lineplot(data=timeline, x="t_s", y="accept_length", hue=hue, ax=ax)
-    ax.set_xlabel("seconds since start")
-    ax.set_title("accept length over time")
+    ax.set(
+        title="Accept length over time",
+        xlabel="time since start (s)",
+        ylabel="tokens accepted per step",
+    )
     return fig
 
 
@@ -103,3 +119,122 @@ def counts_bar(table: pd.DataFrame, title: str, xlabel: str = "rows") -> Figure 
     ax.set_ylabel("")
     ax.set_title(title)
     return fig
+
+
+def _parts_tidy(df: pd.DataFrame, parts: pd.DataFrame, hue: str) -> pd.DataFrame:
+    """Long form: one row per (row, part) with chars and tokens, for the rows that thought."""
+    thought = parts["reasoning_text"].notna()
+    frames = []
+    for part in ("reasoning", "answer"):
+        frames.append(
+            pd.DataFrame(
+                {
+                    hue: df.loc[thought, hue].to_numpy(),
+                    "part": part,
+                    "chars": parts.loc[thought, f"{part}_chars"].astype("Float64").to_numpy(),
+                    "tokens": parts.loc[thought, f"{part}_tokens"].astype("Float64").to_numpy(),
+                }
+            )
+        )
+    return pd.concat(frames, ignore_index=True).astype({"chars": float, "tokens": float})
+
+
+def reasoning_and_answer(df: pd.DataFrame, parts: pd.DataFrame, hue: str = "source") -> Figure | None:
+    """Lengths of reasoning and answer per source (rows that thought), in chars and, where the
+    engine reported `reasoning_tokens`, in tokens; None when no row thought."""
+    if df.empty or not parts["reasoning_text"].notna().any():
+        return None
+    tidy = _parts_tidy(df, parts, hue)
+    units = ["chars"] + (["tokens"] if tidy["tokens"].notna().any() else [])
+    order = sorted(tidy[hue].unique())
+    fig, axes = plt.subplots(
+        1, len(units), figsize=(6 * len(units), 0.7 * len(order) + 2), squeeze=False, sharey=True
+    )
+    for ax, unit in zip(axes[0], units, strict=True):
+        with warnings.catch_warnings():  # seaborn 0.13 passes matplotlib 3.11 a deprecated `vert`
+            warnings.simplefilter("ignore", MatplotlibDeprecationWarning)
+            sns.boxplot(
+                data=tidy.dropna(subset=[unit]), y=hue, x=unit, hue="part", order=order, orient="h", ax=ax
+            )
+        ax.set_xscale("symlog", linthresh=10)
+        ax.set_xlim(left=0)
+        ax.set_xlabel(f"length ({unit}, symlog scale)")
+        ax.set_ylabel("")
+    for ax in axes[0, 1:]:
+        ax.get_legend().remove()
+    axes[0, 0].set_title("Reasoning and answer lengths (rows that thought)")
+    return fig
+
+
+def _dist(entry: Any, unit: str = "") -> str:
+    entry = entry or {}
+    if entry.get("p50") is None:
+        return "none"
+    return ", ".join(f"{q} {number(entry[q])}{unit}" for q in ("p50", "p90", "max"))
+
+
+def _per_source(summary: dict[str, Any], key: str, unit: str = "") -> str:
+    sources = summary.get("sources") or {}
+    return "; ".join(f"{s}: {_dist(v.get(key), unit)}" for s, v in sources.items())
+
+
+def _finish_alt(summary: dict[str, Any]) -> str:
+    sources = summary.get("sources") or {}
+    parts = [
+        f"{s}: " + ", ".join(f"{r} {percent(v)}" for r, v in (e.get("finish_reasons") or {}).items())
+        for s, e in sources.items()
+    ]
+    return "Bars: share of rows per finish reason and source. " + "; ".join(parts)
+
+
+def _health_alt(summary: dict[str, Any], what: str) -> str:
+    h = summary.get("health") or {}
+    if what == "throughput":
+        return (
+            f"Lines: rows/s and output tokens/s over the run; mean {number(h.get('output_tok_s'))} tok/s, "
+            f"peak {number(h.get('output_tok_s_peak'))} tok/s, {number(h.get('rows_s'))} rows/s."
+        )
+    if what == "accept":
+        return (
+            f"Line: accept length over the run; mean {number(h.get('accept_length_mean'))} tokens per step."
+        )
+    return f"Histogram: request latency per source; overall {_dist(h.get('latency_s'), ' s')}."
+
+
+def _counts_alt(counts: Any, what: str) -> str:
+    counts = {k: v for k, v in (counts or {}).items() if v}
+    listed = ", ".join(f"{k} {v:,}" for k, v in counts.items()) or "none"
+    return f"Bars: {what} per source; in all: {listed}."
+
+
+def figure_alt(stem: str, summary: dict[str, Any]) -> str:
+    """Alt text for a figure of `run_figures` (by file stem), with the numbers it shows."""
+    texts = {
+        "completion_tokens_by_source": lambda: (
+            "Histogram: completion tokens per request, per source; "
+            + _per_source(summary, "completion_tokens")
+        ),
+        "prompt_tokens_by_source": lambda: (
+            "Histogram: prompt tokens per request, per source; " + _per_source(summary, "prompt_tokens")
+        ),
+        "reasoning_and_answer_by_source": lambda: (
+            "Box plots: reasoning and answer lengths per source "
+            "(rows that thought); reasoning chars " + _per_source(summary, "reasoning_chars")
+        ),
+        "finish_reasons_by_source": lambda: _finish_alt(summary),
+        "throughput_over_time": lambda: _health_alt(summary, "throughput"),
+        "latency": lambda: _health_alt(summary, "latency"),
+        "accept_length_over_time": lambda: _health_alt(summary, "accept"),
+        "flags_by_source": lambda: _counts_alt(summary.get("flags"), "rows flagged, per flag"),
+        "failures_by_reason": lambda: _counts_alt(
+            (summary.get("health") or {}).get("failures_by_reason"), "failed requests, per reason"
+        ),
+    }
+    return texts.get(stem, lambda: stem.replace("_", " "))()
+
+
+def summary_images(summary: dict[str, Any]) -> list[Any]:
+    """The saved figures of a summary as images with alt text, for notebook 04."""
+    from kit.display import file_image
+
+    return [file_image(p, figure_alt(Path(p).stem, summary)) for p in summary.get("figures") or []]

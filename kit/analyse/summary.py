@@ -11,6 +11,7 @@ import pandas as pd
 
 from kit.analyse import health, load, plots, tables
 from kit.analyse.flags import FLAGS, compute_flags, flag_counts
+from kit.analyse.reasoning import row_parts
 from kit.errors import RunFolderError
 from kit.params import AnalyseParams
 from kit.runfolder import RunFolder, write_json_atomic
@@ -28,6 +29,14 @@ class RunData:
     plan: dict[str, Any] | None
     prompt_counts: dict[str, int]
     gaps: list[str] = field(default_factory=list)
+    parts: pd.DataFrame | None = None
+    """Per row: reasoning and answer, their lengths, tool-call kinds (kit.analyse.reasoning.row_parts)."""
+
+    def row_parts(self) -> pd.DataFrame:
+        """`parts`, computed on first use."""
+        if self.parts is None:
+            self.parts = row_parts(self.df)
+        return self.parts
 
 
 def read_run(folder: RunFolder, params: AnalyseParams | None = None) -> RunData:
@@ -45,12 +54,15 @@ def read_run(folder: RunFolder, params: AnalyseParams | None = None) -> RunData:
     if manifest is not None and not manifest.get("complete", False):
         gaps.append("manifest.json says complete: false: the run stopped before all rows were generated")
     gaps += g_fail + g_met + g_man + g_plan + g_pr
-    flags = compute_flags(df, params)
+    parts = row_parts(df)
+    flags = compute_flags(df, params, parts)
     failures = load.outstanding_failures(failures, df)
-    return RunData(df, flags, failures, metrics, manifest, plan, prompt_counts, gaps)
+    return RunData(df, flags, failures, metrics, manifest, plan, prompt_counts, gaps, parts)
 
 
-def _source_entry(row: pd.Series, finish: pd.DataFrame, flags: pd.DataFrame) -> dict[str, Any]:
+def _source_entry(
+    row: pd.Series, finish: pd.DataFrame, flags: pd.DataFrame, outputs: dict[str, Any]
+) -> dict[str, Any]:
     source = row.name
 
     def num(key: str) -> Any:
@@ -64,6 +76,7 @@ def _source_entry(row: pd.Series, finish: pd.DataFrame, flags: pd.DataFrame) -> 
         {str(k): float(v) for k, v in finish.loc[source].items() if v} if source in finish.index else {}
     )
     entry["flags"] = {str(k): int(v) for k, v in flags.loc[source].items()} if source in flags.index else {}
+    entry.update(outputs.get(source) or {})
     return entry
 
 
@@ -74,11 +87,14 @@ def summarise(data: RunData) -> dict[str, Any]:
     per_source = tables.per_source_table(df, data.failures, requested)
     finish = tables.finish_reason_table(df) if len(df) else pd.DataFrame()
     counts = flag_counts(df, data.flags) if len(df) else pd.DataFrame()
+    parts = data.row_parts()
+    outputs = tables.outputs_by_source(df, parts, data.flags) if len(df) else {}
     return {
         "rows": int(len(df)),
-        "sources": {str(s): _source_entry(r, finish, counts) for s, r in per_source.iterrows()},
+        "sources": {str(s): _source_entry(r, finish, counts, outputs) for s, r in per_source.iterrows()},
         "prompt_tokens": tables.distribution(df["prompt_tokens"]),
         "completion_tokens": tables.distribution(df["completion_tokens"]),
+        **tables.outputs_entry(parts, data.flags),
         "finish_reasons": tables.overall_finish_shares(df),
         "flags": {f: int(data.flags[f].sum()) for f in FLAGS},
         "health": health.run_health(df, data.metrics, data.failures, data.manifest),
@@ -93,6 +109,7 @@ def run_figures(data: RunData) -> dict[str, Any]:
     figs = {
         "completion_tokens_by_source": plots.length_distribution(data.df, "completion_tokens"),
         "prompt_tokens_by_source": plots.length_distribution(data.df, "prompt_tokens"),
+        "reasoning_and_answer_by_source": plots.reasoning_and_answer(data.df, data.row_parts()),
         "finish_reasons_by_source": plots.finish_reasons(data.df),
         "throughput_over_time": plots.throughput(timeline),
         "latency": plots.latency(data.df),

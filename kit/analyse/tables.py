@@ -1,12 +1,17 @@
 """Per-source tables: how many rows were asked for, generated and failed, their token counts,
-and how each source's completions finished (the share cut at `max_tokens` is the first sign
-that the token budget is wrong)."""
+how each source's completions finished (the share cut at `max_tokens` is the first sign
+that the token budget is wrong), and the lengths of reasoning and answer and the tool calls."""
 
 from __future__ import annotations
 
 from typing import Any
 
 import pandas as pd
+
+from kit.display import Table, number, percent, seconds, table
+
+LENGTHS = ("reasoning_chars", "answer_chars", "reasoning_tokens", "answer_tokens")
+"""Length columns of kit.analyse.reasoning.reasoning_parts, summarised per source."""
 
 
 def distribution(values: pd.Series) -> dict[str, float | int | None]:
@@ -69,6 +74,39 @@ def overall_finish_shares(df: pd.DataFrame) -> dict[str, float]:
     return {str(k): round(float(v), 4) for k, v in df["finish_reason"].value_counts(normalize=True).items()}
 
 
+def outputs_entry(parts: pd.DataFrame, flags: pd.DataFrame) -> dict[str, Any]:
+    """Reasoning and answer lengths, thinking and tool-call counts of some rows (`parts`: row_parts)."""
+    fc = parts["function_calling"]
+    with_calls = int((parts["has_call"] & fc).sum())
+    return {
+        **{col: distribution(parts[col]) for col in LENGTHS},
+        "reasoning": {
+            "rows": int(parts["reasoning_text"].notna().sum()),
+            "from_parser": int(parts["reasoning_from"].eq("parser").sum()),
+            "from_text": int(parts["reasoning_from"].eq("text").sum()),
+            "unterminated_think": int(flags["unterminated_think"].sum()),
+        },
+        "tool_calls": {
+            "function_calling_rows": int(fc.sum()),
+            "rows_with_calls": with_calls,
+            "share_with_calls": round(with_calls / int(fc.sum()), 4) if fc.any() else None,
+            "parsed_by_engine": int(parts["parsed_calls"].sum()),
+            "in_text": int(parts["text_calls"].sum()),
+            "broken": int(flags["tool_call_broken"].sum()),
+        },
+    }
+
+
+def outputs_by_source(
+    df: pd.DataFrame, parts: pd.DataFrame, flags: pd.DataFrame
+) -> dict[str, dict[str, Any]]:
+    """`outputs_entry` per source."""
+    return {
+        str(s): outputs_entry(parts.loc[idx], flags.loc[idx])
+        for s, idx in df.groupby("source").groups.items()
+    }
+
+
 def _per_source_frame(sources: dict[str, Any]) -> pd.DataFrame:
     rows = {}
     for name, s in sources.items():
@@ -78,6 +116,28 @@ def _per_source_frame(sources: dict[str, Any]) -> pd.DataFrame:
                 row[f"{short} {stat}"] = (s.get(col) or {}).get(stat)
         rows[name] = row
     return pd.DataFrame.from_dict(rows, orient="index")
+
+
+def _lengths_frame(sources: dict[str, Any]) -> pd.DataFrame:
+    """Per source: p50 and p90 of reasoning and answer, in chars and tokens (max in summary.json)."""
+    rows = {}
+    for name, s in sources.items():
+        rows[name] = {
+            f"{col.replace('_', ' ')} {stat}": (s.get(col) or {}).get(stat)
+            for col in LENGTHS
+            for stat in ("p50", "p90")
+        }
+    return pd.DataFrame.from_dict(rows, orient="index")
+
+
+def _counts_frame(sources: dict[str, Any], key: str) -> pd.DataFrame:
+    """The `key` block (reasoning or tool_calls) per source, for the sources where it counted anything."""
+    frame = pd.DataFrame.from_dict({s: v.get(key) or {} for s, v in sources.items()}, orient="index")
+    counts = frame.drop(columns="share_with_calls", errors="ignore")
+    if counts.empty:
+        return counts
+    frame[counts.columns] = counts.fillna(0).astype(int)
+    return frame[counts.gt(0).any(axis=1)]
 
 
 def _health_frame(health: dict[str, Any]) -> pd.DataFrame:
@@ -99,8 +159,97 @@ def summary_tables(summary: dict[str, Any]) -> dict[str, pd.DataFrame]:
             {s: v.get("finish_reasons", {}) for s, v in sources.items()}
         ).T.fillna(0.0),
         "quality flags (rows)": pd.DataFrame({s: v.get("flags", {}) for s, v in sources.items()}).T,
+        "thinking (rows)": _counts_frame(sources, "reasoning"),
+        "reasoning and answer lengths (p50, p90)": _lengths_frame(sources),
+        "tool calls (rows)": _counts_frame(sources, "tool_calls"),
         "run health": _health_frame(summary.get("health", {})),
     }
     if summary.get("gaps"):
         tables["gaps"] = pd.DataFrame({"gap": summary["gaps"]})
-    return tables
+    return {k: v for k, v in tables.items() if not v.empty}
+
+
+TITLES = {
+    "per source": "Rows and tokens per source",
+    "finish reasons (share of rows)": "Finish reasons (share of rows)",
+    "quality flags (rows)": "Quality flags (rows)",
+    "thinking (rows)": "Thinking (rows)",
+    "reasoning and answer lengths (p50, p90)": "Reasoning and answer lengths (p50, p90)",
+    "tool calls (rows)": "Tool calls (rows)",
+    "gaps": "Gaps: what could not be read",
+}
+NOTES = {
+    "quality flags (rows)": "Rows per flag; 'function calling' counts rows whose prompt offered tools.",
+    "reasoning and answer lengths (p50, p90)": "Characters, and tokens where the engine reported them.",
+}
+
+
+def _seconds_line(entry: Any) -> str:
+    entry = entry or {}
+    if entry.get("p50") is None:
+        return "–"
+    return f"p50 {seconds(entry['p50'])}, p90 {seconds(entry['p90'])}, max {seconds(entry['max'])}"
+
+
+def health_table(health: dict[str, Any]) -> Table:
+    """Run health as named lines with units."""
+    by_reason = health.get("failures_by_reason") or {}
+    rows = {
+        "complete": "yes" if health.get("complete") else "no",
+        "time generating": seconds(health.get("duration_s")),
+        "rows/s": number(health.get("rows_s")),
+        "output tok/s (mean, peak)": ", ".join(
+            number(health.get(k)) for k in ("output_tok_s", "output_tok_s_peak")
+        ),
+        "latency per request": _seconds_line(health.get("latency_s")),
+        "time to first token": _seconds_line(health.get("ttft_s")),
+        "failed requests": number(health.get("failures"))
+        + (" (" + ", ".join(f"{k} {v}" for k, v in by_reason.items()) + ")" if by_reason else ""),
+        "duplicate ids": number(health.get("duplicate_ids")),
+        "accept length (mean)": number(health.get("accept_length_mean")),
+        "timeline from": str(health.get("timeline_from") or "–"),
+    }
+    return table(pd.DataFrame({"measure": list(rows), "value": list(rows.values())}), "Run health")
+
+
+def summary_display(summary: dict[str, Any]) -> list[Table]:
+    """Notebook 04's tables for reading: human titles and columns, shares as %, no index."""
+    shares = {"share_with_calls": percent}
+    out = []
+    for key, frame in summary_tables(summary).items():
+        if key == "run health":
+            out.append(health_table(summary.get("health") or {}))
+            continue
+        formats = {c: percent for c in frame.columns} if key.startswith("finish reasons") else shares
+        index_name = None if key == "gaps" else "source"
+        out.append(
+            table(
+                frame, TITLES.get(key, key), formats=formats, note=NOTES.get(key, ""), index_name=index_name
+            )
+        )
+    return out
+
+
+def analysis_verdict(summary: dict[str, Any]) -> str:
+    """Notebook 04's opening, as Markdown: rows analysed, truncation, flags, failures, gaps."""
+    flags = {k: v for k, v in (summary.get("flags") or {}).items() if v and k != "function_calling"}
+    cut = (summary.get("finish_reasons") or {}).get("length", 0.0)
+    health = summary.get("health") or {}
+    lines = [
+        f"## Verdict: {summary.get('rows', 0):,} rows, {sum(flags.values()):,} quality flags, "
+        f"{number(health.get('failures') or 0)} failed",
+        "",
+        f"- **{summary.get('rows', 0):,} rows analysed** from {len(summary.get('sources') or {})} sources; "
+        f"{percent(cut)} were cut at max_tokens"
+        + (" (raise generate.sampling.max_tokens if that matters)." if cut > 0.05 else "."),
+        "- **Quality flags:** "
+        + (", ".join(f"{v:,} {k.replace('_', ' ')}" for k, v in flags.items()) if flags else "none")
+        + ".",
+        f"- **Failed requests:** {number(health.get('failures') or 0)}; "
+        f"**throughput** {number(health.get('output_tok_s'))} output tok/s.",
+    ]
+    if summary.get("gaps"):
+        lines.append(
+            f"- **Gaps:** {len(summary['gaps'])} part(s) of the run could not be read (table below)."
+        )
+    return "\n".join(lines)

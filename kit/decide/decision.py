@@ -7,17 +7,16 @@ arms that could not be measured (for example: what MTP would be worth if its wei
 from __future__ import annotations
 
 import math
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 import pandas as pd
 
 from kit.arch import ModelArch
 from kit.decide import costmodel as cm
+from kit.decide.drafts import Draft, draft_for
 from kit.decide.predict import (
-    SGLANG_SPEC_RUNNING_CAP,
     Workload,
-    arm_name,
     best_arm,
     crossover,
     predict_ladder,
@@ -25,34 +24,21 @@ from kit.decide.predict import (
     workload_dict,
 )
 from kit.decide.profiler import calibrate
+from kit.engines.arms import Arm, arm_name
+from kit.engines.settings import (
+    SGLANG_SPEC_MAX_RUNNING,
+    decided_settings,
+    resolve_algorithm,
+    unavailable_reason,
+)
 from kit.errors import CostModelError
 
-SPEC_FLAVORS = ("sglang", "vllm")
-
-
-def spec_unavailable_reason(
-    mtp_status: str,
-    engine_flavor: str,
-    arch: ModelArch,
-    algorithm: str | None = None,
-    draft_model: bool = False,
-) -> str | None:
-    """Why speculative arms cannot run here, or None when they can. MTP needs the model's own
-    heads; NGRAM needs nothing, and EAGLE / STANDALONE with a draft model need only that."""
-    if engine_flavor not in SPEC_FLAVORS:
-        return (
-            f"the {engine_flavor} engine flavor has no speculative decoding in the kit (use sglang or vllm)"
-        )
-    if mtp_status == "present" or algorithm == "NGRAM" or draft_model:
-        return None
-    if mtp_status in ("missing", "declared_missing"):
-        return (
-            f"the config declares {arch.mtp_layers} MTP layer(s) but the checkpoint lacks their weights "
-            f"(no mtp.* tensors); fetch them to enable MTP"
-        )
-    return (
-        "the model has no multi-token-prediction layers (no mtp_num_hidden_layers / num_nextn_predict_layers)"
-    )
+PREDICTION_ERROR = cm.MODEL_ERROR
+"""The cost model's known error on published tables it was not fitted to (docs/costmodel.md): a
+predicted margin smaller than this never turns speculation on."""
+MEASUREMENT_NOISE = 0.03
+"""Run-to-run spread of a sweep level: a measured lead smaller than this keeps plain decoding,
+which needs no draft weights or speculative buffers."""
 
 
 def measured_accept_lengths(sweep: pd.DataFrame | None) -> dict[int, float]:
@@ -89,19 +75,58 @@ def _num(x: Any) -> bool:
 
 
 def _pick_measured(sweep: pd.DataFrame, latency_bound_s: float | None) -> dict | None:
+    """The best measured arm and level; speculation must beat plain by more than the noise."""
     ok = sweep[(sweep.status == "ok") & sweep.output_tok_s.notna()]
     if latency_bound_s is not None:
         ok = ok[ok.latency_p50_s <= latency_bound_s]
     if ok.empty:
         return None
-    row = ok.loc[ok.output_tok_s.idxmax()]
+    row = ok.loc[ok.output_tok_s.astype(float).idxmax()]
+    plain = ok[ok.spec_k == 0]
+    note = None
+    if int(row.spec_k) > 0 and len(plain):
+        best_plain = plain.loc[plain.output_tok_s.astype(float).idxmax()]
+        lead = float(row.output_tok_s) / float(best_plain.output_tok_s) - 1
+        if lead < MEASUREMENT_NOISE:
+            note = (
+                f"{row.arm} measured only {100 * lead:.1f}% above plain decoding, within the "
+                f"{100 * MEASUREMENT_NOISE:.0f}% run-to-run noise: plain decoding is kept"
+            )
+            row = best_plain
     return {
         "arm": row.arm,
         "spec_k": int(row.spec_k),
         "concurrency": int(row.concurrency),
         "output_tok_s": float(row.output_tok_s),
         "source": "measured",
+        "note": note,
     }
+
+
+def _pick_predicted(
+    predicted: pd.DataFrame, unavailable: str | None, bound: float | None, output_len: int, name: str = "MTP"
+) -> dict:
+    """The best predicted arm when nothing was measured: speculation only on a margin larger than
+    the cost model's known error, and never when it cannot run here."""
+    plain = {**best_arm(predicted[predicted.spec_k == 0], bound, output_len), "source": "predicted"}
+    if unavailable:
+        return plain
+    best = {**best_arm(predicted, bound, output_len), "source": "predicted"}
+    if int(best["spec_k"]) == 0:
+        return plain
+    margin = float(best["output_tok_s"]) / float(plain["output_tok_s"]) - 1
+    if margin <= PREDICTION_ERROR:
+        plain["note"] = (
+            f"nothing was measured, and the predicted lead of {name} k={int(best['spec_k'])} over plain "
+            f"decoding ({100 * margin:.0f}%) is within the cost model's known error "
+            f"(±{100 * PREDICTION_ERROR:.0f}%): plain decoding is kept"
+        )
+        return plain
+    best["note"] = (
+        f"nothing was measured: speculation is chosen on a predicted lead of {100 * margin:.0f}%, "
+        f"larger than the cost model's known error (±{100 * PREDICTION_ERROR:.0f}%); measure it"
+    )
+    return best
 
 
 def _best_of(table: pd.DataFrame, col: str, spec: bool) -> pd.Series | None:
@@ -154,10 +179,8 @@ def _label(row: pd.Series, name: str = "MTP") -> str:
 
 
 def spec_name(algorithm: str | None, draft_model: bool) -> str:
-    """What the speculative arms are called in the reasons: MTP for the model's own heads."""
-    if draft_model or algorithm in ("NGRAM", "EAGLE3", "STANDALONE"):
-        return algorithm or "EAGLE"
-    return "MTP"
+    """What the speculative arms are called in the reasons (MTP for the model's own heads)."""
+    return resolve_algorithm(algorithm, draft_model).label
 
 
 def _bound_sentences(predicted: pd.DataFrame, ks: list[int], work: Workload, name: str = "MTP") -> list[str]:
@@ -192,31 +215,23 @@ def _settings(
     arch: ModelArch,
     predicted: pd.DataFrame,
     work: Workload,
-    flavor: str,
     attention_backend: str | None,
-    algorithm: str | None = None,
+    algorithm: str | None,
 ) -> dict:
     k = int(choice["spec_k"])
     rows = predicted[predicted.spec_k == k]
-    mem_cap = int(rows.mem_max_running.iloc[0])
-    running = min(mem_cap, math.ceil(int(choice["concurrency"]) / work.dp_size))
-    s = {
-        "speculative": k > 0,
-        "spec_k": k,
-        "max_running_requests": max(running, 1),
-        "cuda_graph_max_bs": max(running, 1),
-        "mem_fraction_static": work.mem_fraction,
-        "dp_size": work.dp_size,
-        "tp_size": work.tp_size,
-        "attention_backend": attention_backend,
-        "client_concurrency": int(choice["concurrency"]),
-    }
-    if k:
-        default = "EAGLE" if flavor == "sglang" else "MTP"
-        s.update(algorithm=algorithm or default, eagle_topk=1, num_draft_tokens=k + 1)
-        if arch.is_hybrid:
-            s["mamba_strategy"] = "extra_buffer"
-    return s
+    mem_cap = int(rows.mem_max_running.iloc[0]) if len(rows) else 1
+    concurrency = int(choice["concurrency"])
+    return decided_settings(
+        Arm(k, algorithm if k else None),
+        running=min(mem_cap, math.ceil(concurrency / work.dp_size)),
+        concurrency=concurrency,
+        mem_fraction=work.mem_fraction,
+        dp_size=work.dp_size,
+        tp_size=work.tp_size,
+        attention_backend=attention_backend,
+        hybrid=arch.is_hybrid,
+    )
 
 
 def decide(
@@ -232,9 +247,11 @@ def decide(
     attention_backend: str | None = None,
     algorithm: str | None = None,
     draft_model: bool = False,
+    draft: Draft | None = None,
 ) -> dict:
     """The content of decision.json; `params` is a DecideParams (concurrencies, spec_steps,
-    accept_lengths, objective, latency_bound_s). Measured rows decide; predictions explain."""
+    accept_lengths, objective, latency_bound_s). Measured rows decide; predictions explain.
+    `draft` is what the speculative arms draft with (default: from params and `algorithm`)."""
     work = work or Workload()
     eff = calibrate(profile, arch, hw) if profile is not None else cm.Efficiency()
     ks = list(params.spec_steps)
@@ -242,31 +259,37 @@ def decide(
         **{int(k): float(v) for k, v in params.accept_lengths.items()},
         **measured_accept_lengths(sweep),
     }
-    predicted = predict_ladder(arch, hw, params.concurrencies, ks, accept, work, eff, strict=False)
+    draft = draft if draft is not None else draft_for(params, _Speculative(algorithm))
+    eff = _fitted(sweep, arch, hw, work, draft, eff)
+    predicted = predict_ladder(
+        arch, hw, params.concurrencies, ks, accept, work, eff, strict=False, draft=draft
+    )
     if predicted[predicted.spec_k == 0].feasible.sum() == 0:
         raise CostModelError(
             f"plain decoding does not fit: {arch.model_type} at context "
             f"{work.input_len + work.output_len} leaves no room for one sequence on {hw.name}"
         )
-    unavailable = spec_unavailable_reason(mtp_status, engine_flavor, arch, algorithm, draft_model)
-    name = spec_name(algorithm, draft_model)
+    algo = resolve_algorithm(algorithm, draft_model)
+    unavailable = unavailable_reason(engine_flavor, algo, draft_model, mtp_status)
+    name = algo.label
     table = _joined(predicted, sweep)
     bound = params.latency_bound_s if params.objective == "latency_bound" else None
     choice = _pick_measured(sweep, bound) if sweep is not None and not sweep.empty else None
     if choice is None:
-        usable = predicted if not unavailable else predicted[predicted.spec_k == 0]
-        choice = {**best_arm(usable, bound, work.output_len), "source": "predicted"}
-    settings = _settings(choice, arch, predicted, work, engine_flavor, attention_backend, algorithm)
+        choice = _pick_predicted(predicted, unavailable, bound, work.output_len, name)
+    settings = _settings(choice, arch, predicted, work, attention_backend, algo.name)
     reasons = [
         f"chosen: {_label(pd.Series(choice), name)} at concurrency {int(choice['concurrency'])} "
         f"({choice['source']} {float(choice['output_tok_s']):.0f} output tok/s "
         f"over {work.dp_size} replica(s))"
     ]
+    if choice.get("note"):
+        reasons.append(choice["note"])
     reasons += _reasons(table, predicted, unavailable, work, ks, choice["source"] == "measured", name)
     if settings["speculative"] and engine_flavor == "sglang":
         reasons.append(
             f"max_running_requests is set explicitly to {settings['max_running_requests']}: "
-            f"unset, SGLang resets it to {SGLANG_SPEC_RUNNING_CAP} under speculation"
+            f"unset, SGLang resets it to {SGLANG_SPEC_MAX_RUNNING} under speculation"
         )
     return {
         "chosen_arm": arm_name(int(choice["spec_k"])),
@@ -282,11 +305,47 @@ def decide(
             "flops_bf16": hw.flops_bf16,
             "memory_bytes": hw.memory_bytes,
         },
-        "efficiency": {"bw": eff.bw, "flops": eff.flops, "overhead_s": eff.overhead_s, "source": eff.source},
+        "efficiency": eff.as_dict(),
         "workload": workload_dict(work),
         "accept_lengths": accept,
         "table": _records(table),
     }
+
+
+def _fitted(
+    sweep: pd.DataFrame | None,
+    arch: ModelArch,
+    hw: cm.Hardware,
+    work: Workload,
+    draft: Draft,
+    eff: cm.Efficiency,
+) -> cm.Efficiency:
+    """The efficiency fitted to the sweep's own measured points when there are enough of them (the
+    prediction then explains the measurement and extrapolates from it); else `eff` as it is.
+
+    Free: the fixed cost per step and the two rates, plus, when speculative arms were measured,
+    the per-sequence cost of drafting (n-gram lookup) or of speculative bookkeeping.
+    """
+    from kit.decide.fit import fit_to_sweep
+
+    if sweep is None or sweep.empty:
+        return eff
+    ok = sweep[(sweep.status == "ok") & sweep.output_tok_s.notna()]
+    free = ["overhead_s", "bw", "flops"]
+    if (ok.spec_k > 0).any():
+        free.append("ngram_seq_s" if draft.kind == "ngram" else "spec_seq_s")
+    if len(ok) < len(free):
+        return eff
+    try:
+        return fit_to_sweep(ok, arch, hw, work, draft, eff, tuple(free))
+    except CostModelError:
+        return eff
+
+
+@dataclass(frozen=True)
+class _Speculative:
+    algorithm: str | None
+    draft_model_path: None = None
 
 
 def _records(table: pd.DataFrame) -> list[dict]:

@@ -1,4 +1,6 @@
-"""Seaborn figures for notebook 02: predicted curves with measured points, memory per arm, crossover."""
+"""Seaborn figures for notebook 02 and the report's index: measured beside predicted output tokens/s
+per arm, the predicted speculative / plain ratio, memory per arm. Each comes with its alt text,
+written from the numbers it shows."""
 
 from __future__ import annotations
 
@@ -8,7 +10,42 @@ import pandas as pd
 
 
 def _table(decision: dict) -> pd.DataFrame:
-    return pd.DataFrame(decision["table"])
+    """The decision's table, arms named for reading (`plain decoding`, `MTP k=2`)."""
+    from kit.decide.verdict import arm_label
+
+    t = pd.DataFrame(decision["table"]).sort_values(["spec_k", "concurrency"])
+    t["arm"] = [arm_label(int(k), decision.get("speculation_name", "MTP")) for k in t.spec_k]
+    return t
+
+
+def _chosen(decision: dict) -> str:
+    from kit.decide.verdict import arm_label
+
+    k = int((decision.get("engine_settings") or {}).get("spec_k") or 0)
+    return arm_label(k, decision.get("speculation_name", "MTP"))
+
+
+def _levels(values: Any) -> str:
+    return " / ".join(f"{float(v):,.0f}" for v in values)
+
+
+def throughput_alt(decision: dict) -> str:
+    """What the measured-vs-predicted figure shows, in words and numbers."""
+    t = _table(decision)
+    conc = sorted(t.concurrency.unique())
+    parts = [
+        f"Output tokens/s over concurrency {' / '.join(str(int(c)) for c in conc)}, "
+        f"predicted (lines) for {', '.join(dict.fromkeys(t.arm))}"
+    ]
+    meas = t[t.measured_tok_s.notna()] if "measured_tok_s" in t else t.iloc[:0]
+    for arm, g in meas.groupby("arm", sort=False):
+        parts.append(
+            f"measured {arm}: {_levels(g.measured_tok_s)} tok/s at "
+            f"{' / '.join(str(int(c)) for c in g.concurrency)}"
+        )
+    if meas.empty:
+        parts.append("nothing measured")
+    return "; ".join(parts) + f". Chosen: {_chosen(decision)} ({decision.get('decided_by')})."
 
 
 def throughput_curves(decision: dict, ax: Any = None) -> Any:
@@ -18,36 +55,34 @@ def throughput_curves(decision: dict, ax: Any = None) -> Any:
 
     t = _table(decision)
     ax = ax or plt.subplots(figsize=(7, 4))[1]
+    arms = list(dict.fromkeys(t.arm))
+    palette = dict(zip(arms, sns.color_palette(n_colors=len(arms)), strict=True))
     pred = t[t.predicted_tok_s.notna()].astype({"predicted_tok_s": float})
-    sns.lineplot(
-        data=pred, x="concurrency", y="predicted_tok_s", hue="arm", style="arm", ax=ax, markers=False
-    )
+    for arm, g in pred.groupby("arm", sort=False):
+        ax.plot(g.concurrency, g.predicted_tok_s, "--", color=palette[arm], label=f"{arm} predicted")
     meas = t[t.measured_tok_s.notna()] if "measured_tok_s" in t else t.iloc[:0]
-    if len(meas):
-        sns.scatterplot(
-            data=meas.astype({"measured_tok_s": float}),
-            x="concurrency",
-            y="measured_tok_s",
-            hue="arm",
-            ax=ax,
-            s=60,
-            legend=False,
-            edgecolor="black",
+    for arm, g in meas.groupby("arm", sort=False):
+        ax.plot(
+            g.concurrency,
+            g.measured_tok_s.astype(float),
+            "o-",
+            color=palette[arm],
+            markeredgecolor="black",
+            label=f"{arm} measured",
         )
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(sorted(t.concurrency.unique()), [str(int(c)) for c in sorted(t.concurrency.unique())])
     ax.set(
-        xscale="log",
-        xlabel="concurrency",
+        xlabel="concurrent requests",
         ylabel="output tokens/s",
-        title=f"predicted (lines) vs measured (points); chosen: {decision['chosen_arm']}",
+        title=f"Measured (points) vs predicted (dashed); chosen: {_chosen(decision)}",
     )
+    ax.set_ylim(bottom=0)
+    ax.legend(fontsize="small", ncol=2)
     return ax
 
 
-def ratio_curve(decision: dict, ax: Any = None) -> Any:
-    """Predicted speculative / plain tokens/s per k; the crossover is where a curve meets 1."""
-    import matplotlib.pyplot as plt
-    import seaborn as sns
-
+def _ratios(decision: dict) -> pd.DataFrame:
     t = _table(decision)
     plain = t[t.spec_k == 0].set_index("concurrency").predicted_tok_s
     spec = t[(t.spec_k > 0) & t.predicted_tok_s.notna()].copy()
@@ -55,13 +90,47 @@ def ratio_curve(decision: dict, ax: Any = None) -> Any:
         float(r.predicted_tok_s) / float(plain[r.concurrency]) if pd.notna(plain.get(r.concurrency)) else None
         for r in spec.itertuples()
     ]
+    return spec.dropna(subset=["ratio"])
+
+
+def ratio_alt(decision: dict) -> str:
+    spec = _ratios(decision)
+    if spec.empty:
+        return "Predicted speculative / plain tokens/s: no speculative arm was predicted."
+    parts = [
+        f"{arm}: " + ", ".join(f"{r:.2f}x at {int(c)}" for c, r in zip(g.concurrency, g.ratio, strict=True))
+        for arm, g in spec.groupby("arm", sort=False)
+    ]
+    return "Predicted speculative / plain output tokens/s over concurrency (1 = break-even): " + "; ".join(
+        parts
+    )
+
+
+def ratio_curve(decision: dict, ax: Any = None) -> Any:
+    """Predicted speculative / plain tokens/s per k; the crossover is where a curve meets 1."""
+    import matplotlib.pyplot as plt
+    import seaborn as sns
+
+    spec = _ratios(decision)
     ax = ax or plt.subplots(figsize=(7, 4))[1]
-    sns.lineplot(data=spec.dropna(subset=["ratio"]), x="concurrency", y="ratio", hue="arm", marker="o", ax=ax)
+    if len(spec):
+        sns.lineplot(data=spec, x="concurrency", y="ratio", hue="arm", marker="o", ax=ax)
     ax.axhline(1.0, color="grey", ls="--", lw=1)
+    ax.set_xscale("log", base=2)
+    levels = sorted(_table(decision).concurrency.unique())
+    ax.set_xticks(levels, [str(int(c)) for c in levels])
     ax.set(
-        xscale="log", ylabel="speculative / plain tokens/s", title="crossover: below 1, plain decoding wins"
+        xlabel="concurrent requests",
+        ylabel="speculative / plain output tokens/s (x)",
+        title="Predicted speedup of speculation (below 1: plain decoding wins)",
     )
     return ax
+
+
+def memory_alt(decision: dict) -> str:
+    t = _table(decision).drop_duplicates("arm")
+    pairs = ", ".join(f"{a}: {int(m):,}" for a, m in zip(t.arm, t.mem_max_running, strict=True))
+    return f"Largest running batch per replica that memory holds, per arm: {pairs} sequences."
 
 
 def memory_budget(decision: dict, ax: Any = None) -> Any:
@@ -72,18 +141,31 @@ def memory_budget(decision: dict, ax: Any = None) -> Any:
     t = _table(decision).drop_duplicates("arm")
     ax = ax or plt.subplots(figsize=(6, 3))[1]
     sns.barplot(data=t, x="arm", y="mem_max_running", hue="arm", ax=ax, legend=False)
-    ax.set(ylabel="max running sequences / replica", title="memory budget per arm")
+    ax.set(
+        xlabel="arm",
+        ylabel="sequences per replica",
+        title="Memory budget: running sequences that fit, per arm",
+    )
     return ax
 
 
-def decision_figures(decision: dict) -> dict[str, Any]:
-    """All three figures, keyed by file stem, for the notebook to show and save."""
+FIGURES = {
+    "throughput": (throughput_curves, throughput_alt),
+    "ratio": (ratio_curve, ratio_alt),
+    "memory": (memory_budget, memory_alt),
+}
+
+
+def decision_figures(decision: dict, name: str = "MTP") -> dict[str, tuple[Any, str]]:
+    """All three figures with their alt text, keyed by file stem, for the notebook to show and save;
+    `name` labels the speculative arms (MTP, n-gram, EAGLE...)."""
     import matplotlib.pyplot as plt
 
+    decision = {**decision, "speculation_name": name}
     figs = {}
-    for name, fn in (("throughput", throughput_curves), ("ratio", ratio_curve), ("memory", memory_budget)):
+    for name, (draw, alt) in FIGURES.items():
         fig, ax = plt.subplots(figsize=(7, 4))
-        fn(decision, ax)
+        draw(decision, ax)
         fig.tight_layout()
-        figs[name] = fig
+        figs[name] = (fig, alt(decision))
     return figs

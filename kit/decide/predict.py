@@ -8,24 +8,24 @@ the memory limit and the engine's running-request cap; mean context `L = I + O /
     tokens/s = min(C, dp * B) * O / ((O / E) * T_iter(B) + B * T_prefill(I))
 
 with `E = 1`, `T_iter = T(B, 1, L)` for plain decoding and `E` the accept length,
-`T_iter = T(B, k + 1, L) + T_draft(B, k, L)` for speculation with draft length `k`.
+`T_iter = T(B, k + 1, L) + T_draft(B, k, L)` for speculation with draft length `k` (the draft's cost
+per kind: kit.decide.drafts). A replica's step runs on `tp` GPUs (kit.decide.costmodel).
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass
 
 import pandas as pd
 
 from kit.arch import ModelArch
 from kit.decide import costmodel as cm
 from kit.decide.acceptance import accept_length_for, check_accept_length
+from kit.decide.drafts import MTP, Draft, draft_time, draft_weight_bytes
+from kit.engines.arms import arm_name
 from kit.errors import CostModelError
-
-SGLANG_SPEC_RUNNING_CAP = 48
-"""SGLang resets --max-running-requests to 48 under speculation when the flag is unset."""
 
 
 @dataclass(frozen=True)
@@ -40,6 +40,8 @@ class Workload:
     kv_dtype_bytes: int | None = None
     ssm_dtype_bytes: int = 4
     weight_bytes: float | None = None
+    weight_dtype_bytes: float | None = None
+    """Bytes per weight (1 for an FP8 checkpoint); default the config's dtype."""
 
     @property
     def mean_context(self) -> float:
@@ -47,7 +49,9 @@ class Workload:
 
     @property
     def shape(self) -> cm.StepShape:
-        return cm.StepShape(self.weight_bytes, self.kv_dtype_bytes, self.ssm_dtype_bytes)
+        return cm.StepShape(
+            self.weight_bytes, self.kv_dtype_bytes, self.ssm_dtype_bytes, self.weight_dtype_bytes
+        )
 
 
 @dataclass(frozen=True)
@@ -59,9 +63,13 @@ class Capacity:
     """Per draft length k."""
 
 
-def default_capacity(arch: ModelArch, hw: cm.Hardware, work: Workload, ks: Sequence[int]) -> Capacity:
+def default_capacity(
+    arch: ModelArch, hw: cm.Hardware, work: Workload, ks: Sequence[int], draft: Draft = MTP
+) -> Capacity:
     """Memory limit per replica from kit.memoryplan (imported here so the cost model stays standalone)."""
     from kit.memoryplan import memory_plan
+
+    weights = cm.weight_bytes(arch, work.shape)
 
     def plan(k: int):
         return memory_plan(
@@ -69,9 +77,9 @@ def default_capacity(arch: ModelArch, hw: cm.Hardware, work: Workload, ks: Seque
             int(hw.memory_bytes),
             work.mem_fraction,
             work.input_len + work.output_len,
-            weight_bytes=None if work.weight_bytes is None else int(work.weight_bytes),
+            weight_bytes=int(weights),
             spec_draft_tokens=k + 1 if k else 0,
-            draft_weight_bytes=int(cm.draft_weight_bytes(arch)) if k else 0,
+            draft_weight_bytes=int(draft_weight_bytes(arch, draft, work.shape)) if k else 0,
             kv_dtype_bytes=work.kv_dtype_bytes,
             ssm_dtype_bytes=work.ssm_dtype_bytes,
             tp_size=work.tp_size,
@@ -80,23 +88,35 @@ def default_capacity(arch: ModelArch, hw: cm.Hardware, work: Workload, ks: Seque
     return Capacity(plain=plan(0).max_seqs_plain, spec={k: plan(k).max_seqs_spec for k in ks})
 
 
-CapacityFn = Callable[[ModelArch, cm.Hardware, Workload, Sequence[int]], Capacity]
+CapacityFn = Callable[[ModelArch, cm.Hardware, Workload, Sequence[int], Draft], Capacity]
 
 
 def iteration_time(
-    arch: ModelArch, hw: cm.Hardware, B: int, k: int, work: Workload, eff: cm.Efficiency
+    arch: ModelArch,
+    hw: cm.Hardware,
+    B: int,
+    k: int,
+    work: Workload,
+    eff: cm.Efficiency,
+    draft: Draft = MTP,
 ) -> float:
-    """Seconds per decode iteration at batch B (k = 0 plain; else verify k + 1 tokens plus k drafts)."""
-    L = work.mean_context
+    """Seconds per decode iteration at batch B (k = 0 plain; else verify k + 1 tokens plus the draft)."""
+    L, tp = work.mean_context, work.tp_size
     if k == 0:
-        return cm.step_time(arch, hw, B, 1, L, eff, work.shape)
-    return cm.step_time(arch, hw, B, k + 1, L, eff, work.shape) + cm.draft_time(
-        arch, hw, B, k, L, eff, work.kv_dtype_bytes
-    )
+        return cm.step_time(arch, hw, B, 1, L, eff, work.shape, tp)
+    verify = cm.step_time(arch, hw, B, k + 1, L, eff, work.shape, tp)
+    return verify + draft_time(arch, draft, hw, B, k, L, eff, work.shape, tp) + B * eff.spec_seq_s
 
 
 def throughput(
-    arch: ModelArch, hw: cm.Hardware, B: int, k: int, E: float, work: Workload, eff: cm.Efficiency
+    arch: ModelArch,
+    hw: cm.Hardware,
+    B: int,
+    k: int,
+    E: float,
+    work: Workload,
+    eff: cm.Efficiency,
+    draft: Draft = MTP,
 ) -> float:
     """Output tokens/s of one replica running B sequences (see the module docstring)."""
     if k:
@@ -104,15 +124,10 @@ def throughput(
     elif E != 1:
         raise CostModelError(f"plain decoding emits one token per step, got accept length {E}")
     out_len = work.output_len
-    t_batch = (out_len / E) * iteration_time(arch, hw, B, k, work, eff) + B * cm.prefill_time(
-        arch, hw, work.input_len, eff, work.shape
+    t_batch = (out_len / E) * iteration_time(arch, hw, B, k, work, eff, draft) + B * cm.prefill_time(
+        arch, hw, work.input_len, eff, work.shape, work.tp_size
     )
     return B * out_len / t_batch
-
-
-def arm_name(k: int) -> str:
-    """'plain' for k = 0, else 'spec_k<k>' (the sweep's naming)."""
-    return "plain" if k == 0 else f"spec_k{k}"
 
 
 def predict_ladder(
@@ -126,29 +141,29 @@ def predict_ladder(
     engine_caps: Mapping[int, int | None] | None = None,
     capacity_fn: CapacityFn = default_capacity,
     strict: bool = True,
+    draft: Draft = MTP,
 ) -> pd.DataFrame:
     """Predicted tokens/s for plain (k = 0) and each speculative k at each concurrency.
 
+    `draft` is the kind of draft the speculative arms run (kit.decide.drafts; MTP by default).
     `engine_caps[k]` is the engine's running-request cap for that arm (None: none); requests
     beyond it queue. A concurrency whose running batch exceeds the memory limit raises
     `CostModelError` when `strict`, else its row is marked `feasible = False` with no throughput.
     """
     ks = sorted(set(ks))
-    cap = capacity_fn(arch, hw, work, ks)
-    if work.tp_size > 1:  # one replica's step runs on tp GPUs: their bandwidth and FLOP/s add up
-        tp = work.tp_size
-        hw = replace(hw, bandwidth_Bps=hw.bandwidth_Bps * tp, flops_bf16=hw.flops_bf16 * tp)
+    cap = capacity_fn(arch, hw, work, ks, draft)
     rows = []
     for k in [0, *ks]:
         E, source = (1.0, "plain") if k == 0 else accept_length_for(k, accept_lengths)
         mem_cap = cap.plain if k == 0 else cap.spec[k]
         engine_cap = (engine_caps or {}).get(k)
         for C in sorted(set(concurrencies)):
-            rows.append(_ladder_row(arch, hw, C, k, E, source, mem_cap, engine_cap, work, eff, strict))
+            row = _ladder_row(arch, hw, C, k, E, source, mem_cap, engine_cap, work, eff, strict, draft)
+            rows.append(row)
     return pd.DataFrame(rows)
 
 
-def _ladder_row(arch, hw, C, k, E, source, mem_cap, engine_cap, work, eff, strict) -> dict:  # noqa: ANN001
+def _ladder_row(arch, hw, C, k, E, source, mem_cap, engine_cap, work, eff, strict, draft) -> dict:  # noqa: ANN001
     wanted = math.ceil(C / work.dp_size)
     B = min(wanted, engine_cap) if engine_cap else wanted
     row = {
@@ -175,10 +190,12 @@ def _ladder_row(arch, hw, C, k, E, source, mem_cap, engine_cap, work, eff, stric
             )
         return row
     q = k + 1 if k else 1
-    row["compute_bound"] = cm.is_compute_bound(arch, hw, B, q, work.mean_context, eff, work.shape)
-    row["step_s"] = iteration_time(arch, hw, B, k, work, eff)
+    row["compute_bound"] = cm.is_compute_bound(
+        arch, hw, B, q, work.mean_context, eff, work.shape, work.tp_size
+    )
+    row["step_s"] = iteration_time(arch, hw, B, k, work, eff, draft)
     total_running = min(C, work.dp_size * B)  # concurrency 1 keeps one replica busy, not dp of them
-    row["output_tok_s"] = total_running * throughput(arch, hw, B, k, E, work, eff) / B
+    row["output_tok_s"] = total_running * throughput(arch, hw, B, k, E, work, eff, draft) / B
     return row
 
 
@@ -221,3 +238,22 @@ def best_arm(ladder: pd.DataFrame, latency_bound_s: float | None = None, output_
 def workload_dict(work: Workload) -> dict:
     """JSON-ready copy of the workload."""
     return asdict(work)
+
+
+def spec_speedup(
+    arch: ModelArch,
+    hw: cm.Hardware,
+    B: int,
+    k: int,
+    E: float,
+    work: Workload,
+    eff: cm.Efficiency = cm.DEFAULT_EFFICIENCY,
+    draft: Draft = MTP,
+    with_prefill: bool = True,
+) -> float:
+    """Speculative over plain output tokens/s with B sequences running: the throughput ratio (prefill
+    included), or the decode-only ratio `E T(B, 1, L) / T_iter(B, k)` when `with_prefill` is False."""
+    if with_prefill:
+        return throughput(arch, hw, B, k, E, work, eff, draft) / throughput(arch, hw, B, 0, 1.0, work, eff)
+    check_accept_length(E, k)
+    return E * iteration_time(arch, hw, B, 0, work, eff) / iteration_time(arch, hw, B, k, work, eff, draft)

@@ -10,27 +10,18 @@ numpy and pandas, so benchmarks/profile_step.py runs on a bare GPU box.
 
 from __future__ import annotations
 
-import hashlib
-import json
-import time
 import warnings
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
 import pandas as pd
 
 from kit.arch import ModelArch, arch_from_config
+from kit.decide.steptimer import config_hash, depth_scaled_rows, lower_depth, time_cuda_graph, time_eager
 from kit.errors import CostModelError
 
 PROFILE_COLUMNS = ["B", "q", "L", "step_s", "device", "config_hash", "n_layers_profiled", "n_layers_full"]
-
-
-def config_hash(arch: ModelArch) -> str:
-    """Short stable hash of the model's shape (what the step time depends on), not its weights."""
-    fields = {k: v for k, v in asdict(arch).items() if k not in ("extra", "architectures", "max_positions")}
-    blob = json.dumps(fields, sort_keys=True, default=str).encode()
-    return hashlib.sha256(blob).hexdigest()[:16]
 
 
 @dataclass(frozen=True)
@@ -113,47 +104,6 @@ def _crop_to(cache: Any, L: int) -> None:
             pass
 
 
-def _nothing() -> None:
-    return None
-
-
-def time_eager(step: Any, reps: int, sync: Any, after: Any = _nothing) -> float:
-    """Median wall time of `reps` steps after one warm-up; `after` runs between steps, untimed."""
-    times = []
-    for _ in range(reps + 1):
-        sync()
-        t0 = time.perf_counter()
-        step()
-        sync()
-        times.append(time.perf_counter() - t0)
-        after()
-    return sorted(times[1:])[len(times[1:]) // 2]
-
-
-def time_cuda_graph(step: Any, reps: int, after_warmup: Any = _nothing) -> float:
-    """Capture one step in a CUDA graph (after a warm-up on a side stream) and time its replays
-    with CUDA events, so launch overhead does not pollute the figure."""
-    import torch
-
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        step()
-    torch.cuda.current_stream().wait_stream(side)
-    after_warmup()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        step()
-    graph.replay()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(reps):
-        graph.replay()
-    end.record()
-    torch.cuda.synchronize()
-    return start.elapsed_time(end) / 1e3 / reps
-
-
 def time_step(model: Any, B: int, q: int, L: int, reps: int, cuda_graph: bool) -> tuple[float, bool]:
     """Seconds of one forward of q new tokens for B sequences over a cache of L; and graph used."""
     import torch
@@ -175,17 +125,6 @@ def time_step(model: Any, B: int, q: int, L: int, reps: int, cuda_graph: bool) -
             torch.cuda.synchronize()
             cache = _filled_cache(model, B, L)
     return time_eager(step, reps, sync, lambda: _crop_to(cache, L)), False
-
-
-def _lower_depth(arch: ModelArch, n: int) -> int:
-    """Second depth for the scaling: about n / 2, a whole number of hybrid layer periods."""
-    period = arch.layer_types.index("full_attention") + 1 if "full_attention" in arch.layer_types else 1
-    lower = max(period, (n // 2) // period * period)
-    if lower >= n:
-        raise CostModelError(
-            f"profile at least {2 * period} layers of this model to scale to full depth (got {n})"
-        )
-    return lower
 
 
 def profile_steps(
@@ -219,7 +158,7 @@ def profile_steps(
     if n < full and n < 2:
         raise CostModelError(f"profile at least 2 layers to scale to full depth, got n_layers={n_layers}")
     dtype = dtype or (torch.bfloat16 if device.startswith("cuda") else torch.float32)
-    depths = [n] if n == full else [_lower_depth(arch, n), n]
+    depths = [n] if n == full else [lower_depth(arch, n), n]
     times: dict[int, dict[tuple[int, int, int], tuple[float, bool]]] = {}
     for d in depths:
         model = build_model(cfg, d, device, dtype)
@@ -233,36 +172,7 @@ def profile_steps(
                         torch.cuda.empty_cache()
         del model
     dtype_bytes = torch.tensor([], dtype=dtype).element_size()
-    return _rows(times, depths, full, device, config_hash(arch), dtype_bytes).assign(backend="hf")
-
-
-def _rows(
-    times: dict, depths: list[int], full: int, device: str, chash: str, dtype_bytes: int
-) -> pd.DataFrame:
-    n = depths[-1]
-    rows = []
-    for key, (t_n, graph) in times[n].items():
-        step = t_n
-        if len(depths) == 2:
-            per_layer = max(t_n - times[depths[0]][key][0], 0.0) / (n - depths[0])
-            step = t_n + (full - n) * per_layer
-        B, q, L = key
-        rows.append(
-            {
-                "B": B,
-                "q": q,
-                "L": L,
-                "step_s": step,
-                "device": device,
-                "config_hash": chash,
-                "n_layers_profiled": n,
-                "n_layers_full": full,
-                "step_s_profiled": t_n,
-                "cuda_graph": graph,
-                "dtype_bytes": dtype_bytes,
-            }
-        )
-    return pd.DataFrame(rows)
+    return depth_scaled_rows(times, depths, full, device, config_hash(arch), dtype_bytes).assign(backend="hf")
 
 
 def load_profile(path: Any) -> pd.DataFrame:
@@ -285,37 +195,38 @@ def check_profile(profile: pd.DataFrame, arch: ModelArch) -> None:
         )
 
 
-def calibrate(profile: pd.DataFrame, arch: ModelArch, hw: Any) -> Any:
-    """Efficiency factors (bandwidth, FLOP/s, fixed overhead) that best fit a measured profile.
+PROFILE_FREE = ("bw", "flops", "gemm_half_tokens", "attn_flops", "attn_half_rows", "layer_s", "overhead_s")
+"""Constants a step profile pins down: the kernel factors and the fixed costs inside one step."""
 
-    Least squares on log step time over a grid of (bw, flops) factors; for each pair the overhead
-    is the median residual (>= 0). The hardware figures are the datasheet the factors scale.
-    """
+
+def calibrate(profile: pd.DataFrame, arch: ModelArch, hw: Any, free: Sequence[str] = PROFILE_FREE) -> Any:
+    """Efficiency constants that best fit a measured profile (kit.decide.fit: least squares on log
+    step time). The hardware figures are the datasheet the factors scale."""
+    return calibrate_many([(profile, arch)], hw, free)
+
+
+def calibrate_many(
+    profiles: Sequence[tuple[pd.DataFrame, ModelArch]], hw: Any, free: Sequence[str] = PROFILE_FREE
+) -> Any:
+    """One set of efficiency constants fitted to several profiles measured on the same device."""
     import numpy as np
 
     from kit.decide import costmodel as cm
+    from kit.decide.fit import fit_efficiency
 
-    check_profile(profile, arch)
-    dtype_bytes = int(profile["dtype_bytes"].iloc[0]) if "dtype_bytes" in profile else arch.dtype_bytes
-    total, _ = arch.param_counts()
-    shape = cm.StepShape(weight_bytes=total * dtype_bytes, kv_dtype_bytes=dtype_bytes)
-    rows = list(profile.itertuples())
-    nbytes = np.array([cm.step_bytes(arch, r.B, r.q, r.L, shape) for r in rows])
-    flops = np.array([cm.step_flops(arch, r.B, r.q, r.L) for r in rows])
-    measured = profile["step_s"].to_numpy(dtype=float)
-    if (measured <= 0).any():
+    points, measured = [], []
+    for profile, arch in profiles:
+        check_profile(profile, arch)
+        dtype_bytes = int(profile["dtype_bytes"].iloc[0]) if "dtype_bytes" in profile else arch.dtype_bytes
+        shape = cm.StepShape(kv_dtype_bytes=dtype_bytes, weight_dtype_bytes=dtype_bytes)
+        points += [(arch, int(r.B), int(r.q), float(r.L), shape) for r in profile.itertuples()]
+        measured += list(profile["step_s"].astype(float))
+    if min(measured) <= 0:
         raise CostModelError("step profile holds non-positive step times; re-run the profiler")
-    best = (np.inf, 1.0, 1.0, 0.0)
-    grid = np.geomspace(0.005, 4.0, 80)
-    for e_bw in grid:
-        t_mem = nbytes / (hw.bandwidth_Bps * e_bw)
-        for e_f in grid:
-            roof = np.maximum(t_mem, flops / (hw.flops_bf16 * e_f))
-            overhead = max(float(np.median(measured - roof)), 0.0)
-            loss = float(np.mean(np.log((roof + overhead) / measured) ** 2))
-            if loss < best[0]:
-                best = (loss, float(e_bw), float(e_f), overhead)
-    _, e_bw, e_f, overhead = best
-    return cm.Efficiency(
-        bw=e_bw, flops=e_f, overhead_s=overhead, source=f"profile on {profile['device'].iloc[0]}"
-    )
+
+    def predict(eff: Any) -> Any:
+        return np.array([cm.step_time(a, hw, B, q, L, eff, shape) for a, B, q, L, shape in points])
+
+    devices = sorted({str(p["device"].iloc[0]) for p, _ in profiles})
+    start = cm.Efficiency(overhead_s=min(measured) * 0.1, layer_s=1e-5)
+    return fit_efficiency(predict, np.array(measured), free, start, source=f"profile on {', '.join(devices)}")

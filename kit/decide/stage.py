@@ -2,26 +2,34 @@
 
 Hardware comes from the probe: the datasheet of the first GPU (its efficiency factors from a
 step profile when `decide.profile` names one), or, with no GPU, this CPU calibrated by a short
-step profile of the model's own config, so the demo predicts its own curve honestly.
+step profile of the model's own config, so the demo predicts its own curve honestly. The CPU
+profile never takes more memory than the machine has (kit.decide.profile_budget): a model too big
+to build whole is profiled on a few layers and scaled, or not at all, and decision.json says which.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import random
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
-from kit.arch import load_arch
+from kit.arch import arch_from_config, load_arch
 from kit.decide import costmodel as cm
 from kit.decide.decision import decide, with_gpus
+from kit.decide.drafts import draft_for
 from kit.decide.predict import Workload
+from kit.decide.profile_budget import ProfilePlan, plan_cpu_profile
 from kit.decide.sweep import run_sweep
 from kit.errors import CostModelError
 from kit.params import RunParams
 from kit.runfolder import RunFolder, read_json, write_json_atomic
+
+log = logging.getLogger(__name__)
 
 CPU_NOMINAL = cm.Hardware(bandwidth_Bps=20e9, flops_bf16=200e9, memory_bytes=16e9, name="cpu")
 """Nominal CPU figures: a CPU profile's calibration scales them, so only their ratio matters much."""
@@ -44,28 +52,42 @@ def _mtp_status(probe: dict[str, Any]) -> str | None:
 
 def _hardware(
     params: RunParams, folder: RunFolder, probe: dict[str, Any]
-) -> tuple[cm.Hardware, pd.DataFrame | None, int]:
-    """(hardware, step profile or None, GPU count) for the prediction."""
-    from kit.decide.profiler import ProfileGrid, load_profile, profile_steps
+) -> tuple[cm.Hardware, pd.DataFrame | None, int, ProfilePlan | None]:
+    """(hardware, step profile or None, GPU count, the CPU profile's plan when one was made)."""
+    from kit.decide.profiler import load_profile
 
     info = probe.get("gpus") or {}
     gpus = info.get("devices") or []
     profile = load_profile(params.decide.profile) if params.decide.profile else None
     if gpus:
-        return _gpu_hardware(gpus, info), profile, len(gpus)
+        return _gpu_hardware(gpus, info), profile, len(gpus), None
     ram = (probe.get("host") or {}).get("ram_total_bytes") or CPU_NOMINAL.memory_bytes
     hw = cm.Hardware(CPU_NOMINAL.bandwidth_Bps, CPU_NOMINAL.flops_bf16, ram, "cpu")
-    if profile is None:
-        cfg = json.loads((Path(params.model.path) / "config.json").read_text())
-        grid = ProfileGrid(
-            batch_sizes=tuple(sorted({1, *params.decide.concurrencies})),
-            q_values=(1, 2),
-            contexts=(128,),
-            reps=3,
-        )
-        profile = profile_steps(cfg, grid, device="cpu")
-        profile.to_parquet(folder.root / "step_profile.parquet", index=False)
-    return hw, profile, 1
+    if profile is not None:
+        return hw, profile, 1, None
+    profile, plan = _cpu_profile(params, folder)
+    return hw, profile, 1, plan
+
+
+def _cpu_profile(params: RunParams, folder: RunFolder) -> tuple[pd.DataFrame | None, ProfilePlan]:
+    """A step profile of this model on the CPU, as deep as memory allows (none when nothing fits)."""
+    from kit.decide.profiler import ProfileGrid, profile_steps
+
+    cfg = json.loads((Path(params.model.path) / "config.json").read_text())
+    grid = ProfileGrid(
+        batch_sizes=tuple(sorted({1, *params.decide.concurrencies})),
+        q_values=(1, 2),
+        contexts=(128,),
+        reps=3,
+    )
+    plan = plan_cpu_profile(arch_from_config(cfg), max(grid.batch_sizes), max(grid.q_values), 128)
+    if plan.warning():
+        log.warning(plan.warning())
+    if plan.mode == "skipped":
+        return None, plan
+    profile = profile_steps(cfg, grid, device="cpu", n_layers=plan.profiler_layers)
+    profile.to_parquet(folder.root / "step_profile.parquet", index=False)
+    return profile, plan
 
 
 def _gpu_hardware(gpus: list[dict[str, Any]], info: dict[str, Any]) -> cm.Hardware:
@@ -92,7 +114,7 @@ def decide_stage(params: RunParams, folder: RunFolder, probe: dict[str, Any]) ->
     mtp = _mtp_status(probe)
     prompts = sweep_prompts(params, folder)
     sweep = run_sweep(params, folder, prompts, mtp, hybrid=arch.is_hybrid)
-    hw, profile, n_gpus = _hardware(params, folder, probe)
+    hw, profile, n_gpus, profile_plan = _hardware(params, folder, probe)
     lens = [p["prompt_tokens"] for p in prompts if p.get("prompt_tokens")]
     eng = params.engine
     work = Workload(
@@ -117,59 +139,126 @@ def decide_stage(params: RunParams, folder: RunFolder, probe: dict[str, Any]) ->
         attention_backend=backend,
         algorithm=eng.speculative.algorithm,
         draft_model=eng.speculative.draft_model_path is not None,
+        draft=draft_for(params.decide, eng.speculative),
     )
     decision["engine_flavor"] = eng.flavor
+    _note_profile_plan(decision, profile_plan)
     decision["mtp_status"] = mtp
     write_json_atomic(folder.decision, decision)
     return decision
 
 
+def _note_profile_plan(decision: dict[str, Any], plan: ProfilePlan | None) -> None:
+    """Say in decision.json (efficiency source, warnings) what the CPU profile was."""
+    decision.setdefault("warnings", [])
+    if plan is None:
+        return
+    decision["efficiency"]["source"] = plan.source()
+    decision["cpu_profile"] = asdict(plan)
+    if plan.warning():
+        decision["warnings"].append(plan.warning())
+
+
 # ---- display (notebook 02) ---------------------------------------------------
-def decision_markdown(decision: dict[str, Any]) -> str:
-    s = decision["engine_settings"]
-    lines = [f"## Decision: **{decision['chosen_arm']}** ({decision['decided_by']})", ""]
+def speculation_name(params: RunParams) -> str:
+    """What the run's speculative arms are called: MTP, n-gram, EAGLE, draft model."""
+    from kit.decide.decision import spec_name
+
+    spec = params.engine.speculative
+    return spec_name(spec.algorithm, spec.draft_model_path is not None)
+
+
+def decision_markdown(decision: dict[str, Any], params: RunParams | None = None) -> str:
+    """The decision first (what was chosen, measured or predicted, by how much), then the reasons,
+    warnings and the engine settings stage 3 takes."""
+    from kit.decide.verdict import decision_answer
+    from kit.display import human_name
+
+    answer = decision_answer(decision, speculation_name(params) if params else "MTP")
+    lines = [f"## Decision: {answer.headline}", "", answer.detail, "", "**Why**", ""]
     lines += [f"- {r}" for r in decision["reasons"]]
+    lines += [f"- **warning:** {w}" for w in decision.get("warnings") or []]
     lines += ["", "**Engine settings for stage 3**", ""]
-    lines += [f"- `{k}`: {v}" for k, v in s.items()]
+    lines += [f"- {human_name(k)}: {_setting(v)}" for k, v in decision["engine_settings"].items()]
     return "\n".join(lines)
 
 
-def decision_tables(params: RunParams) -> dict[str, pd.DataFrame]:
+def _setting(value: Any) -> str:
+    if value is None:
+        return "engine default"
+    return "yes" if value is True else "no" if value is False else str(value)
+
+
+SWEEP_COLUMNS = {
+    "arm": "arm",
+    "concurrency": "concurrency",
+    "requests": "requests",
+    "errors": "errors",
+    "output_tokens": "output tokens",
+    "duration_s": "duration (s)",
+    "output_tok_s": "output tok/s",
+    "latency_p50_s": "latency p50 (s)",
+    "latency_p90_s": "latency p90 (s)",
+    "ttft_p50_s": "first token p50 (s)",
+    "accept_length": "accept length",
+}
+MEASURED = {"ok": "yes", "skipped": "no (skipped)", "failed": "no (failed)", "not measured": "no"}
+BESIDE_COLUMNS = {
+    "arm": "arm",
+    "concurrency": "concurrency",
+    "predicted_tok_s": "predicted tok/s",
+    "measured_tok_s": "measured tok/s",
+    "error_pct": "prediction error",
+    "predicted_accept_length": "accept length (predicted)",
+    "mem_max_running": "sequences memory holds",
+    "status": "measured?",
+}
+
+
+def decision_tables(params: RunParams) -> list[Any]:
+    """Notebook 02's tables for reading: predicted beside measured, the measured sweep, arms not measured."""
+    from kit.decide.verdict import arm_label
+    from kit.display import signed_percent, table
+
     folder = RunFolder(Path(params.run_dir))
-    tables: dict[str, pd.DataFrame] = {}
-    if folder.sweep.exists():
-        sweep = pd.read_parquet(folder.sweep)
-        ran = sweep[sweep.status != "skipped"].dropna(axis=1, how="all")
-        tables["Measured sweep"] = ran
-        skipped = sweep[sweep.status == "skipped"].drop_duplicates("arm")[["arm", "spec_k", "reason"]]
-        if len(skipped):
-            tables["Arms not measured"] = skipped
+    name = speculation_name(params)
+    tables = []
     if folder.decision.exists():
         t = pd.DataFrame(read_json(folder.decision)["table"])
-        keep = [
-            c
-            for c in (
-                "arm",
-                "concurrency",
-                "predicted_tok_s",
-                "measured_tok_s",
-                "error_pct",
-                "feasible",
-                "compute_bound",
-                "status",
+        t["arm"] = [arm_label(int(k), name) for k in t.spec_k]
+        cols = [c for c in BESIDE_COLUMNS if c in t]
+        tables.append(
+            table(
+                t[cols],
+                "Predicted beside measured",
+                BESIDE_COLUMNS,
+                formats={"error_pct": signed_percent, "status": lambda s: MEASURED.get(s, str(s))},
+                note="Prediction error: (predicted - measured) / measured.",
+                summary=f"{len(t)} arm and concurrency levels",
             )
-            if c in t
-        ]
-        tables["Predicted beside measured"] = t[keep]
+        )
+    if folder.sweep.exists():
+        sweep = pd.read_parquet(folder.sweep)
+        sweep["arm"] = [arm_label(int(k), name) for k in sweep.spec_k]
+        ran = sweep[sweep.status != "skipped"].dropna(axis=1, how="all")
+        cols = [c for c in SWEEP_COLUMNS if c in ran]
+        if len(ran):
+            tables.append(table(ran[cols], "Measured sweep", SWEEP_COLUMNS, summary=f"{len(ran)} levels"))
+        skipped = sweep[sweep.status == "skipped"].drop_duplicates("arm")[["arm", "reason"]]
+        if len(skipped):
+            tables.append(table(skipped, "Arms not measured", {"reason": "why"}))
     return tables
 
 
 def decision_figures(params: RunParams, decision: dict[str, Any]) -> list[Any]:
-    """The figures of notebook 02, also saved as PNG under figures/."""
+    """The figures of notebook 02 as images with alt text, also saved as PNG under figures/."""
     from kit.decide.plots import decision_figures as make
+    from kit.display import figure_image
 
     folder = RunFolder(Path(params.run_dir))
-    figs = make(decision)
-    for name, fig in figs.items():
-        fig.savefig(folder.figures / f"decide_{name}.png", dpi=110, bbox_inches="tight")
-    return list(figs.values())
+    folder.figures.mkdir(parents=True, exist_ok=True)
+    images = []
+    for stem, (fig, alt) in make(decision, speculation_name(params)).items():
+        fig.savefig(folder.figures / f"decide_{stem}.png", dpi=110, bbox_inches="tight")
+        images.append(figure_image(fig, alt))
+    return images

@@ -10,10 +10,13 @@ copies, not a serving engine. This backend builds what an engine's decode step d
   gated MLP (fused gate/up, down); residual adds;
 - a preallocated KV cache `[B, kv_heads, L + q_max, head_dim]` per full-attention layer; a step
   writes its `q` new K/V at positions `L..L+q` (slice assignment, no concatenation) and attends
-  over the first `L + q` positions with `scaled_dot_product_attention`. Query heads are packed
-  by KV group (`[B, kv_heads, group * q, head_dim]`, as decode kernels do), so K/V are read once
-  per KV head on every SDPA backend; the `q` new tokens are causal among themselves (no mask
-  when `q = 1`);
+  over the first `L + q` positions with `scaled_dot_product_attention`, the query heads of each
+  KV group packed into rows (`[B, kv_heads, group * q, head_dim]`, as FlashInfer's and FA3's
+  GQA kernels do), so K/V are read once per KV head, without a mask: the flash kernel takes the
+  `q` tokens natively. The causal triangle among the `q` new tokens (a verify kernel masks it
+  in-register at no cost; `q^2` of `q (L + q)` scores) is left out, because PyTorch routes any
+  multi-token mask to slower kernels that no serving engine uses (docs/h200/README.md has the
+  measurement): the step is faithful in time, not in the values of those few scores;
 - the LM head on `B * q` rows with the real vocabulary.
 
 Approximations (details in docs/costmodel.md, "Two backends"): no embedding gather, RoPE, q/k
@@ -29,6 +32,7 @@ from typing import Any
 import pandas as pd
 
 from kit.arch import ModelArch, arch_from_config
+from kit.decide.steptimer import config_hash, depth_scaled_rows, lower_depth, time_cuda_graph, time_eager
 from kit.errors import CostModelError
 
 CPU_BUDGET_BYTES = 4 * 2**30
@@ -183,7 +187,7 @@ def _rms(x: Any, w: Any) -> Any:
     return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * w
 
 
-def _attention(m: SyntheticModel, p: dict, x: Any, idx: int, B: int, q: int, L: int, mask: Any) -> Any:
+def _attention(m: SyntheticModel, p: dict, x: Any, idx: int, B: int, q: int, L: int) -> Any:
     import torch.nn.functional as F
 
     a = m.arch
@@ -195,7 +199,7 @@ def _attention(m: SyntheticModel, p: dict, x: Any, idx: int, B: int, q: int, L: 
     vc[:, :, L : L + q] = v.view(B, q, a.num_kv_heads, d).transpose(1, 2)
     group = a.num_heads // a.num_kv_heads
     packed = qh.view(B, q, a.num_kv_heads, group, d).permute(0, 2, 3, 1, 4).reshape(B, a.num_kv_heads, -1, d)
-    o = F.scaled_dot_product_attention(packed, kc[:, :, : L + q], vc[:, :, : L + q], attn_mask=mask)
+    o = F.scaled_dot_product_attention(packed, kc[:, :, : L + q], vc[:, :, : L + q])
     o = o.view(B, a.num_kv_heads, group, q, d).permute(0, 3, 1, 2, 4).reshape(B * q, nq)
     if a.attn_output_gate:
         o = o * gate.sigmoid()
@@ -234,7 +238,7 @@ def _mlp(p: dict, x: Any) -> Any:
     return F.linear(F.silu(gate) * up, p["down"])
 
 
-def decode_step(m: SyntheticModel, x: Any, B: int, q: int, L: int, depth: int, mask: Any) -> Any:
+def decode_step(m: SyntheticModel, x: Any, B: int, q: int, L: int, depth: int) -> Any:
     """Logits `[B * q, vocab]` of one step of `q` tokens per sequence over a context of `L`."""
     import torch.nn.functional as F
 
@@ -242,24 +246,13 @@ def decode_step(m: SyntheticModel, x: Any, B: int, q: int, L: int, depth: int, m
     for p in m.layers[:depth]:
         h = _rms(x, p["norm1"])
         if p["kind"] == "full":
-            x = x + _attention(m, p, h, full, B, q, L, mask)
+            x = x + _attention(m, p, h, full, B, q, L)
             full += 1
         else:
             x = x + _deltanet(m, p, h, lin, B, q)
             lin += 1
         x = x + _mlp(p, _rms(x, p["norm2"]))
     return F.linear(_rms(x, m.final_norm), m.lm_head)
-
-
-def causal_mask(arch: ModelArch, q: int, L: int, device: str) -> Any:
-    """Boolean mask `[group * q, L + q]` for group-packed query rows; None when q = 1."""
-    import torch
-
-    if q == 1:
-        return None
-    group = arch.num_heads // arch.num_kv_heads
-    row_tok = torch.arange(q, device=device).repeat(group)
-    return torch.arange(L + q, device=device)[None, :] <= (L + row_tok)[:, None]
 
 
 def time_point(
@@ -271,14 +264,11 @@ def time_point(
     """
     import torch
 
-    from kit.decide.profiler import time_cuda_graph, time_eager  # profiler imports this module
-
     x = torch.randn(B * q, m.arch.hidden_size, device=m.device, dtype=m.dtype)
-    mask = causal_mask(m.arch, q, L, m.device)
 
     def step() -> None:
         with torch.no_grad():
-            decode_step(m, x, B, q, L, depth, mask)
+            decode_step(m, x, B, q, L, depth)
 
     on_gpu = m.device.startswith("cuda")
     if on_gpu and cuda_graph:
@@ -307,14 +297,12 @@ def profile_synthetic(
     """
     import torch
 
-    from kit.decide.profiler import _lower_depth, _rows, config_hash
-
     arch = arch_from_config(cfg)
     full = arch.num_layers
     n = full if n_layers is None or n_layers >= full else n_layers
     if n < full and n < 2:
         raise CostModelError(f"profile at least 2 layers to scale to full depth, got n_layers={n_layers}")
-    depths = [n] if n == full else [_lower_depth(arch, n), n]
+    depths = [n] if n == full else [lower_depth(arch, n), n]
     dtype = dtype or (torch.bfloat16 if device.startswith("cuda") else torch.float32)
     model = build_synthetic(arch, n, device, dtype)
     q_max = max(grid.q_values)
@@ -332,5 +320,5 @@ def profile_synthetic(
             model.buffers = {}
             if device.startswith("cuda"):
                 torch.cuda.empty_cache()
-    table = _rows(times, depths, full, device, config_hash(arch), model.dtype_bytes)
+    table = depth_scaled_rows(times, depths, full, device, config_hash(arch), model.dtype_bytes)
     return table.assign(backend="synthetic")

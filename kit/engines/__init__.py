@@ -4,22 +4,33 @@ from kit.engines import start_server, EngineClient
 with start_server(params, run_dir / "logs") as srv:
     async with EngineClient(srv.base_url, params.engine.flavor) as c:
         result = await c.chat([{"role": "user", "content": "hi"}], max_tokens=16)
+
+Names are imported on first use, so light modules (`launcher`, `parsers`) load without the HTTP
+client or pydantic: the probe's GPU-box script (benchmarks/probe_gpu.py) runs without them.
 """
 
-from kit.engines.client import ChatResult, EngineClient, RequestRejected, TransientEngineError
-from kit.engines.commands import adapt_flags, flavor, server_command, server_env
-from kit.engines.process import ExternalServer, ServerProcess, start_server
+from __future__ import annotations
 
-__all__ = [
-    "ChatResult",
-    "EngineClient",
-    "ExternalServer",
-    "RequestRejected",
-    "ServerProcess",
-    "TransientEngineError",
-    "adapt_flags",
-    "flavor",
-    "server_command",
-    "server_env",
-    "start_server",
-]
+import importlib
+from typing import Any
+
+_WHERE = {
+    "ChatResult": "client",
+    "EngineClient": "client",
+    "RequestRejected": "client",
+    "TransientEngineError": "client",
+    "flavor": "commands",
+    "server_command": "commands",
+    "server_env": "commands",
+    "adapt_flags": "launcher",
+    "ExternalServer": "process",
+    "ServerProcess": "process",
+    "start_server": "process",
+}
+__all__ = sorted(_WHERE)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _WHERE:
+        raise AttributeError(f"module 'kit.engines' has no attribute {name!r}")
+    return getattr(importlib.import_module(f"kit.engines.{_WHERE[name]}"), name)

@@ -7,21 +7,35 @@
 Errors: `RequestRejected` (4xx: this request is wrong, retrying will not help) and
 `TransientEngineError` (connection refused or dropped, 5xx, 408/429, timeout: retry, maybe after a
 server restart).
+
+Built on aiohttp (keep-alive pool, C HTTP parser) and orjson: URLs and headers are made once, a
+request costs one body encode and one answer decode, and a streamed answer is parsed a network
+read at a time (all the events of one read in one `orjson.loads`), not line by line. The request
+body is built in `_chat_body`; answers become `ChatResult`s in `kit.engines.answers`.
 """
 
 from __future__ import annotations
 
-import contextlib
-import json
+import asyncio
 import time
-from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
 from typing import Any
 from urllib.parse import urlparse
 
-import httpx
+import aiohttp
+import orjson
+from multidict import CIMultiDict
+from yarl import URL
 
-from kit.engines.metrics import parse_prometheus
+from kit.engines.answers import (
+    ChatResult,
+    RequestRejected,
+    StreamAccumulator,
+    TransientEngineError,
+    parse_json,
+    result_from_json,
+)
+from kit.engines.metrics import Sample, parse_prometheus, parse_samples
 from kit.errors import EngineError
 
 # Request fields each flavor accepts; `transformers serve` answers 422 to any field outside its schema.
@@ -29,41 +43,7 @@ _BASE_FIELDS = frozenset(
     {"model", "messages", "max_tokens", "temperature", "top_p", "stop", "seed", "tools", "stream"}
 )
 _STREAM_USAGE_FLAVORS = frozenset({"sglang", "vllm", "external"})
-
-
-class RequestRejected(EngineError):
-    """The server refused this request (4xx: bad request, context overflow): do not retry it."""
-
-    def __init__(self, message: str, status: int, body: str) -> None:
-        super().__init__(message)
-        self.status = status
-        self.body = body
-
-
-class TransientEngineError(EngineError):
-    """Connection error, timeout, 5xx, 408 or 429: the caller may retry (after a restart if it died)."""
-
-    def __init__(self, message: str, status: int | None = None, body: str | None = None) -> None:
-        super().__init__(message)
-        self.status = status
-        self.body = body
-
-
-@dataclass(frozen=True)
-class ChatResult:
-    """One chat completion with what the engine reported about it."""
-
-    text: str
-    finish_reason: str | None
-    prompt_tokens: int | None
-    completion_tokens: int | None
-    latency_s: float
-    ttft_s: float | None = None
-    """Seconds to the first content chunk (streamed requests only)."""
-    accept_length: float | None = None
-    """Tokens per verify step under speculative decoding, where the engine reports it (SGLang)."""
-    raw_usage: dict[str, Any] | None = None
-    tool_calls: list[dict[str, Any]] | None = None
+_JSON_HEADERS = CIMultiDict({"Content-Type": "application/json"})
 
 
 def is_loopback(url: str) -> bool:
@@ -71,39 +51,24 @@ def is_loopback(url: str) -> bool:
     return (urlparse(url).hostname or "") in {"127.0.0.1", "localhost", "::1", "0.0.0.0"}
 
 
-@contextlib.contextmanager
-def _transport_errors(what: str) -> Iterator[None]:
-    """Turn httpx's connection and timeout errors into TransientEngineError."""
-    try:
-        yield
-    except httpx.TimeoutException as e:
-        raise TransientEngineError(f"{what}: timed out ({type(e).__name__})") from e
-    except httpx.TransportError as e:
-        raise TransientEngineError(f"{what}: connection failed ({type(e).__name__}: {e})") from e
+def _transport_error(what: str, e: BaseException) -> TransientEngineError:
+    """aiohttp's connection and timeout errors as a TransientEngineError."""
+    if isinstance(e, asyncio.TimeoutError):
+        return TransientEngineError(f"{what}: timed out ({type(e).__name__})")
+    return TransientEngineError(f"{what}: connection failed ({type(e).__name__}: {e})")
 
 
-def _check_status(r: httpx.Response, what: str) -> None:
-    if r.status_code < 400:
+_TRANSPORT_ERRORS = (aiohttp.ClientError, asyncio.TimeoutError, OSError)
+
+
+def _check_status(status: int, raw: bytes, what: str) -> None:
+    if status < 400:
         return
-    body = r.text[:2000]
-    msg = f"{what}: HTTP {r.status_code}: {body}"
-    if r.status_code >= 500 or r.status_code in (408, 429):
-        raise TransientEngineError(msg, r.status_code, body)
-    raise RequestRejected(msg, r.status_code, body)
-
-
-def _accept_length(*parts: Mapping[str, Any] | None) -> float | None:
-    """SGLang's accept length from wherever this version puts it (meta_info, usage), else None."""
-    for part in parts:
-        if not part:
-            continue
-        meta = part.get("meta_info") if isinstance(part.get("meta_info"), Mapping) else part
-        if meta.get("spec_accept_length") is not None:
-            return float(meta["spec_accept_length"])
-        verify, tokens = meta.get("spec_verify_ct"), meta.get("completion_tokens")
-        if verify and tokens:
-            return float(tokens) / float(verify)
-    return None
+    body = raw[:2000].decode("utf-8", "replace")
+    msg = f"{what}: HTTP {status}: {body}"
+    if status >= 500 or status in (408, 429):
+        raise TransientEngineError(msg, status, body)
+    raise RequestRejected(msg, status, body)
 
 
 class EngineClient:
@@ -116,38 +81,56 @@ class EngineClient:
         model: str | None = None,
         timeout_s: float = 600,
         max_connections: int = 1024,
-        transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
         self.base_url = base_url.rstrip("/")
         self.flavor = flavor
         self.model = model
-        self._http = httpx.AsyncClient(
-            base_url=self.base_url,
-            transport=transport,
-            trust_env=not is_loopback(self.base_url),
-            timeout=httpx.Timeout(timeout_s, connect=min(30.0, timeout_s)),
-            limits=httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections),
-        )
+        self._chat_url = URL(f"{self.base_url}/v1/chat/completions")
+        self._chat_what = f"POST {self.base_url}/v1/chat/completions"
+        # sock_connect, not connect: aiohttp's `connect` also counts the wait for a free pooled
+        # connection, which at concurrency above max_connections is legitimately long.
+        self._timeout = aiohttp.ClientTimeout(total=timeout_s, sock_connect=min(30.0, timeout_s))
+        self._max_connections = max_connections
+        self._session: aiohttp.ClientSession | None = None
 
     async def __aenter__(self) -> EngineClient:
+        self._http()
         return self
 
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
 
     async def aclose(self) -> None:
-        await self._http.aclose()
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
 
-    async def _get(self, path: str) -> httpx.Response:
-        with _transport_errors(f"GET {self.base_url}{path}"):
-            return await self._http.get(path)
+    def _http(self) -> aiohttp.ClientSession:
+        """The keep-alive session, made on first use (aiohttp wants a running event loop for it)."""
+        if self._session is None:
+            connector = aiohttp.TCPConnector(limit=self._max_connections, limit_per_host=0)
+            self._session = aiohttp.ClientSession(
+                connector=connector,
+                timeout=self._timeout,
+                trust_env=not is_loopback(self.base_url),  # proxies from the environment, never for loopback
+                skip_auto_headers=("User-Agent",),
+            )
+        return self._session
+
+    async def _get(self, path: str) -> tuple[int, bytes]:
+        what = f"GET {self.base_url}{path}"
+        try:
+            async with self._http().get(URL(self.base_url + path)) as r:
+                return r.status, await r.read()
+        except _TRANSPORT_ERRORS as e:
+            raise _transport_error(what, e) from e
 
     async def model_name(self) -> str:
         """The model name to send: the one given, else the first one the server lists at /v1/models."""
         if self.model is None:
-            r = await self._get("/v1/models")
-            _check_status(r, "GET /v1/models")
-            models = r.json().get("data") or []
+            status, raw = await self._get("/v1/models")
+            _check_status(status, raw, "GET /v1/models")
+            models = parse_json(raw, "GET /v1/models", status).get("data") or []
             if not models:
                 raise EngineError(
                     f"{self.base_url}/v1/models lists no model; set model.served_name in the params"
@@ -159,11 +142,11 @@ class EngineClient:
         """Whether the server answers GET /health (or /v1/models where /health does not exist) with 200."""
         for path in ("/health", "/v1/models"):
             try:
-                r = await self._get(path)
+                status, _ = await self._get(path)
             except TransientEngineError:
                 return False
-            if r.status_code != 404:
-                return r.status_code == 200
+            if status != 404:
+                return status == 200
         return False
 
     async def server_info(self) -> dict[str, Any] | None:
@@ -171,20 +154,33 @@ class EngineClient:
         if self.flavor not in ("sglang", "external"):
             return None
         for path in ("/server_info", "/get_server_info"):
-            r = await self._get(path)
-            if r.status_code == 200:
-                return r.json()
-            if r.status_code != 404:
-                _check_status(r, f"GET {path}")
+            status, raw = await self._get(path)
+            if status == 200:
+                return parse_json(raw, f"GET {path}", status)
+            if status != 404:
+                _check_status(status, raw, f"GET {path}")
         return None
 
-    async def prometheus(self) -> dict[str, float] | None:
-        """GET /metrics as {name: value} (summed over label sets); None when the server has no /metrics."""
-        r = await self._get("/metrics")
-        if r.status_code == 404:
+    async def metrics_text(self) -> str | None:
+        """GET /metrics as text; None when the server has no /metrics."""
+        status, raw = await self._get("/metrics")
+        if status == 404:
             return None
-        _check_status(r, "GET /metrics")
-        return parse_prometheus(r.text)
+        _check_status(status, raw, "GET /metrics")
+        return raw.decode("utf-8", "replace")
+
+    async def prometheus(self) -> dict[str, float] | None:
+        """GET /metrics as {name: value} (summed over label sets); None when the server has no /metrics.
+
+        The text (tens of KB on SGLang) is parsed in a worker thread, off the event loop.
+        """
+        text = await self.metrics_text()
+        return None if text is None else await asyncio.to_thread(parse_prometheus, text)
+
+    async def prometheus_samples(self) -> list[Sample] | None:
+        """GET /metrics as samples with their labels (parsed off the event loop); None without /metrics."""
+        text = await self.metrics_text()
+        return None if text is None else await asyncio.to_thread(parse_samples, text)
 
     def _chat_body(
         self,
@@ -195,13 +191,13 @@ class EngineClient:
         stream: bool,
         extra_body: Mapping[str, Any] | None,
     ) -> dict[str, Any]:
-        body: dict[str, Any] = {"model": model, "messages": list(messages), "stream": stream, **sampling}
+        body: dict[str, Any] = {"model": model, "messages": messages, "stream": stream, **sampling}
         if tools is not None:
-            body["tools"] = list(tools)
+            body["tools"] = tools
         body = {k: v for k, v in body.items() if v is not None and k in _BASE_FIELDS}
         if stream and self.flavor in _STREAM_USAGE_FLAVORS:
             body["stream_options"] = {"include_usage": True}
-        return {**body, **(extra_body or {})}
+        return {**body, **extra_body} if extra_body else body
 
     async def chat(
         self,
@@ -224,89 +220,31 @@ class EngineClient:
             "stop": list(stop) if stop else None,
             "seed": seed,
         }
-        body = self._chat_body(await self.model_name(), messages, tools, sampling, stream, extra_body)
-        what = f"POST {self.base_url}/v1/chat/completions"
-        t0 = time.perf_counter()
-        with _transport_errors(what):
-            if stream:
-                return await self._chat_stream(body, what, t0)
-            r = await self._http.post("/v1/chat/completions", json=body)
-        _check_status(r, what)
-        return _result_from_json(_json(r, what), time.perf_counter() - t0)
-
-    async def _chat_stream(self, body: dict[str, Any], what: str, t0: float) -> ChatResult:
-        acc = _StreamAccumulator()
-        async with self._http.stream("POST", "/v1/chat/completions", json=body) as r:
-            if r.status_code >= 400:
-                await r.aread()
-                _check_status(r, what)
-            async for line in r.aiter_lines():
-                if not line.startswith("data:"):
-                    continue
-                data = line[5:].strip()
-                if data == "[DONE]":
-                    break
-                try:
-                    chunk = json.loads(data)
-                except ValueError as e:
-                    raise TransientEngineError(f"{what}: a streamed chunk is not JSON: {data[:300]!r}") from e
-                acc.add(chunk, time.perf_counter() - t0)
-        return acc.result(time.perf_counter() - t0)
-
-
-def _json(r: httpx.Response, what: str) -> dict[str, Any]:
-    try:
-        return r.json()
-    except ValueError as e:
-        raise TransientEngineError(f"{what}: the answer is not JSON: {r.text[:300]!r}", r.status_code) from e
-
-
-def _result_from_json(data: Mapping[str, Any], latency_s: float) -> ChatResult:
-    choice = (data.get("choices") or [{}])[0]
-    message = choice.get("message") or {}
-    usage = data.get("usage") or {}
-    return ChatResult(
-        text=message.get("content") or "",
-        finish_reason=choice.get("finish_reason"),
-        prompt_tokens=usage.get("prompt_tokens"),
-        completion_tokens=usage.get("completion_tokens"),
-        latency_s=latency_s,
-        accept_length=_accept_length(data, choice, usage),
-        raw_usage=usage or None,
-        tool_calls=message.get("tool_calls") or None,
-    )
-
-
-class _StreamAccumulator:
-    """Collects SSE chunks of a streamed chat completion into one ChatResult."""
-
-    def __init__(self) -> None:
-        self.parts: list[str] = []
-        self.finish_reason: str | None = None
-        self.usage: dict[str, Any] = {}
-        self.ttft_s: float | None = None
-        self.accept_length: float | None = None
-
-    def add(self, chunk: Mapping[str, Any], elapsed_s: float) -> None:
-        for choice in chunk.get("choices") or []:
-            content = (choice.get("delta") or {}).get("content")
-            if content:
-                self.parts.append(content)
-                self.ttft_s = elapsed_s if self.ttft_s is None else self.ttft_s
-            self.finish_reason = choice.get("finish_reason") or self.finish_reason
-            self.accept_length = _accept_length(choice) or self.accept_length
-        if chunk.get("usage"):
-            self.usage = dict(chunk["usage"])
-        self.accept_length = _accept_length(chunk, self.usage) or self.accept_length
-
-    def result(self, latency_s: float) -> ChatResult:
-        return ChatResult(
-            text="".join(self.parts),
-            finish_reason=self.finish_reason,
-            prompt_tokens=self.usage.get("prompt_tokens"),
-            completion_tokens=self.usage.get("completion_tokens"),
-            latency_s=latency_s,
-            ttft_s=self.ttft_s,
-            accept_length=self.accept_length,
-            raw_usage=self.usage or None,
+        body = self._chat_body(
+            self.model or await self.model_name(), messages, tools, sampling, stream, extra_body
         )
+        data = orjson.dumps(body)
+        what = self._chat_what
+        t0 = time.perf_counter()
+        try:
+            async with self._http().post(self._chat_url, data=data, headers=_JSON_HEADERS) as r:
+                if r.status >= 400:
+                    _check_status(r.status, await r.read(), what)
+                if stream:
+                    return await _read_stream(r, what, t0)
+                raw = await r.read()
+        except _TRANSPORT_ERRORS as e:
+            raise _transport_error(what, e) from e
+        return result_from_json(parse_json(raw, what, r.status), time.perf_counter() - t0)
+
+
+async def _read_stream(r: aiohttp.ClientResponse, what: str, t0: float) -> ChatResult:
+    """Read a streamed (SSE) answer one network read at a time into a ChatResult."""
+    acc = StreamAccumulator(what)
+    done = False
+    async for block in r.content.iter_any():
+        if done := acc.feed(block, time.perf_counter() - t0):
+            break
+    if not done and acc.carry.strip():  # the last event came without its blank line
+        acc.feed(b"\n\n", time.perf_counter() - t0)
+    return acc.result(time.perf_counter() - t0)

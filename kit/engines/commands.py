@@ -2,39 +2,35 @@
 
 Each flavor has one builder registered with `@flavor(name)`; `server_command` looks it up.
 Builders emit only the flags whose value is set in the params, so the engine's own defaults apply
-otherwise. Flags move between engine versions: `adapt_flags` renames the ones known to have been
-renamed, given the set of flags the installed launcher accepts (`accepted_flags` of its `--help`).
+otherwise. Speculative flags come from `kit.engines.settings`, parser flags from
+`kit.engines.parsers`; flags that moved between engine versions are renamed at start by
+`kit.engines.launcher.adapt_flags`, from the installed launcher's own `--help`.
 """
 
 from __future__ import annotations
 
 import json
-import re
 import warnings
 from collections.abc import Callable
 from pathlib import Path
 
+from kit.engines import parsers
+from kit.engines.settings import (
+    NO_SPEC_REASONS,
+    SGLANG_SPEC_MAX_RUNNING,
+    sglang_spec_flags,
+    vllm_spec_config,
+)
 from kit.errors import EngineError, ParamsError
 from kit.params import EngineParams, RunParams
 
 Builder = Callable[[RunParams, int], list[str]]
 _BUILDERS: dict[str, Builder] = {}
 
-NGRAM_PROMPT_LOOKUP_MAX = 4
-"""vLLM n-gram window (`prompt_lookup_max`); the value of vLLM's own n-gram example."""
-
-SGLANG_SPEC_MAX_RUNNING = 48
-"""What SGLang lowers `--max-running-requests` to when speculation is on and the flag is unset."""
-
 CB_PAGE_TOKENS = 256
 """Tokens per page of `transformers serve`'s paged cache (its default `page_size`)."""
 CPU_CB_NUM_BLOCKS = 128
 CPU_CB_MAX_BATCH_TOKENS = 2048
-
-# Pairs of flags that name the same setting in different versions of a launcher (older, newer).
-RENAMED_FLAGS: list[tuple[str, str]] = [
-    ("--mamba-scheduler-strategy", "--mamba-radix-cache-strategy"),
-]
 
 
 def flavor(name: str) -> Callable[[Builder], Builder]:
@@ -77,11 +73,7 @@ def server_env(params: RunParams) -> dict[str, str]:
 
 def speculation_unsupported(flavor_name: str) -> str | None:
     """Why `flavor_name` cannot run speculative decoding, or None when it can."""
-    if flavor_name == "transformers":
-        return "transformers serve has no speculative decoding in its continuous-batching server"
-    if flavor_name == "external":
-        return "the kit does not control an external server's launch flags"
-    return None
+    return NO_SPEC_REASONS.get(flavor_name)
 
 
 def _opt(flag: str, value: object) -> list[str]:
@@ -89,9 +81,11 @@ def _opt(flag: str, value: object) -> list[str]:
     return [] if value is None else [flag, str(value)]
 
 
-def _spec_algorithm(eng: EngineParams) -> str | None:
-    algo = eng.speculative.algorithm
-    return "EAGLE" if algo == "MTP" else algo
+def _parser_flags(params: RunParams, tool_flags: list[str]) -> list[str]:
+    """The tool-call / reasoning parser flags (`auto` resolved from the model's chat template)."""
+    chosen = parsers.resolve(params.engine, params.model.path)
+    out = [*tool_flags, "--tool-call-parser", chosen.tool_call] if chosen.tool_call else []
+    return out + (["--reasoning-parser", chosen.reasoning] if chosen.reasoning else [])
 
 
 @flavor("sglang")
@@ -113,52 +107,24 @@ def sglang_command(params: RunParams, port: int) -> list[str]:
     cmd += _opt("--max-running-requests", eng.max_running_requests)
     cmd += _opt("--cuda-graph-max-bs", eng.cuda_graph_max_bs)
     cmd += _opt("--attention-backend", eng.attention_backend)
-    algo = _spec_algorithm(eng)
-    if algo:
-        cmd += ["--speculative-algorithm", algo]
-        cmd += _opt("--speculative-num-steps", spec.num_steps)
-        cmd += _opt("--speculative-eagle-topk", spec.eagle_topk)
-        cmd += _opt("--speculative-num-draft-tokens", spec.num_draft_tokens)
-        cmd += _opt("--speculative-draft-model-path", spec.draft_model_path)
-        if eng.max_running_requests is None:
-            warnings.warn(
-                f"speculative decoding is on and engine.max_running_requests is unset: SGLang will lower "
-                f"it to {SGLANG_SPEC_MAX_RUNNING}. Set engine.max_running_requests to keep a larger batch.",
-                stacklevel=3,
-            )
+    cmd += sglang_spec_flags(spec)
+    if spec.algorithm and eng.max_running_requests is None:
+        warnings.warn(
+            f"speculative decoding is on and engine.max_running_requests is unset: SGLang will lower "
+            f"it to {SGLANG_SPEC_MAX_RUNNING}. Set engine.max_running_requests to keep a larger batch.",
+            stacklevel=3,
+        )
     cmd += _opt("--mamba-scheduler-strategy", eng.mamba_strategy)
     if eng.enable_metrics:
         cmd.append("--enable-metrics")
     cmd += _opt("--context-length", eng.context_length)
+    cmd += _parser_flags(params, [])
     return cmd + list(eng.extra_args)
 
 
 def vllm_speculative_config(eng: EngineParams) -> dict[str, object] | None:
     """vLLM's `--speculative-config` for the params' speculative settings (None when off)."""
-    spec = eng.speculative
-    method = {
-        "MTP": "mtp",
-        "NEXTN": "mtp",
-        "EAGLE": "eagle",
-        "EAGLE3": "eagle3",
-        "NGRAM": "ngram",
-        "STANDALONE": "draft_model",
-    }.get(spec.algorithm or "")
-    if method is None:
-        return None
-    k = spec.num_steps or spec.num_draft_tokens
-    if k is None and method != "mtp":
-        raise ParamsError(
-            f"vLLM {method} speculation needs engine.speculative.num_steps (tokens drafted per step)"
-        )
-    config: dict[str, object] = {"method": method}
-    if k is not None:
-        config["num_speculative_tokens"] = k
-    if method == "ngram":
-        config["prompt_lookup_max"] = NGRAM_PROMPT_LOOKUP_MAX
-    if spec.draft_model_path is not None:
-        config["model"] = str(spec.draft_model_path)
-    return config
+    return vllm_spec_config(eng.speculative)
 
 
 @flavor("vllm")
@@ -180,9 +146,10 @@ def vllm_command(params: RunParams, port: int) -> list[str]:
     spec = vllm_speculative_config(eng)
     if spec is not None:
         cmd += ["--speculative-config", json.dumps(spec)]
-    for name, value in (("cuda_graph_max_bs", eng.cuda_graph_max_bs), ("mamba_strategy", eng.mamba_strategy)):
-        if value is not None:
-            warnings.warn(f"engine.{name} has no vLLM flag in the kit and is ignored for vllm", stacklevel=3)
+    cmd += _opt("--max-cudagraph-capture-size", eng.cuda_graph_max_bs)
+    if eng.mamba_strategy is not None:
+        warnings.warn("engine.mamba_strategy has no vLLM flag and is ignored for vllm", stacklevel=3)
+    cmd += _parser_flags(params, ["--enable-auto-tool-choice"])
     return cmd + list(eng.extra_args)
 
 
@@ -230,34 +197,3 @@ def transformers_cpu_cache(eng: EngineParams) -> dict[str, int]:
     if eng.max_running_requests and eng.context_length:
         blocks = -(-eng.max_running_requests * eng.context_length // CB_PAGE_TOKENS)
     return {"--cb-num-blocks": blocks, "--cb-max-batch-tokens": CPU_CB_MAX_BATCH_TOKENS}
-
-
-_FLAG_RE = re.compile(r"(?<![\w-])(--[a-z0-9][a-z0-9-]*)")
-
-
-def accepted_flags(help_text: str) -> set[str]:
-    """The `--flags` named in a launcher's `--help` output."""
-    return set(_FLAG_RE.findall(help_text))
-
-
-def adapt_flags(cmd: list[str], accepted: set[str]) -> tuple[list[str], list[str]]:
-    """Rename flags the installed launcher knows under another name; report flags it lacks.
-
-    Returns the new argv and one note per rename or unknown flag. An empty `accepted` set means
-    "unknown" and leaves the command as it is.
-    """
-    if not accepted:
-        return list(cmd), []
-    renames = {a: b for a, b in RENAMED_FLAGS} | {b: a for a, b in RENAMED_FLAGS}
-    out, notes = [], []
-    for arg in cmd:
-        flag, eq, value = arg.partition("=")
-        if flag.startswith("--") and flag not in accepted:
-            other = renames.get(flag)
-            if other in accepted:
-                notes.append(f"{flag} renamed to {other} (the installed launcher only knows the latter)")
-                arg = other + eq + value
-            else:
-                notes.append(f"{flag} is not accepted by the installed launcher")
-        out.append(arg)
-    return out, notes

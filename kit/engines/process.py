@@ -26,9 +26,10 @@ from types import TracebackType
 import httpx
 import psutil
 
+from kit.engines import launcher as launchers
 from kit.engines import reaper
 from kit.engines.client import is_loopback
-from kit.engines.commands import adapt_flags, server_command, server_env
+from kit.engines.commands import server_command, server_env
 from kit.errors import EngineError, EngineStartError, ModelDirError
 from kit.params import RunParams
 
@@ -71,13 +72,20 @@ def probe_ready(http: httpx.Client, base_url: str) -> bool:
 class ServerProcess:
     """One engine server started from `params.engine` (flavors transformers, sglang, vllm)."""
 
+    restartable = True
+    """The kit owns this server: it can stop and start it again."""
+
     def __init__(
-        self, params: RunParams, log_dir: Path, name: str = "server", accepted_flags: set[str] | None = None
+        self,
+        params: RunParams,
+        log_dir: Path,
+        name: str = "server",
+        launcher: launchers.Launcher | None = None,
     ) -> None:
-        """`accepted_flags`: the flags of the installed launcher (`commands.accepted_flags(help)`), used to
-        rename flags that moved between versions; None starts the command as built."""
+        """`launcher`: what the installed launcher accepts, used to rename flags that moved between
+        versions and to check choices; by default it is read from the engine's own `--help`."""
         self.params = params
-        self.accepted_flags = accepted_flags
+        self.launcher = launcher
         self.flag_notes: list[str] = []
         self.log_dir = Path(log_dir)
         self.name = name
@@ -85,6 +93,7 @@ class ServerProcess:
         self.command: list[str] = []
         self.exit_code: int | None = None
         self._proc: subprocess.Popen[bytes] | None = None
+        self._server_pgid: int | None = None
         self._log_offset = 0
 
     @property
@@ -123,13 +132,42 @@ class ServerProcess:
                 "Hugging Face model directory (config.json, weights, tokenizer)."
             )
         self.port = self._choose_port()
-        self.command, self.flag_notes = adapt_flags(
-            server_command(self.params, self.port), self.accepted_flags or set()
-        )
+        launcher = self._launcher()
+        built = server_command(self.params, self.port)
+        self.command, self.flag_notes = launchers.adapt_flags(built, launcher)
+        problems = launchers.choice_problems(self.command, launcher)
+        if problems:
+            raise EngineStartError(
+                f"server '{self.name}' ({self.params.engine.flavor}) would be refused by its launcher: "
+                + "; ".join(problems)
+                + ". Fix the engine params (see `kit probe` for what this engine offers)."
+            )
         self._proc = self._launch()
         self.exit_code = None
         atexit.register(self.stop)
         return self
+
+    def _launcher(self) -> launchers.Launcher | None:
+        """The installed launcher (read once per engine version); a clear error when the engine is absent."""
+        flavor = self.params.engine.flavor
+        if self.launcher is not None or flavor not in launchers.LAUNCHERS:
+            return self.launcher
+        python = self.params.engine_python
+        if not Path(python).exists():
+            raise EngineStartError(
+                f"engine.python {python} does not exist: point it at the interpreter of the environment "
+                f"where {flavor} is installed (for the CPU vLLM of the demo: run `make engine-vllm`, then "
+                "use .venv-vllm/bin/python)."
+            )
+        env = {**os.environ, **server_env(self.params)}
+        if launchers.engine_version(python, flavor, env) is None:
+            raise EngineStartError(
+                f"{flavor} is not installed in {python}: install it there "
+                f"({python} -m pip install {flavor}), or point engine.python at the interpreter of the "
+                "environment that has it."
+            )
+        self.launcher = launchers.discover(python, flavor, copy_to=self.log_dir, env=env)
+        return self.launcher
 
     def _launch(self) -> subprocess.Popen[bytes]:
         """Start the reaper (by file path: it needs only the standard library) with the server command."""
@@ -178,6 +216,7 @@ class ServerProcess:
                         self._failure(f"exited with code {self.exit_code} before answering")
                     )
                 if probe_ready(http, self.base_url):
+                    self._remember_group()
                     return self
                 if time.monotonic() > deadline:
                     raise EngineStartError(self._failure(f"did not answer within {timeout:.0f} s"))
@@ -209,13 +248,26 @@ class ServerProcess:
         lines = [line.rstrip() for line in text.splitlines()]
         return "\n".join([line for line in lines if line][-n:])
 
-    def stop(self, timeout: float = 15.0) -> None:
-        """SIGTERM the server's process group (through the reaper), SIGKILL what is left after `timeout`."""
+    def _remember_group(self) -> None:
+        """Note the server's process group (the reaper's child leads it), to clean it up even if
+        the reaper itself is killed."""
+        if self._proc is not None and self._server_pgid is None:
+            with contextlib.suppress(psutil.Error, IndexError):
+                self._server_pgid = psutil.Process(self._proc.pid).children()[0].pid
+
+    def stop(self, timeout: float = 15.0, force: bool = False) -> None:
+        """SIGTERM the server's process group (through the reaper), SIGKILL what is left after `timeout`.
+
+        `force`: SIGKILL the server at once (a hung server does not act on SIGTERM).
+        """
         proc, self._proc = self._proc, None
+        pgid, self._server_pgid = self._server_pgid, None
         atexit.unregister(self.stop)
         if proc is None:
             return
         members = _descendants(proc.pid)
+        if force:
+            _kill_all([*members, psutil.Process(proc.pid)] if proc.poll() is None else members)
         if proc.poll() is None:
             proc.send_signal(signal.SIGTERM)
             try:
@@ -225,10 +277,12 @@ class ServerProcess:
                 proc.wait(5.0)
         self.exit_code = proc.returncode
         _kill_all(members)
+        if pgid is not None:  # the reaper was killed: its server (and the server's children) are orphans
+            _kill_group(pgid)
 
-    def restart(self, timeout: float | None = None) -> ServerProcess:
-        """Stop, start again (on the same port when it is free) and wait until it answers."""
-        self.stop()
+    def restart(self, timeout: float | None = None, force: bool = False) -> ServerProcess:
+        """Stop (`force`: SIGKILL at once), start again (same port when free), wait until it answers."""
+        self.stop(force=force)
         return self.start().wait_ready(timeout)
 
     def __enter__(self) -> ServerProcess:
@@ -251,6 +305,21 @@ def _descendants(pid: int) -> list[psutil.Process]:
     return []
 
 
+def _kill_group(pgid: int) -> None:
+    """SIGKILL what is left of process group `pgid` (orphans of a killed reaper)."""
+    left = reaper.group_members(pgid)
+    if left:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pgid, signal.SIGKILL)
+        psutil.wait_procs([p for p in map(_process, left) if p is not None], timeout=5.0)
+
+
+def _process(pid: int) -> psutil.Process | None:
+    with contextlib.suppress(psutil.Error):
+        return psutil.Process(pid)
+    return None
+
+
 def _kill_all(procs: list[psutil.Process]) -> None:
     """SIGKILL every process in `procs` that still runs (psutil guards against reused pids)."""
     for p in procs:
@@ -262,6 +331,9 @@ def _kill_all(procs: list[psutil.Process]) -> None:
 
 class ExternalServer:
     """A server someone else runs: same surface as ServerProcess, but start and stop do nothing."""
+
+    restartable = False
+    """The kit cannot restart it: after a crash or a hang it waits for it to answer again."""
 
     def __init__(self, base_url: str, startup_timeout_s: float = 60.0, name: str = "external") -> None:
         self.base_url = base_url.rstrip("/")
@@ -295,7 +367,7 @@ class ExternalServer:
             time.sleep(1.0)
         return self
 
-    def restart(self, timeout: float | None = None) -> ExternalServer:
+    def restart(self, timeout: float | None = None, force: bool = False) -> ExternalServer:
         """The kit cannot restart a server it does not own: wait for it to come back instead."""
         return self.wait_ready(timeout)
 
@@ -307,9 +379,9 @@ class ExternalServer:
 
 
 def start_server(
-    params: RunParams, log_dir: Path, name: str = "server", accepted_flags: set[str] | None = None
+    params: RunParams, log_dir: Path, name: str = "server", launcher: launchers.Launcher | None = None
 ) -> ServerProcess | ExternalServer:
     """The server for `params.engine` (not started: use `with start_server(...) as srv:`)."""
     if params.engine.flavor == "external":
         return ExternalServer(str(params.engine.base_url), params.engine.startup_timeout_s, name=name)
-    return ServerProcess(params, log_dir, name, accepted_flags)
+    return ServerProcess(params, log_dir, name, launcher)

@@ -5,22 +5,28 @@
 The kit starts this wrapper in a new session; the wrapper starts COMMAND in a process group of its
 own and then watches two things: its parent (when the kit dies, even by `kill -9` or a killed
 Jupyter kernel, the wrapper is re-parented) and the server. On parent death, SIGTERM, SIGINT or
-SIGHUP it sends SIGTERM to the server's group, then SIGKILL after `--grace` seconds; when the
-server exits by itself, leftovers in its group get the same treatment. Exit status: the server's.
+SIGHUP it sends SIGTERM (and SIGCONT, so that a stopped server acts on it) to the server's group,
+then SIGKILL after `--grace` seconds; when the server exits by itself, leftovers in its group get
+the same treatment. Should the wrapper itself be killed outright (`kill -9`), the kernel kills the
+server (Linux: PR_SET_PDEATHSIG, set in the server's process before it runs) and the kit cleans
+up the rest of the group. Exit status: the server's.
 Standard library only, so that it starts fast and works under any interpreter that has the kit.
 """
 
 from __future__ import annotations
 
 import argparse
+import ctypes
 import os
 import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 POLL_S = 0.2
+PR_SET_PDEATHSIG = 1
 _stop_signal: list[int] = []
 
 
@@ -61,6 +67,7 @@ def terminate_group(server: subprocess.Popen[bytes], grace: float) -> None:
         _note(f"sending {sig.name} to process group {pgid}")
         try:
             os.killpg(pgid, sig)
+            os.killpg(pgid, signal.SIGCONT)  # a stopped (SIGSTOP) process acts on SIGTERM only once continued
         except ProcessLookupError:
             return
         deadline = time.monotonic() + wait_s
@@ -72,6 +79,21 @@ def terminate_group(server: subprocess.Popen[bytes], grace: float) -> None:
     _note(f"process group {pgid} still has members after SIGKILL: {group_members(pgid)}")
 
 
+def die_with_parent() -> Callable[[], None]:
+    """A `preexec_fn` for the server: the kernel sends it SIGKILL when this wrapper dies, even by
+    `kill -9` (Linux: PR_SET_PDEATHSIG; elsewhere the kit's own cleanup must do)."""
+    parent = os.getpid()
+    libc = ctypes.CDLL(None, use_errno=True) if sys.platform.startswith("linux") else None
+
+    def preexec() -> None:
+        if libc is not None:
+            libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        if os.getppid() != parent:  # the wrapper died before the request took effect
+            os._exit(1)
+
+    return preexec
+
+
 def _on_signal(signum: int, _frame: object) -> None:
     _stop_signal.append(signum)
 
@@ -80,7 +102,8 @@ def supervise(cmd: list[str], parent_pid: int, grace: float) -> int:
     """Start `cmd` in its own group and stop the group when the parent dies or we are told to."""
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, _on_signal)
-    server = subprocess.Popen(cmd, start_new_session=True)  # its own session, so its own process group
+    # its own session, so its own process group; killed by the kernel if this wrapper is killed
+    server = subprocess.Popen(cmd, start_new_session=True, preexec_fn=die_with_parent())
     _note(f"started server pid {server.pid} (process group {server.pid}); watching parent {parent_pid}")
     while server.poll() is None:
         if _stop_signal or os.getppid() != parent_pid:

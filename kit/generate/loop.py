@@ -2,13 +2,17 @@
 
 A fixed number of worker coroutines (the concurrency) pull work items from one lazy iterator,
 so the engine's queue stays full while the kit's memory stays flat however many prompts are
-planned. Each finished row goes to the shard writer; a rejected request goes to the failure
-log; a transient fault is retried with backoff; a dead server is restarted by the pool.
+planned. Each real completion goes to the shard writer; a rejected request goes to the failure
+log; a transient fault or an answer that is no completion (`completions.py`) is retried with
+backoff; a server that exits or hangs is restarted by the pool's watchdog, and the requests it
+cut are retried without counting an attempt.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import gc
 import json
 import logging
 import random
@@ -18,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kit.engines.client import RequestRejected, TransientEngineError
+from kit.generate.completions import not_a_completion
 from kit.generate.metrics import Timeline
 from kit.generate.pool import ServerPool
 from kit.generate.store import FailureLog, ShardWriter, now_utc
@@ -25,6 +30,8 @@ from kit.params import GenerateParams
 from kit.progress import progress
 
 log = logging.getLogger(__name__)
+UNWIND_S = 10.0
+"""Seconds the cancelled workers get to unwind at the end (their rows are already on disk)."""
 
 
 @dataclass
@@ -58,16 +65,26 @@ class GenerationLoop:
     async def run(self, items: Iterator[dict[str, Any]], total: int, concurrency: int) -> LoopStats:
         bar = progress(total=total, desc="generate", unit="row", smoothing=0.1)
         ticker = asyncio.create_task(self._tick(bar))
+        watchdog = asyncio.create_task(self.pool.watch())
         workers = [asyncio.create_task(self._worker(items, bar)) for _ in range(concurrency)]
+        work = asyncio.gather(*workers)
         try:
-            await asyncio.gather(*workers)
-        finally:  # also on Ctrl-C (cancellation) and on a server that cannot be restarted
-            for task in (ticker, *workers):
-                task.cancel()
-            self.writer.flush()
+            with fewer_gc_passes():
+                done, _ = await asyncio.wait({work, watchdog}, return_when=asyncio.FIRST_COMPLETED)
+            for task in done:
+                task.result()  # a worker's or the watchdog's error (a server that cannot come back)
+        finally:  # also on Ctrl-C, SIGTERM (cancellation) and on a server that cannot be restarted
+            tasks = [ticker, watchdog, *workers]
+            for task in tasks:
+                task.cancel()  # cancelled at their next step: none adds a row after this
+            bar.close()
+            # first of all: every finished row reaches disk (this waits for the shards in flight)
+            self.writer.flush(self.failures.flush)
+            await asyncio.wait(tasks, timeout=UNWIND_S)
+            if work.done() and not work.cancelled():
+                work.exception()  # retrieved: asyncio would log it again at exit
             self.timeline.sample(self.stats, await self._engine_metrics())
             self.timeline.save()
-            bar.close()
         return self.stats
 
     async def _worker(self, items: Iterator[dict[str, Any]], bar: Any) -> None:
@@ -83,10 +100,9 @@ class GenerationLoop:
                 self.stats.output_tokens += row["completion_tokens"] or 0
             bar.update(1)
             if self.writer.due(self.params.shard_rows, self.params.shard_seconds):
-                self._flush()
+                await self._flush()
 
     async def _generate(self, item: dict[str, Any]) -> dict[str, Any] | None:
-        s = self.params.sampling
         if self.context_limit and (item.get("prompt_tokens") or 0) >= self.context_limit:
             # Some servers (transformers serve) accept such prompts and produce garbage; SGLang
             # rejects them. Either way the row is a failure: say so without sending it.
@@ -95,33 +111,44 @@ class GenerationLoop:
             return None
         attempt = 0
         while True:
-            replica = self.pool.pick()
+            replica = await self.pool.acquire()
+            generation = replica.generation
             replica.outstanding += 1
             try:
-                result = await replica.client.chat(
-                    item["messages"],
-                    tools=item["tools_list"],
-                    max_tokens=s.max_tokens,
-                    temperature=s.temperature,
-                    top_p=s.top_p,
-                    stop=s.stop or None,
-                    seed=None if s.seed is None else s.seed + item["sample_index"],
-                )
-                return self._row(item, result)
+                result = await self._send(replica.client, item)
             except RequestRejected as e:
                 self._fail(item, "rejected", str(e), attempt + 1, permanent=True)
                 return None
             except TransientEngineError as e:
-                if await self.pool.recover(replica):
-                    continue  # a restart is not the request's fault: do not count it
-                attempt += 1
-                self.stats.retries += 1
-                if attempt > self.params.retries:
-                    self._fail(item, "transient", str(e), attempt, permanent=False)
-                    return None
-                await asyncio.sleep(min(30.0, 0.5 * 2**attempt) * (0.5 + random.random()))
+                if await self.pool.recover(replica, generation, e):
+                    continue  # the server exited, hung or restarted: not the request's fault, not counted
+                reason, error = "transient", str(e)
+            else:
+                error = not_a_completion(result)
+                self.pool.note_answer(replica, generation, good=error is None)
+                if error is None:
+                    return self._row(item, result)
+                reason = "bad_answer"  # HTTP 200 but not a completion: retried, never stored
             finally:
                 replica.outstanding -= 1
+            attempt += 1
+            self.stats.retries += 1
+            if attempt > self.params.retries:
+                self._fail(item, reason, error, attempt, permanent=False)
+                return None
+            await asyncio.sleep(min(30.0, 0.5 * 2**attempt) * (0.5 + random.random()))
+
+    async def _send(self, client: Any, item: dict[str, Any]) -> Any:
+        s = self.params.sampling
+        return await client.chat(
+            item["messages"],
+            tools=item["tools_list"],
+            max_tokens=s.max_tokens,
+            temperature=s.temperature,
+            top_p=s.top_p,
+            stop=s.stop or None,
+            seed=None if s.seed is None else s.seed + item["sample_index"],
+        )
 
     def _row(self, item: dict[str, Any], r: Any) -> dict[str, Any]:
         return {
@@ -159,14 +186,16 @@ class GenerationLoop:
             }
         )
 
-    def _flush(self) -> None:
-        self.writer.flush()
-        self.timeline.save()
+    async def _flush(self) -> None:
+        """Queue a shard (and the timeline and failure log after it) in the writer thread."""
+        await self.writer.flush_async(self.timeline.save, self.failures.flush)
 
     async def _engine_metrics(self) -> dict[str, float]:
         """The engine's own gauges (SGLang /metrics), summed over replicas; empty where not served."""
         merged: dict[str, float] = {}
         for r in self.pool.replicas:
+            if r.client is None or not r.ready.is_set():
+                continue  # restarting
             try:
                 m = await asyncio.wait_for(r.client.prometheus(), timeout=2.0)
             except Exception:  # metrics are best effort: never let them stop generation
@@ -182,7 +211,23 @@ class GenerationLoop:
             last = self.timeline.last()
             bar.set_postfix(tok_s=f"{last['tok_s']:.0f}", fail=self.stats.failures, refresh=False)
             if self.writer.due(self.params.shard_rows, self.params.shard_seconds):
-                self._flush()
+                await self._flush()
+
+
+@contextlib.contextmanager
+def fewer_gc_passes(young: int = 50_000) -> Iterator[None]:
+    """Collect the young generation every `young` allocations instead of 700 while the loop runs.
+
+    Nearly every object a request makes is freed by reference counting; at the default threshold
+    the cyclic collector still ran dozens of times a second at 2,000 req/s, for ~15% of the loop's
+    CPU (docs/bench_client.md). The old thresholds come back afterwards (a notebook's kernel).
+    """
+    old = gc.get_threshold()
+    gc.set_threshold(max(old[0], young), *old[1:])
+    try:
+        yield
+    finally:
+        gc.set_threshold(*old)
 
 
 def sampling_identity(params: GenerateParams) -> tuple[str, str]:

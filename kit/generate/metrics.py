@@ -1,11 +1,15 @@
 """The run's timeline (`metrics.parquet`): rows, tokens/s, requests in flight, engine gauges.
 
-One sample every `interval_s`; a resumed run appends a new `session` to the samples already
-saved, so throughput over time covers the whole job across interruptions.
+One sample every `interval_s` (cheap: counters the loop keeps, and the engine's gauges fetched
+and parsed off the event loop); a resumed run appends a new `session` to the samples already
+saved, so throughput over time covers the whole job across interruptions. Saving happens in the
+shard writer's thread. A timeline that cannot be read is set aside
+(`metrics.parquet.unreadable-<time>`) rather than stopping the run.
 """
 
 from __future__ import annotations
 
+import logging
 import time
 from pathlib import Path
 from typing import Any
@@ -14,8 +18,11 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from kit.engines.spec_metrics import VLLM_ACCEPTED, VLLM_DRAFTS
 from kit.generate.store import now_utc
 from kit.runfolder import atomic_path
+
+log = logging.getLogger(__name__)
 
 ENGINE_GAUGES = {
     "sglang:gen_throughput": "gen_throughput",
@@ -29,21 +36,32 @@ ENGINE_GAUGES = {
 }
 
 
+def load_timeline(path: Path) -> pd.DataFrame:
+    """The samples saved so far; an unreadable file is set aside with a warning, never fatal."""
+    if not path.exists():
+        return pd.DataFrame()
+    try:
+        frame = pq.read_table(path).to_pandas()
+        if len(frame) and not {"session", "t_s"} <= set(frame.columns):
+            raise ValueError("it has no session / t_s columns")
+        return frame
+    except (pa.ArrowException, OSError, ValueError) as e:
+        aside = path.with_name(f"{path.name}.unreadable-{now_utc():%Y%m%dT%H%M%S}")
+        path.rename(aside)
+        log.warning("%s is not a readable timeline (%s); moved to %s, a new one starts", path, e, aside)
+        return pd.DataFrame()
+
+
 class Timeline:
     def __init__(self, path: Path, interval_s: float = 2.0) -> None:
         self.path = path
         self.interval_s = interval_s
-        self.previous = self._load()
+        self.previous = load_timeline(path)
         self.session = int(self.previous["session"].max()) + 1 if len(self.previous) else 1
         self.samples: list[dict[str, Any]] = []
         self.t0 = time.monotonic()
         self._last = (self.t0, 0, 0)
-
-    def _load(self) -> pd.DataFrame:
-        try:
-            return pq.read_table(self.path).to_pandas()
-        except (FileNotFoundError, pa.ArrowException, OSError):
-            return pd.DataFrame()
+        self._spec: tuple[float, float] | None = None
 
     def sample(self, stats: Any, engine: dict[str, float]) -> None:
         now = time.monotonic()
@@ -63,16 +81,31 @@ class Timeline:
         for key, name in ENGINE_GAUGES.items():
             if key in engine:
                 row[name] = engine[key]
+        accept = self._counter_accept_length(engine)
+        if accept is not None:
+            row["accept_length"] = accept
         self.samples.append(row)
         self._last = (now, stats.rows, stats.output_tokens)
+
+    def _counter_accept_length(self, engine: dict[str, float]) -> float | None:
+        """vLLM's accept length since the previous sample, from its draft / accepted counters."""
+        if VLLM_DRAFTS not in engine or VLLM_ACCEPTED not in engine:
+            return None
+        now = (engine[VLLM_DRAFTS], engine[VLLM_ACCEPTED])
+        before, self._spec = self._spec, now
+        if before is None or now[0] <= before[0]:
+            return None
+        return 1.0 + (now[1] - before[1]) / (now[0] - before[0])
 
     def last(self) -> dict[str, Any]:
         return self.samples[-1] if self.samples else {"tok_s": 0.0}
 
     def save(self) -> None:
-        if not self.samples:
+        """Rewrite metrics.parquet atomically; safe to call from the shard writer's thread."""
+        samples = list(self.samples)  # a snapshot: the event loop may append while this runs
+        if not samples:
             return
-        frame = pd.DataFrame(self.samples)
+        frame = pd.DataFrame(samples)
         if len(self.previous):
             frame = pd.concat([self.previous, frame], ignore_index=True)
         with atomic_path(self.path) as tmp:

@@ -1,24 +1,38 @@
-"""A pool of inference servers: least-outstanding balancing and bounded restarts after a crash.
+"""A pool of inference servers: least-outstanding balancing, liveness, restarts after a crash or hang.
 
 One replica is the usual case (SGLang spreads its `--dp-size` replicas behind one port); with
 `engine.replicas > 1` the kit starts one server per GPU group and balances here.
+
+Liveness is more than "the process exists": a watchdog asks each server's /health every few
+seconds, and a server that shows no life (no answer, no healthy probe) for `hang_timeout_s` is
+taken as hung and restarted, like one that exited. Requests wait while their replica restarts
+(`acquire`), and a request that failed because its server died, hung or was restarted is retried
+without counting an attempt (`recover`): a server fault costs the in-flight requests a retry,
+never a row. A server the kit does not own (`external`) is waited for instead of restarted.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from dataclasses import dataclass, field
+from typing import Any
 
 from kit.engines.client import EngineClient
-from kit.errors import EngineError
+from kit.errors import EngineError, EngineStartError
 
 log = logging.getLogger(__name__)
+HEALTH_INTERVAL_S = 5.0
+"""Seconds between two health probes of a replica (less when the hang timeout is short)."""
+CLOSE_WAIT_S = 5.0
+HEALTH_TIMEOUT_S = 10.0
+"""A probe not answered within this (or the hang timeout, if shorter) is a failed probe."""
 
 
 @dataclass
 class Replica:
-    server: object
+    server: Any
     """A started `ServerProcess` or `ExternalServer`."""
     flavor: str
     model: str | None
@@ -26,24 +40,81 @@ class Replica:
     client: EngineClient | None = None
     outstanding: int = 0
     restarts: int = 0
+    restarts_in_a_row: int = 0
+    """Restarts since the last good answer: the budget `max_restarts` applies to these."""
+    generation: int = 0
+    """Bumped at each restart: a request sent to an older generation was cut by the restart."""
+    last_life: float = field(default_factory=time.monotonic)
+    """When the server last answered anything (a completion, an error status, a healthy probe)."""
+    ready: asyncio.Event = field(default_factory=asyncio.Event)
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    retired: list[EngineClient] = field(default_factory=list)
+    """Clients of earlier generations: closed at the end, when no request can still hold them."""
+    _probe: asyncio.Task | None = None
+
+    @property
+    def name(self) -> str:
+        return getattr(self.server, "name", "server")
 
     async def open(self) -> None:
+        if self.client is not None:
+            self.retired.append(self.client)
         self.client = EngineClient(self.server.base_url, self.flavor, self.model, timeout_s=self.timeout_s)
         await self.client.__aenter__()
+        self.last_life = time.monotonic()
+        self.ready.set()
 
     async def close(self) -> None:
-        if self.client is not None:
-            await self.client.__aexit__(None, None, None)
-            self.client = None
+        """Close every client it had, waiting a few seconds at most: a connection to a server that
+        is frozen or gone must not hold the run's end."""
+        self.ready.clear()
+        closing = [
+            asyncio.ensure_future(c.__aexit__(None, None, None)) for c in (*self.retired, self.client) if c
+        ]
+        self.client, self.retired = None, []
+        if closing:
+            await asyncio.wait(closing, timeout=CLOSE_WAIT_S)
+
+    def saw_life(self) -> None:
+        self.last_life = time.monotonic()
+
+    def process_exited(self) -> bool:
+        """Whether a server the kit runs has exited (an external server's process is not ours to see)."""
+        return bool(getattr(self.server, "restartable", False)) and not self.server.alive()
+
+    async def healthy(self, timeout_s: float = HEALTH_TIMEOUT_S) -> bool:
+        """One /health probe with a deadline; concurrent callers share the probe in flight."""
+        if self._probe is None or self._probe.done():
+            self._probe = asyncio.create_task(self._health(timeout_s))
+        return await asyncio.shield(self._probe)
+
+    async def _health(self, timeout_s: float) -> bool:
+        client = self.client
+        if client is None:
+            return False
+        try:
+            ok = await asyncio.wait_for(client.health(), timeout_s)
+        except Exception:  # whatever stops the probe (timeout, refused, a closed client) is a failed probe
+            ok = False
+        if ok:
+            self.saw_life()
+        return ok
 
 
 class ServerPool:
-    """Started servers plus their clients; `pick()` returns the replica with the fewest requests out."""
+    """Started servers and their clients; `acquire()` gives the ready replica with the fewest requests out."""
 
-    def __init__(self, replicas: list[Replica], max_restarts: int) -> None:
+    def __init__(
+        self,
+        replicas: list[Replica],
+        max_restarts: int,
+        hang_timeout_s: float = 60.0,
+    ) -> None:
         self.replicas = replicas
         self.max_restarts = max_restarts
+        self.hang_timeout_s = hang_timeout_s
+        self.health_interval_s = min(HEALTH_INTERVAL_S, hang_timeout_s / 2)
+        self.probe_timeout_s = min(HEALTH_TIMEOUT_S, hang_timeout_s)
 
     async def __aenter__(self) -> ServerPool:
         for r in self.replicas:
@@ -54,33 +125,113 @@ class ServerPool:
         for r in self.replicas:
             await r.close()
 
-    def pick(self) -> Replica:
-        return min(self.replicas, key=lambda r: r.outstanding)
+    async def acquire(self) -> Replica:
+        """The ready replica with the fewest requests out; waits while every replica restarts."""
+        while True:
+            ready = [r for r in self.replicas if r.ready.is_set()]
+            if ready:
+                return min(ready, key=lambda r: r.outstanding)
+            waits = [asyncio.ensure_future(r.ready.wait()) for r in self.replicas]
+            try:
+                await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                for w in waits:
+                    w.cancel()
 
-    async def recover(self, replica: Replica) -> bool:
-        """Restart `replica` if its server died; False when it is alive (the fault was transient).
+    def note_answer(self, replica: Replica, generation: int, good: bool) -> None:
+        """The server answered; a good answer from its current generation resets its restarts in a row."""
+        if generation == replica.generation:
+            replica.saw_life()
+            if good:
+                replica.restarts_in_a_row = 0
 
-        Raises EngineError with the server's log tail once `max_restarts` is spent.
-        """
+    async def recover(self, replica: Replica, generation: int, error: Exception) -> bool:
+        """After a failed request: True when the fault was the server's (it exited, hung or was
+        restarted since the request was sent), so the request is retried without counting an
+        attempt; False when the server is well and the failure counts against the request."""
+        if getattr(error, "status", None) is not None:  # it answered with an error status: it lives
+            self.note_answer(replica, generation, good=False)
+            return False
         async with replica.lock:
-            alive = getattr(replica.server, "alive", lambda: True)
-            if alive():
-                return False
-            tail = replica.server.log_tail(30) if hasattr(replica.server, "log_tail") else ""
-            if replica.restarts >= self.max_restarts:
-                raise EngineError(
-                    f"the server died {replica.restarts + 1} times (limit generate.max_server_restarts="
-                    f"{self.max_restarts}); finished rows are saved, rerun the same command to resume. "
-                    f"Last log lines:\n{tail}"
-                )
-            replica.restarts += 1
-            log.warning(
-                "server died; restarting (%d/%d). Log tail:\n%s", replica.restarts, self.max_restarts, tail
+            if replica.generation != generation:
+                return True
+            if replica.process_exited():
+                await self._restart(replica, f"exited with code {getattr(replica.server, 'exit_code', None)}")
+                return True
+        if await replica.healthy(self.probe_timeout_s):
+            return False
+        await self._until_life_or_restart(replica, generation)
+        return True
+
+    async def _until_life_or_restart(self, replica: Replica, generation: int) -> None:
+        """Wait until the unresponsive server answers again or the watchdog has restarted it."""
+        since = time.monotonic()
+        while replica.generation == generation and replica.last_life <= since:
+            await asyncio.sleep(0.5)
+
+    async def watch(self) -> None:
+        """Run the watchdog of every replica until cancelled; raises when a server cannot be brought back."""
+        await asyncio.gather(*(self._watch(r) for r in self.replicas))
+
+    async def _watch(self, replica: Replica) -> None:
+        while True:
+            await asyncio.sleep(self.health_interval_s)
+            generation = replica.generation
+            if not replica.ready.is_set():
+                continue
+            if replica.process_exited():
+                code = getattr(replica.server, "exit_code", None)
+                await self._restart_if(replica, generation, f"exited with code {code}")
+            elif not await replica.healthy(self.probe_timeout_s):
+                silent = time.monotonic() - replica.last_life
+                if silent > self.hang_timeout_s:
+                    why = (
+                        f"has not answered for {silent:.0f} s (hung: hang timeout {self.hang_timeout_s:g} s)"
+                    )
+                    await self._restart_if(replica, generation, why, force=True)
+
+    async def _restart_if(self, replica: Replica, generation: int, why: str, force: bool = False) -> None:
+        async with replica.lock:
+            if replica.generation == generation:
+                await self._restart(replica, why, force)
+
+    async def _restart(self, replica: Replica, why: str, force: bool = False) -> None:
+        """Restart `replica` (its lock held), again if a start fails; EngineError once
+        `max_restarts` in a row are spent."""
+        replica.ready.clear()
+        while True:
+            self._count_restart(replica, why)
+            try:
+                if getattr(replica.server, "restartable", False):
+                    await asyncio.to_thread(replica.server.restart, force=force)
+                else:
+                    await asyncio.to_thread(replica.server.wait_ready)
+                break
+            except EngineStartError as e:  # killed while starting, or no answer in time
+                why, force = f"did not come back ({str(e).splitlines()[0]})", True
+        replica.generation += 1
+        await replica.open()
+
+    def _count_restart(self, replica: Replica, why: str) -> None:
+        tail = replica.server.log_tail(30) if hasattr(replica.server, "log_tail") else ""
+        if replica.restarts_in_a_row >= self.max_restarts:
+            raise EngineError(
+                f"server '{replica.name}' {why}, after {replica.restarts_in_a_row} restarts without one good "
+                f"answer in between (limit generate.max_server_restarts={self.max_restarts}); finished rows "
+                f"are saved, rerun the same command to resume. Last log lines:\n{tail}"
             )
-            await replica.close()
-            await asyncio.to_thread(replica.server.restart)
-            await replica.open()
-            return True
+        replica.restarts += 1
+        replica.restarts_in_a_row += 1
+        owned = getattr(replica.server, "restartable", False)
+        log.warning(
+            "server '%s' %s; %s (%d in a row, limit %d). Log tail:\n%s",
+            replica.name,
+            why,
+            "restarting it" if owned else "waiting for it to answer again",
+            replica.restarts_in_a_row,
+            self.max_restarts,
+            tail,
+        )
 
     @property
     def restarts(self) -> int:

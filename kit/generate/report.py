@@ -1,4 +1,5 @@
-"""Tables for notebook 03: the prompt plan per source, the run's manifest, failures by reason."""
+"""Tables for notebook 03: the prompt plan per source, the run's manifest, failures by reason, and
+what the rows kept beside the answer (reasoning, tool calls: parsed by the engine or left as text)."""
 
 from __future__ import annotations
 
@@ -6,8 +7,13 @@ from collections import Counter
 from pathlib import Path
 
 import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
 
+from kit.display import Table, seconds, table, text, timestamp
 from kit.generate.store import FailureLog
+from kit.generate.verdict import FAILURE_REASONS
 from kit.params import RunParams
 from kit.runfolder import RunFolder, read_json
 
@@ -31,30 +37,141 @@ def failure_table(folder: RunFolder) -> pd.DataFrame:
     )
 
 
-def manifest_table(folder: RunFolder) -> pd.DataFrame:
-    if not folder.manifest.exists():
-        return pd.DataFrame([{"field": "manifest", "value": "absent: the run has not finished"}])
-    m = read_json(folder.manifest)
-    keep = (
-        "complete",
-        "rows",
-        "left",
-        "failures",
-        "rows_this_session",
-        "shards",
-        "server_restarts",
-        "generating_s",
-        "session_started_at",
-        "finished_at",
-    )
-    return pd.DataFrame([{"field": k, "value": str(m.get(k))} for k in keep])
+OUTPUT_COLUMNS = ("source", "completion", "reasoning", "tool_calls", "finish_reason")
 
 
-def generation_tables(params: RunParams) -> dict[str, pd.DataFrame]:
-    folder = RunFolder(Path(params.run_dir))
-    tables = {
-        "Prompt plan": plan_table(folder),
-        "Run": manifest_table(folder),
-        "Failures": failure_table(folder),
+def _has_text(table: pa.Table, column: str, pattern: str | None = None) -> pa.Array:
+    """Per row: the column holds non-blank text (or matches the regex `pattern`); False where absent."""
+    if column not in table.column_names:
+        return pa.array([False] * len(table))
+    values = table[column].cast(pa.string())
+    if pattern is not None:
+        found = pc.match_substring_regex(values, pattern)
+    else:
+        found = pc.greater(pc.utf8_length(pc.utf8_trim_whitespace(values)), 0)
+    return pc.fill_null(found, False)
+
+
+def _shard_outputs(path: Path) -> pd.DataFrame | None:
+    """Counts per source of one shard (None when it cannot be read); reads five columns only."""
+    try:
+        names = pq.read_schema(path).names
+        table = pq.read_table(path, columns=[c for c in OUTPUT_COLUMNS if c in names])
+    except (OSError, pa.ArrowException, ValueError):
+        return None
+    if "source" not in table.column_names:
+        return None
+    parsed_calls = _has_text(table, "tool_calls")
+    counts = {
+        "rows": pa.array([True] * len(table)),
+        "reasoning (parsed)": _has_text(table, "reasoning"),
+        "<think> in text": _has_text(table, "completion", "</?think>"),
+        "tool calls (parsed)": parsed_calls,
+        "<tool_call> in text": _has_text(table, "completion", "<tool_call>"),
+        "no answer": pc.and_(pc.invert(_has_text(table, "completion")), pc.invert(parsed_calls)),
+        "cut at max_tokens": pc.fill_null(pc.equal(table["finish_reason"], "length"), False)
+        if "finish_reason" in table.column_names
+        else pa.array([False] * len(table)),
     }
-    return {k: v for k, v in tables.items() if not v.empty}
+    frame = pa.table({"source": table["source"], **counts}).to_pandas()
+    return frame.groupby("source").sum().astype(int)
+
+
+def outputs_table(folder: RunFolder) -> tuple[pd.DataFrame, list[str]]:
+    """Per source: rows, reasoning split out by the engine or left as `<think>` text, tool calls
+    parsed or left as `<tool_call>` text, rows with no answer, rows cut at max_tokens; and the
+    names of shards that could not be read."""
+    frames, unreadable = [], []
+    for path in folder.shard_paths():
+        counts = _shard_outputs(path)
+        if counts is None:
+            unreadable.append(path.name)
+        else:
+            frames.append(counts)
+    if not frames:
+        return pd.DataFrame(), unreadable
+    return pd.concat(frames).groupby(level=0).sum(), unreadable
+
+
+RUN_FIELDS = {
+    "complete": "complete",
+    "rows": "rows generated",
+    "left": "rows left",
+    "failures": "failed requests",
+    "rows_this_session": "rows this session",
+    "shards": "parquet shards",
+    "server_restarts": "server restarts",
+    "generating_s": "time generating",
+    "session_started_at": "session started",
+    "finished_at": "finished",
+}
+
+
+def run_table(folder: RunFolder) -> Table:
+    """The manifest's fields a reader needs, named and in units."""
+    if not folder.manifest.exists():
+        frame = pd.DataFrame([{"field": "manifest", "value": "absent: the run has not finished"}])
+        return table(frame, "Run")
+    m = read_json(folder.manifest)
+    shown = {
+        "generating_s": seconds,
+        "session_started_at": timestamp,
+        "finished_at": timestamp,
+    }
+    rows = [{"field": name, "value": shown.get(k, text)(m.get(k))} for k, name in RUN_FIELDS.items()]
+    return table(pd.DataFrame(rows), "Run")
+
+
+def _output_tokens(folder: RunFolder) -> int | None:
+    """Completion tokens over every readable shard (None when there are none)."""
+    total = None
+    for path in folder.shard_paths():
+        try:
+            column = pq.read_table(path, columns=["completion_tokens"]).column(0)
+        except (OSError, pa.ArrowException, KeyError, ValueError):
+            continue
+        total = (total or 0) + int(pc.sum(column).as_py() or 0)
+    return total
+
+
+def generation_verdict(params: RunParams) -> str:
+    """Notebook 03's opening, as Markdown: rows against plan, completeness, failures, throughput."""
+    from kit.generate.verdict import failure_answer, failures_by_reason, generation_answer, throughput_answer
+
+    folder = RunFolder(Path(params.run_dir))
+    manifest = read_json(folder.manifest) if folder.manifest.exists() else None
+    answers = (
+        generation_answer(folder, manifest),
+        failure_answer(failures_by_reason(folder, None)),
+        throughput_answer(None, manifest, _output_tokens(folder)),
+    )
+    head = f"## Outcome: {answers[0].headline}, " + (
+        "complete" if manifest and manifest.get("complete") else "not complete"
+    )
+    return "\n".join([head, "", *(f"- **{a.topic}: {a.headline}.** {a.detail}" for a in answers)])
+
+
+def generation_tables(params: RunParams) -> list[Table]:
+    """The tables notebook 03 shows, for reading (empty ones left out)."""
+    folder = RunFolder(Path(params.run_dir))
+    outputs, unreadable = outputs_table(folder)
+    plan = plan_table(folder)
+    plan_names = {c: c.replace("dropped_", "dropped: ").replace("_", " ") for c in plan.columns}
+    failures = failure_table(folder)
+    if len(failures):
+        failures["reason"] = [FAILURE_REASONS.get(r, r) for r in failures["reason"]]
+    tables = [
+        table(
+            plan,
+            "Prompt plan",
+            plan_names,
+            note="Per source: rows asked for, found, kept, and dropped by why.",
+        ),
+        run_table(folder),
+        table(outputs, "What the rows kept (per source)", index_name="source"),
+        table(
+            pd.DataFrame({"shard": unreadable}), "Unreadable shards (left out above; stage 4 names them too)"
+        ),
+        table(failures, "Failures", {"permanent": "not retried on resume"}),
+    ]
+    return [t for t in tables if not t.frame.empty]

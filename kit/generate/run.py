@@ -7,11 +7,12 @@ import logging
 from contextlib import ExitStack
 from typing import Any
 
-from kit.asyncrun import run_coroutine
+from kit.asyncrun import run_coroutine, stop_signals
 from kit.engines import start_server
 from kit.errors import ModelDirError
+from kit.generate.lock import RunLock
 from kit.generate.loop import GenerationLoop, sampling_identity
-from kit.generate.metrics import Timeline
+from kit.generate.metrics import Timeline, load_timeline
 from kit.generate.pool import Replica, ServerPool
 from kit.generate.store import FailureLog, ShardWriter, done_ids, now_utc
 from kit.generate.work import (
@@ -24,12 +25,22 @@ from kit.generate.work import (
     iter_items,
     parse_shard,
     pending_items,
+    record_identity,
 )
-from kit.params import RunParams
-from kit.runfolder import RunFolder, write_json_atomic
+from kit.params import GenerateParams, RunParams
+from kit.runfolder import RunFolder, disk_full_is_a_message, write_json_atomic
 
 log = logging.getLogger(__name__)
 DEFAULT_CONCURRENCY = 64
+EXIT_COMPLETE = 0
+EXIT_INCOMPLETE = 3
+"""`kit generate` exits with 3 when the session ended normally but rows are left (failures to retry)."""
+
+
+def hang_timeout(params: GenerateParams) -> float:
+    """Seconds without any sign of life before a server counts as hung: `generate.hang_timeout_s`,
+    at most half the request timeout, so that a freeze is caught before requests time out."""
+    return min(params.hang_timeout_s, params.request_timeout_s / 2)
 
 
 def replica_params(params: RunParams, index: int) -> RunParams:
@@ -55,15 +66,30 @@ def context_limit(params: RunParams) -> int | None:
         return None
 
 
-async def capacity(pool: ServerPool) -> int | None:
-    """Requests the engines run at once, from SGLang's /server_info (max running x dp); None if unknown."""
+async def capacity(pool: ServerPool, params: RunParams) -> int | None:
+    """Requests the engines run at once: SGLang's /server_info (max running x dp), else what the kit
+    launched them with (engine.max_running_requests x dp x replicas); None if unknown."""
     total = 0
     for r in pool.replicas:
         info = await r.client.server_info()
         if not info or not info.get("max_running_requests"):
-            return None
+            total = 0
+            break
         total += int(info["max_running_requests"]) * int(info.get("dp_size") or 1)
-    return total
+    eng = params.engine
+    if not total and eng.max_running_requests and eng.flavor != "external":
+        total = eng.max_running_requests * eng.dp_size * eng.replicas
+    return total or None
+
+
+def loop_concurrency(params: RunParams, cap: int | None, from_decision: dict[str, Any] | None) -> int:
+    """Requests in flight: the params' value, else twice the engine's capacity (its queue never
+    drains), else the decision's client concurrency, else DEFAULT_CONCURRENCY."""
+    if params.generate.concurrency:
+        return params.generate.concurrency
+    if cap:
+        return min(4096, 2 * cap)
+    return int((from_decision or {}).get("client_concurrency") or DEFAULT_CONCURRENCY)
 
 
 def run_generation(
@@ -78,9 +104,16 @@ def run_generation(
     """Generate every planned (prompt, sample) not yet done; write the manifest when finished.
 
     `from_decision`: the engine settings taken from decision.json, recorded in the manifest.
+    The manifest's `exit_code` (EXIT_COMPLETE or EXIT_INCOMPLETE) is what `kit generate` exits with.
     """
     shard_i, shard_n = parse_shard(shard)
     folder.ensure()
+    tag = f"s{shard_i}of{shard_n}" if shard_n > 1 else ""
+    with RunLock(folder.root, tag), stop_signals(), disk_full_is_a_message(folder.root):
+        return _generate(params, folder, fresh, (shard_i, shard_n), tag, retry_failures, from_decision)
+
+
+def _generate(params, folder, fresh, shard, tag, retry_failures, from_decision) -> dict[str, Any]:
     if fresh:
         archived = archive_outputs(folder)
         if archived:
@@ -89,42 +122,45 @@ def run_generation(
     identity = {**engine_identity(params), "sampling_hash": sampling_hash, "data_hash": data_hash(params)}
     check_identity(folder, identity)
     prompts = ensure_prompts(params, folder)
-    tag = f"s{shard_i}of{shard_n}" if shard_n > 1 else ""
-    manifest_path = folder.manifest if shard_n == 1 else folder.root / f"manifest-{tag}.json"
+    record_identity(folder, identity)
+    manifest_path = folder.manifest if not tag else folder.root / f"manifest-{tag}.json"
     manifest_path.unlink(missing_ok=True)  # present again only once this run completes
 
-    done, corrupt = done_ids(folder.generations)
+    found = done_ids(folder.generations)
     failures = FailureLog(folder.failures)
     folder.failures.touch()  # present and empty says "no failures"; absent would mean "unknown"
-    skip = done if retry_failures else done | failures.permanent_ids()
-    todo, work = pending_items(
-        prompts, params.generate.sampling.n, skip, (shard_i, shard_n), params.generate.limit
-    )
+    skip = found.ids if retry_failures else found.ids | failures.permanent_ids()
+    todo, work = pending_items(prompts, params.generate.sampling.n, skip, shard, params.generate.limit)
     started = now_utc()
     stats = None
     if work:
-        stats = _run_loop(params, folder, todo, work, tag, failures, identity, sampling_json, sampling_hash)
-    done_after, _ = done_ids(folder.generations)
+        stats = _run_loop(
+            params, folder, todo, work, tag, failures, identity, sampling_json, sampling_hash, from_decision
+        )
+    after = done_ids(folder.generations, verify=False)
     _, left = pending_items(
         prompts,
         params.generate.sampling.n,
-        done_after | failures.permanent_ids(),
-        (shard_i, shard_n),
+        after.ids | failures.permanent_ids(),
+        shard,
         params.generate.limit,
     )
     manifest = {
         "run": params.run,
         "complete": not left,
-        "rows": len(done_after),
+        "status": "complete" if not left else "incomplete",
+        "exit_code": EXIT_COMPLETE if not left else EXIT_INCOMPLETE,
+        "rows": len(after.ids),
         "left": len(left),
         "planned_prompts": prompts.num_rows,
         "samples_per_prompt": params.generate.sampling.n,
         "rows_this_session": stats.rows if stats else 0,
-        "failures": len({f["id"] for f in failures.read()} - done_after),
+        "failures": len({f["id"] for f in failures.read()} - after.ids),
         "rows_by_source": _rows_by_source(folder),
         "shards": len(folder.shard_paths()),
-        "corrupt_shards_set_aside": corrupt,
-        "shard": f"{shard_i}/{shard_n}",
+        "corrupt_shards_set_aside": found.corrupt + after.corrupt,
+        "duplicate_shards_set_aside": found.duplicate + after.duplicate,
+        "shard": f"{shard[0]}/{shard[1]}",
         "engine": identity,
         "sampling": json.loads(sampling_json),
         "server_restarts": stats.restarts if stats else 0,
@@ -136,17 +172,20 @@ def run_generation(
         "finished_at": now_utc().isoformat(),
     }
     write_json_atomic(manifest_path, manifest)
+    if left:
+        log.warning(
+            "incomplete: %d rows are not generated (see %s: rerun the same command to retry them)",
+            len(left),
+            folder.failures,
+        )
     return manifest
 
 
 def _generating_s(folder: RunFolder, tag: str) -> float | None:
     """Seconds spent generating over every session of this run, from the metrics timeline."""
-    import pandas as pd
-
-    path = folder.metrics if not tag else folder.root / f"metrics-{tag}.parquet"
-    if not path.exists():
+    m = load_timeline(folder.metrics if not tag else folder.root / f"metrics-{tag}.parquet")
+    if not len(m):
         return None
-    m = pd.read_parquet(path, columns=["session", "t_s"])
     return round(float(m.groupby("session")["t_s"].max().sum()), 3)
 
 
@@ -159,7 +198,9 @@ def _rows_by_source(folder: RunFolder) -> dict[str, int]:
     return count_by(pq.read_table(paths, columns=["source"]), "source")
 
 
-def _run_loop(params, folder, todo, work, tag, failures, identity, sampling_json, sampling_hash):
+def _run_loop(  # noqa: ANN001, ANN202
+    params, folder, todo, work, tag, failures, identity, sampling_json, sampling_hash, from_decision
+):
     with ExitStack() as stack:
         servers = [
             stack.enter_context(start_server(replica_params(params, i), folder.logs, name=f"server-{i}"))
@@ -171,9 +212,12 @@ def _run_loop(params, folder, todo, work, tag, failures, identity, sampling_json
         ]
 
         async def main():
-            async with ServerPool(replicas, params.generate.max_server_restarts) as pool:
-                cap = await capacity(pool)
-                conc = params.generate.concurrency or (min(4096, 2 * cap) if cap else DEFAULT_CONCURRENCY)
+            pool = ServerPool(
+                replicas, params.generate.max_server_restarts, hang_timeout_s=hang_timeout(params.generate)
+            )
+            async with pool:
+                cap = await capacity(pool, params)
+                conc = loop_concurrency(params, cap, from_decision)
                 loop = GenerationLoop(
                     pool=pool,
                     writer=ShardWriter(folder.generations, tag),

@@ -3,22 +3,42 @@
 A row is written once, inside one shard that appears by atomic rename; a crash loses at most
 the rows buffered since the last flush, and those are simply generated again on resume. So
 the union of the shards holds every finished id exactly once.
+
+Shards are encoded, written and fsynced by one writer thread, in order, while the event loop goes
+on sending requests; a shard that fails to write raises in the loop at the next flush, never
+silently. The failure log is buffered and written in batches.
+
+Resume verifies what it trusts: each shard's size and CRC-32 are recorded at write time in a
+hidden sidecar (`.part-NNNNN.parquet.crc32`) and checked before its ids are counted; a shard
+without one (written by an older kit, or copied in) is read in full, with parquet's page
+checksums. A shard that fails is moved to `corrupt/`, one that repeats ids of another to
+`duplicate/`, each with a warning, and their rows are generated again.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
+import logging
 import re
+import threading
 import time
+import zlib
+from collections import deque
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from kit.runfolder import atomic_path
+from kit.runfolder import atomic_path, write_text_atomic
+
+log = logging.getLogger(__name__)
 
 MESSAGE = pa.struct([("role", pa.string()), ("content", pa.string())])
 ROW_SCHEMA = pa.schema(
@@ -56,22 +76,31 @@ def now_utc() -> datetime:
 
 @dataclass
 class ShardWriter:
-    """Buffers rows and writes them as `part-[TAG-]NNNNN.parquet`, each shard atomically."""
+    """Buffers rows and writes them as `part-[TAG-]NNNNN.parquet`, each shard atomically.
+
+    `flush_async` hands the buffer to the writer thread and returns at once (it waits only when
+    `max_pending` shards are already queued: a disk slower than the rows slows the loop down
+    instead of growing memory); `flush` writes the rest and waits for every shard in flight.
+    """
 
     directory: Path
     tag: str = ""
     buffer: list[dict[str, Any]] = field(default_factory=list)
     last_flush: float = field(default_factory=time.monotonic)
     written_rows: int = 0
+    max_pending: int = 2
 
     def __post_init__(self) -> None:
         self.directory.mkdir(parents=True, exist_ok=True)
         # Temporary files a killed writer of the same tag left; other --shard writers may be
         # writing theirs into this folder right now, so theirs are left alone.
-        mine = f".part-{self.tag}-*.tmp" if self.tag else ".part-[0-9]*.tmp"
-        for stale in self.directory.glob(mine):
-            stale.unlink(missing_ok=True)
+        mine = f"part-{self.tag}-*.tmp" if self.tag else "part-[0-9]*.tmp"
+        for pattern in (f".{mine}", f"..{mine}"):  # a shard's, and its checksum's
+            for stale in self.directory.glob(pattern):
+                stale.unlink(missing_ok=True)
         self._seq = max((self._seq_of(p) for p in self.directory.glob("part-*.parquet")), default=0)
+        self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kit-shards")
+        self._jobs: deque[Future[Path | None]] = deque()
 
     def _seq_of(self, path: Path) -> int:
         m = _PART.match(path.name)
@@ -85,56 +114,157 @@ class ShardWriter:
             return False
         return len(self.buffer) >= max_rows or time.monotonic() - self.last_flush >= max_seconds
 
-    def flush(self) -> Path | None:
-        """Write the buffered rows as one new shard; return its path (None when nothing was buffered)."""
+    def submit(self, *then: Callable[[], object]) -> Future[Path | None]:
+        """Queue the buffered rows as the next shard, then `then` (e.g. saving the timeline), in the
+        writer thread; return the job, whose result is the shard's path (None for no rows)."""
         self.last_flush = time.monotonic()
-        if not self.buffer:
-            return None
-        self._seq += 1
-        name = f"part-{self.tag + '-' if self.tag else ''}{self._seq:05d}.parquet"
-        target = self.directory / name
-        table = pa.Table.from_pylist(self.buffer, schema=ROW_SCHEMA)
-        with atomic_path(target) as tmp:
-            pq.write_table(table, tmp, compression="zstd")
-        self.written_rows += len(self.buffer)
-        self.buffer = []
+        rows, self.buffer = self.buffer, []
+        target = None
+        if rows:
+            self._seq += 1
+            target = self.directory / f"part-{self.tag + '-' if self.tag else ''}{self._seq:05d}.parquet"
+        job = self._thread.submit(self._write, rows, target, then)
+        self._jobs.append(job)
+        return job
+
+    async def flush_async(self, *then: Callable[[], object]) -> None:
+        """Queue a shard without blocking the event loop; raise if an earlier shard failed to write."""
+        self.submit(*then)
+        while len(self._jobs) > self.max_pending:
+            # shield: a cancelled wait must not cancel a queued shard (its rows would vanish)
+            await asyncio.shield(asyncio.wrap_future(self._jobs[0]))
+            self._reap()
+        self._reap()
+
+    def flush(self, *then: Callable[[], object]) -> Path | None:
+        """Write the buffered rows as one new shard and wait for every shard in flight.
+
+        Returns the new shard's path (None when nothing was buffered); raises the first failed write.
+        """
+        job = self.submit(*then)
+        while self._jobs:
+            self._jobs.popleft().result()
+        return job.result()
+
+    def _reap(self) -> None:
+        while self._jobs and self._jobs[0].done():
+            self._jobs.popleft().result()  # raises the error of a failed write
+
+    def _write(self, rows: list[dict[str, Any]], target: Path | None, then: tuple) -> Path | None:
+        if target is not None:
+            table = pa.Table.from_pylist(rows, schema=ROW_SCHEMA)
+            with atomic_path(target) as tmp:
+                pq.write_table(table, tmp, compression="zstd", write_page_checksum=True)
+                # the checksum lands before the shard: a visible shard always has its own
+                write_text_atomic(checksum_path(target), checksum_of(tmp.read_bytes()))
+            self.written_rows += len(rows)
+        for step in then:
+            step()
         return target
 
 
-def done_ids(directory: Path) -> tuple[set[str], list[str]]:
-    """Ids already written in any shard, and the names of shards that could not be read.
+def checksum_path(shard: Path) -> Path:
+    """The hidden sidecar that records a shard's size and CRC-32."""
+    return shard.with_name(f".{shard.name}.crc32")
 
-    Only the `id` column is read, so this stays fast for hundreds of thousands of rows. An
-    unreadable shard (which atomic writes should make impossible, but disks fill up) is moved
-    aside to `corrupt/` so its rows are generated again rather than lost or doubled.
+
+def checksum_of(data: bytes) -> str:
+    return f"{len(data)} {zlib.crc32(data):08x}\n"
+
+
+@dataclass
+class ShardCheck:
+    """What resume found in the shards: the ids it can trust, and the shards it set aside."""
+
+    ids: set[str] = field(default_factory=set)
+    corrupt: list[str] = field(default_factory=list)
+    duplicate: list[str] = field(default_factory=list)
+
+
+def _shard_ids(path: Path) -> list[str]:
+    """The ids of a verified shard; ValueError when it fails its checksum or cannot be read in full."""
+    data = path.read_bytes()
+    sidecar = checksum_path(path)
+    if sidecar.exists():
+        if sidecar.read_text() != checksum_of(data):
+            raise ValueError("its size or CRC-32 differs from the one recorded when it was written")
+        return pq.read_table(pa.BufferReader(data), columns=["id"]).column("id").to_pylist()
+    table = pq.read_table(pa.BufferReader(data), page_checksum_verification=True)
+    return table.column("id").to_pylist()
+
+
+def _set_aside(path: Path, folder: str, why: str) -> None:
+    aside = path.parent / folder
+    aside.mkdir(exist_ok=True)
+    path.rename(aside / path.name)
+    sidecar = checksum_path(path)
+    if sidecar.exists():
+        sidecar.rename(aside / sidecar.name)
+    log.warning("%s: %s; moved to %s/", path, why, aside)
+
+
+def done_ids(directory: Path, verify: bool = True) -> ShardCheck:
+    """Ids already written in the shards, each shard verified first (`verify`).
+
+    A shard that fails verification is moved to `corrupt/`, one that repeats ids already seen
+    (a copied shard) to `duplicate/`: their rows are generated again, never lost or doubled.
     """
-    ids: set[str] = set()
-    bad: list[str] = []
-    for path in sorted(directory.glob("part-*.parquet")):
+    check = ShardCheck()
+    # the kit's own names first, so that of an original and its copy, the copy is set aside
+    for path in sorted(directory.glob("part-*.parquet"), key=lambda p: (not _PART.match(p.name), p.name)):
         try:
-            ids.update(pq.read_table(path, columns=["id"]).column("id").to_pylist())
-        except (pa.ArrowException, OSError):
-            aside = directory / "corrupt"
-            aside.mkdir(exist_ok=True)
-            path.rename(aside / path.name)
-            bad.append(path.name)
-    return ids, bad
+            if verify:
+                ids = _shard_ids(path)
+            else:
+                ids = pq.read_table(path, columns=["id"]).column("id").to_pylist()
+        except (pa.ArrowException, OSError, ValueError) as e:
+            _set_aside(path, "corrupt", f"corrupt shard ({e}); its rows will be generated again")
+            check.corrupt.append(path.name)
+            continue
+        unique = set(ids)
+        if len(unique) < len(ids) or not unique.isdisjoint(check.ids):
+            _set_aside(path, "duplicate", "repeats ids of another shard (a copy?); its rows count once")
+            check.duplicate.append(path.name)
+            continue
+        check.ids |= unique
+    return check
 
 
 class FailureLog:
-    """Append-only `failures.jsonl`: one JSON object per failed request, flushed line by line."""
+    """Append-only `failures.jsonl`: one JSON object per failed request.
 
-    def __init__(self, path: Path) -> None:
+    Records are buffered and written in batches (by `flush`, which the shard writer's thread calls
+    after each shard, and once `batch` records wait): a crash may lose the last few, which are
+    then simply tried again on resume.
+    """
+
+    def __init__(self, path: Path, batch: int = 1000) -> None:
         self.path = path
+        self.batch = batch
+        self._pending: list[bytes] = []
+        self._lock = threading.Lock()
 
     def append(self, record: dict[str, Any]) -> None:
         record = {**record, "at": now_utc().isoformat()}
-        with open(self.path, "a") as f:
-            f.write(json.dumps(record, default=str) + "\n")
-            f.flush()
+        try:
+            line = orjson.dumps(record, default=str, option=orjson.OPT_APPEND_NEWLINE)
+        except orjson.JSONEncodeError:  # e.g. a lone surrogate in an error text
+            line = (json.dumps(record, default=str) + "\n").encode()
+        self._pending.append(line)
+        if len(self._pending) >= self.batch:
+            self.flush()
+
+    def flush(self) -> None:
+        """Write the buffered records (safe from any thread)."""
+        with self._lock:
+            lines, self._pending = self._pending, []
+            if lines:
+                with open(self.path, "ab") as f:
+                    f.write(b"".join(lines))
 
     def read(self) -> list[dict[str, Any]]:
         """Every readable record; a line cut short by a crash is skipped."""
+        self.flush()
         if not self.path.exists():
             return []
         out = []

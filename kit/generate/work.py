@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import shutil
 import zlib
 from collections.abc import Iterator
@@ -23,6 +24,7 @@ from kit.params import RunParams
 from kit.runfolder import RunFolder, read_json, write_json_atomic
 
 IDENTITY_FILE = "_run.json"
+log = logging.getLogger(__name__)
 
 
 def data_hash(params: RunParams) -> str:
@@ -64,11 +66,13 @@ def archive_outputs(folder: RunFolder) -> Path | None:
 
 
 def check_identity(folder: RunFolder, identity: dict[str, Any]) -> None:
-    """Refuse to mix rows from another model, engine, sampling or prompt plan into this run."""
+    """Refuse to mix rows from another model, engine, sampling or prompt plan into this run.
+
+    Only a folder that holds results (shards, failures) is bound to its identity: a run that
+    stopped before its first row (a plan that failed, a server that never started) binds nothing.
+    """
     path = folder.generations / IDENTITY_FILE
-    if not path.exists():
-        folder.generations.mkdir(parents=True, exist_ok=True)
-        write_json_atomic(path, identity)
+    if not path.exists() or not _holds_results(folder):
         return
     old = read_json(path)
     changed = [k for k in identity if old.get(k) != identity[k]]
@@ -78,6 +82,20 @@ def check_identity(folder: RunFolder, identity: dict[str, Any]) -> None:
             f"{folder.root} already holds generations made with other settings ({details}). "
             "Use a new run name, or pass --fresh to archive the earlier outputs and start anew."
         )
+
+
+def record_identity(folder: RunFolder, identity: dict[str, Any]) -> None:
+    """Bind the run folder to `identity`; called once the prompt plan exists, before the first row."""
+    path = folder.generations / IDENTITY_FILE
+    if _holds_results(folder) and path.exists():
+        return
+    folder.generations.mkdir(parents=True, exist_ok=True)
+    write_json_atomic(path, identity)
+
+
+def _holds_results(folder: RunFolder) -> bool:
+    failures = folder.failures
+    return bool(folder.shard_paths()) or (failures.exists() and failures.stat().st_size > 0)
 
 
 def parse_shard(spec: str | None) -> tuple[int, int]:
@@ -138,17 +156,24 @@ def ensure_prompts(params: RunParams, folder: RunFolder) -> pa.Table:
     from kit.prompts.plan import build_plan, read_prompts
 
     stamp = folder.root / "prompts.hash"
-    if folder.prompts.exists() and stamp.exists() and stamp.read_text().strip() == data_hash(params):
+    wanted = data_hash(params)
+    stamped = stamp.read_text().strip() if stamp.exists() else None
+    if folder.prompts.exists() and stamped == wanted:
         return read_prompts(folder.prompts)
     if folder.shard_paths():
-        raise RunFolderError(
-            f"the data section of the params changed but {folder.generations} already holds rows of the "
-            "old prompt plan. Use a new run name, or pass --fresh to archive them and start anew."
+        if stamped != wanted:
+            raise RunFolderError(
+                f"the data section of the params changed but {folder.generations} already holds rows of "
+                "the old prompt plan. Use a new run name, or pass --fresh to archive them and start anew."
+            )
+        log.warning(
+            "%s is missing; planning again from the same data params (same seed, same ids)", folder.prompts
         )
     if params.data.demo_fixtures is not None and not any(Path(params.data.demo_fixtures).glob("*.jsonl")):
         write_fixtures(Path(params.data.demo_fixtures))
+    stamp.unlink(missing_ok=True)  # a plan that fails half-way leaves no stamp claiming it
     build_plan(params.data, Path(params.model.path), folder.prompts, folder.plan)
-    stamp.write_text(data_hash(params))
+    stamp.write_text(wanted)
     return read_prompts(folder.prompts)
 
 

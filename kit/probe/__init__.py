@@ -52,6 +52,7 @@ def inputs_from_params(params: RunParams, folder: RunFolder) -> ProbeInputs:
         spec_topk=spec.eagle_topk,
         spec_draft_tokens=spec.num_draft_tokens,
         requested_backend=e.attention_backend,
+        device=e.device,
         planned_command=planned_command(params) if e.flavor in ("sglang", "vllm") else None,
         run=params.run,
     )
@@ -62,6 +63,12 @@ def run_probe(params: RunParams, folder: RunFolder, *, gpus: list[GpuFacts] | No
 
     `gpus` injects GPU facts (tests, re-runs); otherwise NVML, then torch in a child process.
     """
+    from kit.engines.launcher import parse_help
+    from kit.probe.recommend import recommended_commands
+
     report = build_report(inputs_from_params(params, folder), gpus=gpus)
+    help_file = ((report.get("engine_env") or {}).get("launcher") or {}).get("cached")
+    launcher = parse_help(open(help_file).read()) if help_file else None
+    report["recommended"]["commands"] = recommended_commands(params, report["recommended"], launcher)
     write_json_atomic(folder.probe, report)
     return report

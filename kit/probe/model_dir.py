@@ -8,6 +8,7 @@ from typing import Any
 
 from kit.arch import ModelArch, arch_from_config
 from kit.errors import ModelDirError
+from kit.probe import tokenizer_check
 from kit.probe.weights import is_mtp_tensor, read_index, summarize_headers
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "tiktoken.model")
@@ -61,7 +62,7 @@ def describe_arch(arch: ModelArch) -> dict[str, Any]:
     }
 
 
-def _tokenizer(model_dir: Path) -> dict[str, Any]:
+def _tokenizer(model_dir: Path, load: bool) -> dict[str, Any]:
     files = [f for f in TOKENIZER_FILES if (model_dir / f).is_file()]
     template_files = [f for f in TEMPLATE_FILES if (model_dir / f).is_file()]
     in_config = False
@@ -77,6 +78,7 @@ def _tokenizer(model_dir: Path) -> dict[str, Any]:
         "tokenizer_config": tc.is_file(),
         "chat_template": bool(where),
         "chat_template_in": where,
+        "load": tokenizer_check.load_tokenizer(model_dir) if files and load else None,
     }
 
 
@@ -127,8 +129,9 @@ def mtp_status(
     }
 
 
-def inspect_model_dir(path: str | Path) -> dict[str, Any]:
-    """Everything the probe reads from a model directory, without loading a tensor.
+def inspect_model_dir(path: str | Path, load_tokenizer: bool = True) -> dict[str, Any]:
+    """Everything the probe reads from a model directory, without loading a tensor; the tokenizer is
+    loaded in a child process unless `load_tokenizer` is False.
 
     Never raises for a broken directory: problems are recorded (`config_error`, missing shards,
     header errors) for `model_findings` to turn into findings.
@@ -153,7 +156,7 @@ def inspect_model_dir(path: str | Path) -> dict[str, Any]:
     info["other_weights"] = sorted(
         p.name for p in model_dir.iterdir() if p.suffix in (".bin", ".pt", ".gguf")
     )
-    info["tokenizer"] = _tokenizer(model_dir)
+    info["tokenizer"] = _tokenizer(model_dir, load_tokenizer)
     info["generation_config"] = _generation_config(model_dir)
     info["mtp"] = mtp_status(arch, raw, index, headers, separate)
     return info

@@ -31,29 +31,7 @@ def model_findings(info: dict[str, Any]) -> list[dict[str, Any]]:
             )
         ]
     out = [_config_finding(info), *_weights_findings(info)]
-    tok = info["tokenizer"]
-    out.append(
-        f("tokenizer", "ok", tok["files"], f"found {', '.join(tok['files'])}")
-        if tok["files"]
-        else f(
-            "tokenizer",
-            "fail",
-            None,
-            "no tokenizer.json / tokenizer.model / vocab.json",
-            "copy the tokenizer files from the model's repository into the directory",
-        )
-    )
-    out.append(
-        f("chat_template", "ok", tok["chat_template_in"], f"in {', '.join(tok['chat_template_in'])}")
-        if tok["chat_template"]
-        else f(
-            "chat_template",
-            "warn",
-            None,
-            "no chat template: chat requests will be rejected or unformatted",
-            "add chat_template.jinja, or send raw completions",
-        )
-    )
+    out += _tokenizer_findings(info["tokenizer"], info["path"])
     gen = info["generation_config"]
     out.append(
         f("generation_config", "ok", gen, "generation_config.json read")
@@ -68,6 +46,53 @@ def model_findings(info: dict[str, Any]) -> list[dict[str, Any]]:
     )
     out.append(_mtp_finding(info["mtp"]))
     return out
+
+
+def _tokenizer_findings(tok: dict[str, Any], path: str) -> list[dict[str, Any]]:
+    """`tokenizer`: files present and loaded by transformers; `chat_template`: present and renders."""
+    load = tok.get("load") or {}
+    if not tok["files"]:
+        found = _f(
+            "tokenizer",
+            "fail",
+            None,
+            "no tokenizer.json / tokenizer.model / vocab.json",
+            "copy the tokenizer files from the model's repository into the directory",
+        )
+    elif load.get("loaded") is False:
+        found = _f(
+            "tokenizer",
+            "fail",
+            tok["files"],
+            f"transformers cannot load the tokenizer in {path}: {load['error'][:400]}",
+            "copy tokenizer.json and tokenizer_config.json again from the model's repository (a "
+            "truncated download or a Git LFS pointer file does not load), or upgrade transformers",
+        )
+    else:
+        what = f"{load['class']}, {load['vocab_size']} tokens" if load else "not loaded"
+        found = _f("tokenizer", "ok", tok["files"], f"found {', '.join(tok['files'])}; loads: {what}")
+    return [found, _template_finding(tok, load)]
+
+
+def _template_finding(tok: dict[str, Any], load: dict[str, Any]) -> dict[str, Any]:
+    if not tok["chat_template"]:
+        return _f(
+            "chat_template",
+            "warn",
+            None,
+            "no chat template: chat requests will be rejected or unformatted",
+            "add chat_template.jinja, or send raw completions",
+        )
+    if load.get("template_error"):
+        return _f(
+            "chat_template",
+            "fail",
+            tok["chat_template_in"],
+            f"the chat template does not render a one-message chat: {load['template_error'][:400]}",
+            f"fix the template in {', '.join(tok['chat_template_in'])} (copy it again from the model's "
+            "repository)",
+        )
+    return _f("chat_template", "ok", tok["chat_template_in"], f"in {', '.join(tok['chat_template_in'])}")
 
 
 def _f(name: str, status: str, value: Any, reason: str, action: str = "") -> dict[str, Any]:

@@ -2,12 +2,21 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
+
+from kit.engines import parsers
 
 MAX_RUNNING_CAP = 1024
 """Beyond this the scheduler, not memory, is the limit: no point recommending more."""
-MTP_DEFAULTS = {"algorithm": "EAGLE", "num_steps": 3, "eagle_topk": 1, "num_draft_tokens": 4}
-"""SGLang's documented MTP settings for Qwen3.5 / 3.6 (see shared/reference/sglang.md)."""
+MTP_K = 3
+"""The documented MTP draft length for Qwen3.5 / 3.6 (3 steps, top-k 1, 4 draft tokens)."""
+
+
+def _mtp_defaults() -> dict[str, Any]:
+    from kit.engines.settings import Arm, speculative_params  # needs pydantic: imported late
+
+    return speculative_params(Arm(MTP_K, "MTP")).model_dump(mode="json", exclude_none=True)
 
 
 def speculation(inp: Any, model: dict[str, Any]) -> dict[str, Any]:
@@ -19,7 +28,7 @@ def speculation(inp: Any, model: dict[str, Any]) -> dict[str, Any]:
         return {
             "available": True,
             "why": "MTP weights present: EAGLE over the built-in heads",
-            **MTP_DEFAULTS,
+            **_mtp_defaults(),
         }
     if inp.spec_algorithm in ("EAGLE", "EAGLE3", "STANDALONE"):
         return {
@@ -70,4 +79,60 @@ def recommend(
         "mamba_flag": _mamba_flag(engine) if hybrid else None,
         "speculative": spec,
         "context_length": inp.context_len,
+        **_parsers(inp),
     }
+
+
+def _parsers(inp: Any) -> dict[str, Any]:
+    """The tool-call / reasoning parsers the model's chat template calls for on this engine."""
+    chosen = parsers.recommended(inp.flavor, Path(inp.model_path))
+    return {
+        "tool_call_parser": chosen.tool_call,
+        "reasoning_parser": chosen.reasoning,
+        "parsers_reason": chosen.why,
+    }
+
+
+def recommended_engine(params: Any, rec: dict[str, Any], speculative: bool) -> Any:
+    """The run's params with the probe's recommended engine settings filled where the params leave
+    them unset (the speculative variant: the model's MTP heads, or n-gram, with k = 3)."""
+    from kit.engines.settings import Arm, speculative_params
+
+    eng = params.engine
+    suffix = "_speculative" if speculative else ""
+    wanted = {
+        "attention_backend": rec.get("attention_backend"),
+        "mem_fraction_static": rec.get("mem_fraction_static"),
+        "max_running_requests": rec.get("max_running_requests" + suffix),
+        "cuda_graph_max_bs": rec.get("cuda_graph_max_bs" + suffix),
+        "mamba_strategy": rec.get("mamba_strategy" + suffix),
+    }
+    update = {k: v for k, v in wanted.items() if v is not None and k not in eng.model_fields_set}
+    spec = rec.get("speculative") or {}
+    if speculative:
+        update["speculative"] = speculative_params(Arm(MTP_K, spec.get("algorithm")), eng.speculative)
+    else:
+        update["speculative"] = speculative_params(Arm(0))
+    return params.model_copy(update={"engine": eng.model_copy(update=update)})
+
+
+def recommended_commands(params: Any, rec: dict[str, Any], launcher: Any = None) -> dict[str, list[str]]:
+    """Launch commands with the recommended settings, built by the kit's own command builders (and
+    renamed for the installed launcher when it is known): plain, and speculative where available."""
+    import warnings
+
+    from kit.engines.commands import server_command
+    from kit.engines.launcher import adapt_flags
+
+    if params.engine.flavor not in ("sglang", "vllm"):
+        return {}
+    arms = {"plain": False}
+    if (rec.get("speculative") or {}).get("available"):
+        arms["speculative"] = True
+    out = {}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for name, spec in arms.items():
+            cmd = server_command(recommended_engine(params, rec, spec), params.engine.port or 30000)
+            out[name] = adapt_flags(cmd, launcher)[0]
+    return out

@@ -6,8 +6,47 @@ from typing import Any
 
 import pandas as pd
 
+from kit.display import Answer, Table, gib, human_name, table
+
 GIB = 1024**3
 ICON = {"ok": "ok", "warn": "WARN", "fail": "FAIL"}
+NO_GO_EXIT_CODE = 4
+"""`kit probe` exits with this code on NO-GO (0 on GO, 2 on an error that stopped the probe)."""
+
+
+def gpu_line(probe: dict[str, Any]) -> str:
+    """`2 x NVIDIA H200`, or `no GPU (CPU)`."""
+    devices = (probe.get("gpus") or {}).get("devices") or []
+    names = [str(d.get("name")) for d in devices if isinstance(d, dict) and d.get("name")]
+    if not names:
+        return "no GPU (CPU)"
+    return " + ".join(f"{names.count(n)} x {n}" for n in dict.fromkeys(names))
+
+
+def probe_answer(probe: dict[str, Any] | None) -> Answer:
+    """GO / NO-GO with the first failure (or warning) and what to do about it."""
+    if not probe or "summary" not in probe:
+        why = "probe.json is missing: stage 1 has not run (`kit probe PARAMS` writes it)."
+        return Answer("Environment", "not probed", why, "missing")
+    findings = probe.get("findings") or []
+    fails = [f for f in findings if f.get("status") == "fail"]
+    warns = [f for f in findings if f.get("status") == "warn"]
+    where = f"on {gpu_line(probe)}"
+    if fails:
+        f = fails[0]
+        detail = (
+            f"{len(fails)} of {len(findings)} checks failed {where}; the first: "
+            f"{f.get('section')}/{f.get('name')}: {f.get('reason')}. Do: {f.get('action')}"
+        )
+        return Answer("Environment", "NO-GO", detail, "fail")
+    if warns:
+        w = warns[0]
+        detail = (
+            f"{len(findings) - len(warns)} checks passed {where}, {len(warns)} warned; the first: "
+            f"{w.get('section')}/{w.get('name')}: {w.get('reason')}."
+        )
+        return Answer("Environment", "GO", detail, "warn")
+    return Answer("Environment", "GO", f"all {len(findings)} checks passed {where}.")
 
 
 def probe_tables(report: dict[str, Any]) -> dict[str, pd.DataFrame]:
@@ -28,31 +67,46 @@ def probe_tables(report: dict[str, Any]) -> dict[str, pd.DataFrame]:
 
 def _settings_lines(rec: dict[str, Any]) -> list[str]:
     lines = []
-    flags = [
-        ("--attention-backend", rec.get("attention_backend")),
-        ("--mem-fraction-static", rec.get("mem_fraction_static")),
-        ("--max-running-requests", rec.get("max_running_requests")),
-        ("--cuda-graph-max-bs", rec.get("cuda_graph_max_bs")),
-    ]
-    if rec.get("mamba_strategy"):
-        flags.append((rec.get("mamba_flag") or "--mamba-scheduler-strategy", rec["mamba_strategy"]))
-    plain = " ".join(f"{f} {v}" for f, v in flags if v is not None)
-    lines.append(f"- plain: `{plain}`" if plain else "- plain: no settings (no GPU or no readable model)")
+    for name, cmd in (rec.get("commands") or {}).items():
+        flags = " ".join(cmd[cmd.index(next(a for a in cmd if a.startswith("--"))) :])
+        lines.append(f"- {name}: `{flags}`")
+    if not rec.get("commands"):
+        keys = ("attention_backend", "mem_fraction_static", "max_running_requests", "cuda_graph_max_bs")
+        shown = ", ".join(f"{human_name(k)} {rec[k]}" for k in keys if rec.get(k) is not None)
+        lines.append(f"- plain: {shown}" if shown else "- plain: no settings (no GPU or no readable model)")
     spec = rec.get("speculative") or {}
-    if spec.get("available") and spec.get("algorithm") != "NGRAM" and "num_steps" in spec:
-        s = (
-            f"--speculative-algorithm {spec['algorithm']} --speculative-num-steps {spec['num_steps']} "
-            f"--speculative-eagle-topk {spec['eagle_topk']} "
-            f"--speculative-num-draft-tokens {spec['num_draft_tokens']}"
-        )
-        if rec.get("max_running_requests_speculative"):
-            s += f" --max-running-requests {rec['max_running_requests_speculative']}"
-        if rec.get("mamba_strategy_speculative"):
-            flag = rec.get("mamba_flag") or "--mamba-scheduler-strategy"
-            s += f" {flag} {rec['mamba_strategy_speculative']}"
-        lines.append(f"- speculative: `{s}`")
-    lines.append(f"- speculation available: {spec.get('available')} ({spec.get('why', 'unknown')})")
+    tool, reasoning = rec.get("tool_call_parser"), rec.get("reasoning_parser")
+    why = rec.get("parsers_reason", "unknown")
+    lines.append(
+        f"- parsers: tool-call parser {tool or 'none'}, reasoning parser {reasoning or 'none'} ({why})"
+    )
+    available = {True: "yes", False: "no"}.get(spec.get("available"), "unknown")
+    lines.append(f"- speculation available: {available} ({spec.get('why', 'unknown')})")
     return lines
+
+
+def verdict_text(report: dict[str, Any]) -> str:
+    """Go / no-go for a terminal: every failure and warning with its reason and a `Do:` line."""
+    s = report["summary"]
+    ok = sum(f["status"] == "ok" for f in report["findings"])
+    head = "GO" if s["go"] else "NO-GO"
+    lines = [f"{head}: {len(s['fails'])} fail, {len(s['warns'])} warn, {ok} ok"]
+    for status in ("fail", "warn"):
+        for f in report["findings"]:
+            if f["status"] == status:
+                lines += [f"{ICON[status]} {f['section']}/{f['name']}: {f['reason']}", f"  Do: {f['action']}"]
+    return "\n".join(lines)
+
+
+def _counts_line(report: dict[str, Any]) -> str:
+    s, findings = report["summary"], report["findings"]
+    if not s["fails"] and not s["warns"]:
+        return f"All {len(findings)} checks passed on {gpu_line(report)}."
+    ok = sum(f["status"] == "ok" for f in findings)
+    return (
+        f"{len(s['fails'])} failed, {len(s['warns'])} warned, {ok} passed, on {gpu_line(report)}. "
+        "Each problem and what to do:"
+    )
 
 
 def verdict_markdown(report: dict[str, Any]) -> str:
@@ -62,8 +116,7 @@ def verdict_markdown(report: dict[str, Any]) -> str:
     lines = [
         head,
         "",
-        f"{len(s['fails'])} fail, {len(s['warns'])} warn, "
-        f"{sum(f['status'] == 'ok' for f in report['findings'])} ok.",
+        _counts_line(report),
         "",
     ]
     for f in report["findings"]:
@@ -82,3 +135,72 @@ def verdict_markdown(report: dict[str, Any]) -> str:
         ]
     lines += ["", "### Recommended settings", "", *_settings_lines(report.get("recommended") or {})]
     return "\n".join(lines) + "\n"
+
+
+SECTIONS = {
+    "gpus": "GPUs",
+    "model": "Model directory",
+    "engine_env": "Engine environment",
+    "memory": "Memory",
+    "host": "Host",
+    "backends": "Attention backend choice",
+}
+FINDING_COLUMNS = {"name": "check", "status": "status", "reason": "finding", "action": "what to do"}
+DEVICE_COLUMNS = {
+    "index": "GPU",
+    "name": "name",
+    "arch": "arch",
+    "memory_total_bytes": "memory",
+    "memory_free_bytes": "free",
+    "sm_count": "SMs",
+    "driver_version": "driver",
+    "cuda_driver_version": "CUDA",
+}
+
+
+def _findings_table(title: str, findings: pd.DataFrame) -> Table:
+    cols = [c for c in FINDING_COLUMNS if c in findings and (c != "action" or findings[c].fillna("").any())]
+    counts = findings["status"].value_counts()
+    summary = ", ".join(f"{counts[s]} {s}" for s in ("fail", "warn", "ok") if s in counts)
+    return table(findings[cols], title, FINDING_COLUMNS, summary=f"{len(findings)} checks: {summary}")
+
+
+def _memory_value(key: str, value: Any) -> str:
+    if not isinstance(value, int | float) or isinstance(value, bool):
+        return str(value)
+    if key.endswith("_per_token"):
+        return f"{value / 1024:,.0f} KiB per token"
+    if key.endswith("_per_seq"):
+        return f"{value / 2**20:,.0f} MiB per sequence"
+    if key.endswith("_bytes"):
+        return gib(value)
+    return f"{value:,.2f}" if isinstance(value, float) else f"{value:,}"
+
+
+def probe_display(report: dict[str, Any]) -> list[Table]:
+    """Notebook 01's tables for reading: findings per section, GPUs, backends, memory plan, settings."""
+    findings = pd.DataFrame(report["findings"])
+    out = [
+        _findings_table(SECTIONS.get(sec, human_name(sec)), df)
+        for sec, df in findings.groupby("section", sort=False)
+    ]
+    devices = pd.DataFrame((report.get("gpus") or {}).get("devices") or [])
+    if len(devices):
+        keep = [c for c in DEVICE_COLUMNS if c in devices]
+        gib_cols = {c: gib for c in ("memory_total_bytes", "memory_free_bytes")}
+        out.append(table(devices[keep], "GPU devices", DEVICE_COLUMNS, formats=gib_cols))
+    if report.get("backends"):
+        backends = pd.DataFrame(report["backends"])
+        out.append(table(backends, "Attention backends", {"reason": "why"}))
+    memory = report.get("memory") or {}
+    if memory:
+        rows = [
+            {"item": human_name(k.removesuffix("_bytes")), "value": _memory_value(k, v)}
+            for k, v in memory.items()
+        ]
+        out.append(table(pd.DataFrame(rows), "Memory plan per GPU"))
+    rec = {k: v for k, v in (report.get("recommended") or {}).items() if k not in ("speculative", "commands")}
+    rows = [{"setting": human_name(k), "value": v} for k, v in rec.items() if v is not None]
+    note = "Every recommended setting with its reason; settings left unset are not shown."
+    out.append(table(pd.DataFrame(rows), "Recommended settings in detail", note=note))
+    return out

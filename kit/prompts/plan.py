@@ -14,6 +14,7 @@ normalised text as a row already kept, across all sources), too_long (more than
 from __future__ import annotations
 
 import hashlib
+import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -28,9 +29,11 @@ from kit.params import DataParams, SourceParams
 from kit.prompts import sources as _sources  # noqa: F401  (fills the adapter registry)
 from kit.prompts.adapters import get_adapter
 from kit.prompts.dedup import Deduplicator
-from kit.prompts.sampling import SourcePlan, load_source, source_targets
+from kit.prompts.sampling import REASONS, SourcePlan, load_source, source_targets
 from kit.prompts.tokens import POOL_MIN, TokenCounter
 from kit.runfolder import atomic_path, write_json_atomic
+
+log = logging.getLogger(__name__)
 
 PROMPTS_SCHEMA = pa.schema(
     [
@@ -56,6 +59,8 @@ class PlanResult:
     kept: int
     dropped: int
     dropped_rows: pd.DataFrame = field(repr=False, default_factory=pd.DataFrame)
+    warnings: list[str] = field(default_factory=list)
+    """Sources that gave fewer prompts than planned, with the filter responsible (also in plan.json)."""
 
 
 def build_plan(
@@ -78,7 +83,7 @@ def build_plan(
         )
     counter = TokenCounter(tokenizer_dir, pool_min=pool_min) if tokenizer_dir is not None else None
     try:
-        plans, table = _run_sources(data, counter, progress)
+        plans, table, warnings = _run_sources(data, counter, progress)
     finally:
         if counter is not None:
             counter.close()
@@ -86,25 +91,69 @@ def build_plan(
     dropped = pd.DataFrame(
         [d for p in plans for d in p.dropped], columns=["source", "source_row_id", "reason", "detail"]
     )
-    write_json_atomic(out_plan, _plan_json(data, tokenizer_dir, plans, table))
+    write_json_atomic(out_plan, {**_plan_json(data, tokenizer_dir, plans, table), "warnings": warnings})
     summary = pd.DataFrame([p.summary() for p in plans])
     return PlanResult(
-        summary, out_prompts, out_plan, kept=table.num_rows, dropped=len(dropped), dropped_rows=dropped
+        summary,
+        out_prompts,
+        out_plan,
+        kept=table.num_rows,
+        dropped=len(dropped),
+        dropped_rows=dropped,
+        warnings=warnings,
     )
 
 
 def _run_sources(
     data: DataParams, counter: TokenCounter | None, progress: bool
-) -> tuple[list[SourcePlan], pa.Table]:
+) -> tuple[list[SourcePlan], pa.Table, list[str]]:
+    """Plan every source; a source left empty is a `DataError`, one left short a warning."""
     dedup = Deduplicator() if data.dedup else None
     targets = source_targets(data)
-    plans, tables = [], []
+    plans, tables, warnings = [], [], []
     for source in data.sources:
         plan = SourcePlan(source, load_source(source, progress), targets[source.name], data, counter, dedup)
         plans.append(plan.run(progress=progress))
+        short = shortfall(plan)
+        if short and plan.kept_count == 0:
+            raise DataError(short)
+        if short:
+            log.warning(short)
+            warnings.append(short)
         tables.append(pa.Table.from_pylist(plan.kept, schema=PROMPTS_SCHEMA))
         plan.kept.clear()  # the Arrow copy is several times smaller than the Python rows
-    return plans, pa.concat_tables(tables)
+    return plans, pa.concat_tables(tables), warnings
+
+
+FILTER_FIXES = {
+    "language": "lower the count, set `language` to a value seen, or remove it",
+    "malformed": "check that the adapter fits this dataset",
+    "duplicate": "lower the count (the source holds fewer distinct prompts) or set data.dedup: false",
+    "too_long": "raise data.max_prompt_tokens",
+    "template_error": "check the model's chat template against these messages",
+}
+
+
+def shortfall(plan: SourcePlan) -> str | None:
+    """What left a source with fewer prompts than planned (each filter, the values it saw) and
+    what to do; None when it met its target (or had none and kept something)."""
+    row, target = plan.summary(), plan.target
+    if plan.kept_count >= (target if target is not None else 1):
+        return None
+    wanted = f"{target}" if target is not None else "all its"
+    parts = [f"source '{row['source']}' gave {plan.kept_count} of {wanted} planned prompts"]
+    drops = {r: row[f"dropped_{r}"] for r in REASONS if row[f"dropped_{r}"]}
+    if plan.language_column is not None and drops.get("language"):
+        seen = ", ".join(f"{v!r} ({n})" for v, n in plan.languages_seen.most_common(8))
+        parts.append(
+            f"the language filter `language: {plan.source.language}` dropped {drops['language']} rows: "
+            f"column '{plan.language_column}' holds {seen}"
+        )
+    parts += [f"filter {r} dropped {n} rows" for r, n in drops.items() if r != "language"]
+    if plan.examined >= row["available"]:
+        parts.append(f"all {row['available']} rows of the dataset were examined")
+    fixes = [FILTER_FIXES[r] for r in drops] or ["lower the count, or add rows to the dataset"]
+    return "; ".join(parts) + ". To fix: " + "; ".join(fixes) + "."
 
 
 def _check_sources(data: DataParams) -> None:

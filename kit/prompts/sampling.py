@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 from collections import Counter
 from concurrent.futures import Future
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -12,6 +13,7 @@ import numpy as np
 from kit.errors import DataError
 from kit.params import DataParams, SourceParams
 from kit.prompts.adapters import PromptRow, get_adapter
+from kit.prompts.datafiles import file_problem_after_load, file_problem_before_load
 from kit.prompts.dedup import Deduplicator, dedup_key, prompt_id
 from kit.prompts.tokens import TEMPLATE_ERROR, TokenCounter
 
@@ -23,9 +25,11 @@ REASONS = ("language", "malformed", "duplicate", "too_long", "template_error")
 
 
 def load_source(source: SourceParams, progress: bool = True) -> Any:
-    """`datasets.load_dataset(dataset, config, split=..., data_files=...)`, errors made actionable."""
+    """`datasets.load_dataset(dataset, config, split=..., data_files=...)`, errors made actionable:
+    a local data file that is missing, empty or malformed is named, with the line at fault."""
     import datasets
 
+    _raise_for_file(source, file_problem_before_load(source))
     kwargs: dict[str, Any] = {"split": source.split}
     if source.data_files:
         kwargs["data_files"] = [str(p) for p in source.data_files]
@@ -35,13 +39,25 @@ def load_source(source: SourceParams, progress: bool = True) -> Any:
     try:
         return datasets.load_dataset(source.dataset, source.config, **kwargs)
     except Exception as e:  # the hub, the builders and fsspec raise many types; all mean "cannot load"
+        _raise_for_file(source, file_problem_after_load(source))
+        cause = f" ({type(e.__cause__).__name__}: {str(e.__cause__)[:300]})" if e.__cause__ else ""
         raise DataError(
             f"source '{source.name}': cannot load dataset '{source.dataset}' (config {source.config!r}, "
-            f"split {source.split!r}): {type(e).__name__}: {str(e)[:500]}. To fix: {_load_hint(source)}."
+            f"split {source.split!r}): {type(e).__name__}: {str(e)[:500]}{cause}. "
+            f"To fix: {_load_hint(source)}."
         ) from None
     finally:
         if quiet:
             datasets.enable_progress_bars()
+
+
+def _raise_for_file(source: SourceParams, problem: tuple[Path, str, str] | None) -> None:
+    if problem is not None:
+        path, what, fix = problem
+        raise DataError(
+            f"source '{source.name}': cannot load dataset '{source.dataset}': data file {path} {what}. "
+            f"To fix: {fix}."
+        )
 
 
 def _load_hint(source: SourceParams) -> str:
@@ -117,15 +133,18 @@ class SourcePlan:
         self.kept_count = 0
         self.dropped: list[dict[str, Any]] = []
         self.examined = 0
+        self.languages_seen: Counter[str] = Counter()
+        """Values of the language column in the rows the filter looked at."""
         self._ids: set[str] = set()
 
     def run(self, progress: bool = True) -> SourcePlan:
         """Process chunks of the shuffled order until the target is met or rows run out."""
-        from kit.progress import progress
+        from kit.progress import progress as progress_bar
 
         order, pos = shuffled_order(self.data.seed, self.source.name, len(self.dataset)), 0
         total = self.target if self.target is not None else len(order)
-        with progress(total=total, desc=f"plan {self.source.name}", disable=not progress, leave=False) as bar:
+        desc = f"plan {self.source.name}"
+        with progress_bar(total=total, desc=desc, disable=not progress, leave=False) as bar:
             while pos < len(order) and not self._full():
                 need = len(order) if self.target is None else self.target - self.kept_count
                 size = min(CHUNK_MAX, int(need * 1.15) + 64)
@@ -175,6 +194,7 @@ class SourcePlan:
         """The adapted row, or (reason, detail) for a row dropped before it has messages."""
         if self.language_column is not None:
             lang = row.get(self.language_column)
+            self.languages_seen[str(lang)] += 1
             if str(lang).lower() != str(self.source.language).lower():
                 return ("language", f"{self.language_column}={lang!r}")
         try:

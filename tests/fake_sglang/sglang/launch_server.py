@@ -1,20 +1,88 @@
 """A stand-in for `python -m sglang.launch_server`, for tests of the kit's SGLang integration.
 
-Not SGLang: it accepts the launcher flags the kit passes (unknown flags fail as in SGLang),
+Not SGLang: it accepts the launcher flags the kit passes, under the names of SGLang 0.5.23
+(`--cuda-graph-max-bs-decode`, `--mamba-radix-cache-strategy`: the kit must rename its own from
+the launcher's --help; unknown flags fail as in SGLang),
 records its argv in $FAKE_SGLANG_LOG, and serves the endpoints the kit reads: /health,
 /v1/models, /server_info, /metrics and /v1/chat/completions with speculative accounting
-(spec_verify_ct) when a speculative algorithm is set. Answers are canned; a step takes
-STEP_S, and a speculative step yields ACCEPT tokens, so arms differ measurably.
+(spec_verify_ct) when a speculative algorithm is set. Answers are canned and begin with
+`re:<digest of the request's messages>`, so a test can check that each completion answers its own
+prompt (then "word" repeated, or random hex words with $FAKE_SGLANG_NOISE); a step takes STEP_S
+($FAKE_SGLANG_STEP_S), and a speculative step yields ACCEPT tokens, so arms differ measurably.
+
+Faults on a schedule, for the kit's robustness tests: $FAKE_SGLANG_FAULTS names a JSON file,
+read again whenever it changes, e.g.
+    {"bad_rate": 0.3, "error_rate": 0.1, "bad_first": 12, "bad_marker": "ALWAYS-ABORT"}
+bad_rate: the share of chat answers that are HTTP 200 with a body that is no completion (no
+`choices`, empty content with a null finish_reason, or finish_reason `abort`, in turn);
+bad_first: the first N answers of this process are such bodies;
+error_rate: the share answered HTTP 500; bad_marker: a request whose messages contain it always
+gets `abort`. Each injected fault is a line in the server log. Kills and freezes come from outside
+(signals to this process).
 """
 
 import argparse
 import asyncio
+import hashlib
+import itertools
 import json
 import os
+import random
 import sys
 
-STEP_S = 0.002
+STEP_S = float(os.environ.get("FAKE_SGLANG_STEP_S", "0.002"))
+NOISE = bool(os.environ.get("FAKE_SGLANG_NOISE"))  # random words: answers that do not compress
 ACCEPT = {1: 1.8, 2: 2.4, 3: 2.9}
+BAD_KINDS = ("no_choices", "null_finish", "abort")
+
+
+def digest(messages: object) -> str:
+    """Short digest of a request's messages: the first word of every answer."""
+    return hashlib.sha256(json.dumps(messages, sort_keys=True).encode()).hexdigest()[:12]
+
+
+class Faults:
+    """The fault schedule in $FAKE_SGLANG_FAULTS, re-read when the file changes."""
+
+    def __init__(self, path: str | None) -> None:
+        self.path, self.mtime, self.spec = path, None, {}
+        self.kinds = itertools.cycle(BAD_KINDS)
+        self.seen = 0
+
+    def current(self) -> dict:
+        if self.path:
+            try:
+                mtime = os.stat(self.path).st_mtime_ns
+                if mtime != self.mtime:
+                    with open(self.path) as f:
+                        self.spec, self.mtime = json.load(f), mtime
+            except (OSError, ValueError):
+                self.spec = {}
+        return self.spec
+
+    def pick(self, messages: object) -> str | None:
+        """The fault for this request: a bad-body kind, "error", or None for a good answer."""
+        spec = self.current()
+        marker = spec.get("bad_marker")
+        if marker and marker in json.dumps(messages):
+            return "abort"
+        self.seen += 1
+        if self.seen <= spec.get("bad_first", 0):
+            return next(self.kinds)
+        roll = random.random()
+        if roll < spec.get("error_rate", 0.0):
+            return "error"
+        if roll < spec.get("error_rate", 0.0) + spec.get("bad_rate", 0.0):
+            return next(self.kinds)
+        return None
+
+
+def bad_body(kind: str, usage: dict) -> dict:
+    if kind == "no_choices":
+        return {"id": "x", "object": "chat.completion", "usage": usage}
+    reason = None if kind == "null_finish" else "abort"
+    message = {"role": "assistant", "content": "" if kind == "null_finish" else None}
+    return {"choices": [{"index": 0, "message": message, "finish_reason": reason}], "usage": usage}
 
 
 def parse() -> argparse.Namespace:
@@ -26,11 +94,13 @@ def parse() -> argparse.Namespace:
         "--tp-size",
         "--dp-size",
         "--max-running-requests",
-        "--cuda-graph-max-bs",
+        "--cuda-graph-max-bs-decode",
+        "--cuda-graph-max-bs-prefill",
         "--context-length",
         "--speculative-num-steps",
         "--speculative-eagle-topk",
         "--speculative-num-draft-tokens",
+        "--speculative-ngram-max-bfs-breadth",
     ):
         p.add_argument(flag, type=int)
     for flag in ("--mem-fraction-static",):
@@ -39,7 +109,9 @@ def parse() -> argparse.Namespace:
         "--attention-backend",
         "--speculative-algorithm",
         "--speculative-draft-model-path",
-        "--mamba-scheduler-strategy",
+        "--mamba-radix-cache-strategy",
+        "--tool-call-parser",
+        "--reasoning-parser",
     ):
         p.add_argument(flag)
     p.add_argument("--enable-metrics", action="store_true")
@@ -55,7 +127,9 @@ def main() -> None:
     from fastapi import FastAPI
 
     app = FastAPI()
-    k = (args.speculative_num_steps or 0) if args.speculative_algorithm else 0
+    faults = Faults(os.environ.get("FAKE_SGLANG_FAULTS"))
+    drafted = args.speculative_num_steps or (args.speculative_num_draft_tokens or 1) - 1
+    k = drafted if args.speculative_algorithm else 0
     running = args.max_running_requests or (48 if k else 256)
     state = {"running": 0, "tokens": 0}
 
@@ -91,7 +165,9 @@ def main() -> None:
         return PlainTextResponse("\n".join(lines) + "\n")
 
     @app.post("/v1/chat/completions")
-    async def chat(body: dict) -> dict:
+    async def chat(body: dict):
+        from fastapi.responses import JSONResponse
+
         n = int(body.get("max_tokens") or 16)
         steps = max(1, round(n / ACCEPT[k])) if k else n
         state["running"] += 1
@@ -103,13 +179,18 @@ def main() -> None:
         usage = {"prompt_tokens": 10, "completion_tokens": n, "total_tokens": n + 10}
         if k:
             usage["spec_verify_ct"] = steps
+        fault = faults.pick(body.get("messages"))
+        if fault:
+            print(f"fake_sglang: injected fault {fault}", flush=True)  # counted by the soak benchmark
+        if fault == "error":
+            return JSONResponse({"error": "injected fault"}, status_code=500)
+        if fault:
+            return bad_body(fault, usage)
+        words = (os.urandom(4).hex() for _ in range(n - 1)) if NOISE else ("word" for _ in range(n - 1))
+        content = f"re:{digest(body.get('messages'))} " + " ".join(words)
         return {
             "choices": [
-                {
-                    "index": 0,
-                    "message": {"role": "assistant", "content": "word " * n},
-                    "finish_reason": "length",
-                }
+                {"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": "length"}
             ],
             "usage": usage,
         }

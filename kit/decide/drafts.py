@@ -1,0 +1,167 @@
+"""What drafting `k` tokens costs, per kind of draft: MTP heads, EAGLE / EAGLE-3 heads, a separate
+draft model, self-speculation with a sparse KV cache, and n-gram (prompt lookup).
+
+A model-based draft runs, per iteration of B sequences, one extend pass over the tokens the last
+verify accepted (B (k + 1) rows, as SGLang's and vLLM's EAGLE workers pad them) and then k - 1
+decode passes of B rows; each pass costs the step terms of the draft network (kit.decide.costmodel)
+plus `(layers + 1) layer_s` of fixed cost and its all-reduces, but no per-step scheduler overhead:
+
+    T_draft = P(B (k + 1), L) + (k - 1) P(B, L)
+
+- mtp:        one decoder layer of the target's own shape (an MoE layer for MoE models) with its KV
+              over L, the fusion projection 2h x h and the full-vocabulary LM head (shared weights);
+- eagle:      one decoder layer (dense, the target's width or the head's config.json), fusion 2h x h,
+              the target's LM head;
+- eagle3:     the same with fusion 3h x h and the head's reduced draft vocabulary (`draft_vocab_size`,
+              32000 for the Llama-3.1-8B head) as LM head;
+- draft_model: the draft's own config.json, every layer, at context L;
+- self_spec:  the target itself attending to a budget of `kv_budget` tokens (MagicDec, StreamingLLM);
+- ngram:      no GPU pass: a host lookup of `Efficiency.ngram_seq_s` per sequence per iteration.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Literal
+
+from kit.arch import ModelArch, arch_from_config
+from kit.decide import costmodel as cm
+from kit.errors import CostModelError
+
+DraftKind = Literal["mtp", "eagle", "eagle3", "draft_model", "self_spec", "ngram"]
+DRAFT_KINDS: tuple[str, ...] = ("mtp", "eagle", "eagle3", "draft_model", "self_spec", "ngram")
+
+
+@dataclass(frozen=True)
+class Draft:
+    """A kind of draft and what its cost depends on."""
+
+    kind: DraftKind = "mtp"
+    arch: ModelArch | None = None
+    """draft_model: its config (required); eagle / eagle3: the head's config (default: the target's width)."""
+    vocab: int | None = None
+    """Rows of the draft LM head (EAGLE-3's reduced vocabulary); default the target's vocabulary."""
+    kv_budget: int | None = None
+    """self_spec: tokens of KV cache the draft attends to."""
+
+    def __post_init__(self) -> None:
+        if self.kind not in DRAFT_KINDS:
+            raise CostModelError(f"unknown draft kind {self.kind!r}; use one of {', '.join(DRAFT_KINDS)}")
+        if self.kind == "draft_model" and self.arch is None:
+            raise CostModelError("a draft_model draft needs the draft's config.json (draft arch)")
+        if self.kind == "self_spec" and not (self.kv_budget and self.kv_budget > 0):
+            raise CostModelError("self_spec drafting needs a positive kv_budget (tokens of KV it attends to)")
+
+
+MTP = Draft("mtp")
+NGRAM = Draft("ngram")
+
+
+def draft_from_config(kind: DraftKind, config: dict | Path | None, kv_budget: int | None = None) -> Draft:
+    """A `Draft` from a kind and, for model-based drafts, the draft's config.json (dict or path)."""
+    if isinstance(config, Path | str):
+        path = Path(config)
+        path = path / "config.json" if path.is_dir() else path
+        if not path.is_file():
+            raise CostModelError(f"draft config {path} does not exist: point it at the draft's config.json")
+        config = json.loads(path.read_text())
+    arch = arch_from_config(config) if config else None
+    vocab = int(config["draft_vocab_size"]) if config and config.get("draft_vocab_size") else None
+    return Draft(kind, arch, vocab, kv_budget)
+
+
+def head_arch(target: ModelArch, draft: Draft) -> ModelArch:
+    """The one-layer network an MTP / EAGLE head runs, with its LM head rows as vocabulary."""
+    base = draft.arch if draft.arch is not None and draft.kind != "mtp" else target
+    one = replace(
+        base, num_layers=1, layer_types=("full_attention",), linear=None, mtp_layers=0, dense_layers=0
+    )
+    if draft.kind != "mtp":  # EAGLE heads are dense layers
+        one = replace(one, num_experts=0, experts_per_token=0, moe_intermediate_size=0)
+    return replace(one, vocab_size=draft.vocab or target.vocab_size, tie_embeddings=True)
+
+
+def _fusion_params(target: ModelArch, draft: Draft) -> float:
+    return (3 if draft.kind == "eagle3" else 2) * target.hidden_size**2
+
+
+def _pass(
+    net: ModelArch,
+    hw: cm.Hardware,
+    B: int,
+    q: int,
+    L: float,
+    eff: cm.Efficiency,
+    shape: cm.StepShape,
+    tp: int,
+    extra_params: float = 0.0,
+) -> float:
+    """One draft forward pass: the network's step terms, its own fixed cost, extra (fusion) weights."""
+    t = cm.step_terms(net, hw, B, q, L, eff, shape, tp)
+    extra = extra_params * shape.per_weight(net) / (tp * hw.bandwidth_Bps * eff.bw)
+    return t.total_s - t.fixed_s + (net.num_layers + 1) * eff.layer_s + extra
+
+
+def draft_time(
+    target: ModelArch,
+    draft: Draft,
+    hw: cm.Hardware,
+    B: int,
+    k: int,
+    L: float,
+    eff: cm.Efficiency = cm.DEFAULT_EFFICIENCY,
+    shape: cm.StepShape = cm.PLAIN_SHAPE,
+    tp: int = 1,
+) -> float:
+    """Seconds to draft k tokens for B sequences at context L (module docstring)."""
+    if k < 1:
+        raise CostModelError(f"draft length k must be >= 1, got {k}")
+    if draft.kind == "ngram":
+        return B * eff.ngram_seq_s
+    shape = replace(shape, weight_bytes=None, weight_dtype_bytes=shape.per_weight(target))
+    if draft.kind == "self_spec":
+        net, L, extra = target, min(L, float(draft.kv_budget or L)), 0.0
+    elif draft.kind == "draft_model":
+        net, extra, shape = draft.arch, 0.0, cm.StepShape(kv_dtype_bytes=shape.kv_dtype_bytes)
+    else:
+        net, extra = head_arch(target, draft), _fusion_params(target, draft)
+    assert net is not None
+    extend = _pass(net, hw, B, k + 1, L, eff, shape, tp, extra)
+    return extend + (k - 1) * _pass(net, hw, B, 1, L, eff, shape, tp, extra)
+
+
+def draft_weight_bytes(target: ModelArch, draft: Draft = MTP, shape: cm.StepShape = cm.PLAIN_SHAPE) -> float:
+    """Extra weight memory the draft needs beside the target (shared LM heads and embeddings excluded)."""
+    if draft.kind in ("ngram", "self_spec"):
+        return 0.0
+    if draft.kind == "draft_model":
+        assert draft.arch is not None
+        return float(draft.arch.param_counts()[0] * draft.arch.dtype_bytes)
+    head = head_arch(target, draft)
+    layers = max(target.mtp_layers, 1) if draft.kind == "mtp" else 1
+    dense, routed, _, lm_head = cm.param_split(head)
+    own_head = lm_head if draft.kind == "eagle3" else 0.0
+    params = layers * (dense + routed + _fusion_params(target, draft)) + own_head
+    return float(params * shape.per_weight(target))
+
+
+_BY_ALGORITHM = {"NGRAM": "ngram", "EAGLE3": "eagle3", "STANDALONE": "draft_model"}
+
+
+def draft_for(decide: object, speculative: object | None = None) -> Draft:
+    """The draft the prediction assumes, from DecideParams (draft, draft_config, draft_kv_budget) and
+    the engine's SpeculativeParams (algorithm, draft_model_path) when the former leave it open."""
+    algorithm = getattr(speculative, "algorithm", None)
+    config = getattr(decide, "draft_config", None) or getattr(speculative, "draft_model_path", None)
+    kind = getattr(decide, "draft", None) or _BY_ALGORITHM.get(algorithm or "")
+    if kind is None:
+        kind = "eagle" if algorithm == "EAGLE" and config else "mtp"
+    if kind == "draft_model" and config is None:
+        raise CostModelError(
+            "a draft_model draft needs its config.json: set decide.draft_config or "
+            "engine.speculative.draft_model_path"
+        )
+    uses_config = kind in ("draft_model", "eagle", "eagle3") and config is not None
+    return draft_from_config(kind, config if uses_config else None, getattr(decide, "draft_kv_budget", None))

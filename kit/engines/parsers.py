@@ -1,0 +1,121 @@
+"""Tool-call and reasoning parsers: which one each engine needs for a model, read off its chat template.
+
+Without a tool-call parser vLLM refuses every request that carries `tools` (HTTP 400, '"auto" tool
+choice requires --enable-auto-tool-choice and --tool-call-parser'), and the calls of a model that
+does call tools stay as text; without a reasoning parser the `<think>` block stays inside the
+answer. The chat template says what the model writes, so it decides the parser (the facts, with
+their sources, are in docs/engines.md):
+
+| template writes | vLLM tool / reasoning | SGLang tool / reasoning | models |
+|---|---|---|---|
+| `<function=..>` (XML) | qwen3_coder / qwen3 | qwen3_coder / qwen3 | Qwen3.5, Qwen3.6, Qwen3-Coder |
+| `<tool_call>{json}` | hermes / qwen3 | qwen / qwen3 | Qwen2.5, Qwen3, Qwen3-2507 |
+| DeepSeek `tool▁calls▁begin` | deepseek_v3 / - | deepseekv3 / - | DeepSeek-V3, V3-0324 |
+| the same with `thinking` | deepseek_v31 / deepseek_v3 | deepseekv31 / deepseek-v3 | DeepSeek-V3.1, V3.2 |
+
+A reasoning parser is only chosen when the template can think (`<think>`, `enable_thinking`,
+`thinking`): vLLM's qwen3 parser returns an answer that never closes `</think>` entirely as
+reasoning.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # pydantic stays out of the probe's GPU-box script (benchmarks/probe_gpu.py)
+    from kit.params import EngineParams
+
+AUTO = "auto"
+
+
+@dataclass(frozen=True)
+class Family:
+    """A chat-template family and the parser names each engine gives it."""
+
+    name: str
+    tool: dict[str, str]
+    reasoning: dict[str, str]
+
+
+def _both(vllm: str, sglang: str) -> dict[str, str]:
+    return {"vllm": vllm, "sglang": sglang}
+
+
+QWEN_XML = Family("qwen3-xml", _both("qwen3_coder", "qwen3_coder"), _both("qwen3", "qwen3"))
+QWEN_JSON = Family("qwen-json", _both("hermes", "qwen"), _both("qwen3", "qwen3"))
+DEEPSEEK_V3 = Family("deepseek-v3", _both("deepseek_v3", "deepseekv3"), {})
+DEEPSEEK_V31 = Family(
+    "deepseek-v3.1", _both("deepseek_v31", "deepseekv31"), _both("deepseek_v3", "deepseek-v3")
+)
+DEEPSEEK_R1 = Family("deepseek-r1", {}, _both("deepseek_r1", "deepseek-r1"))
+
+
+def chat_template(model_dir: Path) -> str | None:
+    """The model's chat template text: chat_template.jinja, else tokenizer_config.json's."""
+    model_dir = Path(model_dir)
+    jinja = model_dir / "chat_template.jinja"
+    if jinja.is_file():
+        return jinja.read_text()
+    cfg = model_dir / "tokenizer_config.json"
+    try:
+        template = json.loads(cfg.read_text()).get("chat_template")
+    except (OSError, ValueError):
+        return None
+    if isinstance(template, list):  # named templates: [{"name": "default", "template": ...}]
+        template = next((t.get("template") for t in template if t.get("name") == "default"), None)
+    return template if isinstance(template, str) else None
+
+
+def family(template: str | None) -> Family | None:
+    """The parser family of a chat template, or None when it has no tool-call or thinking format the
+    kit knows."""
+    if not template:
+        return None
+    if "tool▁calls▁begin" in template or "tool_calls_begin" in template:
+        return DEEPSEEK_V31 if "thinking" in template else DEEPSEEK_V3
+    if "<tool_call>" in template or "<function=" in template:
+        return QWEN_XML if "<function=" in template else QWEN_JSON
+    if "<think>" in template and ("deepseek" in template.lower() or "｜Assistant｜" in template):
+        return DEEPSEEK_R1
+    if "<think>" in template or "enable_thinking" in template:
+        return QWEN_JSON
+    return None
+
+
+def thinks(template: str | None) -> bool:
+    """Whether the chat template has a thinking mode (and so needs a reasoning parser)."""
+    return bool(template) and any(m in template for m in ("<think>", "enable_thinking", "thinking"))
+
+
+@dataclass(frozen=True)
+class Parsers:
+    """The parser names to launch with (None: off), and why."""
+
+    tool_call: str | None
+    reasoning: str | None
+    why: str
+
+
+def recommended(flavor: str, model_dir: Path) -> Parsers:
+    """The parsers the model's chat template calls for on `flavor` (sglang, vllm); off elsewhere."""
+    if flavor not in ("sglang", "vllm"):
+        return Parsers(None, None, f"{flavor} takes no parser flags")
+    template = chat_template(model_dir)
+    fam = family(template)
+    if fam is None:
+        why = "no chat template" if not template else "the chat template has no tool-call or thinking format"
+        return Parsers(None, None, why + " the kit knows; set engine.tool_call_parser to choose one")
+    reasoning = fam.reasoning.get(flavor) if thinks(template) else None
+    return Parsers(fam.tool.get(flavor), reasoning, f"the chat template writes the {fam.name} format")
+
+
+def resolve(eng: EngineParams, model_dir: Path) -> Parsers:
+    """The parsers to launch with: the params' names, with `auto` taken from the chat template."""
+    wants_auto = AUTO in (eng.tool_call_parser, eng.reasoning_parser)
+    auto = recommended(eng.flavor, model_dir) if wants_auto else None
+    tool = auto.tool_call if eng.tool_call_parser == AUTO and auto else eng.tool_call_parser
+    reasoning = auto.reasoning if eng.reasoning_parser == AUTO and auto else eng.reasoning_parser
+    return Parsers(tool, reasoning, auto.why if auto else "set in the params")

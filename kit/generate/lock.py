@@ -1,0 +1,123 @@
+"""One writer per run folder: a lock that names its holder and is released when the holder dies.
+
+A whole run (`kit generate PARAMS`) holds `outputs/<run>/.generate.lock` exclusively; a static
+shard (`--shard i/N`) holds that file shared plus its own `.generate-s<i>of<N>.lock`
+exclusively, so shards of one plan run side by side on a shared folder while a second writer of
+the same run or shard is refused with a message naming the holder (pid, host, start time). The
+locks are `flock` locks: the kernel (or the NFS server, when the holder's lease ends) releases
+them when the holder dies, even by `kill -9`, so a lock file left behind is never stale.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import json
+import logging
+import os
+import socket
+import sys
+from pathlib import Path
+from types import TracebackType
+
+from kit.errors import RunFolderError
+from kit.generate.store import now_utc
+
+log = logging.getLogger(__name__)
+_BUSY = (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES)
+
+
+def holder_info() -> dict[str, object]:
+    """What a lock file says about its holder."""
+    return {
+        "pid": os.getpid(),
+        "host": socket.gethostname(),
+        "started_at": now_utc().isoformat(timespec="seconds"),
+        "command": " ".join(sys.argv),
+    }
+
+
+def describe(path: Path) -> str:
+    """The holder recorded in lock file `path`, in words."""
+    try:
+        h = json.loads(path.read_text())
+        return f"pid {h['pid']} on {h['host']}, started {h['started_at']} ({h.get('command', '')})"
+    except (OSError, ValueError, KeyError, TypeError):
+        return "a process that did not record itself"
+
+
+def _held(path: Path) -> bool:
+    """Whether some process holds lock file `path` now."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except OSError:
+        return True
+    finally:
+        os.close(fd)
+    return False
+
+
+class RunLock:
+    """Held for the whole of one `kit generate` session on `root` (shard `tag`, or the whole run)."""
+
+    def __init__(self, root: Path, tag: str = "") -> None:
+        self.root = root
+        self.folder_lock = root / ".generate.lock"
+        self.own_lock = root / f".generate-{tag}.lock" if tag else self.folder_lock
+        self._fds: list[int] = []
+
+    def __enter__(self) -> RunLock:
+        self.root.mkdir(parents=True, exist_ok=True)
+        try:
+            if self.own_lock is self.folder_lock:
+                self._take(self.folder_lock, fcntl.LOCK_EX, record=True)
+            else:
+                self._take(self.folder_lock, fcntl.LOCK_SH, record=False)
+                self._take(self.own_lock, fcntl.LOCK_EX, record=True)
+        except BaseException:
+            self.release()
+            raise
+        return self
+
+    def _take(self, path: Path, mode: int, record: bool) -> None:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)  # not inherited by the servers (O_CLOEXEC)
+        try:
+            fcntl.flock(fd, mode | fcntl.LOCK_NB)
+        except OSError as e:
+            os.close(fd)
+            if e.errno in _BUSY:
+                raise RunFolderError(self._refusal(path)) from None
+            log.warning(
+                "%s: this filesystem does not support file locks (%s); a second kit generate on this "
+                "run folder would not be refused",
+                path,
+                e,
+            )
+            return
+        self._fds.append(fd)
+        if record:
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, (json.dumps(holder_info()) + "\n").encode(), 0)
+
+    def _refusal(self, path: Path) -> str:
+        holders = describe(path)
+        if path == self.folder_lock and self.own_lock == self.folder_lock:
+            shards = [p for p in sorted(self.root.glob(".generate-*.lock")) if _held(p)]
+            if shards:  # --shard sessions hold the folder's lock shared
+                holders = "; ".join(f"--shard session {describe(p)}" for p in shards)
+        return (
+            f"another kit generate is writing into {self.root}: {holders}. Wait for it to finish or stop "
+            "it; two writers on one run folder would do all work twice. (The lock frees itself when "
+            "its holder dies, even by kill -9.)"
+        )
+
+    def release(self) -> None:
+        for fd in reversed(self._fds):
+            os.close(fd)  # closing the descriptor releases the flock
+        self._fds = []
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.release()

@@ -1,0 +1,181 @@
+"""index.html of a run's report: the run's questions answered in sentences beside the figure that
+matters most (measured vs predicted output tokens/s per arm), then the stage pages. Everything it
+shows is read from the run folder; a stage that has not run is named as missing."""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+from pathlib import Path
+
+import yaml
+
+from kit.decide.verdict import decision_answer
+from kit.display import Answer, read_json_or_none, timestamp
+from kit.generate.verdict import (
+    data_answer,
+    failure_answer,
+    failures_by_reason,
+    generation_answer,
+    load_snippet,
+    throughput_answer,
+)
+from kit.probe.render import gpu_line, probe_answer
+from kit.runfolder import RunFolder
+
+STAGE_PAGES = {
+    "01_probe_environment": (
+        "1 · Probe the environment",
+        "GPUs, the engine's environment, the model directory, memory plan and attention backends: "
+        "every check with its reason",
+    ),
+    "02_decide_mtp": (
+        "2 · Decide on speculative decoding",
+        "the measured sweep beside the cost model's prediction, the decision and the settings stage 3 used",
+    ),
+    "03_generate": ("3 · Generate", "the prompt plan per source, the run, what the rows kept, failures"),
+    "04_analyse_outputs": (
+        "4 · Analyse the outputs",
+        "lengths, truncation, quality flags, throughput over time, sample rows",
+    ),
+}
+INDEX_CSS = """
+body{font:15px/1.45 system-ui,sans-serif;max-width:84em;margin:1em auto;padding:0 1.2em;color:#1d1d1f}
+h1{font-size:1.6em;margin:.2em 0}.sub{color:#555;margin:.1em 0 .8em}
+.top{display:flex;gap:1.5em;align-items:flex-start;flex-wrap:wrap}
+.answers{flex:1 1 34em;margin:0;padding:0;list-style:none}
+.answers li{margin:0 0 .55em;padding:.35em .7em;border-left:5px solid #2e8b57;background:#f6faf7}
+.answers li.warn{border-color:#c88a00;background:#fffaf0}
+.answers li.fail{border-color:#c0392b;background:#fdf3f2}
+.answers li.missing{border-color:#999;background:#f4f4f4}
+.topic{display:inline-block;min-width:6.5em;font-size:.8em;text-transform:uppercase;letter-spacing:.05em;color:#555}
+code{font-size:.9em;background:#f0f0f0;padding:0 .25em;overflow-wrap:anywhere}
+code.load{display:block;margin:.3em 0 .1em;padding:.3em .5em;white-space:pre-wrap}
+figure{flex:1 1 30em;margin:0}figure img{width:100%;max-width:40em;border:1px solid #ddd}
+figcaption{font-size:.85em;color:#555}
+.warn{color:#a40}
+"""
+
+
+def _page_item(stem: str, pages: dict[str, list[str]]) -> str:
+    title, what = STAGE_PAGES.get(stem, (stem, ""))
+    if stem not in pages:
+        why = "not rendered: the stage notebook has not run"
+        return f"<li>{html.escape(title)}: <span class='warn'>{why}</span></li>"
+    remote = pages[stem]
+    warn = (
+        f" <span class='warn'>(fetches {len(remote)} resource(s) from the network: "
+        f"{html.escape(', '.join(remote[:3]))})</span>"
+        if remote
+        else ""
+    )
+    return f"<li><a href='{html.escape(stem)}.html'>{html.escape(title)}</a>: {html.escape(what)}{warn}</li>"
+
+
+def _speculation_name(folder: RunFolder) -> str:
+    """The label of the run's speculative arms, from params.yaml (MTP when unreadable)."""
+    from kit.decide.decision import spec_name
+
+    try:
+        spec = ((yaml.safe_load(folder.params.read_text()) or {}).get("engine") or {}).get(
+            "speculative"
+        ) or {}
+        return spec_name(spec.get("algorithm"), spec.get("draft_model_path") is not None)
+    except (OSError, yaml.YAMLError, AttributeError, KeyError):
+        return "MTP"
+
+
+def run_answers(folder: RunFolder) -> list[Answer]:
+    """The run's questions answered from its folder, in the order the index shows them."""
+    from kit.decide.worth import worth_for_run
+
+    manifest = read_json_or_none(folder.manifest)
+    summary = read_json_or_none(folder.summary)
+    decision = read_json_or_none(folder.decision)
+    worth = None
+    if decision and not any(r.get("spec_k") and r.get("status") == "ok" for r in decision.get("table") or []):
+        band = worth_for_run(folder)
+        worth = band.headline() if band else None
+    return [
+        probe_answer(read_json_or_none(folder.probe)),
+        decision_answer(decision, _speculation_name(folder), worth),
+        generation_answer(folder, manifest),
+        failure_answer(failures_by_reason(folder, summary)),
+        throughput_answer(summary, manifest),
+        data_answer(folder, manifest),
+    ]
+
+
+def _answer_item(a: Answer, folder: RunFolder) -> str:
+    detail = html.escape(a.detail)
+    if a.topic == "Data" and a.status != "missing":
+        detail += f" Load them with:<code class='load'>{html.escape(load_snippet(folder))}</code>"
+    return (
+        f"<li class='{a.status}'><span class='topic'>{html.escape(a.topic)}</span> "
+        f"<b>{html.escape(a.headline)}</b>: {detail}</li>"
+    )
+
+
+def _key_figure(folder: RunFolder) -> str:
+    """Measured vs predicted output tok/s per arm and concurrency, as an embedded <figure>."""
+    decision = read_json_or_none(folder.decision)
+    if not decision or not decision.get("table"):
+        why = "No decision yet: the measured vs predicted figure needs decision.json (stage 2)."
+        return f"<figure><figcaption>{why}</figcaption></figure>"
+    from matplotlib.figure import Figure
+
+    from kit.decide.plots import throughput_alt, throughput_curves
+
+    decision = {**decision, "speculation_name": _speculation_name(folder)}
+    fig = Figure(figsize=(6.4, 3.8))
+    throughput_curves(decision, fig.subplots())
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=100)
+    data = base64.b64encode(buf.getvalue()).decode()
+    return (
+        f"<figure><img alt='{html.escape(throughput_alt(decision), quote=True)}' "
+        f"src='data:image/png;base64,{data}'><figcaption>Output tokens/s per arm and concurrency: "
+        "measured by the sweep (points) and predicted by the cost model (dashed). "
+        "<a href='02_decide_mtp.html'>Decision page</a>.</figcaption></figure>"
+    )
+
+
+def index_html(run_dir: Path, pages: list[tuple[Path, list[str]]]) -> str:
+    """The index page: the run's answers in sentences beside the key figure, then the stage pages."""
+    folder = RunFolder(Path(run_dir))
+    answers = "".join(_answer_item(a, folder) for a in run_answers(folder))
+    by_stem = {p.stem: remote for p, remote in pages}
+    stems = list(STAGE_PAGES) + [s for s in by_stem if s not in STAGE_PAGES]
+    links = "".join(_page_item(s, by_stem) for s in stems)
+    gaps = (read_json_or_none(folder.summary) or {}).get("gaps") or []
+    gap_html = (
+        "<h2>Gaps</h2><ul>" + "".join(f"<li class='warn'>{html.escape(str(g))}</li>" for g in gaps) + "</ul>"
+        if gaps
+        else ""
+    )
+    title = html.escape(f"Run {folder.root.name}")
+    return (
+        f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>{title}: report</title>"
+        f"<style>{INDEX_CSS}</style></head><body><h1>{title}</h1>"
+        f"<p class='sub'>{html.escape(_subtitle(folder))}</p>"
+        f"<div class='top'><ul class='answers'>{answers}</ul>{_key_figure(folder)}</div>"
+        f"<h2>Stage pages</h2><ul>{links}</ul>{gap_html}</body></html>\n"
+    )
+
+
+def _subtitle(folder: RunFolder) -> str:
+    """Model, engine and hardware of the run, and where its folder is."""
+    try:
+        raw = yaml.safe_load(folder.params.read_text()) or {}
+    except (OSError, yaml.YAMLError):
+        raw = {}
+    model = raw.get("model") or {}
+    name = "the demo model" if model.get("demo") else Path(str(model.get("path") or "?")).name
+    engine = (raw.get("engine") or {}).get("flavor") or "?"
+    probe = read_json_or_none(folder.probe)
+    hardware = gpu_line(probe) if probe else "hardware not probed"
+    finished = (read_json_or_none(folder.manifest) or {}).get("finished_at")
+    when = f" · finished {timestamp(finished)}" if finished else ""
+    return f"{name} on {engine}, {hardware}{when} · run folder {folder.root.resolve()}"

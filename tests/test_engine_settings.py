@@ -1,0 +1,181 @@
+"""One place for engine settings: arms, k -> flags, decision -> stage 3, parsers, launcher, counters."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from kit.engines import parsers
+from kit.engines.launcher import parse_help
+from kit.engines.metrics import parse_samples
+from kit.engines.settings import (
+    Arm,
+    apply_settings,
+    arm_engine,
+    decided_settings,
+    engine_unavailable_reason,
+    sglang_spec_flags,
+    speculative_params,
+    sweep_arms,
+    vllm_spec_config,
+)
+from kit.engines.spec_metrics import SpecCounters
+from kit.params import RunParams
+
+
+def params(**engine: object) -> RunParams:
+    return RunParams.model_validate(
+        {"run": "t", "model": {"path": "/m"}, "engine": engine, "decide": {"concurrencies": [1, 64]}}
+    )
+
+
+def test_the_k_rule_is_the_same_for_every_consumer() -> None:
+    p = params(flavor="vllm", speculative={"algorithm": "MTP"})
+    arms = sweep_arms(p)
+    assert [a.name for a in arms] == ["plain", "spec_k1", "spec_k2", "spec_k3"]
+    eng = arm_engine(p, arms[3], hybrid=True)
+    assert eng.speculative.num_steps == 3 and eng.speculative.num_draft_tokens == 4
+    assert eng.max_running_requests == 64 and eng.mamba_strategy == "extra_buffer"
+    assert vllm_spec_config(eng.speculative) == {"method": "mtp", "num_speculative_tokens": 3}
+    assert sglang_spec_flags(eng.speculative) == [
+        "--speculative-algorithm", "EAGLE", "--speculative-num-steps", "3",
+        "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "4",
+    ]  # fmt: skip
+    settings = decided_settings(
+        arms[3], running=64, concurrency=64, mem_fraction=0.8, dp_size=1, tp_size=1,
+        attention_backend=None, hybrid=False,
+    )  # fmt: skip
+    applied, taken = apply_settings(p, settings)
+    assert applied.engine.speculative == eng.speculative, "the decision names what the sweep measured"
+    assert taken["client_concurrency"] == 64 and taken["max_running_requests"] == 64
+
+
+def test_a_plain_decision_turns_speculation_off_and_user_settings_win() -> None:
+    p = params(flavor="sglang", speculative={"algorithm": "NGRAM", "num_steps": 2}, max_running_requests=7)
+    plain = decided_settings(
+        Arm(0), running=32, concurrency=32, mem_fraction=0.8, dp_size=2, tp_size=1,
+        attention_backend="fa3", hybrid=False,
+    )  # fmt: skip
+    applied, taken = apply_settings(p, plain)
+    assert applied.engine.speculative.algorithm is None and taken["speculative"] is None
+    assert applied.engine.max_running_requests == 7, "a value the user wrote wins"
+    assert applied.engine.dp_size == 2 and applied.engine.attention_backend == "fa3"
+
+
+def test_speculative_params_keep_the_draft_model() -> None:
+    spec = speculative_params(
+        Arm(2, "STANDALONE"), params(speculative={"draft_model_path": "/d"}).engine.speculative
+    )
+    assert spec.algorithm == "STANDALONE" and str(spec.draft_model_path) == "/d" and spec.num_steps == 2
+
+
+@pytest.mark.parametrize(
+    ("engine", "mtp", "why"),
+    [
+        ({"flavor": "transformers"}, "present", "no speculative decoding"),
+        ({"flavor": "vllm", "speculative": {"algorithm": "MTP"}}, "declared_missing", "lacks their weights"),
+        ({"flavor": "vllm"}, "absent_from_architecture", "try algorithm NGRAM"),
+        ({"flavor": "sglang", "speculative": {"algorithm": "EAGLE3"}}, "present", "draft_model_path"),
+        ({"flavor": "vllm", "speculative": {"algorithm": "NGRAM"}}, "absent_from_architecture", None),
+        ({"flavor": "sglang"}, "present", None),
+    ],
+)
+def test_why_speculation_cannot_run(engine: dict, mtp: str, why: str | None) -> None:
+    reason = engine_unavailable_reason(params(**engine).engine, mtp)
+    assert (reason is None) if why is None else (why in reason)
+
+
+QWEN3_JSON = (
+    "{% if tools %}<tool_call>{json}</tool_call>{% endif %}{% if enable_thinking %}<think>{% endif %}"
+)
+QWEN36_XML = "<tool_call>\n<function=f>\n<parameter=a>1</parameter></function></tool_call> <think>"
+DEEPSEEK_V31 = "<｜tool▁calls▁begin｜> {% if thinking %}<think>{% endif %}"
+
+
+@pytest.mark.parametrize(
+    ("template", "vllm", "sglang"),
+    [
+        (QWEN3_JSON, ("hermes", "qwen3"), ("qwen", "qwen3")),
+        (QWEN36_XML, ("qwen3_coder", "qwen3"), ("qwen3_coder", "qwen3")),
+        (DEEPSEEK_V31, ("deepseek_v31", "deepseek_v3"), ("deepseekv31", "deepseek-v3")),
+        ("{% if tools %}<tool_call>{% endif %}", ("hermes", None), ("qwen", None)),
+        ("{{ messages }}", (None, None), (None, None)),
+    ],
+)
+def test_parsers_follow_the_chat_template(tmp_path: Path, template: str, vllm: tuple, sglang: tuple) -> None:
+    (tmp_path / "chat_template.jinja").write_text(template)
+    for flavor, expected in (("vllm", vllm), ("sglang", sglang)):
+        got = parsers.recommended(flavor, tmp_path)
+        assert (got.tool_call, got.reasoning) == expected
+    assert parsers.recommended("transformers", tmp_path).tool_call is None
+
+
+def test_parser_params_auto_off_and_named(tmp_path: Path) -> None:
+    (tmp_path / "chat_template.jinja").write_text(QWEN3_JSON)
+    auto = parsers.resolve(params(flavor="vllm").engine, tmp_path)
+    assert (auto.tool_call, auto.reasoning) == ("hermes", "qwen3")
+    off = parsers.resolve(
+        params(flavor="vllm", tool_call_parser=None, reasoning_parser=None).engine, tmp_path
+    )
+    assert (off.tool_call, off.reasoning) == (None, None)
+    named = parsers.resolve(params(flavor="vllm", tool_call_parser="qwen3_xml").engine, tmp_path)
+    assert named.tool_call == "qwen3_xml" and named.reasoning == "qwen3"
+
+
+def test_launcher_help_flags_and_choices() -> None:
+    text = """usage: sglang serve [-h] --model-path MODEL_PATH [--cuda-graph-max-bs-decode N]
+                    [--tool-call-parser {auto,qwen,qwen25,qwen3_coder,hermes}]
+  --speculative-draft-
+                        model-path the wrapped remainder of a long flag name"""
+    launcher = parse_help(text, "0.5.23")
+    assert {"--model-path", "--cuda-graph-max-bs-decode", "--tool-call-parser"} <= launcher.flags
+    assert "--speculative-draft-" not in launcher.flags, "a flag cut by line wrapping is not a flag"
+    assert launcher.choices["--tool-call-parser"] == ("auto", "qwen", "qwen25", "qwen3_coder", "hermes")
+    assert launcher.check_choice("--tool-call-parser", "qwen") is None
+    assert "version 0.5.23" in launcher.check_choice("--tool-call-parser", "hermes2")
+
+
+def test_vllm_counters_give_accept_length_per_position() -> None:
+    scrape = lambda d, a, p: parse_samples(  # noqa: E731
+        f'vllm:spec_decode_num_drafts_total{{engine="0"}} {d}\n'
+        f'vllm:spec_decode_num_draft_tokens_total{{engine="0"}} {3 * d}\n'
+        f'vllm:spec_decode_num_accepted_tokens_total{{engine="0"}} {a}\n'
+        + "".join(
+            f'vllm:spec_decode_num_accepted_tokens_per_pos_total{{engine="0",position="{i}"}} {v}\n'
+            for i, v in enumerate(p)
+        )
+    )
+    before = SpecCounters.from_samples(scrape(100, 150, [80, 50, 20]))
+    after = SpecCounters.from_samples(scrape(1219, 2940, [1177, 1019, 744]))
+    delta = after.since(before)
+    assert delta.accept_length == pytest.approx(1 + 2790 / 1119)
+    assert delta.position_acceptance == pytest.approx([1097 / 1119, 969 / 1119, 724 / 1119])
+    assert SpecCounters.from_samples(parse_samples("vllm:num_requests_running 3\n")) is None
+    assert SpecCounters(0, 0, 0).accept_length is None
+
+
+def test_request_fields_per_flavor() -> None:
+    from kit.engines.settings import request_fields, sampling_problems
+    from kit.params import SamplingParams
+
+    s = SamplingParams(
+        temperature=0.6, top_p=0.95, top_k=20, min_p=0.0, presence_penalty=1.5, thinking=False,
+        extra_body={"ignore_eos": True},
+    )  # fmt: skip
+    vllm = request_fields("vllm", s)
+    assert vllm == {
+        "temperature": 0.6, "top_p": 0.95, "presence_penalty": 1.5, "top_k": 20, "min_p": 0.0,
+        "chat_template_kwargs": {"enable_thinking": False}, "ignore_eos": True,
+    }  # fmt: skip
+    assert request_fields("sglang", s, thinking_kwarg="thinking")["chat_template_kwargs"] == {
+        "thinking": False
+    }
+    tf = request_fields("transformers", s, model_generation_config={"eos_token_id": 2, "top_k": 50})
+    assert "top_k" not in tf and "presence_penalty" not in tf
+    assert json.loads(tf["generation_config"]) == {"eos_token_id": 2, "top_k": 20, "min_p": 0.0}
+    (problem,) = sampling_problems("transformers", s)
+    assert problem.startswith("generate.sampling.presence_penalty: transformers serve ignores it")
+    assert sampling_problems("vllm", s) == []
+    assert request_fields("vllm", SamplingParams()) == {"temperature": 0.7, "top_p": 1.0}

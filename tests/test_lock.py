@@ -1,0 +1,80 @@
+"""One writer per run folder: a second writer is refused by name; a dead holder blocks nothing;
+static shards of one plan share the folder."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from kit.errors import RunFolderError
+from kit.generate.lock import RunLock
+
+HOLD = """
+import sys, time
+from pathlib import Path
+from kit.generate.lock import RunLock
+with RunLock(Path(sys.argv[1]), sys.argv[2]):
+    print("held", flush=True)
+    time.sleep(300)
+"""
+
+
+def holder(root: Path, tag: str = "") -> subprocess.Popen:
+    """Another process holding the lock of `root` (shard `tag`)."""
+    proc = subprocess.Popen([sys.executable, "-c", HOLD, str(root), tag], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "held"  # type: ignore[union-attr]
+    return proc
+
+
+def test_a_second_writer_is_refused_with_the_holders_pid_host_and_start(tmp_path):
+    proc = holder(tmp_path)
+    try:
+        with pytest.raises(RunFolderError) as info, RunLock(tmp_path):
+            pass
+        msg = str(info.value)
+        assert (
+            f"another kit generate is writing into {tmp_path}: pid {proc.pid} on {socket.gethostname()}"
+            in msg
+        )
+        assert "started 20" in msg
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_a_holder_killed_outright_leaves_no_stale_lock(tmp_path):
+    proc = holder(tmp_path)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert (tmp_path / ".generate.lock").exists(), "the file stays; the lock on it died with its holder"
+    with RunLock(tmp_path):
+        assert str(os.getpid()) in (tmp_path / ".generate.lock").read_text()
+
+
+def test_static_shards_share_the_folder_but_not_a_shard(tmp_path):
+    other = holder(tmp_path, "s1of2")
+    try:
+        with RunLock(tmp_path, "s0of2"):  # another shard of the same plan: fine
+            with pytest.raises(RunFolderError, match=f"pid {os.getpid()} "), RunLock(tmp_path, "s0of2"):
+                pass
+        with pytest.raises(RunFolderError, match=f"--shard session pid {other.pid} "), RunLock(tmp_path):
+            pass  # a whole run while a shard runs
+    finally:
+        other.kill()
+        other.wait()
+    whole = holder(tmp_path)
+    try:
+        start = time.monotonic()
+        with pytest.raises(RunFolderError, match=f"pid {whole.pid} "), RunLock(tmp_path, "s0of2"):
+            pass
+        assert time.monotonic() - start < 5, "refused at once, not after a wait"
+    finally:
+        whole.kill()
+        whole.wait()

@@ -1,0 +1,176 @@
+"""The pipeline on a real engine: vLLM's CPU build (`make engine-vllm`) serving the demo model.
+
+`kit run` on params/demo-vllm.yaml (shrunk) measures plain decoding and n-gram speculation for
+real, with the accept length from vLLM's /metrics counters, decides from those measurements, and
+generates over all six fixture sources with the decided settings and the tool-call parser the
+chat template calls for (Hermes prompts included). A second run generates with n-gram on, so
+stage 4 has an accept length to show. Bad engine input ends in one clear message.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pyarrow.parquet as pq
+import pytest
+import yaml
+from conftest import REPO
+from engines import VLLM_PYTHON, engine_python
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
+SIX = {"infinity_instruct", "webinstructsub", "codefeedback", "metamathqa", "hermes_fc", "agentinstruct"}
+
+
+def demo_vllm(tmp: Path, demo_model: Path, run: str, **override: dict) -> Path:
+    """params/demo-vllm.yaml shrunk, its paths absolute, written to `tmp`; returns the file."""
+    params = yaml.safe_load((REPO / "params" / "demo-vllm.yaml").read_text())
+    params["run"] = run
+    params["output_dir"] = str(tmp / "outputs")
+    params["model"]["path"] = str(demo_model)
+    params["engine"]["python"] = str(engine_python(VLLM_PYTHON, "engine-vllm"))
+    # Not compiling the model graph starts each server ~40 s sooner here; the numbers are not the point.
+    params["engine"]["extra_args"] += ["--enforce-eager"]
+    params["data"]["demo_fixtures"] = str(tmp / "data")
+    for s in params["data"]["sources"]:
+        s["count"] = 3
+        s["data_files"] = [str(tmp / "data" / Path(f).name) for f in s["data_files"]]
+    params["decide"].update(concurrencies=[1, 8], num_prompts=8, max_tokens=32, spec_steps=[1, 3])
+    params["generate"]["sampling"]["max_tokens"] = 32
+    for section, values in override.items():
+        params[section] = {**params.get(section, {}), **values}
+    path = tmp / f"{run}.yaml"
+    path.write_text(yaml.safe_dump(params))
+    return path
+
+
+def kit(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "kit.cli", *args], capture_output=True, text=True)
+
+
+@pytest.fixture(scope="module")
+def vllm_run(tmp_path_factory: pytest.TempPathFactory, demo_model: Path) -> Path:
+    tmp = tmp_path_factory.mktemp("vllm")
+    done = kit("run", str(demo_vllm(tmp, demo_model, "demo-vllm")))
+    assert done.returncode == 0, done.stderr[-4000:]
+    return tmp / "outputs" / "demo-vllm"
+
+
+def test_stage2_measures_plain_and_ngram_for_real(vllm_run: Path) -> None:
+    sweep = pd.read_parquet(vllm_run / "sweep.parquet")
+    assert set(sweep.arm) == {"plain", "spec_k1", "spec_k3"} and set(sweep.status) == {"ok"}, sweep
+    assert (sweep.output_tok_s > 0).all() and (sweep.errors == 0).all()
+    spec = sweep[sweep.spec_k > 0]
+    assert (spec.algorithm == "NGRAM").all()
+    assert (spec.accept_source == "metrics counters").all()
+    assert spec.accept_length.between(1.0, spec.spec_k + 1).all() and (spec.accept_length > 1.05).any()
+    positions = spec[spec.spec_k == 3].position_acceptance.iloc[-1]
+    assert len(positions) == 3 and all(0 <= a <= 1 for a in positions)
+    assert sweep[sweep.spec_k == 0].accept_length.isna().all()
+    decision = json.loads((vllm_run / "decision.json").read_text())
+    assert decision["decided_by"] == "measured" and decision["speculation_available"] is True
+    assert any("n-gram k=" in r for r in decision["reasons"])
+    settings = decision["engine_settings"]
+    assert settings["client_concurrency"] in (1, 8)
+    assert settings["speculative"] == (decision["chosen_arm"] != "plain")
+    logs = {p.name for p in (vllm_run / "logs").glob("*.log")}
+    assert {"sweep-plain.log", "sweep-spec_k1.log", "sweep-spec_k3.log"} <= logs
+    argv = (vllm_run / "logs" / "sweep-spec_k3.log").read_text().splitlines()[0]
+    assert '"method": "ngram", "num_speculative_tokens": 3' in argv
+    assert "--enable-auto-tool-choice --tool-call-parser hermes" in argv
+
+
+def test_stage3_uses_the_decision_and_completes_every_source(vllm_run: Path) -> None:
+    manifest = json.loads((vllm_run / "manifest.json").read_text())
+    decision = json.loads((vllm_run / "decision.json").read_text())
+    assert manifest["complete"] and manifest["failures"] == 0, manifest
+    assert set(manifest["rows_by_source"]) == SIX and manifest["rows_by_source"]["hermes_fc"] == 3
+    applied = manifest["settings_from_decision"]
+    assert applied["chosen_arm"] == decision["chosen_arm"]
+    assert applied["max_running_requests"] == decision["engine_settings"]["max_running_requests"]
+    assert manifest["engine_capacity"] == applied["max_running_requests"]
+    assert (vllm_run / "failures.jsonl").read_text() == ""
+    rows = pq.read_table(sorted((vllm_run / "generations").glob("part-*.parquet"))).to_pandas()
+    assert (rows.completion_tokens > 0).all()
+
+
+def test_the_report_shows_the_measured_arms(vllm_run: Path) -> None:
+    decide_page = (vllm_run / "report" / "02_decide_mtp.html").read_text()
+    assert "n-gram k=3" in decide_page and "plain decoding" in decide_page
+
+
+@pytest.fixture(scope="module")
+def ngram_run(tmp_path_factory: pytest.TempPathFactory, demo_model: Path) -> Path:
+    """Stage 3 with n-gram speculation on (no decision), then stage 4."""
+    tmp = tmp_path_factory.mktemp("vllm-ngram")
+    path = demo_vllm(
+        tmp,
+        demo_model,
+        "ngram",
+        generate={
+            "use_decision": False,
+            "concurrency": 8,
+            "shard_rows": 6,
+            # no seed: vLLM's CPU build kills its engine on seeded requests under speculation
+            "sampling": {"max_tokens": 32, "temperature": 0.7, "top_p": 0.95},
+        },
+        engine={"speculative": {"algorithm": "NGRAM", "num_steps": 3}, "max_running_requests": 8},
+    )
+    for stage in ("generate", "analyse"):
+        done = kit(stage, str(path))
+        assert done.returncode == 0, done.stderr[-4000:]
+    return path
+
+
+def test_stage4_shows_the_accept_length_of_a_speculative_run(ngram_run: Path) -> None:
+    run = ngram_run.parent / "outputs" / "ngram"
+    metrics = pd.read_parquet(run / "metrics.parquet")
+    assert metrics.accept_length.dropna().between(1.0, 4.0).all() and metrics.accept_length.notna().any()
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["health"]["accept_length_mean"] > 1.0
+    assert json.loads((run / "manifest.json").read_text())["failures"] == 0
+
+
+def test_bad_engine_input_is_one_clear_message_and_loses_nothing(ngram_run: Path, tmp_path: Path) -> None:
+    run = ngram_run.parent / "outputs" / "ngram"
+    shards = sorted((run / "generations").glob("part-*.parquet"))
+    shards[-1].rename(tmp_path / shards[-1].name)  # rows left to do, so a server must start
+    kept = {p.name: p.read_bytes() for p in shards[:-1]}
+    params = yaml.safe_load(ngram_run.read_text())
+
+    def attempt(name: str, engine: dict, sampling: dict | None = None) -> str:
+        bad = {**params, "engine": {**params["engine"], **engine}}
+        bad["generate"] = {
+            **params["generate"],
+            "sampling": {**params["generate"]["sampling"], **(sampling or {})},
+        }
+        path = tmp_path / f"{name}.yaml"
+        path.write_text(yaml.safe_dump(bad))
+        done = kit("generate", str(path))
+        assert done.returncode == 2, (name, done.stdout[-2000:], done.stderr[-2000:])
+        assert "Traceback" not in done.stderr, done.stderr[-3000:]
+        return done.stderr
+
+    err = attempt("parser", {"tool_call_parser": "no_such_parser"})
+    assert "'no_such_parser' is not offered" in err and "hermes" in err
+    err = attempt("no-vllm", {"python": sys.executable})
+    assert "vllm is not installed in" in err
+    err = attempt("seeded", {}, {"seed": 0})
+    assert "CPU Generator does not use offset" in err and "generate.sampling.seed" in err
+    now = {p.name: p.read_bytes() for p in (run / "generations").glob("part-*.parquet")}
+    assert now == kept, "the shards already written are untouched"
+
+    fresh = {**params, "run": "rejected-spec"}
+    fresh["engine"] = {
+        **params["engine"],
+        "speculative": {"algorithm": "MTP", "num_steps": 2},
+    }  # no MTP heads
+    path = tmp_path / "rejected.yaml"
+    path.write_text(yaml.safe_dump(fresh))
+    done = kit("generate", str(path))
+    head, _, tail = done.stderr.partition("last 30 lines of")
+    assert done.returncode == 2 and "Traceback" not in head, done.stderr[-3000:]
+    assert "exited with code" in head and tail.strip(), done.stderr[-3000:]
