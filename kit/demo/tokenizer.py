@@ -96,13 +96,17 @@ CHAT_TEMPLATE = r"""
 `enable_thinking` (on by default; off pre-fills an empty think block in the generation prompt)."""
 
 
-def train_tokenizer(texts: Iterable[str], vocab_size: int = 2048):
-    """Train a byte-level BPE on `texts`; returns a PreTrainedTokenizerFast with the chat template."""
+def train_tokenizer(texts: Iterable[str], vocab_size: int = 2048, individual_digits: bool = False):
+    """Train a byte-level BPE on `texts`; returns a PreTrainedTokenizerFast with the chat template.
+
+    `individual_digits`: every digit its own token, as in Qwen's tokenizers (numbers stay well formed)."""
     from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
     tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    byte_level = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    digits = [pre_tokenizers.Digits(individual_digits=True)] if individual_digits else []
+    tok.pre_tokenizer = pre_tokenizers.Sequence([*digits, byte_level])
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size,

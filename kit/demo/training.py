@@ -1,10 +1,11 @@
-"""Training the demo models: conversations tokenized, packed into rows, loss on the completions only.
+"""Training the demo model: conversations tokenized, packed into rows, loss weighted to the completions.
 
 Each conversation is its prompt as the chat template writes it for a request (so the model meets
-exactly what an engine will send it) followed by its completion. Completion tokens carry the full
-loss, prompt tokens a smaller weight (they still teach words and JSON, from the tool schemas).
-Whole conversations are packed into rows of one length (first fit, longest first), so no tool
-list is cut from the call that reads it.
+what an engine will send it) followed by its completion. Completion tokens carry the full loss,
+prompt tokens a small weight. A prompt longer than `window` tokens keeps only its last `window`
+tokens: the user's request and the end of the tool list, which is what the answer reads; the
+whole tool list twice over (system prompt and template) would triple the cost of a tool call.
+Conversations are packed whole into rows of one length (first fit, longest first).
 """
 
 from __future__ import annotations
@@ -13,29 +14,39 @@ import random
 
 from kit.demo.corpus import Example, render
 
+Encoded = list[tuple[list[int], int]]
+"""Per conversation: token ids (prompt then completion) and the number of prompt tokens."""
 
-def encode(corpus: list[Example], tokenizer) -> list[tuple[list[int], int]]:
-    """Each conversation as (token ids of prompt + completion, number of prompt tokens)."""
+
+def encode(corpus: list[Example], tokenizer, window: int, length: int) -> Encoded:
+    """Each conversation's ids, its prompt cut from the left to `window` tokens and to fit `length`."""
     prompts, completions = zip(*(render(ex, tokenizer) for ex in corpus), strict=True)
     prompt_ids = tokenizer(list(prompts), add_special_tokens=False)["input_ids"]
     completion_ids = tokenizer(list(completions), add_special_tokens=False)["input_ids"]
-    return [(p + c, len(p)) for p, c in zip(prompt_ids, completion_ids, strict=True)]
+    out = []
+    for p, c in zip(prompt_ids, completion_ids, strict=True):
+        keep = min(len(p), window, length - len(c))
+        if keep > 0:
+            out.append((p[len(p) - keep :] + c, keep))
+    return out
 
 
-def pack(encoded: list[tuple[list[int], int]], pad_id: int, prompt_weight: float, multiple: int = 64):
+def pack(encoded: Encoded, pad_id: int, prompt_weight: float, length: int):
     """Token ids and loss weights, two [rows, length] tensors: whole conversations packed first fit."""
     import torch
 
-    length = -(-max(len(ids) for ids, _ in encoded) // multiple) * multiple
     rows: list[tuple[list[int], list[float]]] = []
+    room: list[int] = []
     for ids, n_prompt in sorted(encoded, key=lambda e: -len(e[0])):
         weights = [prompt_weight] * n_prompt + [1.0] * (len(ids) - n_prompt)
-        row = next((r for r in rows if len(r[0]) + len(ids) <= length), None)
-        if row is None:
-            rows.append((list(ids), weights))
-        else:
-            row[0].extend(ids)
-            row[1].extend(weights)
+        i = next((i for i, free in enumerate(room) if free >= len(ids)), None)
+        if i is None:
+            rows.append(([], []))
+            room.append(length)
+            i = len(rows) - 1
+        rows[i][0].extend(ids)
+        rows[i][1].extend(weights)
+        room[i] -= len(ids)
     inputs = torch.full((len(rows), length), pad_id)
     loss_weights = torch.zeros((len(rows), length))
     for i, (ids, weights) in enumerate(rows):
@@ -55,24 +66,13 @@ def weighted_loss(model, ids, weights):
 
 
 def train(
-    model,
-    encoded,
-    *,
-    steps: int,
-    seed: int,
-    pad_id: int,
-    desc: str,
-    quiet: bool,
-    batch: int = 2,
-    lr: float = 5e-3,
-    prompt_weight: float = 0.6,
+    model, inputs, weights, *, steps: int, seed: int, batch: int, lr: float, desc: str, quiet: bool
 ) -> float:
-    """AdamW with a one-cycle schedule over shuffled packed rows; returns the last step's loss."""
+    """AdamW with a one-cycle schedule over the shuffled packed rows; returns the last step's loss."""
     import torch
 
     from kit.progress import progress
 
-    inputs, weights = pack(encoded, pad_id, prompt_weight)
     order = list(range(len(inputs)))
     random.Random(seed).shuffle(order)
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01)
@@ -81,8 +81,8 @@ def train(
     loss_value = float("nan")
     bar = progress(range(steps), desc=desc, disable=quiet)
     for step in bar:
-        pick = [order[(step * batch + k) % len(order)] for k in range(batch)]
-        loss = weighted_loss(model, inputs[pick], weights[pick])
+        rows = [order[(step * batch + k) % len(order)] for k in range(batch)]
+        loss = weighted_loss(model, inputs[rows], weights[rows])
         opt.zero_grad()
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
