@@ -93,7 +93,8 @@ def generate(
 def check_sampling(params: RunParams) -> None:
     """Refuse, before any request, sampling settings the engine would reject, ignore or crash on."""
     from kit.engines.launcher import LAUNCHERS, discover
-    from kit.engines.settings import sampling_problems
+    from kit.engines.parsers import chat_template
+    from kit.engines.settings import sampling_problems, thinking_problem
     from kit.errors import ParamsError
 
     eng = params.engine
@@ -104,6 +105,9 @@ def check_sampling(params: RunParams) -> None:
         speculative=eng.speculative.algorithm is not None,
         distribution=launcher.distribution if launcher else None,
     )
+    thinking = thinking_problem(params.generate.sampling, chat_template(params.model.path))
+    if thinking:
+        problems.append(thinking)
     if problems:
         where = params.source_file or "the params"
         raise ParamsError(

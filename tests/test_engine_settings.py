@@ -176,6 +176,31 @@ def test_request_fields_per_flavor() -> None:
     assert "top_k" not in tf and "presence_penalty" not in tf
     assert json.loads(tf["generation_config"]) == {"eos_token_id": 2, "top_k": 20, "min_p": 0.0}
     (problem,) = sampling_problems("transformers", s)
-    assert problem.startswith("generate.sampling.presence_penalty: transformers serve ignores it")
+    assert problem.startswith("generate.sampling.presence_penalty: transformers serve rejects it")
+    (problem,) = sampling_problems("transformers", SamplingParams(frequency_penalty=0.5))
+    assert "repetition_penalty" in problem
     assert sampling_problems("vllm", s) == []
     assert request_fields("vllm", SamplingParams()) == {"temperature": 0.7, "top_p": 1.0}
+
+
+QWEN3_SWITCH = (
+    "{%- if enable_thinking is defined and enable_thinking is false %}"
+    "{{- '<think>\\n\\n</think>\\n\\n' }}{%- endif %}"
+)
+DEEPSEEK_V31_SWITCH = "{% if thinking %}{{'<think>'}}{% else %}{{'</think>'}}{% endif %}"
+
+
+def test_the_thinking_switch_is_read_from_the_chat_template() -> None:
+    from kit.engines.parsers import thinking_switch
+    from kit.engines.settings import thinking_problem
+    from kit.params import SamplingParams
+
+    assert thinking_switch(QWEN3_SWITCH) == "enable_thinking"
+    assert thinking_switch(DEEPSEEK_V31_SWITCH) == "thinking"
+    assert thinking_switch("{{ messages[0].content }} thinking about it") is None, "text, not a variable"
+    assert thinking_switch(None) is None
+    on = SamplingParams(thinking=True)
+    assert thinking_problem(on, QWEN3_SWITCH) is None
+    assert thinking_problem(SamplingParams(), "{{ x }}") is None, "unset: nothing to check"
+    assert thinking_problem(on, "{{ x }}").startswith("generate.sampling.thinking: ")
+    assert thinking_problem(on, None) is None, "no template to read: left to the engine"

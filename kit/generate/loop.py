@@ -21,6 +21,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+import orjson
+
 from kit.engines.client import RequestRejected, TransientEngineError
 from kit.generate.completions import not_a_completion
 from kit.generate.metrics import Timeline
@@ -60,6 +62,10 @@ class GenerationLoop:
     sampling_hash: str
     context_limit: int | None = None
     """The model's context length; longer prompts are failures, not requests."""
+    fields: dict[str, Any] = field(default_factory=dict)
+    """Request fields for this engine (`settings.request_fields`); the seed is set per sample."""
+    max_tokens_by_source: dict[str, int] = field(default_factory=dict)
+    """Output budgets of the sources that set their own (`data.sources[].max_tokens`)."""
     stats: LoopStats = field(default_factory=LoopStats)
 
     async def run(self, items: Iterator[dict[str, Any]], total: int, concurrency: int) -> LoopStats:
@@ -140,14 +146,14 @@ class GenerationLoop:
 
     async def _send(self, client: Any, item: dict[str, Any]) -> Any:
         s = self.params.sampling
+        fields = self.fields
+        if s.seed is not None:
+            fields = {**fields, "seed": s.seed + item["sample_index"]}
         return await client.chat(
             item["messages"],
             tools=item["tools_list"],
-            max_tokens=s.max_tokens,
-            temperature=s.temperature,
-            top_p=s.top_p,
-            stop=s.stop or None,
-            seed=None if s.seed is None else s.seed + item["sample_index"],
+            max_tokens=self.max_tokens_by_source.get(item["source"], s.max_tokens),
+            fields=fields,
         )
 
     def _row(self, item: dict[str, Any], r: Any) -> dict[str, Any]:
@@ -159,6 +165,9 @@ class GenerationLoop:
             "messages": item["messages"],
             "tools": item["tools"],
             "completion": r.text,
+            "reasoning": r.reasoning,
+            "tool_calls": orjson.dumps(r.tool_calls).decode() if r.tool_calls else None,
+            "reasoning_tokens": r.reasoning_tokens,
             "finish_reason": r.finish_reason,
             "prompt_tokens": r.prompt_tokens,
             "completion_tokens": r.completion_tokens,

@@ -9,6 +9,7 @@ from typing import Any
 
 from kit.asyncrun import run_coroutine, stop_signals
 from kit.engines import start_server
+from kit.engines.settings import run_request_fields
 from kit.errors import ModelDirError
 from kit.generate.lock import RunLock
 from kit.generate.loop import GenerationLoop, sampling_identity
@@ -228,6 +229,10 @@ def _run_loop(  # noqa: ANN001, ANN202
                     sampling_json=sampling_json,
                     sampling_hash=sampling_hash,
                     context_limit=context_limit(params),
+                    fields=run_request_fields(params),
+                    max_tokens_by_source={
+                        src.name: src.max_tokens for src in params.data.sources if src.max_tokens
+                    },
                 )
                 stats = await loop.run(
                     iter_items(todo, work), total=len(work), concurrency=min(conc, len(work))

@@ -41,6 +41,9 @@ from kit.runfolder import atomic_path, write_text_atomic
 log = logging.getLogger(__name__)
 
 MESSAGE = pa.struct([("role", pa.string()), ("content", pa.string())])
+ROW_SCHEMA_VERSION = 2
+"""Part of the run's identity: rows of two schemas never share a run folder. 2 added
+`reasoning`, `tool_calls` and `reasoning_tokens` (readers take their absence as null)."""
 ROW_SCHEMA = pa.schema(
     [
         ("id", pa.string()),
@@ -50,9 +53,12 @@ ROW_SCHEMA = pa.schema(
         ("messages", pa.list_(MESSAGE)),
         ("tools", pa.string()),
         ("completion", pa.string()),
+        ("reasoning", pa.string()),
+        ("tool_calls", pa.string()),
         ("finish_reason", pa.string()),
         ("prompt_tokens", pa.int64()),
         ("completion_tokens", pa.int64()),
+        ("reasoning_tokens", pa.int64()),
         ("latency_s", pa.float64()),
         ("ttft_s", pa.float64()),
         ("accept_length", pa.float64()),

@@ -19,7 +19,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from kit.errors import ParamsError, RunFolderError
-from kit.generate.store import now_utc, row_id
+from kit.generate.store import ROW_SCHEMA_VERSION, now_utc, row_id
 from kit.params import RunParams
 from kit.runfolder import RunFolder, read_json, write_json_atomic
 
@@ -33,15 +33,21 @@ def data_hash(params: RunParams) -> str:
 
 
 def engine_identity(params: RunParams) -> dict[str, Any]:
-    """What makes rows comparable: engine flavor, model (with its config's hash) and speculation."""
+    """What makes rows comparable: engine flavor, model (with its config's hash), speculation,
+    thinking on or off, the parsers that split reasoning and tool calls out, and the row schema."""
     cfg = Path(params.model.path) / "config.json"
     cfg_hash = hashlib.sha256(cfg.read_bytes()).hexdigest()[:16] if cfg.is_file() else None
-    spec = params.engine.speculative.model_dump(mode="json", exclude_none=True)
+    eng = params.engine
+    spec = eng.speculative.model_dump(mode="json", exclude_none=True)
     return {
-        "flavor": params.engine.flavor,
+        "flavor": eng.flavor,
         "model": str(params.model.path),
         "model_config_hash": cfg_hash,
         "speculative": spec or None,
+        "thinking": params.generate.sampling.thinking,
+        "tool_call_parser": eng.tool_call_parser,
+        "reasoning_parser": eng.reasoning_parser,
+        "row_schema": ROW_SCHEMA_VERSION,
     }
 
 
@@ -76,6 +82,13 @@ def check_identity(folder: RunFolder, identity: dict[str, Any]) -> None:
         return
     old = read_json(path)
     changed = [k for k in identity if old.get(k) != identity[k]]
+    if "row_schema" in changed:
+        raise RunFolderError(
+            f"{folder.root} holds rows of another row schema (version {old.get('row_schema') or 1}; "
+            f"this kit writes version {identity['row_schema']}, with reasoning and tool_calls columns): "
+            "one run never mixes the two. Use a new run name, or pass --fresh to archive the earlier "
+            "outputs and start anew (they stay readable)."
+        )
     if changed:
         details = "; ".join(f"{k}: {old.get(k)!r} -> {identity[k]!r}" for k in changed)
         raise RunFolderError(
