@@ -204,3 +204,15 @@ def test_the_thinking_switch_is_read_from_the_chat_template() -> None:
     assert thinking_problem(SamplingParams(), "{{ x }}") is None, "unset: nothing to check"
     assert thinking_problem(on, "{{ x }}").startswith("generate.sampling.thinking: ")
     assert thinking_problem(on, None) is None, "no template to read: left to the engine"
+
+
+@pytest.mark.parametrize(("template", "switch"), [(QWEN3_JSON, "enable_thinking"), ("{{ messages }}", None)])
+def test_the_probe_says_whether_thinking_can_be_switched(tmp_path: Path, template: str, switch: str) -> None:
+    from types import SimpleNamespace
+
+    from kit.probe.recommend import _parsers
+
+    (tmp_path / "chat_template.jinja").write_text(template)
+    found = _parsers(SimpleNamespace(flavor="vllm", model_path=str(tmp_path)))
+    assert found["thinking_switch"] == switch
+    assert ("set generate.sampling.thinking" in found["thinking_note"]) is bool(switch)

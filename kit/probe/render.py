@@ -80,6 +80,8 @@ def _settings_lines(rec: dict[str, Any]) -> list[str]:
     lines.append(
         f"- parsers: tool-call parser {tool or 'none'}, reasoning parser {reasoning or 'none'} ({why})"
     )
+    if rec.get("thinking_note"):
+        lines.append(f"- thinking: {rec['thinking_note']}")
     available = {True: "yes", False: "no"}.get(spec.get("available"), "unknown")
     lines.append(f"- speculation available: {available} ({spec.get('why', 'unknown')})")
     return lines
