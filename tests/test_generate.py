@@ -10,6 +10,7 @@ import sys
 import time
 from pathlib import Path
 
+import datasets
 import psutil
 import pyarrow.parquet as pq
 import pytest
@@ -180,10 +181,21 @@ def test_overlong_prompt_is_a_failure_row_and_the_run_completes(write_params, tm
 
 def test_changed_sampling_refuses_to_mix_and_fresh_archives(write_params):
     from kit import stages
+    from kit.generate.work import IDENTITY_FILE
 
     params = load_params(write_params("mix", counts={"metamathqa": 2, "codefeedback": 2}))
     first = stages.generate(params)
     assert first["complete"] and first["rows"] == 4
+    folder = RunFolder(params.run_dir)
+    ds = datasets.load_dataset("parquet", data_files=[str(p) for p in folder.shard_paths()], split="train")
+    assert {"reasoning", "tool_calls", "reasoning_tokens"} <= set(ds.column_names)
+    identity_file = folder.generations / IDENTITY_FILE
+    current = json.loads(identity_file.read_text())
+    older = {k: v for k, v in current.items() if k != "row_schema"}  # as a kit before schema 2 wrote it
+    identity_file.write_text(json.dumps(older))
+    with pytest.raises(RunFolderError, match="another row schema .*--fresh"):
+        stages.generate(params)
+    identity_file.write_text(json.dumps(current))
     sampling = params.generate.sampling.model_copy(update={"temperature": 0.1})
     changed = params.model_copy(
         update={"generate": params.generate.model_copy(update={"sampling": sampling})}
