@@ -10,6 +10,7 @@ stage 4 has an accept length to show. Bad engine input ends in one clear message
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -25,6 +26,10 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
 SIX = {"infinity_instruct", "webinstructsub", "codefeedback", "metamathqa", "hermes_fc", "agentinstruct"}
 
 
+TOOL_BUDGET = 96
+"""Output tokens of the Hermes source (a per-source max_tokens): room for a whole <tool_call>."""
+
+
 def demo_vllm(tmp: Path, demo_model: Path, run: str, **override: dict) -> Path:
     """params/demo-vllm.yaml shrunk, its paths absolute, written to `tmp`; returns the file."""
     params = yaml.safe_load((REPO / "params" / "demo-vllm.yaml").read_text())
@@ -38,6 +43,8 @@ def demo_vllm(tmp: Path, demo_model: Path, run: str, **override: dict) -> Path:
     for s in params["data"]["sources"]:
         s["count"] = 3
         s["data_files"] = [str(tmp / "data" / Path(f).name) for f in s["data_files"]]
+        if s["name"] == "hermes_fc":
+            s["max_tokens"] = TOOL_BUDGET
     params["decide"].update(concurrencies=[1, 8], num_prompts=8, max_tokens=32, spec_steps=[1, 3])
     params["generate"]["sampling"]["max_tokens"] = 32
     for section, values in override.items():
@@ -102,6 +109,43 @@ def test_the_report_shows_the_measured_arms(vllm_run: Path) -> None:
     assert "n-gram k=3" in decide_page and "plain decoding" in decide_page
 
 
+QWEN_SAMPLING = {"top_k": 20, "min_p": 0.05, "presence_penalty": 0.5, "repetition_penalty": 1.05}
+"""Sampling settings beyond OpenAI's, as Qwen's model cards recommend them (values changed a little)."""
+
+
+def rows_of(run: Path) -> pd.DataFrame:
+    return pq.read_table(sorted((run / "generations").glob("part-*.parquet"))).to_pandas()
+
+
+def offered_names(tools: str | None) -> set[str]:
+    return {(t.get("function") or t).get("name") for t in json.loads(tools or "[]")}
+
+
+def test_parsers_split_reasoning_and_tool_calls_out_of_real_answers(vllm_run: Path) -> None:
+    """Stage 3 with the parsers the chat template calls for (auto): vLLM's qwen3 reasoning parser
+    and Hermes tool-call parser; the rows keep what they split out."""
+    argv = (vllm_run / "logs" / "server-0.log").read_text().splitlines()[0]
+    assert "--reasoning-parser qwen3" in argv and "--tool-call-parser hermes" in argv
+    rows = rows_of(vllm_run)
+    thought = rows[rows.reasoning.notna()]
+    assert len(thought), "the demo model thinks on some prompts"
+    assert (thought.reasoning.str.strip().str.len() > 0).all()
+    assert not rows.completion.str.contains("<think>|</think>").any(), "reasoning left the content"
+    hermes = rows[rows.source == "hermes_fc"]
+    parsed = hermes[hermes.tool_calls.notna()]
+    assert len(parsed) >= len(hermes) / 2, hermes[["completion", "tool_calls", "finish_reason"]]
+    for _, row in parsed.iterrows():
+        calls = json.loads(row.tool_calls)
+        assert calls and row.finish_reason == "tool_calls" and "<tool_call>" not in row.completion
+        for call in calls:
+            assert call["function"]["name"] in offered_names(row.tools)
+            assert isinstance(json.loads(call["function"]["arguments"]), dict)
+    assert rows[rows.source != "hermes_fc"].tool_calls.isna().all()
+    summary = json.loads((vllm_run / "summary.json").read_text())
+    assert summary["reasoning"]["from_parser"] == len(thought)
+    assert summary["tool_calls"]["parsed_by_engine"] == len(parsed) and summary["tool_calls"]["broken"] == 0
+
+
 @pytest.fixture(scope="module")
 def ngram_run(tmp_path_factory: pytest.TempPathFactory, demo_model: Path) -> Path:
     """Stage 3 with n-gram speculation on (no decision), then stage 4."""
@@ -115,14 +159,53 @@ def ngram_run(tmp_path_factory: pytest.TempPathFactory, demo_model: Path) -> Pat
             "concurrency": 8,
             "shard_rows": 6,
             # no seed: vLLM's CPU build kills its engine on seeded requests under speculation
-            "sampling": {"max_tokens": 32, "temperature": 0.7, "top_p": 0.95},
+            "sampling": {
+                "max_tokens": 32,
+                "temperature": 0.7,
+                "top_p": 0.95,
+                **QWEN_SAMPLING,
+                "chat_template_kwargs": {"enable_thinking": True},
+            },
         },
-        engine={"speculative": {"algorithm": "NGRAM", "num_steps": 3}, "max_running_requests": 8},
+        engine={
+            "speculative": {"algorithm": "NGRAM", "num_steps": 3},
+            "max_running_requests": 8,
+            # the same demo run with the parsers off: the model's <think> and <tool_call> text stays
+            # in `completion`; the engine logs each request's body and sampling params
+            "tool_call_parser": None,
+            "reasoning_parser": None,
+            "extra_args": ["--dtype", "float32", "--enforce-eager", "--enable-log-requests"],
+            "env": {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_LOGGING_LEVEL": "DEBUG"},
+        },
     )
     for stage in ("generate", "analyse"):
         done = kit(stage, str(path))
         assert done.returncode == 0, done.stderr[-4000:]
     return path
+
+
+def test_without_parsers_the_text_stays_in_the_completion(ngram_run: Path) -> None:
+    run = ngram_run.parent / "outputs" / "ngram"
+    rows = rows_of(run)
+    assert rows.reasoning.isna().all() and rows.tool_calls.isna().all()
+    assert rows.completion.str.contains("<think>").any()
+    hermes = rows[rows.source == "hermes_fc"]
+    assert hermes.completion.str.contains("<tool_call>").sum() >= len(hermes) / 2, hermes.completion
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["reasoning"]["from_text"] > 0, "stage 4 finds the <think> blocks in the text"
+    assert summary["tool_calls"]["in_text"] > 0 and summary["tool_calls"]["parsed_by_engine"] == 0
+
+
+def test_sampling_fields_reach_the_engine(ngram_run: Path) -> None:
+    """Checked in vLLM's own request log: the body it parsed and the SamplingParams it made."""
+    log = (ngram_run.parent / "outputs" / "ngram" / "logs" / "server-0.log").read_text()
+    assert '"chat_template_kwargs":{"enable_thinking":true}' in log.replace(" ", "")
+    params = [line for line in log.splitlines() if "Received request" in line and "SamplingParams" in line]
+    assert params, log[-3000:]
+    for field, value in QWEN_SAMPLING.items():
+        assert all(f"{field}={value}" in line for line in params), (field, params[0])
+    budgets = {int(m) for line in params for m in re.findall(r"max_tokens=(\d+)", line)}
+    assert budgets == {32, TOOL_BUDGET}, "the Hermes source has its own max_tokens"
 
 
 def test_stage4_shows_the_accept_length_of_a_speculative_run(ngram_run: Path) -> None:
