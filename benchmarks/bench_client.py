@@ -213,8 +213,8 @@ def kit_generate_command(work: Path, url: str, n: int, c: int) -> list[str]:
     sys.path.insert(0, str(ROOT / "benchmarks"))
     from bench_generate import prompts_table
 
-    from kit.generate.work import data_hash
     from kit.params import load_params
+    from kit.prompts.prompt_set import data_hash
     from kit.runfolder import RunFolder
 
     (work / "model").mkdir(parents=True, exist_ok=True)

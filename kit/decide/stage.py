@@ -27,6 +27,7 @@ from kit.decide.profile_budget import ProfilePlan, plan_cpu_profile
 from kit.decide.sweep import run_sweep
 from kit.errors import CostModelError
 from kit.params import RunParams
+from kit.prompts.prompt_set import ensure_prompts
 from kit.runfolder import RunFolder, read_json, write_json_atomic
 
 log = logging.getLogger(__name__)
@@ -37,8 +38,6 @@ CPU_NOMINAL = cm.Hardware(bandwidth_Bps=20e9, flops_bf16=200e9, memory_bytes=16e
 
 def sweep_prompts(params: RunParams, folder: RunFolder) -> list[dict[str, Any]]:
     """A fixed, seeded sample of the planned prompts for every arm of the sweep."""
-    from kit.generate.work import ensure_prompts
-
     table = ensure_prompts(params, folder)
     order = list(range(table.num_rows))
     random.Random(params.data.seed).shuffle(order)  # shuffle positions: only the sample is materialised

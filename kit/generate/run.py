@@ -20,15 +20,14 @@ from kit.generate.work import (
     archive_outputs,
     check_identity,
     count_by,
-    data_hash,
     engine_identity,
-    ensure_prompts,
     iter_items,
     parse_shard,
     pending_items,
     record_identity,
 )
 from kit.params import GenerateParams, RunParams
+from kit.prompts.prompt_set import data_hash, ensure_prompts
 from kit.runfolder import RunFolder, disk_full_is_a_message, write_json_atomic
 
 log = logging.getLogger(__name__)

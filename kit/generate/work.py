@@ -1,4 +1,4 @@
-"""What is left to do in a run: its identity, the frozen prompt set, and the pending work items.
+"""What is left to do in a run: its identity, --fresh archiving, --shard, and the pending work items.
 
 Kept apart from the loop so that resuming stays a cheap question: only the ids of finished rows
 are read, and work items are materialised a batch at a time.
@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import logging
 import shutil
 import zlib
 from collections.abc import Iterator
@@ -24,12 +23,6 @@ from kit.params import RunParams
 from kit.runfolder import RunFolder, read_json, write_json_atomic
 
 IDENTITY_FILE = "_run.json"
-log = logging.getLogger(__name__)
-
-
-def data_hash(params: RunParams) -> str:
-    text = json.dumps(params.data.model_dump(mode="json"), sort_keys=True)
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 def engine_identity(params: RunParams) -> dict[str, Any]:
@@ -161,33 +154,6 @@ def iter_items(prompts: pa.Table, work: list[tuple[int, int]], batch: int = 512)
                 "tools_list": json.loads(tools) if tools else None,
                 "prompt_tokens": row.get("prompt_tokens"),
             }
-
-
-def ensure_prompts(params: RunParams, folder: RunFolder) -> pa.Table:
-    """The frozen prompt set: reused when the data params are unchanged, else planned anew."""
-    from kit.prompts.fixtures import write_fixtures
-    from kit.prompts.plan import build_plan, read_prompts
-
-    stamp = folder.root / "prompts.hash"
-    wanted = data_hash(params)
-    stamped = stamp.read_text().strip() if stamp.exists() else None
-    if folder.prompts.exists() and stamped == wanted:
-        return read_prompts(folder.prompts)
-    if folder.shard_paths():
-        if stamped != wanted:
-            raise RunFolderError(
-                f"the data section of the params changed but {folder.generations} already holds rows of "
-                "the old prompt plan. Use a new run name, or pass --fresh to archive them and start anew."
-            )
-        log.warning(
-            "%s is missing; planning again from the same data params (same seed, same ids)", folder.prompts
-        )
-    if params.data.demo_fixtures is not None and not any(Path(params.data.demo_fixtures).glob("*.jsonl")):
-        write_fixtures(Path(params.data.demo_fixtures))
-    stamp.unlink(missing_ok=True)  # a plan that fails half-way leaves no stamp claiming it
-    build_plan(params.data, Path(params.model.path), folder.prompts, folder.plan)
-    stamp.write_text(wanted)
-    return read_prompts(folder.prompts)
 
 
 def count_by(table: pa.Table, column: str) -> dict[str, int]:
