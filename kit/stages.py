@@ -19,14 +19,18 @@ from kit.runfolder import RunFolder, read_json, write_text_atomic
 log = logging.getLogger(__name__)
 
 
+def run_folder(params: RunParams) -> RunFolder:
+    """The run folder of `params` (`outputs/<run>/`), without creating anything."""
+    return RunFolder(Path(params.run_dir))
+
+
 def prepare(params: RunParams) -> RunFolder:
     """Create the run folder, save the resolved params (an earlier, different copy is kept
     as `params.<n>.yaml`), and build the demo model when the params ask for it."""
-    folder = RunFolder(Path(params.run_dir)).ensure()
+    folder = run_folder(params).ensure()
     text = dump_params(params)
     if folder.params.exists() and folder.params.read_text() != text:
-        n = 1 + len(list(folder.root.glob("params.*.yaml")))
-        folder.params.rename(folder.root / f"params.{n}.yaml")
+        folder.params.rename(folder.earlier_params_copy(1 + len(folder.earlier_params())))
     if not folder.params.exists():
         write_text_atomic(folder.params, text)
     _ensure_model(params)
@@ -123,4 +127,4 @@ def analyse(params: RunParams) -> dict[str, Any]:
     return analyse_run(folder, params.analyse)
 
 
-__all__ = ["prepare", "probe", "decide", "generate", "analyse"]
+__all__ = ["run_folder", "prepare", "probe", "decide", "generate", "analyse"]

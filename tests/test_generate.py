@@ -181,7 +181,6 @@ def test_overlong_prompt_is_a_failure_row_and_the_run_completes(write_params, tm
 
 def test_changed_sampling_refuses_to_mix_and_fresh_archives(write_params):
     from kit import stages
-    from kit.generate.work import IDENTITY_FILE
 
     params = load_params(write_params("mix", counts={"metamathqa": 2, "codefeedback": 2}))
     first = stages.generate(params)
@@ -189,7 +188,7 @@ def test_changed_sampling_refuses_to_mix_and_fresh_archives(write_params):
     folder = RunFolder(params.run_dir)
     ds = datasets.load_dataset("parquet", data_files=[str(p) for p in folder.shard_paths()], split="train")
     assert {"reasoning", "tool_calls", "reasoning_tokens"} <= set(ds.column_names)
-    identity_file = folder.generations / IDENTITY_FILE
+    identity_file = folder.identity
     current = json.loads(identity_file.read_text())
     older = {k: v for k, v in current.items() if k != "row_schema"}  # as a kit before schema 2 wrote it
     identity_file.write_text(json.dumps(older))

@@ -126,3 +126,94 @@ def test_the_checks_see_a_violation() -> None:
     assert "kit.generate.run" in modules and "kit.decide.stage" in modules
     probe_imports = {i.target for i in imports_of("kit.stages", modules["kit.stages"], modules)}
     assert {"kit.probe", "kit.generate"} <= probe_imports
+
+
+# ---- one owner for the run folder's paths ----------------------------------------------------
+PATH_CALLS = {"glob", "rglob", "with_name", "joinpath", "with_suffix"}
+NAME_PARTS = (
+    "part-",
+    "manifest-",
+    "metrics-",
+    ".generate",
+    "params.",
+    ".crc32",
+    ".unreadable",
+    ".ipynb",
+    ".html",
+)
+"""Pieces of the names RunFolder makes from a tag, a number or a stem (part-s0of2-00001.parquet, ...)."""
+NOT_RUN_FOLDER = {
+    ("kit.notebooks", "notebooks"): "the repository's stage notebooks, which papermill executes",
+    ("kit.notebooks", "*.ipynb"): "the same",
+    ("kit.analyse.health", "metrics.parquet"): "a label in summary.json: where the timeline came from",
+}
+"""Literals that look like run-folder names but are not paths into a run folder."""
+
+
+def artifact_names() -> tuple[set[str], set[str]]:
+    """(file names, folder names) that RunFolder gives a run's artifacts, read off an instance."""
+    from kit.runfolder import RunFolder
+
+    folder = RunFolder(Path("run"))
+    paths = [getattr(folder, a) for a in dir(RunFolder) if isinstance(getattr(RunFolder, a), property)]
+    paths += [folder.shards.corrupt, folder.shards.duplicate, folder.shard(0, 2).manifest]
+    paths = [p for p in paths if isinstance(p, Path)]
+    return {p.name for p in paths if "." in p.name}, {p.name for p in paths if "." not in p.name}
+
+
+def literal_text(node: ast.AST) -> str | None:
+    """The literal characters of a string or f-string node (an f-string's fields as '*')."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return node.value
+    if isinstance(node, ast.JoinedStr):
+        return "".join(v.value if isinstance(v, ast.Constant) else "*" for v in node.values)
+    return None
+
+
+def docstrings(tree: ast.AST) -> set[int]:
+    found = set()
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if isinstance(body, list) and body and isinstance(body[0], ast.Expr):
+            found.add(id(body[0].value))
+    return found
+
+
+def path_literals(tree: ast.AST) -> list[tuple[int, str]]:
+    """String literals used as a path: after `/`, or passed to glob / with_name / joinpath."""
+    found = []
+    for node in ast.walk(tree):
+        parts: list[ast.AST] = []
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div):
+            parts = [node.right]
+        elif (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr in PATH_CALLS
+        ):
+            parts = list(node.args)
+        found += [(node.lineno, t) for t in map(literal_text, parts) if t is not None]
+    return found
+
+
+def test_run_folder_paths_come_from_runfolder() -> None:
+    """No module but kit/runfolder.py names an artifact of the run folder: each is a RunFolder property."""
+    files, folders = artifact_names()
+    wrong = []
+    for name, path in kit_modules().items():
+        if name == "kit.runfolder":
+            continue
+        tree = ast.parse(path.read_text(), str(path))
+        skip = docstrings(tree)
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Constant) and node.value in files and id(node) not in skip:
+                if (name, node.value) not in NOT_RUN_FOLDER:
+                    wrong.append(f"{name} line {node.lineno}: {node.value!r}")
+        for line, text in path_literals(tree):
+            if (name, text) in NOT_RUN_FOLDER:
+                continue
+            if text in files | folders or any(piece in text for piece in NAME_PARTS):
+                wrong.append(f"{name} line {line}: path {text!r}")
+    assert not wrong, "run-folder paths named outside kit/runfolder.py:\n" + "\n".join(wrong)
+    assert {"probe.json", "prompts.hash", "_run.json", "step_profile.parquet", "manifest-s0of2.json"} <= files
+    assert {"archive", "corrupt", "report", "generations"} <= folders

@@ -339,7 +339,7 @@ def test_index_of_a_run_with_no_stage_says_what_is_missing(tmp_path: Path) -> No
     folder = RunFolder(tmp_path / "empty").ensure()
     answers = run_answers(folder)
     assert [a.status for a in answers] == ["missing"] * 6
-    page = index_html(folder.root, [])
+    page = index_html(folder, [])
     for said in ("stage 1 has not run", "stage 2 has not run", "stage 3 has not run", "not rendered"):
         assert said in page
     assert "<img" not in page and readability_problems(page) == []

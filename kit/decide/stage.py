@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
+import yaml
 
 from kit.arch import arch_from_config, load_arch
 from kit.decide import costmodel as cm
@@ -85,7 +86,7 @@ def _cpu_profile(params: RunParams, folder: RunFolder) -> tuple[pd.DataFrame | N
     if plan.mode == "skipped":
         return None, plan
     profile = profile_steps(cfg, grid, device="cpu", n_layers=plan.profiler_layers)
-    profile.to_parquet(folder.root / "step_profile.parquet", index=False)
+    profile.to_parquet(folder.step_profile, index=False)
     return profile, plan
 
 
@@ -159,21 +160,28 @@ def _note_profile_plan(decision: dict[str, Any], plan: ProfilePlan | None) -> No
 
 
 # ---- display (notebook 02) ---------------------------------------------------
-def speculation_name(params: RunParams) -> str:
-    """What the run's speculative arms are called: MTP, n-gram, EAGLE, draft model."""
+def speculation_name(folder: RunFolder) -> str:
+    """What the run's speculative arms are called (MTP, n-gram, EAGLE, draft model), from its
+    params.yaml (MTP when unreadable)."""
     from kit.decide.decision import spec_name
 
-    spec = params.engine.speculative
-    return spec_name(spec.algorithm, spec.draft_model_path is not None)
+    try:
+        spec = ((yaml.safe_load(folder.params.read_text()) or {}).get("engine") or {}).get(
+            "speculative"
+        ) or {}
+        return spec_name(spec.get("algorithm"), spec.get("draft_model_path") is not None)
+    except (OSError, yaml.YAMLError, AttributeError, KeyError):
+        return "MTP"
 
 
-def decision_markdown(decision: dict[str, Any], params: RunParams | None = None) -> str:
+def decision_markdown(folder: RunFolder) -> str:
     """The decision first (what was chosen, measured or predicted, by how much), then the reasons,
     warnings and the engine settings stage 3 takes."""
     from kit.decide.verdict import decision_answer
     from kit.display import human_name
 
-    answer = decision_answer(decision, speculation_name(params) if params else "MTP")
+    decision = read_json(folder.decision)
+    answer = decision_answer(decision, speculation_name(folder))
     lines = [f"## Decision: {answer.headline}", "", answer.detail, "", "**Why**", ""]
     lines += [f"- {r}" for r in decision["reasons"]]
     lines += [f"- **warning:** {w}" for w in decision.get("warnings") or []]
@@ -214,13 +222,12 @@ BESIDE_COLUMNS = {
 }
 
 
-def decision_tables(params: RunParams) -> list[Any]:
+def decision_tables(folder: RunFolder) -> list[Any]:
     """Notebook 02's tables for reading: predicted beside measured, the measured sweep, arms not measured."""
     from kit.decide.verdict import arm_label
     from kit.display import signed_percent, table
 
-    folder = RunFolder(Path(params.run_dir))
-    name = speculation_name(params)
+    name = speculation_name(folder)
     tables = []
     if folder.decision.exists():
         t = pd.DataFrame(read_json(folder.decision)["table"])
@@ -249,15 +256,27 @@ def decision_tables(params: RunParams) -> list[Any]:
     return tables
 
 
-def decision_figures(params: RunParams, decision: dict[str, Any]) -> list[Any]:
+def decision_figures(folder: RunFolder) -> list[Any]:
     """The figures of notebook 02 as images with alt text, also saved as PNG under figures/."""
     from kit.decide.plots import decision_figures as make
     from kit.display import figure_image
 
-    folder = RunFolder(Path(params.run_dir))
     folder.figures.mkdir(parents=True, exist_ok=True)
     images = []
-    for stem, (fig, alt) in make(decision, speculation_name(params)).items():
-        fig.savefig(folder.figures / f"decide_{stem}.png", dpi=110, bbox_inches="tight")
+    for stem, (fig, alt) in make(read_json(folder.decision), speculation_name(folder)).items():
+        fig.savefig(folder.figure(f"decide_{stem}"), dpi=110, bbox_inches="tight")
         images.append(figure_image(fig, alt))
     return images
+
+
+def mtp_worth(folder: RunFolder) -> Any:
+    """What the model's MTP heads would be worth (kit.decide.worth) for this run, or a line saying
+    why it cannot be computed."""
+    from IPython.display import Markdown
+
+    from kit.decide.worth import worth_for_run
+
+    band = worth_for_run(folder)
+    if band is None:
+        return Markdown("*What MTP would be worth: not computed (the model or decision.json is unreadable).*")
+    return band

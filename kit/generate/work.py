@@ -18,11 +18,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from kit.errors import ParamsError, RunFolderError
-from kit.generate.store import ROW_SCHEMA_VERSION, now_utc, row_id
+from kit.generate.store import ROW_SCHEMA_VERSION, row_id
 from kit.params import RunParams
-from kit.runfolder import RunFolder, read_json, write_json_atomic
-
-IDENTITY_FILE = "_run.json"
+from kit.runfolder import RunFolder, read_json, stamp, write_json_atomic
 
 
 def engine_identity(params: RunParams) -> dict[str, Any]:
@@ -46,18 +44,10 @@ def engine_identity(params: RunParams) -> dict[str, Any]:
 
 def archive_outputs(folder: RunFolder) -> Path | None:
     """Move earlier generation outputs into `archive/<timestamp>/` (nothing is deleted)."""
-    parts = [
-        folder.generations,
-        folder.failures,
-        folder.metrics,
-        folder.manifest,
-        folder.prompts,
-        folder.plan,
-    ]
-    present = [p for p in parts if p.exists()]
+    present = folder.generation_outputs()
     if not present:
         return None
-    dest = folder.root / "archive" / now_utc().strftime("%Y%m%dT%H%M%S")
+    dest = folder.archive / stamp()
     dest.mkdir(parents=True)
     for p in present:
         shutil.move(str(p), dest / p.name)
@@ -70,7 +60,7 @@ def check_identity(folder: RunFolder, identity: dict[str, Any]) -> None:
     Only a folder that holds results (shards, failures) is bound to its identity: a run that
     stopped before its first row (a plan that failed, a server that never started) binds nothing.
     """
-    path = folder.generations / IDENTITY_FILE
+    path = folder.identity
     if not path.exists() or not _holds_results(folder):
         return
     old = read_json(path)
@@ -92,7 +82,7 @@ def check_identity(folder: RunFolder, identity: dict[str, Any]) -> None:
 
 def record_identity(folder: RunFolder, identity: dict[str, Any]) -> None:
     """Bind the run folder to `identity`; called once the prompt plan exists, before the first row."""
-    path = folder.generations / IDENTITY_FILE
+    path = folder.identity
     if _holds_results(folder) and path.exists():
         return
     folder.generations.mkdir(parents=True, exist_ok=True)

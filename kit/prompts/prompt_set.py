@@ -31,7 +31,7 @@ def ensure_prompts(params: RunParams, folder: RunFolder) -> pa.Table:
     """The frozen prompt set: reused when the data params are unchanged, else planned anew."""
     from kit.prompts.fixtures import write_fixtures
 
-    stamp = folder.root / "prompts.hash"
+    stamp = folder.prompts_stamp
     wanted = data_hash(params)
     stamped = stamp.read_text().strip() if stamp.exists() else None
     if folder.prompts.exists() and stamped == wanted:
