@@ -71,7 +71,7 @@ def probe(params: ParamsArg, run: RunOpt = None) -> None:
 
     Prints every failed and warned finding with what to do; exits 4 on NO-GO, 0 on GO."""
     from kit import stages as st
-    from kit.probe.render import NO_GO_EXIT_CODE, verdict_text
+    from kit.probe.view import NO_GO_EXIT_CODE, verdict_text
 
     p = _load(params, run)
     report = st.probe(p)

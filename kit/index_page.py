@@ -11,7 +11,7 @@ from pathlib import Path
 
 import yaml
 
-from kit.decide.stage import speculation_name
+from kit.decide.run import speculation_name
 from kit.decide.verdict import decision_answer
 from kit.display import Answer, read_json_or_none, timestamp
 from kit.generate.verdict import (
@@ -22,7 +22,7 @@ from kit.generate.verdict import (
     load_snippet,
     throughput_answer,
 )
-from kit.probe.render import gpu_line, probe_answer
+from kit.probe.view import gpu_line, probe_answer
 from kit.runfolder import RunFolder
 
 STAGE_PAGES = {

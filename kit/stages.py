@@ -69,7 +69,7 @@ def _probe_report(params: RunParams, folder: RunFolder) -> dict[str, Any]:
 
 def decide(params: RunParams) -> dict[str, Any]:
     """Stage 2: measured sweep plus predicted curves; write decision.json (and sweep.parquet)."""
-    from kit.decide.stage import decide_stage
+    from kit.decide.run import decide_stage
 
     folder = prepare(params)
     return decide_stage(params, folder, _probe_report(params, folder))

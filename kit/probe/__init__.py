@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from kit.probe.checks import ProbeInputs, build_report
 from kit.probe.gpu import GpuFacts, lookup_datasheet
-from kit.probe.render import probe_tables, verdict_markdown
-from kit.probe.report import ProbeInputs, build_report
+from kit.probe.view import probe_tables, verdict_markdown
 from kit.runfolder import RunFolder, write_json_atomic
 
 if TYPE_CHECKING:
