@@ -11,8 +11,8 @@ from pathlib import Path
 
 import yaml
 
-from kit.decide.run import speculation_name
 from kit.decide.verdict import decision_answer
+from kit.decide.view import speculation_name
 from kit.display import Answer, read_json_or_none, timestamp
 from kit.generate.verdict import (
     data_answer,

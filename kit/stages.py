@@ -69,10 +69,10 @@ def _probe_report(params: RunParams, folder: RunFolder) -> dict[str, Any]:
 
 def decide(params: RunParams) -> dict[str, Any]:
     """Stage 2: measured sweep plus predicted curves; write decision.json (and sweep.parquet)."""
-    from kit.decide.run import decide_stage
+    from kit.decide.run import run_decision
 
     folder = prepare(params)
-    return decide_stage(params, folder, _probe_report(params, folder))
+    return run_decision(params, folder, _probe_report(params, folder))
 
 
 def generate(

@@ -78,10 +78,10 @@ CELLS = [
         "code",
         "from pathlib import Path\nfrom IPython.display import display\n"
         "from kit.analyse import analyse_run, read_run, sample_browser\nfrom kit.runfolder import RunFolder\n"
-        "from kit.analyse.plots import summary_images\nfrom kit.analyse.tables import summary_display\n"
+        "from kit.analyse.view import analysis_figures, analysis_tables\n"
         "folder = RunFolder(Path(run_dir))\nsummary = analyse_run(folder)\n"
-        "for t in summary_display(summary):\n    display(t)\n"
-        "for image in summary_images(summary)[:3]:\n    display(image)",
+        "for t in analysis_tables(summary):\n    display(t)\n"
+        "for image in analysis_figures(summary)[:3]:\n    display(image)",
         [],
     ),
     (
