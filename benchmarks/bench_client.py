@@ -237,7 +237,7 @@ def kit_generate_command(work: Path, url: str, n: int, c: int) -> list[str]:
 def vllm_bench_command(work: Path, url: str, n: int, c: int, stream: bool) -> list[str]:
     tokenizer = work / "tokenizer"
     if not tokenizer.exists():
-        from kit.prompts.tiny_tokenizer import write_tokenizer
+        from kit.demo.tiny_tokenizer import write_tokenizer
 
         write_tokenizer(tokenizer)
     args = ["--backend", "openai-chat", "--base-url", url, "--endpoint", "/v1/chat/completions"]

@@ -158,8 +158,8 @@ def demo_assets(
     root: Annotated[Path, typer.Option(help="where to build them")] = Path(".cache/demo"),
 ) -> None:
     """Build the embedded demo model and the fixture data (no download)."""
+    from kit.demo.fixtures import write_fixtures
     from kit.demo.model import ensure_demo_model
-    from kit.prompts.fixtures import write_fixtures
 
     typer.echo(f"model: {ensure_demo_model(root / 'model')}")
     typer.echo(f"data: {root / 'data'} ({len(write_fixtures(root / 'data'))} sources)")

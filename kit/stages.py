@@ -34,6 +34,7 @@ def prepare(params: RunParams) -> RunFolder:
     if not folder.params.exists():
         write_text_atomic(folder.params, text)
     _ensure_model(params)
+    _ensure_demo_data(params)
     return folder
 
 
@@ -49,6 +50,15 @@ def _ensure_model(params: RunParams) -> None:
             f"model.path {path} {what}: point it at a local Hugging Face model directory "
             "(config.json, *.safetensors, tokenizer), or set model.demo: true for the embedded demo model"
         )
+
+
+def _ensure_demo_data(params: RunParams) -> None:
+    """Write the fixture datasets where `data.demo_fixtures` points, when none are there yet."""
+    where = params.data.demo_fixtures
+    if where is not None and not any(Path(where).glob("*.jsonl")):
+        from kit.demo.fixtures import write_fixtures
+
+        write_fixtures(Path(where))
 
 
 def probe(params: RunParams) -> dict[str, Any]:

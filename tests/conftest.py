@@ -26,7 +26,7 @@ def demo_model() -> Path:
 
 @pytest.fixture(scope="session")
 def fixture_data(tmp_path_factory) -> Path:
-    from kit.prompts.fixtures import write_fixtures
+    from kit.demo.fixtures import write_fixtures
 
     out = tmp_path_factory.mktemp("fixture-data")
     write_fixtures(out)

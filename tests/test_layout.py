@@ -80,6 +80,17 @@ def test_shared_modules_import_no_stage() -> None:
     assert not wrong, "a module shared by the stages imports a stage:\n" + "\n".join(wrong)
 
 
+def test_runtime_imports_no_demo_module() -> None:
+    """kit/demo/ (the demo model, fixture data, the test tokenizer) is reached only from the wiring that
+    builds the demo assets (kit.cli, kit.stages); the stages and shared modules run without it."""
+    wrong = [
+        str(i)
+        for i in all_imports()
+        if i.target.startswith("kit.demo") and not i.source.startswith("kit.demo") and i.source not in WIRING
+    ]
+    assert not wrong, "runtime code imports kit.demo:\n" + "\n".join(wrong)
+
+
 def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
     """The strongly connected components of more than one module (Tarjan)."""
     index: dict[str, int] = {}

@@ -29,8 +29,6 @@ def data_hash(params: RunParams) -> str:
 
 def ensure_prompts(params: RunParams, folder: RunFolder) -> pa.Table:
     """The frozen prompt set: reused when the data params are unchanged, else planned anew."""
-    from kit.prompts.fixtures import write_fixtures
-
     stamp = folder.prompts_stamp
     wanted = data_hash(params)
     stamped = stamp.read_text().strip() if stamp.exists() else None
@@ -45,8 +43,6 @@ def ensure_prompts(params: RunParams, folder: RunFolder) -> pa.Table:
         log.warning(
             "%s is missing; planning again from the same data params (same seed, same ids)", folder.prompts
         )
-    if params.data.demo_fixtures is not None and not any(Path(params.data.demo_fixtures).glob("*.jsonl")):
-        write_fixtures(Path(params.data.demo_fixtures))
     stamp.unlink(missing_ok=True)  # a plan that fails half-way leaves no stamp claiming it
     build_plan(params.data, Path(params.model.path), folder.prompts, folder.plan)
     stamp.write_text(wanted)
