@@ -74,7 +74,7 @@ def main(argv: list[str] | None = None) -> dict:
         json.dumps(
             {
                 "gpus": [d["name"] for d in report["gpus"]["devices"]],
-                "measured": report["gpus"]["torch"].get("measured"),
+                "measured": (report["gpus"]["torch"] or {}).get("measured"),
             },
             indent=1,
         )

@@ -138,9 +138,6 @@ class ShardView:
     def lock(self) -> Path:
         return self._tagged(".generate", ".lock")
 
-    def part(self, seq: int) -> Path:
-        return self.folder.shards.part(self.tag, seq)
-
 
 @dataclass(frozen=True)
 class RunFolder:

@@ -10,12 +10,12 @@ from pathlib import Path
 import pytest
 from fixtures_models import install_fake_sglang
 
+from kit.engines.launcher import parse_help
 from kit.probe.engine_env import (
     command_flags,
     engine_findings,
     inspect_engine_env,
     missing_flags,
-    parse_flags,
 )
 
 
@@ -83,7 +83,7 @@ def test_parse_flags_on_a_real_argparse_help() -> None:
     p.add_argument("--speculative-num-steps", type=int, help="see --speculative-algorithm too")
     p.add_argument("-t", "--tp-size")
     p.add_argument("--enable-metrics", action="store_true")
-    flags = parse_flags(p.format_help())
+    flags = parse_help(p.format_help()).flags
     assert flags == {
         "--help",
         "--speculative-num-steps",

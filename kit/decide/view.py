@@ -21,7 +21,7 @@ def speculation_name(folder: RunFolder) -> str:
             "speculative"
         ) or {}
         return spec_name(spec.get("algorithm"), spec.get("draft_model_path") is not None)
-    except (OSError, yaml.YAMLError, AttributeError, KeyError):
+    except (OSError, yaml.YAMLError, AttributeError):
         return "MTP"
 
 

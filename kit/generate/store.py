@@ -91,7 +91,6 @@ class ShardWriter:
     tag: str = ""
     buffer: list[dict[str, Any]] = field(default_factory=list)
     last_flush: float = field(default_factory=time.monotonic)
-    written_rows: int = 0
     max_pending: int = 2
 
     def __post_init__(self) -> None:
@@ -154,7 +153,6 @@ class ShardWriter:
                 pq.write_table(table, tmp, compression="zstd", write_page_checksum=True)
                 # the checksum lands before the shard: a visible shard always has its own
                 write_text_atomic(ShardFiles.checksum(target), checksum_of(tmp.read_bytes()))
-            self.written_rows += len(rows)
         for step in then:
             step()
         return target

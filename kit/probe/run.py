@@ -42,7 +42,8 @@ def inputs_from_params(params: RunParams, folder: RunFolder) -> ProbeInputs:
 def run_probe(params: RunParams, folder: RunFolder, *, gpus: list[GpuFacts] | None = None) -> dict[str, Any]:
     """Run every check, write `folder.probe` (probe.json) atomically and return the report.
 
-    `gpus` injects GPU facts (tests, re-runs); otherwise NVML, then torch in a child process.
+    `gpus`: GPU facts gathered elsewhere (another machine, a fabricated GPU in tests), used as they are
+    and torch is not asked; otherwise NVML, then torch in a child process.
     """
     from kit.engines.launcher import parse_help
     from kit.probe.recommend import recommended_commands
