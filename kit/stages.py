@@ -26,7 +26,7 @@ def run_folder(params: RunParams) -> RunFolder:
 
 def prepare(params: RunParams) -> RunFolder:
     """Create the run folder, save the resolved params (an earlier, different copy is kept
-    as `params.<n>.yaml`), and build the demo model when the params ask for it."""
+    as `params.<n>.yaml`), and build the demo model and fixture data when the params ask for them."""
     folder = run_folder(params).ensure()
     text = dump_params(params)
     if folder.params.exists() and folder.params.read_text() != text:
