@@ -176,7 +176,7 @@ def test_request_fields_per_flavor() -> None:
     assert "top_k" not in tf and "presence_penalty" not in tf
     assert json.loads(tf["generation_config"]) == {"eos_token_id": 2, "top_k": 20, "min_p": 0.0}
     (problem,) = sampling_problems("transformers", s)
-    assert problem.startswith("generate.sampling.presence_penalty: transformers serve rejects it")
+    assert problem.startswith("generate.sampling.presence_penalty: transformers serve ignores it")
     (problem,) = sampling_problems("transformers", SamplingParams(frequency_penalty=0.5))
     assert "repetition_penalty" in problem
     assert sampling_problems("vllm", s) == []
@@ -216,3 +216,31 @@ def test_the_probe_says_whether_thinking_can_be_switched(tmp_path: Path, templat
     found = _parsers(SimpleNamespace(flavor="vllm", model_path=str(tmp_path)))
     assert found["thinking_switch"] == switch
     assert ("set generate.sampling.thinking" in found["thinking_note"]) is bool(switch)
+
+
+def test_vllm_without_a_tool_parser_gets_tool_choice_none(tmp_path: Path) -> None:
+    """vLLM answers 400 to tools without a parser; `none` keeps the tools in the prompt."""
+    from kit.engines.settings import tool_request_fields
+
+    (tmp_path / "chat_template.jinja").write_text(QWEN3_JSON)
+
+    def fields(**engine: object) -> dict:
+        p = params(**engine)
+        return tool_request_fields(
+            p.model_copy(update={"model": p.model.model_copy(update={"path": tmp_path})})
+        )
+
+    assert fields(flavor="vllm") == {}, "auto: the template's parser (hermes) is on"
+    assert fields(flavor="vllm", tool_call_parser=None) == {"tool_choice": "none"}
+    assert fields(flavor="sglang", tool_call_parser=None) == {}
+    assert fields(flavor="transformers") == {}, "transformers serve rejects tool_choice"
+
+
+def test_min_p_under_vllm_speculation_is_refused() -> None:
+    from kit.engines.settings import sampling_problems
+    from kit.params import SamplingParams
+
+    s = SamplingParams(min_p=0.05)
+    (problem,) = sampling_problems("vllm", s, speculative=True)
+    assert problem.startswith("generate.sampling.min_p: vLLM rejects min_p under speculative decoding")
+    assert sampling_problems("vllm", s) == [] and sampling_problems("sglang", s, speculative=True) == []

