@@ -330,8 +330,8 @@ def run_matrix(args: argparse.Namespace, server: Nginx, work: Path) -> list[dict
         for stream in (False, True):
             for c in args.concurrency:
                 for client in args.clients:
-                    if client == "kit-generate" and stream:
-                        continue
+                    if (client == "kit-generate" or not args.streamed) and stream:
+                        continue  # stage 3 does not stream; --streamed 0 skips the streamed cells
                     n = args.streamed if stream else args.requests
                     r = one_cell(client, stream, c, n, server, work)
                     cells.append({"round": rnd, "client": client, "stream": stream, "c": c, "n": n, **r})
@@ -433,7 +433,7 @@ def main() -> None:
     ap.add_argument("--out", type=Path, help="append the results (markdown) to this file")
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--requests", type=int, default=20_000, help="requests per plain-JSON cell")
-    ap.add_argument("--streamed", type=int, default=5_000, help="requests per streamed cell")
+    ap.add_argument("--streamed", type=int, default=5_000, help="requests per streamed cell (0: none)")
     ap.add_argument("--memory-requests", type=int, default=100_000, help="0 skips the memory run")
     ap.add_argument("--concurrency", type=int, nargs="+", default=[64, 256, 1024])
     ap.add_argument("--clients", nargs="+", default=list(CLIENTS), choices=CLIENTS)
