@@ -122,6 +122,18 @@ def offered_names(tools: str | None) -> set[str]:
     return {(t.get("function") or t).get("name") for t in json.loads(tools or "[]")}
 
 
+def demo_model_version() -> int:
+    marker = REPO / ".cache" / "demo" / "model" / ".kit-demo-model.json"
+    return json.loads(marker.read_text()).get("version", 0) if marker.is_file() else 0
+
+
+thinking_demo = pytest.mark.skipif(
+    demo_model_version() < 4,
+    reason="the demo model answers with <think> blocks and <tool_call>s from version 4 on (issue 10)",
+)
+
+
+@thinking_demo
 def test_parsers_split_reasoning_and_tool_calls_out_of_real_answers(vllm_run: Path) -> None:
     """Stage 3 with the parsers the chat template calls for (auto): vLLM's qwen3 reasoning parser
     and Hermes tool-call parser; the rows keep what they split out."""
@@ -185,6 +197,7 @@ def ngram_run(tmp_path_factory: pytest.TempPathFactory, demo_model: Path) -> Pat
     return path
 
 
+@thinking_demo
 def test_without_parsers_the_text_stays_in_the_completion(ngram_run: Path) -> None:
     run = ngram_run.parent / "outputs" / "ngram"
     rows = rows_of(run)
