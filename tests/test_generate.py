@@ -26,11 +26,18 @@ LONGER = {s: 10 for s in ("infinity_instruct", "webinstructsub", "codefeedback",
 SLOW = {"shard_rows": 3, "shard_seconds": 2, "concurrency": 1, "sampling": {"max_tokens": 96, "seed": 0}}
 
 
+def _sigint_default() -> None:
+    """As from a terminal: a shell that starts pytest in the background leaves SIGINT ignored,
+    and an ignored SIGINT stays ignored in the kit (as `nohup` intends)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def kit_generate(params_file: Path, *extra: str, **kw) -> subprocess.Popen:
     log = open(params_file.with_suffix(".log"), "ab")
     return subprocess.Popen(
-        [*KIT, "generate", str(params_file), *extra], stdout=log, stderr=log, start_new_session=True, **kw
-    )
+        [*KIT, "generate", str(params_file), *extra],
+        stdout=log, stderr=log, start_new_session=True, preexec_fn=_sigint_default, **kw,
+    )  # fmt: skip
 
 
 def rows_of(folder: RunFolder) -> list[str]:
