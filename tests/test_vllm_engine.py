@@ -194,8 +194,8 @@ def test_bad_engine_input_is_one_clear_message_and_loses_nothing(ngram_run: Path
     kept = {p.name: p.read_bytes() for p in shards[:-1]}
     params = yaml.safe_load(ngram_run.read_text())
 
-    def attempt(name: str, engine: dict, sampling: dict | None = None) -> str:
-        bad = {**params, "engine": {**params["engine"], **engine}}
+    def attempt(name: str, engine: dict, sampling: dict | None = None, run: str | None = None) -> str:
+        bad = {**params, "run": run or params["run"], "engine": {**params["engine"], **engine}}
         bad["generate"] = {
             **params["generate"],
             "sampling": {**params["generate"]["sampling"], **(sampling or {})},
@@ -207,7 +207,8 @@ def test_bad_engine_input_is_one_clear_message_and_loses_nothing(ngram_run: Path
         assert "Traceback" not in done.stderr, done.stderr[-3000:]
         return done.stderr
 
-    err = attempt("parser", {"tool_call_parser": "no_such_parser"})
+    # a new run: in this one the parser is part of the rows' identity, and a change is refused as such
+    err = attempt("parser", {"tool_call_parser": "no_such_parser"}, run="bad-parser")
     assert "'no_such_parser' is not offered" in err and "hermes" in err
     err = attempt("no-vllm", {"python": sys.executable})
     assert "vllm is not installed in" in err
