@@ -213,8 +213,8 @@ def kit_generate_command(work: Path, url: str, n: int, c: int) -> list[str]:
     sys.path.insert(0, str(ROOT / "benchmarks"))
     from bench_generate import prompts_table
 
-    from kit.generate.work import data_hash
     from kit.params import load_params
+    from kit.prompts.prompt_set import data_hash
     from kit.runfolder import RunFolder
 
     (work / "model").mkdir(parents=True, exist_ok=True)
@@ -237,7 +237,7 @@ def kit_generate_command(work: Path, url: str, n: int, c: int) -> list[str]:
 def vllm_bench_command(work: Path, url: str, n: int, c: int, stream: bool) -> list[str]:
     tokenizer = work / "tokenizer"
     if not tokenizer.exists():
-        from kit.prompts.tiny_tokenizer import write_tokenizer
+        from kit.demo.tiny_tokenizer import write_tokenizer
 
         write_tokenizer(tokenizer)
     args = ["--backend", "openai-chat", "--base-url", url, "--endpoint", "/v1/chat/completions"]
@@ -330,8 +330,8 @@ def run_matrix(args: argparse.Namespace, server: Nginx, work: Path) -> list[dict
         for stream in (False, True):
             for c in args.concurrency:
                 for client in args.clients:
-                    if client == "kit-generate" and stream:
-                        continue
+                    if (client == "kit-generate" or not args.streamed) and stream:
+                        continue  # stage 3 does not stream; --streamed 0 skips the streamed cells
                     n = args.streamed if stream else args.requests
                     r = one_cell(client, stream, c, n, server, work)
                     cells.append({"round": rnd, "client": client, "stream": stream, "c": c, "n": n, **r})
@@ -433,7 +433,7 @@ def main() -> None:
     ap.add_argument("--out", type=Path, help="append the results (markdown) to this file")
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--requests", type=int, default=20_000, help="requests per plain-JSON cell")
-    ap.add_argument("--streamed", type=int, default=5_000, help="requests per streamed cell")
+    ap.add_argument("--streamed", type=int, default=5_000, help="requests per streamed cell (0: none)")
     ap.add_argument("--memory-requests", type=int, default=100_000, help="0 skips the memory run")
     ap.add_argument("--concurrency", type=int, nargs="+", default=[64, 256, 1024])
     ap.add_argument("--clients", nargs="+", default=list(CLIENTS), choices=CLIENTS)

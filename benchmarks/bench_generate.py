@@ -143,7 +143,7 @@ def bench_memory(tmp: Path, requests: int) -> dict:
         )
         folder = RunFolder(params.run_dir).ensure()
         pq.write_table(prompts_table(requests), folder.prompts)
-        from kit.generate.work import data_hash
+        from kit.prompts.prompt_set import data_hash
 
         (folder.root / "prompts.hash").write_text(data_hash(params))
         samples: list[tuple[float, float]] = []

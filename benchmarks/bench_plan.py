@@ -39,8 +39,8 @@ def main() -> None:
     if args.child:
         return _child(args)
     args.out.mkdir(parents=True, exist_ok=True)
-    from kit.prompts.fixtures import write_fixtures
-    from kit.prompts.tiny_tokenizer import write_tokenizer
+    from kit.demo.fixtures import write_fixtures
+    from kit.demo.tiny_tokenizer import write_tokenizer
 
     t0, c0 = time.perf_counter(), time.process_time()
     files = write_fixtures(args.out / "data", rows_per_source=args.rows)
@@ -81,8 +81,8 @@ def _child(args: argparse.Namespace) -> None:
     load_before = os.getloadavg()[0]
     t_import = time.perf_counter()
     import kit.prompts.plan as plan_mod
+    from kit.demo.fixtures import SOURCES, plan_sources_from_files
     from kit.params import DataParams
-    from kit.prompts.fixtures import SOURCES
     from kit.prompts.sampling import SourcePlan
     from kit.prompts.tokens import TokenCounter
 
@@ -93,7 +93,7 @@ def _child(args: argparse.Namespace) -> None:
     TokenCounter.__init__ = _timed(TokenCounter.__init__, spent, "tokenizer_load_s")
     files = {name: args.out / "data" / f"{name}.jsonl" for name in SOURCES}
     limit = None if args.no_tokenizer else args.max_prompt_tokens
-    data = DataParams(seed=0, max_prompt_tokens=limit, sources=plan_mod.plan_sources_from_files(files))
+    data = DataParams(seed=0, max_prompt_tokens=limit, sources=plan_sources_from_files(files))
     out = args.out / args.child
     t0, c0 = time.perf_counter(), time.process_time()
     result = plan_mod.build_plan(

@@ -151,7 +151,7 @@ def predictions(sweep: pd.DataFrame, cfg: dict, input_len: int, max_tokens: int)
     from kit.decide.fit import fit_to_sweep, predict_sweep
     from kit.decide.predict import Workload
     from kit.decide.profiler import ProfileGrid, calibrate, profile_steps
-    from kit.decide.stage import CPU_NOMINAL
+    from kit.decide.run import CPU_NOMINAL
 
     arch, work = arch_from_config(cfg), Workload(input_len, max_tokens, 0.9)
     grid = ProfileGrid(
@@ -212,7 +212,7 @@ def render(sweep: pd.DataFrame, raw: pd.DataFrame, pred: dict, meta: dict) -> st
 
 def main() -> None:
     from kit import stages
-    from kit.decide.stage import sweep_prompts
+    from kit.decide.run import sweep_prompts
     from kit.params import load_params
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)

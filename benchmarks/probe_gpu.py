@@ -22,7 +22,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from kit.probe import ProbeInputs, build_report, verdict_markdown  # noqa: E402
+from kit.probe import ProbeInputs, build_report, probe_verdict  # noqa: E402
 from kit.runfolder import write_json_atomic, write_text_atomic  # noqa: E402
 
 
@@ -68,13 +68,13 @@ def main(argv: list[str] | None = None) -> dict:
         ["python3", "benchmarks/probe_gpu.py", *(argv if argv is not None else sys.argv[1:])]
     )
     write_json_atomic(out / "probe.json", report)
-    write_text_atomic(out / "probe.md", verdict_markdown(report))
-    print(verdict_markdown(report))
+    write_text_atomic(out / "probe.md", probe_verdict(report))
+    print(probe_verdict(report))
     print(
         json.dumps(
             {
                 "gpus": [d["name"] for d in report["gpus"]["devices"]],
-                "measured": report["gpus"]["torch"].get("measured"),
+                "measured": (report["gpus"]["torch"] or {}).get("measured"),
             },
             indent=1,
         )

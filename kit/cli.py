@@ -71,13 +71,12 @@ def probe(params: ParamsArg, run: RunOpt = None) -> None:
 
     Prints every failed and warned finding with what to do; exits 4 on NO-GO, 0 on GO."""
     from kit import stages as st
-    from kit.probe.render import NO_GO_EXIT_CODE, verdict_text
-    from kit.runfolder import RunFolder
+    from kit.probe.view import NO_GO_EXIT_CODE, verdict_text
 
     p = _load(params, run)
     report = st.probe(p)
     typer.echo(verdict_text(report))
-    typer.echo(f"probe.json: {RunFolder(Path(p.run_dir)).probe}")
+    typer.echo(f"probe.json: {st.run_folder(p).probe}")
     if not report["summary"]["go"]:
         raise typer.Exit(NO_GO_EXIT_CODE)
 
@@ -148,7 +147,7 @@ def compare(
     for run_dir in (run_a, run_b):
         if not run_dir.is_dir():
             raise RunFolderError(f"{run_dir} is not a run folder: pass outputs/<run> of a generated run")
-    out = out or run_b / "compare"
+    out = out or RunFolder(run_b).comparisons
     table, _ = compare_runs(RunFolder(run_a), RunFolder(run_b), out_dir=out)
     typer.echo(table.to_string())
     typer.echo(f"figures: {out}")
@@ -158,13 +157,11 @@ def compare(
 def demo_assets(
     root: Annotated[Path, typer.Option(help="where to build them")] = Path(".cache/demo"),
 ) -> None:
-    """Build the embedded demo model, its draft model and the fixture data (no download)."""
-    from kit.demo.model import ensure_demo_draft_model, ensure_demo_model
-    from kit.prompts.fixtures import write_fixtures
+    """Build the embedded demo model and the fixture data (no download)."""
+    from kit.demo.fixtures import write_fixtures
+    from kit.demo.model import ensure_demo_model
 
-    model = ensure_demo_model(root / "model")
-    typer.echo(f"model: {model}")
-    typer.echo(f"draft: {ensure_demo_draft_model(root / 'draft', model)}")
+    typer.echo(f"model: {ensure_demo_model(root / 'model')}")
     typer.echo(f"data: {root / 'data'} ({len(write_fixtures(root / 'data'))} sources)")
 
 

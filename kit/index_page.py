@@ -12,6 +12,7 @@ from pathlib import Path
 import yaml
 
 from kit.decide.verdict import decision_answer
+from kit.decide.view import speculation_name
 from kit.display import Answer, read_json_or_none, timestamp
 from kit.generate.verdict import (
     data_answer,
@@ -21,7 +22,7 @@ from kit.generate.verdict import (
     load_snippet,
     throughput_answer,
 )
-from kit.probe.render import gpu_line, probe_answer
+from kit.probe.view import gpu_line, probe_answer
 from kit.runfolder import RunFolder
 
 STAGE_PAGES = {
@@ -40,6 +41,7 @@ STAGE_PAGES = {
         "lengths, truncation, quality flags, throughput over time, sample rows",
     ),
 }
+DECIDE_PAGE = "02_decide_mtp"
 INDEX_CSS = """
 body{font:15px/1.45 system-ui,sans-serif;max-width:84em;margin:1em auto;padding:0 1.2em;color:#1d1d1f}
 h1{font-size:1.6em;margin:.2em 0}.sub{color:#555;margin:.1em 0 .8em}
@@ -58,32 +60,19 @@ figcaption{font-size:.85em;color:#555}
 """
 
 
-def _page_item(stem: str, pages: dict[str, list[str]]) -> str:
+def _page_item(stem: str, pages: dict[str, tuple[Path, list[str]]]) -> str:
     title, what = STAGE_PAGES.get(stem, (stem, ""))
     if stem not in pages:
         why = "not rendered: the stage notebook has not run"
         return f"<li>{html.escape(title)}: <span class='warn'>{why}</span></li>"
-    remote = pages[stem]
+    page, remote = pages[stem]
     warn = (
         f" <span class='warn'>(fetches {len(remote)} resource(s) from the network: "
         f"{html.escape(', '.join(remote[:3]))})</span>"
         if remote
         else ""
     )
-    return f"<li><a href='{html.escape(stem)}.html'>{html.escape(title)}</a>: {html.escape(what)}{warn}</li>"
-
-
-def _speculation_name(folder: RunFolder) -> str:
-    """The label of the run's speculative arms, from params.yaml (MTP when unreadable)."""
-    from kit.decide.decision import spec_name
-
-    try:
-        spec = ((yaml.safe_load(folder.params.read_text()) or {}).get("engine") or {}).get(
-            "speculative"
-        ) or {}
-        return spec_name(spec.get("algorithm"), spec.get("draft_model_path") is not None)
-    except (OSError, yaml.YAMLError, AttributeError, KeyError):
-        return "MTP"
+    return f"<li><a href='{html.escape(page.name)}'>{html.escape(title)}</a>: {html.escape(what)}{warn}</li>"
 
 
 def run_answers(folder: RunFolder) -> list[Answer]:
@@ -99,7 +88,7 @@ def run_answers(folder: RunFolder) -> list[Answer]:
         worth = band.headline() if band else None
     return [
         probe_answer(read_json_or_none(folder.probe)),
-        decision_answer(decision, _speculation_name(folder), worth),
+        decision_answer(decision, speculation_name(folder), worth),
         generation_answer(folder, manifest),
         failure_answer(failures_by_reason(folder, summary)),
         throughput_answer(summary, manifest),
@@ -127,7 +116,7 @@ def _key_figure(folder: RunFolder) -> str:
 
     from kit.decide.plots import throughput_alt, throughput_curves
 
-    decision = {**decision, "speculation_name": _speculation_name(folder)}
+    decision = {**decision, "speculation_name": speculation_name(folder)}
     fig = Figure(figsize=(6.4, 3.8))
     throughput_curves(decision, fig.subplots())
     fig.tight_layout()
@@ -138,15 +127,14 @@ def _key_figure(folder: RunFolder) -> str:
         f"<figure><img alt='{html.escape(throughput_alt(decision), quote=True)}' "
         f"src='data:image/png;base64,{data}'><figcaption>Output tokens/s per arm and concurrency: "
         "measured by the sweep (points) and predicted by the cost model (dashed). "
-        "<a href='02_decide_mtp.html'>Decision page</a>.</figcaption></figure>"
+        f"<a href='{folder.report_page(DECIDE_PAGE).name}'>Decision page</a>.</figcaption></figure>"
     )
 
 
-def index_html(run_dir: Path, pages: list[tuple[Path, list[str]]]) -> str:
+def index_html(folder: RunFolder, pages: list[tuple[Path, list[str]]]) -> str:
     """The index page: the run's answers in sentences beside the key figure, then the stage pages."""
-    folder = RunFolder(Path(run_dir))
     answers = "".join(_answer_item(a, folder) for a in run_answers(folder))
-    by_stem = {p.stem: remote for p, remote in pages}
+    by_stem = {p.stem: (p, remote) for p, remote in pages}
     stems = list(STAGE_PAGES) + [s for s in by_stem if s not in STAGE_PAGES]
     links = "".join(_page_item(s, by_stem) for s in stems)
     gaps = (read_json_or_none(folder.summary) or {}).get("gaps") or []

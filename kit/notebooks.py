@@ -51,7 +51,7 @@ def execute_stage(params: RunParams, stage: str, folder: RunFolder) -> Path:
 
     name = STAGES[stage]
     src = notebooks_dir() / f"{name}.ipynb"
-    out = folder.notebooks / f"{name}.ipynb"
+    out = folder.notebook(name)
     out.parent.mkdir(parents=True, exist_ok=True)
     os.environ[PROGRESS_ENV] = "text"  # inherited by the kernel: text bars, not frozen widgets
     try:

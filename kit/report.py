@@ -22,7 +22,7 @@ from nbconvert import HTMLExporter
 
 from kit.errors import KitError
 from kit.index_page import index_html
-from kit.runfolder import write_text_atomic
+from kit.runfolder import RunFolder, write_text_atomic
 
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 OFFLINE_TEMPLATE = "kit_offline.html.j2"
@@ -146,8 +146,8 @@ def for_reading(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
     return nb
 
 
-def render_notebook(path: Path, out_dir: Path, hide_code: bool = True) -> tuple[Path, list[str]]:
-    """Render one executed notebook to `out_dir/<stem>.html` without CDN assets.
+def render_notebook(path: Path, target: Path, hide_code: bool = True) -> tuple[Path, list[str]]:
+    """Render one executed notebook to the HTML page `target` without CDN assets.
 
     Returns the HTML path and the URLs the page still fetches (from the notebook's own content,
     e.g. a remote image in a markdown cell), which the index lists as a warning.
@@ -159,23 +159,21 @@ def render_notebook(path: Path, out_dir: Path, hide_code: bool = True) -> tuple[
     body, _ = _exporter(hide_code).from_notebook_node(
         for_reading(nb), resources={"metadata": {"name": path.stem}}
     )
-    target = out_dir / f"{path.stem}.html"
     write_text_atomic(target, body)
     return target, network_references(body)
 
 
 def render_report(run_dir: Path, hide_code: bool = True) -> Path:
-    """Render run_dir/notebooks/*.ipynb into run_dir/report/ as offline HTML; write and return index.html."""
-    run_dir = Path(run_dir)
-    notebooks = sorted((run_dir / "notebooks").glob("*.ipynb"))
+    """Render the run's executed notebooks (notebooks/*.ipynb) into report/ as offline HTML; write
+    and return report/index.html."""
+    folder = RunFolder(Path(run_dir))
+    notebooks = folder.notebook_paths()
     if not notebooks:
         raise KitError(
-            f"no executed notebooks in {run_dir / 'notebooks'}: execute the stage notebooks first "
+            f"no executed notebooks in {folder.notebooks}: execute the stage notebooks first "
             "(papermill writes them there), then run `kit report` again"
         )
-    out_dir = run_dir / "report"
-    out_dir.mkdir(parents=True, exist_ok=True)
-    pages = [render_notebook(nb, out_dir, hide_code) for nb in notebooks]
-    index = out_dir / "index.html"
-    write_text_atomic(index, index_html(run_dir, pages))
-    return index
+    folder.report.mkdir(parents=True, exist_ok=True)
+    pages = [render_notebook(nb, folder.report_page(nb.stem), hide_code) for nb in notebooks]
+    write_text_atomic(folder.report_index, index_html(folder, pages))
+    return folder.report_index

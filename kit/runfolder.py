@@ -9,11 +9,13 @@ from __future__ import annotations
 import errno
 import json
 import os
+import re
 import shutil
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -54,9 +56,92 @@ def read_json(path: Path) -> Any:
         raise RunFolderError(f"{path} is not valid JSON ({e}); delete it and rerun the stage") from None
 
 
+SHARD_NAME = re.compile(r"part-(?:(?P<tag>s\d+of\d+)-)?(?P<seq>\d+)\.parquet$")
+"""A shard the kit wrote: `part-NNNNN.parquet`, or `part-s<i>of<N>-NNNNN.parquet` for `--shard i/N`."""
+
+
+def stamp() -> str:
+    """A UTC time for file names (archive folders, files set aside): 20261129T230800."""
+    return datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S")
+
+
+def unreadable_copy(path: Path) -> Path:
+    """Where a file that cannot be read is set aside: `<name>.unreadable-<time>` beside it."""
+    return path.with_name(f"{path.name}.unreadable-{stamp()}")
+
+
+@dataclass(frozen=True)
+class ShardFiles:
+    """The parquet shards in `generations/`: their names, checksum sidecars, and where a shard that
+    fails verification (`corrupt/`) or repeats another's ids (`duplicate/`) is set aside."""
+
+    directory: Path
+
+    def part(self, tag: str, seq: int) -> Path:
+        """Shard number `seq` of the session tagged `tag` ('' for a whole run)."""
+        return self.directory / f"part-{tag + '-' if tag else ''}{seq:05d}.parquet"
+
+    def parts(self) -> list[Path]:
+        """Every shard, kit-named or copied in, sorted by name."""
+        return sorted(self.directory.glob("part-*.parquet"))
+
+    @staticmethod
+    def seq_of(part: Path, tag: str) -> int:
+        """The sequence number of a shard of session `tag` (0 for another session's, or a foreign name)."""
+        m = SHARD_NAME.match(part.name)
+        return int(m["seq"]) if m and (m["tag"] or "") == tag else 0
+
+    @staticmethod
+    def kit_named(part: Path) -> bool:
+        return SHARD_NAME.match(part.name) is not None
+
+    @staticmethod
+    def checksum(part: Path) -> Path:
+        """The hidden sidecar that records a shard's size and CRC-32."""
+        return part.with_name(f".{part.name}.crc32")
+
+    def stale_temporaries(self, tag: str) -> list[Path]:
+        """Temporary files (of shards and of their checksums) a killed writer of session `tag` left;
+        other sessions' are left alone: they may be writing them right now."""
+        mine = f"part-{tag}-*.tmp" if tag else "part-[0-9]*.tmp"
+        return [p for pattern in (f".{mine}", f"..{mine}") for p in self.directory.glob(pattern)]
+
+    @property
+    def corrupt(self) -> Path:
+        return self.directory / "corrupt"
+
+    @property
+    def duplicate(self) -> Path:
+        return self.directory / "duplicate"
+
+
+@dataclass(frozen=True)
+class ShardView:
+    """The files of one `kit generate` session: the whole run (tag '') or a static shard (`--shard i/N`,
+    tag `s<i>of<N>`), so that shards of one plan write side by side into one run folder."""
+
+    folder: RunFolder
+    tag: str = ""
+
+    def _tagged(self, stem: str, suffix: str) -> Path:
+        return self.folder.root / (f"{stem}-{self.tag}{suffix}" if self.tag else f"{stem}{suffix}")
+
+    @property
+    def manifest(self) -> Path:
+        return self._tagged("manifest", ".json")
+
+    @property
+    def metrics(self) -> Path:
+        return self._tagged("metrics", ".parquet")
+
+    @property
+    def lock(self) -> Path:
+        return self._tagged(".generate", ".lock")
+
+
 @dataclass(frozen=True)
 class RunFolder:
-    """Paths of one run's artifacts (see DESIGN.md, 'Run folder')."""
+    """Paths of one run's artifacts: the one place their names are made (README, 'Run folder')."""
 
     root: Path
 
@@ -68,6 +153,13 @@ class RunFolder:
     @property
     def params(self) -> Path:
         return self.root / "params.yaml"
+
+    def earlier_params(self) -> list[Path]:
+        """Earlier, different params of this run, kept as `params.<n>.yaml`."""
+        return sorted(self.root.glob("params.*.yaml"))
+
+    def earlier_params_copy(self, n: int) -> Path:
+        return self.root / f"params.{n}.yaml"
 
     @property
     def probe(self) -> Path:
@@ -82,8 +174,18 @@ class RunFolder:
         return self.root / "sweep.parquet"
 
     @property
+    def step_profile(self) -> Path:
+        """Stage 2 on a CPU: the step-time profile its prediction is calibrated on."""
+        return self.root / "step_profile.parquet"
+
+    @property
     def prompts(self) -> Path:
         return self.root / "prompts.parquet"
+
+    @property
+    def prompts_stamp(self) -> Path:
+        """The hash of the data params `prompts.parquet` was planned from."""
+        return self.root / "prompts.hash"
 
     @property
     def plan(self) -> Path:
@@ -92,6 +194,18 @@ class RunFolder:
     @property
     def generations(self) -> Path:
         return self.root / "generations"
+
+    @property
+    def shards(self) -> ShardFiles:
+        return ShardFiles(self.generations)
+
+    def shard_paths(self) -> list[Path]:
+        return self.shards.parts()
+
+    @property
+    def identity(self) -> Path:
+        """What the rows of this run were made with (model, engine, sampling, plan): `_run.json`."""
+        return self.generations / "_run.json"
 
     @property
     def failures(self) -> Path:
@@ -105,6 +219,31 @@ class RunFolder:
     def metrics(self) -> Path:
         return self.root / "metrics.parquet"
 
+    def shard(self, index: int = 0, count: int = 1) -> ShardView:
+        """The files of session `--shard index/count` (the whole run when count is 1)."""
+        return ShardView(self, f"s{index}of{count}" if count > 1 else "")
+
+    @property
+    def lock(self) -> Path:
+        """Held by the `kit generate` writing here (shared by `--shard` sessions)."""
+        return self.shard().lock
+
+    def shard_locks(self) -> list[Path]:
+        """The lock files of `--shard` sessions."""
+        return sorted(self.root.glob(".generate-*.lock"))
+
+    def generation_outputs(self) -> list[Path]:
+        """Stage 3's outputs present now (every session's): what `--fresh` archives."""
+        parts = [self.generations, self.failures, self.prompts, self.plan, self.prompts_stamp]
+        parts += [self.manifest, *self.root.glob("manifest-*.json")]
+        parts += [self.metrics, *self.root.glob("metrics-*.parquet")]
+        return [p for p in parts if p.exists()]
+
+    @property
+    def archive(self) -> Path:
+        """Earlier outputs set aside by `--fresh`, one `<time>/` folder each."""
+        return self.root / "archive"
+
     @property
     def summary(self) -> Path:
         return self.root / "summary.json"
@@ -113,20 +252,40 @@ class RunFolder:
     def figures(self) -> Path:
         return self.root / "figures"
 
+    def figure(self, stem: str) -> Path:
+        return self.figures / f"{stem}.png"
+
     @property
     def notebooks(self) -> Path:
         return self.root / "notebooks"
+
+    def notebook(self, name: str) -> Path:
+        """The executed copy of stage notebook `name` (e.g. 01_probe_environment)."""
+        return self.notebooks / f"{name}.ipynb"
+
+    def notebook_paths(self) -> list[Path]:
+        return sorted(self.notebooks.glob("*.ipynb"))
 
     @property
     def report(self) -> Path:
         return self.root / "report"
 
     @property
+    def report_index(self) -> Path:
+        return self.report / "index.html"
+
+    def report_page(self, name: str) -> Path:
+        """The HTML page of executed notebook `name`."""
+        return self.report / f"{name}.html"
+
+    @property
+    def comparisons(self) -> Path:
+        """`kit compare`'s figures, by default in the second run's folder."""
+        return self.root / "compare"
+
+    @property
     def logs(self) -> Path:
         return self.root / "logs"
-
-    def shard_paths(self) -> list[Path]:
-        return sorted(self.generations.glob("part-*.parquet"))
 
 
 DISK_FULL = (errno.ENOSPC, errno.EDQUOT)

@@ -19,17 +19,22 @@ from kit.runfolder import RunFolder, read_json, write_text_atomic
 log = logging.getLogger(__name__)
 
 
+def run_folder(params: RunParams) -> RunFolder:
+    """The run folder of `params` (`outputs/<run>/`), without creating anything."""
+    return RunFolder(Path(params.run_dir))
+
+
 def prepare(params: RunParams) -> RunFolder:
     """Create the run folder, save the resolved params (an earlier, different copy is kept
-    as `params.<n>.yaml`), and build the demo model when the params ask for it."""
-    folder = RunFolder(Path(params.run_dir)).ensure()
+    as `params.<n>.yaml`), and build the demo model and fixture data when the params ask for them."""
+    folder = run_folder(params).ensure()
     text = dump_params(params)
     if folder.params.exists() and folder.params.read_text() != text:
-        n = 1 + len(list(folder.root.glob("params.*.yaml")))
-        folder.params.rename(folder.root / f"params.{n}.yaml")
+        folder.params.rename(folder.earlier_params_copy(1 + len(folder.earlier_params())))
     if not folder.params.exists():
         write_text_atomic(folder.params, text)
     _ensure_model(params)
+    _ensure_demo_data(params)
     return folder
 
 
@@ -45,6 +50,15 @@ def _ensure_model(params: RunParams) -> None:
             f"model.path {path} {what}: point it at a local Hugging Face model directory "
             "(config.json, *.safetensors, tokenizer), or set model.demo: true for the embedded demo model"
         )
+
+
+def _ensure_demo_data(params: RunParams) -> None:
+    """Write the fixture datasets where `data.demo_fixtures` points, when none are there yet."""
+    where = params.data.demo_fixtures
+    if where is not None and not any(Path(where).glob("*.jsonl")):
+        from kit.demo.fixtures import write_fixtures
+
+        write_fixtures(Path(where))
 
 
 def probe(params: RunParams) -> dict[str, Any]:
@@ -65,10 +79,10 @@ def _probe_report(params: RunParams, folder: RunFolder) -> dict[str, Any]:
 
 def decide(params: RunParams) -> dict[str, Any]:
     """Stage 2: measured sweep plus predicted curves; write decision.json (and sweep.parquet)."""
-    from kit.decide.stage import decide_stage
+    from kit.decide.run import run_decision
 
     folder = prepare(params)
-    return decide_stage(params, folder, _probe_report(params, folder))
+    return run_decision(params, folder, _probe_report(params, folder))
 
 
 def generate(
@@ -93,7 +107,8 @@ def generate(
 def check_sampling(params: RunParams) -> None:
     """Refuse, before any request, sampling settings the engine would reject, ignore or crash on."""
     from kit.engines.launcher import LAUNCHERS, discover
-    from kit.engines.settings import sampling_problems
+    from kit.engines.parsers import chat_template
+    from kit.engines.settings import sampling_problems, thinking_problem
     from kit.errors import ParamsError
 
     eng = params.engine
@@ -104,6 +119,9 @@ def check_sampling(params: RunParams) -> None:
         speculative=eng.speculative.algorithm is not None,
         distribution=launcher.distribution if launcher else None,
     )
+    thinking = thinking_problem(params.generate.sampling, chat_template(params.model.path))
+    if thinking:
+        problems.append(thinking)
     if problems:
         where = params.source_file or "the params"
         raise ParamsError(
@@ -119,4 +137,4 @@ def analyse(params: RunParams) -> dict[str, Any]:
     return analyse_run(folder, params.analyse)
 
 
-__all__ = ["prepare", "probe", "decide", "generate", "analyse"]
+__all__ = ["run_folder", "prepare", "probe", "decide", "generate", "analyse"]

@@ -1,4 +1,4 @@
-"""Shared fixtures: the embedded demo model and its draft (built once per machine), params files in tmp."""
+"""Shared fixtures: the embedded demo model (built once per machine), params files in tmp."""
 
 from __future__ import annotations
 
@@ -10,7 +10,6 @@ import yaml
 
 REPO = Path(__file__).resolve().parent.parent
 DEMO_MODEL = REPO / ".cache" / "demo" / "model"
-DEMO_DRAFT = REPO / ".cache" / "demo" / "draft"
 SOURCES = ["infinity_instruct", "webinstructsub", "codefeedback", "metamathqa", "hermes_fc", "agentinstruct"]
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -26,15 +25,8 @@ def demo_model() -> Path:
 
 
 @pytest.fixture(scope="session")
-def demo_draft_model(demo_model) -> Path:
-    from kit.demo.model import ensure_demo_draft_model
-
-    return ensure_demo_draft_model(DEMO_DRAFT, demo_model, quiet=True)
-
-
-@pytest.fixture(scope="session")
 def fixture_data(tmp_path_factory) -> Path:
-    from kit.prompts.fixtures import write_fixtures
+    from kit.demo.fixtures import write_fixtures
 
     out = tmp_path_factory.mktemp("fixture-data")
     write_fixtures(out)

@@ -97,7 +97,7 @@ def make_model_dir(
 @functools.cache
 def _tiny_tokenizer() -> Path:
     """The kit's tiny tokenizer, trained once per test process."""
-    from kit.prompts.tiny_tokenizer import write_tokenizer
+    from kit.demo.tiny_tokenizer import write_tokenizer
 
     out = Path(tempfile.mkdtemp(prefix="kit-tiny-tok-"))
     atexit.register(shutil.rmtree, out, True)

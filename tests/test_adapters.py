@@ -7,10 +7,10 @@ import json
 import datasets
 import pytest
 
+from kit.demo.fixture_text import AGENT_INSTRUCTIONS
+from kit.demo.fixtures import SOURCES, write_fixtures
 from kit.errors import DataError
 from kit.prompts import adapter_names, get_adapter
-from kit.prompts.fixture_text import AGENT_INSTRUCTIONS
-from kit.prompts.fixtures import SOURCES, write_fixtures
 
 N = 24
 

@@ -31,9 +31,9 @@ from fixtures_outputs import (  # noqa: E402
 from kit.analyse import analyse_run, compare_runs, load_generations, row_parts, sample_browser, split_think
 from kit.analyse.browser import static_table
 from kit.analyse.flags import compute_flags
-from kit.analyse.summary import read_run
+from kit.analyse.run import read_run
 from kit.analyse.tables import summary_tables
-from kit.generate.report import outputs_table
+from kit.generate.view import outputs_table
 from kit.runfolder import RunFolder
 
 

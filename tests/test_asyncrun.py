@@ -53,12 +53,16 @@ def test_kernel_interrupt_cancels_the_coroutine_and_runs_its_finally():
         run_coroutine(long_job())
 
     # A bare loop, as ipykernel runs cells: asyncio.run would install its own SIGINT handler.
+    # Python's own SIGINT handler, as in a kernel: a shell that starts pytest in the background
+    # (`make test &`) leaves SIGINT ignored, and interrupt_main then does nothing.
+    old = signal.signal(signal.SIGINT, signal.default_int_handler)
     loop = asyncio.new_event_loop()
     try:
         with pytest.raises(KeyboardInterrupt):
             loop.run_until_complete(notebook_cell())
     finally:
         loop.close()
+        signal.signal(signal.SIGINT, old)
     assert flushed == [True]
 
 

@@ -162,6 +162,93 @@ def test_sglang_answers_give_accept_length_server_info_and_metrics(split: int, s
     assert fake.bodies[1]["stream_options"] == {"include_usage": True}
 
 
+CALL_ARGS = '{"city": "Paris", "unit": "celsius"}'
+
+
+class ThinkingToolAnswers(FakeSGLang):
+    """Answers as an engine with its reasoning and tool-call parsers on: vLLM 0.32 names the
+    reasoning `reasoning`, SGLang and transformers serve `reasoning_content`; streamed tool calls
+    come as fragments (id and name once, the arguments in pieces)."""
+
+    def __init__(self, key: str, split: int = 0) -> None:
+        super().__init__(split)
+        self.key = key
+
+    async def chat(self, request: web.Request, body: dict[str, Any]) -> web.StreamResponse:
+        usage = {
+            "prompt_tokens": 9,
+            "completion_tokens": 20,
+            "completion_tokens_details": {"reasoning_tokens": 6},
+        }
+        call = {
+            "id": "call_1",
+            "type": "function",
+            "function": {"name": "get_weather", "arguments": CALL_ARGS},
+        }
+        if not body.get("stream"):
+            message = {"role": "assistant", "content": None, self.key: "The user wants weather.",
+                       "tool_calls": [call]}  # fmt: skip
+            choice = {"index": 0, "message": message, "finish_reason": "tool_calls"}
+            return web.json_response({"choices": [choice], "usage": usage})
+        pieces = [{"index": 0, "function": {"arguments": a}} for a in (CALL_ARGS[:9], CALL_ARGS[9:])]
+        first = {
+            "index": 0,
+            "id": "call_1",
+            "type": "function",
+            "function": {"name": "get_weather", "arguments": ""},
+        }
+        payload = sse(
+            {"choices": [{"index": 0, "delta": {"role": "assistant"}}]},
+            {"choices": [{"index": 0, "delta": {self.key: "The user "}}]},
+            {"choices": [{"index": 0, "delta": {self.key: "wants weather."}}]},
+            {"choices": [{"index": 0, "delta": {"tool_calls": [first]}}]},
+            *({"choices": [{"index": 0, "delta": {"tool_calls": [piece]}}]} for piece in pieces),
+            {"choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]},
+            {"choices": [], "usage": usage},
+        )  # fmt: skip
+        r = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await r.prepare(request)
+        step = self.split or len(payload)
+        for i in range(0, len(payload), step):
+            await r.write(payload[i : i + step])
+        await r.write_eof()
+        return r
+
+
+@pytest.mark.parametrize(("key", "split"), [("reasoning", 0), ("reasoning_content", 11)])
+def test_reasoning_and_tool_calls_are_kept_from_plain_and_streamed_answers(key: str, split: int) -> None:
+    async def test(c: EngineClient) -> None:
+        for stream in (False, True):
+            r = await c.chat(HELLO, max_tokens=20, stream=stream, tools=[{"type": "function"}])
+            assert r.text == "" and r.finish_reason == "tool_calls"
+            assert r.reasoning == "The user wants weather." and r.reasoning_tokens == 6
+            assert r.tool_calls == [
+                {
+                    "id": "call_1",
+                    "type": "function",
+                    "function": {"name": "get_weather", "arguments": CALL_ARGS},
+                }
+            ]
+            if stream:
+                assert r.ttft_s is not None, "the first reasoning chunk is the first token"
+
+    against(ThinkingToolAnswers(key, split), "vllm", test)
+
+
+def test_request_fields_are_sent_as_given() -> None:
+    """Sampling fields beyond the OpenAI set reach the engine (vLLM / SGLang take them)."""
+    fake = FakeSGLang()
+    fields = {"temperature": 0.6, "top_k": 20, "min_p": 0.0, "presence_penalty": 1.5,
+              "chat_template_kwargs": {"enable_thinking": False}}  # fmt: skip
+
+    async def test(c: EngineClient) -> None:
+        await c.chat(HELLO, max_tokens=7, fields=fields)
+
+    against(fake, "vllm", test)
+    assert fake.bodies[0] == {"model": "qwen", "messages": HELLO, "stream": False, "max_tokens": 7,
+                              "top_p": 1.0, **fields}  # fmt: skip
+
+
 def test_proxies_from_the_environment_are_bypassed_for_loopback(monkeypatch: pytest.MonkeyPatch) -> None:
     for var in ("HTTP_PROXY", "http_proxy", "HTTPS_PROXY", "ALL_PROXY"):
         monkeypatch.setenv(var, f"http://127.0.0.1:{free_port()}")  # nothing listens there

@@ -1,4 +1,4 @@
-"""Command builders of every engine flavor, pinned against the flags in reference/sglang.md."""
+"""Command builders of every engine flavor, pinned against the engines' flags (docs/engines.md)."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from kit.engines.commands import (
     speculation_unsupported,
     transformers_cli,
 )
-from kit.engines.launcher import Launcher, accepted_flags, adapt_flags
+from kit.engines.launcher import Launcher, adapt_flags, parse_help
 from kit.errors import EngineError, ParamsError
 from kit.params import RunParams
 
@@ -228,11 +228,11 @@ def test_adapt_flags_reports_unknown_flags_and_keeps_the_command_when_unknown() 
     assert adapt_flags(cmd, None) == (cmd, [])
 
 
-def test_accepted_flags_reads_a_help_text() -> None:
+def test_parse_help_reads_the_flags_of_a_help_text() -> None:
     text = """usage: launch_server.py [-h] --model-path MODEL_PATH [--tp-size TP_SIZE]
       --mamba-radix-cache-strategy {no_buffer,extra_buffer,extra_buffer_lazy}
       --enable-metrics      Enable log prometheus metrics. (see --tp-size)"""
-    assert accepted_flags(text) == {
+    assert parse_help(text).flags == {
         "--model-path",
         "--tp-size",
         "--mamba-radix-cache-strategy",

@@ -89,7 +89,7 @@ def test_seed_case_no_mtp_weights_on_eight_rtx_pro_6000(tmp_path, demo_model, fi
 
 
 def test_gpu_hardware_from_datasheet_then_measurement_then_a_clear_error():
-    from kit.decide.stage import _gpu_hardware
+    from kit.decide.run import _gpu_hardware
     from kit.errors import CostModelError
 
     gpus = [{"name": "NVIDIA Future GPU", "memory_total_bytes": 200 * 10**9}]

@@ -17,9 +17,9 @@ import pytest
 from engines import VLLM_PYTHON, engine_python
 
 from kit.demo.tokenizer import MARKUP_TOKENS
-from kit.prompts import fixture_text as text
+from kit.demo import fixture_text as text
 from kit.prompts.adapters import get_adapter
-from kit.prompts.fixtures import is_long, write_fixtures
+from kit.demo.fixtures import is_long, write_fixtures
 
 THINK_BLOCK = re.compile(r"<think>\n(.*?)\n</think>\n\n(.+)", re.S)
 TOOL_CALL = re.compile(r"<tool_call>\n(.*?)\n</tool_call>", re.S)

@@ -177,5 +177,70 @@ def test_request_fields_per_flavor() -> None:
     assert json.loads(tf["generation_config"]) == {"eos_token_id": 2, "top_k": 20, "min_p": 0.0}
     (problem,) = sampling_problems("transformers", s)
     assert problem.startswith("generate.sampling.presence_penalty: transformers serve ignores it")
+    (problem,) = sampling_problems("transformers", SamplingParams(frequency_penalty=0.5))
+    assert "repetition_penalty" in problem
     assert sampling_problems("vllm", s) == []
     assert request_fields("vllm", SamplingParams()) == {"temperature": 0.7, "top_p": 1.0}
+
+
+QWEN3_SWITCH = (
+    "{%- if enable_thinking is defined and enable_thinking is false %}"
+    "{{- '<think>\\n\\n</think>\\n\\n' }}{%- endif %}"
+)
+DEEPSEEK_V31_SWITCH = "{% if thinking %}{{'<think>'}}{% else %}{{'</think>'}}{% endif %}"
+
+
+def test_the_thinking_switch_is_read_from_the_chat_template() -> None:
+    from kit.engines.parsers import thinking_switch
+    from kit.engines.settings import thinking_problem
+    from kit.params import SamplingParams
+
+    assert thinking_switch(QWEN3_SWITCH) == "enable_thinking"
+    assert thinking_switch(DEEPSEEK_V31_SWITCH) == "thinking"
+    assert thinking_switch("{{ messages[0].content }} thinking about it") is None, "text, not a variable"
+    assert thinking_switch(None) is None
+    on = SamplingParams(thinking=True)
+    assert thinking_problem(on, QWEN3_SWITCH) is None
+    assert thinking_problem(SamplingParams(), "{{ x }}") is None, "unset: nothing to check"
+    assert thinking_problem(on, "{{ x }}").startswith("generate.sampling.thinking: ")
+    assert thinking_problem(on, None) is None, "no template to read: left to the engine"
+
+
+@pytest.mark.parametrize(("template", "switch"), [(QWEN3_JSON, "enable_thinking"), ("{{ messages }}", None)])
+def test_the_probe_says_whether_thinking_can_be_switched(tmp_path: Path, template: str, switch: str) -> None:
+    from types import SimpleNamespace
+
+    from kit.probe.recommend import _parsers
+
+    (tmp_path / "chat_template.jinja").write_text(template)
+    found = _parsers(SimpleNamespace(flavor="vllm", model_path=str(tmp_path)))
+    assert found["thinking_switch"] == switch
+    assert ("set generate.sampling.thinking" in found["thinking_note"]) is bool(switch)
+
+
+def test_vllm_without_a_tool_parser_gets_tool_choice_none(tmp_path: Path) -> None:
+    """vLLM answers 400 to tools without a parser; `none` keeps the tools in the prompt."""
+    from kit.engines.settings import tool_request_fields
+
+    (tmp_path / "chat_template.jinja").write_text(QWEN3_JSON)
+
+    def fields(**engine: object) -> dict:
+        p = params(**engine)
+        return tool_request_fields(
+            p.model_copy(update={"model": p.model.model_copy(update={"path": tmp_path})})
+        )
+
+    assert fields(flavor="vllm") == {}, "auto: the template's parser (hermes) is on"
+    assert fields(flavor="vllm", tool_call_parser=None) == {"tool_choice": "none"}
+    assert fields(flavor="sglang", tool_call_parser=None) == {}
+    assert fields(flavor="transformers") == {}, "transformers serve rejects tool_choice"
+
+
+def test_min_p_under_vllm_speculation_is_refused() -> None:
+    from kit.engines.settings import sampling_problems
+    from kit.params import SamplingParams
+
+    s = SamplingParams(min_p=0.05)
+    (problem,) = sampling_problems("vllm", s, speculative=True)
+    assert problem.startswith("generate.sampling.min_p: vLLM rejects min_p under speculative decoding")
+    assert sampling_problems("vllm", s) == [] and sampling_problems("sglang", s, speculative=True) == []

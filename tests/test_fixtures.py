@@ -8,7 +8,7 @@ from pathlib import Path
 import datasets
 import pytest
 
-from kit.prompts.fixtures import SOURCES, duplicate_of, is_chinese, is_duplicate, is_long, write_fixtures
+from kit.demo.fixtures import SOURCES, duplicate_of, is_chinese, is_duplicate, is_long, write_fixtures
 
 N = 60
 COLUMNS = {

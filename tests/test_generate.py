@@ -10,6 +10,7 @@ import sys
 import time
 from pathlib import Path
 
+import datasets
 import psutil
 import pyarrow.parquet as pq
 import pytest
@@ -25,11 +26,18 @@ LONGER = {s: 10 for s in ("infinity_instruct", "webinstructsub", "codefeedback",
 SLOW = {"shard_rows": 3, "shard_seconds": 2, "concurrency": 1, "sampling": {"max_tokens": 96, "seed": 0}}
 
 
+def _sigint_default() -> None:
+    """As from a terminal: a shell that starts pytest in the background leaves SIGINT ignored,
+    and an ignored SIGINT stays ignored in the kit (as `nohup` intends)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def kit_generate(params_file: Path, *extra: str, **kw) -> subprocess.Popen:
     log = open(params_file.with_suffix(".log"), "ab")
     return subprocess.Popen(
-        [*KIT, "generate", str(params_file), *extra], stdout=log, stderr=log, start_new_session=True, **kw
-    )
+        [*KIT, "generate", str(params_file), *extra],
+        stdout=log, stderr=log, start_new_session=True, preexec_fn=_sigint_default, **kw,
+    )  # fmt: skip
 
 
 def rows_of(folder: RunFolder) -> list[str]:
@@ -178,12 +186,43 @@ def test_overlong_prompt_is_a_failure_row_and_the_run_completes(write_params, tm
     assert again["rows_this_session"] == 0 and again["rows"] == 2
 
 
+def test_an_engine_that_rejects_every_request_stops_the_run_and_loses_nothing(write_params):
+    """transformers serve answers 422 to a field outside its schema: the run stops after the first
+    rejections, the failures are not permanent, and the run completes once the field is gone."""
+    from kit import stages
+    from kit.errors import EngineError
+
+    counts = {"metamathqa": 3, "codefeedback": 3}
+    bad = load_params(
+        write_params("storm", counts=counts, generate={"sampling": {"extra_body": {"no_such_field": 1}}})
+    )
+    with pytest.raises(
+        EngineError, match=r"(?s)rejected the first 6 requests.*no_such_field.*nothing was lost"
+    ):
+        stages.generate(bad)
+    folder = RunFolder(bad.run_dir)
+    assert len(failure_records(folder)) == 6 and not failed_ids(folder) and not rows_of(folder)
+    good = load_params(write_params("storm", counts=counts))
+    done = stages.generate(good, fresh=True)
+    assert done["complete"] and done["rows"] == 6
+
+
 def test_changed_sampling_refuses_to_mix_and_fresh_archives(write_params):
     from kit import stages
 
     params = load_params(write_params("mix", counts={"metamathqa": 2, "codefeedback": 2}))
     first = stages.generate(params)
     assert first["complete"] and first["rows"] == 4
+    folder = RunFolder(params.run_dir)
+    ds = datasets.load_dataset("parquet", data_files=[str(p) for p in folder.shard_paths()], split="train")
+    assert {"reasoning", "tool_calls", "reasoning_tokens"} <= set(ds.column_names)
+    identity_file = folder.identity
+    current = json.loads(identity_file.read_text())
+    older = {k: v for k, v in current.items() if k != "row_schema"}  # as a kit before schema 2 wrote it
+    identity_file.write_text(json.dumps(older))
+    with pytest.raises(RunFolderError, match="another row schema .*--fresh"):
+        stages.generate(params)
+    identity_file.write_text(json.dumps(current))
     sampling = params.generate.sampling.model_copy(update={"temperature": 0.1})
     changed = params.model_copy(
         update={"generate": params.generate.model_copy(update={"sampling": sampling})}

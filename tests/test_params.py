@@ -82,3 +82,34 @@ def test_params_are_frozen_and_dump_roundtrips(tmp_path):
         p.run = "x"  # type: ignore[misc]
     f = write(tmp_path, dump_params(p))
     assert load_params(f) == p.model_copy(update={"source_file": f.resolve()})
+
+
+@pytest.mark.parametrize(
+    ("sampling", "key"),
+    [
+        ("{temperature: 5}", "generate.sampling.temperature"),
+        ("{top_k: -3}", "generate.sampling.top_k"),
+        ("{min_p: 1.5}", "generate.sampling.min_p"),
+        ("{presence_penalty: 3}", "generate.sampling.presence_penalty"),
+        ("{repetition_penalty: 0}", "generate.sampling.repetition_penalty"),
+        ("{chat_template_kwargs: [enable_thinking]}", "generate.sampling.chat_template_kwargs"),
+    ],
+)
+def test_out_of_range_sampling_names_the_key(tmp_path, sampling, key):
+    f = write(tmp_path, f"model: {{path: m}}\ngenerate:\n  sampling: {sampling}\n")
+    with pytest.raises(ParamsError) as e:
+        load_params(f)
+    assert key in str(e.value) and str(e.value).count("\n  - ") <= 1, str(e.value)
+
+
+def test_recommended_sampling_loads(tmp_path):
+    text = """model: {path: m}
+generate:
+  sampling: {temperature: 0.6, top_p: 0.95, top_k: 20, min_p: 0, presence_penalty: 1.5,
+             thinking: false, chat_template_kwargs: {foo: 1}}
+data:
+  sources: [{name: a, adapter: metamathqa, dataset: json, max_tokens: 512}]
+"""
+    p = load_params(write(tmp_path, text))
+    assert p.generate.sampling.top_k == 20 and p.generate.sampling.thinking is False
+    assert p.data.sources[0].max_tokens == 512

@@ -9,12 +9,19 @@ from pathlib import Path
 import datasets
 import pytest
 
+from kit.demo.fixtures import (
+    SOURCES,
+    is_chinese,
+    is_duplicate,
+    is_long,
+    plan_sources_from_files,
+    write_fixtures,
+)
+from kit.demo.tiny_tokenizer import write_tokenizer
 from kit.errors import DataError
 from kit.params import DataParams, SourceParams
-from kit.prompts.fixtures import SOURCES, is_chinese, is_duplicate, is_long, write_fixtures
-from kit.prompts.plan import build_plan, plan_sources_from_files, read_prompts
+from kit.prompts.plan import build_plan, read_prompts
 from kit.prompts.sampling import source_targets
-from kit.prompts.tiny_tokenizer import write_tokenizer
 
 N = 48
 PLANTED_DUPS = sum(is_duplicate(i) for i in range(N))

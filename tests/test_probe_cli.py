@@ -12,7 +12,7 @@ import pytest
 import yaml
 from fixtures_models import dense_qwen3
 
-from kit.probe.render import NO_GO_EXIT_CODE
+from kit.probe.view import NO_GO_EXIT_CODE
 
 ROOT = Path(__file__).resolve().parents[1]
 FAKE_SGLANG = ROOT / "tests" / "fake_sglang"

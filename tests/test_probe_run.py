@@ -11,7 +11,7 @@ import pytest
 from fixtures_models import dense_qwen3, install_fake_sglang, qwen36_like
 
 from kit.params import RunParams
-from kit.probe import GpuFacts, probe_tables, run_probe, verdict_markdown
+from kit.probe import GpuFacts, probe_tables, probe_verdict, run_probe
 from kit.runfolder import RunFolder
 
 H200 = GpuFacts(
@@ -64,12 +64,17 @@ def test_run_probe_writes_probe_json_that_renders_elsewhere(
     mem = loaded["memory"]
     assert mem["kv_bytes_per_token"] == 65536 and mem["state_bytes_per_seq"] == 153_944_064
     assert mem["weight_source"] == "safetensors headers" and mem["max_seqs_spec"] < mem["max_seqs_plain"]
-    tables = probe_tables(loaded)
-    assert {"gpus", "model", "engine_env", "host", "backends", "backend_verdicts", "memory_plan"} <= set(
-        tables
-    )
-    assert len(tables["backend_verdicts"]) == 6 and tables["gpu_devices"]["name"][0] == "NVIDIA H200"
-    md = verdict_markdown(loaded)
+    tables = {t.title: t.frame for t in probe_tables(loaded)}
+    assert {
+        "GPUs",
+        "Model directory",
+        "Engine environment",
+        "Host",
+        "Attention backends",
+        "Memory plan per GPU",
+    } <= set(tables)
+    assert len(tables["Attention backends"]) == 6 and tables["GPU devices"]["name"][0] == "NVIDIA H200"
+    md = probe_verdict(loaded)
     assert md.startswith("## GO") and "--attention-backend fa3" in md and "--speculative-num-steps 3" in md
 
 
@@ -82,7 +87,7 @@ def test_invalid_config_fails_but_every_other_check_runs(tmp_path: Path) -> None
     assert report["summary"]["go"] is False and "model/config.json" in report["summary"]["fails"]
     assert f["backends/requested"]["status"] == "fail"  # fa3 cannot run on sm_120
     assert {"gpus/datasheet", "host/shm", "engine_env/python", "model/shards"} <= set(f)
-    assert report["memory"] is None and "NO-GO" in verdict_markdown(report)
+    assert report["memory"] is None and "NO-GO" in probe_verdict(report)
 
 
 def test_more_gpus_wanted_than_present(tmp_path: Path) -> None:

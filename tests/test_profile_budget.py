@@ -72,7 +72,7 @@ CHILD = r"""
 import json, resource, sys
 import psutil, torch, transformers.models.qwen3.modeling_qwen3  # imported before the limit is set
 from kit.decide.profile_budget import available_memory_bytes
-from kit.decide.stage import _cpu_profile
+from kit.decide.run import _cpu_profile
 from kit.params import RunParams
 from kit.runfolder import RunFolder
 
@@ -173,7 +173,7 @@ def test_kit_decide_on_a_27b_directory_without_gpu_stays_small(tmp_path: Path) -
     write_json_atomic(folder.probe, probe)
     code, log, peak = kit_decide_under_ulimit(params_file, 6 * GIB)
     assert code == 0, log[-3000:]
-    assert "Traceback" not in log and "WARNING kit.decide.stage: no CPU step profile" in log
+    assert "Traceback" not in log and "WARNING kit.decide.run: no CPU step profile" in log
     decision = read_json(folder.decision)
     assert decision["efficiency"]["source"].startswith("nominal CPU figures")
     assert decision["cpu_profile"]["mode"] == "skipped" and "no CPU step profile" in decision["warnings"][0]

@@ -78,10 +78,10 @@ CELLS = [
         "code",
         "from pathlib import Path\nfrom IPython.display import display\n"
         "from kit.analyse import analyse_run, read_run, sample_browser\nfrom kit.runfolder import RunFolder\n"
-        "from kit.analyse.plots import summary_images\nfrom kit.analyse.tables import summary_display\n"
+        "from kit.analyse.view import analysis_figures, analysis_tables\n"
         "folder = RunFolder(Path(run_dir))\nsummary = analyse_run(folder)\n"
-        "for t in summary_display(summary):\n    display(t)\n"
-        "for image in summary_images(summary)[:3]:\n    display(image)",
+        "for t in analysis_tables(summary):\n    display(t)\n"
+        "for image in analysis_figures(summary)[:3]:\n    display(image)",
         [],
     ),
     (
@@ -339,7 +339,7 @@ def test_index_of_a_run_with_no_stage_says_what_is_missing(tmp_path: Path) -> No
     folder = RunFolder(tmp_path / "empty").ensure()
     answers = run_answers(folder)
     assert [a.status for a in answers] == ["missing"] * 6
-    page = index_html(folder.root, [])
+    page = index_html(folder, [])
     for said in ("stage 1 has not run", "stage 2 has not run", "stage 3 has not run", "not rendered"):
         assert said in page
     assert "<img" not in page and readability_problems(page) == []

@@ -14,9 +14,9 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from kit.generate.store import ShardWriter, checksum_path, done_ids, now_utc
+from kit.generate.store import ShardWriter, done_ids, now_utc
 from kit.params import load_params
-from kit.runfolder import RunFolder
+from kit.runfolder import RunFolder, ShardFiles
 
 KIT = [sys.executable, "-m", "kit.cli"]
 FAKE = Path(__file__).resolve().parent / "fake_sglang"
@@ -70,7 +70,7 @@ def test_a_shard_damaged_in_the_middle_is_set_aside(tmp_path, caplog, sidecar):
     """With its recorded checksum, or (a shard written by an older kit) read in full."""
     paths = write_shards(tmp_path)
     if not sidecar:
-        checksum_path(paths[1]).unlink()
+        ShardFiles.checksum(paths[1]).unlink()
     damage_completions(paths[1])
     assert pq.read_table(paths[1], columns=["id"]).num_rows == 50, "the id column alone still reads"
     with caplog.at_level(logging.WARNING):
@@ -96,7 +96,7 @@ def test_a_copied_shard_is_counted_once(tmp_path, caplog):
 def test_a_truncated_shard_and_a_wrong_checksum_are_caught(tmp_path):
     paths = write_shards(tmp_path)
     paths[0].write_bytes(paths[0].read_bytes()[:-100])
-    checksum_path(paths[2]).write_text("1 00000000\n")
+    ShardFiles.checksum(paths[2]).write_text("1 00000000\n")
     check = done_ids(tmp_path)
     assert sorted(check.corrupt) == [paths[0].name, paths[2].name]
     assert check.ids == {f"{i:016x}" for i in range(50, 100)}

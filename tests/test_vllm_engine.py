@@ -25,6 +25,10 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
 SIX = {"infinity_instruct", "webinstructsub", "codefeedback", "metamathqa", "hermes_fc", "agentinstruct"}
 
 
+TOOL_BUDGET = 96
+"""Output tokens of the Hermes source (a per-source max_tokens): room for a whole <tool_call>."""
+
+
 def demo_vllm(tmp: Path, demo_model: Path, run: str, **override: dict) -> Path:
     """params/demo-vllm.yaml shrunk, its paths absolute, written to `tmp`; returns the file."""
     params = yaml.safe_load((REPO / "params" / "demo-vllm.yaml").read_text())
@@ -38,6 +42,8 @@ def demo_vllm(tmp: Path, demo_model: Path, run: str, **override: dict) -> Path:
     for s in params["data"]["sources"]:
         s["count"] = 3
         s["data_files"] = [str(tmp / "data" / Path(f).name) for f in s["data_files"]]
+        if s["name"] == "hermes_fc":  # more of them: the demo model calls a tool on about half
+            s["count"], s["max_tokens"] = 8, TOOL_BUDGET
     params["decide"].update(concurrencies=[1, 8], num_prompts=8, max_tokens=32, spec_steps=[1, 3])
     params["generate"]["sampling"]["max_tokens"] = 32
     for section, values in override.items():
@@ -87,7 +93,7 @@ def test_stage3_uses_the_decision_and_completes_every_source(vllm_run: Path) -> 
     manifest = json.loads((vllm_run / "manifest.json").read_text())
     decision = json.loads((vllm_run / "decision.json").read_text())
     assert manifest["complete"] and manifest["failures"] == 0, manifest
-    assert set(manifest["rows_by_source"]) == SIX and manifest["rows_by_source"]["hermes_fc"] == 3
+    assert set(manifest["rows_by_source"]) == SIX and manifest["rows_by_source"]["hermes_fc"] == 8
     applied = manifest["settings_from_decision"]
     assert applied["chosen_arm"] == decision["chosen_arm"]
     assert applied["max_running_requests"] == decision["engine_settings"]["max_running_requests"]
@@ -100,6 +106,53 @@ def test_stage3_uses_the_decision_and_completes_every_source(vllm_run: Path) -> 
 def test_the_report_shows_the_measured_arms(vllm_run: Path) -> None:
     decide_page = (vllm_run / "report" / "02_decide_mtp.html").read_text()
     assert "n-gram k=3" in decide_page and "plain decoding" in decide_page
+
+
+def rows_of(run: Path) -> pd.DataFrame:
+    return pq.read_table(sorted((run / "generations").glob("part-*.parquet"))).to_pandas()
+
+
+def offered_names(tools: str | None) -> set[str]:
+    return {(t.get("function") or t).get("name") for t in json.loads(tools or "[]")}
+
+
+def demo_model_version() -> int:
+    marker = REPO / ".cache" / "demo" / "model" / ".kit-demo-model.json"
+    return json.loads(marker.read_text()).get("version", 0) if marker.is_file() else 0
+
+
+def needs_a_thinking_demo_model() -> None:
+    """Checked once the demo model is built (a fresh clone builds it during the session)."""
+    if demo_model_version() < 4:
+        pytest.skip(
+            "the demo model answers with <think> blocks and <tool_call>s from version 4 on (issue 10)"
+        )
+
+
+def test_parsers_split_reasoning_and_tool_calls_out_of_real_answers(vllm_run: Path) -> None:
+    """Stage 3 with the parsers the chat template calls for (auto): vLLM's qwen3 reasoning parser
+    and Hermes tool-call parser; the rows keep what they split out."""
+    needs_a_thinking_demo_model()
+    argv = (vllm_run / "logs" / "server-0.log").read_text().splitlines()[0]
+    assert "--reasoning-parser qwen3" in argv and "--tool-call-parser hermes" in argv
+    rows = rows_of(vllm_run)
+    thought = rows[rows.reasoning.notna()]
+    assert len(thought), "the demo model thinks on some prompts"
+    assert (thought.reasoning.str.strip().str.len() > 0).all()
+    assert not rows.completion.str.contains("<think>|</think>").any(), "reasoning left the content"
+    hermes = rows[rows.source == "hermes_fc"]
+    parsed = hermes[hermes.tool_calls.notna()]
+    assert len(parsed) >= 1, hermes[["completion", "tool_calls", "finish_reason"]]
+    for _, row in parsed.iterrows():
+        calls = json.loads(row.tool_calls)
+        assert calls and row.finish_reason == "tool_calls" and "<tool_call>" not in row.completion
+        for call in calls:
+            assert call["function"]["name"] in offered_names(row.tools)
+            assert isinstance(json.loads(call["function"]["arguments"]), dict)
+    assert rows[rows.source != "hermes_fc"].tool_calls.isna().all()
+    summary = json.loads((vllm_run / "summary.json").read_text())
+    assert summary["reasoning"]["from_parser"] == len(thought)
+    assert summary["tool_calls"]["parsed_by_engine"] == len(parsed)
 
 
 @pytest.fixture(scope="module")
@@ -141,8 +194,8 @@ def test_bad_engine_input_is_one_clear_message_and_loses_nothing(ngram_run: Path
     kept = {p.name: p.read_bytes() for p in shards[:-1]}
     params = yaml.safe_load(ngram_run.read_text())
 
-    def attempt(name: str, engine: dict, sampling: dict | None = None) -> str:
-        bad = {**params, "engine": {**params["engine"], **engine}}
+    def attempt(name: str, engine: dict, sampling: dict | None = None, run: str | None = None) -> str:
+        bad = {**params, "run": run or params["run"], "engine": {**params["engine"], **engine}}
         bad["generate"] = {
             **params["generate"],
             "sampling": {**params["generate"]["sampling"], **(sampling or {})},
@@ -154,12 +207,15 @@ def test_bad_engine_input_is_one_clear_message_and_loses_nothing(ngram_run: Path
         assert "Traceback" not in done.stderr, done.stderr[-3000:]
         return done.stderr
 
-    err = attempt("parser", {"tool_call_parser": "no_such_parser"})
+    # a new run: in this one the parser is part of the rows' identity, and a change is refused as such
+    err = attempt("parser", {"tool_call_parser": "no_such_parser"}, run="bad-parser")
     assert "'no_such_parser' is not offered" in err and "hermes" in err
     err = attempt("no-vllm", {"python": sys.executable})
     assert "vllm is not installed in" in err
     err = attempt("seeded", {}, {"seed": 0})
     assert "CPU Generator does not use offset" in err and "generate.sampling.seed" in err
+    err = attempt("min_p", {}, {"min_p": 0.05})
+    assert "generate.sampling.min_p: vLLM rejects min_p under speculative decoding" in err
     now = {p.name: p.read_bytes() for p in (run / "generations").glob("part-*.parquet")}
     assert now == kept, "the shards already written are untouched"
 

@@ -16,7 +16,7 @@ from kit.analyse.flags import FLAGS, compute_flags, flag_counts
 from kit.analyse.health import accept_length_timeline, failures_by_reason, run_health, throughput_timeline
 from kit.analyse.load import load_failures, load_generations, load_metrics
 from kit.analyse.reasoning import reasoning_parts, row_parts, split_think
-from kit.analyse.summary import RunData, analyse_run, read_run, summarise
+from kit.analyse.run import RunData, analyse_run, read_run, summarise
 from kit.analyse.tables import finish_reason_table, per_source_table, requested_counts, summary_tables
 
 __all__ = [

@@ -10,7 +10,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from kit.analyse import health, plots
-from kit.analyse.summary import RunData, read_run, summarise
+from kit.analyse.run import RunData, read_run, summarise
 from kit.params import AnalyseParams
 from kit.runfolder import RunFolder
 

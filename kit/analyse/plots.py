@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 import warnings
 from pathlib import Path
-from typing import Any
 
 import matplotlib
 from matplotlib import MatplotlibDeprecationWarning
@@ -22,8 +21,6 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
-
-from kit.display import number, percent  # noqa: E402
 
 sns.set_theme(style="whitegrid", context="notebook")
 
@@ -164,77 +161,3 @@ def reasoning_and_answer(df: pd.DataFrame, parts: pd.DataFrame, hue: str = "sour
         ax.get_legend().remove()
     axes[0, 0].set_title("Reasoning and answer lengths (rows that thought)")
     return fig
-
-
-def _dist(entry: Any, unit: str = "") -> str:
-    entry = entry or {}
-    if entry.get("p50") is None:
-        return "none"
-    return ", ".join(f"{q} {number(entry[q])}{unit}" for q in ("p50", "p90", "max"))
-
-
-def _per_source(summary: dict[str, Any], key: str, unit: str = "") -> str:
-    sources = summary.get("sources") or {}
-    return "; ".join(f"{s}: {_dist(v.get(key), unit)}" for s, v in sources.items())
-
-
-def _finish_alt(summary: dict[str, Any]) -> str:
-    sources = summary.get("sources") or {}
-    parts = [
-        f"{s}: " + ", ".join(f"{r} {percent(v)}" for r, v in (e.get("finish_reasons") or {}).items())
-        for s, e in sources.items()
-    ]
-    return "Bars: share of rows per finish reason and source. " + "; ".join(parts)
-
-
-def _health_alt(summary: dict[str, Any], what: str) -> str:
-    h = summary.get("health") or {}
-    if what == "throughput":
-        return (
-            f"Lines: rows/s and output tokens/s over the run; mean {number(h.get('output_tok_s'))} tok/s, "
-            f"peak {number(h.get('output_tok_s_peak'))} tok/s, {number(h.get('rows_s'))} rows/s."
-        )
-    if what == "accept":
-        return (
-            f"Line: accept length over the run; mean {number(h.get('accept_length_mean'))} tokens per step."
-        )
-    return f"Histogram: request latency per source; overall {_dist(h.get('latency_s'), ' s')}."
-
-
-def _counts_alt(counts: Any, what: str) -> str:
-    counts = {k: v for k, v in (counts or {}).items() if v}
-    listed = ", ".join(f"{k} {v:,}" for k, v in counts.items()) or "none"
-    return f"Bars: {what} per source; in all: {listed}."
-
-
-def figure_alt(stem: str, summary: dict[str, Any]) -> str:
-    """Alt text for a figure of `run_figures` (by file stem), with the numbers it shows."""
-    texts = {
-        "completion_tokens_by_source": lambda: (
-            "Histogram: completion tokens per request, per source; "
-            + _per_source(summary, "completion_tokens")
-        ),
-        "prompt_tokens_by_source": lambda: (
-            "Histogram: prompt tokens per request, per source; " + _per_source(summary, "prompt_tokens")
-        ),
-        "reasoning_and_answer_by_source": lambda: (
-            "Box plots: reasoning and answer lengths per source "
-            "(rows that thought); reasoning chars " + _per_source(summary, "reasoning_chars")
-        ),
-        "finish_reasons_by_source": lambda: _finish_alt(summary),
-        "throughput_over_time": lambda: _health_alt(summary, "throughput"),
-        "latency": lambda: _health_alt(summary, "latency"),
-        "accept_length_over_time": lambda: _health_alt(summary, "accept"),
-        "flags_by_source": lambda: _counts_alt(summary.get("flags"), "rows flagged, per flag"),
-        "failures_by_reason": lambda: _counts_alt(
-            (summary.get("health") or {}).get("failures_by_reason"), "failed requests, per reason"
-        ),
-    }
-    return texts.get(stem, lambda: stem.replace("_", " "))()
-
-
-def summary_images(summary: dict[str, Any]) -> list[Any]:
-    """The saved figures of a summary as images with alt text, for notebook 04."""
-    from kit.display import file_image
-
-    return [file_image(p, figure_alt(Path(p).stem, summary)) for p in summary.get("figures") or []]

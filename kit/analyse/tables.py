@@ -8,8 +8,6 @@ from typing import Any
 
 import pandas as pd
 
-from kit.display import Table, number, percent, seconds, table
-
 LENGTHS = ("reasoning_chars", "answer_chars", "reasoning_tokens", "answer_tokens")
 """Length columns of kit.analyse.reasoning.reasoning_parts, summarised per source."""
 
@@ -167,89 +165,3 @@ def summary_tables(summary: dict[str, Any]) -> dict[str, pd.DataFrame]:
     if summary.get("gaps"):
         tables["gaps"] = pd.DataFrame({"gap": summary["gaps"]})
     return {k: v for k, v in tables.items() if not v.empty}
-
-
-TITLES = {
-    "per source": "Rows and tokens per source",
-    "finish reasons (share of rows)": "Finish reasons (share of rows)",
-    "quality flags (rows)": "Quality flags (rows)",
-    "thinking (rows)": "Thinking (rows)",
-    "reasoning and answer lengths (p50, p90)": "Reasoning and answer lengths (p50, p90)",
-    "tool calls (rows)": "Tool calls (rows)",
-    "gaps": "Gaps: what could not be read",
-}
-NOTES = {
-    "quality flags (rows)": "Rows per flag; 'function calling' counts rows whose prompt offered tools.",
-    "reasoning and answer lengths (p50, p90)": "Characters, and tokens where the engine reported them.",
-}
-
-
-def _seconds_line(entry: Any) -> str:
-    entry = entry or {}
-    if entry.get("p50") is None:
-        return "–"
-    return f"p50 {seconds(entry['p50'])}, p90 {seconds(entry['p90'])}, max {seconds(entry['max'])}"
-
-
-def health_table(health: dict[str, Any]) -> Table:
-    """Run health as named lines with units."""
-    by_reason = health.get("failures_by_reason") or {}
-    rows = {
-        "complete": "yes" if health.get("complete") else "no",
-        "time generating": seconds(health.get("duration_s")),
-        "rows/s": number(health.get("rows_s")),
-        "output tok/s (mean, peak)": ", ".join(
-            number(health.get(k)) for k in ("output_tok_s", "output_tok_s_peak")
-        ),
-        "latency per request": _seconds_line(health.get("latency_s")),
-        "time to first token": _seconds_line(health.get("ttft_s")),
-        "failed requests": number(health.get("failures"))
-        + (" (" + ", ".join(f"{k} {v}" for k, v in by_reason.items()) + ")" if by_reason else ""),
-        "duplicate ids": number(health.get("duplicate_ids")),
-        "accept length (mean)": number(health.get("accept_length_mean")),
-        "timeline from": str(health.get("timeline_from") or "–"),
-    }
-    return table(pd.DataFrame({"measure": list(rows), "value": list(rows.values())}), "Run health")
-
-
-def summary_display(summary: dict[str, Any]) -> list[Table]:
-    """Notebook 04's tables for reading: human titles and columns, shares as %, no index."""
-    shares = {"share_with_calls": percent}
-    out = []
-    for key, frame in summary_tables(summary).items():
-        if key == "run health":
-            out.append(health_table(summary.get("health") or {}))
-            continue
-        formats = {c: percent for c in frame.columns} if key.startswith("finish reasons") else shares
-        index_name = None if key == "gaps" else "source"
-        out.append(
-            table(
-                frame, TITLES.get(key, key), formats=formats, note=NOTES.get(key, ""), index_name=index_name
-            )
-        )
-    return out
-
-
-def analysis_verdict(summary: dict[str, Any]) -> str:
-    """Notebook 04's opening, as Markdown: rows analysed, truncation, flags, failures, gaps."""
-    flags = {k: v for k, v in (summary.get("flags") or {}).items() if v and k != "function_calling"}
-    cut = (summary.get("finish_reasons") or {}).get("length", 0.0)
-    health = summary.get("health") or {}
-    lines = [
-        f"## Verdict: {summary.get('rows', 0):,} rows, {sum(flags.values()):,} quality flags, "
-        f"{number(health.get('failures') or 0)} failed",
-        "",
-        f"- **{summary.get('rows', 0):,} rows analysed** from {len(summary.get('sources') or {})} sources; "
-        f"{percent(cut)} were cut at max_tokens"
-        + (" (raise generate.sampling.max_tokens if that matters)." if cut > 0.05 else "."),
-        "- **Quality flags:** "
-        + (", ".join(f"{v:,} {k.replace('_', ' ')}" for k, v in flags.items()) if flags else "none")
-        + ".",
-        f"- **Failed requests:** {number(health.get('failures') or 0)}; "
-        f"**throughput** {number(health.get('output_tok_s'))} output tok/s.",
-    ]
-    if summary.get("gaps"):
-        lines.append(
-            f"- **Gaps:** {len(summary['gaps'])} part(s) of the run could not be read (table below)."
-        )
-    return "\n".join(lines)

@@ -6,7 +6,7 @@ runs on a bare GPU box; `decide` is imported on first use.
 
 from typing import Any
 
-from kit.decide.acceptance import accept_length, accept_length_positional, acceptance_rate
+from kit.decide.acceptance import accept_length, acceptance_rate
 from kit.decide.costmodel import Efficiency, Hardware, step_time
 from kit.decide.predict import Workload, predict_ladder
 
@@ -15,7 +15,6 @@ __all__ = [
     "Hardware",
     "Workload",
     "accept_length",
-    "accept_length_positional",
     "acceptance_rate",
     "decide",
     "predict_ladder",

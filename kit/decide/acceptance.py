@@ -8,7 +8,7 @@ included, so `1 <= E <= k + 1`. With one per-token acceptance `a` (Leviathan et 
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 
 from kit.errors import CostModelError
 
@@ -42,18 +42,6 @@ def accept_length(a: float, k: int) -> float:
     _check_rate(a)
     _check_k(k)
     return (1 - a ** (k + 1)) / (1 - a)
-
-
-def accept_length_positional(rates: Sequence[float]) -> float:
-    """Expected tokens per step from per-position acceptance a_1..a_k: 1 + sum of running products."""
-    if not rates:
-        raise CostModelError("per-position acceptance needs at least one rate (one per draft position)")
-    total, running = 1.0, 1.0
-    for i, a in enumerate(rates, start=1):
-        _check_rate(a, f"acceptance at draft position {i}")
-        running *= a
-        total += running
-    return total
 
 
 def acceptance_rate(E: float, k: int) -> float:

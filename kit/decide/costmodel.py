@@ -42,13 +42,6 @@ MODEL_ERROR = 0.25
 predictions differ by less than this are not told apart by the model."""
 
 
-def within_model_error(a: float, b: float, error: float = MODEL_ERROR) -> bool:
-    """True when predictions a and b differ by less than the model's known error (neither wins)."""
-    if a <= 0 or b <= 0:
-        raise CostModelError(f"predicted throughputs must be positive, got {a} and {b}")
-    return max(a, b) / min(a, b) < 1 + error
-
-
 @dataclass(frozen=True)
 class Hardware:
     """What the step model needs of one accelerator (datasheet or measured figures)."""
@@ -65,11 +58,6 @@ class Hardware:
     def __post_init__(self) -> None:
         if min(self.bandwidth_Bps, self.flops_bf16, self.memory_bytes) <= 0 or self.link_Bps < 0:
             raise CostModelError(f"hardware {self.name!r}: bandwidth, FLOP/s and memory must be positive")
-
-    @property
-    def ridge_flops_per_byte(self) -> float:
-        """Arithmetic intensity where compute starts to bind (peak FLOP/s over bandwidth)."""
-        return self.flops_bf16 / self.bandwidth_Bps
 
     def peak(self, weight_dtype_bytes: float) -> float:
         """FLOP/s of the GEMMs: FP8 rate for 1-byte weights, else bf16."""

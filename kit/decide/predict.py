@@ -238,22 +238,3 @@ def best_arm(ladder: pd.DataFrame, latency_bound_s: float | None = None, output_
 def workload_dict(work: Workload) -> dict:
     """JSON-ready copy of the workload."""
     return asdict(work)
-
-
-def spec_speedup(
-    arch: ModelArch,
-    hw: cm.Hardware,
-    B: int,
-    k: int,
-    E: float,
-    work: Workload,
-    eff: cm.Efficiency = cm.DEFAULT_EFFICIENCY,
-    draft: Draft = MTP,
-    with_prefill: bool = True,
-) -> float:
-    """Speculative over plain output tokens/s with B sequences running: the throughput ratio (prefill
-    included), or the decode-only ratio `E T(B, 1, L) / T_iter(B, k)` when `with_prefill` is False."""
-    if with_prefill:
-        return throughput(arch, hw, B, k, E, work, eff, draft) / throughput(arch, hw, B, 0, 1.0, work, eff)
-    check_accept_length(E, k)
-    return E * iteration_time(arch, hw, B, 0, work, eff) / iteration_time(arch, hw, B, k, work, eff, draft)

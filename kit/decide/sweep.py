@@ -20,7 +20,14 @@ import pandas as pd
 from kit.asyncrun import run_coroutine
 from kit.engines import start_server
 from kit.engines.client import EngineClient
-from kit.engines.settings import Arm, arm_engine, engine_unavailable_reason, sweep_arms
+from kit.engines.settings import (
+    Arm,
+    arm_engine,
+    engine_unavailable_reason,
+    run_request_fields,
+    sweep_arms,
+    tool_request_fields,
+)
 from kit.engines.spec_metrics import SpecCounters, gauge_accept_length
 from kit.errors import EngineError
 from kit.params import RunParams
@@ -70,9 +77,16 @@ def _pct(values: list[float], q: float) -> float | None:
 
 
 async def _level(
-    client: EngineClient, prompts: list[dict], n: int, c: int, max_tokens: int
+    client: EngineClient,
+    prompts: list[dict],
+    n: int,
+    c: int,
+    max_tokens: int,
+    fields: dict[str, Any] | None = None,
+    tool_fields: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Send `n` requests with at most `c` in flight; tokens/s over the successful ones."""
+    """Send `n` requests with at most `c` in flight (greedy; `fields`: the run's chat-template
+    switches, so the sweep thinks as stage 3 will); tokens/s over the successful ones."""
     sem = asyncio.Semaphore(c)
     results: list[Any] = []
     errors: list[str] = []
@@ -88,6 +102,7 @@ async def _level(
                         max_tokens=max_tokens,
                         temperature=0.0,
                         top_p=1.0,
+                        fields={**(fields or {}), **(tool_fields or {})} if p.get("tools_list") else fields,
                     )
                 )
             except EngineError as e:
@@ -155,18 +170,19 @@ def _accept(
 async def _measure_arm(params: RunParams, server: Any, prompts: list[dict], bar: Any) -> list[dict[str, Any]]:
     d = params.decide
     rows = []
+    template = {k: v for k, v in run_request_fields(params).items() if k == "chat_template_kwargs"}
+    tools = tool_request_fields(params)
     async with EngineClient(
         server.base_url,
         params.engine.flavor,
         params.model.served_name,
         timeout_s=params.generate.request_timeout_s,
     ) as client:
-        await _level(
-            client, prompts, min(4, len(prompts)), min(4, max(d.concurrencies)), d.max_tokens
-        )  # warm-up
+        warm = min(4, max(d.concurrencies))
+        await _level(client, prompts, min(4, len(prompts)), warm, d.max_tokens, template, tools)  # warm-up
         for c in d.concurrencies:
             n = d.requests_per_level or max(d.num_prompts, 2 * c)
-            rows.append(await _level(client, prompts, n, c, d.max_tokens))
+            rows.append(await _level(client, prompts, n, c, d.max_tokens, template, tools))
             bar.update(1)
     return rows
 

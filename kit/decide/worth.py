@@ -6,7 +6,7 @@ exactly as if it were loaded; only the accept length is unknown until it runs, s
 band over three accept-length assumptions per draft length k:
 
 - low:     Qwen3.x-27B native MTP with thinking on, SemiAnalysis InferenceX on H200 at
-           concurrency 64: 1.73 / 2.21 / 2.52 / 2.72 for k = 1..4 (/work/shared/reference/specdec.md);
+           concurrency 64: 1.73 / 2.21 / 2.52 / 2.72 for k = 1..4 (docs/costmodel.md, the MTP band);
 - high:    the same with thinking off: 1.90 / 2.68 / 3.28 / 3.79;
 - typical: the acceptance half-way between them (a = 0.775), through E = (1 - a^(k+1)) / (1 - a).
 

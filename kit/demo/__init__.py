@@ -1,1 +1,2 @@
-"""The embedded demo: a tiny local model and tokenizer built without any download."""
+"""The embedded demo and its stand-ins: a tiny local model and tokenizer built without any download,
+synthetic datasets in the six seed schemas, and a small tokenizer for tests and benchmarks."""

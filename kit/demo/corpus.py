@@ -1,6 +1,6 @@
 """A generated chat corpus that teaches the demo model the output shapes engines parse.
 
-The prompts read like the six fixture sources (kit.prompts.fixture_text's word lists and
+The prompts read like the six fixture sources (kit.demo.fixture_text's word lists and
 templates); the completions follow Qwen3: with thinking on, a `<think>\\n...\\n</think>\\n\\n`
 block (a few arithmetic steps for word problems, a line or nothing for chit-chat) and then the
 answer; with thinking off, the answer alone (the chat template has already pre-filled an empty
@@ -17,8 +17,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from kit.prompts import fixture_text as text
-from kit.prompts.fixture_text import between, pick
+from kit.demo import fixture_text as text
+from kit.demo.fixture_text import between, pick
 
 THINKING_SHARE = 0.7
 """Share of conversations rendered with thinking on (Qwen3's default) rather than off."""
@@ -170,7 +170,7 @@ def _tool_call(rng: random.Random) -> Shape:
 
 
 def _tool_request(rng: random.Random, tool: dict[str, Any]) -> tuple[str, dict[str, Any]]:
-    """A request worded like the fixture's (kit.prompts.fixture_text.tool_request), with short values."""
+    """A request worded like the fixture's (kit.demo.fixture_text.tool_request), with short values."""
     fn = tool["function"]
     args = {p: _value(rng, p, spec["type"]) for p, spec in fn["parameters"]["properties"].items()}
     described = ", ".join(f"{p.replace('_', ' ')} {v}" for p, v in args.items())

@@ -1,8 +1,15 @@
 """Answers of the OpenAI-compatible chat API as `ChatResult`s: the one place they are read.
 
 `result_from_json` reads a whole answer, `StreamAccumulator` the events of a streamed one (all the
-events of one network read parsed in one `orjson.loads`). A new field (reasoning, tool calls, ...)
-is added to `ChatResult` and read in these two places.
+events of one network read parsed in one `orjson.loads`). A new field is added to `ChatResult` and
+read in these two places.
+
+What the engines return beside the content, where their parsers are on:
+- reasoning split out of a `<think>` block: `reasoning_content` (SGLang, `transformers serve`,
+  older vLLM) or `reasoning` (vLLM 0.32); streamed as the same key in each `delta`;
+- tool calls: `message.tool_calls` (OpenAI shape), streamed as `delta.tool_calls` fragments
+  (`index`, then `id` / `function.name` once and `function.arguments` in pieces);
+- `usage.completion_tokens_details.reasoning_tokens` where the engine counts them.
 """
 
 from __future__ import annotations
@@ -44,11 +51,51 @@ class ChatResult:
     completion_tokens: int | None
     latency_s: float
     ttft_s: float | None = None
-    """Seconds to the first content chunk (streamed requests only)."""
+    """Seconds to the first generated chunk: content, reasoning or a tool call (streamed requests only)."""
     accept_length: float | None = None
     """Tokens per verify step under speculative decoding, where the engine reports it (SGLang)."""
     raw_usage: dict[str, Any] | None = None
     tool_calls: list[dict[str, Any]] | None = None
+    """Calls the engine's tool-call parser found, OpenAI shape: {id, type, function: {name, arguments}}."""
+    reasoning: str | None = None
+    """The reasoning the engine's reasoning parser split out of the answer (None: not split)."""
+    reasoning_tokens: int | None = None
+    """Tokens of that reasoning, where the engine counts them."""
+
+
+REASONING_KEYS = ("reasoning_content", "reasoning")
+"""Where engines put the parsed reasoning, in a message or a streamed delta."""
+
+
+def _reasoning_of(part: Mapping[str, Any]) -> str | None:
+    for key in REASONING_KEYS:
+        value = part.get(key)
+        if isinstance(value, str) and value:
+            return value
+    return None
+
+
+def _reasoning_tokens(usage: Mapping[str, Any]) -> int | None:
+    details = usage.get("completion_tokens_details")
+    value = details.get("reasoning_tokens") if isinstance(details, Mapping) else None
+    return int(value) if isinstance(value, int | float) else None
+
+
+def _tool_calls(calls: Any) -> list[dict[str, Any]] | None:
+    """The calls as plain OpenAI-shaped dicts (None when there are none)."""
+    if not isinstance(calls, list) or not calls:
+        return None
+    out = []
+    for call in calls:
+        fn = call.get("function") or {}
+        out.append(
+            {
+                "id": call.get("id"),
+                "type": call.get("type") or "function",
+                "function": {"name": fn.get("name"), "arguments": fn.get("arguments")},
+            }
+        )
+    return out
 
 
 def _accept_length(*parts: Mapping[str, Any] | None) -> float | None:
@@ -95,7 +142,9 @@ def result_from_json(data: Mapping[str, Any], latency_s: float) -> ChatResult:
         latency_s=latency_s,
         accept_length=_accept_length(data, choice, usage) if _has_spec_info(data, choice, usage) else None,
         raw_usage=usage or None,
-        tool_calls=message.get("tool_calls") or None,
+        tool_calls=_tool_calls(message.get("tool_calls")),
+        reasoning=_reasoning_of(message),
+        reasoning_tokens=_reasoning_tokens(usage),
     )
 
 
@@ -110,6 +159,8 @@ class StreamAccumulator:
         self.what = what
         self.carry = b""
         self.parts: list[str] = []
+        self.reasoning: list[str] = []
+        self.calls: dict[int, dict[str, Any]] = {}
         self.finish_reason: str | None = None
         self.usage: dict[str, Any] = {}
         self.ttft_s: float | None = None
@@ -148,10 +199,16 @@ class StreamAccumulator:
         """The one place a streamed chunk is read."""
         for choice in chunk.get("choices") or ():
             delta = choice.get("delta")
-            content = delta.get("content") if delta else None
-            if content:
-                self.parts.append(content)
-                if self.ttft_s is None:
+            if delta:
+                content = delta.get("content")
+                if content:
+                    self.parts.append(content)
+                thought = _reasoning_of(delta)
+                if thought:
+                    self.reasoning.append(thought)
+                if delta.get("tool_calls"):
+                    self._add_calls(delta["tool_calls"])
+                if self.ttft_s is None and (content or thought or delta.get("tool_calls")):
                     self.ttft_s = elapsed_s
             if choice.get("finish_reason"):
                 self.finish_reason = choice["finish_reason"]
@@ -163,7 +220,29 @@ class StreamAccumulator:
         elif "meta_info" in chunk:
             self.accept_length = _accept_length(chunk) or self.accept_length
 
+    def _add_calls(self, fragments: list[dict[str, Any]]) -> None:
+        """Assemble streamed tool-call fragments: by `index`, name once, arguments in pieces."""
+        for frag in fragments:
+            index = frag.get("index")
+            if not isinstance(index, int):
+                index = len(self.calls)
+            call = self.calls.setdefault(index, {"id": None, "type": "function", "name": None, "args": []})
+            call["id"] = frag.get("id") or call["id"]
+            call["type"] = frag.get("type") or call["type"]
+            fn = frag.get("function") or {}
+            call["name"] = fn.get("name") or call["name"]
+            if fn.get("arguments"):
+                call["args"].append(fn["arguments"])
+
     def result(self, latency_s: float) -> ChatResult:
+        calls = [
+            {
+                "id": c["id"],
+                "type": c["type"],
+                "function": {"name": c["name"], "arguments": "".join(c["args"])},
+            }
+            for _, c in sorted(self.calls.items())
+        ]
         return ChatResult(
             text="".join(self.parts),
             finish_reason=self.finish_reason,
@@ -173,6 +252,9 @@ class StreamAccumulator:
             ttft_s=self.ttft_s,
             accept_length=self.accept_length,
             raw_usage=self.usage or None,
+            tool_calls=calls or None,
+            reasoning="".join(self.reasoning) or None,
+            reasoning_tokens=_reasoning_tokens(self.usage),
         )
 
 

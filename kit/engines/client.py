@@ -38,10 +38,6 @@ from kit.engines.answers import (
 from kit.engines.metrics import Sample, parse_prometheus, parse_samples
 from kit.errors import EngineError
 
-# Request fields each flavor accepts; `transformers serve` answers 422 to any field outside its schema.
-_BASE_FIELDS = frozenset(
-    {"model", "messages", "max_tokens", "temperature", "top_p", "stop", "seed", "tools", "stream"}
-)
 _STREAM_USAGE_FLAVORS = frozenset({"sglang", "vllm", "external"})
 _JSON_HEADERS = CIMultiDict({"Content-Type": "application/json"})
 
@@ -191,10 +187,10 @@ class EngineClient:
         stream: bool,
         extra_body: Mapping[str, Any] | None,
     ) -> dict[str, Any]:
-        body: dict[str, Any] = {"model": model, "messages": messages, "stream": stream, **sampling}
+        body: dict[str, Any] = {"model": model, "messages": messages, "stream": stream}
+        body.update((k, v) for k, v in sampling.items() if v is not None)
         if tools is not None:
             body["tools"] = tools
-        body = {k: v for k, v in body.items() if v is not None and k in _BASE_FIELDS}
         if stream and self.flavor in _STREAM_USAGE_FLAVORS:
             body["stream_options"] = {"include_usage": True}
         return {**body, **extra_body} if extra_body else body
@@ -210,16 +206,25 @@ class EngineClient:
         stop: Sequence[str] | None = None,
         seed: int | None = None,
         stream: bool = False,
+        fields: Mapping[str, Any] | None = None,
         extra_body: Mapping[str, Any] | None = None,
     ) -> ChatResult:
-        """One chat completion. `extra_body` adds engine-specific fields (e.g. SGLang's `ignore_eos`)."""
-        sampling = {
+        """One chat completion.
+
+        `fields`: request fields for this engine, as `kit.engines.settings.request_fields` makes
+        them from the params (they replace the keyword defaults); `extra_body` adds engine-specific
+        fields (e.g. SGLang's `ignore_eos`). Fields are sent as given: what an engine would reject
+        is refused before the run (`settings.sampling_problems`), not filtered here.
+        """
+        sampling: dict[str, Any] = {
             "max_tokens": max_tokens,
             "temperature": temperature,
             "top_p": top_p,
             "stop": list(stop) if stop else None,
             "seed": seed,
         }
+        if fields:
+            sampling.update(fields)
         body = self._chat_body(
             self.model or await self.model_name(), messages, tools, sampling, stream, extra_body
         )

@@ -10,7 +10,6 @@ in the run's logs/), renames the flags it knows to have moved, and checks choice
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import re
 import subprocess
@@ -63,11 +62,6 @@ def parse_help(text: str, version: str | None = None, help_path: str | None = No
     for flag, options in _CHOICES_RE.findall(text):
         choices.setdefault(flag, tuple(options.split(",")))
     return Launcher(flags, choices, version, help_path)
-
-
-def accepted_flags(help_text: str) -> set[str]:
-    """The `--flags` named in a launcher's `--help` output."""
-    return set(parse_help(help_text).flags)
 
 
 def _cache_file(python: Path, flavor: str, version: str) -> Path:
@@ -214,19 +208,3 @@ def choice_problems(cmd: list[str], launcher: Launcher | None) -> list[str]:
             if problem:
                 problems.append(problem)
     return problems
-
-
-def launcher_json(launcher: Launcher | None) -> dict | None:
-    """A JSON-ready summary for probe.json."""
-    if launcher is None:
-        return None
-    return json.loads(
-        json.dumps(
-            {
-                "version": launcher.version,
-                "help": launcher.help_path,
-                "flags": sorted(launcher.flags),
-                "choices": {k: list(v) for k, v in sorted(launcher.choices.items())},
-            }
-        )
-    )

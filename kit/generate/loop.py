@@ -21,7 +21,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+import orjson
+
 from kit.engines.client import RequestRejected, TransientEngineError
+from kit.errors import EngineError
 from kit.generate.completions import not_a_completion
 from kit.generate.metrics import Timeline
 from kit.generate.pool import ServerPool
@@ -30,6 +33,9 @@ from kit.params import GenerateParams
 from kit.progress import progress
 
 log = logging.getLogger(__name__)
+REJECTION_STORM = 16
+"""Rejections in a row, with no request accepted yet, that stop the run: the engine refuses what the
+kit sends (a field, a tool choice, a prompt format) and every other request would fail the same."""
 UNWIND_S = 10.0
 """Seconds the cancelled workers get to unwind at the end (their rows are already on disk)."""
 
@@ -60,9 +66,18 @@ class GenerationLoop:
     sampling_hash: str
     context_limit: int | None = None
     """The model's context length; longer prompts are failures, not requests."""
+    fields: dict[str, Any] = field(default_factory=dict)
+    """Request fields for this engine (`settings.request_fields`); the seed is set per sample."""
+    tool_fields: dict[str, Any] = field(default_factory=dict)
+    """Fields added to requests that offer tools (`settings.tool_request_fields`)."""
+    max_tokens_by_source: dict[str, int] = field(default_factory=dict)
+    """Output budgets of the sources that set their own (`data.sources[].max_tokens`)."""
     stats: LoopStats = field(default_factory=LoopStats)
+    rejected_before_any_row: int = 0
+    total: int = 0
 
     async def run(self, items: Iterator[dict[str, Any]], total: int, concurrency: int) -> LoopStats:
+        self.total = total
         bar = progress(total=total, desc="generate", unit="row", smoothing=0.1)
         ticker = asyncio.create_task(self._tick(bar))
         watchdog = asyncio.create_task(self.pool.watch())
@@ -117,7 +132,7 @@ class GenerationLoop:
             try:
                 result = await self._send(replica.client, item)
             except RequestRejected as e:
-                self._fail(item, "rejected", str(e), attempt + 1, permanent=True)
+                self._rejected(item, e, attempt + 1)
                 return None
             except TransientEngineError as e:
                 if await self.pool.recover(replica, generation, e):
@@ -140,14 +155,16 @@ class GenerationLoop:
 
     async def _send(self, client: Any, item: dict[str, Any]) -> Any:
         s = self.params.sampling
+        fields = self.fields
+        if s.seed is not None:
+            fields = {**fields, "seed": s.seed + item["sample_index"]}
+        if item["tools_list"] and self.tool_fields:
+            fields = {**fields, **self.tool_fields}
         return await client.chat(
             item["messages"],
             tools=item["tools_list"],
-            max_tokens=s.max_tokens,
-            temperature=s.temperature,
-            top_p=s.top_p,
-            stop=s.stop or None,
-            seed=None if s.seed is None else s.seed + item["sample_index"],
+            max_tokens=self.max_tokens_by_source.get(item["source"], s.max_tokens),
+            fields=fields,
         )
 
     def _row(self, item: dict[str, Any], r: Any) -> dict[str, Any]:
@@ -159,6 +176,9 @@ class GenerationLoop:
             "messages": item["messages"],
             "tools": item["tools"],
             "completion": r.text,
+            "reasoning": r.reasoning,
+            "tool_calls": orjson.dumps(r.tool_calls).decode() if r.tool_calls else None,
+            "reasoning_tokens": r.reasoning_tokens,
             "finish_reason": r.finish_reason,
             "prompt_tokens": r.prompt_tokens,
             "completion_tokens": r.completion_tokens,
@@ -170,6 +190,22 @@ class GenerationLoop:
             "sampling_hash": self.sampling_hash,
             "finished_at": now_utc(),
         }
+
+    def _rejected(self, item: dict[str, Any], e: RequestRejected, attempts: int) -> None:
+        """A 4xx answer: permanent once the engine has accepted a request of this session; before
+        that, a run of them means the engine refuses what the kit sends, and the run stops."""
+        if self.stats.rows:
+            self._fail(item, "rejected", str(e), attempts, permanent=True)
+            return
+        self._fail(item, "rejected", str(e), attempts, permanent=False)  # retried by the next run
+        self.rejected_before_any_row += 1
+        if self.rejected_before_any_row >= min(REJECTION_STORM, max(self.total, 1)):
+            raise EngineError(
+                f"the engine rejected the first {self.rejected_before_any_row} requests and accepted "
+                f"none, so the run stopped instead of failing every row. The engine said: {e}\n"
+                "What to do: fix what it names (a sampling field, a parser, the model's limits) and "
+                "rerun the same command; the rejected prompts are retried, nothing was lost."
+            )
 
     def _fail(self, item: dict[str, Any], reason: str, error: str, attempts: int, permanent: bool) -> None:
         self.stats.failures += 1

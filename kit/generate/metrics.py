@@ -20,7 +20,7 @@ import pyarrow.parquet as pq
 
 from kit.engines.spec_metrics import VLLM_ACCEPTED, VLLM_DRAFTS
 from kit.generate.store import now_utc
-from kit.runfolder import atomic_path
+from kit.runfolder import atomic_path, unreadable_copy
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +46,7 @@ def load_timeline(path: Path) -> pd.DataFrame:
             raise ValueError("it has no session / t_s columns")
         return frame
     except (pa.ArrowException, OSError, ValueError) as e:
-        aside = path.with_name(f"{path.name}.unreadable-{now_utc():%Y%m%dT%H%M%S}")
+        aside = unreadable_copy(path)
         path.rename(aside)
         log.warning("%s is not a readable timeline (%s); moved to %s, a new one starts", path, e, aside)
         return pd.DataFrame()

@@ -5,10 +5,12 @@ from __future__ import annotations
 import json
 import logging
 from contextlib import ExitStack
+from pathlib import Path
 from typing import Any
 
 from kit.asyncrun import run_coroutine, stop_signals
 from kit.engines import start_server
+from kit.engines.settings import run_request_fields, tool_request_fields
 from kit.errors import ModelDirError
 from kit.generate.lock import RunLock
 from kit.generate.loop import GenerationLoop, sampling_identity
@@ -19,15 +21,14 @@ from kit.generate.work import (
     archive_outputs,
     check_identity,
     count_by,
-    data_hash,
     engine_identity,
-    ensure_prompts,
     iter_items,
     parse_shard,
     pending_items,
     record_identity,
 )
 from kit.params import GenerateParams, RunParams
+from kit.prompts.prompt_set import data_hash, ensure_prompts
 from kit.runfolder import RunFolder, disk_full_is_a_message, write_json_atomic
 
 log = logging.getLogger(__name__)
@@ -108,12 +109,12 @@ def run_generation(
     """
     shard_i, shard_n = parse_shard(shard)
     folder.ensure()
-    tag = f"s{shard_i}of{shard_n}" if shard_n > 1 else ""
-    with RunLock(folder.root, tag), stop_signals(), disk_full_is_a_message(folder.root):
-        return _generate(params, folder, fresh, (shard_i, shard_n), tag, retry_failures, from_decision)
+    session = folder.shard(shard_i, shard_n)
+    with RunLock(folder.root, session.tag), stop_signals(), disk_full_is_a_message(folder.root):
+        return _generate(params, folder, fresh, (shard_i, shard_n), session, retry_failures, from_decision)
 
 
-def _generate(params, folder, fresh, shard, tag, retry_failures, from_decision) -> dict[str, Any]:
+def _generate(params, folder, fresh, shard, session, retry_failures, from_decision) -> dict[str, Any]:
     if fresh:
         archived = archive_outputs(folder)
         if archived:
@@ -123,8 +124,7 @@ def _generate(params, folder, fresh, shard, tag, retry_failures, from_decision) 
     check_identity(folder, identity)
     prompts = ensure_prompts(params, folder)
     record_identity(folder, identity)
-    manifest_path = folder.manifest if not tag else folder.root / f"manifest-{tag}.json"
-    manifest_path.unlink(missing_ok=True)  # present again only once this run completes
+    session.manifest.unlink(missing_ok=True)  # present again only once this run completes
 
     found = done_ids(folder.generations)
     failures = FailureLog(folder.failures)
@@ -135,7 +135,7 @@ def _generate(params, folder, fresh, shard, tag, retry_failures, from_decision) 
     stats = None
     if work:
         stats = _run_loop(
-            params, folder, todo, work, tag, failures, identity, sampling_json, sampling_hash, from_decision
+            params, todo, work, session, failures, identity, sampling_json, sampling_hash, from_decision
         )
     after = done_ids(folder.generations, verify=False)
     _, left = pending_items(
@@ -167,11 +167,11 @@ def _generate(params, folder, fresh, shard, tag, retry_failures, from_decision) 
         "concurrency": stats.concurrency if stats else None,
         "engine_capacity": stats.engine_capacity if stats else None,
         "settings_from_decision": from_decision,
-        "generating_s": _generating_s(folder, tag),
+        "generating_s": _generating_s(session.metrics),
         "session_started_at": started.isoformat(),
         "finished_at": now_utc().isoformat(),
     }
-    write_json_atomic(manifest_path, manifest)
+    write_json_atomic(session.manifest, manifest)
     if left:
         log.warning(
             "incomplete: %d rows are not generated (see %s: rerun the same command to retry them)",
@@ -181,9 +181,9 @@ def _generate(params, folder, fresh, shard, tag, retry_failures, from_decision) 
     return manifest
 
 
-def _generating_s(folder: RunFolder, tag: str) -> float | None:
+def _generating_s(timeline: Path) -> float | None:
     """Seconds spent generating over every session of this run, from the metrics timeline."""
-    m = load_timeline(folder.metrics if not tag else folder.root / f"metrics-{tag}.parquet")
+    m = load_timeline(timeline)
     if not len(m):
         return None
     return round(float(m.groupby("session")["t_s"].max().sum()), 3)
@@ -199,8 +199,9 @@ def _rows_by_source(folder: RunFolder) -> dict[str, int]:
 
 
 def _run_loop(  # noqa: ANN001, ANN202
-    params, folder, todo, work, tag, failures, identity, sampling_json, sampling_hash, from_decision
+    params, todo, work, session, failures, identity, sampling_json, sampling_hash, from_decision
 ):
+    folder = session.folder
     with ExitStack() as stack:
         servers = [
             stack.enter_context(start_server(replica_params(params, i), folder.logs, name=f"server-{i}"))
@@ -220,14 +221,19 @@ def _run_loop(  # noqa: ANN001, ANN202
                 conc = loop_concurrency(params, cap, from_decision)
                 loop = GenerationLoop(
                     pool=pool,
-                    writer=ShardWriter(folder.generations, tag),
+                    writer=ShardWriter(folder.generations, session.tag),
                     failures=failures,
-                    timeline=Timeline(folder.metrics if not tag else folder.root / f"metrics-{tag}.parquet"),
+                    timeline=Timeline(session.metrics),
                     params=params.generate,
                     engine_json=json.dumps(identity, sort_keys=True),
                     sampling_json=sampling_json,
                     sampling_hash=sampling_hash,
                     context_limit=context_limit(params),
+                    fields=run_request_fields(params),
+                    tool_fields=tool_request_fields(params),
+                    max_tokens_by_source={
+                        src.name: src.max_tokens for src in params.data.sources if src.max_tokens
+                    },
                 )
                 stats = await loop.run(
                     iter_items(todo, work), total=len(work), concurrency=min(conc, len(work))

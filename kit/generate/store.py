@@ -20,7 +20,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import re
 import threading
 import time
 import zlib
@@ -36,11 +35,14 @@ import orjson
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from kit.runfolder import atomic_path, write_text_atomic
+from kit.runfolder import ShardFiles, atomic_path, write_text_atomic
 
 log = logging.getLogger(__name__)
 
 MESSAGE = pa.struct([("role", pa.string()), ("content", pa.string())])
+ROW_SCHEMA_VERSION = 2
+"""Part of the run's identity: rows of two schemas never share a run folder. 2 added
+`reasoning`, `tool_calls` and `reasoning_tokens` (readers take their absence as null)."""
 ROW_SCHEMA = pa.schema(
     [
         ("id", pa.string()),
@@ -50,9 +52,12 @@ ROW_SCHEMA = pa.schema(
         ("messages", pa.list_(MESSAGE)),
         ("tools", pa.string()),
         ("completion", pa.string()),
+        ("reasoning", pa.string()),
+        ("tool_calls", pa.string()),
         ("finish_reason", pa.string()),
         ("prompt_tokens", pa.int64()),
         ("completion_tokens", pa.int64()),
+        ("reasoning_tokens", pa.int64()),
         ("latency_s", pa.float64()),
         ("ttft_s", pa.float64()),
         ("accept_length", pa.float64()),
@@ -62,7 +67,6 @@ ROW_SCHEMA = pa.schema(
         ("finished_at", pa.timestamp("ms", tz="UTC")),
     ]
 )
-_PART = re.compile(r"part-(?:(?P<tag>s\d+of\d+)-)?(?P<seq>\d+)\.parquet$")
 
 
 def row_id(prompt_id: str, sample_index: int) -> str:
@@ -87,24 +91,16 @@ class ShardWriter:
     tag: str = ""
     buffer: list[dict[str, Any]] = field(default_factory=list)
     last_flush: float = field(default_factory=time.monotonic)
-    written_rows: int = 0
     max_pending: int = 2
 
     def __post_init__(self) -> None:
         self.directory.mkdir(parents=True, exist_ok=True)
-        # Temporary files a killed writer of the same tag left; other --shard writers may be
-        # writing theirs into this folder right now, so theirs are left alone.
-        mine = f"part-{self.tag}-*.tmp" if self.tag else "part-[0-9]*.tmp"
-        for pattern in (f".{mine}", f"..{mine}"):  # a shard's, and its checksum's
-            for stale in self.directory.glob(pattern):
-                stale.unlink(missing_ok=True)
-        self._seq = max((self._seq_of(p) for p in self.directory.glob("part-*.parquet")), default=0)
+        self._files = ShardFiles(self.directory)
+        for stale in self._files.stale_temporaries(self.tag):
+            stale.unlink(missing_ok=True)
+        self._seq = max((self._files.seq_of(p, self.tag) for p in self._files.parts()), default=0)
         self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kit-shards")
         self._jobs: deque[Future[Path | None]] = deque()
-
-    def _seq_of(self, path: Path) -> int:
-        m = _PART.match(path.name)
-        return int(m["seq"]) if m and (m["tag"] or "") == self.tag else 0
 
     def add(self, row: dict[str, Any]) -> None:
         self.buffer.append(row)
@@ -122,7 +118,7 @@ class ShardWriter:
         target = None
         if rows:
             self._seq += 1
-            target = self.directory / f"part-{self.tag + '-' if self.tag else ''}{self._seq:05d}.parquet"
+            target = self._files.part(self.tag, self._seq)
         job = self._thread.submit(self._write, rows, target, then)
         self._jobs.append(job)
         return job
@@ -156,16 +152,10 @@ class ShardWriter:
             with atomic_path(target) as tmp:
                 pq.write_table(table, tmp, compression="zstd", write_page_checksum=True)
                 # the checksum lands before the shard: a visible shard always has its own
-                write_text_atomic(checksum_path(target), checksum_of(tmp.read_bytes()))
-            self.written_rows += len(rows)
+                write_text_atomic(ShardFiles.checksum(target), checksum_of(tmp.read_bytes()))
         for step in then:
             step()
         return target
-
-
-def checksum_path(shard: Path) -> Path:
-    """The hidden sidecar that records a shard's size and CRC-32."""
-    return shard.with_name(f".{shard.name}.crc32")
 
 
 def checksum_of(data: bytes) -> str:
@@ -184,7 +174,7 @@ class ShardCheck:
 def _shard_ids(path: Path) -> list[str]:
     """The ids of a verified shard; ValueError when it fails its checksum or cannot be read in full."""
     data = path.read_bytes()
-    sidecar = checksum_path(path)
+    sidecar = ShardFiles.checksum(path)
     if sidecar.exists():
         if sidecar.read_text() != checksum_of(data):
             raise ValueError("its size or CRC-32 differs from the one recorded when it was written")
@@ -193,11 +183,10 @@ def _shard_ids(path: Path) -> list[str]:
     return table.column("id").to_pylist()
 
 
-def _set_aside(path: Path, folder: str, why: str) -> None:
-    aside = path.parent / folder
+def _set_aside(path: Path, aside: Path, why: str) -> None:
     aside.mkdir(exist_ok=True)
     path.rename(aside / path.name)
-    sidecar = checksum_path(path)
+    sidecar = ShardFiles.checksum(path)
     if sidecar.exists():
         sidecar.rename(aside / sidecar.name)
     log.warning("%s: %s; moved to %s/", path, why, aside)
@@ -211,19 +200,20 @@ def done_ids(directory: Path, verify: bool = True) -> ShardCheck:
     """
     check = ShardCheck()
     # the kit's own names first, so that of an original and its copy, the copy is set aside
-    for path in sorted(directory.glob("part-*.parquet"), key=lambda p: (not _PART.match(p.name), p.name)):
+    files = ShardFiles(directory)
+    for path in sorted(files.parts(), key=lambda p: (not files.kit_named(p), p.name)):
         try:
             if verify:
                 ids = _shard_ids(path)
             else:
                 ids = pq.read_table(path, columns=["id"]).column("id").to_pylist()
         except (pa.ArrowException, OSError, ValueError) as e:
-            _set_aside(path, "corrupt", f"corrupt shard ({e}); its rows will be generated again")
+            _set_aside(path, files.corrupt, f"corrupt shard ({e}); its rows will be generated again")
             check.corrupt.append(path.name)
             continue
         unique = set(ids)
         if len(unique) < len(ids) or not unique.isdisjoint(check.ids):
-            _set_aside(path, "duplicate", "repeats ids of another shard (a copy?); its rows count once")
+            _set_aside(path, files.duplicate, "repeats ids of another shard (a copy?); its rows count once")
             check.duplicate.append(path.name)
             continue
         check.ids |= unique

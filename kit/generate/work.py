@@ -1,4 +1,4 @@
-"""What is left to do in a run: its identity, the frozen prompt set, and the pending work items.
+"""What is left to do in a run: its identity, --fresh archiving, --shard, and the pending work items.
 
 Kept apart from the loop so that resuming stays a cheap question: only the ids of finished rows
 are read, and work items are materialised a batch at a time.
@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import logging
 import shutil
 import zlib
 from collections.abc import Iterator
@@ -19,46 +18,36 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from kit.errors import ParamsError, RunFolderError
-from kit.generate.store import now_utc, row_id
+from kit.generate.store import ROW_SCHEMA_VERSION, row_id
 from kit.params import RunParams
-from kit.runfolder import RunFolder, read_json, write_json_atomic
-
-IDENTITY_FILE = "_run.json"
-log = logging.getLogger(__name__)
-
-
-def data_hash(params: RunParams) -> str:
-    text = json.dumps(params.data.model_dump(mode="json"), sort_keys=True)
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
+from kit.runfolder import RunFolder, read_json, stamp, write_json_atomic
 
 
 def engine_identity(params: RunParams) -> dict[str, Any]:
-    """What makes rows comparable: engine flavor, model (with its config's hash) and speculation."""
+    """What makes rows comparable: engine flavor, model (with its config's hash), speculation,
+    thinking on or off, the parsers that split reasoning and tool calls out, and the row schema."""
     cfg = Path(params.model.path) / "config.json"
     cfg_hash = hashlib.sha256(cfg.read_bytes()).hexdigest()[:16] if cfg.is_file() else None
-    spec = params.engine.speculative.model_dump(mode="json", exclude_none=True)
+    eng = params.engine
+    spec = eng.speculative.model_dump(mode="json", exclude_none=True)
     return {
-        "flavor": params.engine.flavor,
+        "flavor": eng.flavor,
         "model": str(params.model.path),
         "model_config_hash": cfg_hash,
         "speculative": spec or None,
+        "thinking": params.generate.sampling.thinking,
+        "tool_call_parser": eng.tool_call_parser,
+        "reasoning_parser": eng.reasoning_parser,
+        "row_schema": ROW_SCHEMA_VERSION,
     }
 
 
 def archive_outputs(folder: RunFolder) -> Path | None:
     """Move earlier generation outputs into `archive/<timestamp>/` (nothing is deleted)."""
-    parts = [
-        folder.generations,
-        folder.failures,
-        folder.metrics,
-        folder.manifest,
-        folder.prompts,
-        folder.plan,
-    ]
-    present = [p for p in parts if p.exists()]
+    present = folder.generation_outputs()
     if not present:
         return None
-    dest = folder.root / "archive" / now_utc().strftime("%Y%m%dT%H%M%S")
+    dest = folder.archive / stamp()
     dest.mkdir(parents=True)
     for p in present:
         shutil.move(str(p), dest / p.name)
@@ -71,11 +60,18 @@ def check_identity(folder: RunFolder, identity: dict[str, Any]) -> None:
     Only a folder that holds results (shards, failures) is bound to its identity: a run that
     stopped before its first row (a plan that failed, a server that never started) binds nothing.
     """
-    path = folder.generations / IDENTITY_FILE
+    path = folder.identity
     if not path.exists() or not _holds_results(folder):
         return
     old = read_json(path)
     changed = [k for k in identity if old.get(k) != identity[k]]
+    if "row_schema" in changed:
+        raise RunFolderError(
+            f"{folder.root} holds rows of another row schema (version {old.get('row_schema') or 1}; "
+            f"this kit writes version {identity['row_schema']}, with reasoning and tool_calls columns): "
+            "one run never mixes the two. Use a new run name, or pass --fresh to archive the earlier "
+            "outputs and start anew (they stay readable)."
+        )
     if changed:
         details = "; ".join(f"{k}: {old.get(k)!r} -> {identity[k]!r}" for k in changed)
         raise RunFolderError(
@@ -86,7 +82,7 @@ def check_identity(folder: RunFolder, identity: dict[str, Any]) -> None:
 
 def record_identity(folder: RunFolder, identity: dict[str, Any]) -> None:
     """Bind the run folder to `identity`; called once the prompt plan exists, before the first row."""
-    path = folder.generations / IDENTITY_FILE
+    path = folder.identity
     if _holds_results(folder) and path.exists():
         return
     folder.generations.mkdir(parents=True, exist_ok=True)
@@ -148,33 +144,6 @@ def iter_items(prompts: pa.Table, work: list[tuple[int, int]], batch: int = 512)
                 "tools_list": json.loads(tools) if tools else None,
                 "prompt_tokens": row.get("prompt_tokens"),
             }
-
-
-def ensure_prompts(params: RunParams, folder: RunFolder) -> pa.Table:
-    """The frozen prompt set: reused when the data params are unchanged, else planned anew."""
-    from kit.prompts.fixtures import write_fixtures
-    from kit.prompts.plan import build_plan, read_prompts
-
-    stamp = folder.root / "prompts.hash"
-    wanted = data_hash(params)
-    stamped = stamp.read_text().strip() if stamp.exists() else None
-    if folder.prompts.exists() and stamped == wanted:
-        return read_prompts(folder.prompts)
-    if folder.shard_paths():
-        if stamped != wanted:
-            raise RunFolderError(
-                f"the data section of the params changed but {folder.generations} already holds rows of "
-                "the old prompt plan. Use a new run name, or pass --fresh to archive them and start anew."
-            )
-        log.warning(
-            "%s is missing; planning again from the same data params (same seed, same ids)", folder.prompts
-        )
-    if params.data.demo_fixtures is not None and not any(Path(params.data.demo_fixtures).glob("*.jsonl")):
-        write_fixtures(Path(params.data.demo_fixtures))
-    stamp.unlink(missing_ok=True)  # a plan that fails half-way leaves no stamp claiming it
-    build_plan(params.data, Path(params.model.path), folder.prompts, folder.plan)
-    stamp.write_text(wanted)
-    return read_prompts(folder.prompts)
 
 
 def count_by(table: pa.Table, column: str) -> dict[str, int]:

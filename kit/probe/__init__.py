@@ -1,8 +1,8 @@
 """Stage 1: probe the GPU, the engine's environment, the model directory and the host.
 
-    from kit.probe import run_probe, probe_tables, verdict_markdown
+    from kit.probe import run_probe, probe_tables, probe_verdict
     report = run_probe(params, RunFolder(params.run_dir).ensure())   # writes probe.json
-    print(verdict_markdown(report))
+    print(probe_verdict(report))
 
 Every check runs; each finding has a status (ok / warn / fail), a one-line reason, and for warn
 and fail what to do. `benchmarks/probe_gpu.py` runs the same checks without RunParams.
@@ -10,15 +10,10 @@ and fail what to do. `benchmarks/probe_gpu.py` runs the same checks without RunP
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
-
+from kit.probe.checks import ProbeInputs, build_report
 from kit.probe.gpu import GpuFacts, lookup_datasheet
-from kit.probe.render import probe_tables, verdict_markdown
-from kit.probe.report import ProbeInputs, build_report
-from kit.runfolder import RunFolder, write_json_atomic
-
-if TYPE_CHECKING:
-    from kit.params import RunParams
+from kit.probe.run import inputs_from_params, run_probe
+from kit.probe.view import probe_tables, probe_verdict
 
 __all__ = [
     "GpuFacts",
@@ -28,47 +23,5 @@ __all__ = [
     "lookup_datasheet",
     "probe_tables",
     "run_probe",
-    "verdict_markdown",
+    "probe_verdict",
 ]
-
-
-def inputs_from_params(params: RunParams, folder: RunFolder) -> ProbeInputs:
-    """The probe's inputs from run params; the launcher's --help is cached in the run folder's logs/."""
-    from kit.probe.engine_env import planned_command
-
-    e, spec = params.engine, params.engine.speculative
-    return ProbeInputs(
-        model_path=params.model.path,
-        output_dir=params.output_dir,
-        engine_python=params.engine_python,
-        flavor=e.flavor,
-        cache_dir=folder.logs,
-        context_len=e.context_length or params.probe.context_length,
-        mem_fraction=e.mem_fraction_static or params.probe.mem_fraction,
-        measure_gpu=params.probe.measure_gpu,
-        tp_size=e.tp_size,
-        dp_size=e.dp_size,
-        spec_algorithm=spec.algorithm,
-        spec_topk=spec.eagle_topk,
-        spec_draft_tokens=spec.num_draft_tokens,
-        requested_backend=e.attention_backend,
-        device=e.device,
-        planned_command=planned_command(params) if e.flavor in ("sglang", "vllm") else None,
-        run=params.run,
-    )
-
-
-def run_probe(params: RunParams, folder: RunFolder, *, gpus: list[GpuFacts] | None = None) -> dict[str, Any]:
-    """Run every check, write `folder.probe` (probe.json) atomically and return the report.
-
-    `gpus` injects GPU facts (tests, re-runs); otherwise NVML, then torch in a child process.
-    """
-    from kit.engines.launcher import parse_help
-    from kit.probe.recommend import recommended_commands
-
-    report = build_report(inputs_from_params(params, folder), gpus=gpus)
-    help_file = ((report.get("engine_env") or {}).get("launcher") or {}).get("cached")
-    launcher = parse_help(open(help_file).read()) if help_file else None
-    report["recommended"]["commands"] = recommended_commands(params, report["recommended"], launcher)
-    write_json_atomic(folder.probe, report)
-    return report

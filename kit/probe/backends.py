@@ -1,6 +1,6 @@
 """Which SGLang attention backends can run on a GPU arch for a model, why not, and which to pick.
 
-Facts from SGLang's attention-backend docs and issues (see shared/reference/sglang.md): FA3 is
+Facts from SGLang's attention-backend documentation and issues: FA3 is
 built for sm_80-sm_90 (standard attention only below sm_90); FA4 and trtllm kernels need datacenter
 Blackwell (sm_100/103, tcgen05); trtllm_mha verifies speculation only with topk 1; triton picks
 Hopper-sized tiles on sm_90 and newer, which need ~104-114 KB of shared memory per block, more than

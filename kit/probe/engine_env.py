@@ -14,7 +14,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from kit.engines.launcher import LAUNCHERS, RENAMED_FLAGS, discover, parse_help, read_help
+from kit.engines.launcher import LAUNCHERS, RENAMED_FLAGS, discover, read_help
 
 PACKAGES = (
     "sglang",
@@ -68,11 +68,6 @@ def pip_check(python: Path, timeout_s: float = 60) -> dict[str, Any]:
     """Whether `python -m pip --version` works, with its output or the error."""
     rc, out, err = run_quiet([str(python), "-m", "pip", "--version"], timeout_s)
     return {"ok": rc == 0, "output": (out if rc == 0 else err or out).strip()[-300:]}
-
-
-def parse_flags(help_text: str) -> set[str]:
-    """Every `--long-flag` named in an argparse `--help` text."""
-    return set(parse_help(help_text).flags)
 
 
 def launcher_help(

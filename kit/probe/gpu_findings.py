@@ -11,11 +11,12 @@ GIB = 1024**3
 
 
 def gpu_findings(
-    gpus: list[GpuFacts], torch_info: dict[str, Any], needs_gpu: bool, wanted: int = 1
+    gpus: list[GpuFacts], torch_info: dict[str, Any] | None, needs_gpu: bool, wanted: int = 1
 ) -> list[dict[str, Any]]:
     """Findings of section `gpus`: count, each GPU, datasheet match, shared memory, measurement.
 
-    No GPU fails when the engine runs on GPUs (`needs_gpu`; `wanted` = tp_size x dp_size of them)."""
+    No GPU fails when the engine runs on GPUs (`needs_gpu`; `wanted` = tp_size x dp_size of them).
+    `torch_info` None: torch was not asked (GPU facts given by the caller), so no torch finding."""
     if not gpus:
         why = "no NVIDIA GPU seen (NVML found no driver or device, torch sees no CUDA device)"
         if not needs_gpu:
@@ -46,7 +47,8 @@ def gpu_findings(
     for g in gpus:
         out.append(_one_gpu(g))
     out.append(_datasheet_finding(gpus[0]))
-    out.extend(_torch_findings(gpus[0], torch_info))
+    if torch_info is not None:
+        out.extend(_torch_findings(gpus[0], torch_info))
     return out
 
 
@@ -96,9 +98,7 @@ def _torch_findings(g: GpuFacts, info: dict[str, Any]) -> list[dict[str, Any]]:
     problem = info.get("error") or info.get("skipped")
     if not problem and not info.get("cuda_available"):
         problem = f"torch {info.get('torch_version')} sees no CUDA device (a CPU-only build?)"
-    if info.get("injected"):
-        pass
-    elif problem:
+    if problem:
         action = "install a CUDA build of torch in the kit's environment for SM count and shared memory"
         out.append(finding("gpus", "torch", "warn", info.get("torch_version"), problem, action))
     else:

@@ -86,10 +86,17 @@ def recommend(
 def _parsers(inp: Any) -> dict[str, Any]:
     """The tool-call / reasoning parsers the model's chat template calls for on this engine."""
     chosen = parsers.recommended(inp.flavor, Path(inp.model_path))
+    switch = parsers.thinking_switch(parsers.chat_template(Path(inp.model_path)))
     return {
         "tool_call_parser": chosen.tool_call,
         "reasoning_parser": chosen.reasoning,
         "parsers_reason": chosen.why,
+        "thinking_switch": switch,
+        "thinking_note": (
+            f"the chat template turns thinking on or off with `{switch}`: set generate.sampling.thinking"
+            if switch
+            else "the chat template has no thinking switch: leave generate.sampling.thinking unset"
+        ),
     }
 
 

@@ -1,4 +1,4 @@
-"""Prompts: dataset adapters (a registry by name), synthetic fixtures, and the seeded prompt plan.
+"""Prompts: dataset adapters (a registry by name), the seeded prompt plan and the frozen prompt set.
 
 from kit.prompts import adapter_names, get_adapter
 from kit.prompts.plan import build_plan, read_prompts

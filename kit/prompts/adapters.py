@@ -3,7 +3,7 @@
 An adapter turns one dataset row into the prompt side of a chat request: messages
 (`[{role, content}]`), tools (a JSON string or None) and metadata (category, language, the
 reference answer...). The registry names feed the params (`data.sources[].adapter`) and the CLI.
-Schemas: ../shared/reference/datasets.md.
+The schemas, one per adapter, are in the docstrings of kit/prompts/sources.py.
 """
 
 from __future__ import annotations

@@ -25,7 +25,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from kit.errors import DataError
-from kit.params import DataParams, SourceParams
+from kit.params import DataParams
 from kit.prompts import sources as _sources  # noqa: F401  (fills the adapter registry)
 from kit.prompts.adapters import get_adapter
 from kit.prompts.dedup import Deduplicator
@@ -208,21 +208,3 @@ def _plan_json(
         "sources": [p.summary() for p in plans],
         "dropped_examples": {p.source.name: p.examples() for p in plans},
     }
-
-
-def plan_sources_from_files(
-    files: dict[str, Path], counts: dict[str, int] | None = None, **overrides: Any
-) -> list[SourceParams]:
-    """Sources for local fixture files named after their adapter (tests, demo, benchmark)."""
-    counts = counts or {}
-    return [
-        SourceParams(
-            name=name,
-            adapter=name,
-            dataset="json",
-            data_files=[path],
-            count=counts.get(name),
-            **overrides.get(name, {}),
-        )
-        for name, path in files.items()
-    ]

@@ -49,22 +49,6 @@ def probe_answer(probe: dict[str, Any] | None) -> Answer:
     return Answer("Environment", "GO", f"all {len(findings)} checks passed {where}.")
 
 
-def probe_tables(report: dict[str, Any]) -> dict[str, pd.DataFrame]:
-    """Findings per section, plus `gpu_devices`, `backend_verdicts`, `memory_plan`, `recommended`."""
-    findings = pd.DataFrame(report["findings"])
-    tables = {
-        sec: df.drop(columns="section").reset_index(drop=True)
-        for sec, df in findings.groupby("section", sort=False)
-    }
-    tables["gpu_devices"] = pd.DataFrame((report.get("gpus") or {}).get("devices") or [])
-    tables["backend_verdicts"] = pd.DataFrame(report.get("backends") or [])
-    memory = report.get("memory") or {}
-    tables["memory_plan"] = pd.DataFrame([{"item": k, "value": v} for k, v in memory.items()])
-    rec = {k: v for k, v in (report.get("recommended") or {}).items() if k != "speculative"}
-    tables["recommended"] = pd.DataFrame([{"setting": k, "value": v} for k, v in rec.items()])
-    return tables
-
-
 def _settings_lines(rec: dict[str, Any]) -> list[str]:
     lines = []
     for name, cmd in (rec.get("commands") or {}).items():
@@ -80,6 +64,8 @@ def _settings_lines(rec: dict[str, Any]) -> list[str]:
     lines.append(
         f"- parsers: tool-call parser {tool or 'none'}, reasoning parser {reasoning or 'none'} ({why})"
     )
+    if rec.get("thinking_note"):
+        lines.append(f"- thinking: {rec['thinking_note']}")
     available = {True: "yes", False: "no"}.get(spec.get("available"), "unknown")
     lines.append(f"- speculation available: {available} ({spec.get('why', 'unknown')})")
     return lines
@@ -109,7 +95,7 @@ def _counts_line(report: dict[str, Any]) -> str:
     )
 
 
-def verdict_markdown(report: dict[str, Any]) -> str:
+def probe_verdict(report: dict[str, Any]) -> str:
     """Go / no-go, every failure and warning with what to do, and the recommended settings, as Markdown."""
     s = report["summary"]
     head = "## GO" if s["go"] else f"## NO-GO: {len(s['fails'])} failure(s)"
@@ -177,7 +163,7 @@ def _memory_value(key: str, value: Any) -> str:
     return f"{value:,.2f}" if isinstance(value, float) else f"{value:,}"
 
 
-def probe_display(report: dict[str, Any]) -> list[Table]:
+def probe_tables(report: dict[str, Any]) -> list[Table]:
     """Notebook 01's tables for reading: findings per section, GPUs, backends, memory plan, settings."""
     findings = pd.DataFrame(report["findings"])
     out = [

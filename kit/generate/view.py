@@ -14,7 +14,6 @@ import pyarrow.parquet as pq
 from kit.display import Table, seconds, table, text, timestamp
 from kit.generate.store import FailureLog
 from kit.generate.verdict import FAILURE_REASONS
-from kit.params import RunParams
 from kit.runfolder import RunFolder, read_json
 
 
@@ -134,11 +133,10 @@ def _output_tokens(folder: RunFolder) -> int | None:
     return total
 
 
-def generation_verdict(params: RunParams) -> str:
+def generation_verdict(folder: RunFolder) -> str:
     """Notebook 03's opening, as Markdown: rows against plan, completeness, failures, throughput."""
     from kit.generate.verdict import failure_answer, failures_by_reason, generation_answer, throughput_answer
 
-    folder = RunFolder(Path(params.run_dir))
     manifest = read_json(folder.manifest) if folder.manifest.exists() else None
     answers = (
         generation_answer(folder, manifest),
@@ -151,9 +149,8 @@ def generation_verdict(params: RunParams) -> str:
     return "\n".join([head, "", *(f"- **{a.topic}: {a.headline}.** {a.detail}" for a in answers)])
 
 
-def generation_tables(params: RunParams) -> list[Table]:
+def generation_tables(folder: RunFolder) -> list[Table]:
     """The tables notebook 03 shows, for reading (empty ones left out)."""
-    folder = RunFolder(Path(params.run_dir))
     outputs, unreadable = outputs_table(folder)
     plan = plan_table(folder)
     plan_names = {c: c.replace("dropped_", "dropped: ").replace("_", " ") for c in plan.columns}

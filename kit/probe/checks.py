@@ -90,10 +90,11 @@ def needs_gpu(inp: ProbeInputs, engine: dict[str, Any]) -> bool:
 def _gpu_section(
     inp: ProbeInputs, gpus: list[gpu.GpuFacts] | None, needs: bool
 ) -> tuple[dict[str, Any], list]:
+    """NVML, then torch in a child process, unless the caller gives the GPU facts (`gpus`)."""
     if gpus is None:
         gpus, info = gpu.collect_gpus(measure=inp.measure_gpu)
     else:
-        info = {"injected": True, "devices": []}
+        info = None  # facts given by the caller: torch is not asked
     wanted = inp.tp_size * inp.dp_size
     found = gpu_findings.gpu_findings(gpus, info, needs_gpu=needs, wanted=wanted)
     if needs and 0 < len(gpus) < wanted:

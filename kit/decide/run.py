@@ -1,4 +1,4 @@
-"""Stage 2 wiring: probe facts + measured sweep + cost model -> decision.json, and its display.
+"""Stage 2: probe facts + measured sweep + cost model -> decision.json (its display: kit.decide.view).
 
 Hardware comes from the probe: the datasheet of the first GPU (its efficiency factors from a
 step profile when `decide.profile` names one), or, with no GPU, this CPU calibrated by a short
@@ -27,7 +27,8 @@ from kit.decide.profile_budget import ProfilePlan, plan_cpu_profile
 from kit.decide.sweep import run_sweep
 from kit.errors import CostModelError
 from kit.params import RunParams
-from kit.runfolder import RunFolder, read_json, write_json_atomic
+from kit.prompts.prompt_set import ensure_prompts
+from kit.runfolder import RunFolder, write_json_atomic
 
 log = logging.getLogger(__name__)
 
@@ -37,8 +38,6 @@ CPU_NOMINAL = cm.Hardware(bandwidth_Bps=20e9, flops_bf16=200e9, memory_bytes=16e
 
 def sweep_prompts(params: RunParams, folder: RunFolder) -> list[dict[str, Any]]:
     """A fixed, seeded sample of the planned prompts for every arm of the sweep."""
-    from kit.generate.work import ensure_prompts
-
     table = ensure_prompts(params, folder)
     order = list(range(table.num_rows))
     random.Random(params.data.seed).shuffle(order)  # shuffle positions: only the sample is materialised
@@ -86,7 +85,7 @@ def _cpu_profile(params: RunParams, folder: RunFolder) -> tuple[pd.DataFrame | N
     if plan.mode == "skipped":
         return None, plan
     profile = profile_steps(cfg, grid, device="cpu", n_layers=plan.profiler_layers)
-    profile.to_parquet(folder.root / "step_profile.parquet", index=False)
+    profile.to_parquet(folder.step_profile, index=False)
     return profile, plan
 
 
@@ -108,7 +107,7 @@ def _gpu_hardware(gpus: list[dict[str, Any]], info: dict[str, Any]) -> cm.Hardwa
     )
 
 
-def decide_stage(params: RunParams, folder: RunFolder, probe: dict[str, Any]) -> dict[str, Any]:
+def run_decision(params: RunParams, folder: RunFolder, probe: dict[str, Any]) -> dict[str, Any]:
     """Run the sweep, predict, decide; write decision.json and return it."""
     arch = load_arch(params.model.path)
     mtp = _mtp_status(probe)
@@ -157,108 +156,3 @@ def _note_profile_plan(decision: dict[str, Any], plan: ProfilePlan | None) -> No
     decision["cpu_profile"] = asdict(plan)
     if plan.warning():
         decision["warnings"].append(plan.warning())
-
-
-# ---- display (notebook 02) ---------------------------------------------------
-def speculation_name(params: RunParams) -> str:
-    """What the run's speculative arms are called: MTP, n-gram, EAGLE, draft model."""
-    from kit.decide.decision import spec_name
-
-    spec = params.engine.speculative
-    return spec_name(spec.algorithm, spec.draft_model_path is not None)
-
-
-def decision_markdown(decision: dict[str, Any], params: RunParams | None = None) -> str:
-    """The decision first (what was chosen, measured or predicted, by how much), then the reasons,
-    warnings and the engine settings stage 3 takes."""
-    from kit.decide.verdict import decision_answer
-    from kit.display import human_name
-
-    answer = decision_answer(decision, speculation_name(params) if params else "MTP")
-    lines = [f"## Decision: {answer.headline}", "", answer.detail, "", "**Why**", ""]
-    lines += [f"- {r}" for r in decision["reasons"]]
-    lines += [f"- **warning:** {w}" for w in decision.get("warnings") or []]
-    lines += ["", "**Engine settings for stage 3**", ""]
-    lines += [f"- {human_name(k)}: {_setting(v)}" for k, v in decision["engine_settings"].items()]
-    return "\n".join(lines)
-
-
-def _setting(value: Any) -> str:
-    if value is None:
-        return "engine default"
-    return "yes" if value is True else "no" if value is False else str(value)
-
-
-SWEEP_COLUMNS = {
-    "arm": "arm",
-    "concurrency": "concurrency",
-    "requests": "requests",
-    "errors": "errors",
-    "output_tokens": "output tokens",
-    "duration_s": "duration (s)",
-    "output_tok_s": "output tok/s",
-    "latency_p50_s": "latency p50 (s)",
-    "latency_p90_s": "latency p90 (s)",
-    "ttft_p50_s": "first token p50 (s)",
-    "accept_length": "accept length",
-}
-MEASURED = {"ok": "yes", "skipped": "no (skipped)", "failed": "no (failed)", "not measured": "no"}
-BESIDE_COLUMNS = {
-    "arm": "arm",
-    "concurrency": "concurrency",
-    "predicted_tok_s": "predicted tok/s",
-    "measured_tok_s": "measured tok/s",
-    "error_pct": "prediction error",
-    "predicted_accept_length": "accept length (predicted)",
-    "mem_max_running": "sequences memory holds",
-    "status": "measured?",
-}
-
-
-def decision_tables(params: RunParams) -> list[Any]:
-    """Notebook 02's tables for reading: predicted beside measured, the measured sweep, arms not measured."""
-    from kit.decide.verdict import arm_label
-    from kit.display import signed_percent, table
-
-    folder = RunFolder(Path(params.run_dir))
-    name = speculation_name(params)
-    tables = []
-    if folder.decision.exists():
-        t = pd.DataFrame(read_json(folder.decision)["table"])
-        t["arm"] = [arm_label(int(k), name) for k in t.spec_k]
-        cols = [c for c in BESIDE_COLUMNS if c in t]
-        tables.append(
-            table(
-                t[cols],
-                "Predicted beside measured",
-                BESIDE_COLUMNS,
-                formats={"error_pct": signed_percent, "status": lambda s: MEASURED.get(s, str(s))},
-                note="Prediction error: (predicted - measured) / measured.",
-                summary=f"{len(t)} arm and concurrency levels",
-            )
-        )
-    if folder.sweep.exists():
-        sweep = pd.read_parquet(folder.sweep)
-        sweep["arm"] = [arm_label(int(k), name) for k in sweep.spec_k]
-        ran = sweep[sweep.status != "skipped"].dropna(axis=1, how="all")
-        cols = [c for c in SWEEP_COLUMNS if c in ran]
-        if len(ran):
-            tables.append(table(ran[cols], "Measured sweep", SWEEP_COLUMNS, summary=f"{len(ran)} levels"))
-        skipped = sweep[sweep.status == "skipped"].drop_duplicates("arm")[["arm", "reason"]]
-        if len(skipped):
-            tables.append(table(skipped, "Arms not measured", {"reason": "why"}))
-    return tables
-
-
-def decision_figures(params: RunParams, decision: dict[str, Any]) -> list[Any]:
-    """The figures of notebook 02 as images with alt text, also saved as PNG under figures/."""
-    from kit.decide.plots import decision_figures as make
-    from kit.display import figure_image
-
-    folder = RunFolder(Path(params.run_dir))
-    folder.figures.mkdir(parents=True, exist_ok=True)
-    images = []
-    for stem, (fig, alt) in make(decision, speculation_name(params)).items():
-        fig.savefig(folder.figures / f"decide_{stem}.png", dpi=110, bbox_inches="tight")
-        images.append(figure_image(fig, alt))
-    return images

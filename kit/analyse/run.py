@@ -135,7 +135,7 @@ def analyse_run(folder: RunFolder, params: AnalyseParams | None = None) -> dict[
     summary.update(summarise(data))
     paths = []
     for stem, fig in run_figures(data).items():
-        path = plots.save_figure(fig, folder.figures / f"{stem}.png")
+        path = plots.save_figure(fig, folder.figure(stem))
         paths.append(str(path.resolve()))
     summary["figures"] = paths
     write_json_atomic(folder.summary, summary)

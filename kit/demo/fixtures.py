@@ -6,7 +6,7 @@ row's prompt under a new id, with case and spacing changed where the prompt is o
 very long prompts (for the token filter) and, in Infinity-Instruct, Chinese rows
 (`langdetect: zh`). `is_duplicate`, `is_long` and `is_chinese` say which row indices those are.
 
-    from kit.prompts.fixtures import write_fixtures
+    from kit.demo.fixtures import write_fixtures
     files = write_fixtures(Path("/tmp/fx"), rows_per_source=24)   # {"metamathqa": Path(...), ...}
 """
 
@@ -19,8 +19,9 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from kit.prompts import fixture_text as text
-from kit.prompts.fixture_text import between, pick
+from kit.demo import fixture_text as text
+from kit.demo.fixture_text import between, pick
+from kit.params import SourceParams
 
 DUP_EVERY = 12
 """Row i with i % 12 == 11 repeats the prompt of row i - 5 (i - 6 when that one is long)."""
@@ -226,3 +227,21 @@ _ID_FORMATS: dict[Callable, Callable[[int], Any]] = {
     _hermes: lambda i: f"{i:08x}-hermes",
     _agent: lambda i: f"os_{i}",
 }
+
+
+def plan_sources_from_files(
+    files: dict[str, Path], counts: dict[str, int] | None = None, **overrides: Any
+) -> list[SourceParams]:
+    """Sources for the fixture files write_fixtures returns (named after their adapter): tests, benchmarks."""
+    counts = counts or {}
+    return [
+        SourceParams(
+            name=name,
+            adapter=name,
+            dataset="json",
+            data_files=[path],
+            count=counts.get(name),
+            **overrides.get(name, {}),
+        )
+        for name, path in files.items()
+    ]

@@ -10,8 +10,8 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
+from kit.demo import fixture_text as text
 from kit.demo.tokenizer import train_tokenizer
-from kit.prompts import fixture_text as text
 
 
 def _corpus(seed: int = 0) -> list[str]:

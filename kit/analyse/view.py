@@ -1,0 +1,171 @@
+"""Notebook 04 for reading: the verdict, the summary's tables with human titles and units, and the
+saved figures with alt text that carries their numbers. Reads summary.json's content only."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from kit.analyse.tables import summary_tables
+from kit.display import Table, number, percent, seconds, table
+
+TITLES = {
+    "per source": "Rows and tokens per source",
+    "finish reasons (share of rows)": "Finish reasons (share of rows)",
+    "quality flags (rows)": "Quality flags (rows)",
+    "thinking (rows)": "Thinking (rows)",
+    "reasoning and answer lengths (p50, p90)": "Reasoning and answer lengths (p50, p90)",
+    "tool calls (rows)": "Tool calls (rows)",
+    "gaps": "Gaps: what could not be read",
+}
+NOTES = {
+    "quality flags (rows)": "Rows per flag; 'function calling' counts rows whose prompt offered tools.",
+    "reasoning and answer lengths (p50, p90)": "Characters, and tokens where the engine reported them.",
+}
+
+
+def _seconds_line(entry: Any) -> str:
+    entry = entry or {}
+    if entry.get("p50") is None:
+        return "–"
+    return f"p50 {seconds(entry['p50'])}, p90 {seconds(entry['p90'])}, max {seconds(entry['max'])}"
+
+
+def health_table(health: dict[str, Any]) -> Table:
+    """Run health as named lines with units."""
+    by_reason = health.get("failures_by_reason") or {}
+    rows = {
+        "complete": "yes" if health.get("complete") else "no",
+        "time generating": seconds(health.get("duration_s")),
+        "rows/s": number(health.get("rows_s")),
+        "output tok/s (mean, peak)": ", ".join(
+            number(health.get(k)) for k in ("output_tok_s", "output_tok_s_peak")
+        ),
+        "latency per request": _seconds_line(health.get("latency_s")),
+        "time to first token": _seconds_line(health.get("ttft_s")),
+        "failed requests": number(health.get("failures"))
+        + (" (" + ", ".join(f"{k} {v}" for k, v in by_reason.items()) + ")" if by_reason else ""),
+        "duplicate ids": number(health.get("duplicate_ids")),
+        "accept length (mean)": number(health.get("accept_length_mean")),
+        "timeline from": str(health.get("timeline_from") or "–"),
+    }
+    return table(pd.DataFrame({"measure": list(rows), "value": list(rows.values())}), "Run health")
+
+
+def analysis_tables(summary: dict[str, Any]) -> list[Table]:
+    """Notebook 04's tables for reading: human titles and columns, shares as %, no index."""
+    shares = {"share_with_calls": percent}
+    out = []
+    for key, frame in summary_tables(summary).items():
+        if key == "run health":
+            out.append(health_table(summary.get("health") or {}))
+            continue
+        formats = {c: percent for c in frame.columns} if key.startswith("finish reasons") else shares
+        index_name = None if key == "gaps" else "source"
+        out.append(
+            table(
+                frame, TITLES.get(key, key), formats=formats, note=NOTES.get(key, ""), index_name=index_name
+            )
+        )
+    return out
+
+
+def analysis_verdict(summary: dict[str, Any]) -> str:
+    """Notebook 04's opening, as Markdown: rows analysed, truncation, flags, failures, gaps."""
+    flags = {k: v for k, v in (summary.get("flags") or {}).items() if v and k != "function_calling"}
+    cut = (summary.get("finish_reasons") or {}).get("length", 0.0)
+    health = summary.get("health") or {}
+    lines = [
+        f"## Verdict: {summary.get('rows', 0):,} rows, {sum(flags.values()):,} quality flags, "
+        f"{number(health.get('failures') or 0)} failed",
+        "",
+        f"- **{summary.get('rows', 0):,} rows analysed** from {len(summary.get('sources') or {})} sources; "
+        f"{percent(cut)} were cut at max_tokens"
+        + (" (raise generate.sampling.max_tokens if that matters)." if cut > 0.05 else "."),
+        "- **Quality flags:** "
+        + (", ".join(f"{v:,} {k.replace('_', ' ')}" for k, v in flags.items()) if flags else "none")
+        + ".",
+        f"- **Failed requests:** {number(health.get('failures') or 0)}; "
+        f"**throughput** {number(health.get('output_tok_s'))} output tok/s.",
+    ]
+    if summary.get("gaps"):
+        lines.append(
+            f"- **Gaps:** {len(summary['gaps'])} part(s) of the run could not be read (table below)."
+        )
+    return "\n".join(lines)
+
+
+def _dist(entry: Any, unit: str = "") -> str:
+    entry = entry or {}
+    if entry.get("p50") is None:
+        return "none"
+    return ", ".join(f"{q} {number(entry[q])}{unit}" for q in ("p50", "p90", "max"))
+
+
+def _per_source(summary: dict[str, Any], key: str, unit: str = "") -> str:
+    sources = summary.get("sources") or {}
+    return "; ".join(f"{s}: {_dist(v.get(key), unit)}" for s, v in sources.items())
+
+
+def _finish_alt(summary: dict[str, Any]) -> str:
+    sources = summary.get("sources") or {}
+    parts = [
+        f"{s}: " + ", ".join(f"{r} {percent(v)}" for r, v in (e.get("finish_reasons") or {}).items())
+        for s, e in sources.items()
+    ]
+    return "Bars: share of rows per finish reason and source. " + "; ".join(parts)
+
+
+def _health_alt(summary: dict[str, Any], what: str) -> str:
+    h = summary.get("health") or {}
+    if what == "throughput":
+        return (
+            f"Lines: rows/s and output tokens/s over the run; mean {number(h.get('output_tok_s'))} tok/s, "
+            f"peak {number(h.get('output_tok_s_peak'))} tok/s, {number(h.get('rows_s'))} rows/s."
+        )
+    if what == "accept":
+        return (
+            f"Line: accept length over the run; mean {number(h.get('accept_length_mean'))} tokens per step."
+        )
+    return f"Histogram: request latency per source; overall {_dist(h.get('latency_s'), ' s')}."
+
+
+def _counts_alt(counts: Any, what: str) -> str:
+    counts = {k: v for k, v in (counts or {}).items() if v}
+    listed = ", ".join(f"{k} {v:,}" for k, v in counts.items()) or "none"
+    return f"Bars: {what} per source; in all: {listed}."
+
+
+def figure_alt(stem: str, summary: dict[str, Any]) -> str:
+    """Alt text for a figure of `run_figures` (by file stem), with the numbers it shows."""
+    texts = {
+        "completion_tokens_by_source": lambda: (
+            "Histogram: completion tokens per request, per source; "
+            + _per_source(summary, "completion_tokens")
+        ),
+        "prompt_tokens_by_source": lambda: (
+            "Histogram: prompt tokens per request, per source; " + _per_source(summary, "prompt_tokens")
+        ),
+        "reasoning_and_answer_by_source": lambda: (
+            "Box plots: reasoning and answer lengths per source "
+            "(rows that thought); reasoning chars " + _per_source(summary, "reasoning_chars")
+        ),
+        "finish_reasons_by_source": lambda: _finish_alt(summary),
+        "throughput_over_time": lambda: _health_alt(summary, "throughput"),
+        "latency": lambda: _health_alt(summary, "latency"),
+        "accept_length_over_time": lambda: _health_alt(summary, "accept"),
+        "flags_by_source": lambda: _counts_alt(summary.get("flags"), "rows flagged, per flag"),
+        "failures_by_reason": lambda: _counts_alt(
+            (summary.get("health") or {}).get("failures_by_reason"), "failed requests, per reason"
+        ),
+    }
+    return texts.get(stem, lambda: stem.replace("_", " "))()
+
+
+def analysis_figures(summary: dict[str, Any]) -> list[Any]:
+    """The saved figures of a summary as images with alt text, for notebook 04."""
+    from kit.display import file_image
+
+    return [file_image(p, figure_alt(Path(p).stem, summary)) for p in summary.get("figures") or []]

@@ -1,0 +1,133 @@
+"""Notebook 02 for reading: the decision in sentences, predicted beside measured, the measured sweep,
+the figures (also saved under figures/) and what MTP would be worth. Reads the run folder only."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pandas as pd
+import yaml
+
+from kit.runfolder import RunFolder, read_json
+
+
+def speculation_name(folder: RunFolder) -> str:
+    """What the run's speculative arms are called (MTP, n-gram, EAGLE, draft model), from its
+    params.yaml (MTP when unreadable)."""
+    from kit.decide.decision import spec_name
+
+    try:
+        spec = ((yaml.safe_load(folder.params.read_text()) or {}).get("engine") or {}).get(
+            "speculative"
+        ) or {}
+        return spec_name(spec.get("algorithm"), spec.get("draft_model_path") is not None)
+    except (OSError, yaml.YAMLError, AttributeError):
+        return "MTP"
+
+
+def decision_verdict(folder: RunFolder) -> str:
+    """The decision first (what was chosen, measured or predicted, by how much), then the reasons,
+    warnings and the engine settings stage 3 takes."""
+    from kit.decide.verdict import decision_answer
+    from kit.display import human_name
+
+    decision = read_json(folder.decision)
+    answer = decision_answer(decision, speculation_name(folder))
+    lines = [f"## Decision: {answer.headline}", "", answer.detail, "", "**Why**", ""]
+    lines += [f"- {r}" for r in decision["reasons"]]
+    lines += [f"- **warning:** {w}" for w in decision.get("warnings") or []]
+    lines += ["", "**Engine settings for stage 3**", ""]
+    lines += [f"- {human_name(k)}: {_setting(v)}" for k, v in decision["engine_settings"].items()]
+    return "\n".join(lines)
+
+
+def _setting(value: Any) -> str:
+    if value is None:
+        return "engine default"
+    return "yes" if value is True else "no" if value is False else str(value)
+
+
+SWEEP_COLUMNS = {
+    "arm": "arm",
+    "concurrency": "concurrency",
+    "requests": "requests",
+    "errors": "errors",
+    "output_tokens": "output tokens",
+    "duration_s": "duration (s)",
+    "output_tok_s": "output tok/s",
+    "latency_p50_s": "latency p50 (s)",
+    "latency_p90_s": "latency p90 (s)",
+    "ttft_p50_s": "first token p50 (s)",
+    "accept_length": "accept length",
+}
+MEASURED = {"ok": "yes", "skipped": "no (skipped)", "failed": "no (failed)", "not measured": "no"}
+BESIDE_COLUMNS = {
+    "arm": "arm",
+    "concurrency": "concurrency",
+    "predicted_tok_s": "predicted tok/s",
+    "measured_tok_s": "measured tok/s",
+    "error_pct": "prediction error",
+    "predicted_accept_length": "accept length (predicted)",
+    "mem_max_running": "sequences memory holds",
+    "status": "measured?",
+}
+
+
+def decision_tables(folder: RunFolder) -> list[Any]:
+    """Notebook 02's tables for reading: predicted beside measured, the measured sweep, arms not measured."""
+    from kit.decide.verdict import arm_label
+    from kit.display import signed_percent, table
+
+    name = speculation_name(folder)
+    tables = []
+    if folder.decision.exists():
+        t = pd.DataFrame(read_json(folder.decision)["table"])
+        t["arm"] = [arm_label(int(k), name) for k in t.spec_k]
+        cols = [c for c in BESIDE_COLUMNS if c in t]
+        tables.append(
+            table(
+                t[cols],
+                "Predicted beside measured",
+                BESIDE_COLUMNS,
+                formats={"error_pct": signed_percent, "status": lambda s: MEASURED.get(s, str(s))},
+                note="Prediction error: (predicted - measured) / measured.",
+                summary=f"{len(t)} arm and concurrency levels",
+            )
+        )
+    if folder.sweep.exists():
+        sweep = pd.read_parquet(folder.sweep)
+        sweep["arm"] = [arm_label(int(k), name) for k in sweep.spec_k]
+        ran = sweep[sweep.status != "skipped"].dropna(axis=1, how="all")
+        cols = [c for c in SWEEP_COLUMNS if c in ran]
+        if len(ran):
+            tables.append(table(ran[cols], "Measured sweep", SWEEP_COLUMNS, summary=f"{len(ran)} levels"))
+        skipped = sweep[sweep.status == "skipped"].drop_duplicates("arm")[["arm", "reason"]]
+        if len(skipped):
+            tables.append(table(skipped, "Arms not measured", {"reason": "why"}))
+    return tables
+
+
+def decision_figures(folder: RunFolder) -> list[Any]:
+    """The figures of notebook 02 as images with alt text, also saved as PNG under figures/."""
+    from kit.decide.plots import decision_figures as make
+    from kit.display import figure_image
+
+    folder.figures.mkdir(parents=True, exist_ok=True)
+    images = []
+    for stem, (fig, alt) in make(read_json(folder.decision), speculation_name(folder)).items():
+        fig.savefig(folder.figure(f"decide_{stem}"), dpi=110, bbox_inches="tight")
+        images.append(figure_image(fig, alt))
+    return images
+
+
+def mtp_worth(folder: RunFolder) -> Any:
+    """What the model's MTP heads would be worth (kit.decide.worth) for this run, or a line saying
+    why it cannot be computed."""
+    from IPython.display import Markdown
+
+    from kit.decide.worth import worth_for_run
+
+    band = worth_for_run(folder)
+    if band is None:
+        return Markdown("*What MTP would be worth: not computed (the model or decision.json is unreadable).*")
+    return band

@@ -1,0 +1,49 @@
+"""The frozen prompt set of a run: planned once from the params' data section, stamped with that
+section's hash, and reused by every stage that needs prompts (the sweep of stage 2, stage 3).
+
+    prompts = ensure_prompts(params, folder)   # prompts.parquet, planned now or reused
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from pathlib import Path
+
+import pyarrow as pa
+
+from kit.errors import RunFolderError
+from kit.params import RunParams
+from kit.prompts.plan import build_plan, read_prompts
+from kit.runfolder import RunFolder
+
+log = logging.getLogger(__name__)
+
+
+def data_hash(params: RunParams) -> str:
+    """A short hash of the params' data section: the same section plans the same prompts."""
+    text = json.dumps(params.data.model_dump(mode="json"), sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def ensure_prompts(params: RunParams, folder: RunFolder) -> pa.Table:
+    """The frozen prompt set: reused when the data params are unchanged, else planned anew."""
+    stamp = folder.prompts_stamp
+    wanted = data_hash(params)
+    stamped = stamp.read_text().strip() if stamp.exists() else None
+    if folder.prompts.exists() and stamped == wanted:
+        return read_prompts(folder.prompts)
+    if folder.shard_paths():
+        if stamped != wanted:
+            raise RunFolderError(
+                f"the data section of the params changed but {folder.generations} already holds rows of "
+                "the old prompt plan. Use a new run name, or pass --fresh to archive them and start anew."
+            )
+        log.warning(
+            "%s is missing; planning again from the same data params (same seed, same ids)", folder.prompts
+        )
+    stamp.unlink(missing_ok=True)  # a plan that fails half-way leaves no stamp claiming it
+    build_plan(params.data, Path(params.model.path), folder.prompts, folder.plan)
+    stamp.write_text(wanted)
+    return read_prompts(folder.prompts)

@@ -1,0 +1,230 @@
+"""The package's shape, read from its source with `ast`: stages import only earlier stages, shared
+modules import no stage, and no two modules import each other (directly or round a circle)."""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass
+from pathlib import Path
+
+KIT = Path(__file__).resolve().parent.parent / "kit"
+STAGES = ("probe", "decide", "generate", "analyse")
+"""Stage packages in pipeline order: each may import the ones before it, never one after it."""
+WIRING = {"kit.cli", "kit.stages", "kit.notebooks", "kit.report", "kit.index_page"}
+"""Modules above every stage: they call the stages (or read what all of them wrote)."""
+
+
+@dataclass(frozen=True)
+class Import:
+    source: str
+    target: str
+    line: int
+
+    def __str__(self) -> str:
+        return f"{self.source} (line {self.line}) imports {self.target}"
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(KIT.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def kit_modules() -> dict[str, Path]:
+    return {module_name(p): p for p in sorted(KIT.rglob("*.py"))}
+
+
+def imports_of(name: str, path: Path, modules: dict[str, Path]) -> list[Import]:
+    """Every import of a kit module in `path`, at module level or inside a function."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        targets: list[str] = []
+        if isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").startswith("kit"):
+            # `from kit.decide import costmodel`: the submodule; `from kit.decide import decide`: the package
+            targets = [
+                f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in modules else node.module
+                for a in node.names
+            ]
+        elif isinstance(node, ast.Import):
+            targets = [a.name for a in node.names if a.name.split(".")[0] == "kit"]
+        found += [Import(name, t, node.lineno) for t in targets if t != name]
+    return found
+
+
+def all_imports() -> list[Import]:
+    modules = kit_modules()
+    return [imp for name, path in modules.items() for imp in imports_of(name, path, modules)]
+
+
+def stage_of(module: str) -> str | None:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 and parts[1] in STAGES else None
+
+
+def test_no_stage_imports_a_later_stage() -> None:
+    wrong = [
+        str(i)
+        for i in all_imports()
+        if stage_of(i.source)
+        and stage_of(i.target)
+        and STAGES.index(stage_of(i.target)) > STAGES.index(stage_of(i.source))
+    ]
+    assert not wrong, "a stage imports a later stage:\n" + "\n".join(wrong)
+
+
+def test_shared_modules_import_no_stage() -> None:
+    wrong = [
+        str(i)
+        for i in all_imports()
+        if stage_of(i.source) is None and i.source not in WIRING and stage_of(i.target)
+    ]
+    assert not wrong, "a module shared by the stages imports a stage:\n" + "\n".join(wrong)
+
+
+def test_runtime_imports_no_demo_module() -> None:
+    """kit/demo/ (the demo model, fixture data, the test tokenizer) is reached only from the wiring that
+    builds the demo assets (kit.cli, kit.stages); the stages and shared modules run without it."""
+    wrong = [
+        str(i)
+        for i in all_imports()
+        if i.target.startswith("kit.demo") and not i.source.startswith("kit.demo") and i.source not in WIRING
+    ]
+    assert not wrong, "runtime code imports kit.demo:\n" + "\n".join(wrong)
+
+
+def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in sorted(edges.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in sorted(edges):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_no_import_cycle() -> None:
+    edges: dict[str, set[str]] = {}
+    for i in all_imports():
+        edges.setdefault(i.source, set()).add(i.target)
+    assert not cycles(edges), f"modules that import each other: {cycles(edges)}"
+
+
+def test_the_checks_see_a_violation() -> None:
+    """The walker finds what it looks for: a later stage, and a circle of two."""
+    assert cycles({"a": {"b"}, "b": {"a"}, "c": {"a"}}) == [["a", "b"]]
+    modules = kit_modules()
+    assert "kit.generate.run" in modules and "kit.decide.view" in modules
+    probe_imports = {i.target for i in imports_of("kit.stages", modules["kit.stages"], modules)}
+    assert {"kit.probe", "kit.generate"} <= probe_imports
+
+
+# ---- one owner for the run folder's paths ----------------------------------------------------
+PATH_CALLS = {"glob", "rglob", "with_name", "joinpath", "with_suffix"}
+NAME_PARTS = (
+    "part-",
+    "manifest-",
+    "metrics-",
+    ".generate",
+    "params.",
+    ".crc32",
+    ".unreadable",
+    ".ipynb",
+    ".html",
+)
+"""Pieces of the names RunFolder makes from a tag, a number or a stem (part-s0of2-00001.parquet, ...)."""
+NOT_RUN_FOLDER = {
+    ("kit.notebooks", "notebooks"): "the repository's stage notebooks, which papermill executes",
+    ("kit.notebooks", "*.ipynb"): "the same",
+    ("kit.analyse.health", "metrics.parquet"): "a label in summary.json: where the timeline came from",
+}
+"""Literals that look like run-folder names but are not paths into a run folder."""
+
+
+def artifact_names() -> tuple[set[str], set[str]]:
+    """(file names, folder names) that RunFolder gives a run's artifacts, read off an instance."""
+    from kit.runfolder import RunFolder
+
+    folder = RunFolder(Path("run"))
+    paths = [getattr(folder, a) for a in dir(RunFolder) if isinstance(getattr(RunFolder, a), property)]
+    paths += [folder.shards.corrupt, folder.shards.duplicate, folder.shard(0, 2).manifest]
+    paths = [p for p in paths if isinstance(p, Path)]
+    return {p.name for p in paths if "." in p.name}, {p.name for p in paths if "." not in p.name}
+
+
+def literal_text(node: ast.AST) -> str | None:
+    """The literal characters of a string or f-string node (an f-string's fields as '*')."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return node.value
+    if isinstance(node, ast.JoinedStr):
+        return "".join(v.value if isinstance(v, ast.Constant) else "*" for v in node.values)
+    return None
+
+
+def docstrings(tree: ast.AST) -> set[int]:
+    found = set()
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if isinstance(body, list) and body and isinstance(body[0], ast.Expr):
+            found.add(id(body[0].value))
+    return found
+
+
+def path_literals(tree: ast.AST) -> list[tuple[int, str]]:
+    """String literals used as a path: after `/`, or passed to glob / with_name / joinpath."""
+    found = []
+    for node in ast.walk(tree):
+        parts: list[ast.AST] = []
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div):
+            parts = [node.right]
+        elif (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr in PATH_CALLS
+        ):
+            parts = list(node.args)
+        found += [(node.lineno, t) for t in map(literal_text, parts) if t is not None]
+    return found
+
+
+def test_run_folder_paths_come_from_runfolder() -> None:
+    """No module but kit/runfolder.py names an artifact of the run folder: each is a RunFolder property."""
+    files, folders = artifact_names()
+    wrong = []
+    for name, path in kit_modules().items():
+        if name == "kit.runfolder":
+            continue
+        tree = ast.parse(path.read_text(), str(path))
+        skip = docstrings(tree)
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Constant) and node.value in files and id(node) not in skip:
+                if (name, node.value) not in NOT_RUN_FOLDER:
+                    wrong.append(f"{name} line {node.lineno}: {node.value!r}")
+        for line, text in path_literals(tree):
+            if (name, text) in NOT_RUN_FOLDER:
+                continue
+            if text in files | folders or any(piece in text for piece in NAME_PARTS):
+                wrong.append(f"{name} line {line}: path {text!r}")
+    assert not wrong, "run-folder paths named outside kit/runfolder.py:\n" + "\n".join(wrong)
+    assert {"probe.json", "prompts.hash", "_run.json", "step_profile.parquet", "manifest-s0of2.json"} <= files
+    assert {"archive", "corrupt", "report", "generations"} <= folders
