@@ -96,6 +96,21 @@ CHAT_TEMPLATE = r"""
 `enable_thinking` (on by default; off pre-fills an empty think block in the generation prompt)."""
 
 
+RESPONSE_TEMPLATE = {
+    "defaults": {"role": "assistant"},
+    "start_anchor": "<|im_start|>assistant\n",
+    "fields": {
+        "reasoning_content": {"open": "<think>", "close": "</think>", "content": "text"},
+        "content": {"close_pattern": r"\s*(?:<\|im_end\|>|<\|endoftext\|>)", "content": "text"},
+    },
+}
+"""How `transformers serve` splits an answer (a tokenizer's `response_template`): the `<think>`
+block into `reasoning_content`, everything else, `<tool_call>` blocks included, into the content.
+Without it, transformers 5.24 uses its Qwen3 template, which also parses tool calls and answers
+HTTP 500 to a call that is not valid JSON (one cut by max_tokens; the tiny model writes some).
+"""
+
+
 def train_tokenizer(texts: Iterable[str], vocab_size: int = 2048, individual_digits: bool = False):
     """Train a byte-level BPE on `texts`; returns a PreTrainedTokenizerFast with the chat template.
 
@@ -118,6 +133,7 @@ def train_tokenizer(texts: Iterable[str], vocab_size: int = 2048, individual_dig
     tok.add_tokens([AddedToken(t, special=False, normalized=False) for t in MARKUP_TOKENS])
     fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|endoftext|>")
     fast.chat_template = CHAT_TEMPLATE
+    fast.response_template = RESPONSE_TEMPLATE
     return fast
 
 
