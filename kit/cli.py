@@ -3,7 +3,7 @@
 kit run params/demo.yaml              # the four notebooks through papermill, then the HTML report
 kit probe|decide|generate|analyse params/demo.yaml
 kit report outputs/demo               # re-render the HTML report of a run
-kit demo-assets                       # build the embedded demo model and fixture data
+kit demo-assets                       # build the embedded demo model, its draft and fixture data
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Shared fixtures: the embedded demo model (built once per machine) and params files in tmp."""
+"""Shared fixtures: the embedded demo model (built once per machine), params files in tmp."""
 
 from __future__ import annotations
 

@@ -2,14 +2,19 @@
 
 `kit run` on params/demo-vllm.yaml (shrunk) measures plain decoding and n-gram speculation for
 real, with the accept length from vLLM's /metrics counters, decides from those measurements, and
-generates over all six fixture sources with the decided settings and the tool-call parser the
-chat template calls for (Hermes prompts included). A second run generates with n-gram on, so
-stage 4 has an accept length to show. Bad engine input ends in one clear message.
+generates over all six fixture sources with the decided settings and the reasoning and tool-call
+parsers the chat template calls for: rows keep the reasoning and the tool calls they split out.
+A second run generates with n-gram on and thinking off, so stage 4 has an accept length to show.
+A third runs with the parsers off and the sampling controls Qwen's model cards recommend: the
+think blocks and tool calls stay in the completions, and vLLM's own request log shows what it
+received. Bad engine input ends in one clear message.
 """
 
 from __future__ import annotations
 
+import ast
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -20,6 +25,8 @@ import pytest
 import yaml
 from conftest import REPO
 from engines import VLLM_PYTHON, engine_python
+
+from kit.demo import fixture_text
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
 SIX = {"infinity_instruct", "webinstructsub", "codefeedback", "metamathqa", "hermes_fc", "agentinstruct"}
@@ -112,6 +119,10 @@ def rows_of(run: Path) -> pd.DataFrame:
     return pq.read_table(sorted((run / "generations").glob("part-*.parquet"))).to_pandas()
 
 
+KNOWN_TOOLS = {tool["function"]["name"] for _, tool in fixture_text.TOOLS}
+"""Every tool the fixture prompts offer (and the demo model learnt)."""
+
+
 def offered_names(tools: str | None) -> set[str]:
     return {(t.get("function") or t).get("name") for t in json.loads(tools or "[]")}
 
@@ -147,8 +158,13 @@ def test_parsers_split_reasoning_and_tool_calls_out_of_real_answers(vllm_run: Pa
         calls = json.loads(row.tool_calls)
         assert calls and row.finish_reason == "tool_calls" and "<tool_call>" not in row.completion
         for call in calls:
-            assert call["function"]["name"] in offered_names(row.tools)
-            assert isinstance(json.loads(call["function"]["arguments"]), dict)
+            assert call["function"]["name"] in KNOWN_TOOLS, call
+            assert isinstance(json.loads(call["function"]["arguments"]), dict), call
+    picked = [
+        json.loads(r.tool_calls)[0]["function"]["name"] in offered_names(r.tools)
+        for _, r in parsed.iterrows()
+    ]
+    assert any(picked), parsed[["tools", "tool_calls"]]  # the tiny model sometimes calls a tool not offered
     assert rows[rows.source != "hermes_fc"].tool_calls.isna().all()
     summary = json.loads((vllm_run / "summary.json").read_text())
     assert summary["reasoning"]["from_parser"] == len(thought)
@@ -157,7 +173,7 @@ def test_parsers_split_reasoning_and_tool_calls_out_of_real_answers(vllm_run: Pa
 
 @pytest.fixture(scope="module")
 def ngram_run(tmp_path_factory: pytest.TempPathFactory, demo_model: Path) -> Path:
-    """Stage 3 with n-gram speculation on (no decision), then stage 4."""
+    """Stage 3 with n-gram speculation on (no decision) and thinking off, then stage 4."""
     tmp = tmp_path_factory.mktemp("vllm-ngram")
     path = demo_vllm(
         tmp,
@@ -168,7 +184,7 @@ def ngram_run(tmp_path_factory: pytest.TempPathFactory, demo_model: Path) -> Pat
             "concurrency": 8,
             "shard_rows": 6,
             # no seed: vLLM's CPU build kills its engine on seeded requests under speculation
-            "sampling": {"max_tokens": 32, "temperature": 0.7, "top_p": 0.95},
+            "sampling": {"max_tokens": 32, "temperature": 0.7, "top_p": 0.95, "thinking": False},
         },
         engine={"speculative": {"algorithm": "NGRAM", "num_steps": 3}, "max_running_requests": 8},
     )
@@ -185,6 +201,17 @@ def test_stage4_shows_the_accept_length_of_a_speculative_run(ngram_run: Path) ->
     summary = json.loads((run / "summary.json").read_text())
     assert summary["health"]["accept_length_mean"] > 1.0
     assert json.loads((run / "manifest.json").read_text())["failures"] == 0
+
+
+def test_thinking_off_reaches_the_chat_template(ngram_run: Path) -> None:
+    """`thinking: false` is sent as chat_template_kwargs.enable_thinking and the template obeys: with
+    the reasoning parser on, no row has reasoning (thinking on, most do: the parser test above)."""
+    needs_a_thinking_demo_model()
+    run = ngram_run.parent / "outputs" / "ngram"
+    assert json.loads((run / "generations" / "_run.json").read_text())["thinking"] is False
+    rows = rows_of(run)
+    assert rows.reasoning.isna().all(), rows.reasoning  # vLLM's qwen3 parser reads the switch too
+    assert not rows.completion.str.startswith("<think>").any(), rows.completion  # the template's empty block
 
 
 def test_bad_engine_input_is_one_clear_message_and_loses_nothing(ngram_run: Path, tmp_path: Path) -> None:
@@ -230,3 +257,68 @@ def test_bad_engine_input_is_one_clear_message_and_loses_nothing(ngram_run: Path
     head, _, tail = done.stderr.partition("last 30 lines of")
     assert done.returncode == 2 and "Traceback" not in head, done.stderr[-3000:]
     assert "exited with code" in head and tail.strip(), done.stderr[-3000:]
+
+
+SENT = {"top_k": 20, "min_p": 0.05, "presence_penalty": 0.5, "repetition_penalty": 1.05, "seed": 7}
+"""Sampling controls of the plain run, as vLLM's request log writes them back (SamplingParams)."""
+
+
+@pytest.fixture(scope="module")
+def plain_run(tmp_path_factory: pytest.TempPathFactory, demo_model: Path) -> Path:
+    """Stages 3 and 4 with no parsers and no speculation, the sampling controls of Qwen's model
+    cards set, and vLLM logging every request it receives and every answer it gives."""
+    tmp = tmp_path_factory.mktemp("vllm-plain")
+    path = demo_vllm(tmp, demo_model, "no-parsers")
+    params = yaml.safe_load(path.read_text())
+    params["engine"].update(speculative={}, tool_call_parser=None, reasoning_parser=None)
+    params["engine"]["extra_args"] += ["--enable-log-requests", "--enable-log-outputs"]
+    sampling = {"max_tokens": 64, "temperature": 0.7, "top_p": 0.95, **SENT}
+    params["generate"].update(use_decision=False, concurrency=4, sampling=sampling)
+    path.write_text(yaml.safe_dump(params))
+    for stage in ("generate", "analyse"):
+        done = kit(stage, str(path))
+        assert done.returncode == 0, done.stderr[-4000:]
+    return tmp / "outputs" / "no-parsers"
+
+
+def test_without_parsers_the_think_blocks_and_tool_calls_stay_in_the_completion(plain_run: Path) -> None:
+    needs_a_thinking_demo_model()
+    argv = (plain_run / "logs" / "server-0.log").read_text().splitlines()[0]
+    assert "--reasoning-parser" not in argv and "--tool-call-parser" not in argv, argv
+    rows = rows_of(plain_run)
+    assert rows.reasoning.isna().all() and rows.tool_calls.isna().all()
+    thought = rows[rows.completion.str.startswith("<think>\n")]
+    assert len(thought) >= len(rows) // 2, rows.completion
+    hermes = rows[rows.source == "hermes_fc"]
+    blocks = {
+        i: re.findall(r"<tool_call>\n(.*?)\n</tool_call>", row.completion, re.S)
+        for i, row in hermes.iterrows()
+    }
+    calls = [(json.loads(b), offered_names(hermes.tools[i])) for i, found in blocks.items() for b in found]
+    assert calls, hermes.completion
+    assert all(
+        set(call) == {"name", "arguments"} and isinstance(call["arguments"], dict) for call, _ in calls
+    )
+    assert all(call["name"] in KNOWN_TOOLS for call, _ in calls) and any(c["name"] in n for c, n in calls), (
+        calls
+    )
+    summary = json.loads((plain_run / "summary.json").read_text())
+    assert summary["reasoning"]["from_parser"] == 0 and summary["reasoning"]["from_text"] > 0
+    assert summary["tool_calls"]["parsed_by_engine"] == 0 and summary["tool_calls"]["in_text"] >= sum(
+        map(bool, blocks.values())
+    )
+
+
+def test_the_sampling_controls_reach_the_engine(plain_run: Path) -> None:
+    """vLLM's own request log: every request arrived with the run's sampling controls, and the
+    answers it logged are the completions the rows keep."""
+    log = (plain_run / "logs" / "server-0.log").read_text()
+    received = re.findall(r"Received request \S+: params: SamplingParams\((.*?)\), lora_request", log)
+    rows = rows_of(plain_run)
+    assert len(received) >= len(rows), log[-3000:]
+    for params in received:
+        for key, value in SENT.items():
+            assert f"{key}={value}," in params, (key, params)
+    outputs = re.findall(r"Generated response \S+: output: (.*), finish_reason: \S+$", log, re.M)
+    logged = {ast.literal_eval(text) for text in outputs}
+    assert set(rows.completion) <= logged, set(rows.completion) - logged

@@ -1,12 +1,14 @@
 """The embedded demo model: a tiny Qwen3-architecture causal LM built locally, no download.
 
-`ensure_demo_model(path)` trains a byte-level BPE tokenizer (Qwen-style chat template, see
-kit.demo.tokenizer) and a ~0.5M-parameter Qwen3 model on a generated chat corpus for about a
-minute of CPU time,
-so its completions are word-like rather than noise, and saves both as an ordinary Hugging Face
-model directory that `transformers serve` loads like any other. Everything is seeded; the
-directory is built in a temporary folder and renamed into place, with a marker file written
-last, so an interrupted build is simply redone.
+`ensure_demo_model(path)` trains a byte-level BPE tokenizer with Qwen3's chat template and
+reasoning / tool-call tags (see kit.demo.tokenizer) and a ~0.5M-parameter Qwen3 model on a
+generated chat corpus (see kit.demo.corpus) for about a minute of CPU time. Its completions
+read like words and follow Qwen3's shapes: a `<think>` block first when thinking is on,
+`<tool_call>` JSON when the request offers tools, so real engines' reasoning and tool-call
+parsers have something to parse. It saves as an ordinary Hugging Face model directory that
+`transformers serve` and vLLM load like any other. Everything is seeded; the directory is built
+in a temporary folder and renamed into place, with a marker file written last, so an
+interrupted build is simply redone.
 
     python -m kit.demo.model .cache/demo/model     # build (or reuse) the demo model
 """
@@ -20,8 +22,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from kit.demo.corpus import chat_corpus
+from kit.demo.corpus import examples, tokenizer_texts
 from kit.demo.tokenizer import train_tokenizer
+from kit.demo.training import encode, pack, train
 
 MARKER = ".kit-demo-model.json"
 MODEL_SHAPE = dict(
@@ -34,7 +37,12 @@ MODEL_SHAPE = dict(
     max_position_embeddings=2048,
     tie_word_embeddings=True,
 )
-VERSION = 3
+VERSION = 4
+TRAINING = dict(corpus=4000, tokenizer_examples=1500, window=384, row_length=512, batch=4, lr=5e-3)
+"""Corpus size, the examples the BPE learns from (more changes its merges little and costs seconds),
+prompt window and packed row length in tokens, rows per step, peak learning rate."""
+PROMPT_WEIGHT = 0.2
+"""Loss weight of prompt tokens (completion tokens: 1)."""
 
 
 def is_demo_model(path: Path) -> bool:
@@ -63,12 +71,19 @@ def ensure_demo_model(path: Path, *, train_steps: int = 400, seed: int = 0, quie
 
 
 def _build(out: Path, *, train_steps: int, seed: int, quiet: bool) -> dict:
+    """Train the tokenizer and the model on the seeded corpus and save both into `out`."""
     import torch
     from transformers import GenerationConfig, Qwen3Config, Qwen3ForCausalLM
 
+    started = time.perf_counter()
     torch.manual_seed(seed)
-    texts = chat_corpus(seed=seed)
-    tokenizer = train_tokenizer(texts)
+    corpus = examples(TRAINING["corpus"], seed)
+    tokenizer = train_tokenizer(
+        tokenizer_texts(corpus[: TRAINING["tokenizer_examples"]]), individual_digits=True
+    )
+    length = TRAINING["row_length"]
+    encoded = encode(corpus, tokenizer, TRAINING["window"], length)
+    inputs, weights = pack(encoded, tokenizer.pad_token_id, PROMPT_WEIGHT, length)
     config = Qwen3Config(
         vocab_size=len(tokenizer),
         eos_token_id=tokenizer.convert_tokens_to_ids("<|im_end|>"),
@@ -77,8 +92,8 @@ def _build(out: Path, *, train_steps: int, seed: int, quiet: bool) -> dict:
         **MODEL_SHAPE,
     )
     model = Qwen3ForCausalLM(config)
-    started = time.perf_counter()
-    loss = _train(model, tokenizer, texts, steps=train_steps, seed=seed, quiet=quiet)
+    loss = train(model, inputs, weights, steps=train_steps, seed=seed, batch=TRAINING["batch"],
+                 lr=TRAINING["lr"], desc="training demo model", quiet=quiet)  # fmt: skip
     model.eval()
     model.save_pretrained(out, safe_serialization=True)
     tokenizer.save_pretrained(out)
@@ -90,39 +105,9 @@ def _build(out: Path, *, train_steps: int, seed: int, quiet: bool) -> dict:
         "seed": seed,
         "train_steps": train_steps,
         "final_loss": round(loss, 4),
-        "train_seconds": round(time.perf_counter() - started, 1),
+        "build_seconds": round(time.perf_counter() - started, 1),
         "parameters": sum(p.numel() for p in model.parameters()),
     }
-
-
-def _train(model, tokenizer, texts: list[str], *, steps: int, seed: int, quiet: bool) -> float:
-    """Next-token training on the chat corpus packed into fixed-length blocks."""
-    import torch
-
-    from kit.progress import progress
-
-    ids: list[int] = []
-    for t in texts:
-        ids.extend(tokenizer(t)["input_ids"])
-    block, batch = 128, 16
-    data = torch.tensor(ids[: len(ids) // block * block]).view(-1, block)
-    gen = torch.Generator().manual_seed(seed)
-    opt = torch.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=0.01)
-    sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=3e-3, total_steps=steps, pct_start=0.1)
-    model.train()
-    loss_value = float("nan")
-    bar = progress(range(steps), desc="training demo model", disable=quiet)
-    for _ in bar:
-        rows = data[torch.randint(len(data), (batch,), generator=gen)]
-        loss = model(input_ids=rows, labels=rows).loss
-        opt.zero_grad()
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        sched.step()
-        loss_value = loss.item()
-        bar.set_postfix(loss=f"{loss_value:.2f}", refresh=False)
-    return loss_value
 
 
 if __name__ == "__main__":

@@ -1,0 +1,303 @@
+"""The embedded demo model speaks Qwen3's shapes: think blocks, Hermes tool calls, its chat template.
+
+Fast tests check the tokenizer and the chat template; sampling tests check that the trained
+model writes well-formed `<think>` blocks and `<tool_call>` JSON on the fixture prompts (seeded);
+the slow tests send the same greedy requests to the real vLLM with the reasoning and tool-call
+parsers the chat template calls for, then without parsers, and check what comes back (and what
+the kit's client reads from the same answers, plain and streamed).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+from pathlib import Path
+
+import httpx
+import pytest
+from engines import VLLM_PYTHON, engine_python
+
+from kit.demo import fixture_text as text
+from kit.demo.fixtures import is_long, write_fixtures
+from kit.demo.tokenizer import MARKUP_TOKENS
+from kit.prompts.adapters import get_adapter
+
+THINK_BLOCK = re.compile(r"<think>\n(.*?)\n</think>\n\n(.+)", re.S)
+TOOL_CALL = re.compile(r"<tool_call>\n(.*?)\n</tool_call>", re.S)
+TOOLS = [tool for _, tool in text.TOOLS[:3]]
+SYSTEM = {"role": "system", "content": "You are a helpful assistant."}
+USER = {"role": "user", "content": "What is 2 plus 3?"}
+
+
+@pytest.fixture(scope="module")
+def tokenizer(demo_model):
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(demo_model)
+
+
+def render(tokenizer, messages, **kwargs) -> str:
+    return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True, **kwargs)
+
+
+# --- tokenizer and chat template ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("tag", MARKUP_TOKENS)
+def test_markup_tags_are_single_tokens_that_stay_in_decoded_text(tokenizer, tag) -> None:
+    ids = tokenizer(f"a{tag}b", add_special_tokens=False)["input_ids"]
+    tag_id = tokenizer.convert_tokens_to_ids(tag)
+    assert tag_id in ids and tag_id != tokenizer.unk_token_id
+    assert tokenizer.decode([tag_id]) == tag
+    assert tokenizer.decode(ids, skip_special_tokens=True) == f"a{tag}b"
+    assert tag_id not in tokenizer.all_special_ids
+
+
+def test_template_lists_tools_in_the_system_turn(tokenizer) -> None:
+    prompt = render(tokenizer, [SYSTEM, USER], tools=TOOLS)
+    system = prompt.split("<|im_end|>")[0]
+    assert system.startswith("<|im_start|>system\nYou are a helpful assistant.\n\n# Tools\n")
+    assert "<tools>\n" + "\n".join(json.dumps(t) for t in TOOLS) + "\n</tools>" in system
+    assert "return a json object with function name and arguments within <tool_call></tool_call>" in system
+    assert prompt.endswith("<|im_start|>user\nWhat is 2 plus 3?<|im_end|>\n<|im_start|>assistant\n")
+    no_system = render(tokenizer, [USER], tools=TOOLS)
+    assert no_system.startswith("<|im_start|>system\n# Tools\n")
+
+
+def test_template_thinking_is_on_by_default_and_off_prefills_an_empty_block(tokenizer) -> None:
+    default = render(tokenizer, [USER])
+    assert default == "<|im_start|>user\nWhat is 2 plus 3?<|im_end|>\n<|im_start|>assistant\n"
+    assert render(tokenizer, [USER], enable_thinking=True) == default
+    assert render(tokenizer, [USER], enable_thinking=False) == default + "<think>\n\n</think>\n\n"
+
+
+def test_template_writes_tool_calls_and_tool_responses_as_qwen3_does(tokenizer) -> None:
+    call = {"name": "get_current_weather", "arguments": {"city": "Oslo", "unit": "celsius"}}
+    messages = [
+        USER,
+        {"role": "assistant", "content": "", "tool_calls": [{"type": "function", "function": call}]},
+        {"role": "tool", "content": '{"temp": 3}'},
+        {"role": "tool", "content": '{"temp": 4}'},
+    ]
+    prompt = render(tokenizer, messages, tools=TOOLS)
+    assert f"<|im_start|>assistant\n<tool_call>\n{json.dumps(call)}\n</tool_call><|im_end|>\n" in prompt
+    responses = "\n".join(f'<tool_response>\n{{"temp": {t}}}\n</tool_response>' for t in (3, 4))
+    assert prompt.endswith(f"<|im_start|>user\n{responses}<|im_end|>\n<|im_start|>assistant\n")
+
+
+def test_template_keeps_only_the_answer_of_an_earlier_turn(tokenizer) -> None:
+    messages = [USER, {"role": "assistant", "content": "<think>\nadd\n</think>\n\n5"}, USER]
+    assert "<|im_start|>assistant\n5<|im_end|>\n" in render(tokenizer, messages)
+
+
+# --- the trained model ----------------------------------------------------------------------------
+
+
+def fixture_prompts(tmp_path: Path, source: str, n: int) -> list[tuple[list[dict], list[dict] | None]]:
+    """The first `n` ordinary (not very long) prompts of one fixture source, with their tools."""
+    path = write_fixtures(tmp_path, rows_per_source=2 * n)[source]
+    adapter = get_adapter(source)
+    rows = [adapter(json.loads(line), i) for i, line in enumerate(path.open()) if not is_long(i)]
+    return [(r.messages, json.loads(r.tools) if r.tools else None) for r in rows[:n]]
+
+
+def sample(model, tokenizer, prompts, thinking: bool, max_new_tokens: int = 120) -> list[str]:
+    """Seeded sampling at temperature 0.7, in one left-padded batch."""
+    import torch
+
+    texts = [render(tokenizer, m, tools=t, enable_thinking=thinking) for m, t in prompts]
+    tokenizer.padding_side = "left"
+    batch = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False)
+    torch.manual_seed(0)
+    out = model.generate(**batch, max_new_tokens=max_new_tokens, do_sample=True, temperature=0.7, top_p=0.95)
+    return tokenizer.batch_decode(out[:, batch["input_ids"].shape[1] :], skip_special_tokens=True)
+
+
+def tool_call_is_valid(answer: str, tools: list[dict]) -> bool:
+    """A `<tool_call>` whose JSON names one of `tools` and has an arguments object."""
+    calls = TOOL_CALL.findall(answer)
+    try:
+        call = json.loads(calls[0]) if calls and answer.startswith("<tool_call>") else None
+    except json.JSONDecodeError:
+        return False
+    names = {t["function"]["name"] for t in tools}
+    return isinstance(call, dict) and call.get("name") in names and isinstance(call.get("arguments"), dict)
+
+
+@pytest.fixture(scope="module")
+def model(demo_model):
+    from transformers import AutoModelForCausalLM
+
+    return AutoModelForCausalLM.from_pretrained(demo_model).eval()
+
+
+def test_thinking_on_opens_with_a_closed_think_block(model, tokenizer, tmp_path) -> None:
+    prompts = fixture_prompts(tmp_path, "metamathqa", 6) + fixture_prompts(tmp_path, "infinity_instruct", 6)
+    outs = sample(model, tokenizer, prompts, thinking=True)
+    blocks = [THINK_BLOCK.fullmatch(o) for o in outs]
+    assert sum(b is not None and "<think>" not in b.group(2) for b in blocks) >= 9, outs
+    math_reasoning = [len(b.group(1)) for b in blocks[:6] if b]
+    assert math_reasoning and min(math_reasoning) > 40, outs[:6]
+
+
+def test_thinking_off_answers_without_think_tags(model, tokenizer, tmp_path) -> None:
+    prompts = fixture_prompts(tmp_path, "metamathqa", 6) + fixture_prompts(tmp_path, "codefeedback", 6)
+    outs = sample(model, tokenizer, prompts, thinking=False)
+    assert sum("think>" not in o and bool(o.strip()) for o in outs) >= 10, outs
+
+
+@pytest.mark.parametrize("thinking", [True, False])
+def test_hermes_prompts_get_tool_calls_naming_a_listed_tool(model, tokenizer, tmp_path, thinking) -> None:
+    prompts = [p for p in fixture_prompts(tmp_path, "hermes_fc", 16) if p[0][-1]["role"] == "user"][:10]
+    outs = sample(model, tokenizer, prompts, thinking=thinking, max_new_tokens=160)
+    answers = [THINK_BLOCK.fullmatch(o) for o in outs] if thinking else outs
+    answers = [(a.group(2) if a else "") if thinking else a for a in answers]
+    valid = [tool_call_is_valid(a, tools) for a, (_, tools) in zip(answers, prompts, strict=True)]
+    assert sum(valid) >= 7, outs
+
+
+# --- the real vLLM: the parsers the chat template calls for, then none -----------------------------
+
+
+def reasoning_of(message: dict) -> str | None:
+    """The split-out reasoning: `reasoning` in vLLM 0.32, `reasoning_content` in older versions."""
+    return message.get("reasoning") or message.get("reasoning_content")
+
+
+def chat(server, messages, tools=None, **fields) -> dict:
+    """One greedy chat completion's first choice."""
+    body = {"model": str(server.params.model.path), "messages": messages, "max_tokens": 200, "temperature": 0}
+    body |= {"tools": tools} if tools else {}
+    r = httpx.post(f"{server.base_url}/v1/chat/completions", json=body | fields, timeout=120)
+    assert r.status_code == 200, r.text
+    return r.json()["choices"][0]
+
+
+@pytest.fixture(scope="module")
+def vllm_answers(demo_model, tmp_path_factory) -> dict[str, dict]:
+    """The same greedy requests to vLLM with its parsers on (`auto`: from the chat template), then off.
+
+    Without a tool-call parser vLLM refuses `tools` unless tool_choice is none; the prompt is the same."""
+    from kit.engines import start_server
+    from kit.params import RunParams
+
+    python = engine_python(VLLM_PYTHON, "engine-vllm")
+    data = tmp_path_factory.mktemp("vllm-prompts")
+    math = [m for m, _ in fixture_prompts(data, "metamathqa", 3)]
+    hermes = [p for p in fixture_prompts(data, "hermes_fc", 8) if p[0][-1]["role"] == "user"][:4]
+    logs = tmp_path_factory.mktemp("vllm-logs")
+    answers: dict[str, dict] = {"hermes_tools": {f"hermes{i}": tools for i, (_, tools) in enumerate(hermes)}}
+    for mode, parsers in (("parsed", {}), ("plain", {"tool_call_parser": None, "reasoning_parser": None})):
+        engine = {
+            "flavor": "vllm",
+            "python": str(python),
+            "context_length": 2048,
+            "startup_timeout_s": 600,
+            "extra_args": ["--dtype", "float32", "--enforce-eager"],
+            "env": {"VLLM_CPU_KVCACHE_SPACE": "1"},
+            **parsers,
+        }
+        params = RunParams.model_validate({"run": "t", "model": {"path": str(demo_model)}, "engine": engine})
+        tool_choice = {} if mode == "parsed" else {"tool_choice": "none"}
+        with start_server(params, logs, name=mode) as server:
+            got = {f"math{i}": chat(server, m) for i, m in enumerate(math)}
+            got |= {
+                f"off{i}": chat(server, m, chat_template_kwargs={"enable_thinking": False})
+                for i, m in enumerate(math)
+            }
+            got |= {f"hermes{i}": chat(server, m, t, **tool_choice) for i, (m, t) in enumerate(hermes)}
+            if mode == "parsed":
+                got["kit"] = asyncio.run(
+                    kit_client_answers(server, math[:2] + [m for m, _ in hermes], hermes)
+                )
+        got["argv"] = (logs / f"{mode}.log").read_text().splitlines()[0]
+        answers[mode] = got
+    return answers
+
+
+async def kit_client_answers(server, messages: list, hermes: list) -> list[tuple]:
+    """The kit's client on the same greedy requests, plain JSON then streamed: (plain, streamed) pairs."""
+    from kit.engines.client import EngineClient
+
+    tools = [None] * (len(messages) - len(hermes)) + [t for _, t in hermes]
+    async with EngineClient(server.base_url, "vllm") as client:
+        return [
+            tuple(
+                [
+                    await client.chat(m, tools=t, max_tokens=200, temperature=0, stream=s)
+                    for s in (False, True)
+                ]
+            )
+            for m, t in zip(messages, tools, strict=True)
+        ]
+
+
+@pytest.mark.slow
+def test_the_kit_client_reads_the_same_answer_plain_and_streamed(vllm_answers) -> None:
+    """Reasoning deltas and tool-call fragments, assembled from vLLM's stream, equal the plain answer."""
+    pairs = vllm_answers["parsed"]["kit"]
+    assert any(plain.reasoning for plain, _ in pairs) and any(plain.tool_calls for plain, _ in pairs), pairs
+    for plain, streamed in pairs:
+        # before a call, vLLM streams the blank between </think> and <tool_call> as content
+        assert (streamed.text.strip(), streamed.reasoning) == (plain.text.strip(), plain.reasoning)
+        assert streamed.finish_reason == plain.finish_reason
+        assert [c["function"] for c in streamed.tool_calls or []] == [
+            c["function"] for c in plain.tool_calls or []
+        ]
+
+
+@pytest.mark.slow
+def test_vllm_command_has_the_parsers_the_template_calls_for(vllm_answers) -> None:
+    assert "--enable-auto-tool-choice --tool-call-parser hermes" in vllm_answers["parsed"]["argv"]
+    assert "--reasoning-parser qwen3" in vllm_answers["parsed"]["argv"]
+    assert "parser" not in vllm_answers["plain"]["argv"]
+
+
+@pytest.mark.slow
+def test_vllm_reasoning_parser_splits_the_think_block_out(vllm_answers) -> None:
+    parsed = vllm_answers["parsed"]
+    for key in ("math0", "math1", "math2"):
+        message = parsed[key]["message"]
+        assert (reasoning_of(message) or "").strip() and (message["content"] or "").strip(), message
+        assert "think>" not in message["content"] + reasoning_of(message), message
+    for key in ("off0", "off1", "off2"):
+        message = parsed[key]["message"]
+        assert not reasoning_of(message) and message["content"].strip(), message
+        assert "think>" not in message["content"], message
+
+
+@pytest.mark.slow
+def test_vllm_tool_parser_returns_the_hermes_calls(vllm_answers) -> None:
+    parsed, offered = vllm_answers["parsed"], vllm_answers["hermes_tools"]
+    called = {key: parsed[key]["message"] for key in offered if parsed[key]["message"].get("tool_calls")}
+    assert len(called) >= 3, {key: parsed[key]["message"] for key in offered}
+    known = {tool["function"]["name"] for _, tool in text.TOOLS}
+    picked = []
+    for key, message in called.items():
+        assert parsed[key]["finish_reason"] == "tool_calls" and len(message["tool_calls"]) == 1, message
+        function = message["tool_calls"][0]["function"]
+        assert function["name"] in known and isinstance(json.loads(function["arguments"]), dict), message
+        assert "tool_call>" not in (message["content"] or ""), message
+        picked.append(function["name"] in {t["function"]["name"] for t in offered[key]})
+    assert sum(picked) >= len(picked) / 2, called  # the tiny model sometimes calls a tool not offered
+
+
+@pytest.mark.slow
+def test_without_parsers_the_same_text_stays_in_the_content(vllm_answers) -> None:
+    parsed, plain = vllm_answers["parsed"], vllm_answers["plain"]
+    for key in ("math0", "math1", "math2"):
+        split, whole = parsed[key]["message"], plain[key]["message"]
+        assert whole.get("reasoning") is None and whole.get("reasoning_content") is None, whole
+        assert whole["content"].startswith("<think>\n") and "\n</think>\n\n" in whole["content"], whole
+        thought, answer = whole["content"].removeprefix("<think>").split("</think>")
+        assert (thought.strip(), answer.strip()) == (reasoning_of(split).strip(), split["content"].strip())
+    for key in vllm_answers["hermes_tools"]:
+        split, whole = parsed[key]["message"], plain[key]["message"]
+        assert not whole.get("tool_calls") and plain[key]["finish_reason"] != "tool_calls", whole
+        for call in split.get("tool_calls") or []:
+            text_call = json.loads(TOOL_CALL.search(whole["content"]).group(1))
+            assert text_call == {
+                "name": call["function"]["name"],
+                "arguments": json.loads(call["function"]["arguments"]),
+            }
