@@ -147,9 +147,9 @@ def test_parsers_split_reasoning_and_tool_calls_out_of_real_answers(vllm_run: Pa
     argv = (vllm_run / "logs" / "server-0.log").read_text().splitlines()[0]
     assert "--reasoning-parser qwen3" in argv and "--tool-call-parser hermes" in argv
     rows = rows_of(vllm_run)
-    thought = rows[rows.reasoning.notna()]
+    # an empty think block comes back as blank reasoning ("\n\n": vLLM keeps the block's newlines)
+    thought = rows[rows.reasoning.fillna("").str.strip() != ""]
     assert len(thought), "the demo model thinks on some prompts"
-    assert (thought.reasoning.str.strip().str.len() > 0).all()
     assert not rows.completion.str.contains("<think>|</think>").any(), "reasoning left the content"
     hermes = rows[rows.source == "hermes_fc"]
     parsed = hermes[hermes.tool_calls.notna()]
