@@ -152,7 +152,7 @@ def _tool_call(rng: random.Random) -> Shape:
     picked = rng.sample(text.TOOLS, between(rng, 1, 3))
     tools = [tool for _, tool in picked]
     tool = pick(rng, tools)
-    request, call = _tool_request(rng, tool)
+    request, call = text.tool_request(rng, tool, arg=_value)
     system = rng.random()
     messages = [{"role": "user", "content": request}]
     if system < HERMES_SYSTEM_SHARE:
@@ -169,16 +169,8 @@ def _tool_call(rng: random.Random) -> Shape:
     return messages, tools, f"{name} does this. I call it with the values given.", tool_call
 
 
-def _tool_request(rng: random.Random, tool: dict[str, Any]) -> tuple[str, dict[str, Any]]:
-    """A request worded like the fixture's (kit.demo.fixture_text.tool_request), with short values."""
-    fn = tool["function"]
-    args = {p: _value(rng, p, spec["type"]) for p, spec in fn["parameters"]["properties"].items()}
-    described = ", ".join(f"{p.replace('_', ' ')} {v}" for p, v in args.items())
-    lead = pick(rng, ["Could you", "Please", "I need you to", "Can you help me and"])
-    return f"{lead} {fn['description'].lower()} with {described}?", {"name": fn["name"], "arguments": args}
-
-
 def _value(rng: random.Random, name: str, kind: str) -> Any:
+    """Short argument values (a request worded like the fixture's, with values the tiny model can copy)."""
     if kind in ("integer", "number"):
         return between(rng, 1, 99)
     if "currency" in name:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from functools import cache
 from typing import Any, TypeVar
 
@@ -407,9 +407,14 @@ def hermes_system(tools: list[dict[str, Any]]) -> str:
     )
 
 
-def tool_request(rng: random.Random, tool: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+def tool_request(
+    rng: random.Random, tool: dict[str, Any], arg: Callable[[random.Random, str, str], Any] | None = None
+) -> tuple[str, dict[str, Any]]:
+    """A request for `tool` naming every argument's value, and the call it asks for. `arg(rng, name,
+    type)` draws a value (default: the fixture's)."""
     fn = tool["function"]
-    args = {p: _arg(rng, p, spec["type"]) for p, spec in fn["parameters"]["properties"].items()}
+    arg = arg or _arg
+    args = {p: arg(rng, p, spec["type"]) for p, spec in fn["parameters"]["properties"].items()}
     described = ", ".join(f"{p.replace('_', ' ')} {v}" for p, v in args.items())
     lead = pick(rng, ["Could you", "Please", "I need you to", "Can you help me and"])
     return f"{lead} {fn['description'].lower()} with {described}?", {"name": fn["name"], "arguments": args}
