@@ -432,3 +432,30 @@ def test_restart_keeps_the_address_and_requests_in_between_are_transient(server:
     server.restart()
     assert server.base_url == url and run(one()) == 3
     assert server.log_path.read_text().count("==== kit ") == 2, "one header line per start"
+
+
+class CountingModels(FakeSGLang):
+    """Counts GET /v1/models and answers it slowly, so that concurrent first requests overlap it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.model_lookups = 0
+
+    async def __call__(self, request: web.Request) -> web.StreamResponse:
+        if request.path == "/v1/models":
+            self.model_lookups += 1
+            await asyncio.sleep(0.05)
+        return await super().__call__(request)
+
+
+def test_the_served_model_name_is_asked_once_however_many_requests_start_together() -> None:
+    """64 requests sent at once by a client that was given no model name: one GET /v1/models."""
+    fake = CountingModels()
+
+    async def test(c: EngineClient) -> None:
+        answers = await asyncio.gather(*(c.chat(HELLO, max_tokens=4) for _ in range(64)))
+        assert all(a.text == "Hello" for a in answers)
+
+    against(fake, "vllm", test)
+    assert fake.model_lookups == 1
+    assert {b["model"] for b in fake.bodies} == {"qwen"} and len(fake.bodies) == 64

@@ -76,7 +76,7 @@ class EngineClient:
         flavor: str,
         model: str | None = None,
         timeout_s: float = 600,
-        max_connections: int = 1024,
+        max_connections: int = 0,
     ) -> None:
         self.base_url = base_url.rstrip("/")
         self.flavor = flavor
@@ -85,9 +85,12 @@ class EngineClient:
         self._chat_what = f"POST {self.base_url}/v1/chat/completions"
         # sock_connect, not connect: aiohttp's `connect` also counts the wait for a free pooled
         # connection, which at concurrency above max_connections is legitimately long.
+        # max_connections 0: no limit of the client's own; its callers bound what they send at once
+        # (a limit here would silently cap stage 3's requests in flight below the engine's capacity).
         self._timeout = aiohttp.ClientTimeout(total=timeout_s, sock_connect=min(30.0, timeout_s))
         self._max_connections = max_connections
         self._session: aiohttp.ClientSession | None = None
+        self._model_lock = asyncio.Lock()
 
     async def __aenter__(self) -> EngineClient:
         self._http()
@@ -122,8 +125,13 @@ class EngineClient:
             raise _transport_error(what, e) from e
 
     async def model_name(self) -> str:
-        """The model name to send: the one given, else the first one the server lists at /v1/models."""
-        if self.model is None:
+        """The model name to send: the one given, else the first one the server lists at /v1/models
+        (asked once: concurrent first requests wait for that one answer)."""
+        if self.model is not None:
+            return self.model
+        async with self._model_lock:
+            if self.model is not None:
+                return self.model
             status, raw = await self._get("/v1/models")
             _check_status(status, raw, "GET /v1/models")
             models = parse_json(raw, "GET /v1/models", status).get("data") or []

@@ -38,6 +38,12 @@ REJECTION_STORM = 16
 kit sends (a field, a tool choice, a prompt format) and every other request would fail the same."""
 UNWIND_S = 10.0
 """Seconds the cancelled workers get to unwind at the end (their rows are already on disk)."""
+MAX_IN_FLIGHT = 16384
+"""Requests in flight at most, however large the engines' capacity."""
+STARVED_TICKS = 2
+STARVED_RUNNING_SHARE = 0.75
+"""The engine is starved when it runs at least this share of the requests in flight and queues
+none, for `STARVED_TICKS` timeline samples in a row (the rest are on their way in or out)."""
 
 
 @dataclass
@@ -49,8 +55,11 @@ class LoopStats:
     in_flight: int = 0
     restarts: int = 0
     concurrency: int = 0
-    engine_capacity: int | None = None
-    """Requests the engine runs at once (SGLang: max running x dp), when it says."""
+    """Requests in flight at most (workers), at the end of the run."""
+    concurrency_start: int = 0
+    """... at its start (it grows when the engine's gauges show the kit is the limit)."""
+    capacity: Any = None
+    """The engines' `Capacity` (requests they run at once, and where that figure came from)."""
     started: float = field(default_factory=time.monotonic)
 
 
@@ -72,38 +81,104 @@ class GenerationLoop:
     """Fields added to requests that offer tools (`settings.tool_request_fields`)."""
     max_tokens_by_source: dict[str, int] = field(default_factory=dict)
     """Output budgets of the sources that set their own (`data.sources[].max_tokens`)."""
+    grow_when_starved: bool = True
+    """Send more at once when the engine idles for want of requests (False: `generate.concurrency`
+    was set, and is kept; the loop then only says, once, that the engine could take more)."""
     stats: LoopStats = field(default_factory=LoopStats)
     rejected_before_any_row: int = 0
     total: int = 0
+    _workers: list[asyncio.Task] = field(default_factory=list)
+    _starved_ticks: int = 0
+    _said_starved: bool = False
+    _taken: int = 0
+    """Work items taken from the iterator so far."""
 
     async def run(self, items: Iterator[dict[str, Any]], total: int, concurrency: int) -> LoopStats:
         self.total = total
         bar = progress(total=total, desc="generate", unit="row", smoothing=0.1)
+        self._items, self._bar = items, bar
+        self.stats.concurrency = self.stats.concurrency_start = 0
         ticker = asyncio.create_task(self._tick(bar))
         watchdog = asyncio.create_task(self.pool.watch())
-        workers = [asyncio.create_task(self._worker(items, bar)) for _ in range(concurrency)]
-        work = asyncio.gather(*workers)
+        self._spawn(concurrency)
+        work = asyncio.create_task(self._all_workers())
         try:
             with fewer_gc_passes():
                 done, _ = await asyncio.wait({work, watchdog}, return_when=asyncio.FIRST_COMPLETED)
             for task in done:
                 task.result()  # a worker's or the watchdog's error (a server that cannot come back)
         finally:  # also on Ctrl-C, SIGTERM (cancellation) and on a server that cannot be restarted
-            tasks = [ticker, watchdog, *workers]
+            tasks = [ticker, watchdog, work, *self._workers]
             for task in tasks:
                 task.cancel()  # cancelled at their next step: none adds a row after this
             bar.close()
             # first of all: every finished row reaches disk (this waits for the shards in flight)
             self.writer.flush(self.failures.flush)
             await asyncio.wait(tasks, timeout=UNWIND_S)
-            if work.done() and not work.cancelled():
-                work.exception()  # retrieved: asyncio would log it again at exit
+            for task in (work, *self._workers):
+                if task.done() and not task.cancelled():
+                    task.exception()  # retrieved: asyncio would log it again at exit
             self.timeline.sample(self.stats, await self._engine_metrics())
             self.timeline.save()
         return self.stats
 
+    def _spawn(self, n: int) -> None:
+        """Start `n` more workers on the shared work iterator (the loop's concurrency grows by `n`)."""
+        self._workers += [asyncio.create_task(self._worker(self._items, self._bar)) for _ in range(n)]
+        self.stats.concurrency += n
+        self.stats.concurrency_start = self.stats.concurrency_start or self.stats.concurrency
+
+    async def _all_workers(self) -> None:
+        """Until every worker is done, workers started meanwhile included; a worker's error is raised."""
+        while pending := [t for t in self._workers if not t.done()]:
+            done, _ = await asyncio.wait(pending, return_when=asyncio.FIRST_EXCEPTION)
+            for task in done:
+                task.result()
+
+    def _keep_engine_full(self, gauges: dict[str, Any]) -> None:
+        """More requests in flight when the engine's gauges show the kit is its limit.
+
+        Every worker waits on a request, the engine runs (nearly) all of them and queues none: its
+        queue is empty, so a slot that frees waits for the kit's next request. After
+        `STARVED_TICKS` such samples in a row the loop doubles its workers (at most
+        `MAX_IN_FLIGHT`). Engines without gauges (transformers serve) keep the concurrency given.
+        """
+        running, waiting = gauges.get("num_running_reqs"), gauges.get("num_queue_reqs")
+        # not the tail: every worker has a request, and there are more to send
+        busy = self.stats.in_flight >= self.stats.concurrency and self._taken < self.total
+        starved = (
+            running is not None
+            and waiting is not None
+            and busy
+            and waiting < 1
+            and running >= STARVED_RUNNING_SHARE * self.stats.in_flight
+        )
+        self._starved_ticks = self._starved_ticks + 1 if starved else 0
+        if self._starved_ticks < STARVED_TICKS or self.stats.concurrency >= MAX_IN_FLIGHT:
+            return
+        if not self.grow_when_starved:
+            if not self._said_starved:
+                log.warning(
+                    "generate.concurrency (%d) keeps the engine below its capacity: it runs every "
+                    "request sent and has none waiting. Unset it to let the kit fill the engine.",
+                    self.stats.concurrency,
+                )
+            self._said_starved = True
+            return
+        more = min(self.stats.concurrency, MAX_IN_FLIGHT - self.stats.concurrency)
+        log.warning(
+            "the engine ran %d of the %d requests in flight and had none waiting: the kit was its "
+            "limit; sending up to %d at once from now on",
+            int(running),
+            self.stats.in_flight,
+            self.stats.concurrency + more,
+        )
+        self._starved_ticks = 0
+        self._spawn(more)
+
     async def _worker(self, items: Iterator[dict[str, Any]], bar: Any) -> None:
         for item in items:
+            self._taken += 1
             self.stats.in_flight += 1
             try:
                 row = await self._generate(item)
@@ -245,6 +320,7 @@ class GenerationLoop:
             await asyncio.sleep(self.timeline.interval_s)
             self.timeline.sample(self.stats, await self._engine_metrics())
             last = self.timeline.last()
+            self._keep_engine_full(last)
             bar.set_postfix(tok_s=f"{last['tok_s']:.0f}", fail=self.stats.failures, refresh=False)
             if self.writer.due(self.params.shard_rows, self.params.shard_seconds):
                 await self._flush()

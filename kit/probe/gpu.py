@@ -81,7 +81,7 @@ def lookup_datasheet(name: str) -> dict[str, Any] | None:
 
 
 # ---- collection --------------------------------------------------------------
-def _nvml_gpus() -> list[GpuFacts]:
+def nvml_gpus() -> list[GpuFacts]:
     """GPUs seen by NVML; empty when there is no driver or no nvidia-ml-py."""
     try:
         import pynvml as nv
@@ -158,7 +158,7 @@ def merge_torch(nvml: list[GpuFacts], torch_info: dict[str, Any]) -> list[GpuFac
 
 def collect_gpus(measure: bool = False) -> tuple[list[GpuFacts], dict[str, Any]]:
     """(GPU facts, torch info incl. optional measurement); ([], info) on a machine without GPUs."""
-    nvml = _nvml_gpus()
+    nvml = nvml_gpus()
     info = (
         torch_query(measure=measure) if nvml or measure else {"devices": [], "skipped": "no GPU seen by NVML"}
     )
