@@ -30,6 +30,7 @@ from kit.engines import launcher as launchers
 from kit.engines import reaper
 from kit.engines.client import is_loopback
 from kit.engines.commands import server_command, server_env
+from kit.engines.start_failures import explain_start_failure
 from kit.errors import EngineError, EngineStartError, ModelDirError
 from kit.params import RunParams
 
@@ -227,25 +228,29 @@ class ServerProcess:
             "\n".join("  " + line for line in self.log_tail(LOG_TAIL_LINES).splitlines())
             or "  (the log is empty)"
         )
+        cause = explain_start_failure(self.log_since_start())
+        head = f"server '{self.name}' ({self.params.engine.flavor}) {what} on {self.base_url}"
         return (
-            f"server '{self.name}' ({self.params.engine.flavor}) {what} on {self.base_url}.\n"
-            f"command: {shlex.join(self.command)}\n"
+            (f"{head}: {cause}.\n" if cause else f"{head}.\n") + f"command: {shlex.join(self.command)}\n"
             f"last {LOG_TAIL_LINES} lines of {self.log_path}:\n{tail}\n"
             "What to do: read the log lines above (usual causes: a model path that is not a model "
             "directory, a flag the installed engine does not know, too little memory); fix the params "
             "and run again. If the server was only slow to load, raise engine.startup_timeout_s."
         )
 
-    def log_tail(self, n: int = LOG_TAIL_LINES) -> str:
-        """The last `n` non-empty lines that the server wrote since its latest start, one per line."""
+    def log_since_start(self, max_bytes: int = 256 * 1024) -> str:
+        """What the server wrote since its latest start (its last `max_bytes` at most)."""
         try:
             with open(self.log_path, "rb") as f:
                 size = f.seek(0, os.SEEK_END)
-                f.seek(max(self._log_offset, size - 256 * 1024))
-                text = f.read().decode("utf-8", errors="replace")
+                f.seek(max(self._log_offset, size - max_bytes))
+                return f.read().decode("utf-8", errors="replace")
         except FileNotFoundError:
             return ""
-        lines = [line.rstrip() for line in text.splitlines()]
+
+    def log_tail(self, n: int = LOG_TAIL_LINES) -> str:
+        """The last `n` non-empty lines that the server wrote since its latest start, one per line."""
+        lines = [line.rstrip() for line in self.log_since_start().splitlines()]
         return "\n".join([line for line in lines if line][-n:])
 
     def _remember_group(self) -> None:

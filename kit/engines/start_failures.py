@@ -1,0 +1,138 @@
+"""The usual reasons an engine server will not start, read from its log, as one sentence to act on.
+
+A server that dies at start leaves a traceback tail in its log; the kit shows that tail, but a
+person at 2 a.m. needs the line before it: what went wrong and which setting to change. Each
+`StartFailure` matches the log of one known cause (the engine's own message, as vLLM 0.32 and
+SGLang 0.5 word it) and says what to do in the kit's terms: `engine.mem_fraction_static` (which the
+vLLM command carries as `--gpu-memory-utilization`), `engine.context_length`, `engine.port`, ...
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class StartFailure:
+    """One known cause: a pattern of the server's log and the sentence it becomes."""
+
+    name: str
+    pattern: re.Pattern[str]
+    advice: Callable[[re.Match[str]], str]
+
+
+def _vllm_cpu_memory(m: re.Match[str]) -> str:
+    return (
+        f"vLLM's CPU backend reserves engine.mem_fraction_static (its --gpu-memory-utilization, here "
+        f"{m['fraction']}) of the node's memory, {m['want']} GiB, but only {m['free']} of {m['total']} GiB "
+        "is free: lower engine.mem_fraction_static (e.g. 0.5), or set an explicit KV cache size "
+        "(engine.env VLLM_CPU_KVCACHE_SPACE: GiB, which skips this check), or stop what else uses memory"
+    )
+
+
+def _vllm_gpu_memory(m: re.Match[str]) -> str:
+    return (
+        f"vLLM wants engine.mem_fraction_static (its --gpu-memory-utilization, here {m['fraction']}) of "
+        f"the GPU, {m['want']} GiB, but only {m['free']} of {m['total']} GiB is free: another process "
+        "holds GPU memory (nvidia-smi shows it; a server left from an earlier run?), or lower "
+        "engine.mem_fraction_static"
+    )
+
+
+def _vllm_kv_too_small(m: re.Match[str]) -> str:
+    fits = re.search(r"estimated maximum model length is (\d+)", m.string[m.end() : m.end() + 600])
+    return (
+        f"the KV cache left after the weights cannot hold one sequence of {m['len']} tokens"
+        + (f" (about {fits[1]} fit)" if fits else "")
+        + ": set engine.context_length lower, or raise engine.mem_fraction_static, or add GPUs "
+        "(engine.tp_size)"
+    )
+
+
+FAILURES: tuple[StartFailure, ...] = (
+    StartFailure(
+        "vllm_cpu_free_memory",
+        re.compile(
+            r"Available memory on node \d+ \((?P<free>[\d.]+)/(?P<total>[\d.]+) GiB\) on startup "
+            r"is less than desired CPU memory utilization \((?P<fraction>[\d.]+), (?P<want>[\d.]+) GiB\)"
+        ),
+        _vllm_cpu_memory,
+    ),
+    StartFailure(
+        "vllm_cpu_kv_space",
+        re.compile(
+            r"Available memory on node \d+ \((?P<free>[\d.]+)/(?P<total>[\d.]+) GiB\) on kv cache allocation "
+            r"is less than requested memory for kv \((?P<want>[\d.]+) GiB\)"
+        ),
+        lambda m: (
+            f"vLLM's CPU backend was asked for {m['want']} GiB of KV cache but only {m['free']} GiB is free: "
+            "lower VLLM_CPU_KVCACHE_SPACE in engine.env, or stop what else uses memory"
+        ),
+    ),
+    StartFailure(
+        "vllm_gpu_free_memory",
+        re.compile(
+            r"Free memory on device \S+ \((?P<free>[\d.]+)/(?P<total>[\d.]+) GiB\) on startup is less than "
+            r"desired GPU memory utilization \((?P<fraction>[\d.]+), (?P<want>[\d.]+) GiB\)"
+        ),
+        _vllm_gpu_memory,
+    ),
+    StartFailure(
+        "vllm_kv_too_small",
+        re.compile(r"To serve at least one request with the model's max seq len \((?P<len>\d+)\)"),
+        _vllm_kv_too_small,
+    ),
+    StartFailure(
+        "no_kv_memory",
+        re.compile(r"No available memory for the cache blocks|Not enough memory\. Please try to increase"),
+        lambda m: (
+            "the weights leave no memory for the KV cache: raise engine.mem_fraction_static, or spread "
+            "the model over more GPUs (engine.tp_size), or use a smaller checkpoint"
+        ),
+    ),
+    StartFailure(
+        "cuda_oom",
+        re.compile(r"CUDA out of memory|torch\.OutOfMemoryError|OutOfMemoryError: CUDA"),
+        lambda m: (
+            "the GPU ran out of memory while the server started: lower engine.mem_fraction_static, "
+            "engine.context_length or engine.max_running_requests (CUDA graphs and activations live "
+            "outside the static fraction), or add GPUs (engine.tp_size)"
+        ),
+    ),
+    StartFailure(
+        "port_in_use",
+        re.compile(r"\[Errno 98\][^\n]*|address already in use", re.I),
+        lambda m: (
+            "the server's port is already taken: remove engine.port from the params so the kit picks a "
+            "free one, or stop what listens there (`ss -ltnp` shows it)"
+        ),
+    ),
+    StartFailure(
+        "unknown_flag",
+        re.compile(r"error: unrecognized arguments: (?P<flags>[^\n]+)"),
+        lambda m: (
+            f"the installed engine does not know {m['flags'].strip()}: remove it from engine.extra_args, "
+            "or update the engine (`kit probe` lists the flags this version accepts)"
+        ),
+    ),
+    StartFailure(
+        "missing_module",
+        re.compile(r"ModuleNotFoundError: No module named '(?P<module>[\w.]+)'"),
+        lambda m: (
+            f"the engine's environment lacks the Python module {m['module']!r}: install it there "
+            "(engine.python's own pip), or point engine.python at the environment that has it"
+        ),
+    ),
+)
+
+
+def explain_start_failure(log_text: str) -> str | None:
+    """One sentence naming the cause of a failed start and the setting to change, or None when the
+    log shows none of the known causes."""
+    for failure in FAILURES:
+        m = failure.pattern.search(log_text)
+        if m:
+            return failure.advice(m)
+    return None

@@ -1,0 +1,70 @@
+"""A server that will not start is one sentence naming the setting to change (issue 18, item 5).
+
+The log excerpts are the engines' own words: the first was written by vLLM 0.32's CPU build on this
+machine (started without an explicit KV cache size while other work held memory); the others are
+the messages of vLLM 0.32, SGLang 0.5 and Python as their sources word them. The real vLLM case
+is also started for real in tests/test_vllm_engine.py.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from kit.engines.start_failures import explain_start_failure
+
+VLLM_CPU = (
+    "(VllmWorker-0 pid=3739) ERROR 12-01 09:54:58 [multiproc_executor.py:953] ValueError: Available memory "
+    "on node 0 (11.23/12.59 GiB) on startup is less than desired CPU memory utilization (0.92, 11.58 GiB). "
+    "On the CPU backend, the `--gpu-memory-utilization` flag controls the fraction of CPU memory reserved "
+    "(despite its name). To resolve: decrease `--gpu-memory-utilization` (e.g. `--gpu-memory-utilization "
+    "0.5`) or reduce CPU memory used by other processes.\n"
+    "RuntimeError: Engine core initialization failed. See root cause above. Failed core proc(s): "
+    "{'EngineCore': 1}\n"
+)
+
+
+@pytest.mark.parametrize(
+    ("log", "says"),
+    [
+        (VLLM_CPU, ["engine.mem_fraction_static", "0.92", "11.23 of 12.59 GiB", "VLLM_CPU_KVCACHE_SPACE"]),
+        (
+            "ValueError: Available memory on node 0 (0.50/12.59 GiB) on kv cache allocation is less than "
+            "requested memory for kv (4.00 GiB). Decrease --kv-cache-memory-bytes",
+            ["4.00 GiB of KV cache", "VLLM_CPU_KVCACHE_SPACE"],
+        ),
+        (
+            "ValueError: Free memory on device cuda:0 (20.1/139.8 GiB) on startup is less than desired GPU "
+            "memory utilization (0.9, 125.8 GiB). Decrease GPU memory utilization or reduce GPU memory",
+            ["engine.mem_fraction_static", "20.1 of 139.8 GiB", "nvidia-smi"],
+        ),
+        (
+            "ValueError: To serve at least one request with the model's max seq len (262144), (16.0 GiB KV "
+            "cache is needed, which is larger than the available KV cache memory (8.1 GiB). Based on the "
+            "available memory, the estimated maximum model length is 132000. Try increasing",
+            ["262144 tokens", "about 132000 fit", "engine.context_length"],
+        ),
+        (
+            "RuntimeError: Not enough memory. Please try to increase --mem-fraction-static.",
+            ["raise engine.mem_fraction_static"],
+        ),
+        (
+            "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.",
+            ["ran out of memory", "engine.mem_fraction_static"],
+        ),
+        ("OSError: [Errno 98] Address already in use", ["engine.port"]),
+        (
+            "api_server.py: error: unrecognized arguments: --speculative-num-stepz 3",
+            ["--speculative-num-stepz 3", "engine.extra_args", "kit probe"],
+        ),
+        ("ModuleNotFoundError: No module named 'flashinfer'", ["'flashinfer'", "engine.python"]),
+    ],
+)
+def test_each_known_start_failure_names_the_setting_to_change(log: str, says: list[str]) -> None:
+    sentence = explain_start_failure("INFO starting\n" + log)
+    assert sentence is not None
+    for part in says:
+        assert part in sentence, (part, sentence)
+
+
+def test_an_unknown_failure_is_left_to_the_log_tail() -> None:
+    assert explain_start_failure("Traceback ...\nRuntimeError: something new\n") is None
