@@ -42,6 +42,8 @@ NAMES = {
     "tp_size": "tensor-parallel GPUs",
     "attention_backend": "attention backend",
     "client_concurrency": "client concurrency",
+    "measured_at_concurrency": "best measured at concurrency",
+    "max_running_requests_source": "max running requests, because",
     "speculative": "speculative decoding",
     "mem_max_running": "sequences memory holds",
     "compute_bound": "compute-bound",

@@ -101,6 +101,15 @@ class DecideParams(_Strict):
     requests_per_level: int | None = Field(default=None, ge=1)
     """Requests sent at each concurrency; default: max(num_prompts, 2 x concurrency)."""
     max_tokens: int = Field(default=32, ge=1)
+    repetitions: int = Field(default=3, ge=1)
+    """Rounds of the sweep: each (arm, level) is measured this many times, the arms interleaved,
+    and the decision compares the intervals of their medians (kit.decide.noise)."""
+    time_budget_s: float | None = Field(default=None, gt=0)
+    """Seconds the sweep may take: rounds that would overrun it are left out (at least one runs)."""
+    servers: Literal["auto", "together", "one_at_a_time"] = "auto"
+    """Keep every arm's server up side by side (a round costs requests, not restarts), or start each
+    arm's server in turn every round. auto: together on a CPU when they fit in memory, else one at
+    a time (on a GPU each server takes the GPUs' memory)."""
     spec_steps: list[int] = [1, 2, 3]
     """Draft lengths k to try for the speculative arms."""
     accept_lengths: dict[int, float] = {}

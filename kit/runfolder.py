@@ -174,6 +174,10 @@ class RunFolder:
         return self.root / "sweep.parquet"
 
     @property
+    def sweep_runs(self) -> Path:
+        return self.root / "sweep_runs.parquet"
+
+    @property
     def step_profile(self) -> Path:
         """Stage 2 on a CPU: the step-time profile its prediction is calibrated on."""
         return self.root / "step_profile.parquet"

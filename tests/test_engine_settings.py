@@ -44,19 +44,45 @@ def test_the_k_rule_is_the_same_for_every_consumer() -> None:
         "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "4",
     ]  # fmt: skip
     settings = decided_settings(
-        arms[3], running=64, concurrency=64, mem_fraction=0.8, dp_size=1, tp_size=1,
+        arms[3], flavor="vllm", memory_running=300, mem_fraction=0.8, dp_size=1, tp_size=1,
         attention_backend=None, hybrid=False,
     )  # fmt: skip
     applied, taken = apply_settings(p, settings)
     assert applied.engine.speculative == eng.speculative, "the decision names what the sweep measured"
-    assert taken["client_concurrency"] == 64 and taken["max_running_requests"] == 64
+    assert "max_running_requests" not in taken, "vLLM keeps its own capacity under speculation"
+    assert applied.engine.max_running_requests is None
+
+
+def test_the_decision_never_lowers_the_batch_below_the_engines_capacity() -> None:
+    """Plain decoding keeps the engine's own capacity; SGLang under speculation gets what memory
+    holds (unset, it would drop to 48); only a measured fall in throughput caps the batch."""
+    common = {"mem_fraction": 0.8, "dp_size": 2, "tp_size": 1, "attention_backend": None, "hybrid": False}
+    for flavor in ("sglang", "vllm"):
+        plain = decided_settings(Arm(0), flavor=flavor, memory_running=900, **common)
+        assert (
+            plain["max_running_requests"] is None and "own capacity" in plain["max_running_requests_source"]
+        )
+    spec = decided_settings(Arm(3, "MTP"), flavor="sglang", memory_running=900, **common)
+    assert spec["max_running_requests"] == 900 and "48" in spec["max_running_requests_source"]
+    capped = decided_settings(Arm(0), flavor="vllm", memory_running=900, cap_running=24, **common)
+    assert capped["max_running_requests"] == 24 and "fall" in capped["max_running_requests_source"]
+    applied, taken = apply_settings(params(flavor="vllm"), capped)
+    assert applied.engine.max_running_requests == 24 == taken["max_running_requests"]
+
+
+def test_an_older_decision_that_capped_plain_decoding_at_the_sweep_level_no_longer_does() -> None:
+    old = {"speculative": False, "spec_k": 0, "max_running_requests": 16, "cuda_graph_max_bs": 16,
+           "client_concurrency": 16, "dp_size": 1}  # fmt: skip
+    applied, taken = apply_settings(params(flavor="vllm"), old)
+    assert applied.engine.max_running_requests is None and applied.engine.cuda_graph_max_bs is None
+    assert "max_running_requests" not in taken
 
 
 def test_a_plain_decision_turns_speculation_off_and_user_settings_win() -> None:
     p = params(flavor="sglang", speculative={"algorithm": "NGRAM", "num_steps": 2}, max_running_requests=7)
     plain = decided_settings(
-        Arm(0), running=32, concurrency=32, mem_fraction=0.8, dp_size=2, tp_size=1,
-        attention_backend="fa3", hybrid=False,
+        Arm(0), flavor="sglang", memory_running=32, cap_running=32, mem_fraction=0.8, dp_size=2,
+        tp_size=1, attention_backend="fa3", hybrid=False,
     )  # fmt: skip
     applied, taken = apply_settings(p, plain)
     assert applied.engine.speculative.algorithm is None and taken["speculative"] is None

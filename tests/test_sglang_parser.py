@@ -118,11 +118,12 @@ def test_every_command_the_kit_builds_parses(example: RunParams, launcher: Launc
             named[f"sweep {algo.name} k={k}"] = kit_command(arm_params, launcher)
     for backend in BACKENDS:
         named[f"backend {backend}"] = kit_command(with_engine(example, attention_backend=backend), launcher)
-    settings = decided_settings(
-        Arm(3, "MTP"), running=96, concurrency=768, mem_fraction=0.85, dp_size=8, tp_size=1,
-        attention_backend="fa3", hybrid=True,
-    )  # fmt: skip
-    named["decision applied"] = kit_command(apply_settings(example, settings)[0], launcher)
+    for arm in (Arm(3, "MTP"), Arm(0)):
+        settings = decided_settings(
+            arm, flavor="sglang", memory_running=96, mem_fraction=0.85, dp_size=8, tp_size=1,
+            attention_backend="fa3", hybrid=True,
+        )  # fmt: skip
+        named[f"decision applied {arm.name}"] = kit_command(apply_settings(example, settings)[0], launcher)
     folder = RunFolder(example.run_dir).ensure()
     report = run_probe(example, folder, gpus=[H200])
     assert report["engine_env"]["launcher"]["flags"], "the probe read the real launcher's --help"
@@ -136,7 +137,8 @@ def test_every_command_the_kit_builds_parses(example: RunParams, launcher: Launc
     assert results["example"]["reasoning_parser"] == "qwen3"
     assert results["sweep MTP k=3"]["speculative_algorithm"] == "EAGLE"
     assert results["sweep NGRAM k=2"]["speculative_algorithm"] == "NGRAM"
-    assert results["decision applied"]["max_running_requests"] == 96
+    assert results["decision applied spec_k3"]["max_running_requests"] == 96, "what memory holds, not 48"
+    assert results["decision applied plain"]["max_running_requests"] is None, "the engine's own capacity"
     assert {r["attention_backend"] for n, r in results.items() if n.startswith("backend")} == set(BACKENDS)
 
 

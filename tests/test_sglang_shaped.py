@@ -10,6 +10,7 @@ engine gauges in metrics.parquet.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pandas as pd
@@ -35,22 +36,37 @@ def test_sweep_decision_and_generation_through_sglang_flags(write_params, tmp_pa
                 "speculative": {"algorithm": "NGRAM"},
                 "env": {"PYTHONPATH": str(FAKE), "FAKE_SGLANG_LOG": str(argv_log)},
             },
-            decide={"concurrencies": [1, 8], "spec_steps": [1, 2], "num_prompts": 4, "max_tokens": 32},
+            decide={
+                "concurrencies": [1, 8],
+                "spec_steps": [1, 2],
+                "num_prompts": 4,
+                "max_tokens": 32,
+                "servers": "one_at_a_time",  # as on a GPU box: each arm's server in turn, every round
+            },
             generate={"concurrency": None, "sampling": {"max_tokens": 32, "seed": 0}},
         )
     )
     folder = RunFolder(params.run_dir)
     decision = stages.decide(params)
 
-    launches = [json.loads(x) for x in argv_log.read_text().splitlines()]
-    assert len(launches) == 3  # plain, k=1, k=2: one server each
-    plain, k1, k2 = (" ".join(a) for a in launches)
+    launches = [" ".join(json.loads(x)) for x in argv_log.read_text().splitlines()]
+    arms = [re.search(r"--speculative-num-draft-tokens (\d)", a) for a in launches]
+    # three interleaved rounds, the arms' order reversed every other round (a server already up is
+    # kept), then plain once more for the drift check
+    assert [int(m[1]) - 1 if m else 0 for m in arms] == [0, 1, 2, 1, 0, 1, 2, 0]
+    plain, k1, k2 = launches[:3]
     assert "--speculative-algorithm" not in plain and "--max-running-requests 8" in plain
     assert "--speculative-algorithm NGRAM --speculative-num-draft-tokens 3" in k2
     assert "--speculative-ngram-max-bfs-breadth 1" in k2 and "--max-running-requests 8" in k1
     assert "--cuda-graph-max-bs-decode 8" in k1, "renamed for the launcher, from its --help"
     sweep = pd.read_parquet(folder.sweep)
-    assert set(sweep.status) == {"ok"}
+    assert set(sweep.status) == {"ok"} and (sweep.repetitions == 3).all()
+    assert (sweep.output_tok_s_lo <= sweep.output_tok_s).all() and (
+        sweep.output_tok_s <= sweep.output_tok_s_hi
+    ).all()
+    runs = pd.read_parquet(folder.sweep_runs)
+    assert list(runs.phase.iloc[[0, -1]]) == ["start", "end"] and len(runs) == 2 + 3 * 2 * 3
+    assert decision["noise"]["repetitions"] == 3 and decision["noise"]["servers_together"] is False
     spec = sweep[sweep.spec_k > 0]
     assert spec.accept_length.between(1.5, 3.0).all() and sweep[sweep.spec_k == 0].accept_length.isna().all()
     assert decision["decided_by"] == "measured" and decision["speculation_available"] is True
@@ -66,9 +82,14 @@ def test_sweep_decision_and_generation_through_sglang_flags(write_params, tmp_pa
     gen_argv = " ".join(json.loads(argv_log.read_text().splitlines()[-1]))
     k = decision["engine_settings"]["spec_k"]
     assert ("--speculative-num-draft-tokens" in gen_argv) == (k > 0)
-    assert f"--max-running-requests {decision['engine_settings']['max_running_requests']}" in gen_argv
-    assert manifest["engine_capacity"] == decision["engine_settings"]["max_running_requests"]
-    assert manifest["concurrency"] == 2 * manifest["engine_capacity"]  # the queue never drains
+    running = decision["engine_settings"]["max_running_requests"]
+    if k:  # SGLang under speculation: explicit, from memory (unset it would be 48), not the sweep's 8
+        assert running > 8 and f"--max-running-requests {running}" in gen_argv
+    else:  # plain: the engine's own capacity, never the sweep's top level
+        assert running is None and "--max-running-requests" not in gen_argv
+    assert manifest["engine_capacity"] == (running or 256), "read from the server's /server_info"
+    assert "server_info" in manifest["capacity_source"]
+    assert manifest["concurrency"] == min(2 * manifest["engine_capacity"], 12)  # the queue never drains
     assert manifest["complete"] and manifest["rows"] + manifest["failures"] == 12
     metrics = pd.read_parquet(folder.metrics)
     assert {"num_running_reqs", "gen_throughput"} <= set(metrics.columns)

@@ -4,7 +4,9 @@
 real, with the accept length from vLLM's /metrics counters, decides from those measurements, and
 generates over all six fixture sources with the decided settings and the reasoning and tool-call
 parsers the chat template calls for: rows keep the reasoning and the tool calls they split out.
-A second run generates with n-gram on and thinking off, so stage 4 has an accept length to show.
+The sweep is run again with a CPU hog through part of it: the disturbance is caught and the decision
+stands. A second run generates with n-gram on and thinking off, so stage 4 has an accept length to
+show; an external vLLM whose capacity the kit does not know is filled all the same.
 A third runs with the parsers off and the sampling controls Qwen's model cards recommend: the
 think blocks and tool calls stay in the completions, and vLLM's own request log shows what it
 received. Bad engine input ends in one clear message.
@@ -17,6 +19,8 @@ import json
 import re
 import subprocess
 import sys
+import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pandas as pd
@@ -74,6 +78,10 @@ def test_stage2_measures_plain_and_ngram_for_real(vllm_run: Path) -> None:
     sweep = pd.read_parquet(vllm_run / "sweep.parquet")
     assert set(sweep.arm) == {"plain", "spec_k1", "spec_k3"} and set(sweep.status) == {"ok"}, sweep
     assert (sweep.output_tok_s > 0).all() and (sweep.errors == 0).all()
+    assert (sweep.repetitions >= 2).all(), "three interleaved rounds (two where one was disturbed)"
+    assert (sweep.output_tok_s_lo <= sweep.output_tok_s).all() and (
+        sweep.output_tok_s <= sweep.output_tok_s_hi
+    ).all()
     spec = sweep[sweep.spec_k > 0]
     assert (spec.algorithm == "NGRAM").all()
     assert (spec.accept_source == "metrics counters").all()
@@ -85,8 +93,12 @@ def test_stage2_measures_plain_and_ngram_for_real(vllm_run: Path) -> None:
     assert decision["decided_by"] == "measured" and decision["speculation_available"] is True
     assert any("n-gram k=" in r for r in decision["reasons"])
     settings = decision["engine_settings"]
-    assert settings["client_concurrency"] in (1, 8)
+    assert settings["measured_at_concurrency"] in (1, 8)
+    assert settings["max_running_requests"] is None, "never the sweep's level: the engine's capacity"
     assert settings["speculative"] == (decision["chosen_arm"] != "plain")
+    noise = decision["noise"]
+    assert noise["servers_together"] is True and noise["repetitions"] == 3 and noise["noise_pct"] is not None
+    assert noise["drift"] is not None and isinstance(decision["measured_difference"], bool)
     logs = {p.name for p in (vllm_run / "logs").glob("*.log")}
     assert {"sweep-plain.log", "sweep-spec_k1.log", "sweep-spec_k3.log"} <= logs
     argv = (vllm_run / "logs" / "sweep-spec_k3.log").read_text().splitlines()[0]
@@ -100,12 +112,75 @@ def test_stage3_uses_the_decision_and_completes_every_source(vllm_run: Path) -> 
     assert manifest["complete"] and manifest["failures"] == 0, manifest
     assert set(manifest["rows_by_source"]) == SIX and manifest["rows_by_source"]["hermes_fc"] == 8
     applied = manifest["settings_from_decision"]
-    assert applied["chosen_arm"] == decision["chosen_arm"]
-    assert applied["max_running_requests"] == decision["engine_settings"]["max_running_requests"]
-    assert manifest["engine_capacity"] == applied["max_running_requests"]
+    assert applied["chosen_arm"] == decision["chosen_arm"] and "max_running_requests" not in applied
+    argv = (vllm_run / "logs" / "server-0.log").read_text().splitlines()[0]
+    assert "--max-num-seqs" not in argv, "stage 3 runs vLLM at its own capacity"
+    assert manifest["engine_capacity"] == 128 and "CPU build" in manifest["capacity_source"]
+    planned = manifest["planned_prompts"] * manifest["samples_per_prompt"]
+    assert manifest["concurrency"] == min(256, planned), "the capacity and a queue as deep again"
     assert (vllm_run / "failures.jsonl").read_text() == ""
     rows = pq.read_table(sorted((vllm_run / "generations").glob("part-*.parquet"))).to_pandas()
     assert (rows.completion_tokens > 0).all()
+
+
+HOG = "import time\nwhile True:\n    time.perf_counter()\n"
+HOGGED = ("round 1 sweep plain at 8", "round 2 end plain at 8")
+"""The measurements a CPU hog runs through: one repetition of plain at the top level, and the end of
+the drift check."""
+
+
+def decide_while_hogging(path: Path, run_dir: Path, hogged: tuple[str, ...]) -> subprocess.CompletedProcess:
+    """`kit decide`, with two busy-looping processes (one per core here) started when the sweep's log
+    says one of the `hogged` measurements starts and stopped when it ends."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "kit.cli", "decide", str(path)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    log, seen, hogs = run_dir / "logs" / "sweep.log", 0, []
+    try:
+        while proc.poll() is None:
+            lines = log.read_text().splitlines() if log.exists() else []
+            for line in lines[seen:]:
+                if any(f"start {h}" in line for h in hogged):
+                    hogs = [subprocess.Popen([sys.executable, "-c", HOG]) for _ in range(2)]
+                elif any(f"end {h}" in line for h in hogged):
+                    for h in hogs:
+                        h.kill()
+                    hogs = []
+            seen = len(lines)
+            time.sleep(0.05)
+    finally:
+        for h in hogs:
+            h.kill()
+    out, err = proc.communicate()
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+
+def test_a_cpu_hog_is_caught_and_does_not_flip_the_decision(
+    vllm_run: Path, tmp_path: Path, demo_model: Path
+) -> None:
+    """The sweep again, from scratch, with a CPU hog through one repetition of plain decoding and
+    through the end of the drift check: the disturbed repetition is seen and set aside, the drift is
+    caught, and the decision is the one the calm sweep made."""
+    path = demo_vllm(tmp_path, demo_model, "hogged")
+    done = decide_while_hogging(path, tmp_path / "outputs" / "hogged", HOGGED)
+    assert done.returncode == 0, done.stderr[-4000:]
+    calm = json.loads((vllm_run / "decision.json").read_text())
+    hogged = json.loads((tmp_path / "outputs" / "hogged" / "decision.json").read_text())
+    disturbed = {(d["round"], d["phase"], d["arm"], d["concurrency"]) for d in hogged["noise"]["disturbed"]}
+    assert {(1, "sweep", "plain", 8), (2, "end", "plain", 8)} <= disturbed, hogged["noise"]
+    sweep = pd.read_parquet(tmp_path / "outputs" / "hogged" / "sweep.parquet")
+    runs = pd.read_parquet(tmp_path / "outputs" / "hogged" / "sweep_runs.parquet")
+    p8 = runs[(runs.phase == "sweep") & (runs.arm == "plain") & (runs.concurrency == 8)]
+    calm = int((~p8.disturbed.astype(bool)).sum())
+    plain8 = sweep[(sweep.arm == "plain") & (sweep.concurrency == 8)].iloc[0]
+    assert plain8.repetitions == (calm if calm >= 2 else 3), "set aside while two calm ones remain"
+    drift = hogged["noise"]["drift"]
+    assert drift["drifted"] and drift["change_pct"] < 0, drift
+    assert any("the machine changed under the sweep" in r for r in hogged["reasons"])
+    assert hogged["chosen_arm"] == calm["chosen_arm"], (hogged["reasons"], calm["reasons"])
 
 
 def test_the_report_shows_the_measured_arms(vllm_run: Path) -> None:
@@ -261,6 +336,52 @@ SENT = {"top_k": 20, "min_p": 0.05, "presence_penalty": 0.5, "repetition_penalty
 
 
 @pytest.fixture(scope="module")
+def hand_server(tmp_path_factory: pytest.TempPathFactory, demo_model: Path) -> Iterator[tuple[str, dict]]:
+    """A vLLM server started outside `kit generate` with the kit's plain-decoding flags, for runs of
+    the external flavor: (base URL, the params it was started from)."""
+    from kit.engines import start_server
+    from kit.params import load_params
+
+    tmp = tmp_path_factory.mktemp("vllm-hand")
+    path = demo_vllm(tmp, demo_model, "hand")
+    params = yaml.safe_load(path.read_text())
+    params["engine"]["speculative"] = {}
+    path.write_text(yaml.safe_dump(params))
+    with start_server(load_params(path), tmp / "logs", name="hand") as server:
+        yield server.base_url, params
+
+
+def external(tmp: Path, server: tuple[str, dict], run: str, generate: dict) -> Path:
+    """Params of a run against the hand-started server (flavor external)."""
+    url, params = server
+    params = {**params, "run": run, "output_dir": str(tmp / "outputs")}
+    params["engine"] = {"flavor": "external", "base_url": url, "startup_timeout_s": 60}
+    params["generate"] = {**params["generate"], **generate}
+    path = tmp / f"{run}.yaml"
+    path.write_text(yaml.safe_dump(params))
+    return path
+
+
+def test_the_kit_fills_an_engine_whose_capacity_it_does_not_know(
+    tmp_path: Path, hand_server: tuple[str, dict]
+) -> None:
+    """An external vLLM says nothing of its capacity (128 here): the kit starts at 64 in flight, sees
+    from vLLM's own gauges that every request it sends runs and none waits, and sends more."""
+    path = external(
+        tmp_path, hand_server, "fill", {"use_decision": False, "sampling": {"max_tokens": 64, "n": 12}}
+    )
+    done = kit("generate", str(path))
+    assert done.returncode == 0, done.stderr[-4000:]
+    manifest = json.loads((tmp_path / "outputs" / "fill" / "manifest.json").read_text())
+    assert manifest["engine_capacity"] is None and manifest["concurrency_start"] == 64
+    assert manifest["concurrency"] >= 128, (manifest["concurrency"], done.stderr[-3000:])
+    assert "the kit was its limit" in done.stderr
+    metrics = pd.read_parquet(tmp_path / "outputs" / "fill" / "metrics.parquet")
+    late = metrics[metrics.in_flight >= 128]
+    assert len(late) and (late.num_queue_reqs > 0).any(), "once it sent more, requests queued in vLLM"
+
+
+@pytest.fixture(scope="module")
 def plain_run(tmp_path_factory: pytest.TempPathFactory, demo_model: Path) -> Path:
     """Stages 3 and 4 with no parsers and no speculation, the sampling controls of Qwen's model
     cards set, and vLLM logging every request it receives and every answer it gives."""
@@ -276,6 +397,22 @@ def plain_run(tmp_path_factory: pytest.TempPathFactory, demo_model: Path) -> Pat
         done = kit(stage, str(path))
         assert done.returncode == 0, done.stderr[-4000:]
     return tmp / "outputs" / "no-parsers"
+
+
+def test_a_server_that_cannot_start_says_which_setting_to_change(tmp_path: Path, demo_model: Path) -> None:
+    """vLLM's CPU build without an explicit KV cache size reserves engine.mem_fraction_static of the
+    machine's memory and refuses to start when less is free: one sentence says what to change."""
+    path = demo_vllm(tmp_path, demo_model, "no-memory")
+    params = yaml.safe_load(path.read_text())
+    params["engine"]["env"] = {}  # no VLLM_CPU_KVCACHE_SPACE
+    params["engine"]["mem_fraction_static"] = 0.99
+    params["engine"]["speculative"] = {}
+    params["generate"]["use_decision"] = False
+    path.write_text(yaml.safe_dump(params))
+    done = kit("generate", str(path))
+    first = done.stderr.strip().splitlines()[0] if done.stderr.strip() else ""
+    assert done.returncode == 2, done.stderr[-3000:]
+    assert "engine.mem_fraction_static" in first and "0.99" in first and "GiB" in first, done.stderr[-3000:]
 
 
 def test_without_parsers_the_think_blocks_and_tool_calls_stay_in_the_completion(plain_run: Path) -> None:

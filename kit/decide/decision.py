@@ -15,6 +15,7 @@ import pandas as pd
 from kit.arch import ModelArch
 from kit.decide import costmodel as cm
 from kit.decide.drafts import Draft, draft_for
+from kit.decide.measured import MeasuredChoice, choose, measured_fall, noise_section, noise_sentences
 from kit.decide.predict import (
     Workload,
     best_arm,
@@ -26,7 +27,6 @@ from kit.decide.predict import (
 from kit.decide.profiler import calibrate
 from kit.engines.arms import Arm, arm_name
 from kit.engines.settings import (
-    SGLANG_SPEC_MAX_RUNNING,
     decided_settings,
     resolve_algorithm,
     unavailable_reason,
@@ -36,9 +36,6 @@ from kit.errors import CostModelError
 PREDICTION_ERROR = cm.MODEL_ERROR
 """The cost model's known error on published tables it was not fitted to (docs/costmodel.md): a
 predicted margin smaller than this never turns speculation on."""
-MEASUREMENT_NOISE = 0.03
-"""Run-to-run spread of a sweep level: a measured lead smaller than this keeps plain decoding,
-which needs no draft weights or speculative buffers."""
 
 
 def measured_accept_lengths(sweep: pd.DataFrame | None) -> dict[int, float]:
@@ -58,8 +55,14 @@ def _joined(predicted: pd.DataFrame, sweep: pd.DataFrame | None) -> pd.DataFrame
         t["measured_tok_s"], t["status"], t["reason"] = None, "not measured", ""
     else:
         cols = ["arm", "concurrency", "output_tok_s", "accept_length", "latency_p50_s", "status", "reason"]
+        cols += [c for c in ("output_tok_s_lo", "output_tok_s_hi", "repetitions") if c in sweep]
         m = sweep[cols].rename(
-            columns={"output_tok_s": "measured_tok_s", "accept_length": "measured_accept_length"}
+            columns={
+                "output_tok_s": "measured_tok_s",
+                "output_tok_s_lo": "measured_lo",
+                "output_tok_s_hi": "measured_hi",
+                "accept_length": "measured_accept_length",
+            }
         )
         t = t.merge(m, on=["arm", "concurrency"], how="left")
         t["status"] = t["status"].fillna("not measured")
@@ -70,37 +73,32 @@ def _joined(predicted: pd.DataFrame, sweep: pd.DataFrame | None) -> pd.DataFrame
     return t
 
 
+def _has_rows(sweep: pd.DataFrame | None) -> bool:
+    return sweep is not None and not sweep.empty
+
+
 def _num(x: Any) -> bool:
     return x is not None and not (isinstance(x, float) and math.isnan(x))
 
 
-def _pick_measured(sweep: pd.DataFrame, latency_bound_s: float | None) -> dict | None:
-    """The best measured arm and level; speculation must beat plain by more than the noise."""
-    ok = sweep[(sweep.status == "ok") & sweep.output_tok_s.notna()]
-    if latency_bound_s is not None:
-        ok = ok[ok.latency_p50_s <= latency_bound_s]
-    if ok.empty:
-        return None
-    row = ok.loc[ok.output_tok_s.astype(float).idxmax()]
-    plain = ok[ok.spec_k == 0]
-    note = None
-    if int(row.spec_k) > 0 and len(plain):
-        best_plain = plain.loc[plain.output_tok_s.astype(float).idxmax()]
-        lead = float(row.output_tok_s) / float(best_plain.output_tok_s) - 1
-        if lead < MEASUREMENT_NOISE:
-            note = (
-                f"{row.arm} measured only {100 * lead:.1f}% above plain decoding, within the "
-                f"{100 * MEASUREMENT_NOISE:.0f}% run-to-run noise: plain decoding is kept"
-            )
-            row = best_plain
-    return {
-        "arm": row.arm,
-        "spec_k": int(row.spec_k),
-        "concurrency": int(row.concurrency),
-        "output_tok_s": float(row.output_tok_s),
+def _pick_measured(
+    sweep: pd.DataFrame, runs: pd.DataFrame | None, latency_bound_s: float | None, name: str
+) -> tuple[dict | None, MeasuredChoice | None]:
+    """The measured choice (kit.decide.measured) as the dict the rest of the decision reads."""
+    choice = choose(sweep, runs, latency_bound_s, lambda k: _label(pd.Series({"spec_k": k}), name))
+    if choice is None:
+        return None, None
+    c = choice.chosen
+    picked = {
+        "arm": c.arm,
+        "spec_k": c.spec_k,
+        "concurrency": c.concurrency,
+        "output_tok_s": c.median,
+        "figure": c.figure(),
         "source": "measured",
-        "note": note,
+        "note": "; ".join(choice.notes) or None,
     }
+    return picked, choice
 
 
 def _pick_predicted(
@@ -152,7 +150,9 @@ def _reasons(
         out.append(f"{r.arm} could not be measured ({first_line}); its figures are predicted")
     col, how = ("measured_tok_s", "measured") if measured else ("predicted_tok_s", "predicted")
     p, s = _best_of(table, col, False), _best_of(table, col, True)
-    if p is not None and s is not None:
+    if (
+        p is not None and s is not None and not measured
+    ):  # measured: kit.decide.measured says it, with intervals
         pv, sv = float(p[col]), float(s[col])
         lead, lag, lv, gv = (p, s, pv, sv) if pv >= sv else (s, p, sv, pv)
         hypo = "would beat" if unavailable and int(lead.spec_k) > 0 else "beats"
@@ -172,6 +172,19 @@ def _reasons(
             worth = " (what it would be worth if it were available)" if unavailable else ""
             out.append(f"predicted {name} k={k} / plain tokens/s by concurrency{worth}: {pairs}")
     return out
+
+
+def _batch_sentence(settings: dict, fall: tuple[int, str] | None) -> str:
+    """What the decision does to stage 3's batch: nothing (the engine's capacity), or why it sets it."""
+    if fall is not None:
+        return fall[1]
+    if settings["max_running_requests"] is None:
+        return (
+            "stage 3 runs the engine at its full capacity (its own max running requests); the "
+            "sweep's levels only compare the arms"
+        )
+    running, why = settings["max_running_requests"], settings["max_running_requests_source"]
+    return f"max_running_requests is set to {running} per replica: {why}"
 
 
 def _label(row: pd.Series, name: str = "MTP") -> str:
@@ -215,23 +228,28 @@ def _settings(
     arch: ModelArch,
     predicted: pd.DataFrame,
     work: Workload,
+    flavor: str,
     attention_backend: str | None,
     algorithm: str | None,
 ) -> dict:
     k = int(choice["spec_k"])
     rows = predicted[predicted.spec_k == k]
     mem_cap = int(rows.mem_max_running.iloc[0]) if len(rows) else 1
-    concurrency = int(choice["concurrency"])
-    return decided_settings(
+    cap, why = choice.get("cap_concurrency"), choice.get("cap_reason", "")
+    settings = decided_settings(
         Arm(k, algorithm if k else None),
-        running=min(mem_cap, math.ceil(concurrency / work.dp_size)),
-        concurrency=concurrency,
+        flavor=flavor,
+        memory_running=mem_cap,
+        cap_running=math.ceil(cap / work.dp_size) if cap else None,
+        cap_reason=why,
         mem_fraction=work.mem_fraction,
         dp_size=work.dp_size,
         tp_size=work.tp_size,
         attention_backend=attention_backend,
         hybrid=arch.is_hybrid,
     )
+    settings["measured_at_concurrency"] = int(choice["concurrency"])
+    return settings
 
 
 def decide(
@@ -242,6 +260,7 @@ def decide(
     mtp_status: str,
     engine_flavor: str,
     *,
+    runs: pd.DataFrame | None = None,
     work: Workload | None = None,
     profile: pd.DataFrame | None = None,
     attention_backend: str | None = None,
@@ -250,7 +269,8 @@ def decide(
     draft: Draft | None = None,
 ) -> dict:
     """The content of decision.json; `params` is a DecideParams (concurrencies, spec_steps,
-    accept_lengths, objective, latency_bound_s). Measured rows decide; predictions explain.
+    accept_lengths, objective, latency_bound_s). Measured rows decide (`sweep`: one row per arm and
+    level with its interval; `runs`: every measurement, for leads paired by round); predictions explain.
     `draft` is what the speculative arms draft with (default: from params and `algorithm`)."""
     work = work or Workload()
     eff = calibrate(profile, arch, hw) if profile is not None else cm.Efficiency()
@@ -274,26 +294,37 @@ def decide(
     name = algo.label
     table = _joined(predicted, sweep)
     bound = params.latency_bound_s if params.objective == "latency_bound" else None
-    choice = _pick_measured(sweep, bound) if sweep is not None and not sweep.empty else None
+    choice, measured = _pick_measured(sweep, runs, bound, name) if _has_rows(sweep) else (None, None)
     if choice is None:
         choice = _pick_predicted(predicted, unavailable, bound, work.output_len, name)
-    settings = _settings(choice, arch, predicted, work, attention_backend, algo.name)
+    fall = measured_fall(sweep, runs, str(choice["arm"])) if choice["source"] == "measured" else None
+    if fall is not None:
+        choice.update(
+            cap_concurrency=fall[0], cap_reason="the level above which the sweep measured throughput fall"
+        )
+    elif bound is not None:
+        choice.update(
+            cap_concurrency=int(choice["concurrency"]),
+            cap_reason=f"the most concurrent requests within the latency bound ({bound:g} s at p50)",
+        )
+    settings = _settings(choice, arch, predicted, work, engine_flavor, attention_backend, algo.name)
+    figure = choice.get("figure") or f"{float(choice['output_tok_s']):.0f} output tok/s"
     reasons = [
-        f"chosen: {_label(pd.Series(choice), name)} at concurrency {int(choice['concurrency'])} "
-        f"({choice['source']} {float(choice['output_tok_s']):.0f} output tok/s "
-        f"over {work.dp_size} replica(s))"
+        f"chosen: {_label(pd.Series(choice), name)} (best at concurrency {int(choice['concurrency'])}: "
+        f"{choice['source']} {figure} over {work.dp_size} replica(s))"
     ]
     if choice.get("note"):
         reasons.append(choice["note"])
+    noise = noise_section(sweep, runs, measured) if _has_rows(sweep) else None
+    reasons += noise_sentences(noise)
+    reasons.append(_batch_sentence(settings, fall))
     reasons += _reasons(table, predicted, unavailable, work, ks, choice["source"] == "measured", name)
-    if settings["speculative"] and engine_flavor == "sglang":
-        reasons.append(
-            f"max_running_requests is set explicitly to {settings['max_running_requests']}: "
-            f"unset, SGLang resets it to {SGLANG_SPEC_MAX_RUNNING} under speculation"
-        )
     return {
         "chosen_arm": arm_name(int(choice["spec_k"])),
         "decided_by": choice["source"],
+        "measured_difference": None if measured is None else measured.measurable,
+        "measured": {b.arm: b.as_dict() for b in measured.bests} if measured else {},
+        "noise": noise,
         "objective": params.objective,
         "speculation_available": unavailable is None,
         "speculation_unavailable_reason": unavailable,

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
+import psutil
 
 from kit.arch import arch_from_config, load_arch
 from kit.decide import costmodel as cm
@@ -31,6 +32,7 @@ from kit.prompts.prompt_set import ensure_prompts
 from kit.runfolder import RunFolder, write_json_atomic
 
 log = logging.getLogger(__name__)
+GIB = 1024**3
 
 CPU_NOMINAL = cm.Hardware(bandwidth_Bps=20e9, flops_bf16=200e9, memory_bytes=16e9, name="cpu")
 """Nominal CPU figures: a CPU profile's calibration scales them, so only their ratio matters much."""
@@ -43,6 +45,36 @@ def sweep_prompts(params: RunParams, folder: RunFolder) -> list[dict[str, Any]]:
     random.Random(params.data.seed).shuffle(order)  # shuffle positions: only the sample is materialised
     rows = table.take(order[: params.decide.num_prompts]).to_pylist()
     return [{**r, "tools_list": json.loads(r["tools"]) if r.get("tools") else None} for r in rows]
+
+
+SERVER_OVERHEAD_BYTES = 2 * GIB
+"""Memory one engine server takes besides its weights and KV cache (its processes, buffers)."""
+TOGETHER_SHARE = 0.6
+"""Servers run side by side only while they need less than this share of the memory free."""
+
+
+def servers_together(params: RunParams, probe: dict[str, Any], weight_bytes: float) -> tuple[bool, str]:
+    """Whether the sweep keeps every arm's server up at once, and why (decide.servers: auto)."""
+    mode = params.decide.servers
+    if mode != "auto":
+        return mode == "together", f"decide.servers is {mode}"
+    eng = params.engine
+    arms = 1 + len(params.decide.spec_steps)
+    if eng.flavor not in ("vllm", "sglang"):
+        return False, f"{eng.flavor} runs one server (it has no speculative arms)"
+    if (probe.get("gpus") or {}).get("devices"):
+        return False, "each arm's server takes the GPUs' memory, so the arms run one at a time"
+    kv = eng.env.get("VLLM_CPU_KVCACHE_SPACE")
+    if eng.flavor == "vllm" and not kv:
+        return False, (
+            "vLLM's CPU build reserves engine.mem_fraction_static of the machine's memory per server "
+            "unless engine.env sets VLLM_CPU_KVCACHE_SPACE, so its servers run one at a time"
+        )
+    need = arms * (weight_bytes + float(kv or 4) * GIB + SERVER_OVERHEAD_BYTES)
+    free = psutil.virtual_memory().available
+    if need > TOGETHER_SHARE * free:
+        return False, f"{arms} servers would need {need / GIB:.1f} GiB of the {free / GIB:.1f} GiB free"
+    return True, f"{arms} servers fit side by side ({need / GIB:.1f} of {free / GIB:.1f} GiB free)"
 
 
 def _mtp_status(probe: dict[str, Any]) -> str | None:
@@ -112,7 +144,9 @@ def run_decision(params: RunParams, folder: RunFolder, probe: dict[str, Any]) ->
     arch = load_arch(params.model.path)
     mtp = _mtp_status(probe)
     prompts = sweep_prompts(params, folder)
-    sweep = run_sweep(params, folder, prompts, mtp, hybrid=arch.is_hybrid)
+    together, why_together = servers_together(params, probe, cm.weight_bytes(arch))
+    sweep = run_sweep(params, folder, prompts, mtp, hybrid=arch.is_hybrid, together=together)
+    runs = pd.read_parquet(folder.sweep_runs) if folder.sweep_runs.exists() else None
     hw, profile, n_gpus, profile_plan = _hardware(params, folder, probe)
     lens = [p["prompt_tokens"] for p in prompts if p.get("prompt_tokens")]
     eng = params.engine
@@ -139,8 +173,12 @@ def run_decision(params: RunParams, folder: RunFolder, probe: dict[str, Any]) ->
         algorithm=eng.speculative.algorithm,
         draft_model=eng.speculative.draft_model_path is not None,
         draft=draft_for(params.decide, eng.speculative),
+        runs=runs,
     )
     decision["engine_flavor"] = eng.flavor
+    if decision.get("noise") is not None:
+        decision["noise"]["servers_together"] = together
+        decision["noise"]["servers_why"] = why_together
     _note_profile_plan(decision, profile_plan)
     decision["mtp_status"] = mtp
     write_json_atomic(folder.decision, decision)

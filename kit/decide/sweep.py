@@ -1,23 +1,38 @@
-"""The measured sweep: the real engine, once per arm, driven at a ladder of concurrencies.
+"""The measured sweep: the real engine per arm, at a ladder of concurrencies, in interleaved rounds.
 
-Each arm (plain; speculative with draft length k) is a fresh server launched with that arm's
-flags, warmed up, then sent a fixed prompt sample with a fixed output budget at each
-concurrency. An arm the engine cannot run is a row with status `skipped` and the reason; one
-whose server would not start, or whose requests failed, is `failed` with the error. Accept length
-comes from the responses where the engine puts it there (SGLang), else from the change of its
-`/metrics` counters over the level (vLLM), per draft position too.
+Each arm (plain; speculative with draft length k) runs on a server launched with that arm's flags
+and warmed up; each (arm, level) is then measured `decide.repetitions` times, in rounds that
+interleave the arms (plain, k1, k2, ... then k2, k1, plain, ...: a slow minute slows every arm
+alike), and plain decoding at the top level is measured once more at the very start and the very
+end, to see whether the machine drifted (kit.decide.noise). Where the arms' servers fit in memory
+together (a CPU engine with a small model) they stay up side by side and a round costs requests;
+otherwise each round starts each arm's server in turn (`decide.servers`).
+
+Every measurement is bracketed by readings of what else the machine did (kit.decide.machine); one
+that other processes disturbed is set aside when enough undisturbed repetitions of its level
+remain. `sweep_runs.parquet` keeps every measurement; `sweep.parquet` one row per (arm, level):
+the median, its interval and how many repetitions back it. An arm the engine cannot run is a row
+with status `skipped` and the reason; one whose server would not start, or whose requests failed,
+is `failed` with the error. Accept length comes from the responses where the engine puts it there
+(SGLang), else from the change of its `/metrics` counters over the level (vLLM).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
 import statistics
 import time
+from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import pandas as pd
 
 from kit.asyncrun import run_coroutine
+from kit.decide.machine import MachineReading, interference
+from kit.decide.noise import median_interval
 from kit.engines import start_server
 from kit.engines.client import EngineClient
 from kit.engines.settings import (
@@ -34,7 +49,9 @@ from kit.params import RunParams
 from kit.progress import progress
 from kit.runfolder import RunFolder
 
-COLUMNS = [
+log = logging.getLogger(__name__)
+
+LEVEL_COLUMNS = [
     "arm",
     "algorithm",
     "spec_k",
@@ -55,8 +72,50 @@ COLUMNS = [
     "status",
     "reason",
 ]
+RUN_COLUMNS = [
+    "round",
+    "phase",
+    *LEVEL_COLUMNS,
+    "started_s",
+    "foreign_cpu",
+    "load_1m",
+    "cpu_mhz",
+    "gpu_foreign_processes",
+    "disturbed",
+]
+"""sweep_runs.parquet: every measurement (`phase` sweep, or start / end for the drift check)."""
+COLUMNS = [*LEVEL_COLUMNS, "output_tok_s_lo", "output_tok_s_hi", "repetitions", "set_aside", "noise_pct"]
+"""sweep.parquet: per (arm, level) the median of its repetitions and the interval of that median."""
 MAX_ERROR_SHARE = 0.1
 """A level where more than this share of requests failed is not a measurement of the arm."""
+WARMUP_REQUESTS = 4
+
+
+@dataclass(frozen=True)
+class Slot:
+    """One measurement of the sweep: in a round, an arm at a level (`phase`: sweep, start or end)."""
+
+    round: int
+    arm: Arm
+    concurrency: int
+    phase: str = "sweep"
+
+
+def schedule(arms: list[Arm], levels: list[int], rounds: int, together: bool) -> list[Slot]:
+    """The order of measurements: a drift check first and last (plain at the top level), and
+    rounds that interleave the arms, reversing their order every other round (ABBA), so a steady
+    drift weighs on every arm alike. Servers side by side: arms alternate at each level; one
+    server at a time: each arm measures all its levels before the next one starts."""
+    top = max(levels)
+    plain = next((a for a in arms if not a.speculative), arms[0])
+    slots = [Slot(0, plain, top, "start")]
+    for r in range(rounds):
+        order = arms if r % 2 == 0 else arms[::-1]
+        if together:
+            slots += [Slot(r, arm, c) for c in levels for arm in order]
+        else:
+            slots += [Slot(r, arm, c) for arm in order for c in levels]
+    return [*slots, Slot(rounds - 1, plain, top, "end")]
 
 
 def arm_params(params: RunParams, arm: Arm, hybrid: bool) -> RunParams:
@@ -167,52 +226,237 @@ def _accept(
     return None, None, None
 
 
-async def _measure_arm(params: RunParams, server: Any, prompts: list[dict], bar: Any) -> list[dict[str, Any]]:
+class ArmServers:
+    """The arms' servers: all up side by side (`together`), or one at a time, each started when its
+    arm is next measured. A server that will not start is remembered as the arm's failure."""
+
+    def __init__(self, params: RunParams, folder: RunFolder, arms: list[Arm], hybrid: bool, together: bool):
+        self.params, self.folder, self.hybrid, self.together = params, folder, hybrid, together
+        self.up: dict[str, Any] = {}
+        self.failed: dict[str, str] = {}
+        self.arm_params = {a.name: arm_params(params, a, hybrid) for a in arms}
+
+    def start_all(self, arms: list[Arm]) -> None:
+        """Start every arm's server at once, then wait for each (they load side by side)."""
+        starting = {}
+        for arm in arms:
+            server = start_server(self.arm_params[arm.name], self.folder.logs, name=f"sweep-{arm.name}")
+            try:
+                starting[arm.name] = server.start()
+            except EngineError as e:
+                self._failed(arm.name, e)
+        for name, server in starting.items():
+            try:
+                self.up[name] = server.wait_ready()
+                self._warm(name)
+            except EngineError as e:
+                server.stop()
+                self._failed(name, e)
+
+    def get(self, arm: Arm) -> Any | None:
+        """The arm's running server (started now when servers run one at a time); None if it failed."""
+        if arm.name in self.failed:
+            return None
+        if arm.name not in self.up:
+            if not self.together:
+                self.stop_all()
+            server = start_server(self.arm_params[arm.name], self.folder.logs, name=f"sweep-{arm.name}")
+            try:
+                self.up[arm.name] = server.__enter__()
+                self._warm(arm.name)
+            except EngineError as e:
+                self._failed(arm.name, e)
+                return None
+        return self.up[arm.name]
+
+    def _warm(self, name: str) -> None:
+        """A few requests before the first measurement (first requests pay one-off costs)."""
+        p = self.arm_params[name]
+
+        async def warm() -> None:
+            async with _client(p, self.up[name]) as client:
+                hello = [{"role": "user", "content": "Hello"}]
+                await asyncio.gather(
+                    *(client.chat(hello, max_tokens=p.decide.max_tokens) for _ in range(WARMUP_REQUESTS))
+                )
+
+        with contextlib.suppress(EngineError):
+            run_coroutine(warm())
+
+    def _failed(self, name: str, e: Exception) -> None:
+        self.failed[name] = str(e)[:2000]
+        log.warning("sweep arm %s could not be measured: %s", name, str(e).splitlines()[0])
+
+    def pids(self) -> list[int | None]:
+        return [getattr(s, "pid", None) for s in self.up.values()]
+
+    def stop_all(self) -> None:
+        for server in self.up.values():
+            server.stop()
+        self.up = {}
+
+
+def _client(params: RunParams, server: Any) -> EngineClient:
+    return EngineClient(
+        server.base_url, params.engine.flavor, params.model.served_name, params.generate.request_timeout_s
+    )
+
+
+async def _measure(params: RunParams, server: Any, prompts: list[dict], c: int) -> dict[str, Any]:
     d = params.decide
-    rows = []
     template = {k: v for k, v in run_request_fields(params).items() if k == "chat_template_kwargs"}
-    tools = tool_request_fields(params)
-    async with EngineClient(
-        server.base_url,
-        params.engine.flavor,
-        params.model.served_name,
-        timeout_s=params.generate.request_timeout_s,
-    ) as client:
-        warm = min(4, max(d.concurrencies))
-        await _level(client, prompts, min(4, len(prompts)), warm, d.max_tokens, template, tools)  # warm-up
-        for c in d.concurrencies:
-            n = d.requests_per_level or max(d.num_prompts, 2 * c)
-            rows.append(await _level(client, prompts, n, c, d.max_tokens, template, tools))
-            bar.update(1)
-    return rows
+    async with _client(params, server) as client:
+        n = d.requests_per_level or max(d.num_prompts, 2 * c)
+        return await _level(client, prompts, n, c, d.max_tokens, template, tool_request_fields(params))
+
+
+@dataclass
+class SweepLog:
+    """`logs/sweep.log`: one line as each measurement starts and ends (what the sweep is doing now)."""
+
+    path: Any
+
+    def line(self, text: str) -> None:
+        with open(self.path, "a") as f:
+            f.write(f"{time.strftime('%Y-%m-%dT%H:%M:%S')} {text}\n")
 
 
 def run_sweep(
-    params: RunParams, folder: RunFolder, prompts: list[dict], mtp_status: str | None, hybrid: bool = False
+    params: RunParams,
+    folder: RunFolder,
+    prompts: list[dict],
+    mtp_status: str | None,
+    hybrid: bool = False,
+    together: bool = False,
 ) -> pd.DataFrame:
-    """Measure every arm; write `sweep.parquet`; return the table (columns `COLUMNS`)."""
+    """Measure every arm in interleaved rounds; write `sweep_runs.parquet` (every measurement) and
+    `sweep.parquet` (per arm and level, with intervals); return the per-level table."""
     d = params.decide
     arms = sweep_arms(params)
+    runnable = [a for a in arms if not skip_reason(params, a, mtp_status)]
     rows: list[dict[str, Any]] = []
-    bar = progress(total=len(arms) * len(d.concurrencies), desc="sweep", unit="level")
     for arm in arms:
-        head = {"arm": arm.name, "algorithm": arm.algorithm, "spec_k": arm.k}
         reason = skip_reason(params, arm, mtp_status)
         if reason:
-            skipped = {"status": "skipped", "reason": reason}
-            rows += [{**head, "concurrency": c, **skipped} for c in d.concurrencies]
-            bar.update(len(d.concurrencies))
-            continue
-        p = arm_params(params, arm, hybrid)
-        try:
-            with start_server(p, folder.logs, name=f"sweep-{arm.name}") as server:
-                measured = run_coroutine(_measure_arm(p, server, prompts, bar))
-            rows += [{**head, **m} for m in measured]
-        except EngineError as e:
-            failed = {"status": "failed", "reason": str(e)[:2000]}
-            rows += [{**head, "concurrency": c, **failed} for c in d.concurrencies]
-            bar.update(len(d.concurrencies))
-    bar.close()
-    table = pd.DataFrame(rows).reindex(columns=COLUMNS)
+            rows += [_head(arm, c) | {"status": "skipped", "reason": reason} for c in d.concurrencies]
+    slots = schedule(runnable, d.concurrencies, d.repetitions, together) if runnable else []
+    sweep_log = SweepLog(folder.logs / "sweep.log")
+    folder.logs.mkdir(parents=True, exist_ok=True)
+    sweep_log.line(f"sweep of {len(runnable)} arm(s), {d.repetitions} round(s), servers together: {together}")
+    servers = ArmServers(params, folder, runnable, hybrid, together)
+    bar = progress(total=len(slots), desc="sweep", unit="level")
+    try:
+        if together:
+            servers.start_all(runnable)
+        rows += _run_slots(slots, servers, prompts, bar, sweep_log, d.time_budget_s)
+    finally:
+        servers.stop_all()
+        bar.close()
+    for name, error in servers.failed.items():
+        arm = next(a for a in runnable if a.name == name)
+        rows += [_head(arm, c) | {"status": "failed", "reason": error} for c in d.concurrencies]
+    runs = pd.DataFrame(rows).reindex(columns=RUN_COLUMNS)
+    runs.to_parquet(folder.sweep_runs, index=False)
+    table = summarise(runs)
     table.to_parquet(folder.sweep, index=False)
     return table
+
+
+def _head(arm: Arm, c: int) -> dict[str, Any]:
+    return {"arm": arm.name, "algorithm": arm.algorithm, "spec_k": arm.k, "concurrency": c, "phase": "sweep"}
+
+
+def _run_slots(
+    slots: list[Slot],
+    servers: ArmServers,
+    prompts: list[dict],
+    bar: Any,
+    sweep_log: SweepLog,
+    budget: float | None,
+) -> list[dict[str, Any]]:
+    t0 = time.monotonic()
+    rows: list[dict[str, Any]] = []
+    round_started: dict[int, float] = {}
+    for slot in _within_budget(slots, t0, budget, round_started, sweep_log):
+        bar.update(1)
+        server = servers.get(slot.arm)
+        if server is None:
+            continue
+        p = servers.arm_params[slot.arm.name]
+        what = f"round {slot.round} {slot.phase} {slot.arm.name} at {slot.concurrency}"
+        sweep_log.line(f"start {what}")
+        before = MachineReading.now(servers.pids())
+        started = time.monotonic() - t0
+        try:
+            measured = run_coroutine(_measure(p, server, prompts, slot.concurrency))
+        except EngineError as e:  # the server died under the level: the arm's measurement failed
+            measured = {"status": "failed", "reason": str(e)[:2000], "concurrency": slot.concurrency}
+        seen = interference(before, servers.pids())
+        row = {**_head(slot.arm, slot.concurrency), **measured, "round": slot.round, "phase": slot.phase}
+        rows.append({**row, "started_s": started, **seen.as_dict()})
+        tok_s = measured.get("output_tok_s")
+        sweep_log.line(
+            f"end {what}: {tok_s or 0:.0f} tok/s, others took {100 * seen.foreign_cpu:.0f}% of the CPU"
+            + (" (disturbed)" if seen.disturbed else "")
+        )
+    return rows
+
+
+def _within_budget(
+    slots: list[Slot], t0: float, budget: float | None, started: dict[int, float], sweep_log: SweepLog
+) -> Iterator[Slot]:
+    """The slots, until starting another round would overrun `budget` seconds (the first round and
+    the end check always run; the rounds left out are said in the log and in decision.json)."""
+    for slot in slots:
+        if slot.phase == "sweep" and slot.round not in started:
+            now = time.monotonic() - t0
+            if budget is not None and slot.round >= 1:
+                per_round = now / slot.round
+                if now + per_round > budget:
+                    sweep_log.line(f"time budget {budget:g} s: stopping after {slot.round} round(s)")
+                    log.warning(
+                        "decide.time_budget_s (%g s) allows %d round(s) of the sweep", budget, slot.round
+                    )
+                    yield from (s for s in slots if s.phase == "end")
+                    return
+            started[slot.round] = now
+        yield slot
+
+
+def summarise(runs: pd.DataFrame) -> pd.DataFrame:
+    """One row per (arm, level): the median of its repetitions (disturbed ones set aside while two
+    others remain), the interval of that median, and the level's other figures from the
+    repetition nearest the median."""
+    out = []
+    for _, g in runs[runs.phase == "sweep"].groupby(["arm", "concurrency"], sort=False):
+        ok = g[(g.status == "ok") & g.output_tok_s.notna()]
+        if ok.empty:
+            first = g.iloc[0].to_dict()
+            out.append({**{k: first.get(k) for k in LEVEL_COLUMNS}, "repetitions": 0, "set_aside": 0})
+            continue
+        calm = ok[~ok.disturbed.fillna(False).astype(bool)]
+        used = calm if len(calm) >= 2 else ok
+        iv = median_interval(used.output_tok_s.astype(float).tolist())
+        nearest = used.iloc[(used.output_tok_s.astype(float) - iv.median).abs().argsort().iloc[0]].to_dict()
+        accept = used.accept_length.dropna()
+        row = {k: nearest.get(k) for k in LEVEL_COLUMNS}
+        row.update(
+            output_tok_s=iv.median,
+            output_tok_s_lo=iv.lo,
+            output_tok_s_hi=iv.hi,
+            repetitions=iv.n,
+            set_aside=len(ok) - len(used),
+            noise_pct=100 * iv.half_width if iv.n >= 2 else None,
+            accept_length=float(accept.median()) if len(accept) else None,
+        )
+        out.append(row)
+    return pd.DataFrame(out).reindex(columns=COLUMNS)
+
+
+def per_round(runs: pd.DataFrame, arm: str, concurrency: int) -> dict[int, float]:
+    """{round: tok/s} of one arm at one level, over the measurements the summary used."""
+    g = runs[(runs.phase == "sweep") & (runs.arm == arm) & (runs.concurrency == concurrency)]
+    ok = g[(g.status == "ok") & g.output_tok_s.notna()]
+    calm = ok[~ok.disturbed.fillna(False).astype(bool)]
+    used = calm if len(calm) >= 2 else ok
+    return {int(r): float(v) for r, v in zip(used["round"], used.output_tok_s, strict=True)}

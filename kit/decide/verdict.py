@@ -33,7 +33,8 @@ def _not_measured(decision: dict[str, Any], rows: list[dict[str, Any]]) -> str |
 def _chosen_row(decision: dict[str, Any], rows: list[dict[str, Any]], col: str) -> dict[str, Any] | None:
     """The table row of the chosen arm at the chosen concurrency (else that arm's best)."""
     arm = decision.get("chosen_arm")
-    level = (decision.get("engine_settings") or {}).get("client_concurrency")
+    settings = decision.get("engine_settings") or {}
+    level = settings.get("measured_at_concurrency") or settings.get("client_concurrency")  # older files
     mine = [r for r in rows if r.get("arm") == arm and is_number(r.get(col))]
     at_level = [r for r in mine if r.get("concurrency") == level]
     return at_level[0] if at_level else max(mine, key=lambda r: float(r[col]), default=None)

@@ -236,26 +236,43 @@ SETTING_FIELDS = (
 def decided_settings(
     arm: Arm,
     *,
-    running: int,
-    concurrency: int,
+    flavor: str,
+    memory_running: int,
+    cap_running: int | None = None,
+    cap_reason: str = "the level above which the sweep measured throughput fall",
     mem_fraction: float,
     dp_size: int,
     tp_size: int,
     attention_backend: str | None,
     hybrid: bool,
 ) -> dict[str, Any]:
-    """The `engine_settings` of decision.json for the chosen arm."""
+    """The `engine_settings` of decision.json for the chosen arm.
+
+    The decision picks the arm; it never lowers the engine's batch below its capacity. Max running
+    requests stays the engine's own (unset) except: SGLang under speculation, where unset means 48,
+    gets what memory holds per replica (`memory_running`); and `cap_running` (per replica) caps it
+    for every engine, for `cap_reason`: a level above which the sweep measured throughput fall, or
+    the latency bound of a latency-bound objective.
+    """
     spec = speculative_params(arm)
+    running, why = None, "the engine's own capacity (the decision sets no limit)"
+    if arm.speculative and flavor == "sglang":
+        running = max(memory_running, 1)
+        why = (
+            f"what memory holds per replica under speculation ({running}): unset, SGLang lowers it "
+            f"to {SGLANG_SPEC_MAX_RUNNING} when speculation is on"
+        )
+    if cap_running is not None and (running is None or cap_running < running):
+        running, why = max(cap_running, 1), cap_reason
     s: dict[str, Any] = {
         "speculative": arm.speculative,
         "spec_k": arm.k,
-        "max_running_requests": max(running, 1),
-        "cuda_graph_max_bs": max(running, 1),
+        "max_running_requests": running,
+        "max_running_requests_source": why,
         "mem_fraction_static": mem_fraction,
         "dp_size": dp_size,
         "tp_size": tp_size,
         "attention_backend": attention_backend,
-        "client_concurrency": concurrency,
     }
     if arm.speculative:
         s.update(algorithm=spec.algorithm, eagle_topk=spec.eagle_topk, num_draft_tokens=spec.num_draft_tokens)
@@ -269,9 +286,15 @@ def apply_settings(params: RunParams, settings: dict[str, Any]) -> tuple[RunPara
 
     Speculation (on or off, its k) always follows the decision: it is what the sweep was run to
     find out. Every other setting fills a field the params leave unset; a value the user wrote
-    wins. The decision's client concurrency is passed on for stage 3 to size its loop with.
+    wins. A setting the decision leaves unset (max running requests, most often) stays the
+    engine's own default, so stage 3 runs the engine at its full capacity.
     """
     eng = params.engine
+    if "max_running_requests_source" not in settings and not settings.get("speculative"):
+        # decision.json of an older kit capped plain decoding at the sweep's level: not any more
+        settings = {
+            k: v for k, v in settings.items() if k not in ("max_running_requests", "cuda_graph_max_bs")
+        }
     unset = [k for k in SETTING_FIELDS if k not in eng.model_fields_set]
     update: dict[str, Any] = {k: settings[k] for k in unset if settings.get(k) is not None}
     k = int(settings.get("spec_k") or 0) if settings.get("speculative") else 0
@@ -279,7 +302,6 @@ def apply_settings(params: RunParams, settings: dict[str, Any]) -> tuple[RunPara
     update["speculative"] = speculative_params(arm, eng.speculative)
     applied = {key: v for key, v in update.items() if key != "speculative"}
     applied["speculative"] = update["speculative"].model_dump(mode="json", exclude_none=True) or None
-    applied["client_concurrency"] = settings.get("client_concurrency")
     return params.model_copy(update={"engine": eng.model_copy(update=update)}), applied
 
 

@@ -1,0 +1,124 @@
+"""What else the machine did while the sweep measured: other processes' CPU, load, clock, GPUs.
+
+Each measurement of the sweep is bracketed by two `MachineReading`s; `Interference` between them
+says how much of the machine processes other than the kit and its servers took (CPU share of all
+cores), the 1-minute load average, the CPU clock, and processes on the GPUs that are not the
+servers' (context: inside a container NVML may show the servers' own by other pids). A measurement
+that others disturbed (`DISTURBED_CPU`) is set aside when enough
+undisturbed repetitions of its level remain (kit.decide.sweep).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import psutil
+
+DISTURBED_CPU = 0.25
+"""Share of all CPU cores that other processes took during a measurement beyond which it is
+disturbed (a busy-looping process on a 2-core machine takes 0.5)."""
+
+
+def own_pids(server_pids: Iterable[int | None]) -> set[int]:
+    """This process, its children, and every server's process tree."""
+    pids = {os.getpid()}
+    roots = [psutil.Process()]
+    for pid in server_pids:
+        if pid is not None:
+            with contextlib.suppress(psutil.Error):
+                roots.append(psutil.Process(pid))
+    for root in roots:
+        pids.add(root.pid)
+        with contextlib.suppress(psutil.Error):
+            pids.update(c.pid for c in root.children(recursive=True))
+    return pids
+
+
+def _cpu_seconds(pids: set[int]) -> float:
+    total = 0.0
+    for pid in pids:
+        with contextlib.suppress(psutil.Error):
+            t = psutil.Process(pid).cpu_times()
+            total += t.user + t.system
+    return total
+
+
+def _busy_seconds() -> float:
+    t = psutil.cpu_times()
+    return sum(getattr(t, f, 0.0) for f in ("user", "nice", "system", "irq", "softirq", "steal"))
+
+
+@dataclass(frozen=True)
+class MachineReading:
+    at: float
+    busy_s: float
+    own_s: float
+    pids: frozenset[int]
+
+    @classmethod
+    def now(cls, server_pids: Iterable[int | None]) -> MachineReading:
+        pids = own_pids(server_pids)
+        return cls(time.monotonic(), _busy_seconds(), _cpu_seconds(pids), frozenset(pids))
+
+
+@dataclass(frozen=True)
+class Interference:
+    """Between two readings: others' share of the CPU, the load, the clock, foreign GPU processes."""
+
+    foreign_cpu: float
+    load_1m: float
+    cpu_mhz: float | None
+    gpu_foreign_processes: int | None
+
+    @property
+    def disturbed(self) -> bool:
+        # GPU processes are context only: in a container NVML names them by host pids, not ours
+        return self.foreign_cpu > DISTURBED_CPU
+
+    def as_dict(self) -> dict[str, float | int | None]:
+        return {
+            "foreign_cpu": round(self.foreign_cpu, 4),
+            "load_1m": round(self.load_1m, 2),
+            "cpu_mhz": self.cpu_mhz,
+            "gpu_foreign_processes": self.gpu_foreign_processes,
+            "disturbed": self.disturbed,
+        }
+
+
+def interference(before: MachineReading, server_pids: Iterable[int | None]) -> Interference:
+    """What others did since `before` (own processes: those seen at either reading)."""
+    after = MachineReading.now(server_pids)
+    wall = max(after.at - before.at, 1e-6)
+    own = _cpu_seconds(set(before.pids | after.pids))
+    # own CPU is read again over both readings' pids (a process that appeared in between counts whole)
+    own_delta = max(own - before.own_s, 0.0)
+    foreign = max(after.busy_s - before.busy_s - own_delta, 0.0) / (wall * (psutil.cpu_count() or 1))
+    freq = None
+    with contextlib.suppress(Exception):
+        f = psutil.cpu_freq()
+        freq = round(f.current, 0) if f else None
+    return Interference(min(foreign, 1.0), os.getloadavg()[0], freq, _gpu_foreign(after.pids))
+
+
+def _gpu_foreign(pids: frozenset[int]) -> int | None:
+    """Compute processes on the GPUs that are not ours (None without NVML)."""
+    try:
+        import pynvml as nv
+
+        nv.nvmlInit()
+    except Exception:  # no library, no driver: no GPU to read
+        return None
+    try:
+        found = 0
+        for i in range(nv.nvmlDeviceGetCount()):
+            procs = nv.nvmlDeviceGetComputeRunningProcesses(nv.nvmlDeviceGetHandleByIndex(i))
+            found += sum(p.pid not in pids for p in procs)
+        return found
+    except Exception:  # NVML may refuse process queries in containers: unknown, not zero
+        return None
+    finally:
+        nv.nvmlShutdown()

@@ -1,0 +1,250 @@
+"""What the measured sweep decides, with its noise: the arm to run, a fall to stop at, the drift.
+
+The rule (kit.decide.noise for the statistics): take every arm at its best level (the median of its
+repetitions); the arm with the highest median leads; the arm chosen is the simplest one (plain,
+then the smallest k) that the leader does not beat outside the noise. A lead inside the noise
+keeps the simpler arm, which needs no draft weights and no speculative buffers, and the reasons
+say so with the figures.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import pandas as pd
+
+from kit.decide.noise import INTERVAL, UNMEASURED_NOISE, Drift, Interval, Lead, lead, sweep_noise
+from kit.decide.sweep import per_round
+
+
+@dataclass(frozen=True)
+class ArmBest:
+    """One arm at its best measured level."""
+
+    arm: str
+    spec_k: int
+    concurrency: int
+    median: float
+    lo: float
+    hi: float
+    repetitions: int
+
+    def figure(self) -> str:
+        """'2275 tok/s (2100-2400, 3 repetitions)'."""
+        if self.repetitions < 2:
+            return f"{self.median:.0f} tok/s (measured once: no interval)"
+        return f"{self.median:.0f} tok/s ({self.lo:.0f}-{self.hi:.0f}, {self.repetitions} repetitions)"
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "concurrency": self.concurrency,
+            "output_tok_s": self.median,
+            "output_tok_s_lo": self.lo,
+            "output_tok_s_hi": self.hi,
+            "repetitions": self.repetitions,
+        }
+
+
+@dataclass
+class MeasuredChoice:
+    """The arm the measurements choose, how it compares, and why."""
+
+    chosen: ArmBest
+    leader: ArmBest
+    bests: list[ArmBest]
+    lead_over_chosen: Lead | None
+    """The leader's lead over the chosen arm (None when the leader is chosen)."""
+    spec_vs_plain: Lead | None
+    """The best speculative arm against plain decoding (None when one of them was not measured)."""
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def measurable(self) -> bool | None:
+        """Whether speculation and plain decoding differ outside the noise (None: not both measured)."""
+        return None if self.spec_vs_plain is None else self.spec_vs_plain.counts
+
+
+def arm_bests(sweep: pd.DataFrame, latency_bound_s: float | None = None) -> list[ArmBest]:
+    """Each measured arm at its best level (within the latency bound when there is one)."""
+    ok = sweep[(sweep.status == "ok") & sweep.output_tok_s.notna()]
+    if latency_bound_s is not None:
+        ok = ok[ok.latency_p50_s <= latency_bound_s]
+    out = []
+    for arm, g in ok.groupby("arm"):
+        r = g.loc[g.output_tok_s.astype(float).idxmax()]
+        reps = int(r.repetitions) if "repetitions" in r and pd.notna(r.repetitions) else 1
+        lo = (
+            float(r.output_tok_s_lo)
+            if "output_tok_s_lo" in r and pd.notna(r.output_tok_s_lo)
+            else r.output_tok_s
+        )
+        hi = (
+            float(r.output_tok_s_hi)
+            if "output_tok_s_hi" in r and pd.notna(r.output_tok_s_hi)
+            else r.output_tok_s
+        )
+        out.append(
+            ArmBest(
+                str(arm), int(r.spec_k), int(r.concurrency), float(r.output_tok_s), float(lo), float(hi), reps
+            )
+        )
+    return sorted(out, key=lambda a: a.spec_k)
+
+
+def _lead(runs: pd.DataFrame | None, a: ArmBest, b: ArmBest) -> Lead:
+    """A's lead over B, paired by round when the sweep's runs are at hand."""
+    if runs is None or runs.empty:
+        return lead({0: a.median}, {0: b.median})
+    return lead(per_round(runs, a.arm, a.concurrency), per_round(runs, b.arm, b.concurrency))
+
+
+def choose(
+    sweep: pd.DataFrame, runs: pd.DataFrame | None, latency_bound_s: float | None, label: Any
+) -> MeasuredChoice | None:
+    """The simplest arm the leader does not beat outside the noise; None when nothing was measured.
+    `label(k)` names an arm in sentences."""
+    bests = arm_bests(sweep, latency_bound_s)
+    if not bests:
+        return None
+    leader = max(bests, key=lambda a: a.median)
+    chosen, over = leader, None
+    for arm in bests:  # simplest first
+        if arm is leader:
+            break
+        candidate = _lead(runs, leader, arm)
+        if not candidate.counts:
+            chosen, over = arm, candidate
+            break
+    plain = next((a for a in bests if a.spec_k == 0), None)
+    spec = max((a for a in bests if a.spec_k > 0), key=lambda a: a.median, default=None)
+    versus = _lead(runs, spec, plain) if plain and spec else None
+    notes = []
+    if versus is not None:
+        verdict = "outside the noise" if versus.counts else "no measurable difference"
+        notes.append(
+            f"measured, each arm at its best level: {label(spec.spec_k)} at {spec.concurrency} concurrent "
+            f"{spec.figure()}, plain decoding at {plain.concurrency} {plain.figure()}; "
+            f"{label(spec.spec_k)} / plain = {versus.ratio.median:.2f}x ({_interval_pct(versus)}; pooled "
+            f"noise ±{100 * versus.pooled_noise:.0f}%): {verdict}"
+        )
+    if over is not None:
+        notes.append(
+            f"{label(leader.spec_k)} measured {over.pct:+.0f}% against {label(chosen.spec_k)} "
+            f"({_interval_pct(over)}), inside the noise (pooled ±{100 * over.pooled_noise:.0f}%): "
+            f"the simpler arm, {label(chosen.spec_k)}, is kept"
+        )
+    return MeasuredChoice(chosen, leader, bests, over, versus, notes)
+
+
+def _interval_pct(x: Lead) -> str:
+    if x.ratio.n < 2:
+        return "measured once: no interval"
+    return (
+        f"interval {100 * (x.ratio.lo - 1):+.0f}% to {100 * (x.ratio.hi - 1):+.0f}% over {x.ratio.n} rounds"
+    )
+
+
+def measured_fall(sweep: pd.DataFrame, runs: pd.DataFrame | None, arm: str) -> tuple[int, str] | None:
+    """(level, sentence) when the arm's throughput falls, outside the noise, from its best level to
+    its top one: stage 3 should not run the engine beyond that level. None otherwise."""
+    bests = arm_bests(sweep[sweep.arm == arm])
+    top_rows = sweep[(sweep.arm == arm) & (sweep.status == "ok") & sweep.output_tok_s.notna()]
+    if not bests or top_rows.empty:
+        return None
+    best = bests[0]
+    top = top_rows.loc[top_rows.concurrency.idxmax()]
+    if int(top.concurrency) <= best.concurrency:
+        return None
+    at_top = ArmBest(arm, best.spec_k, int(top.concurrency), float(top.output_tok_s), 0, 0, 1)
+    drop = _lead(runs, best, at_top)
+    if not drop.counts:
+        return None
+    return best.concurrency, (
+        f"{arm} measured {drop.pct:.0f}% more at {best.concurrency} concurrent than at {at_top.concurrency} "
+        f"({_interval_pct(drop)}, outside the noise): stage 3 runs at most {best.concurrency} at once"
+    )
+
+
+def noise_section(
+    sweep: pd.DataFrame, runs: pd.DataFrame | None, choice: MeasuredChoice | None
+) -> dict[str, Any]:
+    """decision.json's `noise`: the sweep's noise figure, repetitions, drift, set-aside measurements
+    and the comparison of speculation with plain decoding."""
+    ok = (
+        sweep[(sweep.status == "ok") & sweep.output_tok_s.notna()]
+        if "repetitions" in sweep
+        else sweep.iloc[:0]
+    )
+    noise = sweep_noise([_interval(r) for r in ok.itertuples()])
+    out: dict[str, Any] = {
+        "noise_pct": None if noise is None else 100 * noise,
+        "repetitions": int(ok.repetitions.max()) if len(ok) else 1,
+        "drift": None,
+        "disturbed": [],
+        "comparison": None,
+    }
+    if runs is not None and not runs.empty:
+        drift = drift_check(runs, sweep)
+        out["drift"] = drift.as_dict() if drift else None
+        bad = runs[runs.disturbed.fillna(False).astype(bool)]
+        out["disturbed"] = [
+            {
+                "round": int(r["round"]),
+                "arm": r.arm,
+                "concurrency": int(r.concurrency),
+                "phase": r.phase,
+                "foreign_cpu_pct": round(100 * float(r.foreign_cpu), 1),
+                "output_tok_s": None if pd.isna(r.output_tok_s) else float(r.output_tok_s),
+            }
+            for _, r in bad.iterrows()
+        ]
+    if choice is not None and choice.spec_vs_plain is not None:
+        v = choice.spec_vs_plain
+        spec = max((a for a in choice.bests if a.spec_k > 0), key=lambda a: a.median)
+        out["comparison"] = {"speculative_arm": spec.arm, "lead_pct": v.pct, **v.as_dict()}
+    return out
+
+
+def _interval(r: Any) -> Interval:
+    """A sweep.parquet row's interval of its median."""
+    n = int(r.repetitions) if pd.notna(r.repetitions) else 1
+    return Interval(float(r.output_tok_s), float(r.output_tok_s_lo), float(r.output_tok_s_hi), n)
+
+
+def drift_check(runs: pd.DataFrame, sweep: pd.DataFrame) -> Drift | None:
+    """Plain decoding at the top level, at the sweep's start against its end, beside that level's noise."""
+    start = runs[(runs.phase == "start") & (runs.status == "ok")]
+    end = runs[(runs.phase == "end") & (runs.status == "ok")]
+    if start.empty or end.empty:
+        return None
+    c = int(start.concurrency.iloc[0])
+    level = sweep[(sweep.arm == start.arm.iloc[0]) & (sweep.concurrency == c)]
+    noise = float(level.noise_pct.iloc[0]) / 100 if len(level) and pd.notna(level.noise_pct.iloc[0]) else 0.0
+    return Drift(c, float(start.output_tok_s.iloc[0]), float(end.output_tok_s.iloc[0]), noise)
+
+
+def noise_sentences(noise: dict[str, Any] | None) -> list[str]:
+    """The reasons that say what the sweep's noise was: its figure, the drift, what was set aside."""
+    if not noise:
+        return []
+    reps = noise["repetitions"]
+    if noise["noise_pct"] is None:
+        out = [
+            f"each level was measured {reps} time(s): the noise could not be measured, so a lead must "
+            f"exceed ±{100 * UNMEASURED_NOISE:.0f}% to count (set decide.repetitions to 3 or more)"
+        ]
+    else:
+        out = [
+            f"the sweep's noise: ±{noise['noise_pct']:.1f}% (the median half-width of its levels' "
+            f"{100 * INTERVAL:.0f}% intervals, {reps} interleaved repetitions per level)"
+        ]
+    drift = noise.get("drift")
+    if drift:
+        out.append(Drift(**{k: drift[k] for k in ("concurrency", "start", "end", "noise")}).sentence())
+    for d in noise.get("disturbed") or []:
+        out.append(
+            f"round {d['round']} of {d['arm']} at {d['concurrency']} concurrent ran while other processes "
+            f"took {d['foreign_cpu_pct']:.0f}% of the CPU: set aside where two undisturbed repetitions remain"
+        )
+    return out
