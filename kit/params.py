@@ -99,8 +99,11 @@ class DecideParams(_Strict):
     num_prompts: int = Field(default=32, ge=1)
     """Prompts in the fixed sweep sample (cycled when a concurrency needs more)."""
     requests_per_level: int | None = Field(default=None, ge=1)
-    """Requests sent at each concurrency; default: max(num_prompts, 2 x concurrency)."""
+    """Requests sent at each concurrency at least; default: max(num_prompts, 2 x concurrency)."""
     max_tokens: int = Field(default=32, ge=1)
+    level_s: float = Field(default=5.0, ge=0)
+    """Seconds each measurement lasts at least (requests keep coming until then): a level of a
+    fraction of a second is one hiccup of a shared machine away from a 3x error."""
     repetitions: int = Field(default=3, ge=1)
     """Rounds of the sweep: each (arm, level) is measured this many times, the arms interleaved,
     and the decision compares the intervals of their medians (kit.decide.noise)."""

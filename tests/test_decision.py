@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -269,3 +270,65 @@ def test_a_decision_never_rests_on_nothing() -> None:
     assert any("spec_k3 could not be measured (server 'sweep-spec_k3' exited" in r for r in d["reasons"])
     row = [r for r in d["table"] if r["arm"] == "spec_k3" and r["concurrency"] == 64][0]
     assert row["status"] == "failed" and row["measured_tok_s"] is None
+
+
+def ratio_at(d: dict, k: int, c: int) -> float:
+    t = pd.DataFrame(d["table"])
+    plain = t[(t.spec_k == 0) & (t.concurrency == c)].predicted_tok_s.iloc[0]
+    return float(t[(t.spec_k == k) & (t.concurrency == c)].predicted_tok_s.iloc[0]) / float(plain)
+
+
+def check_reasons(d: dict) -> int:
+    """Every reason that states a number or a verdict agrees with the decision's own figures;
+    returns how many claims were checked."""
+    checked = 0
+    chosen_k = int(d["engine_settings"]["spec_k"])
+    for r in d["reasons"]:
+        if m := re.match(r"chosen: (plain decoding|\S+ k=(\d+))", r):
+            assert int(m[2] or 0) == chosen_k, r
+            checked += 1
+        if m := re.search(r"k=(\d+) / plain tokens/s by concurrency[^:]*: (.*)$", r):
+            for c, x in re.findall(r"(\d+): ([\d.]+)x", m[2]):
+                assert ratio_at(d, int(m[1]), int(c)) == pytest.approx(float(x), abs=0.006), r
+                checked += 1
+        if m := re.search(r"from concurrency (\d+) the k=(\d+) verify step .* ratio there is ([\d.]+)x", r):
+            assert ratio_at(d, int(m[2]), int(m[1])) == pytest.approx(float(m[3]), abs=0.006), r
+            checked += 1
+        if m := re.search(
+            r"crossover for k=(\d+): plain decoding matches or beats it from concurrency (\d+)", r
+        ):
+            k, x = int(m[1]), int(m[2])
+            levels = sorted({row["concurrency"] for row in d["table"] if row["predicted_tok_s"] is not None})
+            assert ratio_at(d, k, x) <= 1 and all(ratio_at(d, k, c) > 1 for c in levels if c < x), r
+            checked += 1
+        if m := re.search(r"predicted: \S+ k=(\d+) stays ahead of plain decoding", r):
+            t = pd.DataFrame(d["table"])
+            both = t[t.predicted_tok_s.notna()].groupby("concurrency").spec_k.nunique()
+            assert all(ratio_at(d, int(m[1]), c) > 1 for c in both[both > 1].index if c), r
+            checked += 1
+        if m := re.search(r"k=\d+ / plain = ([\d.]+)x .*: (no measurable difference|outside the noise)$", r):
+            comparison = d["noise"]["comparison"]
+            assert comparison["ratio"]["median"] == pytest.approx(float(m[1]), abs=0.006), r
+            assert (m[2] == "outside the noise") == comparison["counts"] == d["measured_difference"], r
+            checked += 1
+        assert not re.search(r"compute-bound, so verifying drafts is no longer free", r), r
+        if m := re.search(r"the simpler arm, (plain decoding|\S+ k=(\d+)), is kept", r):
+            assert int(m[2] or 0) == chosen_k, r
+            checked += 1
+    return checked
+
+
+def test_every_reason_agrees_with_the_numbers(qwen36_without_mtp: Path) -> None:
+    """The reasons of a predicted decision (the seed's case) and of measured ones, noisy and clear,
+    are read claim by claim against the decision's own table and noise figures."""
+    arch = load_arch(qwen36_without_mtp)
+    work = with_gpus(Workload(1024, 1024, 0.85), arch, RTX_PRO_6000, gpu_count=8)
+    params = DecideParams(concurrencies=[1, 8, 64, 256, 512], spec_steps=[1, 2, 3], accept_lengths={3: 3.2})
+    seed = decide(arch, RTX_PRO_6000, None, params, mtp_status="missing", engine_flavor="sglang", work=work)
+    noisy = decide_measured(
+        measured(NOISY, drift=(2300.0, 2250.0)), DecideParams(concurrencies=[16], spec_steps=[1, 3])
+    )
+    steady = {("plain", 0, 16): [2000.0, 1500.0, 2100.0], ("spec_k3", 3, 16): [2600.0, 1950.0, 2750.0]}
+    clear = decide_measured(measured(steady), DecideParams(concurrencies=[16], spec_steps=[3]), flavor="vllm")
+    counts = [check_reasons(d) for d in (seed, noisy, clear)]
+    assert all(counts) and sum(counts) >= 15, counts

@@ -20,6 +20,7 @@ from kit.decide.predict import (
     Workload,
     best_arm,
     crossover,
+    iteration_shares,
     predict_ladder,
     with_ratio,
     workload_dict,
@@ -198,15 +199,17 @@ def spec_name(algorithm: str | None, draft_model: bool) -> str:
 
 def _bound_sentences(predicted: pd.DataFrame, ks: list[int], work: Workload, name: str = "MTP") -> list[str]:
     out = []
+    ratios = with_ratio(predicted)
     for k in ks:
-        rows = predicted[(predicted.spec_k == k) & (predicted.compute_bound == True)]  # noqa: E712
+        rows = ratios[(ratios.spec_k == k) & (ratios.compute_bound == True)]  # noqa: E712
         if len(rows):
-            c = int(rows.concurrency.min())
-            b = int(rows[rows.concurrency == c].running.iloc[0])
+            first = rows.loc[rows.concurrency.idxmin()]
+            c, b = int(first.concurrency), int(first.running)
+            ratio = f"{first.ratio_vs_plain:.2f}x" if _num(first.ratio_vs_plain) else "not predicted"
             out.append(
-                f"at concurrency {c} the k={k} verify step "
-                f"({b} x {k + 1} = {b * (k + 1)} tokens per replica) "
-                f"is compute-bound, so verifying drafts is no longer free"
+                f"from concurrency {c} the k={k} verify step ({b} x {k + 1} = {b * (k + 1)} tokens per "
+                f"replica) is predicted compute-bound: each drafted token then costs compute, and the "
+                f"predicted {name} k={k} / plain ratio there is {ratio}"
             )
         x = crossover(predicted, k)
         out.append(
@@ -219,6 +222,35 @@ def _bound_sentences(predicted: pd.DataFrame, ks: list[int], work: Workload, nam
             f"{r.arm}: memory holds only {r.mem_max_running} running sequences per replica at context "
             f"{work.input_len + work.output_len}; "
             f"concurrencies above {r.mem_max_running * work.dp_size} are not predicted"
+        )
+    return out
+
+
+def gap_sentences(
+    table: pd.DataFrame,
+    arch: ModelArch,
+    hw: cm.Hardware,
+    work: Workload,
+    eff: cm.Efficiency,
+    draft: Draft,
+    name: str = "MTP",
+) -> list[str]:
+    """Where the prediction (calibrated on the sweep when it could be) still misses a measured point
+    by more than the model's known error: the worst point per arm, and the term the predicted step
+    rests on most there (the one to distrust first)."""
+    out = []
+    off = table[table.error_pct.map(_num)]
+    off = off[off.error_pct.astype(float).abs() > 100 * PREDICTION_ERROR]
+    for _, g in off.groupby("arm", sort=False):
+        r = g.loc[g.error_pct.astype(float).abs().idxmax()]
+        shares = iteration_shares(arch, hw, int(r.running), int(r.spec_k), work, eff, draft)
+        term, share = max(shares.items(), key=lambda kv: kv[1])
+        side = "above" if float(r.error_pct) > 0 else "below"
+        out.append(
+            f"the prediction for {_label(r, name)} at {int(r.concurrency)} concurrent is "
+            f"{abs(float(r.error_pct)):.0f}% {side} the measurement, beyond the model's ±"
+            f"{100 * PREDICTION_ERROR:.0f}% ({eff.source}): its predicted step is {100 * share:.0f}% "
+            f"{term}, the term to distrust first there"
         )
     return out
 
@@ -280,10 +312,16 @@ def decide(
         **measured_accept_lengths(sweep),
     }
     draft = draft if draft is not None else draft_for(params, _Speculative(algorithm))
+    before = eff
     eff = _fitted(sweep, arch, hw, work, draft, eff)
     predicted = predict_ladder(
         arch, hw, params.concurrencies, ks, accept, work, eff, strict=False, draft=draft
     )
+    if eff is not before:  # calibrated on the sweep: keep what the model said before measuring
+        unfitted = predict_ladder(
+            arch, hw, params.concurrencies, ks, accept, work, before, strict=False, draft=draft
+        )
+        predicted["predicted_before_tok_s"] = unfitted.output_tok_s.to_numpy()
     if predicted[predicted.spec_k == 0].feasible.sum() == 0:
         raise CostModelError(
             f"plain decoding does not fit: {arch.model_type} at context "
@@ -319,6 +357,7 @@ def decide(
     reasons += noise_sentences(noise)
     reasons.append(_batch_sentence(settings, fall))
     reasons += _reasons(table, predicted, unavailable, work, ks, choice["source"] == "measured", name)
+    reasons += gap_sentences(table, arch, hw, work, eff, draft, name)
     return {
         "chosen_arm": arm_name(int(choice["spec_k"])),
         "decided_by": choice["source"],

@@ -21,6 +21,25 @@ import psutil
 DISTURBED_CPU = 0.25
 """Share of all CPU cores that other processes took during a measurement beyond which it is
 disturbed (a busy-looping process on a 2-core machine takes 0.5)."""
+SLOW_CANARY = 1.3
+"""A measurement whose CPU canary ran this much slower than the sweep's median canary ran on a
+slow machine (a neighbour on a shared host, a lower clock) and is disturbed."""
+CANARY_LOOPS = 100_000
+
+
+def canary_ms() -> float:
+    """CPU milliseconds a fixed piece of pure-Python work takes now (about 3 ms on this machine).
+
+    Counted in this process's CPU time, so a busy engine or a local process sharing the cores does
+    not slow it (time slices are not charged), while a slower CPU does: a neighbour on the host's
+    other hyperthread, a lower clock, a virtual CPU descheduled without steal accounting. Taken
+    before and after each measurement, when the engine is idle. A host-level slow-down that no
+    process of this machine shows was seen here at 1.7x for seconds at a time."""
+    t0 = time.process_time()
+    x = 0
+    for i in range(CANARY_LOOPS):
+        x += i
+    return 1000 * (time.process_time() - t0)
 
 
 def own_pids(server_pids: Iterable[int | None]) -> set[int]:
@@ -58,11 +77,13 @@ class MachineReading:
     busy_s: float
     own_s: float
     pids: frozenset[int]
+    canary_ms: float
 
     @classmethod
     def now(cls, server_pids: Iterable[int | None]) -> MachineReading:
+        canary = canary_ms()
         pids = own_pids(server_pids)
-        return cls(time.monotonic(), _busy_seconds(), _cpu_seconds(pids), frozenset(pids))
+        return cls(time.monotonic(), _busy_seconds(), _cpu_seconds(pids), frozenset(pids), canary)
 
 
 @dataclass(frozen=True)
@@ -73,10 +94,13 @@ class Interference:
     load_1m: float
     cpu_mhz: float | None
     gpu_foreign_processes: int | None
+    canary_ms: float
+    """The slower of the CPU canaries before and after the measurement."""
 
     @property
     def disturbed(self) -> bool:
-        # GPU processes are context only: in a container NVML names them by host pids, not ours
+        """Others took the CPU (the canary's verdict needs the sweep's median: `flag_slow`).
+        GPU processes are context only: in a container NVML names them by host pids, not ours."""
         return self.foreign_cpu > DISTURBED_CPU
 
     def as_dict(self) -> dict[str, float | int | None]:
@@ -85,6 +109,7 @@ class Interference:
             "load_1m": round(self.load_1m, 2),
             "cpu_mhz": self.cpu_mhz,
             "gpu_foreign_processes": self.gpu_foreign_processes,
+            "canary_ms": round(self.canary_ms, 3),
             "disturbed": self.disturbed,
         }
 
@@ -92,7 +117,7 @@ class Interference:
 def interference(before: MachineReading, server_pids: Iterable[int | None]) -> Interference:
     """What others did since `before` (own processes: those seen at either reading)."""
     after = MachineReading.now(server_pids)
-    wall = max(after.at - before.at, 1e-6)
+    wall = max(after.at - before.at - after.canary_ms / 1000, 1e-6)
     own = _cpu_seconds(set(before.pids | after.pids))
     # own CPU is read again over both readings' pids (a process that appeared in between counts whole)
     own_delta = max(own - before.own_s, 0.0)
@@ -101,7 +126,17 @@ def interference(before: MachineReading, server_pids: Iterable[int | None]) -> I
     with contextlib.suppress(Exception):
         f = psutil.cpu_freq()
         freq = round(f.current, 0) if f else None
-    return Interference(min(foreign, 1.0), os.getloadavg()[0], freq, _gpu_foreign(after.pids))
+    canary = max(before.canary_ms, after.canary_ms)
+    return Interference(min(foreign, 1.0), os.getloadavg()[0], freq, _gpu_foreign(after.pids), canary)
+
+
+def slowdowns(canaries: list[float]) -> list[float]:
+    """Each canary over the sweep's median canary (1.0: as fast as usual)."""
+    ok = sorted(c for c in canaries if c and c > 0)
+    if not ok:
+        return [1.0 for _ in canaries]
+    median = ok[len(ok) // 2]
+    return [c / median if c and c > 0 else 1.0 for c in canaries]
 
 
 def _gpu_foreign(pids: frozenset[int]) -> int | None:

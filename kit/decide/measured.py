@@ -195,6 +195,7 @@ def noise_section(
                 "concurrency": int(r.concurrency),
                 "phase": r.phase,
                 "foreign_cpu_pct": round(100 * float(r.foreign_cpu), 1),
+                "slowdown": None if pd.isna(r.get("slowdown")) else round(float(r.slowdown), 2),
                 "output_tok_s": None if pd.isna(r.output_tok_s) else float(r.output_tok_s),
             }
             for _, r in bad.iterrows()
@@ -243,8 +244,17 @@ def noise_sentences(noise: dict[str, Any] | None) -> list[str]:
     if drift:
         out.append(Drift(**{k: drift[k] for k in ("concurrency", "start", "end", "noise")}).sentence())
     for d in noise.get("disturbed") or []:
+        what = "the drift check" if d["phase"] != "sweep" else f"round {d['round']} of {d['arm']}"
+        why = (
+            [f"other processes took {d['foreign_cpu_pct']:.0f}% of the CPU"]
+            if d["foreign_cpu_pct"] > 1
+            else []
+        )
+        if (d.get("slowdown") or 1) > 1.05:
+            why.append(f"the CPU ran {d['slowdown']:.1f}x slower than usual (a canary of fixed work)")
         out.append(
-            f"round {d['round']} of {d['arm']} at {d['concurrency']} concurrent ran while other processes "
-            f"took {d['foreign_cpu_pct']:.0f}% of the CPU: set aside where two undisturbed repetitions remain"
+            f"{what} at {d['concurrency']} concurrent ran while "
+            + " and ".join(why or ["the machine was busy"])
+            + (": set aside where two undisturbed repetitions remain" if d["phase"] == "sweep" else "")
         )
     return out

@@ -25,6 +25,10 @@ def _chosen(decision: dict) -> str:
     return arm_label(k, decision.get("speculation_name", "MTP"))
 
 
+def _calibrated(decision: dict) -> bool:
+    return str((decision.get("efficiency") or {}).get("source", "")).startswith("fit to")
+
+
 def _levels(values: Any) -> str:
     return " / ".join(f"{float(v):,.0f}" for v in values)
 
@@ -37,11 +41,22 @@ def throughput_alt(decision: dict) -> str:
         f"Output tokens/s over concurrency {' / '.join(str(int(c)) for c in conc)}, "
         f"predicted (lines) for {', '.join(dict.fromkeys(t.arm))}"
     ]
+    if _calibrated(decision):
+        parts[0] += " (calibrated on this sweep's points; dotted: the model before measuring)"
     meas = t[t.measured_tok_s.notna()] if "measured_tok_s" in t else t.iloc[:0]
     for arm, g in meas.groupby("arm", sort=False):
+        spans = ""
+        if "measured_lo" in g and g.measured_lo.notna().all():
+            spans = (
+                " (90% intervals "
+                + ", ".join(
+                    f"{lo:,.0f}-{hi:,.0f}" for lo, hi in zip(g.measured_lo, g.measured_hi, strict=True)
+                )
+                + ")"
+            )
         parts.append(
             f"measured {arm}: {_levels(g.measured_tok_s)} tok/s at "
-            f"{' / '.join(str(int(c)) for c in g.concurrency)}"
+            f"{' / '.join(str(int(c)) for c in g.concurrency)}{spans}"
         )
     if meas.empty:
         parts.append("nothing measured")
@@ -57,25 +72,34 @@ def throughput_curves(decision: dict, ax: Any = None) -> Any:
     ax = ax or plt.subplots(figsize=(7, 4))[1]
     arms = list(dict.fromkeys(t.arm))
     palette = dict(zip(arms, sns.color_palette(n_colors=len(arms)), strict=True))
+    calibrated = _calibrated(decision)
     pred = t[t.predicted_tok_s.notna()].astype({"predicted_tok_s": float})
     for arm, g in pred.groupby("arm", sort=False):
-        ax.plot(g.concurrency, g.predicted_tok_s, "--", color=palette[arm], label=f"{arm} predicted")
+        label = f"{arm} predicted" + (" (calibrated)" if calibrated else "")
+        ax.plot(g.concurrency, g.predicted_tok_s, "--", color=palette[arm], label=label)
+        if "predicted_before_tok_s" in g and g.predicted_before_tok_s.notna().any():
+            ax.plot(
+                g.concurrency, g.predicted_before_tok_s.astype(float), ":", color=palette[arm], alpha=0.35
+            )
     meas = t[t.measured_tok_s.notna()] if "measured_tok_s" in t else t.iloc[:0]
     for arm, g in meas.groupby("arm", sort=False):
-        ax.plot(
-            g.concurrency,
-            g.measured_tok_s.astype(float),
-            "o-",
-            color=palette[arm],
-            markeredgecolor="black",
+        y = g.measured_tok_s.astype(float)
+        if {"measured_lo", "measured_hi"} <= set(g) and g.measured_lo.notna().all():
+            err = [y - g.measured_lo.astype(float), g.measured_hi.astype(float) - y]
+        else:
+            err = None
+        ax.errorbar(
+            g.concurrency, y, yerr=err, fmt="o-", capsize=3, color=palette[arm], markeredgecolor="black",
             label=f"{arm} measured",
-        )
+        )  # fmt: skip
     ax.set_xscale("log", base=2)
     ax.set_xticks(sorted(t.concurrency.unique()), [str(int(c)) for c in sorted(t.concurrency.unique())])
+    bars = " with their 90% intervals" if "measured_lo" in t and t.measured_lo.notna().any() else ""
+    before = "; dotted: before measuring" if "predicted_before_tok_s" in t else ""
     ax.set(
         xlabel="concurrent requests",
         ylabel="output tokens/s",
-        title=f"Measured (points) vs predicted (dashed); chosen: {_chosen(decision)}",
+        title=f"Measured (points{bars}) vs predicted (dashed{before}); chosen: {_chosen(decision)}",
     )
     ax.set_ylim(bottom=0)
     ax.legend(fontsize="small", ncol=2)

@@ -108,6 +108,41 @@ def iteration_time(
     return verify + draft_time(arch, draft, hw, B, k, L, eff, work.shape, tp) + B * eff.spec_seq_s
 
 
+TERM_NAMES = {
+    "weights_s": "weight reads",
+    "linear_s": "GEMM compute",
+    "experts_s": "expert weight reads",
+    "expert_linear_s": "expert GEMM compute",
+    "kv_s": "KV cache reads",
+    "attention_s": "attention compute",
+    "state_s": "recurrent state traffic",
+    "recurrent_s": "recurrent compute",
+    "fixed_s": "the fixed per-step cost",
+    "comm_s": "tensor-parallel all-reduce",
+}
+
+
+def iteration_shares(
+    arch: ModelArch,
+    hw: cm.Hardware,
+    B: int,
+    k: int,
+    work: Workload,
+    eff: cm.Efficiency,
+    draft: Draft = MTP,
+) -> dict[str, float]:
+    """Each named term's share of one iteration (its raw seconds over their sum): which cost the
+    prediction rests on at this point (drafting and speculative bookkeeping as their own terms)."""
+    L, tp = work.mean_context, work.tp_size
+    t = cm.step_terms(arch, hw, B, k + 1 if k else 1, L, eff, work.shape, tp)
+    seconds = {name: getattr(t, attr) for attr, name in TERM_NAMES.items()}
+    if k:
+        seconds["drafting"] = draft_time(arch, draft, hw, B, k, L, eff, work.shape, tp)
+        seconds["speculative bookkeeping"] = B * eff.spec_seq_s
+    total = sum(seconds.values()) or 1.0
+    return {name: v / total for name, v in seconds.items() if v > 0}
+
+
 def throughput(
     arch: ModelArch,
     hw: cm.Hardware,

@@ -31,7 +31,7 @@ from typing import Any
 import pandas as pd
 
 from kit.asyncrun import run_coroutine
-from kit.decide.machine import MachineReading, interference
+from kit.decide.machine import SLOW_CANARY, MachineReading, interference, slowdowns
 from kit.decide.noise import median_interval
 from kit.engines import start_server
 from kit.engines.client import EngineClient
@@ -81,6 +81,8 @@ RUN_COLUMNS = [
     "load_1m",
     "cpu_mhz",
     "gpu_foreign_processes",
+    "canary_ms",
+    "slowdown",
     "disturbed",
 ]
 """sweep_runs.parquet: every measurement (`phase` sweep, or start / end for the drift check)."""
@@ -143,42 +145,50 @@ async def _level(
     max_tokens: int,
     fields: dict[str, Any] | None = None,
     tool_fields: dict[str, Any] | None = None,
+    min_s: float = 0.0,
 ) -> dict[str, Any]:
-    """Send `n` requests with at most `c` in flight (greedy; `fields`: the run's chat-template
-    switches, so the sweep thinks as stage 3 will); tokens/s over the successful ones."""
-    sem = asyncio.Semaphore(c)
+    """A closed loop of `c` clients (greedy; `fields`: the run's chat-template switches, so the sweep
+    thinks as stage 3 will) that sends at least `n` requests and keeps sending until `min_s`
+    seconds have passed; tokens/s over the successful ones. A level of a fraction of a second is
+    one hiccup of a shared machine away from a 3x error (docs/decide_noise.md)."""
     results: list[Any] = []
     errors: list[str] = []
+    sent = 0
 
     async def one(i: int) -> None:
         p = prompts[i % len(prompts)]
-        async with sem:
-            try:
-                results.append(
-                    await client.chat(
-                        p["messages"],
-                        tools=p.get("tools_list"),
-                        max_tokens=max_tokens,
-                        temperature=0.0,
-                        top_p=1.0,
-                        fields={**(fields or {}), **(tool_fields or {})} if p.get("tools_list") else fields,
-                    )
+        try:
+            results.append(
+                await client.chat(
+                    p["messages"],
+                    tools=p.get("tools_list"),
+                    max_tokens=max_tokens,
+                    temperature=0.0,
+                    top_p=1.0,
+                    fields={**(fields or {}), **(tool_fields or {})} if p.get("tools_list") else fields,
                 )
-            except EngineError as e:
-                errors.append(str(e))
+            )
+        except EngineError as e:
+            errors.append(str(e))
+
+    async def worker() -> None:
+        nonlocal sent
+        while sent < n or time.perf_counter() - t0 < min_s:
+            sent += 1
+            await one(sent - 1)
 
     before = await _spec_scrape(client)
     t0 = time.perf_counter()
-    await asyncio.gather(*(one(i) for i in range(n)))
+    await asyncio.gather(*(worker() for _ in range(c)))
     dt = time.perf_counter() - t0
     after = await _spec_scrape(client)
     lat = [r.latency_s for r in results]
     tokens = sum(r.completion_tokens or 0 for r in results)
     accept, source, positions = _accept(results, before, after)
-    bad = len(errors) > MAX_ERROR_SHARE * n
+    bad = len(errors) > MAX_ERROR_SHARE * sent
     return {
         "concurrency": c,
-        "requests": n,
+        "requests": sent,
         "errors": len(errors),
         "output_tokens": tokens,
         "duration_s": dt,
@@ -192,7 +202,7 @@ async def _level(
         "accept_source": source,
         "position_acceptance": positions,
         "status": "failed" if bad else "ok",
-        "reason": f"{len(errors)} of {n} requests failed; first: {errors[0][:400]}" if errors else "",
+        "reason": f"{len(errors)} of {sent} requests failed; first: {errors[0][:400]}" if errors else "",
     }
 
 
@@ -307,7 +317,8 @@ async def _measure(params: RunParams, server: Any, prompts: list[dict], c: int) 
     template = {k: v for k, v in run_request_fields(params).items() if k == "chat_template_kwargs"}
     async with _client(params, server) as client:
         n = d.requests_per_level or max(d.num_prompts, 2 * c)
-        return await _level(client, prompts, n, c, d.max_tokens, template, tool_request_fields(params))
+        tools = tool_request_fields(params)
+        return await _level(client, prompts, n, c, d.max_tokens, template, tools, d.level_s)
 
 
 @dataclass
@@ -355,7 +366,7 @@ def run_sweep(
     for name, error in servers.failed.items():
         arm = next(a for a in runnable if a.name == name)
         rows += [_head(arm, c) | {"status": "failed", "reason": error} for c in d.concurrencies]
-    runs = pd.DataFrame(rows).reindex(columns=RUN_COLUMNS)
+    runs = flag_slow(pd.DataFrame(rows).reindex(columns=RUN_COLUMNS))
     runs.to_parquet(folder.sweep_runs, index=False)
     table = summarise(runs)
     table.to_parquet(folder.sweep, index=False)
@@ -396,8 +407,8 @@ def _run_slots(
         rows.append({**row, "started_s": started, **seen.as_dict()})
         tok_s = measured.get("output_tok_s")
         sweep_log.line(
-            f"end {what}: {tok_s or 0:.0f} tok/s, others took {100 * seen.foreign_cpu:.0f}% of the CPU"
-            + (" (disturbed)" if seen.disturbed else "")
+            f"end {what}: {tok_s or 0:.0f} tok/s, others took {100 * seen.foreign_cpu:.0f}% of the CPU, "
+            f"CPU canary {seen.canary_ms:.1f} ms" + (" (disturbed)" if seen.disturbed else "")
         )
     return rows
 
@@ -421,6 +432,16 @@ def _within_budget(
                     return
             started[slot.round] = now
         yield slot
+
+
+def flag_slow(runs: pd.DataFrame) -> pd.DataFrame:
+    """Mark the measurements whose CPU canary ran `SLOW_CANARY` times slower than the sweep's median
+    as disturbed too (`slowdown`: each canary over that median)."""
+    runs = runs.copy()
+    runs["slowdown"] = slowdowns([None if pd.isna(c) else float(c) for c in runs.canary_ms])
+    slow = runs.slowdown > SLOW_CANARY
+    runs["disturbed"] = runs.disturbed.fillna(False).astype(bool) | slow
+    return runs
 
 
 def summarise(runs: pd.DataFrame) -> pd.DataFrame:
