@@ -99,7 +99,8 @@ class DecideParams(_Strict):
     num_prompts: int = Field(default=32, ge=1)
     """Prompts in the fixed sweep sample (cycled when a concurrency needs more)."""
     requests_per_level: int | None = Field(default=None, ge=1)
-    """Requests sent at each concurrency at least; default: max(num_prompts, 2 x concurrency)."""
+    """Requests sent at each concurrency at least; default: two waves (2 x concurrency). Each level
+    also lasts at least `level_s`."""
     max_tokens: int = Field(default=32, ge=1)
     level_s: float = Field(default=5.0, ge=0)
     """Seconds each measurement lasts at least (requests keep coming until then): a level of a

@@ -19,6 +19,7 @@ import json
 import re
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -133,30 +134,32 @@ the drift check."""
 def decide_while_hogging(path: Path, run_dir: Path, hogged: tuple[str, ...]) -> subprocess.CompletedProcess:
     """`kit decide`, with two busy-looping processes (one per core here) started when the sweep's log
     says one of the `hogged` measurements starts and stopped when it ends."""
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "kit.cli", "decide", str(path)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    log, seen, hogs = run_dir / "logs" / "sweep.log", 0, []
-    try:
-        while proc.poll() is None:
-            lines = log.read_text().splitlines() if log.exists() else []
-            for line in lines[seen:]:
-                if any(f"start {h}" in line for h in hogged):
-                    hogs = [subprocess.Popen([sys.executable, "-c", HOG]) for _ in range(2)]
-                elif any(f"end {h}" in line for h in hogged):
-                    for h in hogs:
-                        h.kill()
-                    hogs = []
-            seen = len(lines)
-            time.sleep(0.05)
-    finally:
-        for h in hogs:
-            h.kill()
-    out, err = proc.communicate()
-    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+    log, seen, hogs, events = run_dir / "logs" / "sweep.log", 0, [], []
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "kit.cli", "decide", str(path)], stdout=out, stderr=err
+        )
+        try:
+            while proc.poll() is None:
+                lines = log.read_text().splitlines() if log.exists() else []
+                for line in lines[seen:]:
+                    if any(f"start {h}" in line for h in hogged):
+                        hogs = [subprocess.Popen([sys.executable, "-c", HOG]) for _ in range(2)]
+                        events.append(f"{time.strftime('%H:%M:%S')} hogs started ({line})")
+                    elif any(f"end {h}" in line for h in hogged):
+                        for h in hogs:
+                            h.kill()
+                        hogs = []
+                        events.append(f"{time.strftime('%H:%M:%S')} hogs stopped ({line})")
+                seen = len(lines)
+                time.sleep(0.05)
+        finally:
+            for h in hogs:
+                h.kill()
+        out.seek(0), err.seek(0)
+        return subprocess.CompletedProcess(
+            proc.args, proc.returncode, out.read(), err.read() + "\n".join(events)
+        )
 
 
 def test_a_cpu_hog_is_caught_and_does_not_flip_the_decision(
@@ -171,7 +174,10 @@ def test_a_cpu_hog_is_caught_and_does_not_flip_the_decision(
     calm = json.loads((vllm_run / "decision.json").read_text())
     hogged = json.loads((tmp_path / "outputs" / "hogged" / "decision.json").read_text())
     disturbed = {(d["round"], d["phase"], d["arm"], d["concurrency"]) for d in hogged["noise"]["disturbed"]}
-    assert {(1, "sweep", "plain", 8), (2, "end", "plain", 8)} <= disturbed, hogged["noise"]
+    assert {(1, "sweep", "plain", 8), (2, "end", "plain", 8)} <= disturbed, (
+        hogged["noise"],
+        done.stderr[-2000:],
+    )
     sweep = pd.read_parquet(tmp_path / "outputs" / "hogged" / "sweep.parquet")
     runs = pd.read_parquet(tmp_path / "outputs" / "hogged" / "sweep_runs.parquet")
     p8 = runs[(runs.phase == "sweep") & (runs.arm == "plain") & (runs.concurrency == 8)]

@@ -316,7 +316,7 @@ async def _measure(params: RunParams, server: Any, prompts: list[dict], c: int) 
     d = params.decide
     template = {k: v for k, v in run_request_fields(params).items() if k == "chat_template_kwargs"}
     async with _client(params, server) as client:
-        n = d.requests_per_level or max(d.num_prompts, 2 * c)
+        n = d.requests_per_level or 2 * c
         tools = tool_request_fields(params)
         return await _level(client, prompts, n, c, d.max_tokens, template, tools, d.level_s)
 
