@@ -25,6 +25,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pandas as pd
+import psutil
 import pyarrow.parquet as pq
 import pytest
 import yaml
@@ -144,13 +145,21 @@ def decide_while_hogging(path: Path, run_dir: Path, hogged: tuple[str, ...]) -> 
                 lines = log.read_text().splitlines() if log.exists() else []
                 for line in lines[seen:]:
                     if any(f"start {h}" in line for h in hogged):
-                        hogs = [subprocess.Popen([sys.executable, "-c", HOG]) for _ in range(2)]
+                        # in a session of their own, as another user's job would be (the kernel shares
+                        # CPU between sessions first: in the test's own session they would barely run)
+                        hogs = [
+                            subprocess.Popen([sys.executable, "-c", HOG], start_new_session=True)
+                            for _ in range(2)
+                        ]
                         events.append(f"{time.strftime('%H:%M:%S')} hogs started ({line})")
                     elif any(f"end {h}" in line for h in hogged):
+                        used = sum(sum(psutil.Process(h.pid).cpu_times()[:2]) for h in hogs)
                         for h in hogs:
                             h.kill()
                         hogs = []
-                        events.append(f"{time.strftime('%H:%M:%S')} hogs stopped ({line})")
+                        events.append(
+                            f"{time.strftime('%H:%M:%S')} hogs stopped, {used:.2f} CPU-s used ({line})"
+                        )
                 seen = len(lines)
                 time.sleep(0.05)
         finally:

@@ -41,9 +41,7 @@ UNWIND_S = 10.0
 MAX_IN_FLIGHT = 16384
 """Requests in flight at most, however large the engines' capacity."""
 STARVED_TICKS = 2
-STARVED_RUNNING_SHARE = 0.75
-"""The engine is starved when it runs at least this share of the requests in flight and queues
-none, for `STARVED_TICKS` timeline samples in a row (the rest are on their way in or out)."""
+"""Timeline samples in a row with nothing waiting in the engine before the loop sends more."""
 
 
 @dataclass
@@ -100,6 +98,8 @@ class GenerationLoop:
         self.stats.concurrency = self.stats.concurrency_start = 0
         ticker = asyncio.create_task(self._tick(bar))
         watchdog = asyncio.create_task(self.pool.watch())
+        # a first sample before any request: the engine's counters (accept length) count from here
+        self.timeline.sample(self.stats, await self._engine_metrics())
         self._spawn(concurrency)
         work = asyncio.create_task(self._all_workers())
         try:
@@ -138,38 +138,33 @@ class GenerationLoop:
     def _keep_engine_full(self, gauges: dict[str, Any]) -> None:
         """More requests in flight when the engine's gauges show the kit is its limit.
 
-        Every worker waits on a request, the engine runs (nearly) all of them and queues none: its
-        queue is empty, so a slot that frees waits for the kit's next request. After
-        `STARVED_TICKS` such samples in a row the loop doubles its workers (at most
-        `MAX_IN_FLIGHT`). Engines without gauges (transformers serve) keep the concurrency given.
+        Every worker waits on a request and the engine has none waiting: whatever it runs, a slot
+        that frees (or a whole wave of them: requests of one length finish together) waits for the
+        kit's next request, a round trip away. After `STARVED_TICKS` such samples in a row the loop
+        doubles its workers (at most `MAX_IN_FLIGHT`). Engines without gauges (transformers serve)
+        keep the concurrency given.
         """
         running, waiting = gauges.get("num_running_reqs"), gauges.get("num_queue_reqs")
         # not the tail: every worker has a request, and there are more to send
         busy = self.stats.in_flight >= self.stats.concurrency and self._taken < self.total
-        starved = (
-            running is not None
-            and waiting is not None
-            and busy
-            and waiting < 1
-            and running >= STARVED_RUNNING_SHARE * self.stats.in_flight
-        )
+        starved = running is not None and waiting is not None and busy and waiting < 1
         self._starved_ticks = self._starved_ticks + 1 if starved else 0
         if self._starved_ticks < STARVED_TICKS or self.stats.concurrency >= MAX_IN_FLIGHT:
             return
         if not self.grow_when_starved:
             if not self._said_starved:
                 log.warning(
-                    "generate.concurrency (%d) keeps the engine below its capacity: it runs every "
-                    "request sent and has none waiting. Unset it to let the kit fill the engine.",
+                    "generate.concurrency (%d) keeps the engine below its capacity: it has no request "
+                    "waiting, so slots wait for the kit. Unset it to let the kit fill the engine.",
                     self.stats.concurrency,
                 )
             self._said_starved = True
             return
         more = min(self.stats.concurrency, MAX_IN_FLIGHT - self.stats.concurrency)
         log.warning(
-            "the engine ran %d of the %d requests in flight and had none waiting: the kit was its "
-            "limit; sending up to %d at once from now on",
-            int(running),
+            "the engine had no request waiting (%d running) with %d in flight: the kit was its limit; "
+            "sending up to %d at once from now on",
+            int(running or 0),
             self.stats.in_flight,
             self.stats.concurrency + more,
         )
