@@ -175,8 +175,8 @@ def test_a_cpu_hog_is_caught_and_does_not_flip_the_decision(
     vllm_run: Path, tmp_path: Path, demo_model: Path
 ) -> None:
     """The sweep again, from scratch, with a CPU hog through one repetition of plain decoding and
-    through the end of the drift check: the disturbed repetition is seen and set aside, the drift is
-    caught, and the decision is the one the calm sweep made."""
+    through the end of the drift check: both are seen as disturbed, the repetition is set aside, the
+    drift check says its end was disturbed, and the decision is the one the calm sweep made."""
     path = demo_vllm(tmp_path, demo_model, "hogged")
     done = decide_while_hogging(path, tmp_path / "outputs" / "hogged", HOGGED)
     assert done.returncode == 0, done.stderr[-4000:]
@@ -194,8 +194,11 @@ def test_a_cpu_hog_is_caught_and_does_not_flip_the_decision(
     plain8 = sweep[(sweep.arm == "plain") & (sweep.concurrency == 8)].iloc[0]
     assert plain8.repetitions == (calm if calm >= 2 else 3), "set aside while two calm ones remain"
     drift = hogged["noise"]["drift"]
-    assert drift["drifted"] and drift["change_pct"] < 0, drift
-    assert any("the machine changed under the sweep" in r for r in hogged["reasons"])
+    assert drift["disturbed"], drift  # the end of the drift check ran beside the hog, and it says so
+    assert any("other processes were seen at the start or the end" in r for r in hogged["reasons"])
+    assert any(
+        "round 1 of plain at 8 concurrent ran while other processes took" in r for r in hogged["reasons"]
+    )
     assert hogged["chosen_arm"] == calm["chosen_arm"], (hogged["reasons"], calm["reasons"])
 
 

@@ -99,6 +99,10 @@ class Efficiency:
     ngram_seq_s: float = 5e-6
     """Host time of an n-gram (prompt lookup) proposal per sequence and iteration (not fitted on any
     published table: none measures n-gram; the CPU sweep refits it, docs/cpu_validation.md)."""
+    draft_pass_s: float = 0.0
+    """Fixed cost of one draft forward pass beyond its kernels' bytes and FLOPs: the launches, the
+    sampling of the drafted token and the sync before the next pass (a chain of k drafts runs k
+    passes, one after the other)."""
     source: str = "defaults"
 
     def __post_init__(self) -> None:
@@ -109,7 +113,14 @@ class Efficiency:
                 f"efficiency factors must be in (0, 4] (above 1 means the datasheet figure is too low), "
                 f"got bw={self.bw}, flops={self.flops}, attn_flops={self.attn_flops}"
             )
-        fixed = (self.overhead_s, self.layer_s, self.allreduce_s, self.spec_seq_s, self.ngram_seq_s)
+        fixed = (
+            self.overhead_s,
+            self.layer_s,
+            self.allreduce_s,
+            self.spec_seq_s,
+            self.ngram_seq_s,
+            self.draft_pass_s,
+        )
         if min(*fixed, self.gemm_half_tokens, self.attn_half_rows) < 0:
             raise CostModelError("fixed costs and half-efficiency points must be >= 0")
 

@@ -4,9 +4,10 @@ draft model, self-speculation with a sparse KV cache, and n-gram (prompt lookup)
 A model-based draft runs, per iteration of B sequences, one extend pass over the tokens the last
 verify accepted (B (k + 1) rows, as SGLang's and vLLM's EAGLE workers pad them) and then k - 1
 decode passes of B rows; each pass costs the step terms of the draft network (kit.decide.costmodel)
-plus `(layers + 1) layer_s` of fixed cost and its all-reduces, but no per-step scheduler overhead:
+plus `(layers + 1) layer_s` of fixed cost and its all-reduces, and `draft_pass_s` for what a pass
+costs beyond its kernels (launches, sampling the drafted token, the sync before the next pass):
 
-    T_draft = P(B (k + 1), L) + (k - 1) P(B, L)
+    T_draft = P(B (k + 1), L) + (k - 1) P(B, L) + k draft_pass_s
 
 - mtp:        one decoder layer of the target's own shape (an MoE layer for MoE models) with its KV
               over L, the fusion projection 2h x h and the full-vocabulary LM head (shared weights);
@@ -129,7 +130,7 @@ def draft_time(
         net, extra = head_arch(target, draft), _fusion_params(target, draft)
     assert net is not None
     extend = _pass(net, hw, B, k + 1, L, eff, shape, tp, extra)
-    return extend + (k - 1) * _pass(net, hw, B, 1, L, eff, shape, tp, extra)
+    return extend + (k - 1) * _pass(net, hw, B, 1, L, eff, shape, tp, extra) + k * eff.draft_pass_s
 
 
 def draft_weight_bytes(target: ModelArch, draft: Draft = MTP, shape: cm.StepShape = cm.PLAIN_SHAPE) -> float:

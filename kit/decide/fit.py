@@ -34,6 +34,7 @@ BOUNDS = {
     "allreduce_s": (0.0, 0.01),
     "spec_seq_s": (0.0, 0.01),
     "ngram_seq_s": (0.0, 0.01),
+    "draft_pass_s": (0.0, 0.01),
 }
 """Physical range of each constant a fit may move (fractions of the datasheet, seconds, tokens)."""
 

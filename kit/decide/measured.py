@@ -222,7 +222,8 @@ def drift_check(runs: pd.DataFrame, sweep: pd.DataFrame) -> Drift | None:
     c = int(start.concurrency.iloc[0])
     level = sweep[(sweep.arm == start.arm.iloc[0]) & (sweep.concurrency == c)]
     noise = float(level.noise_pct.iloc[0]) / 100 if len(level) and pd.notna(level.noise_pct.iloc[0]) else 0.0
-    return Drift(c, float(start.output_tok_s.iloc[0]), float(end.output_tok_s.iloc[0]), noise)
+    seen = bool(pd.concat([start, end]).disturbed.fillna(False).astype(bool).any())
+    return Drift(c, float(start.output_tok_s.iloc[0]), float(end.output_tok_s.iloc[0]), noise, seen)
 
 
 def noise_sentences(noise: dict[str, Any] | None) -> list[str]:
@@ -242,7 +243,8 @@ def noise_sentences(noise: dict[str, Any] | None) -> list[str]:
         ]
     drift = noise.get("drift")
     if drift:
-        out.append(Drift(**{k: drift[k] for k in ("concurrency", "start", "end", "noise")}).sentence())
+        keys = ("concurrency", "start", "end", "noise", "disturbed")
+        out.append(Drift(**{k: drift[k] for k in keys if k in drift}).sentence())
     for d in noise.get("disturbed") or []:
         what = "the drift check" if d["phase"] != "sweep" else f"round {d['round']} of {d['arm']}"
         why = (

@@ -120,6 +120,8 @@ class Drift:
     end: float
     noise: float
     """That level's relative noise over the sweep's rounds."""
+    disturbed: bool = False
+    """Whether the start or the end measurement ran while others disturbed the machine."""
 
     @property
     def change(self) -> float:
@@ -134,9 +136,11 @@ class Drift:
             f"plain decoding at {self.concurrency} concurrent measured {self.start:.0f} tok/s at the "
             f"start of the sweep and {self.end:.0f} at its end ({100 * self.change:+.0f}%"
         )
+        seen = "; other processes were seen at the start or the end" if self.disturbed else ""
         if self.drifted:
-            return f"{head}, beyond its ±{100 * self.noise:.0f}% noise): the machine changed under the sweep"
-        return f"{head}, within its ±{100 * self.noise:.0f}% noise): no drift"
+            changed = "the machine changed under the sweep"
+            return f"{head}, beyond its ±{100 * self.noise:.0f}% noise{seen}): {changed}"
+        return f"{head}, within its ±{100 * self.noise:.0f}% noise{seen}): no drift"
 
     def as_dict(self) -> dict[str, object]:
         return {**asdict(self), "change_pct": 100 * self.change, "drifted": self.drifted}
