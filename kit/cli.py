@@ -8,8 +8,10 @@ kit demo-assets                       # build the embedded demo model, its draft
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
+import os
 import signal
 import sys
 from pathlib import Path
@@ -33,7 +35,20 @@ def _load(path: Path, run: str | None):
 
 
 def _print(data: object) -> None:
-    typer.echo(json.dumps(data, indent=2, default=str))
+    """The command's result as JSON on stdout; a closed stdout (`| head`, a dropped ssh) loses only
+    this printout, never the command's exit code (the work is already on disk)."""
+    try:
+        typer.echo(json.dumps(data, indent=2, default=str))
+        sys.stdout.flush()
+    except BrokenPipeError:
+        _silence(sys.stdout)
+
+
+def _silence(stream: object) -> None:
+    """Point a closed standard stream at /dev/null, so that writing or flushing it at exit is no error."""
+    with contextlib.suppress(OSError, ValueError, AttributeError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, stream.fileno())  # type: ignore[attr-defined]
 
 
 @app.command()
@@ -183,15 +198,23 @@ def main() -> None:
     4 `kit probe` NO-GO, 128 + signal when interrupted (130 Ctrl-C, 143 SIGTERM, 129 SIGHUP) with
     finished work saved."""
     from kit.asyncrun import stop_signal_received, stop_signals
+    from kit.progress import SafeStream
     from kit.runfolder import DISK_FULL, disk_full_message
 
+    # A reader that goes away (a dropped ssh, `2>&1 | head`) must not stop the work: progress bars
+    # (the kit's and the libraries'), warnings and log lines write through this, and stop writing
+    # once the pipe is closed. The exit code and the run folder still say everything.
+    sys.stderr = SafeStream(sys.stderr)  # type: ignore[assignment]
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     try:
         # Without standalone mode, typer returns an exit code (130 for Ctrl-C) instead of exiting.
         with stop_signals():
             code = app(standalone_mode=False)
     except KitError as e:
-        typer.secho(f"error: {e}", fg="red", err=True)
+        try:
+            typer.secho(f"error: {e}", fg="red", err=True)
+        except BrokenPipeError:  # nobody reads stderr any more: the exit code still says it
+            _silence(sys.stderr)
         sys.exit(EXIT_ERROR)
     except KeyboardInterrupt:
         code = 130
@@ -210,7 +233,10 @@ def main() -> None:
     if code == 130:
         signum = stop_signal_received()
         code = 128 + signum if signum else 130
-        typer.secho(INTERRUPTED.format(signal.Signals(code - 128).name), err=True)
+        try:
+            typer.secho(INTERRUPTED.format(signal.Signals(code - 128).name), err=True)
+        except BrokenPipeError:
+            _silence(sys.stderr)
     sys.exit(code if isinstance(code, int) else 0)
 
 

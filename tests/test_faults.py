@@ -199,3 +199,29 @@ def test_an_external_server_that_freezes_or_dies_is_waited_for(write_params, tmp
     assert len(set(pq.read_table(folder.shard_paths(), columns=["id"]).column("id").to_pylist())) == 300
     assert folder.failures.read_text() == "", "a request was written off while the server was away"
     assert "waiting for it to answer again" in (tmp_path / "ext.log").read_text()
+
+
+@pytest.mark.parametrize("closed", ["stderr", "stdout", "both"])
+def test_a_closed_pipe_loses_no_row_and_keeps_the_exit_code(write_params, tmp_path, closed):
+    """`kit generate P.yaml 2>&1 | timeout 12 cat > /dev/null`, a dropped non-interactive ssh: whoever
+    read the kit's output is gone. Every answered row still reaches disk (one shard at the end: none
+    is flushed before) and the exit code is the run's, not 1."""
+    params_file = write_params(
+        "pipe",
+        data={"sources": [prompt_source(tmp_path, 300)]},
+        engine=fake_engine(tmp_path, {}),
+        generate={"concurrency": 16, "shard_rows": 1000, "shard_seconds": 600,
+                  "sampling": {"max_tokens": 8, "seed": 0}},
+    )  # fmt: skip
+    folder = RunFolder(load_params(params_file).run_dir)
+    pipes = {name: os.pipe() for name in ("stdout", "stderr") if closed in (name, "both")}
+    streams = {name: pipes[name][1] if name in pipes else subprocess.DEVNULL for name in ("stdout", "stderr")}
+    env = {**os.environ, "KIT_PROGRESS": "text"}  # progress lines on stderr all along
+    proc = subprocess.Popen([*KIT, "generate", str(params_file)], env=env, **streams)
+    for read, write in pipes.values():  # the reader goes away at once: every write the kit makes is EPIPE
+        os.close(write)
+        os.close(read)
+    assert proc.wait(timeout=300) == 0
+    rows = rows_table(folder)
+    assert len(rows) == 300 and len({r["id"] for r in rows}) == 300
+    assert json.loads(folder.manifest.read_text())["exit_code"] == 0

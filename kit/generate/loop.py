@@ -111,9 +111,9 @@ class GenerationLoop:
             tasks = [ticker, watchdog, work, *self._workers]
             for task in tasks:
                 task.cancel()  # cancelled at their next step: none adds a row after this
-            bar.close()
             # first of all: every finished row reaches disk (this waits for the shards in flight)
             self.writer.flush(self.failures.flush)
+            bar.close()
             await asyncio.wait(tasks, timeout=UNWIND_S)
             for task in (work, *self._workers):
                 if task.done() and not task.cancelled():
