@@ -44,7 +44,7 @@ def sweep_prompts(params: RunParams, folder: RunFolder) -> list[dict[str, Any]]:
     order = list(range(table.num_rows))
     random.Random(params.data.seed).shuffle(order)  # shuffle positions: only the sample is materialised
     rows = table.take(order[: params.decide.num_prompts]).to_pylist()
-    return [{**r, "tools_list": json.loads(r["tools"]) if r.get("tools") else None} for r in rows]
+    return [{**r, "tools_list": (json.loads(r["tools"]) or None) if r.get("tools") else None} for r in rows]
 
 
 SERVER_OVERHEAD_BYTES = 2 * GIB

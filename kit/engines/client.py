@@ -197,7 +197,7 @@ class EngineClient:
     ) -> dict[str, Any]:
         body: dict[str, Any] = {"model": model, "messages": messages, "stream": stream}
         body.update((k, v) for k, v in sampling.items() if v is not None)
-        if tools is not None:
+        if tools:  # vLLM answers 400 to `"tools": []`: no tools means no field
             body["tools"] = tools
         if stream and self.flavor in _STREAM_USAGE_FLAVORS:
             body["stream_options"] = {"include_usage": True}

@@ -141,7 +141,7 @@ def iter_items(prompts: pa.Table, work: list[tuple[int, int]], batch: int = 512)
                 "source": row["source"],
                 "messages": row["messages"],
                 "tools": tools,
-                "tools_list": json.loads(tools) if tools else None,
+                "tools_list": (json.loads(tools) or None) if tools else None,  # "[]": no tools
                 "prompt_tokens": row.get("prompt_tokens"),
             }
 
