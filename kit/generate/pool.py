@@ -28,6 +28,8 @@ HEALTH_INTERVAL_S = 5.0
 CLOSE_WAIT_S = 5.0
 HEALTH_TIMEOUT_S = 10.0
 """A probe not answered within this (or the hang timeout, if shorter) is a failed probe."""
+MIN_PROBE_S = 0.5
+"""The shortest wait between two probes, and the shortest probe timeout."""
 
 
 @dataclass
@@ -174,21 +176,31 @@ class ServerPool:
         await asyncio.gather(*(self._watch(r) for r in self.replicas))
 
     async def _watch(self, replica: Replica) -> None:
+        """Probe the replica every `health_interval_s` (sooner as its hang deadline nears); restart it
+        once it has shown no life for `hang_timeout_s`: the deadline is last_life + hang_timeout_s,
+        and neither the wait nor the probe runs past it, so a freeze is caught at that deadline (a
+        probe's latency late at most), not a probe interval and a probe timeout after it."""
         while True:
-            await asyncio.sleep(self.health_interval_s)
+            await asyncio.sleep(self._until_next_check(replica))
             generation = replica.generation
             if not replica.ready.is_set():
                 continue
             if replica.process_exited():
                 code = getattr(replica.server, "exit_code", None)
                 await self._restart_if(replica, generation, f"exited with code {code}")
-            elif not await replica.healthy(self.probe_timeout_s):
-                silent = time.monotonic() - replica.last_life
-                if silent > self.hang_timeout_s:
-                    why = (
-                        f"has not answered for {silent:.0f} s (hung: hang timeout {self.hang_timeout_s:g} s)"
-                    )
-                    await self._restart_if(replica, generation, why, force=True)
+                continue
+            left = replica.last_life + self.hang_timeout_s - time.monotonic()
+            if await replica.healthy(max(MIN_PROBE_S, min(self.probe_timeout_s, left))):
+                continue
+            silent = time.monotonic() - replica.last_life
+            if silent >= self.hang_timeout_s:
+                why = f"has not answered for {silent:.0f} s (hung: hang timeout {self.hang_timeout_s:g} s)"
+                await self._restart_if(replica, generation, why, force=True)
+
+    def _until_next_check(self, replica: Replica) -> float:
+        """Seconds to the next probe: the health interval, or less when the hang deadline comes first."""
+        left = replica.last_life + self.hang_timeout_s - time.monotonic()
+        return max(MIN_PROBE_S, min(self.health_interval_s, left))
 
     async def _restart_if(self, replica: Replica, generation: int, why: str, force: bool = False) -> None:
         async with replica.lock:
