@@ -313,6 +313,24 @@ def _allowed_keys(model: type[BaseModel], loc: tuple[Any, ...]) -> list[str]:
     return sorted(getattr(current, "model_fields", {}))
 
 
+class DuplicateKeyError(yaml.YAMLError):
+    """A mapping names the same key twice (YAML keeps the last one silently)."""
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """yaml.safe_load that refuses a key given twice in one mapping, naming it and both lines."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
+        seen: dict[object, int] = {}
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=True)
+            line = key_node.start_mark.line + 1
+            if key in seen:
+                raise DuplicateKeyError(f"key {key!r} is given twice, on lines {seen[key]} and {line}")
+            seen[key] = line
+        return super().construct_mapping(node, deep=deep)
+
+
 def load_params(path: str | Path, run: str | None = None) -> RunParams:
     """Read and validate a params file; `run` overrides the run name in it.
 
@@ -324,7 +342,9 @@ def load_params(path: str | Path, run: str | None = None) -> RunParams:
             f"params file not found: {path}. Pass the path of a YAML file such as params/demo.yaml."
         )
     try:
-        raw = yaml.safe_load(path.read_text()) or {}
+        raw = yaml.load(path.read_text(), Loader=_UniqueKeyLoader) or {}
+    except DuplicateKeyError as e:
+        raise ParamsError(f"{path}: {e}; keep one of them") from None
     except yaml.YAMLError as e:
         raise ParamsError(f"{path}: not valid YAML: {e}") from None
     if not isinstance(raw, dict):

@@ -146,8 +146,16 @@ class RunFolder:
     root: Path
 
     def ensure(self) -> RunFolder:
+        """Create the folder and its subfolders; a path in the way that is a file is a clear error."""
         for d in (self.root, self.logs, self.figures, self.generations):
-            d.mkdir(parents=True, exist_ok=True)
+            try:
+                d.mkdir(parents=True, exist_ok=True)
+            except (NotADirectoryError, FileExistsError):
+                blocker = next((p for p in (d, *d.parents) if p.exists() and not p.is_dir()), d)
+                raise RunFolderError(
+                    f"cannot make the run folder {self.root}: {blocker} is a file, not a folder. Point "
+                    "output_dir (or the run name) elsewhere, or move that file away."
+                ) from None
         return self
 
     @property

@@ -24,18 +24,26 @@ def run_folder(params: RunParams) -> RunFolder:
     return RunFolder(Path(params.run_dir))
 
 
-def prepare(params: RunParams) -> RunFolder:
-    """Create the run folder, save the resolved params (an earlier, different copy is kept
-    as `params.<n>.yaml`), and build the demo model and fixture data when the params ask for them."""
+def prepare(params: RunParams, save: bool = True) -> RunFolder:
+    """Create the run folder, build the demo model and fixture data when the params ask for them,
+    and (`save`) save the resolved params once those stand (`save_params`). Stage 3 saves them
+    itself, once it holds the folder's lock and the folder accepted its settings: a refused run
+    must not leave its params as the folder's own."""
     folder = run_folder(params).ensure()
+    _ensure_model(params)
+    _ensure_demo_data(params)
+    if save:
+        save_params(params, folder)
+    return folder
+
+
+def save_params(params: RunParams, folder: RunFolder) -> None:
+    """Write params.yaml (an earlier, different copy is kept as `params.<n>.yaml`)."""
     text = dump_params(params)
     if folder.params.exists() and folder.params.read_text() != text:
         folder.params.rename(folder.earlier_params_copy(1 + len(folder.earlier_params())))
     if not folder.params.exists():
         write_text_atomic(folder.params, text)
-    _ensure_model(params)
-    _ensure_demo_data(params)
-    return folder
 
 
 def _ensure_model(params: RunParams) -> None:
@@ -91,7 +99,8 @@ def generate(
     """Stage 3: plan prompts, generate completions (resuming), write manifest.json."""
     from kit.generate import run_generation
 
-    folder = prepare(params)
+    folder = prepare(params, save=False)
+    given = params
     applied = None
     if params.generate.use_decision and folder.decision.exists():
         from kit.decide.apply import apply_decision
@@ -100,7 +109,13 @@ def generate(
         log.warning("engine settings from %s: %s", folder.decision, applied)
     check_sampling(params)
     return run_generation(
-        params, folder, fresh=fresh, shard=shard, retry_failures=retry_failures, from_decision=applied
+        params,
+        folder,
+        fresh=fresh,
+        shard=shard,
+        retry_failures=retry_failures,
+        from_decision=applied,
+        accepted=lambda: save_params(given, folder),
     )
 
 

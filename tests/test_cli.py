@@ -100,3 +100,19 @@ def test_compare_two_runs(tmp_path: Path):
     assert [float(x) for x in rows_line.split()[1:4]] == [20, 10, -10]
     assert list((b.root / "compare").glob("*.png"))
     assert_clear_error(kit("compare", str(a.root), str(tmp_path / "nope")), "is not a run folder")
+
+
+def test_a_data_file_that_is_not_utf8_is_named(tmp_path: Path, write_params):
+    """pyarrow reads such a file and the plan then dies on the first row with a UnicodeDecodeError."""
+    bad = tmp_path / "latin1.jsonl"
+    bad.write_bytes('{"prompt": "café au lait"}\n{"prompt": "hello"}\n'.encode("latin-1"))
+    source = {"name": "q", "adapter": "prompt_column", "dataset": "json", "data_files": [str(bad)]}
+    done = kit("generate", str(write_params("latin1", data={"sources": [source]})))
+    assert_clear_error(done, "latin1.jsonl is not UTF-8 text", "at byte 15", "iconv")
+
+
+def test_an_output_dir_that_is_a_file_is_a_message(tmp_path: Path, write_params):
+    blocker = tmp_path / "not-a-folder"
+    blocker.write_text("x")
+    done = kit("generate", str(write_params("blocked", output_dir=str(blocker))))
+    assert_clear_error(done, f"{blocker} is a file, not a folder", "output_dir")

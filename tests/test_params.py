@@ -113,3 +113,17 @@ data:
     p = load_params(write(tmp_path, text))
     assert p.generate.sampling.top_k == 20 and p.generate.sampling.thinking is False
     assert p.data.sources[0].max_tokens == 512
+
+
+def test_a_key_given_twice_is_refused_naming_it_and_both_lines(tmp_path):
+    """YAML keeps the last of two equal keys without a word: `concurrency: 64` then `concurrency: 4096`
+    ran at 4096. The kit refuses it instead, wherever the mapping is (here, inside a list item too)."""
+    p = tmp_path / "dup.yaml"
+    p.write_text(
+        "run: x\nmodel: {path: /m}\ngenerate:\n  concurrency: 64\n  shard_rows: 10\n  concurrency: 4096\n"
+    )
+    with pytest.raises(ParamsError, match=r"dup.yaml: key 'concurrency' is given twice, on lines 4 and 6"):
+        load_params(p)
+    p.write_text("run: x\nmodel: {path: /m}\ndata:\n  sources:\n    - {name: a, adapter: b, name: c}\n")
+    with pytest.raises(ParamsError, match=r"key 'name' is given twice, on lines 5 and 5"):
+        load_params(p)

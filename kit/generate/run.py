@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import resource
+from collections.abc import Callable
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
@@ -137,20 +138,27 @@ def run_generation(
     shard: str | None = None,
     retry_failures: bool = False,
     from_decision: dict[str, Any] | None = None,
+    accepted: Callable[[], None] | None = None,
 ) -> dict[str, Any]:
     """Generate every planned (prompt, sample) not yet done; write the manifest when finished.
 
     `from_decision`: the engine settings taken from decision.json, recorded in the manifest.
+    `accepted`: called once this session holds the folder's lock and the folder accepted its
+    settings (stage 3 saves params.yaml there, so a refused run leaves the folder's own).
     The manifest's `exit_code` (EXIT_COMPLETE or EXIT_INCOMPLETE) is what `kit generate` exits with.
     """
     shard_i, shard_n = parse_shard(shard)
     folder.ensure()
     session = folder.shard(shard_i, shard_n)
     with RunLock(folder.root, session.tag), stop_signals(), disk_full_is_a_message(folder.root):
-        return _generate(params, folder, fresh, (shard_i, shard_n), session, retry_failures, from_decision)
+        return _generate(
+            params, folder, fresh, (shard_i, shard_n), session, retry_failures, from_decision, accepted
+        )
 
 
-def _generate(params, folder, fresh, shard, session, retry_failures, from_decision) -> dict[str, Any]:
+def _generate(  # noqa: ANN001
+    params, folder, fresh, shard, session, retry_failures, from_decision, accepted
+) -> dict[str, Any]:
     if fresh:
         archived = archive_outputs(folder)
         if archived:
@@ -158,6 +166,8 @@ def _generate(params, folder, fresh, shard, session, retry_failures, from_decisi
     sampling_json, sampling_hash = sampling_identity(params.generate)
     identity = {**engine_identity(params), "sampling_hash": sampling_hash, "data_hash": data_hash(params)}
     check_identity(folder, identity)
+    if accepted is not None:
+        accepted()
     prompts = ensure_prompts(params, folder)
     record_identity(folder, identity)
     session.manifest.unlink(missing_ok=True)  # present again only once this run completes

@@ -8,6 +8,7 @@ load failed.
 
 from __future__ import annotations
 
+import codecs
 import glob
 import json
 from pathlib import Path
@@ -38,7 +39,30 @@ def file_problem_before_load(source: SourceParams) -> tuple[Path, str, str] | No
             return path, "does not exist", "correct the path in data_files (relative to the params file)"
         if path.is_file() and _is_blank(path):
             return path, "is empty", "fill it, or remove it from data_files"
+        if path.is_file() and source.dataset in JSON_BUILDERS and (bad := _not_utf8(path)):
+            # pyarrow's JSON reader takes such bytes and the first read of the row fails deep inside
+            return (
+                path,
+                bad,
+                "save it as UTF-8 (e.g. `iconv -f latin1 -t utf-8`), or remove it from data_files",
+            )
     return None
+
+
+def _not_utf8(path: Path, block: int = 1 << 20) -> str | None:
+    """Why `path` is not UTF-8 text (the byte offset of the first bad byte), or None; read in blocks."""
+    decoder = codecs.getincrementaldecoder("utf-8")()
+    offset = 0
+    with path.open("rb") as f:
+        while True:
+            chunk = f.read(block)
+            try:
+                decoder.decode(chunk, final=not chunk)
+            except UnicodeDecodeError as e:
+                return f"is not UTF-8 text ({e.reason} at byte {offset + e.start})"
+            if not chunk:
+                return None
+            offset += len(chunk)
 
 
 def file_problem_after_load(source: SourceParams) -> tuple[Path, str, str] | None:
