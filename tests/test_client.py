@@ -459,3 +459,16 @@ def test_the_served_model_name_is_asked_once_however_many_requests_start_togethe
     against(fake, "vllm", test)
     assert fake.model_lookups == 1
     assert {b["model"] for b in fake.bodies} == {"qwen"} and len(fake.bodies) == 64
+
+
+def test_a_request_without_tools_carries_no_tools_field() -> None:
+    """A function-calling row whose tools list is empty: vLLM answers 400 to `"tools": []`, and the
+    rejection would be retried on every rerun; the field is left out instead."""
+    fake = FakeSGLang()
+
+    async def test(c: EngineClient) -> None:
+        await c.chat(HELLO, tools=[], max_tokens=4)
+        await c.chat(HELLO, tools=[{"type": "function", "function": {"name": "f"}}], max_tokens=4)
+
+    against(fake, "vllm", test, model="qwen")
+    assert "tools" not in fake.bodies[0] and fake.bodies[1]["tools"][0]["function"]["name"] == "f"
