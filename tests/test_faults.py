@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -225,3 +226,34 @@ def test_a_closed_pipe_loses_no_row_and_keeps_the_exit_code(write_params, tmp_pa
     rows = rows_table(folder)
     assert len(rows) == 300 and len({r["id"] for r in rows}) == 300
     assert json.loads(folder.manifest.read_text())["exit_code"] == 0
+
+
+def test_a_server_that_answers_health_but_makes_no_token_is_restarted(write_params, tmp_path):
+    """From its 40th request on, the stand-in hangs every request while /health still answers: the
+    kit sees its token counters stand still with requests out, restarts it within the hang timeout,
+    and every row is written once; none is written off as timed out."""
+    params_file = write_params(
+        "stuck",
+        data={"sources": [prompt_source(tmp_path, 120)]},
+        engine=fake_engine(tmp_path, {"stuck_after": 40}),
+        generate={"concurrency": 8, "hang_timeout_s": 6, "request_timeout_s": 120, "retries": 1,
+                  "max_server_restarts": 3, "sampling": {"max_tokens": 8, "seed": 0}},
+    )  # fmt: skip
+    folder = RunFolder(load_params(params_file).run_dir)
+    spec = tmp_path / "faults.json"
+    log = tmp_path / "stuck.log"
+    proc = subprocess.Popen(
+        [*KIT, "generate", str(params_file)], stdout=log.open("w"), stderr=subprocess.STDOUT
+    )
+    wait_for(
+        lambda: "made no token" in log.read_text() or proc.poll() is not None, 120, "the stuck server caught"
+    )
+    spec.write_text(json.dumps({}))  # the restarted server answers
+    assert proc.wait(timeout=300) == 0, log.read_text()[-3000:]
+    text = log.read_text()
+    silent = [int(s) for s in re.findall(r"made no token for (\d+) s", text)]
+    assert silent and max(silent) <= 8, (silent, text[-2000:])
+    rows = rows_table(folder)
+    assert len(rows) == 120 and len({r["id"] for r in rows}) == 120
+    assert folder.failures.read_text() == ""
+    assert json.loads(folder.manifest.read_text())["server_restarts"] >= 1

@@ -3,9 +3,10 @@
 One replica is the usual case (SGLang spreads its `--dp-size` replicas behind one port); with
 `engine.replicas > 1` the kit starts one server per GPU group and balances here.
 
-Liveness is more than "the process exists": a watchdog asks each server's /health every few
-seconds, and a server that shows no life (no answer, no healthy probe) for `hang_timeout_s` is
-taken as hung and restarted, like one that exited. Requests wait while their replica restarts
+Liveness is more than "the process exists", and more than "/health answers": a watchdog asks each
+server's /health every few seconds and, while requests are out, reads the engine's own token
+counters (vLLM, SGLang); a server that shows no life for `hang_timeout_s` (no answer, no healthy
+probe, or, with requests out, no token made) is taken as hung and restarted, like one that exited. Requests wait while their replica restarts
 (`acquire`), and a request that failed because its server died, hung or was restarted is retried
 without counting an attempt (`recover`): a server fault costs the in-flight requests a retry,
 never a row. A server the kit does not own (`external`) is waited for instead of restarted.
@@ -30,6 +31,14 @@ HEALTH_TIMEOUT_S = 10.0
 """A probe not answered within this (or the hang timeout, if shorter) is a failed probe."""
 MIN_PROBE_S = 0.5
 """The shortest wait between two probes, and the shortest probe timeout."""
+TOKEN_COUNTERS = (
+    "vllm:generation_tokens_total",
+    "vllm:prompt_tokens_total",
+    "sglang:generation_tokens_total",
+    "sglang:prompt_tokens_total",
+)
+"""Counters an engine raises as it works: with requests out, a server whose counters stand still
+for the hang timeout is hung, whatever its /health says."""
 
 
 @dataclass
@@ -52,6 +61,10 @@ class Replica:
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     retired: list[EngineClient] = field(default_factory=list)
     """Clients of earlier generations: closed at the end, when no request can still hold them."""
+    token_count: float | None = None
+    """The engine's token counters at the last look (kit.generate.pool.TOKEN_COUNTERS)."""
+    counts_tokens: bool = False
+    """Whether this server keeps token counters (then they, not /health, show its life)."""
     _probe: asyncio.Task | None = None
 
     @property
@@ -61,6 +74,7 @@ class Replica:
     async def open(self) -> None:
         if self.client is not None:
             self.retired.append(self.client)
+        self.token_count = None  # a restarted server counts from zero
         self.client = EngineClient(self.server.base_url, self.flavor, self.model, timeout_s=self.timeout_s)
         await self.client.__aenter__()
         self.last_life = time.monotonic()
@@ -95,12 +109,25 @@ class Replica:
         if client is None:
             return False
         try:
-            ok = await asyncio.wait_for(client.health(), timeout_s)
+            return bool(await asyncio.wait_for(client.health(), timeout_s))
         except Exception:  # whatever stops the probe (timeout, refused, a closed client) is a failed probe
-            ok = False
-        if ok:
-            self.saw_life()
-        return ok
+            return False
+
+    async def progressed(self, timeout_s: float) -> bool | None:
+        """Whether the engine's own token counters rose since the last look (tokens generated or
+        prompts prefilled): the life of a server with requests out, which /health alone does not
+        show (a server can answer /health and generate nothing). None when it keeps no such counter
+        (transformers serve); False when it did and cannot be read now."""
+        client = self.client
+        try:
+            m = await asyncio.wait_for(client.prometheus(), timeout_s) if client else None
+        except Exception:  # a server that does not answer /metrics any more shows no progress
+            m = None
+        tokens = sum(v for k, v in (m or {}).items() if k in TOKEN_COUNTERS) if m else None
+        if tokens is None or not any(k in (m or {}) for k in TOKEN_COUNTERS):
+            return False if self.counts_tokens else None
+        before, self.token_count, self.counts_tokens = self.token_count, tokens, True
+        return before is None or tokens > before
 
 
 class ServerPool:
@@ -190,11 +217,22 @@ class ServerPool:
                 await self._restart_if(replica, generation, f"exited with code {code}")
                 continue
             left = replica.last_life + self.hang_timeout_s - time.monotonic()
-            if await replica.healthy(max(MIN_PROBE_S, min(self.probe_timeout_s, left))):
-                continue
+            timeout = max(MIN_PROBE_S, min(self.probe_timeout_s, left))
+            if await replica.healthy(timeout):
+                # with requests out, life is tokens flowing (where the engine counts them), not /health
+                progress = await replica.progressed(timeout) if replica.outstanding else None
+                if progress is not False:
+                    replica.saw_life()
+                    continue
             silent = time.monotonic() - replica.last_life
             if silent >= self.hang_timeout_s:
-                why = f"has not answered for {silent:.0f} s (hung: hang timeout {self.hang_timeout_s:g} s)"
+                hung = f"(hung: hang timeout {self.hang_timeout_s:g} s)"
+                why = f"has not answered for {silent:.0f} s {hung}"
+                if replica.counts_tokens and replica.outstanding:
+                    out = replica.outstanding
+                    why = (
+                        f"answers /health but made no token for {silent:.0f} s with {out} requests out {hung}"
+                    )
                 await self._restart_if(replica, generation, why, force=True)
 
     def _until_next_check(self, replica: Replica) -> float:

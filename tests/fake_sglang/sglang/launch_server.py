@@ -17,8 +17,9 @@ bad_rate: the share of chat answers that are HTTP 200 with a body that is no com
 `choices`, empty content with a null finish_reason, or finish_reason `abort`, in turn);
 bad_first: the first N answers of this process are such bodies;
 error_rate: the share answered HTTP 500; bad_marker: a request whose messages contain it always
-gets `abort`. Each injected fault is a line in the server log. Kills and freezes come from outside
-(signals to this process).
+gets `abort`; stuck_after: from the N-th chat request of this process on, requests hang (no token is
+generated, nothing answers) while /health, /v1/models and /metrics still answer. Each injected fault
+is a line in the server log. Kills and freezes come from outside (signals to this process).
 """
 
 import argparse
@@ -131,7 +132,7 @@ def main() -> None:
     drafted = args.speculative_num_steps or (args.speculative_num_draft_tokens or 1) - 1
     k = drafted if args.speculative_algorithm else 0
     running = args.max_running_requests or (48 if k else 256)
-    state = {"running": 0, "tokens": 0}
+    state = {"running": 0, "tokens": 0, "requests": 0}
 
     @app.get("/health")
     def health() -> dict:
@@ -170,7 +171,12 @@ def main() -> None:
 
         n = int(body.get("max_tokens") or 16)
         steps = max(1, round(n / ACCEPT[k])) if k else n
-        state["running"] += 1
+        state["requests"] += 1
+        stuck = faults.current().get("stuck_after")
+        if stuck is not None and state["requests"] > stuck:
+            if state["requests"] == stuck + 1:
+                print("fake_sglang: injected fault stuck (requests hang, /health answers)", flush=True)
+            await asyncio.Event().wait()  # never set: generation hangs, the process stays healthy
         try:
             await asyncio.sleep(steps * STEP_S)
         finally:
