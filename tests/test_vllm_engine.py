@@ -178,6 +178,9 @@ def test_a_cpu_hog_is_caught_and_does_not_flip_the_decision(
     through the end of the drift check: both are seen as disturbed, the repetition is set aside, the
     drift check says its end was disturbed, and the decision is the one the calm sweep made."""
     path = demo_vllm(tmp_path, demo_model, "hogged")
+    params = yaml.safe_load(path.read_text())
+    params["decide"]["spec_steps"] = [1]  # plain and one speculative arm: the calm sweep's leader is plain
+    path.write_text(yaml.safe_dump(params))
     done = decide_while_hogging(path, tmp_path / "outputs" / "hogged", HOGGED)
     assert done.returncode == 0, done.stderr[-4000:]
     calm = json.loads((vllm_run / "decision.json").read_text())
