@@ -115,6 +115,17 @@ def test_damaged_run_is_analysed_with_gaps(tmp_path: Path) -> None:
     assert any("throughput_over_time" in p for p in summary["figures"])
 
 
+def test_a_copied_shard_is_counted_once_and_said(tmp_path: Path) -> None:
+    """`kit analyse` before a resume, on a folder holding a copy of a shard: every id counts once
+    (it reported 2,723 rows against 2,623 planned), and the gap names what happened."""
+    run = build_run(tmp_path / "run", shards=3)
+    first = run.shard_paths()[0]
+    first.with_name("part-99999.parquet").write_bytes(first.read_bytes())  # `cp part-00000 part-99999`
+    summary = analyse_run(run, AnalyseParams())
+    assert summary["rows"] == EXPECTED["rows"]
+    assert any("repeat the id of a row in another shard" in g for g in summary["gaps"])
+
+
 def test_empty_run_folder_gives_gaps_not_traceback(tmp_path: Path) -> None:
     run = RunFolder(tmp_path / "empty").ensure()
     summary = analyse_run(run, AnalyseParams())

@@ -172,7 +172,9 @@ def test_frozen_server_is_noticed_and_restarted(write_params):
     assert not [p for p in frozen if alive(p)], "the frozen server was left behind"
 
 
-def test_overlong_prompt_is_a_failure_row_and_the_run_completes(write_params, tmp_path):
+def test_overlong_prompt_is_a_failure_row_and_the_run_completes(write_params, tmp_path, caplog):
+    """Complete (exit 0: every planned row is generated or recorded as one the engine refuses for
+    good), and the run says so in the manifest and in its last warning, not silently."""
     long_file = tmp_path / "long.jsonl"
     words = " ".join(f"word{i}" for i in range(3000))
     rows = [{"prompt": "Say hello."}, {"prompt": f"Summarise: {words}"}, {"prompt": "Count to three."}]
@@ -186,6 +188,8 @@ def test_overlong_prompt_is_a_failure_row_and_the_run_completes(write_params, tm
     failures = [json.loads(x) for x in folder.failures.read_text().splitlines()]
     assert [f["reason"] for f in failures] == ["context_overflow"]
     assert manifest["complete"] and manifest["rows"] == 2 and manifest["failures"] == 1
+    assert manifest["never_generated"] == {"context_overflow": 1}
+    assert "1 prompt(s) can never be generated as planned (1 context_overflow)" in caplog.text
     again = stages.generate(params)  # resume: nothing left, the rejected prompt is not retried
     assert again["rows_this_session"] == 0 and again["rows"] == 2
 

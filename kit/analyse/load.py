@@ -107,7 +107,23 @@ def load_generations(folder: RunFolder) -> tuple[pd.DataFrame, list[str]]:
         elif table is not None:
             tables.append(table)
     gaps += _older_schema_gap(tables)
-    return _normalise(_concat(tables), gaps), gaps
+    return _once_per_id(_normalise(_concat(tables), gaps), gaps), gaps
+
+
+def _once_per_id(df: pd.DataFrame, gaps: list[str]) -> pd.DataFrame:
+    """Each row id counted once: shards that repeat ids (a copied shard, a resume racing a copy)
+    would count rows twice against the plan; the first shard's row is kept and the gap says so."""
+    if df.empty or "id" not in df.columns:
+        return df
+    repeated = df["id"].duplicated(keep="first")
+    if repeated.any():
+        gaps.append(
+            f"generations: {int(repeated.sum())} row(s) repeat the id of a row in another shard (a copied "
+            "shard?); each id is counted once. `kit generate` sets such shards aside in "
+            "generations/duplicate/"
+        )
+        df = df[~repeated].reset_index(drop=True)
+    return df
 
 
 def _older_schema_gap(tables: list[pa.Table]) -> list[str]:

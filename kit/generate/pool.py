@@ -6,7 +6,8 @@ One replica is the usual case (SGLang spreads its `--dp-size` replicas behind on
 Liveness is more than "the process exists", and more than "/health answers": a watchdog asks each
 server's /health every few seconds and, while requests are out, reads the engine's own token
 counters (vLLM, SGLang); a server that shows no life for `hang_timeout_s` (no answer, no healthy
-probe, or, with requests out, no token made) is taken as hung and restarted, like one that exited. Requests wait while their replica restarts
+probe, or, with requests out, no token made) is taken as hung and restarted, like one that exited.
+Requests wait while their replica restarts
 (`acquire`), and a request that failed because its server died, hung or was restarted is retried
 without counting an attempt (`recover`): a server fault costs the in-flight requests a retry,
 never a row. A server the kit does not own (`external`) is waited for instead of restarted.

@@ -202,6 +202,7 @@ def _generate(  # noqa: ANN001
         "samples_per_prompt": params.generate.sampling.n,
         "rows_this_session": stats.rows if stats else 0,
         "failures": len({f["id"] for f in failures.read()} - after.ids),
+        "never_generated": _never_generated(failures, after.ids),
         "rows_by_source": _rows_by_source(folder),
         "shards": len(folder.shard_paths()),
         "corrupt_shards_set_aside": found.corrupt + after.corrupt,
@@ -219,6 +220,16 @@ def _generate(  # noqa: ANN001
         "finished_at": now_utc().isoformat(),
     }
     write_json_atomic(session.manifest, manifest)
+    never = manifest["never_generated"]
+    if never:
+        kinds = ", ".join(f"{n} {reason}" for reason, n in sorted(never.items()))
+        log.warning(
+            "%d prompt(s) can never be generated as planned (%s): the engine refuses them for good; "
+            "see %s (rerun with --retry-failures to try them again, e.g. after raising the context)",
+            sum(never.values()),
+            kinds,
+            folder.failures,
+        )
     if left:
         log.warning(
             "incomplete: %d rows are not generated (see %s: rerun the same command to retry them)",
@@ -226,6 +237,19 @@ def _generate(  # noqa: ANN001
             folder.failures,
         )
     return manifest
+
+
+def _never_generated(failures: FailureLog, done: set[str]) -> dict[str, int]:
+    """Rows recorded as ones the engine refuses for good (too long for the context, rejected), by
+    reason: the run is complete without them, and says so."""
+    last: dict[str, dict] = {}
+    for f in failures.read():
+        last[f["id"]] = f
+    out: dict[str, int] = {}
+    for rid, f in last.items():
+        if f.get("permanent") and rid not in done:
+            out[f.get("reason", "rejected")] = out.get(f.get("reason", "rejected"), 0) + 1
+    return out
 
 
 def _generating_s(timeline: Path) -> float | None:
