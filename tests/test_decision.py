@@ -154,9 +154,14 @@ def test_a_lead_outside_the_noise_chooses_speculation() -> None:
 
 def test_a_disturbed_repetition_is_set_aside_and_does_not_flip_the_decision() -> None:
     """k1 leads plain by 5% in every calm round; a CPU hog in round 1 of k1 halves that repetition.
-    Set aside (two calm repetitions remain), the lead still counts; taken as it came, it would not."""
+    The sweep measures that level once more (round 3, both arms: kit.decide.sweep.redo_slots); the
+    hogged repetition set aside, three calm rounds remain and the lead still counts. Taken as it
+    came, the hogged round would have hidden it; without the extra round, two pairs are too few."""
     calm = {("plain", 0, 16): [2000.0, 2010.0, 2050.0], ("spec_k1", 1, 16): [2100.0, 2110.0, 2150.0]}
-    hog = {**calm, ("spec_k1", 1, 16): [2100.0, -1000.0, 2150.0]}
+    hog = {
+        ("plain", 0, 16): [2000.0, 2010.0, 2050.0, 2030.0],
+        ("spec_k1", 1, 16): [2100.0, -1000.0, 2150.0, 2135.0],
+    }
     params = DecideParams(concurrencies=[16], spec_steps=[1])
     before = decide_measured(measured(calm), params, flavor="vllm")
     after = decide_measured(measured(hog), params, flavor="vllm")
@@ -169,6 +174,23 @@ def test_a_disturbed_repetition_is_set_aside_and_does_not_flip_the_decision() ->
                for r in after["reasons"])  # fmt: skip
     unseen = _runs(hog).assign(disturbed=False)  # the same numbers, the hog unseen: no call made
     assert decide_measured((summarise(unseen), unseen), params, flavor="vllm")["chosen_arm"] == "plain"
+    short = {k: v[:3] for k, v in hog.items()}  # no extra round: two calm pairs cannot carry a lead
+    assert decide_measured(measured(short), params, flavor="vllm")["chosen_arm"] == "plain"
+
+
+def test_the_sweep_measures_a_disturbed_level_once_more_with_every_arm() -> None:
+    from kit.decide.sweep import redo_slots
+    from kit.engines.arms import Arm
+
+    arms = [Arm(0), Arm(1, "NGRAM"), Arm(3, "NGRAM")]
+    rows = _runs({("plain", 0, 1): [400.0], ("plain", 0, 16): [-900.0], ("spec_k1", 1, 16): [800.0]})
+    rows = rows.assign(canary_ms=3.0).to_dict("records")
+    slots = redo_slots(rows, arms, together=True, next_round=3)
+    assert [(s.round, s.arm.name, s.concurrency) for s in slots] == [
+        (3, "spec_k3", 16), (3, "spec_k1", 16), (3, "plain", 16)
+    ]  # fmt: skip
+    calm = [dict(r, disturbed=False, foreign_cpu=0.0) for r in rows]
+    assert redo_slots(calm, arms, together=True, next_round=3) == []
 
 
 def test_drift_is_caught() -> None:

@@ -8,7 +8,8 @@ decision compares intervals, not single numbers:
   (`INTERVAL` of the resamples; with three repetitions it is their range);
 - a lead of one arm over another is the median of their per-round ratios (each round measures both
   arms minutes apart at most, so a slow machine slows both), with its own bootstrap interval; it
-  counts only when that interval excludes 1 and the lead is larger than the two arms' pooled noise;
+  counts only over three rounds or more, when that interval excludes 1 and the lead is larger than
+  the two arms' pooled noise;
 - the sweep's noise is the median half-width of its levels' intervals, as a share of their medians;
 - drift: plain decoding measured at the start and at the end of the sweep; when the two differ by
   more than that level's interval, the machine changed under the sweep.
@@ -28,6 +29,9 @@ RESAMPLES = 2000
 SEED = 0
 UNMEASURED_NOISE = 0.10
 """The noise assumed when a level was measured once (no spread to measure): a lead must be larger."""
+MIN_PAIRS = 3
+"""Rounds that measured both arms a lead needs before it can count: two agreeing rounds of a
+machine that swings 2x are no evidence."""
 
 
 @dataclass(frozen=True)
@@ -83,8 +87,10 @@ class Lead:
 
     @property
     def counts(self) -> bool:
-        """A lead outside the noise: the ratio's interval excludes 1 and the lead exceeds the pooled noise."""
-        return self.ratio.excludes(1.0) and abs(self.ratio.median - 1) > self.pooled_noise
+        """A lead outside the noise: over `MIN_PAIRS` rounds or more, the ratio's interval excludes 1
+        and the lead exceeds the pooled noise."""
+        enough = self.ratio.n >= MIN_PAIRS
+        return enough and self.ratio.excludes(1.0) and abs(self.ratio.median - 1) > self.pooled_noise
 
     def as_dict(self) -> dict[str, object]:
         return {

@@ -8,10 +8,11 @@ end, to see whether the machine drifted (kit.decide.noise). Where the arms' serv
 together (a CPU engine with a small model) they stay up side by side and a round costs requests;
 otherwise each round starts each arm's server in turn (`decide.servers`).
 
-Every measurement is bracketed by readings of what else the machine did (kit.decide.machine); one
-that other processes disturbed is set aside when enough undisturbed repetitions of its level
-remain. `sweep_runs.parquet` keeps every measurement; `sweep.parquet` one row per (arm, level):
-the median, its interval and how many repetitions back it. An arm the engine cannot run is a row
+Every measurement is bracketed by readings of what else the machine did (kit.decide.machine); a
+level where one was disturbed is measured once more, every arm again, and the disturbed
+measurement is set aside while two undisturbed repetitions of its level remain.
+`sweep_runs.parquet` keeps every measurement; `sweep.parquet` one row per (arm, level): the
+median, its interval and how many repetitions back it. An arm the engine cannot run is a row
 with status `skipped` and the reason; one whose server would not start, or whose requests failed,
 is `failed` with the error. Accept length comes from the responses where the engine puts it there
 (SGLang), else from the change of its `/metrics` counters over the level (vLLM).
@@ -356,10 +357,17 @@ def run_sweep(
     sweep_log.line(f"sweep of {len(runnable)} arm(s), {d.repetitions} round(s), servers together: {together}")
     servers = ArmServers(params, folder, runnable, hybrid, together)
     bar = progress(total=len(slots), desc="sweep", unit="level")
+    t0 = time.monotonic()
     try:
         if together:
             servers.start_all(runnable)
-        rows += _run_slots(slots, servers, prompts, bar, sweep_log, d.time_budget_s)
+        measured = _run_slots(slots[:-1], servers, prompts, bar, sweep_log, d.time_budget_s, t0)
+        redo = redo_slots(measured, runnable, together, d.repetitions)
+        if redo and _fits(measured, d.time_budget_s, t0, len(redo), sweep_log):
+            bar.total += len(redo)
+            sweep_log.line(f"measuring {len({s.concurrency for s in redo})} disturbed level(s) once more")
+            measured += _run_slots(redo, servers, prompts, bar, sweep_log, None, t0)
+        rows += measured + _run_slots(slots[-1:], servers, prompts, bar, sweep_log, None, t0)
     finally:
         servers.stop_all()
         bar.close()
@@ -377,6 +385,30 @@ def _head(arm: Arm, c: int) -> dict[str, Any]:
     return {"arm": arm.name, "algorithm": arm.algorithm, "spec_k": arm.k, "concurrency": c, "phase": "sweep"}
 
 
+def redo_slots(rows: list[dict[str, Any]], arms: list[Arm], together: bool, next_round: int) -> list[Slot]:
+    """One more round at each level where a measurement was disturbed, every arm again (so leads stay
+    paired by round): set aside, a disturbed repetition must not leave its level one short."""
+    if not rows:
+        return []
+    runs = flag_slow(pd.DataFrame(rows).reindex(columns=RUN_COLUMNS))
+    hit = sorted({int(c) for c in runs[(runs.phase == "sweep") & runs.disturbed].concurrency})
+    order = arms if next_round % 2 == 0 else arms[::-1]
+    if together:
+        return [Slot(next_round, arm, c) for c in hit for arm in order]
+    return [Slot(next_round, arm, c) for arm in order for c in hit]
+
+
+def _fits(rows: list[dict[str, Any]], budget: float | None, t0: float, n: int, sweep_log: SweepLog) -> bool:
+    """Whether `n` more measurements fit in the time budget (at the sweep's pace so far)."""
+    if budget is None or not rows:
+        return True
+    elapsed = time.monotonic() - t0
+    if elapsed + n * elapsed / len(rows) <= budget:
+        return True
+    sweep_log.line(f"time budget {budget:g} s: the disturbed levels are not measured again")
+    return False
+
+
 def _run_slots(
     slots: list[Slot],
     servers: ArmServers,
@@ -384,8 +416,8 @@ def _run_slots(
     bar: Any,
     sweep_log: SweepLog,
     budget: float | None,
+    t0: float,
 ) -> list[dict[str, Any]]:
-    t0 = time.monotonic()
     rows: list[dict[str, Any]] = []
     round_started: dict[int, float] = {}
     for slot in _within_budget(slots, t0, budget, round_started, sweep_log):
