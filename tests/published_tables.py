@@ -4,8 +4,15 @@ settings each needs, and the model's prediction for each point (used by tests/te
     .venv/bin/python tests/published_tables.py     # the predicted-beside-published tables (markdown)
 
 Every figure below is copied from the cited source; settings the source does not state are named
-as assumptions in `assumed`. Where a source gives no accept length, the first point's published
-ratio fixes it (`accept=None`) and only the other points test the model.
+as assumptions in `assumed`. Two protocols for the accept length E (docs/costmodel.md shows both):
+
+- independent (the default): E as measured for that draft head elsewhere (`accept`, with
+  `accept_source`), so every point tests the model;
+- first point: E fixed so that the table's first point matches (`protocol="first_point"`), which
+  absorbs into E whatever the model misprices at that point and leaves only the slope tested.
+
+`engine` overrides constants a table's engine version is known to differ in, from an independent
+measurement (`engine_source`), never from the table itself.
 """
 
 from __future__ import annotations
@@ -31,7 +38,7 @@ GB300 = cm.Hardware(8e12, 2.5e15, 288e9, "GB300")
 H100 = cm.Hardware(3.35e12, 989e12, 80e9, "H100 SXM", link_Bps=450e9)
 H200 = cm.Hardware(4.8e12, 989e12, 141e9, "H200", link_Bps=450e9)
 A100 = cm.Hardware(2.039e12, 312e12, 80e9, "A100 SXM 80GB", link_Bps=300e9)
-RTX3090 = cm.Hardware(936e9, 71e12, 24e9, "RTX 3090")
+RTX3090 = cm.Hardware(936e9, 71e12, 24e9, "RTX 3090", gemm_efficiency=0.9)
 
 
 def arch(name: str):  # noqa: ANN201
@@ -39,6 +46,19 @@ def arch(name: str):  # noqa: ANN201
 
 
 EAGLE3_LLAMA = draft_from_config("eagle3", CONFIGS / "llama3_1_8b_eagle3.json")
+EAGLE3_QWEN3_MOE = draft_from_config("eagle3", CONFIGS / "qwen3_30b_a3b_eagle3.json")
+ACCEPT_EAGLE3_K3, ACCEPT_EAGLE3_K2 = 2.79, 2.36
+ACCEPT_SOURCE = (
+    "vLLM issue #20780 (https://github.com/vllm-project/vllm/issues/20780): yuhuili/EAGLE3-LLaMA3.1-"
+    "Instruct-8B chain drafts on MT-Bench, temperature 0: accept length 2.36 for K=2, 2.79 for K=3"
+)
+DRAFT_PASS_2025 = 1.16e-3
+DRAFT_PASS_SOURCE = (
+    "vLLM issue #20780, H100, batch 1: plain TPOT 7.07 ms, EAGLE-3 K=3 TPOT 4.09 ms at accept length "
+    "2.79, so a speculative iteration takes 11.4 ms; the model's kernels explain 1.6 ms of the 4.3 ms "
+    "beyond a plain step, the rest is 1.16 ms per draft pass of that year's engines (2025: SGLang "
+    "0.4.4, vLLM V1 with an eager draft), against 0.23 ms fitted on the 2026 GB300 cookbook"
+)
 
 
 @dataclass(frozen=True)
@@ -52,11 +72,16 @@ class Table:
     work: Workload
     points: tuple[tuple[str, cm.Hardware, int, int, float], ...]
     accept: float | None
-    """Accept length E (tokens per verify); None: fixed by the first point."""
+    """Accept length E (tokens per verify) measured independently; None: fixed by the first point."""
     settings: str
     assumed: str
     engine_cap: int | None = None
     with_prefill: bool = True
+    accept_source: str = ""
+    """Where the independent accept length was measured."""
+    engine: tuple[tuple[str, float], ...] = ()
+    """Efficiency fields this table's engine version is known to need, e.g. (("draft_pass_s", ...),)."""
+    engine_source: str = ""
 
 
 TABLES = (
@@ -93,9 +118,13 @@ TABLES = (
                 64: 1.38,
             }.items()
         ),
-        None,
-        "EAGLE-3 chain of 3 (no tree), draft vocabulary 32000, batch size = running requests",
-        "accept length not published for the chain: fixed by B=2; MT-Bench lengths: 128 in / 512 out",
+        ACCEPT_EAGLE3_K3,
+        "EAGLE-3 chain of 3 (no tree: the paper's section 4.3), draft vocabulary 32000, batch size = "
+        "running requests",
+        "MT-Bench lengths: 128 in / 512 out; the chain of 3 as steps 3, top-k 1, 4 draft tokens",
+        accept_source=ACCEPT_SOURCE,
+        engine=(("draft_pass_s", DRAFT_PASS_2025),),
+        engine_source=DRAFT_PASS_SOURCE,
     ),
     Table(
         "vllm_eagle3_rtx3090",
@@ -108,9 +137,13 @@ TABLES = (
             (f"B={b}", RTX3090, b, 2, r)
             for b, r in {2: 1.75, 4: 1.68, 8: 1.58, 16: 1.49, 24: 1.42, 32: 1.36, 48: 1.21, 56: 1.01}.items()
         ),
-        None,
-        "EAGLE-3 chain of 2, fp16, draft vocabulary 32000; RTX 3090: 936 GB/s, 71 TFLOP/s fp16 (fp32 acc.)",
-        "accept length not published for the chain: fixed by B=2; MT-Bench lengths: 128 in / 512 out",
+        ACCEPT_EAGLE3_K2,
+        "EAGLE-3 chain of 2 (no tree: the paper's section 4.4), fp16, draft vocabulary 32000; RTX 3090: "
+        "936 GB/s, 71 TFLOP/s fp16 (fp32 acc.), GEMMs at 0.9 of it (a consumer card holds its rated clock)",
+        "MT-Bench lengths: 128 in / 512 out",
+        accept_source=ACCEPT_SOURCE,
+        engine=(("draft_pass_s", DRAFT_PASS_2025),),
+        engine_source=DRAFT_PASS_SOURCE,
     ),
     Table(
         "magicdec_selfspec",
@@ -147,13 +180,54 @@ TABLES = (
         "accept length 1.85-1.90 (DeepSeek-V3 report: the second token is accepted 85-90% of the time)",
         "context not stated: 1024 in / 512 out",
     ),
+    Table(
+        "specforge_qwen3_moe_h100",
+        "SpecForge issue #339 (https://github.com/sgl-project/SpecForge/issues/339): Qwen3-30B-A3B with "
+        "an EAGLE-3 chain, 2 x H100 TP2, SGLang, mtbench:20; plain 222.47 / 566.21 tok/s and EAGLE-3 "
+        "159.78 / 447.90 tok/s at batch 1 / 4",
+        "qwen3_30b_a3b",
+        EAGLE3_QWEN3_MOE,
+        Workload(128, 512, tp_size=2),
+        (("B=1", H100, 1, 3, 0.718), ("B=4", H100, 4, 3, 0.791)),
+        1.86,
+        "EAGLE-3 chain: steps 3, top-k 1, 4 draft tokens; MoE (128 experts, 8 per token): verifying 4 "
+        "tokens reads about 3.6x the experts a plain step does",
+        "MT-Bench lengths: 128 in / 512 out; the head's config as SpecForge's qwen3-30B-eagle3.json",
+        accept_source="the same run: accept length 1.86 at both batch sizes",
+    ),
+    Table(
+        "magicdec_llama2_selfspec",
+        "Sadhukhan et al., MagicDec (arXiv 2408.11049), end-to-end speedups on 8xA100 and 8xH100_SXM, "
+        "Llama2-7B-32K self-speculation rows at 8000 tokens; https://infini-ai-lab.github.io/MagicDec/",
+        "llama2_7b_32k",
+        Draft("self_spec", kv_budget=512),
+        Workload(8000, 64, tp_size=8),
+        (
+            ("8xA100 B=32", A100, 32, 3, 1.18),
+            ("8xA100 B=64", A100, 64, 3, 1.48),
+            ("8xH100 B=32", H100, 32, 3, 1.19),
+        ),
+        accept_length(0.83, 3),
+        "prefill 8000, TP 8, StreamingLLM draft KV budget 512, speculation length 3 (the rows with 3)",
+        "acceptance 0.83: the page's figure at 8000 tokens, measured on Llama-3.1-8B, carried to Llama-2-7B",
+        with_prefill=False,
+        accept_source="the MagicDec page's acceptance table (Llama-3.1-8B, budget 512, PG-19, 8000 tokens)",
+    ),
 )
 
 FITTED = ("gb300_sglang_mtp", "magicdec_selfspec")
 """Tables the fixed costs of `Efficiency` are fitted on; the others are held out."""
 
-HELD_OUT_TOLERANCE = {"sglang_eagle3_h100": 0.25, "sglang_dsv3_mtp_h200": 0.25, "vllm_eagle3_rtx3090": 0.30}
-"""Largest |predicted / published - 1| each held-out table meets (docs/costmodel.md: why 30% for 3090)."""
+HELD_OUT_TOLERANCE = {
+    "sglang_eagle3_h100": 0.25,
+    "vllm_eagle3_rtx3090": 0.25,
+    "sglang_dsv3_mtp_h200": 0.35,
+    "specforge_qwen3_moe_h100": 0.25,
+    "magicdec_llama2_selfspec": 0.25,
+}
+"""Largest |predicted / published - 1| each held-out table meets with its independent accept length
+(docs/costmodel.md: DeepSeek-V3 at batch 1 is missed by a third, and why)."""
+FITTED_TOLERANCE = 0.12
 
 
 def _spec_speedup(
@@ -190,9 +264,10 @@ def _ratio(t: Table, hw: cm.Hardware, B: int, k: int, E: float, eff: cm.Efficien
     return _spec_speedup(arch(t.model), hw, B, k, E, t.work, eff, t.draft, t.with_prefill)
 
 
-def accept_for(t: Table, eff: cm.Efficiency) -> float:
-    """The table's accept length, or the one that makes its first point match (ratio ~ E)."""
-    if t.accept is not None:
+def accept_for(t: Table, eff: cm.Efficiency, protocol: str = "independent") -> float:
+    """The table's independent accept length, or (`first_point`, or none known) the one that makes
+    its first point match (ratio ~ E)."""
+    if t.accept is not None and protocol == "independent":
         return t.accept
     _, hw, B, k, published = t.points[0]
     E = (k + 2) / 2
@@ -201,9 +276,12 @@ def accept_for(t: Table, eff: cm.Efficiency) -> float:
     return E
 
 
-def predicted(t: Table, eff: cm.Efficiency = cm.DEFAULT_EFFICIENCY) -> list[dict]:
-    """One row per point: label, published, predicted, error."""
-    E = accept_for(t, eff)
+def predicted(
+    t: Table, eff: cm.Efficiency = cm.DEFAULT_EFFICIENCY, protocol: str = "independent"
+) -> list[dict]:
+    """One row per point: label, published, predicted, error (with the table's engine constants)."""
+    eff = replace(eff, **dict(t.engine)) if t.engine else eff
+    E = accept_for(t, eff, protocol)
     rows = []
     for label, hw, B, k, published in t.points:
         p = _ratio(t, hw, B, k, E, eff)
@@ -213,7 +291,7 @@ def predicted(t: Table, eff: cm.Efficiency = cm.DEFAULT_EFFICIENCY) -> list[dict
     return rows
 
 
-FIXED_COSTS = ("overhead_s", "layer_s", "allreduce_s", "spec_seq_s")
+FIXED_COSTS = ("spec_seq_s", "draft_pass_s", "verify_kv_bw")
 
 
 def refit_fixed_costs(start: cm.Efficiency) -> cm.Efficiency:
@@ -231,23 +309,29 @@ def refit_fixed_costs(start: cm.Efficiency) -> cm.Efficiency:
 
 
 def markdown(eff: cm.Efficiency = cm.DEFAULT_EFFICIENCY) -> str:
-    """Predicted beside published for every point of every table."""
+    """Predicted beside published for every point of every table, under both protocols."""
     out = []
     for t in TABLES:
         role = "fitted" if t.name in FITTED else "held out"
-        rows = predicted(t, eff)
-        E = rows[0]["E"]
+        indep, first = predicted(t, eff), predicted(t, eff, "first_point")
+        source = f" Accept length {indep[0]['E']:.2f}: {t.accept_source}." if t.accept_source else ""
+        engine = ""
+        if t.engine:
+            values = ", ".join(f"{k} = {1e3 * v:.2f} ms" for k, v in t.engine)
+            engine = f" Engine constants: {values} ({t.engine_source})."
         out += [
-            f"### {t.name} ({role})",
+            f"#### {t.name} ({role})",
             "",
-            f"{t.citation}. Settings: {t.settings}. Assumed: {t.assumed}. Accept length used: {E:.2f}.",
+            f"{t.citation}. Settings: {t.settings}. Assumed: {t.assumed}.{source}{engine}",
             "",
-            "| point | published | predicted | error |",
-            "|---|---|---|---|",
+            f"| point | published | predicted, independent E ({indep[0]['E']:.2f}) | error "
+            f"| predicted, E fixed on the first point ({first[0]['E']:.2f}) | error |",
+            "|---|---|---|---|---|---|",
         ]
         out += [
-            f"| {r['label']} | {r['published']:.2f} | {r['predicted']:.2f} | {100 * r['error']:+.0f}% |"
-            for r in rows
+            f"| {a['label']} | {a['published']:.2f} | {a['predicted']:.2f} | {100 * a['error']:+.0f}% "
+            f"| {b['predicted']:.2f} | {100 * b['error']:+.0f}% |"
+            for a, b in zip(indep, first, strict=True)
         ]
         out.append("")
     return "\n".join(out)
@@ -256,7 +340,14 @@ def markdown(eff: cm.Efficiency = cm.DEFAULT_EFFICIENCY) -> str:
 def with_kernel_factors_only() -> cm.Efficiency:
     """The defaults with the fixed costs as the H200 profiles alone give them (the fit's start)."""
     return replace(
-        cm.DEFAULT_EFFICIENCY, overhead_s=1.28e-4, layer_s=8.33e-5, allreduce_s=1e-5, spec_seq_s=0.0
+        cm.DEFAULT_EFFICIENCY,
+        overhead_s=1.28e-4,  # H200 profiles
+        layer_s=0.0,  # H200 profiles with CUDA graphs
+        allreduce_s=1e-5,  # NVIDIA/nccl#1259: ~6 us small all-reduce on 2 H100s (NVLS, graphs)
+        expert_s=2e-6,  # SpecForge#339 plain tok/s at bs 4-16 (Qwen3-30B-A3B, 2xH100)
+        spec_seq_s=0.0,
+        draft_pass_s=2e-4,
+        verify_kv_bw=0.6,
     )
 
 

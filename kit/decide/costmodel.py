@@ -9,14 +9,15 @@ speculative) over a context of `L`; `n = B q` tokens pass through the weights. P
                 checkpoint (FP8 = 1, bf16 = 2)
 - linear_s    = 2 N_act n / (tp peak e_gemm(n)),   e_gemm(n) = e_flops n / (n + n_half)
                 (routed experts see n top_k / touched tokens each, so their GEMMs run less efficiently)
-- kv_s        = B (L + q) kv_tok / (shards bw e_bw)   shards = min(tp, kv_heads); 1 for MLA, whose
-                latent is replicated on every rank
+- kv_s        = B (L + q) kv_tok / (shards bw e_bw v)   v = verify_kv_bw when q > 1, else 1;
+                shards = min(tp, kv_heads); 1 for MLA, whose latent is replicated on every rank
 - attention_s = 2 n (L + q) n_attn H (d_qk + d_v) / (tp peak e_attn(r)),  e_attn(r) = e_attn r / (r + r_half)
                 with r = query rows per KV head = (H / H_kv) q (GQA) or H q (MLA, absorbed: d_qk =
                 kv_lora_rank + rope, d_v = kv_lora_rank); standard attention d_qk = d_v = head_dim
 - state_s     = (2 B S + [q > 1] B (q + 2) S) / (tp bw e_bw)   recurrent state of hybrid models,
                 with one snapshot per verified token and the accepted one copied back
 - fixed_s     = overhead (scheduler, sampling) + n_layers layer_s (launch gaps, small kernels)
+- expert_fixed_s = n_moe_layers E_touched expert_s   (fused-MoE cost per active expert, added)
 - comm_s      = [tp > 1] 2 n_layers (allreduce_s + 2 (tp - 1) / tp n h 2 / link_bw)
 
 A kernel's memory and compute times join through a soft maximum `(m^p + c^p)^(1/p)` (p =
@@ -24,7 +25,7 @@ A kernel's memory and compute times join through a soft maximum `(m^p + c^p)^(1/
 cost a little and never jump at a ridge:
 
     T = smax(weights, linear) + smax(experts, expert_linear) + smax(kv, attention)
-        + smax(state, recurrent) + fixed + comm
+        + smax(state, recurrent) + fixed + comm + expert_fixed
 
 Draft costs per kind are in kit.decide.drafts; validation against published tables in
 docs/costmodel.md. `MODEL_ERROR` is the error band the validation supports.
@@ -54,9 +55,17 @@ class Hardware:
     """Interconnect bandwidth per GPU and direction for tensor-parallel all-reduce (0: not modelled)."""
     flops_fp8: float | None = None
     """Dense FP8 FLOP/s; default twice the bf16 figure (Hopper, Blackwell)."""
+    gemm_efficiency: float | None = None
+    """Fraction of the datasheet FLOP/s that large GEMMs reach on this GPU class; None: `Efficiency.flops`
+    (calibrated on the H200, whose 700 W SXM parts clock down under dense tensor load). Consumer and
+    PCIe cards, whose datasheet peak is already a sustained clock, reach ~0.9 in cuBLAS."""
 
     def __post_init__(self) -> None:
-        if min(self.bandwidth_Bps, self.flops_bf16, self.memory_bytes) <= 0 or self.link_Bps < 0:
+        if (
+            min(self.bandwidth_Bps, self.flops_bf16, self.memory_bytes) <= 0
+            or self.link_Bps < 0
+            or not (self.gemm_efficiency is None or 0 < self.gemm_efficiency <= 4)
+        ):
             raise CostModelError(f"hardware {self.name!r}: bandwidth, FLOP/s and memory must be positive")
 
     def peak(self, weight_dtype_bytes: float) -> float:
@@ -87,19 +96,27 @@ class Efficiency:
     """Query rows per KV head (group x q) at which attention reaches half of `attn_flops`."""
     sharpness: float = 3.0
     """p of the soft maximum joining a kernel's memory and compute times (large p: a hard max)."""
-    overhead_s: float = 1.75e-4
+    overhead_s: float = 1.28e-4
     """Per step: scheduler, sampling, graph launch."""
     layer_s: float = 0.0
     """Per decoder layer per forward pass: launch gaps and the small kernels (norms, rope, activation)."""
-    allreduce_s: float = 8.13e-5
+    allreduce_s: float = 1e-5
     """Latency of one tensor-parallel all-reduce (two per layer when tp > 1)."""
-    spec_seq_s: float = 2.16e-5
+    spec_seq_s: float = 0.0
     """Host bookkeeping per running sequence in a speculative iteration (accept / reject, KV slots),
     which engines do not overlap with the GPU as they do a plain step's scheduling."""
     ngram_seq_s: float = 5e-6
     """Host time of an n-gram (prompt lookup) proposal per sequence and iteration (not fitted on any
     published table: none measures n-gram; the CPU sweep refits it, docs/cpu_validation.md)."""
-    draft_pass_s: float = 0.0
+    verify_kv_bw: float = 0.598
+    """Fraction of the decode kernels' KV bandwidth that attention reaches when each sequence brings
+    q > 1 query tokens (verify): engines send those to prefill-type kernels, which do not split a
+    long context across thread blocks the way decode kernels do."""
+    expert_s: float = 2e-6
+    """Per routed expert a step touches, per MoE layer: what the fused-MoE kernels pay for each active
+    expert beyond its weight bytes (its own padded token tile, a partial wave of thread blocks, the
+    routing metadata), added to the expert term rather than hidden under its soft maximum."""
+    draft_pass_s: float = 2.32e-4
     """Fixed cost of one draft forward pass beyond its kernels' bytes and FLOPs: the launches, the
     sampling of the drafted token and the sync before the next pass (a chain of k drafts runs k
     passes, one after the other)."""
@@ -107,7 +124,11 @@ class Efficiency:
 
     def __post_init__(self) -> None:
         if not (
-            0 < self.bw <= 4 and 0 < self.flops <= 4 and 0 < self.attn_flops <= 4 and self.sharpness >= 1
+            0 < self.bw <= 4
+            and 0 < self.flops <= 4
+            and 0 < self.attn_flops <= 4
+            and 0 < self.verify_kv_bw <= 1
+            and self.sharpness >= 1
         ):
             raise CostModelError(
                 f"efficiency factors must be in (0, 4] (above 1 means the datasheet figure is too low), "
@@ -120,6 +141,7 @@ class Efficiency:
             self.spec_seq_s,
             self.ngram_seq_s,
             self.draft_pass_s,
+            self.expert_s,
         )
         if min(*fixed, self.gemm_half_tokens, self.attn_half_rows) < 0:
             raise CostModelError("fixed costs and half-efficiency points must be >= 0")
@@ -167,6 +189,7 @@ class StepTerms:
     recurrent_s: float
     fixed_s: float
     comm_s: float
+    expert_fixed_s: float = 0.0
     sharpness: float = 3.0
 
     @property
@@ -186,7 +209,7 @@ class StepTerms:
             + smax(self.kv_s, self.attention_s, p)
             + smax(self.state_s, self.recurrent_s, p)
         )
-        return kernels + self.fixed_s + self.comm_s
+        return kernels + self.fixed_s + self.comm_s + self.expert_fixed_s
 
 
 def smax(m: float, c: float, p: float = 3.0) -> float:
@@ -260,6 +283,7 @@ def step_terms(
     n = B * q
     bw, wb = hw.bandwidth_Bps * eff.bw, shape.per_weight(arch)
     peak = hw.peak(wb)
+    e_flops = hw.gemm_efficiency or eff.flops
     dense, routed, routed_active, head = param_split(arch)
     touched = experts_touched(arch, n)
     per_expert = n * arch.experts_per_token / max(touched * arch.num_experts, 1e-9) if arch.is_moe else 0
@@ -270,14 +294,14 @@ def step_terms(
     lin = arch.linear
     return StepTerms(
         weights_s=(dense + head) * wb / (tp * bw),
-        linear_s=2 * (dense + head) * n / (tp * peak * _efficiency(eff.flops, n, eff.gemm_half_tokens)),
+        linear_s=2 * (dense + head) * n / (tp * peak * _efficiency(e_flops, n, eff.gemm_half_tokens)),
         experts_s=routed * touched * wb / (tp * bw),
         expert_linear_s=(
-            2 * routed_active * n / (tp * peak * _efficiency(eff.flops, per_expert, eff.gemm_half_tokens))
+            2 * routed_active * n / (tp * peak * _efficiency(e_flops, per_expert, eff.gemm_half_tokens))
             if arch.is_moe
             else 0.0
         ),
-        kv_s=B * (L + q) * kv_tok / (shards * bw),
+        kv_s=B * (L + q) * kv_tok / (shards * bw * (eff.verify_kv_bw if q > 1 else 1.0)),
         attention_s=attention_flops(arch, n, L + q)
         / (tp * hw.flops_bf16 * _efficiency(eff.attn_flops, group * q, eff.attn_half_rows)),
         state_s=(2 * B * state + (B * (q + 2) * state if q > 1 else 0)) / (tp * bw),
@@ -287,6 +311,9 @@ def step_terms(
             else 0.0
         ),
         fixed_s=eff.overhead_s + arch.num_layers * eff.layer_s,
+        expert_fixed_s=(arch.num_layers - arch.dense_layers) * touched * arch.num_experts * eff.expert_s
+        if arch.is_moe
+        else 0.0,
         comm_s=allreduce_time(arch.num_layers, n, arch.hidden_size, hw, eff, tp),
         sharpness=eff.sharpness,
     )

@@ -374,6 +374,7 @@ def decide(
             "bandwidth_Bps": hw.bandwidth_Bps,
             "flops_bf16": hw.flops_bf16,
             "memory_bytes": hw.memory_bytes,
+            "gemm_efficiency": hw.gemm_efficiency,
         },
         "efficiency": eff.as_dict(),
         "workload": workload_dict(work),

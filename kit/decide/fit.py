@@ -35,6 +35,8 @@ BOUNDS = {
     "spec_seq_s": (0.0, 0.01),
     "ngram_seq_s": (0.0, 0.01),
     "draft_pass_s": (0.0, 0.01),
+    "expert_s": (0.0, 1e-4),
+    "verify_kv_bw": (0.1, 1.0),
 }
 """Physical range of each constant a fit may move (fractions of the datasheet, seconds, tokens)."""
 

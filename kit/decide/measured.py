@@ -15,7 +15,7 @@ from typing import Any
 import pandas as pd
 
 from kit.decide.noise import INTERVAL, UNMEASURED_NOISE, Drift, Interval, Lead, lead, sweep_noise
-from kit.decide.sweep import per_round
+from kit.decide.sweep import flags, per_round
 
 
 @dataclass(frozen=True)
@@ -187,7 +187,7 @@ def noise_section(
     if runs is not None and not runs.empty:
         drift = drift_check(runs, sweep)
         out["drift"] = drift.as_dict() if drift else None
-        bad = runs[runs.disturbed.fillna(False).astype(bool)]
+        bad = runs[flags(runs.disturbed)]
         out["disturbed"] = [
             {
                 "round": int(r["round"]),
@@ -222,7 +222,7 @@ def drift_check(runs: pd.DataFrame, sweep: pd.DataFrame) -> Drift | None:
     c = int(start.concurrency.iloc[0])
     level = sweep[(sweep.arm == start.arm.iloc[0]) & (sweep.concurrency == c)]
     noise = float(level.noise_pct.iloc[0]) / 100 if len(level) and pd.notna(level.noise_pct.iloc[0]) else 0.0
-    seen = bool(pd.concat([start, end]).disturbed.fillna(False).astype(bool).any())
+    seen = bool(flags(pd.concat([start, end]).disturbed).any())
     return Drift(c, float(start.output_tok_s.iloc[0]), float(end.output_tok_s.iloc[0]), noise, seen)
 
 

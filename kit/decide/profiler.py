@@ -228,5 +228,6 @@ def calibrate_many(
         return np.array([cm.step_time(a, hw, B, q, L, eff, shape) for a, B, q, L, shape in points])
 
     devices = sorted({str(p["device"].iloc[0]) for p, _ in profiles})
-    start = cm.Efficiency(overhead_s=min(measured) * 0.1, layer_s=1e-5)
+    # verify_kv_bw 1: the profiler packs a verify's query rows into one attention call, as fast as q = 1
+    start = cm.Efficiency(overhead_s=min(measured) * 0.1, layer_s=1e-5, verify_kv_bw=1.0)
     return fit_efficiency(predict, np.array(measured), free, start, source=f"profile on {', '.join(devices)}")

@@ -128,7 +128,13 @@ def _gpu_hardware(gpus: list[dict[str, Any]], info: dict[str, Any]) -> cm.Hardwa
     memory = gpus[0].get("memory_total_bytes") or sheet.get("memory_bytes")
     name = gpus[0]["name"]
     if sheet and memory:
-        return cm.Hardware(sheet["bandwidth_bytes_s"], sheet["bf16_flops"], memory, name)
+        return cm.Hardware(
+            sheet["bandwidth_bytes_s"],
+            sheet["bf16_flops"],
+            memory,
+            name,
+            gemm_efficiency=sheet.get("gemm_efficiency"),
+        )
     if measured.get("copy_bandwidth_bytes_s") and measured.get("bf16_flops") and memory:
         return cm.Hardware(
             measured["copy_bandwidth_bytes_s"], measured["bf16_flops"], memory, f"{name} (measured)"

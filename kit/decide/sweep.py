@@ -466,13 +466,18 @@ def _within_budget(
         yield slot
 
 
+def flags(column: pd.Series) -> pd.Series:
+    """A column of true / false / missing as booleans (missing: false)."""
+    return column.map(lambda v: bool(v) if pd.notna(v) else False).astype(bool)
+
+
 def flag_slow(runs: pd.DataFrame) -> pd.DataFrame:
     """Mark the measurements whose CPU canary ran `SLOW_CANARY` times slower than the sweep's median
     as disturbed too (`slowdown`: each canary over that median)."""
     runs = runs.copy()
     runs["slowdown"] = slowdowns([None if pd.isna(c) else float(c) for c in runs.canary_ms])
     slow = runs.slowdown > SLOW_CANARY
-    runs["disturbed"] = runs.disturbed.fillna(False).astype(bool) | slow
+    runs["disturbed"] = flags(runs.disturbed) | slow
     return runs
 
 
@@ -487,7 +492,7 @@ def summarise(runs: pd.DataFrame) -> pd.DataFrame:
             first = g.iloc[0].to_dict()
             out.append({**{k: first.get(k) for k in LEVEL_COLUMNS}, "repetitions": 0, "set_aside": 0})
             continue
-        calm = ok[~ok.disturbed.fillna(False).astype(bool)]
+        calm = ok[~flags(ok.disturbed)]
         used = calm if len(calm) >= 2 else ok
         iv = median_interval(used.output_tok_s.astype(float).tolist())
         nearest = used.iloc[(used.output_tok_s.astype(float) - iv.median).abs().argsort().iloc[0]].to_dict()
@@ -510,6 +515,6 @@ def per_round(runs: pd.DataFrame, arm: str, concurrency: int) -> dict[int, float
     """{round: tok/s} of one arm at one level, over the measurements the summary used."""
     g = runs[(runs.phase == "sweep") & (runs.arm == arm) & (runs.concurrency == concurrency)]
     ok = g[(g.status == "ok") & g.output_tok_s.notna()]
-    calm = ok[~ok.disturbed.fillna(False).astype(bool)]
+    calm = ok[~flags(ok.disturbed)]
     used = calm if len(calm) >= 2 else ok
     return {int(r): float(v) for r, v in zip(used["round"], used.output_tok_s, strict=True)}

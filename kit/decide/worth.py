@@ -185,9 +185,8 @@ def mtp_worth_band(params: Any, decision: Mapping[str, Any]) -> WorthBand:
     decision used (decision.json)."""
     from kit.arch import load_arch
 
-    hw = cm.Hardware(
-        **{k: decision["hardware"][k] for k in ("bandwidth_Bps", "flops_bf16", "memory_bytes", "name")}
-    )
+    keys = ("bandwidth_Bps", "flops_bf16", "memory_bytes", "name", "gemm_efficiency")
+    hw = cm.Hardware(**{k: decision["hardware"][k] for k in keys if k in decision["hardware"]})
     eff_fields = {f for f in cm.Efficiency.__dataclass_fields__}
     eff = cm.Efficiency(**{k: v for k, v in decision["efficiency"].items() if k in eff_fields})
     work = Workload(**decision["workload"])
