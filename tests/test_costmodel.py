@@ -59,9 +59,23 @@ def test_held_out_table_within_its_tolerance_and_direction_with_batch(table) -> 
     rows = predicted(table)
     worst = max(abs(r["error"]) for r in rows)
     assert worst <= HELD_OUT_TOLERANCE[table.name], [(r["label"], round(r["error"], 3)) for r in rows]
-    same_hw = [r for r in rows if r["label"].split()[0] == rows[0]["label"].split()[0]] or rows
-    first, last = same_hw[0], same_hw[-1]
-    assert (first["published"] > last["published"]) == (first["predicted"] > last["predicted"]), rows
+    first, last = first_and_last_on_one_gpu(rows)
+    assert len(rows) < 2 or first is not last
+    right = (first["published"] > last["published"]) == (first["predicted"] > last["predicted"])
+    assert right != (table.name in TREND_MISSED), (table.name, rows)
+
+
+TREND_MISSED = {"sglang_dsv3_mtp_h200"}
+"""Held-out tables whose trend with batch the model gets wrong, and docs/costmodel.md says why
+(DeepSeek-V3: early-2025 SGLang's ~330 us per layer at batch 1 is not in the model): a table that
+comes right, or another that goes wrong, fails here until the doc and this set are updated."""
+
+
+def first_and_last_on_one_gpu(rows: list[dict]) -> tuple[dict, dict]:
+    """The first and last point of the first GPU's rows ("8xA100 B=32" labels name the GPU first)."""
+    gpu = rows[0]["label"].split()[0] if " " in rows[0]["label"] else None
+    same = [r for r in rows if gpu is None or r["label"].split()[0] == gpu]
+    return same[0], same[-1]
 
 
 def test_the_first_point_protocol_hides_the_draft_cost_in_the_accept_length() -> None:
