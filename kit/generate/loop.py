@@ -95,11 +95,10 @@ class GenerationLoop:
         self.total = total
         bar = progress(total=total, desc="generate", unit="row", smoothing=0.1)
         self._items, self._bar = items, bar
-        self.stats.concurrency = self.stats.concurrency_start = 0
-        ticker = asyncio.create_task(self._tick(bar))
-        watchdog = asyncio.create_task(self.pool.watch())
         # a first sample before any request: the engine's counters (accept length) count from here
         self.timeline.sample(self.stats, await self._engine_metrics())
+        ticker = asyncio.create_task(self._tick(bar))
+        watchdog = asyncio.create_task(self.pool.watch())
         self._spawn(concurrency)
         work = asyncio.create_task(self._all_workers())
         try:
