@@ -51,7 +51,14 @@ def write_params(tmp_path, demo_model, fixture_data):
             "output_dir": str(tmp_path / "outputs"),
             "model": {"path": str(demo_model)},
             "engine": {"flavor": "transformers", "startup_timeout_s": 300},
-            "decide": {"concurrencies": [1, 4], "num_prompts": 4, "max_tokens": 8, "spec_steps": [2]},
+            # levels of half a second: the tests check what is measured, not how well
+            "decide": {
+                "concurrencies": [1, 4],
+                "num_prompts": 4,
+                "max_tokens": 8,
+                "spec_steps": [2],
+                "level_s": 0.5,
+            },
             "data": {
                 "seed": 0,
                 "sources": [
