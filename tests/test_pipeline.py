@@ -43,7 +43,7 @@ def demo_run(tmp_path_factory, demo_model) -> Path:
     for s in params["data"]["sources"]:
         s["count"] = 3
         s["data_files"] = [str(tmp / "data" / Path(f).name) for f in s["data_files"]]
-    params["decide"].update(concurrencies=[1, 4], num_prompts=4, max_tokens=8)
+    params["decide"].update(concurrencies=[1, 4], num_prompts=4, max_tokens=8, level_s=0.5)
     params["generate"]["sampling"]["max_tokens"] = 24
     path = tmp / "demo.yaml"
     path.write_text(yaml.safe_dump(params))
