@@ -377,9 +377,7 @@ def load_average() -> str:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument(
-        "--samples", type=int, default=12, help="samples per prompt"
-    )
+    ap.add_argument("--samples", type=int, default=12, help="samples per prompt")
     ap.add_argument("--out", type=Path, default=None)
     ap.add_argument("--work", type=Path, default=None, help="working folder (default: a temporary one)")
     args = ap.parse_args()

@@ -86,8 +86,10 @@ async def _level(url: str, prompts: list[dict], c: int, seconds: float) -> float
     return tokens / (time.perf_counter() - t0)
 
 
-def side_by_side(work: Path, pairs: int) -> dict[str, list[float]]:
-    """Plain at 8 concurrent, 3 s a measurement: alone, then beside an idle server, `pairs` times."""
+def side_by_side(work: Path, pairs: int, settle_s: float) -> dict[str, list[float]]:
+    """Plain at 8 concurrent, 3 s a measurement: alone, then beside an idle server, `pairs` times;
+    `settle_s` after the neighbour starts or stops before measuring (a server just up may still be
+    busy finishing its start)."""
     from kit.decide.run import sweep_prompts
     from kit.decide.sweep import arm_params
     from kit.engines import start_server
@@ -105,7 +107,9 @@ def side_by_side(work: Path, pairs: int) -> dict[str, list[float]]:
         for _ in range(pairs):
             seen["alone"].append(asyncio.run(_level(a.base_url, prompts, 8, 3)))
             with start_server(other, folder.logs, name="b"):
+                time.sleep(settle_s)
                 seen["beside an idle server"].append(asyncio.run(_level(a.base_url, prompts, 8, 3)))
+            time.sleep(settle_s)
             print({k: [round(x) for x in v] for k, v in seen.items()}, flush=True)
     return seen
 
@@ -164,7 +168,7 @@ def report(
         "# Does the decision know its own noise? (vLLM CPU build, demo model)",
         "",
         f"Command: `.venv/bin/python benchmarks/bench_decide.py --runs {args.runs} --pairs {args.pairs} "
-        f"--canary-s {args.canary_s:g} --out {args.out}`, {time.strftime('%Y-%m-%d')}, 2-core development "
+        f"--canary-s {args.canary_s:g} --settle-s {args.settle_s:g} --out {args.out}`, {time.strftime('%Y-%m-%d')}, 2-core development "
         f"machine shared with other work (load average before / after: {args.load_before} / {load()}).",
         "",
         "## 1. `kit decide params/demo-vllm.yaml` from scratch, again and again",
@@ -180,12 +184,13 @@ def report(
     ]
     chosen = sorted({r["decision"]["chosen_arm"] for r in runs})
     same = "the same every run" if len(chosen) == 1 else "they differ"
-    lines += ["", f"Chosen arms: {', '.join(chosen)} ({same}).", ""]
+    lines += ["", f"Chosen arms: {', '.join(chosen)} ({same}).", ""] if runs else ["", "(not run)", ""]
     if side:
         lines += [
             "## 2. An idle server beside the one measured",
             "",
-            "Plain decoding, 8 concurrent, 3 s a measurement, alternating (tok/s min / median / max):",
+            f"Plain decoding, 8 concurrent, 3 s a measurement, alternating, {args.settle_s:g} s after the "
+            "neighbour started or stopped (tok/s min / median / max):",
             "",
             *(f"- {k}: {span(v)} ({', '.join(f'{x:.0f}' for x in v)})" for k, v in side.items()),
             "",
@@ -213,6 +218,7 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--pairs", type=int, default=6)
     ap.add_argument("--canary-s", type=float, default=60)
+    ap.add_argument("--settle-s", type=float, default=30, help="wait after a neighbour starts or stops")
     ap.add_argument("--out", type=Path, default=None)
     ap.add_argument("--work", type=Path, default=None)
     args = ap.parse_args()
@@ -221,7 +227,7 @@ def main() -> None:
     work.mkdir(parents=True, exist_ok=True)
     canary = canary_trace(args.canary_s) if args.canary_s else []
     runs = decide_runs(work, args.runs)
-    side = side_by_side(work, args.pairs) if args.pairs else {}
+    side = side_by_side(work, args.pairs, args.settle_s) if args.pairs else {}
     text = report(args, runs, side, canary)
     print(text)
     if args.out:

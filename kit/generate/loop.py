@@ -296,7 +296,8 @@ class GenerationLoop:
         await self.writer.flush_async(self.timeline.save, self.failures.flush)
 
     async def _engine_metrics(self) -> dict[str, float]:
-        """The engine's own gauges (SGLang /metrics), summed over replicas; empty where not served."""
+        """The engine's own gauges and counters (/metrics of SGLang and vLLM), summed over replicas;
+        empty where not served."""
         merged: dict[str, float] = {}
         for r in self.pool.replicas:
             if r.client is None or not r.ready.is_set():
@@ -305,6 +306,7 @@ class GenerationLoop:
                 m = await asyncio.wait_for(r.client.prometheus(), timeout=2.0)
             except Exception:  # metrics are best effort: never let them stop generation
                 m = None
+            r.note_counters(m)  # tokens flowing: the server lives (the watchdog reads this)
             for k, v in (m or {}).items():
                 merged[k] = merged.get(k, 0.0) + float(v)
         return merged

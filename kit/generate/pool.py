@@ -4,8 +4,9 @@ One replica is the usual case (SGLang spreads its `--dp-size` replicas behind on
 `engine.replicas > 1` the kit starts one server per GPU group and balances here.
 
 Liveness is more than "the process exists", and more than "/health answers": a watchdog asks each
-server's /health every few seconds and, while requests are out, reads the engine's own token
-counters (vLLM, SGLang); a server that shows no life for `hang_timeout_s` (no answer, no healthy
+server's /health every few seconds and, while requests are out, trusts the engine's own token
+counters (vLLM, SGLang; read by the loop's timeline every few seconds) over /health; a server that
+shows no life for `hang_timeout_s` (no answer, no healthy
 probe, or, with requests out, no token made) is taken as hung and restarted, like one that exited.
 Requests wait while their replica restarts
 (`acquire`), and a request that failed because its server died, hung or was restarted is retried
@@ -63,9 +64,10 @@ class Replica:
     retired: list[EngineClient] = field(default_factory=list)
     """Clients of earlier generations: closed at the end, when no request can still hold them."""
     token_count: float | None = None
-    """The engine's token counters at the last look (kit.generate.pool.TOKEN_COUNTERS)."""
+    """The engine's token counters at the last reading (kit.generate.pool.TOKEN_COUNTERS)."""
     counts_tokens: bool = False
-    """Whether this server keeps token counters (then they, not /health, show its life)."""
+    """Whether this server keeps token counters (then they, not /health, show its life with requests
+    out); read from the loop's timeline scrapes (`note_counters`)."""
     _probe: asyncio.Task | None = None
 
     @property
@@ -114,21 +116,17 @@ class Replica:
         except Exception:  # whatever stops the probe (timeout, refused, a closed client) is a failed probe
             return False
 
-    async def progressed(self, timeout_s: float) -> bool | None:
-        """Whether the engine's own token counters rose since the last look (tokens generated or
-        prompts prefilled): the life of a server with requests out, which /health alone does not
-        show (a server can answer /health and generate nothing). None when it keeps no such counter
-        (transformers serve); False when it did and cannot be read now."""
-        client = self.client
-        try:
-            m = await asyncio.wait_for(client.prometheus(), timeout_s) if client else None
-        except Exception:  # a server that does not answer /metrics any more shows no progress
-            m = None
-        tokens = sum(v for k, v in (m or {}).items() if k in TOKEN_COUNTERS) if m else None
-        if tokens is None or not any(k in (m or {}) for k in TOKEN_COUNTERS):
-            return False if self.counts_tokens else None
+    def note_counters(self, metrics: dict[str, float] | None) -> None:
+        """The engine's /metrics as the loop's timeline read it: when its token counters (tokens
+        generated or prompts prefilled) rose since the last reading, the server is alive, whatever
+        it answers to /health; a server that keeps such counters (vLLM, SGLang) shows its life with
+        requests out this way only (kit.generate.pool.TOKEN_COUNTERS). One scrape serves both."""
+        if not metrics or not any(k in metrics for k in TOKEN_COUNTERS):
+            return
+        tokens = sum(v for k, v in metrics.items() if k in TOKEN_COUNTERS)
         before, self.token_count, self.counts_tokens = self.token_count, tokens, True
-        return before is None or tokens > before
+        if before is None or tokens > before:
+            self.saw_life()
 
 
 class ServerPool:
@@ -219,12 +217,9 @@ class ServerPool:
                 continue
             left = replica.last_life + self.hang_timeout_s - time.monotonic()
             timeout = max(MIN_PROBE_S, min(self.probe_timeout_s, left))
-            if await replica.healthy(timeout):
-                # with requests out, life is tokens flowing (where the engine counts them), not /health
-                progress = await replica.progressed(timeout) if replica.outstanding else None
-                if progress is not False:
-                    replica.saw_life()
-                    continue
+            if await replica.healthy(timeout) and not (replica.counts_tokens and replica.outstanding):
+                replica.saw_life()  # with requests out, an engine that counts tokens shows life by them
+                continue
             silent = time.monotonic() - replica.last_life
             if silent >= self.hang_timeout_s:
                 hung = f"(hung: hang timeout {self.hang_timeout_s:g} s)"
