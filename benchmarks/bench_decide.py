@@ -168,7 +168,8 @@ def report(
         "# Does the decision know its own noise? (vLLM CPU build, demo model)",
         "",
         f"Command: `.venv/bin/python benchmarks/bench_decide.py --runs {args.runs} --pairs {args.pairs} "
-        f"--canary-s {args.canary_s:g} --settle-s {args.settle_s:g} --out {args.out}`, {time.strftime('%Y-%m-%d')}, 2-core development "
+        f"--canary-s {args.canary_s:g} --settle-s {args.settle_s:g} --out {args.out}`, "
+        f"{time.strftime('%Y-%m-%d')}, 2-core development "
         f"machine shared with other work (load average before / after: {args.load_before} / {load()}).",
         "",
         "## 1. `kit decide params/demo-vllm.yaml` from scratch, again and again",
