@@ -78,3 +78,20 @@ def test_static_shards_share_the_folder_but_not_a_shard(tmp_path):
     finally:
         whole.kill()
         whole.wait()
+
+
+def test_a_shard_of_another_split_is_refused_while_one_runs(tmp_path):
+    """--shard 0/3 beside a running --shard 0/2 would divide the plan differently (issue 19, item 8)."""
+    other = holder(tmp_path, "s0of2")
+    try:
+        with pytest.raises(RunFolderError, match=f"--shard 0/3: .* --shard 0/2 \\(pid {other.pid} ") as info:
+            with RunLock(tmp_path, "s0of3"):
+                pass
+        assert "run --shard i/2" in str(info.value)
+        with RunLock(tmp_path, "s1of2"):  # the same split: side by side
+            pass
+    finally:
+        other.kill()
+        other.wait()
+    with RunLock(tmp_path, "s0of3"):  # once the other split is done, a new split may start
+        pass

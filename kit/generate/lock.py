@@ -3,7 +3,9 @@
 A whole run (`kit generate PARAMS`) holds `outputs/<run>/.generate.lock` exclusively; a static
 shard (`--shard i/N`) holds that file shared plus its own `.generate-s<i>of<N>.lock`
 exclusively, so shards of one plan run side by side on a shared folder while a second writer of
-the same run or shard is refused with a message naming the holder (pid, host, start time). The
+the same run or shard is refused with a message naming the holder (pid, host, start time), and so
+is a shard of another split (`--shard 0/3` while `--shard 1/2` runs: the two would divide the plan
+differently and each take the other's rows for copies). The
 locks are `flock` locks: the kernel (or the NFS server, when the holder's lease ends) releases
 them when the holder dies, even by `kill -9`, so a lock file left behind is never stale.
 """
@@ -15,6 +17,7 @@ import fcntl
 import json
 import logging
 import os
+import re
 import socket
 import sys
 from pathlib import Path
@@ -26,6 +29,7 @@ from kit.runfolder import RunFolder, ShardView
 
 log = logging.getLogger(__name__)
 _BUSY = (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES)
+_SHARD_TAG = re.compile(r"s(\d+)of(\d+)")
 
 
 def holder_info() -> dict[str, object]:
@@ -77,6 +81,7 @@ class RunLock:
             else:
                 self._take(self.folder_lock, fcntl.LOCK_SH, record=False)
                 self._take(self.own_lock, fcntl.LOCK_EX, record=True)
+                self._refuse_another_split()
         except BaseException:
             self.release()
             raise
@@ -113,6 +118,19 @@ class RunLock:
             "it; two writers on one run folder would do all work twice. (The lock frees itself when "
             "its holder dies, even by kill -9.)"
         )
+
+    def _refuse_another_split(self) -> None:
+        """Shard sessions of one folder must split the plan alike: the same N."""
+        mine = _SHARD_TAG.search(self.own_lock.name)
+        for path in self.folder.shard_locks():
+            other = _SHARD_TAG.search(path.name)
+            if path == self.own_lock or not (mine and other) or other[2] == mine[2] or not _held(path):
+                continue
+            raise RunFolderError(
+                f"--shard {mine[1]}/{mine[2]}: {self.root} is being written by --shard {other[1]}/{other[2]} "
+                f"({describe(path)}). Shards of one run folder must all split the plan into the same "
+                f"number of parts; run --shard i/{other[2]}, or wait for that session to finish."
+            )
 
     def release(self) -> None:
         for fd in reversed(self._fds):
