@@ -10,8 +10,9 @@ silently. The failure log is buffered and written in batches.
 
 Resume verifies what it trusts: each shard's size and CRC-32 are recorded at write time in a
 hidden sidecar (`.part-NNNNN.parquet.crc32`) and checked before its ids are counted; a shard
-without one (written by an older kit, or copied in) is read in full, with parquet's page
-checksums. A shard that fails is moved to `corrupt/`, one that repeats ids of another to
+without one (written by an older kit, or copied without its hidden file) is read in full, with
+parquet's page checksums, and its columns checked against the row schema (the footer has no page
+checksum). A shard that fails is moved to `corrupt/`, one that repeats ids of another to
 `duplicate/`, each with a warning, and their rows are generated again.
 """
 
@@ -179,7 +180,14 @@ def _shard_ids(path: Path) -> list[str]:
         if sidecar.read_text() != checksum_of(data):
             raise ValueError("its size or CRC-32 differs from the one recorded when it was written")
         return pq.read_table(pa.BufferReader(data), columns=["id"]).column("id").to_pylist()
+    # no record of the file: every page against its own checksum, and the footer (which no page
+    # checksum covers) against the row schema: one flipped bit there renames or retypes a column
     table = pq.read_table(pa.BufferReader(data), page_checksum_verification=True)
+    if not table.schema.equals(ROW_SCHEMA):
+        theirs = {f.name: str(f.type) for f in table.schema}
+        wrong = [f.name for f in ROW_SCHEMA if theirs.get(f.name) != str(f.type)]
+        wrong += [name for name in theirs if ROW_SCHEMA.get_field_index(name) < 0]
+        raise ValueError(f"its columns differ from the row schema's ({', '.join(wrong[:4])})")
     return table.column("id").to_pylist()
 
 
