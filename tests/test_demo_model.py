@@ -263,8 +263,9 @@ def test_vllm_reasoning_parser_splits_the_think_block_out(vllm_answers) -> None:
         assert "think>" not in message["content"] + reasoning_of(message), message
     for key in ("off0", "off1", "off2"):
         message = parsed[key]["message"]
+        # thinking off: the parser leaves the whole answer in the content (a stray "</think>" the tiny
+        # model writes of its own there, as it did greedily on one CI machine, is the model's)
         assert not reasoning_of(message) and message["content"].strip(), message
-        assert "think>" not in message["content"], message
 
 
 @pytest.mark.slow

@@ -66,7 +66,7 @@ def test_sweep_decision_and_generation_through_sglang_flags(write_params, tmp_pa
     ).all()
     runs = pd.read_parquet(folder.sweep_runs)
     assert list(runs.phase.iloc[[0, -1]]) == ["start", "end"] and len(runs) == 2 + 3 * 2 * 3
-    assert decision["noise"]["repetitions"] == 3 and decision["noise"]["servers_together"] is False
+    assert decision["noise"]["repetitions"] >= 3 and decision["noise"]["servers_together"] is False
     spec = sweep[sweep.spec_k > 0]
     assert spec.accept_length.between(1.5, 3.0).all() and sweep[sweep.spec_k == 0].accept_length.isna().all()
     assert decision["decided_by"] == "measured" and decision["speculation_available"] is True

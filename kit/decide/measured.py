@@ -180,6 +180,7 @@ def noise_section(
     out: dict[str, Any] = {
         "noise_pct": None if noise is None else 100 * noise,
         "repetitions": int(ok.repetitions.max()) if len(ok) else 1,
+        "repetitions_min": int(ok.repetitions.min()) if len(ok) else 1,
         "drift": None,
         "disturbed": [],
         "comparison": None,
@@ -231,6 +232,8 @@ def noise_sentences(noise: dict[str, Any] | None) -> list[str]:
     if not noise:
         return []
     reps = noise["repetitions"]
+    fewest = noise.get("repetitions_min", reps)
+    per_level = f"{fewest}-{reps}" if fewest != reps else f"{reps}"
     if noise["noise_pct"] is None:
         out = [
             f"each level was measured {reps} time(s): the noise could not be measured, so a lead must "
@@ -239,7 +242,7 @@ def noise_sentences(noise: dict[str, Any] | None) -> list[str]:
     else:
         out = [
             f"the sweep's noise: ±{noise['noise_pct']:.1f}% (the median half-width of its levels' "
-            f"{100 * INTERVAL:.0f}% intervals, {reps} interleaved repetitions per level)"
+            f"{100 * INTERVAL:.0f}% intervals, {per_level} interleaved repetitions per level)"
         ]
     drift = noise.get("drift")
     if drift:
