@@ -41,6 +41,10 @@ class SpeculativeParams(_Strict):
     draft_model_path: Path | None = None
 
 
+SECRET_WORDS = {"KEY", "APIKEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD"}
+"""Words of an environment variable's name (split at `_`) that mark it as a secret."""
+
+
 class EngineParams(_Strict):
     flavor: Literal["transformers", "sglang", "vllm", "external"] = "transformers"
     python: Path | None = None
@@ -77,13 +81,45 @@ class EngineParams(_Strict):
     extra_args: list[str] = []
     """Flags passed through verbatim to the launcher, after the kit's own."""
     env: dict[str, str] = {}
-    """Extra environment variables for the server process."""
+    """Extra environment variables for the server process (saved in params.yaml: no secrets here;
+    the server inherits the kit's own environment)."""
+    api_key_env: str | None = None
+    """Name of the environment variable that holds the key of a server started with `--api-key`
+    (sent as `Authorization: Bearer`). The key itself is never written to the run folder."""
 
     @model_validator(mode="after")
     def _external_needs_url(self) -> EngineParams:
         if self.flavor == "external" and not self.base_url:
             raise ValueError("flavor 'external' needs engine.base_url (the server's URL)")
         return self
+
+    @model_validator(mode="after")
+    def _no_secret_in_the_run_folder(self) -> EngineParams:
+        if any(a == "--api-key" or a.startswith("--api-key=") for a in self.extra_args):
+            raise ValueError(
+                "engine.extra_args holds --api-key: it would be saved in params.yaml and the server's "
+                "log. Export the key in an environment variable and name it in engine.api_key_env"
+            )
+        secret = [k for k in self.env if SECRET_WORDS & set(k.upper().split("_"))]
+        if secret:
+            raise ValueError(
+                f"engine.env sets {', '.join(secret)}: params.yaml keeps engine.env, so a secret there "
+                "lands in the run folder. Export it in the shell instead (the server inherits the kit's "
+                "environment); a server key goes in a variable named by engine.api_key_env"
+            )
+        return self
+
+    def api_key(self) -> str | None:
+        """The key named by `api_key_env`, read from the environment now (None without one)."""
+        if self.api_key_env is None:
+            return None
+        key = os.environ.get(self.api_key_env)
+        if not key:
+            raise ParamsError(
+                f"engine.api_key_env is {self.api_key_env}, but no such environment variable is set: "
+                f"export {self.api_key_env}=<the server's key> before running the kit"
+            )
+        return key
 
 
 class ProbeParams(_Strict):

@@ -127,3 +127,23 @@ def test_a_key_given_twice_is_refused_naming_it_and_both_lines(tmp_path):
     p.write_text("run: x\nmodel: {path: /m}\ndata:\n  sources:\n    - {name: a, adapter: b, name: c}\n")
     with pytest.raises(ParamsError, match=r"key 'name' is given twice, on lines 5 and 5"):
         load_params(p)
+
+
+def test_secrets_stay_out_of_params_yaml(tmp_path, monkeypatch):
+    """Issue 19, item 10: a key in engine.env or extra_args would be saved in params.yaml (and the
+    server's log); the key's place is an environment variable named by engine.api_key_env."""
+    with pytest.raises(ParamsError, match="--api-key.*engine.api_key_env"):
+        load_params(write(tmp_path, "model: {path: m}\nengine: {extra_args: [--api-key, s3cret]}\n"))
+    with pytest.raises(ParamsError, match="engine.env sets HF_TOKEN.*Export it in the shell"):
+        load_params(write(tmp_path, "model: {path: m}\nengine: {env: {HF_TOKEN: x, OMP_NUM_THREADS: '2'}}\n"))
+    fine = load_params(
+        write(tmp_path, "model: {path: m}\nengine: {env: {TOKENIZERS_PARALLELISM: 'false'}}\n")
+    )
+    assert fine.engine.api_key() is None
+    keyed = load_params(write(tmp_path, "model: {path: m}\nengine: {api_key_env: MY_SERVER_KEY}\n"))
+    monkeypatch.delenv("MY_SERVER_KEY", raising=False)
+    with pytest.raises(ParamsError, match="no such environment variable is set: export MY_SERVER_KEY="):
+        keyed.engine.api_key()
+    monkeypatch.setenv("MY_SERVER_KEY", "s3cret")
+    assert keyed.engine.api_key() == "s3cret"
+    assert "s3cret" not in dump_params(keyed)

@@ -15,8 +15,11 @@ received. Bad engine input ends in one clear message.
 from __future__ import annotations
 
 import ast
+import contextlib
 import json
 import re
+import secrets
+import signal
 import subprocess
 import sys
 import tempfile
@@ -100,7 +103,7 @@ def test_stage2_measures_plain_and_ngram_for_real(vllm_run: Path) -> None:
     assert settings["max_running_requests"] is None, "never the sweep's level: the engine's capacity"
     assert settings["speculative"] == (decision["chosen_arm"] != "plain")
     noise = decision["noise"]
-    assert noise["servers_together"] is True and noise["repetitions"] == 3 and noise["noise_pct"] is not None
+    assert noise["servers_together"] is True and noise["repetitions"] >= 3 and noise["noise_pct"] is not None
     assert noise["drift"] is not None and isinstance(decision["measured_difference"], bool)
     logs = {p.name for p in (vllm_run / "logs").glob("*.log")}
     assert {"sweep-plain.log", "sweep-spec_k1.log", "sweep-spec_k3.log"} <= logs
@@ -126,82 +129,118 @@ def test_stage3_uses_the_decision_and_completes_every_source(vllm_run: Path) -> 
     assert (rows.completion_tokens > 0).all()
 
 
-HOG = "import time\nwhile True:\n    time.perf_counter()\n"
+HOG = "import sys, time\nprint('ready', flush=True)\nwhile True:\n    time.perf_counter()\n"
 HOGGED = ("round 1 sweep plain at 8", "round 2 end plain at 8")
 """The measurements a CPU hog runs through: one repetition of plain at the top level, and the end of
 the drift check."""
 
 
-def decide_while_hogging(path: Path, run_dir: Path, hogged: tuple[str, ...]) -> subprocess.CompletedProcess:
-    """`kit decide`, with two busy-looping processes (one per core here) started when the sweep's log
-    says one of the `hogged` measurements starts and stopped when it ends."""
-    log, seen, hogs, events = run_dir / "logs" / "sweep.log", 0, [], []
-    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+@contextlib.contextmanager
+def held_hogs(n: int = 2) -> Iterator[list[subprocess.Popen]]:
+    """`n` busy-looping processes, each in a session of its own as another user's job would be (the
+    kernel shares CPU between sessions first: in the test's own session they would barely run),
+    started and then held with SIGSTOP until let run; killed on the way out."""
+    hogs: list[subprocess.Popen] = []
+    try:
+        for _ in range(n):
+            hogs.append(
+                subprocess.Popen(
+                    [sys.executable, "-c", HOG], stdout=subprocess.PIPE, text=True, start_new_session=True
+                )
+            )
+            assert hogs[-1].stdout is not None and hogs[-1].stdout.readline().strip() == "ready"
+            hogs[-1].send_signal(signal.SIGSTOP)
+        yield hogs
+    finally:
+        for h in hogs:
+            h.kill()
+            h.wait()
+
+
+def decide_while_hogging(
+    path: Path, run_dir: Path, hogged: tuple[str, ...]
+) -> tuple[subprocess.CompletedProcess, dict[tuple, float]]:
+    """`kit decide`, with four busy-looping processes let run when the sweep's log says one of the
+    `hogged` measurements starts and stopped when it ends; returns what `kit decide` printed and, per
+    hogged measurement (round, phase, arm, concurrency), the share of the machine's CPU the hogs took.
+
+    The hogs are started before the sweep: a fresh interpreter started beside a busy engine once
+    took most of a 2 s measurement to begin looping. Even running, what they get of the CPU beside
+    the engine varies (12-35% of this machine seen with two of them): the test judges the kit against
+    what they took, not against what they might have taken."""
+    log, seen, events, shares = run_dir / "logs" / "sweep.log", 0, [], {}
+    used, since = 0.0, 0.0
+    with held_hogs(4) as hogs, tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
         proc = subprocess.Popen(
             [sys.executable, "-m", "kit.cli", "decide", str(path)], stdout=out, stderr=err
         )
-        try:
-            while proc.poll() is None:
-                lines = log.read_text().splitlines() if log.exists() else []
-                for line in lines[seen:]:
-                    if any(f"start {h}" in line for h in hogged):
-                        # in a session of their own, as another user's job would be (the kernel shares
-                        # CPU between sessions first: in the test's own session they would barely run)
-                        hogs = [
-                            subprocess.Popen([sys.executable, "-c", HOG], start_new_session=True)
-                            for _ in range(2)
-                        ]
-                        events.append(f"{time.strftime('%H:%M:%S')} hogs started ({line})")
-                    elif any(f"end {h}" in line for h in hogged):
-                        used = sum(sum(psutil.Process(h.pid).cpu_times()[:2]) for h in hogs)
-                        for h in hogs:
-                            h.kill()
-                        hogs = []
-                        events.append(
-                            f"{time.strftime('%H:%M:%S')} hogs stopped, {used:.2f} CPU-s used ({line})"
-                        )
-                seen = len(lines)
-                time.sleep(0.05)
-        finally:
-            for h in hogs:
-                h.kill()
+        while proc.poll() is None:
+            lines = log.read_text().splitlines() if log.exists() else []
+            for line in lines[seen:]:
+                which = [h for h in hogged if f"start {h}" in line or f"end {h}:" in line]
+                if which and f"start {which[0]}" in line:
+                    used, since = (
+                        sum(sum(psutil.Process(h.pid).cpu_times()[:2]) for h in hogs),
+                        time.monotonic(),
+                    )
+                    for h in hogs:
+                        h.send_signal(signal.SIGCONT)
+                elif which:
+                    for h in hogs:
+                        h.send_signal(signal.SIGSTOP)
+                    used = sum(sum(psutil.Process(h.pid).cpu_times()[:2]) for h in hogs) - used
+                    share = used / ((time.monotonic() - since) * (psutil.cpu_count() or 1))
+                    _, rnd, phase, arm, _, c = which[0].split()
+                    shares[(int(rnd), phase, arm, int(c))] = share
+                    events.append(f"hogs took {100 * share:.0f}% of the CPU ({line})")
+            seen = len(lines)
+            time.sleep(0.05)
         out.seek(0), err.seek(0)
-        return subprocess.CompletedProcess(
+        done = subprocess.CompletedProcess(
             proc.args, proc.returncode, out.read(), err.read() + "\n".join(events)
         )
+        return done, shares
 
 
 def test_a_cpu_hog_is_caught_and_does_not_flip_the_decision(
     vllm_run: Path, tmp_path: Path, demo_model: Path
 ) -> None:
-    """The sweep again, from scratch, with a CPU hog through one repetition of plain decoding and
-    through the end of the drift check: both are seen as disturbed, the repetition is set aside, the
-    drift check says its end was disturbed, and the decision is the one the calm sweep made."""
+    """The sweep again, from scratch, with CPU hogs through one repetition of plain decoding and
+    through the end of the drift check: the kit sees what they took, a measurement they took much of
+    is disturbed and set aside (while two calm ones remain), the drift check says its end was
+    disturbed, and the decision is the one the calm sweep made."""
     path = demo_vllm(tmp_path, demo_model, "hogged")
     params = yaml.safe_load(path.read_text())
     params["decide"]["spec_steps"] = [1]  # plain and one speculative arm: the calm sweep's leader is plain
     path.write_text(yaml.safe_dump(params))
-    done = decide_while_hogging(path, tmp_path / "outputs" / "hogged", HOGGED)
+    done, shares = decide_while_hogging(path, tmp_path / "outputs" / "hogged", HOGGED)
     assert done.returncode == 0, done.stderr[-4000:]
     calm = json.loads((vllm_run / "decision.json").read_text())
     hogged = json.loads((tmp_path / "outputs" / "hogged" / "decision.json").read_text())
     disturbed = {(d["round"], d["phase"], d["arm"], d["concurrency"]) for d in hogged["noise"]["disturbed"]}
-    assert {(1, "sweep", "plain", 8), (2, "end", "plain", 8)} <= disturbed, (
-        hogged["noise"],
-        done.stderr[-2000:],
-    )
-    sweep = pd.read_parquet(tmp_path / "outputs" / "hogged" / "sweep.parquet")
     runs = pd.read_parquet(tmp_path / "outputs" / "hogged" / "sweep_runs.parquet")
+    assert len(shares) == 2, done.stderr[-2000:]
+    for (rnd, phase, arm, c), share in shares.items():
+        seen = runs[
+            (runs["round"] == rnd) & (runs.phase == phase) & (runs.arm == arm) & (runs.concurrency == c)
+        ]
+        # what the kit saw others take includes the hogs (a shared machine may add more)
+        assert seen.foreign_cpu.iloc[-1] >= 0.7 * share - 0.03, (seen.foreign_cpu.iloc[-1], share)
+        if share > 0.15:
+            assert (rnd, phase, arm, c) in disturbed, (share, hogged["noise"], done.stderr[-2000:])
+    assert max(shares.values()) > 0.15, ("the hogs hardly ran", shares)
+    sweep = pd.read_parquet(tmp_path / "outputs" / "hogged" / "sweep.parquet")
     p8 = runs[(runs.phase == "sweep") & (runs.arm == "plain") & (runs.concurrency == 8)]
-    calm = int((~p8.disturbed.astype(bool)).sum())
+    undisturbed = int((~p8.disturbed.astype(bool)).sum())
     plain8 = sweep[(sweep.arm == "plain") & (sweep.concurrency == 8)].iloc[0]
-    assert plain8.repetitions == (calm if calm >= 2 else 3), "set aside while two calm ones remain"
-    drift = hogged["noise"]["drift"]
-    assert drift["disturbed"], drift  # the end of the drift check ran beside the hog, and it says so
-    assert any("other processes were seen at the start or the end" in r for r in hogged["reasons"])
-    assert any(
-        "round 1 of plain at 8 concurrent ran while other processes took" in r for r in hogged["reasons"]
-    )
+    kept = undisturbed if undisturbed >= 2 else 3
+    assert plain8.repetitions == kept, "set aside while two calm ones remain"
+    if (2, "end", "plain", 8) in disturbed:  # the end of the drift check ran beside the hogs, and it says so
+        assert hogged["noise"]["drift"]["disturbed"], hogged["noise"]["drift"]
+        assert any("other processes were seen at the start or the end" in r for r in hogged["reasons"])
+    if (1, "sweep", "plain", 8) in disturbed:
+        said = "round 1 of plain at 8 concurrent ran while other processes took"
+        assert any(said in r for r in hogged["reasons"]), hogged["reasons"]
     assert hogged["chosen_arm"] == calm["chosen_arm"], (hogged["reasons"], calm["reasons"])
 
 
@@ -357,10 +396,16 @@ SENT = {"top_k": 20, "min_p": 0.05, "presence_penalty": 0.5, "repetition_penalty
 """Sampling controls of the plain run, as vLLM's request log writes them back (SamplingParams)."""
 
 
+SERVER_KEY = "kit-test-" + secrets.token_hex(12)
+"""The API key the hand-started server wants (vLLM guards /v1/*; /health and /metrics stay open)."""
+KEY_ENV = "KIT_TEST_SERVER_KEY"
+
+
 @pytest.fixture(scope="module")
 def hand_server(tmp_path_factory: pytest.TempPathFactory, demo_model: Path) -> Iterator[tuple[str, dict]]:
-    """A vLLM server started outside `kit generate` with the kit's plain-decoding flags, for runs of
-    the external flavor: (base URL, the params it was started from)."""
+    """A vLLM server started outside `kit generate` with the kit's plain-decoding flags and an API key
+    (VLLM_API_KEY), for runs of the external flavor: (base URL, the params it was started from). The
+    kit's runs find the key in KIT_TEST_SERVER_KEY, named by engine.api_key_env."""
     from kit.engines import start_server
     from kit.params import load_params
 
@@ -369,15 +414,24 @@ def hand_server(tmp_path_factory: pytest.TempPathFactory, demo_model: Path) -> I
     params = yaml.safe_load(path.read_text())
     params["engine"]["speculative"] = {}
     path.write_text(yaml.safe_dump(params))
-    with start_server(load_params(path), tmp / "logs", name="hand") as server:
-        yield server.base_url, params
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("VLLM_API_KEY", SERVER_KEY)  # the server inherits it: the key is in no command line
+        env.setenv(KEY_ENV, SERVER_KEY)
+        with start_server(load_params(path), tmp / "logs", name="hand") as server:
+            env.delenv("VLLM_API_KEY")
+            yield server.base_url, params
 
 
 def external(tmp: Path, server: tuple[str, dict], run: str, generate: dict) -> Path:
-    """Params of a run against the hand-started server (flavor external)."""
+    """Params of a run against the hand-started server (flavor external), its key named."""
     url, params = server
     params = {**params, "run": run, "output_dir": str(tmp / "outputs")}
-    params["engine"] = {"flavor": "external", "base_url": url, "startup_timeout_s": 60}
+    params["engine"] = {
+        "flavor": "external",
+        "base_url": url,
+        "startup_timeout_s": 60,
+        "api_key_env": KEY_ENV,
+    }
     params["generate"] = {**params["generate"], **generate}
     path = tmp / f"{run}.yaml"
     path.write_text(yaml.safe_dump(params))
@@ -403,8 +457,28 @@ def test_the_kit_fills_an_engine_whose_capacity_it_does_not_know(
     assert manifest["concurrency"] >= 128, (manifest["concurrency"], done.stderr[-3000:])
     assert "the kit was its limit" in done.stderr
     metrics = pd.read_parquet(tmp_path / "outputs" / "fill" / "metrics.parquet")
-    late = metrics[metrics.in_flight >= 128]
-    assert len(late) and (late.num_queue_reqs > 0).any(), "once it sent more, requests queued in vLLM"
+    # at 64 in flight vLLM ran at most 64; once the kit sent more, it ran more at once
+    assert (metrics.num_running_reqs > 64).any(), metrics[["in_flight", "num_running_reqs", "num_queue_reqs"]]
+
+
+def test_a_server_that_wants_an_api_key(tmp_path: Path, hand_server: tuple[str, dict]) -> None:
+    """Issue 19, item 10: without the key, one message that says what to set; with it named in
+    engine.api_key_env, every row, and the key nowhere in the run folder."""
+    path = external(tmp_path, hand_server, "keyed", {"use_decision": False})
+    params = yaml.safe_load(path.read_text())
+    del params["engine"]["api_key_env"]
+    unkeyed = tmp_path / "unkeyed.yaml"
+    unkeyed.write_text(yaml.safe_dump({**params, "run": "unkeyed"}))
+    refused = kit("generate", str(unkeyed))
+    assert refused.returncode != 0 and "Traceback" not in refused.stderr, refused.stderr[-3000:]
+    assert "HTTP 401" in refused.stderr and "engine.api_key_env" in refused.stderr, refused.stderr[-3000:]
+    done = kit("generate", str(path))
+    assert done.returncode == 0, done.stderr[-4000:]
+    run = tmp_path / "outputs" / "keyed"
+    manifest = json.loads((run / "manifest.json").read_text())
+    assert manifest["complete"] and manifest["rows"] > 0, manifest
+    files = [f for f in run.rglob("*") if f.is_file()]
+    assert files and not [f for f in files if SERVER_KEY.encode() in f.read_bytes()]
 
 
 @pytest.fixture(scope="module")

@@ -309,7 +309,11 @@ class ArmServers:
 
 def _client(params: RunParams, server: Any) -> EngineClient:
     return EngineClient(
-        server.base_url, params.engine.flavor, params.model.served_name, params.generate.request_timeout_s
+        server.base_url,
+        params.engine.flavor,
+        params.model.served_name,
+        params.generate.request_timeout_s,
+        api_key=params.engine.api_key(),
     )
 
 

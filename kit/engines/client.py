@@ -57,14 +57,27 @@ def _transport_error(what: str, e: BaseException) -> TransientEngineError:
 _TRANSPORT_ERRORS = (aiohttp.ClientError, asyncio.TimeoutError, OSError)
 
 
-def _check_status(status: int, raw: bytes, what: str) -> None:
+def _check_status(status: int, raw: bytes, what: str, keyed: bool = False) -> None:
     if status < 400:
         return
     body = raw[:2000].decode("utf-8", "replace")
     msg = f"{what}: HTTP {status}: {body}"
+    if status in (401, 403):  # no row is to blame: the whole run needs the key
+        raise EngineError(
+            f"{msg}\nThe server refused the API key the kit sent (engine.api_key_env): check the "
+            "variable holds the key the server was started with."
+            if keyed
+            else f"{msg}\nThe server wants an API key (it was started with --api-key): export the key "
+            "in an environment variable and name that variable in engine.api_key_env."
+        )
     if status >= 500 or status in (408, 429):
         raise TransientEngineError(msg, status, body)
     raise RequestRejected(msg, status, body)
+
+
+def auth_headers(api_key: str | None) -> dict[str, str]:
+    """The header that carries a server's API key (none without a key)."""
+    return {"Authorization": f"Bearer {api_key}"} if api_key else {}
 
 
 class EngineClient:
@@ -77,8 +90,10 @@ class EngineClient:
         model: str | None = None,
         timeout_s: float = 600,
         max_connections: int = 0,
+        api_key: str | None = None,
     ) -> None:
         self.base_url = base_url.rstrip("/")
+        self._headers = auth_headers(api_key)
         self.flavor = flavor
         self.model = model
         self._chat_url = URL(f"{self.base_url}/v1/chat/completions")
@@ -113,6 +128,7 @@ class EngineClient:
                 timeout=self._timeout,
                 trust_env=not is_loopback(self.base_url),  # proxies from the environment, never for loopback
                 skip_auto_headers=("User-Agent",),
+                headers=self._headers,
             )
         return self._session
 
@@ -133,7 +149,7 @@ class EngineClient:
             if self.model is not None:
                 return self.model
             status, raw = await self._get("/v1/models")
-            _check_status(status, raw, "GET /v1/models")
+            _check_status(status, raw, "GET /v1/models", bool(self._headers))
             models = parse_json(raw, "GET /v1/models", status).get("data") or []
             if not models:
                 raise EngineError(
@@ -162,7 +178,7 @@ class EngineClient:
             if status == 200:
                 return parse_json(raw, f"GET {path}", status)
             if status != 404:
-                _check_status(status, raw, f"GET {path}")
+                _check_status(status, raw, f"GET {path}", bool(self._headers))
         return None
 
     async def metrics_text(self) -> str | None:
@@ -170,7 +186,7 @@ class EngineClient:
         status, raw = await self._get("/metrics")
         if status == 404:
             return None
-        _check_status(status, raw, "GET /metrics")
+        _check_status(status, raw, "GET /metrics", bool(self._headers))
         return raw.decode("utf-8", "replace")
 
     async def prometheus(self) -> dict[str, float] | None:
@@ -242,7 +258,7 @@ class EngineClient:
         try:
             async with self._http().post(self._chat_url, data=data, headers=_JSON_HEADERS) as r:
                 if r.status >= 400:
-                    _check_status(r.status, await r.read(), what)
+                    _check_status(r.status, await r.read(), what, bool(self._headers))
                 if stream:
                     return await _read_stream(r, what, t0)
                 raw = await r.read()

@@ -28,7 +28,7 @@ import psutil
 
 from kit.engines import launcher as launchers
 from kit.engines import reaper
-from kit.engines.client import is_loopback
+from kit.engines.client import auth_headers, is_loopback
 from kit.engines.commands import server_command, server_env
 from kit.engines.start_failures import explain_start_failure
 from kit.errors import EngineError, EngineStartError, ModelDirError
@@ -57,12 +57,25 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 
 def probe_ready(http: httpx.Client, base_url: str) -> bool:
-    """True when GET /health (or, where it does not exist, GET /v1/models) answers 200."""
+    """True when GET /health (or, where it does not exist, GET /v1/models) answers 200.
+
+    EngineError when it answers 401 or 403: the server is up but wants an API key (waiting for it
+    would never end)."""
     for path in ("/health", "/v1/models"):
         try:
             r = http.get(base_url + path)
         except httpx.HTTPError:
             return False
+        if r.status_code in (401, 403):
+            raise EngineError(
+                f"GET {base_url}{path}: HTTP {r.status_code}: the server wants an API key"
+                + (
+                    ", and refused the one in engine.api_key_env"
+                    if "Authorization" in http.headers
+                    else " (it was started with --api-key): export the key in an environment variable "
+                    "and name that variable in engine.api_key_env"
+                )
+            )
         if r.status_code == 200:
             return True
         if r.status_code != 404:
@@ -340,10 +353,17 @@ class ExternalServer:
     restartable = False
     """The kit cannot restart it: after a crash or a hang it waits for it to answer again."""
 
-    def __init__(self, base_url: str, startup_timeout_s: float = 60.0, name: str = "external") -> None:
+    def __init__(
+        self,
+        base_url: str,
+        startup_timeout_s: float = 60.0,
+        name: str = "external",
+        api_key: str | None = None,
+    ) -> None:
         self.base_url = base_url.rstrip("/")
         self.startup_timeout_s = startup_timeout_s
         self.name = name
+        self._headers = auth_headers(api_key)
 
     def start(self) -> ExternalServer:
         return self
@@ -352,7 +372,9 @@ class ExternalServer:
         """Nothing to stop: the kit does not own this server."""
 
     def alive(self) -> bool:
-        with httpx.Client(timeout=5.0, trust_env=not is_loopback(self.base_url)) as http:
+        with httpx.Client(
+            timeout=5.0, trust_env=not is_loopback(self.base_url), headers=self._headers
+        ) as http:
             return probe_ready(http, self.base_url)
 
     def log_tail(self, n: int = LOG_TAIL_LINES) -> str:
@@ -388,5 +410,6 @@ def start_server(
 ) -> ServerProcess | ExternalServer:
     """The server for `params.engine` (not started: use `with start_server(...) as srv:`)."""
     if params.engine.flavor == "external":
-        return ExternalServer(str(params.engine.base_url), params.engine.startup_timeout_s, name=name)
+        engine = params.engine
+        return ExternalServer(str(engine.base_url), engine.startup_timeout_s, name, engine.api_key())
     return ServerProcess(params, log_dir, name, launcher)

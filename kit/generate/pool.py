@@ -50,6 +50,8 @@ class Replica:
     flavor: str
     model: str | None
     timeout_s: float
+    api_key: str | None = None
+    """Sent with every request (engine.api_key_env); never stored."""
     client: EngineClient | None = None
     outstanding: int = 0
     restarts: int = 0
@@ -78,7 +80,9 @@ class Replica:
         if self.client is not None:
             self.retired.append(self.client)
         self.token_count = None  # a restarted server counts from zero
-        self.client = EngineClient(self.server.base_url, self.flavor, self.model, timeout_s=self.timeout_s)
+        self.client = EngineClient(
+            self.server.base_url, self.flavor, self.model, timeout_s=self.timeout_s, api_key=self.api_key
+        )
         await self.client.__aenter__()
         self.last_life = time.monotonic()
         self.ready.set()

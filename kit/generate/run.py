@@ -273,13 +273,16 @@ def _run_loop(  # noqa: ANN001, ANN202
     params, todo, work, session, failures, identity, sampling_json, sampling_hash, from_decision
 ):
     folder = session.folder
+    api_key = params.engine.api_key()  # before any server starts: a key named but not set stops here
     with ExitStack() as stack:
         servers = [
             stack.enter_context(start_server(replica_params(params, i), folder.logs, name=f"server-{i}"))
             for i in range(params.engine.replicas)
         ]
         replicas = [
-            Replica(s, params.engine.flavor, params.model.served_name, params.generate.request_timeout_s)
+            Replica(
+                s, params.engine.flavor, params.model.served_name, params.generate.request_timeout_s, api_key
+            )
             for s in servers
         ]
 
