@@ -342,18 +342,19 @@ def report(args: argparse.Namespace, results: list[dict[str, Any]]) -> str:
         "the cells; ratios are taken within a round against that round's best plain client.",
         "",
         "| cell | output tok/s min / median / max | x best plain client (per round) | x offline "
-        "| engine at capacity | requests waiting |",
-        "|---|---|---|---|---|---|",
+        "| running = capacity | requests waiting | engine full (running = capacity, or waiting) |",
+        "|---|---|---|---|---|---|---|",
     ]
     for cell, ms in by_cell.items():
         ratio = [m["tok_s"] / best_client[m["round"]] for m in ms]
         off = [m["tok_s"] / offline[m["round"]] for m in ms if m["round"] in offline]
         cap = [m["at_capacity"] for m in ms if m.get("at_capacity") is not None]
         queued = [m["queued"] for m in ms if m.get("queued") is not None]
+        full = [m["full_or_queued"] for m in ms if m.get("full_or_queued") is not None]
         lines.append(
             f"| {cell} | {span([m['tok_s'] for m in ms])} | {span(ratio, '{:.2f}')} | "
             f"{span(off, '{:.2f}') if off else '-'} | {span(cap, '{:.0%}') if cap else '-'} | "
-            f"{span(queued, '{:.0%}') if queued else '-'} |"
+            f"{span(queued, '{:.0%}') if queued else '-'} | {span(full, '{:.0%}') if full else '-'} |"
         )
     kit = by_cell.get("kit", [])
     if kit:
@@ -380,7 +381,18 @@ def main() -> None:
     ap.add_argument("--samples", type=int, default=12, help="samples per prompt")
     ap.add_argument("--out", type=Path, default=None)
     ap.add_argument("--work", type=Path, default=None, help="working folder (default: a temporary one)")
+    ap.add_argument("--results", type=Path, default=None, help="render the report of a results.json only")
     args = ap.parse_args()
+    if args.results:  # the table again from a finished run's measurements
+        results = json.loads(args.results.read_text())
+        args.rounds = 1 + max(m["round"] for m in results)
+        args.requests = next(m["requests"] for m in results if m["cell"] == "offline")
+        args.load_before = "(not recorded)"
+        text = report(args, results)
+        print(text)
+        if args.out:
+            args.out.write_text(text)
+        return
     if not (VLLM_PY.parent.parent / ".ready").is_file():
         sys.exit("the vLLM environment is not built: make engine-vllm")
     args.load_before = load_average()
