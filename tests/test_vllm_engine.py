@@ -105,6 +105,11 @@ def test_stage2_measures_plain_and_ngram_for_real(vllm_run: Path) -> None:
     noise = decision["noise"]
     assert noise["servers_together"] is True and noise["repetitions"] >= 3 and noise["noise_pct"] is not None
     assert noise["drift"] is not None and isinstance(decision["measured_difference"], bool)
+    # idle, vLLM's CPU servers spin: side by side, the others are paused while one arm is measured
+    assert noise["servers_held"] == (noise["servers_idle_cpu_pct"] > 10), noise
+    runs = pd.read_parquet(vllm_run / "sweep_runs.parquet")
+    if noise["servers_held"]:
+        assert (runs.neighbour_cpu < 0.05).all(), runs[["round", "arm", "concurrency", "neighbour_cpu"]]
     logs = {p.name for p in (vllm_run / "logs").glob("*.log")}
     assert {"sweep-plain.log", "sweep-spec_k1.log", "sweep-spec_k3.log"} <= logs
     argv = (vllm_run / "logs" / "sweep-spec_k3.log").read_text().splitlines()[0]

@@ -2,9 +2,10 @@
 
 Each measurement of the sweep is bracketed by two `MachineReading`s; `Interference` between them
 says how much of the machine processes other than the kit and its servers took (CPU share of all
-cores), the 1-minute load average, the CPU clock, and processes on the GPUs that are not the
-servers' (context: inside a container NVML may show the servers' own by other pids). A measurement
-that others disturbed (`DISTURBED_CPU`) is set aside when enough
+cores), how much the other arms' servers took (idle, vLLM's CPU build still spins at about a
+quarter of a core each), the 1-minute load average, the CPU clock, and processes on the GPUs that
+are not the servers' (context: inside a container NVML may show the servers' own by other pids). A
+measurement that others or neighbours disturbed (`DISTURBED_CPU`) is set aside when enough
 undisturbed repetitions of its level remain (kit.decide.sweep).
 """
 
@@ -58,6 +59,19 @@ def own_pids(server_pids: Iterable[int | None]) -> set[int]:
     return pids
 
 
+def tree_pids(roots: Iterable[int | None]) -> set[int]:
+    """The processes of each root's tree (a server and its children)."""
+    pids: set[int] = set()
+    for pid in roots:
+        if pid is None:
+            continue
+        with contextlib.suppress(psutil.Error):
+            root = psutil.Process(pid)
+            pids.add(root.pid)
+            pids.update(c.pid for c in root.children(recursive=True))
+    return pids
+
+
 def _cpu_seconds(pids: set[int]) -> float:
     total = 0.0
     for pid in pids:
@@ -79,12 +93,24 @@ class MachineReading:
     own_s: float
     pids: frozenset[int]
     canary_ms: float
+    neighbour_s: float = 0.0
+    """CPU seconds of the other arms' servers (`neighbours`) so far."""
+    neighbour_pids: frozenset[int] = frozenset()
 
     @classmethod
-    def now(cls, server_pids: Iterable[int | None]) -> MachineReading:
+    def now(cls, server_pids: Iterable[int | None], neighbours: Iterable[int | None] = ()) -> MachineReading:
         canary = canary_ms()
         pids = own_pids(server_pids)
-        return cls(time.monotonic(), _busy_seconds(), _cpu_seconds(pids), frozenset(pids), canary)
+        near = tree_pids(neighbours)
+        return cls(
+            time.monotonic(),
+            _busy_seconds(),
+            _cpu_seconds(pids),
+            frozenset(pids),
+            canary,
+            _cpu_seconds(near),
+            frozenset(near),
+        )
 
 
 @dataclass(frozen=True)
@@ -97,12 +123,15 @@ class Interference:
     gpu_foreign_processes: int | None
     canary_ms: float
     """The slower of the CPU canaries before and after the measurement."""
+    neighbour_cpu: float = 0.0
+    """Share of all cores the other arms' servers took (their own, but not the measured arm's)."""
 
     @property
     def disturbed(self) -> bool:
-        """Others took the CPU (the canary's verdict needs the sweep's median: `flag_slow`).
-        GPU processes are context only: in a container NVML names them by host pids, not ours."""
-        return self.foreign_cpu > DISTURBED_CPU
+        """Others, or the other arms' servers, took the CPU (the canary's verdict needs the sweep's
+        median: `flag_slow`). GPU processes are context only: in a container NVML names them by host
+        pids, not ours."""
+        return self.foreign_cpu > DISTURBED_CPU or self.neighbour_cpu > DISTURBED_CPU
 
     def as_dict(self) -> dict[str, float | int | None]:
         return {
@@ -111,24 +140,50 @@ class Interference:
             "cpu_mhz": self.cpu_mhz,
             "gpu_foreign_processes": self.gpu_foreign_processes,
             "canary_ms": round(self.canary_ms, 3),
+            "neighbour_cpu": round(self.neighbour_cpu, 4),
             "disturbed": self.disturbed,
         }
 
 
-def interference(before: MachineReading, server_pids: Iterable[int | None]) -> Interference:
-    """What others did since `before` (own processes: those seen at either reading)."""
-    after = MachineReading.now(server_pids)
+def interference(
+    before: MachineReading, server_pids: Iterable[int | None], neighbours: Iterable[int | None] = ()
+) -> Interference:
+    """What others (and the `neighbours`' server trees) did since `before` (own processes: those seen
+    at either reading)."""
+    after = MachineReading.now(server_pids, neighbours)
     wall = max(after.at - before.at - after.canary_ms / 1000, 1e-6)
+    cores = wall * (psutil.cpu_count() or 1)
     own = _cpu_seconds(set(before.pids | after.pids))
     # own CPU is read again over both readings' pids (a process that appeared in between counts whole)
     own_delta = max(own - before.own_s, 0.0)
-    foreign = max(after.busy_s - before.busy_s - own_delta, 0.0) / (wall * (psutil.cpu_count() or 1))
+    foreign = max(after.busy_s - before.busy_s - own_delta, 0.0) / cores
+    near = _cpu_seconds(set(before.neighbour_pids | after.neighbour_pids))
+    neighbour = max(near - before.neighbour_s, 0.0) / cores
     freq = None
     with contextlib.suppress(Exception):
         f = psutil.cpu_freq()
         freq = round(f.current, 0) if f else None
     canary = max(before.canary_ms, after.canary_ms)
-    return Interference(min(foreign, 1.0), os.getloadavg()[0], freq, _gpu_foreign(after.pids), canary)
+    return Interference(
+        min(foreign, 1.0), os.getloadavg()[0], freq, _gpu_foreign(after.pids), canary, min(neighbour, 1.0)
+    )
+
+
+def idle_cpu(roots: Iterable[int | None], seconds: float = 1.0) -> float:
+    """Share of all cores the `roots`' process trees take over `seconds` while nobody sends them work."""
+    pids = tree_pids(roots)
+    t0, before = time.monotonic(), _cpu_seconds(pids)
+    time.sleep(seconds)
+    used = max(_cpu_seconds(pids) - before, 0.0)
+    return used / (max(time.monotonic() - t0, 1e-6) * (psutil.cpu_count() or 1))
+
+
+def pause(roots: Iterable[int | None], paused: bool) -> None:
+    """SIGSTOP (`paused`) or SIGCONT every process of the `roots`' trees."""
+    for pid in tree_pids(roots):
+        with contextlib.suppress(psutil.Error):
+            p = psutil.Process(pid)
+            p.suspend() if paused else p.resume()
 
 
 def slowdowns(canaries: list[float]) -> list[float]:

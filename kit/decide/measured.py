@@ -196,6 +196,7 @@ def noise_section(
                 "concurrency": int(r.concurrency),
                 "phase": r.phase,
                 "foreign_cpu_pct": round(100 * float(r.foreign_cpu), 1),
+                "neighbour_cpu_pct": round(100 * _or_zero(r.get("neighbour_cpu")), 1),
                 "slowdown": None if pd.isna(r.get("slowdown")) else round(float(r.slowdown), 2),
                 "output_tok_s": None if pd.isna(r.output_tok_s) else float(r.output_tok_s),
             }
@@ -206,6 +207,10 @@ def noise_section(
         spec = max((a for a in choice.bests if a.spec_k > 0), key=lambda a: a.median)
         out["comparison"] = {"speculative_arm": spec.arm, "lead_pct": v.pct, **v.as_dict()}
     return out
+
+
+def _or_zero(x: Any) -> float:
+    return 0.0 if x is None or pd.isna(x) else float(x)
 
 
 def _interval(r: Any) -> Interval:
@@ -244,6 +249,11 @@ def noise_sentences(noise: dict[str, Any] | None) -> list[str]:
             f"the sweep's noise: ±{noise['noise_pct']:.1f}% (the median half-width of its levels' "
             f"{100 * INTERVAL:.0f}% intervals, {per_level} interleaved repetitions per level)"
         ]
+    if noise.get("servers_held"):
+        out.append(
+            f"the arms' servers ran side by side, but idle they took {noise['servers_idle_cpu_pct']:.0f}% "
+            "of the CPU between them: each was paused (SIGSTOP) while another arm was measured"
+        )
     drift = noise.get("drift")
     if drift:
         keys = ("concurrency", "start", "end", "noise", "disturbed")
@@ -255,6 +265,8 @@ def noise_sentences(noise: dict[str, Any] | None) -> list[str]:
             if d["foreign_cpu_pct"] > 1
             else []
         )
+        if (d.get("neighbour_cpu_pct") or 0) > 1:
+            why.append(f"the other arms' servers took {d['neighbour_cpu_pct']:.0f}% of the CPU")
         if (d.get("slowdown") or 1) > 1.05:
             why.append(f"the CPU ran {d['slowdown']:.1f}x slower than usual (a canary of fixed work)")
         out.append(

@@ -151,7 +151,8 @@ def run_decision(params: RunParams, folder: RunFolder, probe: dict[str, Any]) ->
     mtp = _mtp_status(probe)
     prompts = sweep_prompts(params, folder)
     together, why_together = servers_together(params, probe, cm.weight_bytes(arch))
-    sweep = run_sweep(params, folder, prompts, mtp, hybrid=arch.is_hybrid, together=together)
+    side_by_side: dict[str, Any] = {}
+    sweep = run_sweep(params, folder, prompts, mtp, arch.is_hybrid, together, side_by_side)
     runs = pd.read_parquet(folder.sweep_runs) if folder.sweep_runs.exists() else None
     hw, profile, n_gpus, profile_plan = _hardware(params, folder, probe)
     lens = [p["prompt_tokens"] for p in prompts if p.get("prompt_tokens")]
@@ -185,6 +186,7 @@ def run_decision(params: RunParams, folder: RunFolder, probe: dict[str, Any]) ->
     if decision.get("noise") is not None:
         decision["noise"]["servers_together"] = together
         decision["noise"]["servers_why"] = why_together
+        decision["noise"].update(side_by_side)
     _note_profile_plan(decision, profile_plan)
     decision["mtp_status"] = mtp
     write_json_atomic(folder.decision, decision)

@@ -32,7 +32,15 @@ from typing import Any
 import pandas as pd
 
 from kit.asyncrun import run_coroutine
-from kit.decide.machine import SLOW_CANARY, MachineReading, interference, slowdowns
+from kit.decide.machine import (
+    DISTURBED_CPU,
+    SLOW_CANARY,
+    MachineReading,
+    idle_cpu,
+    interference,
+    pause,
+    slowdowns,
+)
 from kit.decide.noise import median_interval
 from kit.engines import start_server
 from kit.engines.client import EngineClient
@@ -83,6 +91,7 @@ RUN_COLUMNS = [
     "cpu_mhz",
     "gpu_foreign_processes",
     "canary_ms",
+    "neighbour_cpu",
     "slowdown",
     "disturbed",
 ]
@@ -239,13 +248,21 @@ def _accept(
 
 class ArmServers:
     """The arms' servers: all up side by side (`together`), or one at a time, each started when its
-    arm is next measured. A server that will not start is remembered as the arm's failure."""
+    arm is next measured. A server that will not start is remembered as the arm's failure.
+
+    Side by side, idle servers are not always idle: vLLM's CPU build spins at about a quarter of a
+    core each, which on a small machine takes from the arm being measured what it gives to none.
+    When the idle servers take more than `DISTURBED_CPU` of the machine between them (`idle_cpu`,
+    read once all are up), the others are paused (SIGSTOP) while one arm is measured (`held`)."""
 
     def __init__(self, params: RunParams, folder: RunFolder, arms: list[Arm], hybrid: bool, together: bool):
         self.params, self.folder, self.hybrid, self.together = params, folder, hybrid, together
         self.up: dict[str, Any] = {}
         self.failed: dict[str, str] = {}
         self.arm_params = {a.name: arm_params(params, a, hybrid) for a in arms}
+        self.idle_cpu: float | None = None
+        """Share of the machine the servers took between them while idle, side by side."""
+        self.held = False
 
     def start_all(self, arms: list[Arm]) -> None:
         """Start every arm's server at once, then wait for each (they load side by side)."""
@@ -263,11 +280,17 @@ class ArmServers:
             except EngineError as e:
                 server.stop()
                 self._failed(name, e)
+        if len(self.up) > 1:
+            self.idle_cpu = idle_cpu(self.pids())
+            self.held = self.idle_cpu > DISTURBED_CPU
 
     def get(self, arm: Arm) -> Any | None:
         """The arm's running server (started now when servers run one at a time); None if it failed."""
         if arm.name in self.failed:
             return None
+        if self.held and arm.name in self.up:  # the others rest while this one is measured
+            pause([getattr(self.up[arm.name], "pid", None)], paused=False)
+            pause(self.neighbours(arm), paused=True)
         if arm.name not in self.up:
             if not self.together:
                 self.stop_all()
@@ -301,7 +324,13 @@ class ArmServers:
     def pids(self) -> list[int | None]:
         return [getattr(s, "pid", None) for s in self.up.values()]
 
+    def neighbours(self, arm: Arm) -> list[int | None]:
+        """The other arms' servers (up, idle or paused) while `arm` is measured."""
+        return [getattr(s, "pid", None) for name, s in self.up.items() if name != arm.name]
+
     def stop_all(self) -> None:
+        if self.held:
+            pause(self.pids(), paused=False)  # a paused server would not act on SIGTERM
         for server in self.up.values():
             server.stop()
         self.up = {}
@@ -344,9 +373,11 @@ def run_sweep(
     mtp_status: str | None,
     hybrid: bool = False,
     together: bool = False,
+    notes: dict[str, Any] | None = None,
 ) -> pd.DataFrame:
     """Measure every arm in interleaved rounds; write `sweep_runs.parquet` (every measurement) and
-    `sweep.parquet` (per arm and level, with intervals); return the per-level table."""
+    `sweep.parquet` (per arm and level, with intervals); return the per-level table. `notes` receives
+    how the servers ran side by side (`servers_idle_cpu_pct`, `servers_held`)."""
     d = params.decide
     arms = sweep_arms(params)
     runnable = [a for a in arms if not skip_reason(params, a, mtp_status)]
@@ -365,6 +396,11 @@ def run_sweep(
     try:
         if together:
             servers.start_all(runnable)
+            if servers.idle_cpu is not None:
+                sweep_log.line(
+                    f"idle, the servers take {100 * servers.idle_cpu:.0f}% of the CPU between them: "
+                    + ("each is paused while another arm is measured" if servers.held else "they stay up")
+                )
         measured = _run_slots(slots[:-1], servers, prompts, bar, sweep_log, d.time_budget_s, t0)
         redo = redo_slots(measured, runnable, together, d.repetitions)
         if redo and _fits(measured, d.time_budget_s, t0, len(redo), sweep_log):
@@ -375,6 +411,8 @@ def run_sweep(
     finally:
         servers.stop_all()
         bar.close()
+    if notes is not None and servers.idle_cpu is not None:
+        notes.update(servers_idle_cpu_pct=round(100 * servers.idle_cpu, 1), servers_held=servers.held)
     for name, error in servers.failed.items():
         arm = next(a for a in runnable if a.name == name)
         rows += [_head(arm, c) | {"status": "failed", "reason": error} for c in d.concurrencies]
@@ -432,19 +470,21 @@ def _run_slots(
         p = servers.arm_params[slot.arm.name]
         what = f"round {slot.round} {slot.phase} {slot.arm.name} at {slot.concurrency}"
         sweep_log.line(f"start {what}")
-        before = MachineReading.now(servers.pids())
+        near = servers.neighbours(slot.arm)
+        before = MachineReading.now(servers.pids(), near)
         started = time.monotonic() - t0
         try:
             measured = run_coroutine(_measure(p, server, prompts, slot.concurrency))
         except EngineError as e:  # the server died under the level: the arm's measurement failed
             measured = {"status": "failed", "reason": str(e)[:2000], "concurrency": slot.concurrency}
-        seen = interference(before, servers.pids())
+        seen = interference(before, servers.pids(), near)
         row = {**_head(slot.arm, slot.concurrency), **measured, "round": slot.round, "phase": slot.phase}
         rows.append({**row, "started_s": started, **seen.as_dict()})
         tok_s = measured.get("output_tok_s")
         sweep_log.line(
             f"end {what}: {tok_s or 0:.0f} tok/s, others took {100 * seen.foreign_cpu:.0f}% of the CPU, "
-            f"CPU canary {seen.canary_ms:.1f} ms" + (" (disturbed)" if seen.disturbed else "")
+            f"the other arms' servers {100 * seen.neighbour_cpu:.0f}%, CPU canary {seen.canary_ms:.1f} ms"
+            + (" (disturbed)" if seen.disturbed else "")
         )
     return rows
 

@@ -18,7 +18,8 @@ bad_rate: the share of chat answers that are HTTP 200 with a body that is no com
 bad_first: the first N answers of this process are such bodies;
 error_rate: the share answered HTTP 500; bad_marker: a request whose messages contain it always
 gets `abort`; stuck_after: from the N-th chat request of this process on, requests hang (no token is
-generated, nothing answers) while /health, /v1/models and /metrics still answer. Each injected fault
+generated, nothing answers) while /health, /v1/models and /metrics still answer (with stuck_pid:
+only in the process of that pid, so that a restarted server works). Each injected fault
 is a line in the server log. Kills and freezes come from outside (signals to this process).
 """
 
@@ -172,7 +173,8 @@ def main() -> None:
         n = int(body.get("max_tokens") or 16)
         steps = max(1, round(n / ACCEPT[k])) if k else n
         state["requests"] += 1
-        stuck = faults.current().get("stuck_after")
+        spec = faults.current()
+        stuck = spec.get("stuck_after") if spec.get("stuck_pid", os.getpid()) == os.getpid() else None
         if stuck is not None and state["requests"] > stuck:
             if state["requests"] == stuck + 1:
                 print("fake_sglang: injected fault stuck (requests hang, /health answers)", flush=True)

@@ -1,0 +1,61 @@
+"""What the sweep sees of the machine, on real processes: the other arms' servers' CPU, idle or
+paused, and a measurement they disturb."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+
+import psutil
+import pytest
+
+from kit.decide.machine import MachineReading, idle_cpu, interference, pause
+
+SPIN = "import time\nwhile True:\n    time.perf_counter()\n"
+
+
+@pytest.fixture
+def spinning_server():
+    """A process that spins as an idle vLLM CPU server does (a quarter of a core each, seen here),
+    with a child of its own (an engine core): a whole tree."""
+    code = f"import subprocess, sys\nsubprocess.Popen([sys.executable, '-c', {SPIN!r}])\nexec({SPIN!r})"
+    proc = subprocess.Popen([sys.executable, "-c", code])
+    deadline = time.monotonic() + 10
+    while not psutil.Process(proc.pid).children() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    yield proc.pid
+    for p in [*psutil.Process(proc.pid).children(recursive=True), psutil.Process(proc.pid)]:
+        p.kill()
+    proc.wait()
+
+
+def test_idle_servers_are_seen_and_paused_as_a_tree(spinning_server):
+    cores = psutil.cpu_count() or 1
+    assert idle_cpu([spinning_server], 0.5) > 0.5 / cores, "two spinning processes: about two cores' worth"
+    pause([spinning_server], paused=True)
+    try:
+        statuses = {
+            p.status() for p in [psutil.Process(spinning_server), *psutil.Process(spinning_server).children()]
+        }
+        assert statuses == {psutil.STATUS_STOPPED}
+        assert idle_cpu([spinning_server], 0.5) < 0.02
+    finally:
+        pause([spinning_server], paused=False)
+    assert idle_cpu([spinning_server], 0.5) > 0.5 / cores
+
+
+def test_a_measurement_beside_a_busy_neighbour_is_disturbed(spinning_server):
+    """The neighbour is the kit's own (a server of another arm): not foreign, but it disturbs."""
+    before = MachineReading.now([spinning_server], neighbours=[spinning_server])
+    time.sleep(1.0)
+    seen = interference(before, [spinning_server], neighbours=[spinning_server])
+    assert seen.neighbour_cpu > 0.2 and seen.disturbed and seen.foreign_cpu < seen.neighbour_cpu
+    pause([spinning_server], paused=True)
+    try:
+        before = MachineReading.now([spinning_server], neighbours=[spinning_server])
+        time.sleep(1.0)
+        seen = interference(before, [spinning_server], neighbours=[spinning_server])
+        assert seen.neighbour_cpu < 0.02
+    finally:
+        pause([spinning_server], paused=False)
