@@ -12,9 +12,13 @@ schedule, since each of its starts takes a minute or more here. The kit is the r
 generate` command. Per engine, two runs of the same plan: a baseline without faults, then the
 soak, where a driver watching the rows on disk fires one event per step of the plan: `kill -9`
 of the server process, SIGSTOP (lifted after 3 s, or never: the kit must notice), windows of
-HTTP 200 answers that are no completion or of HTTP 500s (fake only), and one SIGTERM of the kit
-itself followed by the same command again (a resume). Afterwards every planned id must be in
-the shards exactly once, none of them a bad answer (and, on the fake, each answering its own prompt).
+HTTP 200 answers that are no completion or of HTTP 500s (fake only), a server that answers /health
+but makes no token (the fake's stuck fault; on vLLM its engine-core process stopped while the API
+server answers), the kit's stderr closed by its reader (a dropped ssh session or log pipe), and one
+SIGTERM of the kit itself followed by the same command again (a resume). A fifth of the plan is
+Hermes function-calling rows, half of them with no tools (`"tools": "[]"`: vLLM answers 400 to an
+empty tools array). Afterwards every planned id must be in the shards exactly once, none of them a
+bad answer (and, on the fake, each answering its own prompt).
 """
 
 from __future__ import annotations
@@ -23,9 +27,11 @@ import argparse
 import hashlib
 import json
 import os
+import select
 import signal
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -86,6 +92,8 @@ ENGINES = {
             "freeze_short",
             "kill",
             "freeze_long",
+            "stuck",
+            "close_stderr",
         ),  # fmt: skip
         prompts=2500,
         concurrency=64,
@@ -95,7 +103,7 @@ ENGINES = {
     "vllm": Engine(
         "vllm",
         "vllm.entrypoints.openai.api_server",
-        ("kill", "freeze_short", "freeze_long", "sigterm_kit"),
+        ("kill", "freeze_short", "close_stderr", "stuck", "sigterm_kit"),
         prompts=300,
         concurrency=64,
         hang_timeout_s=20,
@@ -104,13 +112,40 @@ ENGINES = {
 }
 
 
+TOOL = {
+    "type": "function",
+    "function": {
+        "name": "add",
+        "description": "Add two numbers.",
+        "parameters": {"type": "object", "properties": {"a": {"type": "number"}, "b": {"type": "number"}}},
+    },
+}
+
+
+def hermes_row(i: int) -> dict:
+    """A Hermes function-calling row; every other one offers no tools (`"[]"`, as some real rows do)."""
+    tools = json.dumps([TOOL]) if i % 2 else "[]"
+    return {
+        "id": f"h{i}",
+        "conversations": [
+            {"from": "system", "value": "You are a helpful assistant."},
+            {"from": "human", "value": f"Soak request {i}: what is {i} plus {i + 1}?"},
+            {"from": "gpt", "value": str(2 * i + 1)},
+        ],
+        "tools": tools,
+    }
+
+
 def write_params(tmp: Path, name: str, engine: Engine, faults: Path) -> Path:
-    data = tmp / "prompts.jsonl"
+    data, hermes = tmp / "prompts.jsonl", tmp / "hermes.jsonl"
+    n_hermes = engine.prompts // 5
     data.write_text(
         "".join(
-            json.dumps({"prompt": f"Soak question {i}: {i} + {i}?"}) + "\n" for i in range(engine.prompts)
+            json.dumps({"prompt": f"Soak question {i}: {i} + {i}?"}) + "\n"
+            for i in range(engine.prompts - n_hermes)
         )
     )
+    hermes.write_text("".join(json.dumps(hermes_row(i)) + "\n" for i in range(n_hermes)))
     params = {
         "run": name,
         "output_dir": str(tmp / "outputs"),
@@ -119,7 +154,8 @@ def write_params(tmp: Path, name: str, engine: Engine, faults: Path) -> Path:
         "data": {
             "seed": 0,
             "sources": [
-                {"name": "q", "adapter": "prompt_column", "dataset": "json", "data_files": [str(data)]}
+                {"name": "q", "adapter": "prompt_column", "dataset": "json", "data_files": [str(data)]},
+                {"name": "h", "adapter": "hermes_fc", "dataset": "json", "data_files": [str(hermes)]},
             ],
         },
         "generate": {
@@ -163,7 +199,30 @@ def servers_of(kit: subprocess.Popen, match: str) -> list[psutil.Process]:
 
 
 def start_kit(params: Path, log: Path) -> subprocess.Popen:
-    return subprocess.Popen([*KIT, str(params)], stdout=log.open("ab"), stderr=subprocess.STDOUT)
+    """`kit generate`, its stdout into `log`, its stderr through a pipe this process reads (into the
+    same log) until the `close_stderr` event closes it."""
+    return subprocess.Popen([*KIT, str(params)], stdout=log.open("ab"), stderr=subprocess.PIPE)
+
+
+class StderrReader(threading.Thread):
+    """Copies the kit's stderr into the log until told to close the pipe (then the kit's writes to
+    stderr fail with EPIPE, as when an ssh session drops)."""
+
+    def __init__(self, kit: subprocess.Popen, log: Path) -> None:
+        super().__init__(daemon=True)
+        self.pipe, self.log, self.closing = kit.stderr, log, threading.Event()
+        self.start()
+
+    def run(self) -> None:
+        fd = self.pipe.fileno()  # type: ignore[union-attr]
+        with self.log.open("ab") as out:
+            while not self.closing.is_set():
+                if select.select([fd], [], [], 0.2)[0]:
+                    chunk = os.read(fd, 65536)
+                    if not chunk:
+                        return
+                    out.write(chunk)
+        self.pipe.close()  # type: ignore[union-attr]  # the reader is gone: the kit's next write fails
 
 
 class Driver:
@@ -172,12 +231,24 @@ class Driver:
     def __init__(self, params: Path, faults: Path, log: Path, match: str) -> None:
         self.params, self.faults, self.log, self.match = params, faults, log, match
         self.kit = start_kit(params, log)
+        self.reader = StderrReader(self.kit, log)
         self.sessions, self.events, self.exit_codes = 1, [], []
+        self.fired_at, self.hung_pids = 0.0, set()
         self.thaw: list[tuple[float, list[psutil.Process]]] = []
 
     def fire(self, event: str) -> None:
-        servers = self.wait_for_servers() if event == "kill" or event.startswith("freeze") else []
-        if event == "kill":
+        waits = event in ("kill", "stuck") or event.startswith("freeze")
+        servers = self.wait_for_servers() if waits else []
+        if event == "stuck" and "sglang" in self.match:  # the fake: this process stops generating
+            self.faults.write_text(json.dumps({"stuck_after": 0, "stuck_pid": servers[0].pid}))
+        elif event == "stuck":  # vLLM: its engine core stopped, the API server still answers /health
+            for p in servers:
+                for child in p.children(recursive=True):
+                    if "EngineCore" in " ".join(child.cmdline()) or child.name().startswith("VLLM::Engine"):
+                        child.suspend()
+        elif event == "close_stderr":
+            self.reader.closing.set()
+        elif event == "kill":
             for p in servers:
                 p.kill()
         elif event.startswith("freeze"):
@@ -192,14 +263,30 @@ class Driver:
         elif event == "sigterm_kit":
             self.kit.send_signal(signal.SIGTERM)
             self.exit_codes.append(self.kit.wait(300))
+            self.reader.closing.set()
             self.kit = start_kit(self.params, self.log)
+            self.reader = StderrReader(self.kit, self.log)
             self.sessions += 1
         self.events.append(event)
+        self.fired_at, self.hung_pids = time.monotonic(), {p.pid for p in servers}
+
+    def settled(self, hang_timeout_s: float) -> bool:
+        """Whether the last event has had its effect, so the next may fire: 2 s after any; after a
+        hang (`stuck`, `freeze_long`), once the kit has replaced the server (or 4 hang timeouts on)."""
+        if not self.events:
+            return True
+        waited = time.monotonic() - self.fired_at
+        if self.events[-1] in ("stuck", "freeze_long"):
+            now = {p.pid for p in servers_of(self.kit, self.match)}
+            return (bool(now) and not now & self.hung_pids) or waited > 4 * hang_timeout_s
+        return waited > 2.0
 
     def wait_for_servers(self, timeout_s: float = 900.0) -> list[psutil.Process]:
         """The server processes, once there are some (a restart may be under way)."""
         deadline = time.monotonic() + timeout_s
         while not (servers := servers_of(self.kit, self.match)) and time.monotonic() < deadline:
+            if self.kit.poll() is not None:  # the kit finished in between: nothing to fire at
+                return []
             time.sleep(0.1)
         if not servers:
             raise RuntimeError(f"no server under the kit after {timeout_s} s; see {self.log}")
@@ -231,7 +318,8 @@ def run_soak(tmp: Path, engine: Engine, faulty: bool) -> dict:
     driver = Driver(params, faults, tmp / f"{name}.log", engine.server_match)
     while driver.kit.poll() is None or driver.thaw:
         driver.tick()
-        if steps and rows_on_disk(gen) >= steps[0] and driver.kit.poll() is None:
+        ready = driver.settled(engine.hang_timeout_s)
+        if steps and ready and rows_on_disk(gen) >= steps[0] and driver.kit.poll() is None:
             steps.pop(0)
             driver.fire(engine.schedule[len(driver.events)])
         time.sleep(0.2)
@@ -268,7 +356,12 @@ def verify(run: Path, planned: int, digests: bool) -> dict:
     wrong = (
         sum(not r["completion"].startswith(f"re:{digest(r['messages'])} ") for r in rows) if digests else "-"
     )
-    bad = sum(r["finish_reason"] not in ("stop", "length", "tool_calls") or not r["completion"] for r in rows)
+    # an answer cut while thinking has its text in `reasoning` only: not a bad answer
+    bad = sum(
+        r["finish_reason"] not in ("stop", "length", "tool_calls")
+        or not (r["completion"] or r.get("reasoning") or r.get("tool_calls"))
+        for r in rows
+    )
     failures = (run / "failures.jsonl").read_text().splitlines()
     return {
         "planned": planned,
@@ -292,8 +385,10 @@ def sessions(result: dict) -> str:
 EVENTS = """Events: `kill`: SIGKILL of the server process; `freeze_short`: SIGSTOP lifted after 3 s (within
 the hang timeout: waited out); `freeze_long`: SIGSTOP never lifted (the watchdog must restart the
 server); `bad_answers` / `errors`: for 3 s, 30% of answers are HTTP 200 without a completion (no
-choices, null finish_reason, `abort`) or HTTP 500; `sigterm_kit`: SIGTERM to the kit, then the same
-command again."""
+choices, null finish_reason, `abort`) or HTTP 500; `stuck`: the server answers /health but makes
+no token (the fake's stuck fault; vLLM's engine-core process stopped); `close_stderr`: the kit's
+stderr pipe closed by its reader for the rest of that session; `sigterm_kit`: SIGTERM to the kit,
+then the same command again. A fifth of each plan is Hermes rows, half of them without tools."""
 
 
 def report(name: str, engine: Engine, base: dict, soak: dict) -> str:
