@@ -10,7 +10,7 @@ import time
 import psutil
 import pytest
 
-from kit.decide.machine import MachineReading, idle_cpu, interference, pause
+from kit.decide.machine import DISTURBED_CPU, MachineReading, idle_cpu, interference, pause
 
 SPIN = "import time\nwhile True:\n    time.perf_counter()\n"
 
@@ -30,19 +30,31 @@ def spinning_server():
     proc.wait()
 
 
+def statuses(procs: list[psutil.Process]) -> set[str]:
+    """The processes' states, given a second to show SIGSTOP (a signal lands asynchronously)."""
+    deadline = time.monotonic() + 1
+    while (seen := {p.status() for p in procs}) != {psutil.STATUS_STOPPED} and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return seen
+
+
 def test_idle_servers_are_seen_and_paused_as_a_tree(spinning_server):
-    cores = psutil.cpu_count() or 1
-    assert idle_cpu([spinning_server], 0.5) > 0.5 / cores, "two spinning processes: about two cores' worth"
+    # two spinning processes: up to two cores' worth, less on a machine busy with other work
+    assert idle_cpu([spinning_server], 0.5) > 0.05
     pause([spinning_server], paused=True)
     try:
-        statuses = {
-            p.status() for p in [psutil.Process(spinning_server), *psutil.Process(spinning_server).children()]
-        }
-        assert statuses == {psutil.STATUS_STOPPED}
+        tree = [psutil.Process(spinning_server), *psutil.Process(spinning_server).children()]
+        assert statuses(tree) == {psutil.STATUS_STOPPED}
         assert idle_cpu([spinning_server], 0.5) < 0.02
     finally:
         pause([spinning_server], paused=False)
-    assert idle_cpu([spinning_server], 0.5) > 0.5 / cores
+    assert idle_cpu([spinning_server], 0.5) > 0.05
+    pause([spinning_server], paused=True, roots_too=False)  # a reaper at the root stays awake
+    try:
+        assert statuses(psutil.Process(spinning_server).children()) == {psutil.STATUS_STOPPED}
+        assert psutil.Process(spinning_server).status() != psutil.STATUS_STOPPED
+    finally:
+        pause([spinning_server], paused=False)
 
 
 def test_a_measurement_beside_a_busy_neighbour_is_disturbed(spinning_server):
@@ -50,7 +62,7 @@ def test_a_measurement_beside_a_busy_neighbour_is_disturbed(spinning_server):
     before = MachineReading.now([spinning_server], neighbours=[spinning_server])
     time.sleep(1.0)
     seen = interference(before, [spinning_server], neighbours=[spinning_server])
-    assert seen.neighbour_cpu > 0.2 and seen.disturbed and seen.foreign_cpu < seen.neighbour_cpu
+    assert seen.neighbour_cpu > DISTURBED_CPU and seen.disturbed
     pause([spinning_server], paused=True)
     try:
         before = MachineReading.now([spinning_server], neighbours=[spinning_server])

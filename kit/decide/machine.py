@@ -178,9 +178,13 @@ def idle_cpu(roots: Iterable[int | None], seconds: float = 1.0) -> float:
     return used / (max(time.monotonic() - t0, 1e-6) * (psutil.cpu_count() or 1))
 
 
-def pause(roots: Iterable[int | None], paused: bool) -> None:
-    """SIGSTOP (`paused`) or SIGCONT every process of the `roots`' trees."""
-    for pid in tree_pids(roots):
+def pause(roots: Iterable[int | None], paused: bool, roots_too: bool = True) -> None:
+    """SIGSTOP (`paused`) or SIGCONT every process of the `roots`' trees (`roots_too` False: only
+    their descendants; a root that is the kit's reaper stays awake, to take its server down should
+    the kit die meanwhile)."""
+    roots = list(roots)
+    pids = tree_pids(roots) - (set() if roots_too else {r for r in roots if r is not None})
+    for pid in pids:
         with contextlib.suppress(psutil.Error):
             p = psutil.Process(pid)
             p.suspend() if paused else p.resume()

@@ -289,8 +289,8 @@ class ArmServers:
         if arm.name in self.failed:
             return None
         if self.held and arm.name in self.up:  # the others rest while this one is measured
-            pause([getattr(self.up[arm.name], "pid", None)], paused=False)
-            pause(self.neighbours(arm), paused=True)
+            pause([getattr(self.up[arm.name], "pid", None)], paused=False, roots_too=False)
+            pause(self.neighbours(arm), paused=True, roots_too=False)  # their reapers stay awake
         if arm.name not in self.up:
             if not self.together:
                 self.stop_all()
@@ -330,7 +330,7 @@ class ArmServers:
 
     def stop_all(self) -> None:
         if self.held:
-            pause(self.pids(), paused=False)  # a paused server would not act on SIGTERM
+            pause(self.pids(), paused=False, roots_too=False)  # a paused server ignores SIGTERM
         for server in self.up.values():
             server.stop()
         self.up = {}
