@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 
 import pytest
 
@@ -93,12 +94,33 @@ with stop_signals():
 def test_sigterm_and_sighup_stop_like_ctrl_c(tmp_path, sig, where):
     """They raise Terminated (a KeyboardInterrupt) after the coroutine's clean-up ran."""
     marker = tmp_path / "flushed"
-    proc = subprocess.Popen(
-        [sys.executable, "-c", STOPPABLE, str(marker), where],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
-    assert proc.stdout.readline().strip() == "running"  # type: ignore[union-attr]
+    proc = stoppable(marker, where, hangup=signal.SIG_DFL)  # as a terminal starts it (not under nohup)
     proc.send_signal(sig)
     _, err = proc.communicate(timeout=30)
     assert f"kit.asyncrun.Terminated: {sig.name}" in err, err
     assert marker.exists() == (where == "loop")
+
+
+def stoppable(marker, where: str, hangup) -> subprocess.Popen:
+    """The job above in a process of its own, started with SIGHUP set to `hangup`; once running."""
+    proc = subprocess.Popen(
+        [sys.executable, "-c", STOPPABLE, str(marker), where],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGHUP, hangup),
+    )  # fmt: skip
+    assert proc.stdout.readline().strip() == "running"  # type: ignore[union-attr]
+    return proc
+
+
+def test_under_nohup_a_hangup_is_ignored(tmp_path):
+    """`nohup kit generate ...` means: go on when the terminal closes. A SIGHUP ignored at start stays
+    ignored; SIGTERM still stops the job cleanly."""
+    marker = tmp_path / "flushed"
+    proc = stoppable(marker, "loop", hangup=signal.SIG_IGN)
+    proc.send_signal(signal.SIGHUP)
+    time.sleep(1.0)
+    assert proc.poll() is None, "still running after the hangup"
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=30)
+    assert "kit.asyncrun.Terminated: SIGTERM" in err, err
+    assert marker.exists()
