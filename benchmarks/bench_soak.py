@@ -104,7 +104,7 @@ ENGINES = {
         "vllm",
         "vllm.entrypoints.openai.api_server",
         ("kill", "freeze_short", "close_stderr", "stuck", "sigterm_kit"),
-        prompts=300,
+        prompts=900,  # enough rows between events that each has its effect before the next
         concurrency=64,
         hang_timeout_s=20,
         digests=False,

@@ -28,9 +28,10 @@ SLOW = {"shard_rows": 3, "shard_seconds": 2, "concurrency": 1, "sampling": {"max
 
 
 def _sigint_default() -> None:
-    """As from a terminal: a shell that starts pytest in the background leaves SIGINT ignored,
-    and an ignored SIGINT stays ignored in the kit (as `nohup` intends)."""
+    """As from a terminal: a shell that starts pytest in the background leaves SIGINT ignored, and
+    `nohup make test` SIGHUP; an ignored signal stays ignored in the kit (as `nohup` intends)."""
     signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
 
 
 def kit_generate(params_file: Path, *extra: str, **kw) -> subprocess.Popen:
