@@ -46,17 +46,7 @@ def canary_ms() -> float:
 
 def own_pids(server_pids: Iterable[int | None]) -> set[int]:
     """This process, its children, and every server's process tree."""
-    pids = {os.getpid()}
-    roots = [psutil.Process()]
-    for pid in server_pids:
-        if pid is not None:
-            with contextlib.suppress(psutil.Error):
-                roots.append(psutil.Process(pid))
-    for root in roots:
-        pids.add(root.pid)
-        with contextlib.suppress(psutil.Error):
-            pids.update(c.pid for c in root.children(recursive=True))
-    return pids
+    return {os.getpid()} | tree_pids([os.getpid(), *server_pids])
 
 
 def tree_pids(roots: Iterable[int | None]) -> set[int]:

@@ -63,16 +63,21 @@ def _check_status(status: int, raw: bytes, what: str, keyed: bool = False) -> No
     body = raw[:2000].decode("utf-8", "replace")
     msg = f"{what}: HTTP {status}: {body}"
     if status in (401, 403):  # no row is to blame: the whole run needs the key
-        raise EngineError(
-            f"{msg}\nThe server refused the API key the kit sent (engine.api_key_env): check the "
-            "variable holds the key the server was started with."
-            if keyed
-            else f"{msg}\nThe server wants an API key (it was started with --api-key): export the key "
-            "in an environment variable and name that variable in engine.api_key_env."
-        )
+        raise key_refused(msg, keyed)
     if status >= 500 or status in (408, 429):
         raise TransientEngineError(msg, status, body)
     raise RequestRejected(msg, status, body)
+
+
+def key_refused(what: str, keyed: bool) -> EngineError:
+    """A 401 / 403 (`what`: the request and its answer) as one message saying what to set."""
+    return EngineError(
+        f"{what}\nThe server refused the API key the kit sent (engine.api_key_env): check the "
+        "variable holds the key the server was started with."
+        if keyed
+        else f"{what}\nThe server wants an API key (it was started with --api-key): export the key "
+        "in an environment variable and name that variable in engine.api_key_env."
+    )
 
 
 def auth_headers(api_key: str | None) -> dict[str, str]:

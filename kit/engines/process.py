@@ -28,7 +28,7 @@ import psutil
 
 from kit.engines import launcher as launchers
 from kit.engines import reaper
-from kit.engines.client import auth_headers, is_loopback
+from kit.engines.client import auth_headers, is_loopback, key_refused
 from kit.engines.commands import server_command, server_env
 from kit.engines.start_failures import explain_start_failure
 from kit.errors import EngineError, EngineStartError, ModelDirError
@@ -67,15 +67,7 @@ def probe_ready(http: httpx.Client, base_url: str) -> bool:
         except httpx.HTTPError:
             return False
         if r.status_code in (401, 403):
-            raise EngineError(
-                f"GET {base_url}{path}: HTTP {r.status_code}: the server wants an API key"
-                + (
-                    ", and refused the one in engine.api_key_env"
-                    if "Authorization" in http.headers
-                    else " (it was started with --api-key): export the key in an environment variable "
-                    "and name that variable in engine.api_key_env"
-                )
-            )
+            raise key_refused(f"GET {base_url}{path}: HTTP {r.status_code}", "Authorization" in http.headers)
         if r.status_code == 200:
             return True
         if r.status_code != 404:

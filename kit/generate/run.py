@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import resource
+from collections import Counter
 from collections.abc import Callable
 from contextlib import ExitStack
 from pathlib import Path
@@ -191,6 +192,7 @@ def _generate(  # noqa: ANN001
         shard,
         params.generate.limit,
     )
+    recorded = failures.read()
     manifest = {
         "run": params.run,
         "complete": not left,
@@ -201,8 +203,8 @@ def _generate(  # noqa: ANN001
         "planned_prompts": prompts.num_rows,
         "samples_per_prompt": params.generate.sampling.n,
         "rows_this_session": stats.rows if stats else 0,
-        "failures": len({f["id"] for f in failures.read()} - after.ids),
-        "never_generated": _never_generated(failures, after.ids),
+        "failures": len({f["id"] for f in recorded} - after.ids),
+        "never_generated": _never_generated(recorded, after.ids),
         "rows_by_source": _rows_by_source(folder),
         "shards": len(folder.shard_paths()),
         "corrupt_shards_set_aside": found.corrupt + after.corrupt,
@@ -239,17 +241,14 @@ def _generate(  # noqa: ANN001
     return manifest
 
 
-def _never_generated(failures: FailureLog, done: set[str]) -> dict[str, int]:
-    """Rows recorded as ones the engine refuses for good (too long for the context, rejected), by
-    reason: the run is complete without them, and says so."""
-    last: dict[str, dict] = {}
-    for f in failures.read():
-        last[f["id"]] = f
-    out: dict[str, int] = {}
-    for rid, f in last.items():
-        if f.get("permanent") and rid not in done:
-            out[f.get("reason", "rejected")] = out.get(f.get("reason", "rejected"), 0) + 1
-    return out
+def _never_generated(recorded: list[dict[str, Any]], done: set[str]) -> dict[str, int]:
+    """Rows recorded (last record per id) as ones the engine refuses for good (too long for the
+    context, rejected), by reason: the run is complete without them, and says so."""
+    last = {f["id"]: f for f in recorded}
+    reasons = Counter(
+        f.get("reason", "rejected") for rid, f in last.items() if f.get("permanent") and rid not in done
+    )
+    return dict(reasons)
 
 
 def _generating_s(timeline: Path) -> float | None:
