@@ -399,23 +399,18 @@ def main() -> None:
         args.rounds = 1 + max(m["round"] for m in results)
         args.requests = next(m["requests"] for m in results if m["cell"] == "offline")
         args.load_before = "(not recorded)"
-        text = report(args, results)
-        print(text)
-        if args.out:
-            args.out.write_text(text)
-        return
-    if not (VLLM_PY.parent.parent / ".ready").is_file():
-        sys.exit("the vLLM environment is not built: make engine-vllm")
-    args.load_before = load_average()
-    work = args.work or Path(tempfile.mkdtemp(prefix="bench-ceiling-"))
-    work.mkdir(parents=True, exist_ok=True)
-    results = run_rounds(args, work)
-    (work / "results.json").write_text(json.dumps(results, indent=1))
+    else:
+        if not (VLLM_PY.parent.parent / ".ready").is_file():
+            sys.exit("the vLLM environment is not built: make engine-vllm")
+        args.load_before = load_average()
+        work = args.work or Path(tempfile.mkdtemp(prefix="bench-ceiling-"))
+        work.mkdir(parents=True, exist_ok=True)
+        results = run_rounds(args, work)
+        (work / "results.json").write_text(json.dumps(results, indent=1))
     text = report(args, results)
     print(text)
     if args.out:
         args.out.write_text(text)
-
 
 if __name__ == "__main__":
     main()
