@@ -412,5 +412,6 @@ def main() -> None:
     if args.out:
         args.out.write_text(text)
 
+
 if __name__ == "__main__":
     main()
