@@ -133,7 +133,7 @@ def analyse(params: ParamsArg, run: RunOpt = None) -> None:
     """Stage 4: summary.json and figures for a run's outputs."""
     from kit import stages as st
 
-    summary = st.analyse(_load(params, run))
+    summary = st.analyse(_load(params, run)).summary
     _print({k: summary.get(k) for k in ("rows", "failures", "gaps", "figures") if k in summary})
 
 

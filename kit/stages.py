@@ -10,11 +10,14 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kit.errors import ModelDirError
 from kit.params import RunParams, dump_params
 from kit.runfolder import RunFolder, read_json, write_text_atomic
+
+if TYPE_CHECKING:
+    from kit.analyse import Analysis
 
 log = logging.getLogger(__name__)
 
@@ -144,12 +147,12 @@ def check_sampling(params: RunParams) -> None:
         )
 
 
-def analyse(params: RunParams) -> dict[str, Any]:
-    """Stage 4: summary.json and figures from the run folder."""
-    from kit.analyse import analyse_run
+def analyse(params: RunParams) -> Analysis:
+    """Stage 4: summary.json and figures from the run folder; `.summary` and `.data` (the run as read)."""
+    from kit.analyse import run_analysis
 
     folder = prepare(params)
-    return analyse_run(folder, params.analyse)
+    return run_analysis(folder, params.analyse)
 
 
 __all__ = ["run_folder", "prepare", "probe", "decide", "generate", "analyse"]

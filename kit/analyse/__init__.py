@@ -3,11 +3,12 @@
     from kit.analyse import analyse_run
     summary = analyse_run(RunFolder(Path("outputs/demo")), params.analyse)
 
-Modules: `load` (read a run folder, naming each gap), `tables` (per source, finish reasons),
-`flags` (quality flags), `reasoning` (reasoning and answer of a row, their lengths),
-`toolcalls` (parsed and text tool calls, judged against the prompt's tools), `health`
-(throughput, latency, failures, accept length), `plots` (seaborn figures), `summary`
-(analyse_run), `compare` (two runs), `browser` (sample browser).
+Modules: `load` (read a run folder, naming each gap), `scan` (read the shards batch by batch,
+keeping each row's facts, not its text), `tables` (per source, finish reasons), `flags` (quality
+flags), `reasoning` (reasoning and answer of a row, their lengths), `toolcalls` (parsed and text
+tool calls, judged against the prompt's tools), `health` (throughput, latency, failures, accept
+length), `plots` (seaborn figures), `run` (analyse_run, run_analysis), `compare` (two runs),
+`browser` (sample browser).
 """
 
 from kit.analyse.browser import SampleBrowser, sample_browser
@@ -16,11 +17,12 @@ from kit.analyse.flags import FLAGS, compute_flags, flag_counts
 from kit.analyse.health import accept_length_timeline, failures_by_reason, run_health, throughput_timeline
 from kit.analyse.load import load_failures, load_generations, load_metrics
 from kit.analyse.reasoning import reasoning_parts, row_parts, split_think
-from kit.analyse.run import RunData, analyse_run, read_run, summarise
+from kit.analyse.run import Analysis, RunData, analyse_run, read_run, run_analysis, summarise
 from kit.analyse.tables import finish_reason_table, per_source_table, requested_counts, summary_tables
 
 __all__ = [
     "FLAGS",
+    "Analysis",
     "RunData",
     "SampleBrowser",
     "accept_length_timeline",
@@ -38,6 +40,7 @@ __all__ = [
     "reasoning_parts",
     "row_parts",
     "read_run",
+    "run_analysis",
     "requested_counts",
     "run_health",
     "sample_browser",

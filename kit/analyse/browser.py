@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import html
 import json
+from collections.abc import Callable
 from typing import Any
 
 import pandas as pd
 
 from kit.analyse.flags import FLAGS, compute_flags
 from kit.analyse.reasoning import split_row
+from kit.analyse.run import RunData
 from kit.analyse.toolcalls import load_calls
 from kit.params import AnalyseParams
 
@@ -107,11 +109,20 @@ def messages_html(messages: Any) -> str:
     return "".join(parts)
 
 
-def static_table(df: pd.DataFrame, flags: pd.DataFrame | None = None, n: int = 20) -> str:
+Fetch = Callable[[pd.Index], pd.DataFrame]
+"""Reads the full rows (messages, completion, reasoning, tool calls) behind some facts rows."""
+
+
+def static_table(
+    df: pd.DataFrame, flags: pd.DataFrame | None = None, n: int = 20, fetch: Fetch | None = None
+) -> str:
     """A self-contained HTML table of sample rows: id, source, finish reason, flags, messages, and the
-    answer with its reasoning and tool calls collapsed."""
+    answer with its reasoning and tool calls collapsed. `df` holds the rows, or only their facts
+    when `fetch` reads the shown rows' text (kit.analyse.run.RunData.rows)."""
+    picked = pick_samples(df, flags, n)
+    shown = fetch(picked.index) if fetch is not None and len(picked) else picked
     rows = []
-    for idx, r in pick_samples(df, flags, n).iterrows():
+    for idx, r in shown.iterrows():
         meta = (
             f"{html.escape(str(r['id']))}<br>{html.escape(str(r['source']))}<br>"
             f"{html.escape(str(r['finish_reason']))}<br><i>{html.escape(_flag_names(flags, idx))}</i>"
@@ -139,7 +150,7 @@ def _filtered(
     return df[mask]
 
 
-def _build_widget(df: pd.DataFrame, flags: pd.DataFrame | None) -> Any:
+def _build_widget(df: pd.DataFrame, flags: pd.DataFrame | None, fetch: Fetch) -> Any:
     import ipywidgets as w
 
     def dropdown(label: str, values: list[str]) -> Any:
@@ -158,7 +169,7 @@ def _build_widget(df: pd.DataFrame, flags: pd.DataFrame | None) -> Any:
             view.value = "<i>no rows match</i>"
             return
         idx = rows.index[min(pos.value, len(rows) - 1)]
-        r = rows.loc[idx]
+        r = fetch(pd.Index([idx])).iloc[0]  # only the row shown is read
         view.value = (
             f"<p>{len(rows)} rows match · id {html.escape(str(r['id']))} · {html.escape(str(r['source']))}"
             f" · {html.escape(str(r['finish_reason']))} · <i>{html.escape(_flag_names(flags, idx))}</i></p>"
@@ -202,27 +213,32 @@ class SampleBrowser:
 
 
 def sample_browser(
-    df: pd.DataFrame,
+    rows: pd.DataFrame | RunData,
     n: int = 20,
     flags: pd.DataFrame | None = None,
     params: AnalyseParams | None = None,
     interactive: bool | None = None,
 ) -> SampleBrowser:
-    """A browser over generation rows `df` (as from `load_generations`).
+    """A browser over generation rows: a run as read by stage 4 (`RunData`: only the rows shown are
+    read from the shards) or rows in memory (a DataFrame as from `load_generations`).
 
-    `flags` default to `compute_flags(df, params)`. interactive=None: a widget when running in a
-    live kernel with ipywidgets; always a static table of `n` samples (flagged rows first) for
-    reports and headless runs.
+    `flags` default to the run's, or `compute_flags(df, params)`. interactive=None: a widget when
+    running in a live kernel with ipywidgets; always a static table of `n` samples (flagged rows
+    first) for reports and headless runs.
     """
-    if flags is None and len(df):
-        flags = compute_flags(df, params)
-    table = static_table(df, flags, n)
+    if isinstance(rows, RunData):
+        df, flags, fetch = rows.df, rows.flags if flags is None else flags, rows.rows
+    else:
+        df = rows
+        flags = compute_flags(df, params) if flags is None and len(df) else flags
+        fetch = df.loc.__getitem__
+    table = static_table(df, flags, n, fetch)
     if interactive is None:
         interactive = _in_live_kernel()
     widget = None
     if interactive and len(df):
         try:
-            widget = _build_widget(df, flags)
+            widget = _build_widget(df, flags, fetch)
         except ImportError:
             widget = None
     return SampleBrowser(table, widget)

@@ -62,6 +62,11 @@ def flag_duplicate(df: pd.DataFrame) -> pd.Series:
 
 
 def _echoes(prompt: str, answer: str) -> bool:
+    # a cheap first test: an echo holds every word of the prompt, so one word the answer lacks rules
+    # it out without folding both texts (most rows)
+    probe = max(prompt[:256].lower().split(), key=len, default="")
+    if probe and probe not in answer.lower():
+        return False
     p, c = _fold(prompt), _fold(answer)
     if not p or not c:
         return False
@@ -90,6 +95,12 @@ def compile_patterns(patterns: list[str]) -> list[re.Pattern[str]]:
 def flag_refusal(df: pd.DataFrame, patterns: list[str], parts: pd.DataFrame | None = None) -> pd.Series:
     """True where the answer matches any refusal pattern (re.search, case-insensitive)."""
     compiled = compile_patterns(patterns)
+    if not compiled:
+        return pd.Series(False, index=df.index, dtype=bool)
+    try:  # one pass a row; a pattern with inline global flags cannot join an alternation
+        compiled = [re.compile("|".join(f"(?:{p.pattern})" for p in compiled), re.IGNORECASE)]
+    except re.error:
+        pass
     values = [any(p.search(a) for p in compiled) for a in _answers(df, parts).tolist()]
     return pd.Series(values, index=df.index, dtype=bool)
 
@@ -122,9 +133,13 @@ def compute_flags(
     )
 
 
-def flag_counts(df: pd.DataFrame, flags: pd.DataFrame) -> pd.DataFrame:
-    """Flagged rows per source (rows: sources, columns: FLAGS, plus 'function_calling' rows)."""
+def flag_counts(df: pd.DataFrame, flags: pd.DataFrame, parts: pd.DataFrame | None = None) -> pd.DataFrame:
+    """Flagged rows per source (rows: sources, columns: FLAGS, plus 'function_calling' rows);
+    function-calling rows from `parts` (row_parts) when given, else from `df["tools"]`."""
     counts = flags.astype(int).groupby(df["source"]).sum()
-    fc = pd.Series([is_function_calling(t) for t in df["tools"]], index=df.index).astype(int)
+    if parts is not None and "function_calling" in parts:
+        fc = parts["function_calling"].astype(int)
+    else:
+        fc = pd.Series([is_function_calling(t) for t in df["tools"]], index=df.index).astype(int)
     counts["function_calling"] = fc.groupby(df["source"]).sum()
     return counts.reindex(columns=[*FLAGS, "function_calling"], fill_value=0)

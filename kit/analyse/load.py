@@ -75,7 +75,9 @@ def _text_or_none(value: Any) -> str | None:
         return str(value)
 
 
-def _normalise(df: pd.DataFrame, gaps: list[str]) -> pd.DataFrame:
+def normalise_rows(df: pd.DataFrame, gaps: list[str]) -> pd.DataFrame:
+    """Rows as stage 4 reads them: every column of GENERATION_COLUMNS present (a missing required
+    one is a gap), text cells str or None, numbers numeric, `finished_at` a UTC time."""
     for col, default in GENERATION_COLUMNS.items():
         if col not in df.columns:
             if col in REQUIRED and len(df):
@@ -94,7 +96,9 @@ def _normalise(df: pd.DataFrame, gaps: list[str]) -> pd.DataFrame:
 
 
 def load_generations(folder: RunFolder) -> tuple[pd.DataFrame, list[str]]:
-    """All readable generation shards as one DataFrame, plus the gaps (missing or corrupt shards)."""
+    """All readable generation shards as one DataFrame, text included, plus the gaps (missing or
+    corrupt shards). Every row in memory: for a small run or a slice; stage 4 reads a run with
+    kit.analyse.scan, which keeps each row's facts only."""
     gaps: list[str] = []
     paths = folder.shard_paths()
     if not paths:
@@ -106,11 +110,12 @@ def load_generations(folder: RunFolder) -> tuple[pd.DataFrame, list[str]]:
             gaps.append(gap)
         elif table is not None:
             tables.append(table)
-    gaps += _older_schema_gap(tables)
-    return _once_per_id(_normalise(_concat(tables), gaps), gaps), gaps
+    old = [t for t in tables if len(t) and not set(KEPT_OUTPUTS) <= set(t.schema.names)]
+    gaps += older_schema_gap(sum(len(t) for t in old), len(old))
+    return once_per_id(normalise_rows(_concat(tables), gaps), gaps), gaps
 
 
-def _once_per_id(df: pd.DataFrame, gaps: list[str]) -> pd.DataFrame:
+def once_per_id(df: pd.DataFrame, gaps: list[str]) -> pd.DataFrame:
     """Each row id counted once: shards that repeat ids (a copied shard, a resume racing a copy)
     would count rows twice against the plan; the first shard's row is kept and the gap says so."""
     if df.empty or "id" not in df.columns:
@@ -126,14 +131,12 @@ def _once_per_id(df: pd.DataFrame, gaps: list[str]) -> pd.DataFrame:
     return df
 
 
-def _older_schema_gap(tables: list[pa.Table]) -> list[str]:
+def older_schema_gap(rows: int, shards: int) -> list[str]:
     """A gap naming the rows of shards written before `reasoning` / `tool_calls` were kept."""
-    old = [t for t in tables if len(t) and not set(KEPT_OUTPUTS) <= set(t.schema.names)]
-    if not old:
+    if not rows:
         return []
-    rows = sum(len(t) for t in old)
     return [
-        f"generations: {rows} row(s) in {len(old)} shard(s) written without the {' / '.join(KEPT_OUTPUTS)} "
+        f"generations: {rows} row(s) in {shards} shard(s) written without the {' / '.join(KEPT_OUTPUTS)} "
         "columns (an older kit): their reasoning and parsed tool calls count as absent; "
         "<think> and <tool_call> text left in the completion is still analysed"
     ]

@@ -120,7 +120,7 @@ def counts_bar(table: pd.DataFrame, title: str, xlabel: str = "rows") -> Figure 
 
 def _parts_tidy(df: pd.DataFrame, parts: pd.DataFrame, hue: str) -> pd.DataFrame:
     """Long form: one row per (row, part) with chars and tokens, for the rows that thought."""
-    thought = parts["reasoning_text"].notna()
+    thought = parts["reasoning_chars"].notna()
     frames = []
     for part in ("reasoning", "answer"):
         frames.append(
@@ -139,7 +139,7 @@ def _parts_tidy(df: pd.DataFrame, parts: pd.DataFrame, hue: str) -> pd.DataFrame
 def reasoning_and_answer(df: pd.DataFrame, parts: pd.DataFrame, hue: str = "source") -> Figure | None:
     """Lengths of reasoning and answer per source (rows that thought), in chars and, where the
     engine reported `reasoning_tokens`, in tokens; None when no row thought."""
-    if df.empty or not parts["reasoning_text"].notna().any():
+    if df.empty or not parts["reasoning_chars"].notna().any():
         return None
     tidy = _parts_tidy(df, parts, hue)
     units = ["chars"] + (["tokens"] if tidy["tokens"].notna().any() else [])

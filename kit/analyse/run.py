@@ -5,13 +5,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
+from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
 from kit.analyse import health, load, plots, tables
-from kit.analyse.flags import FLAGS, compute_flags, flag_counts
+from kit.analyse.flags import FLAGS, flag_counts
 from kit.analyse.reasoning import row_parts
+from kit.analyse.scan import duplicated_completions, read_rows, scan_shards
 from kit.errors import RunFolderError
 from kit.params import AnalyseParams
 from kit.runfolder import RunFolder, write_json_atomic
@@ -19,7 +21,13 @@ from kit.runfolder import RunFolder, write_json_atomic
 
 @dataclass
 class RunData:
-    """Everything read from one run folder, plus the gaps met while reading it."""
+    """Everything read from one run folder, plus the gaps met while reading it.
+
+    `df` holds each row's facts (id, source, finish reason, token counts, times; no text: see
+    kit.analyse.scan), `parts` its reasoning and answer lengths and tool calls, `flags` its quality
+    flags, all aligned. `rows(index)` reads the full rows (messages, completion, reasoning) back
+    from the shards, only those asked for.
+    """
 
     df: pd.DataFrame
     flags: pd.DataFrame
@@ -30,22 +38,46 @@ class RunData:
     prompt_counts: dict[str, int]
     gaps: list[str] = field(default_factory=list)
     parts: pd.DataFrame | None = None
-    """Per row: reasoning and answer, their lengths, tool-call kinds (kit.analyse.reasoning.row_parts)."""
+    """Per row: reasoning and answer lengths, tool-call kinds (kit.analyse.reasoning.row_parts)."""
+    paths: list[Path] = field(default_factory=list)
+    """The shards `df` was read from (its `shard` column indexes this list)."""
 
     def row_parts(self) -> pd.DataFrame:
-        """`parts`, computed on first use."""
+        """`parts`, computed on first use (a RunData built by hand from full rows)."""
         if self.parts is None:
             self.parts = row_parts(self.df)
         return self.parts
 
+    def rows(self, index: Any = None) -> pd.DataFrame:
+        """The full rows (messages, completion, reasoning, tool calls) at `index` labels of `df`
+        (all rows when None: only for a small run), read from their shards."""
+        facts = self.df if index is None else self.df.loc[index]
+        if "shard" not in facts.columns or "completion" in facts.columns:
+            return facts  # rows held in memory already
+        return read_rows(self.paths, facts)
 
-def read_run(folder: RunFolder, params: AnalyseParams | None = None) -> RunData:
-    """Load every part of a run folder that can be read; each missing or corrupt part is a gap."""
+
+def read_run(folder: RunFolder, params: AnalyseParams | None = None, progress: bool = True) -> RunData:
+    """Load every part of a run folder that can be read; each missing or corrupt part is a gap.
+
+    Generation shards are read batch by batch and kept as facts (kit.analyse.scan).
+    """
     if not folder.root.is_dir():
         raise RunFolderError(
             f"run folder {folder.root} does not exist: pass outputs/<run> of a generated run"
         )
-    df, gaps = load.load_generations(folder)
+    paths = folder.shard_paths()
+    scan = scan_shards(paths, params, progress)
+    gaps = [] if paths else [f"no generation shards in {folder.generations}: run stage 3 (generate) first"]
+    gaps += scan.gaps + load.older_schema_gap(scan.older_rows, scan.older_shards)
+    df = load.once_per_id(scan.df, gaps)
+    keep = df.index if len(df) == len(scan.df) else None
+    flags, parts = scan.flags, scan.parts
+    if keep is None:  # once_per_id dropped repeated ids: align the rest, and judge duplicates again
+        kept = ~scan.df["id"].duplicated(keep="first")
+        flags = flags[kept.to_numpy()].reset_index(drop=True)
+        parts = parts[kept.to_numpy()].reset_index(drop=True)
+        flags["duplicate"] = duplicated_completions(df["completion_hash"])
     failures, g_fail = load.load_failures(folder)
     metrics, g_met = load.load_metrics(folder)
     manifest, g_man = load.load_json_part(folder.manifest, "the run did not finish (or is still running)")
@@ -54,10 +86,8 @@ def read_run(folder: RunFolder, params: AnalyseParams | None = None) -> RunData:
     if manifest is not None and not manifest.get("complete", False):
         gaps.append("manifest.json says complete: false: the run stopped before all rows were generated")
     gaps += g_fail + g_met + g_man + g_plan + g_pr
-    parts = row_parts(df)
-    flags = compute_flags(df, params, parts)
     failures = load.outstanding_failures(failures, df)
-    return RunData(df, flags, failures, metrics, manifest, plan, prompt_counts, gaps, parts)
+    return RunData(df, flags, failures, metrics, manifest, plan, prompt_counts, gaps, parts, paths)
 
 
 def _source_entry(
@@ -86,8 +116,8 @@ def summarise(data: RunData) -> dict[str, Any]:
     requested = tables.requested_counts(data.plan, data.prompt_counts)
     per_source = tables.per_source_table(df, data.failures, requested)
     finish = tables.finish_reason_table(df) if len(df) else pd.DataFrame()
-    counts = flag_counts(df, data.flags) if len(df) else pd.DataFrame()
     parts = data.row_parts()
+    counts = flag_counts(df, data.flags, parts) if len(df) else pd.DataFrame()
     outputs = tables.outputs_by_source(df, parts, data.flags) if len(df) else {}
     return {
         "rows": int(len(df)),
@@ -105,7 +135,7 @@ def summarise(data: RunData) -> dict[str, Any]:
 def run_figures(data: RunData) -> dict[str, Any]:
     """The figures of one run by file stem; figures with nothing to draw are left out."""
     timeline = health.throughput_timeline(data.metrics, data.df)
-    counts = flag_counts(data.df, data.flags) if len(data.df) else pd.DataFrame()
+    counts = flag_counts(data.df, data.flags, data.row_parts()) if len(data.df) else pd.DataFrame()
     figs = {
         "completion_tokens_by_source": plots.length_distribution(data.df, "completion_tokens"),
         "prompt_tokens_by_source": plots.length_distribution(data.df, "prompt_tokens"),
@@ -122,12 +152,22 @@ def run_figures(data: RunData) -> dict[str, Any]:
     return {k: v for k, v in figs.items() if v is not None}
 
 
-def analyse_run(folder: RunFolder, params: AnalyseParams | None = None) -> dict[str, Any]:
-    """Analyse a run folder: save figures under folder.figures, write folder.summary, return the summary.
+@dataclass
+class Analysis:
+    """What stage 4 computed for one run: `summary` (as written to summary.json) and `data`, the run
+    as read (facts, flags and parts of every row; full rows on demand with `data.rows(index)`)."""
+
+    summary: dict[str, Any]
+    data: RunData
+
+
+def run_analysis(folder: RunFolder, params: AnalyseParams | None = None, progress: bool = True) -> Analysis:
+    """Analyse a run folder: save figures under folder.figures, write folder.summary; return both
+    the summary and the data read, so a notebook reuses them instead of reading the run again.
 
     Missing or corrupt parts are analysed as far as possible and named in `summary["gaps"]`.
     """
-    data = read_run(folder, params)
+    data = read_run(folder, params, progress)
     summary = {
         "run": folder.root.name,
         "analysed_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
@@ -139,4 +179,9 @@ def analyse_run(folder: RunFolder, params: AnalyseParams | None = None) -> dict[
         paths.append(str(path.resolve()))
     summary["figures"] = paths
     write_json_atomic(folder.summary, summary)
-    return summary
+    return Analysis(summary, data)
+
+
+def analyse_run(folder: RunFolder, params: AnalyseParams | None = None) -> dict[str, Any]:
+    """`run_analysis`, returning the summary only."""
+    return run_analysis(folder, params).summary

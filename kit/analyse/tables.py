@@ -79,7 +79,7 @@ def outputs_entry(parts: pd.DataFrame, flags: pd.DataFrame) -> dict[str, Any]:
     return {
         **{col: distribution(parts[col]) for col in LENGTHS},
         "reasoning": {
-            "rows": int(parts["reasoning_text"].notna().sum()),
+            "rows": int(parts["reasoning_chars"].notna().sum()),
             "from_parser": int(parts["reasoning_from"].eq("parser").sum()),
             "from_text": int(parts["reasoning_from"].eq("text").sum()),
             "unterminated_think": int(flags["unterminated_think"].sum()),
