@@ -245,8 +245,13 @@ class GenerateParams(_Strict):
     sampling: SamplingParams = SamplingParams()
     concurrency: int | None = Field(default=None, ge=1)
     """Requests in flight; default: sized from the engine's capacity."""
-    shard_rows: int = Field(default=1000, ge=1)
+    shard_rows: int | None = Field(default=None, ge=1)
+    """Rows per shard; default 1,000, or 0.5% of a large run's rows (at most 20,000): 2M rows
+    make 200 shards, not 2,000."""
+    shard_mb: float = Field(default=256.0, gt=0)
+    """A shard is also closed once its rows' text (completions, reasoning, prompts) reaches this."""
     shard_seconds: float = Field(default=60.0, gt=0)
+    """...and at least this often, so a crash loses at most this much generation."""
     request_timeout_s: float = Field(default=600.0, gt=0)
     retries: int = Field(default=3, ge=0)
     """Attempts after the first for a request that failed by its own fault (an error status, a

@@ -135,6 +135,11 @@ class ShardView:
         return self._tagged("metrics", ".parquet")
 
     @property
+    def metrics_log(self) -> Path:
+        """The running session's timeline samples, appended (folded into `metrics` at its end)."""
+        return self._tagged("metrics", ".jsonl")
+
+    @property
     def lock(self) -> Path:
         return self._tagged(".generate", ".lock")
 
@@ -231,6 +236,10 @@ class RunFolder:
     def metrics(self) -> Path:
         return self.root / "metrics.parquet"
 
+    @property
+    def metrics_log(self) -> Path:
+        return self.shard().metrics_log
+
     def shard(self, index: int = 0, count: int = 1) -> ShardView:
         """The files of session `--shard index/count` (the whole run when count is 1)."""
         return ShardView(self, f"s{index}of{count}" if count > 1 else "")
@@ -248,7 +257,7 @@ class RunFolder:
         """Stage 3's outputs present now (every session's): what `--fresh` archives."""
         parts = [self.generations, self.failures, self.prompts, self.plan, self.prompts_stamp]
         parts += [self.manifest, *self.root.glob("manifest-*.json")]
-        parts += [self.metrics, *self.root.glob("metrics-*.parquet")]
+        parts += [self.metrics, *self.root.glob("metrics-*.parquet"), *self.root.glob("metrics*.jsonl")]
         return [p for p in parts if p.exists()]
 
     @property

@@ -16,6 +16,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from kit.analyse.reasoning import nullable_int
+from kit.generate.metrics import read_log
 from kit.runfolder import RunFolder
 
 GENERATION_COLUMNS: dict[str, Any] = {
@@ -165,16 +166,27 @@ def load_failures(folder: RunFolder) -> tuple[pd.DataFrame, list[str]]:
 
 
 def load_metrics(folder: RunFolder) -> tuple[pd.DataFrame | None, list[str]]:
-    """The throughput timeline `metrics.parquet`, or None with a gap when absent or unreadable."""
-    if not folder.metrics.exists():
+    """The throughput timeline: `metrics.parquet` plus the samples a running (or crashed) session
+    has appended to its log; None with a gap when there is none or it is unreadable."""
+    log = read_log(folder.metrics_log)
+    if not folder.metrics.exists() and log.empty:
         return None, [f"{folder.metrics.name} missing: throughput over time is derived from the rows"]
-    table, gap = _read_shard(folder.metrics)
-    if table is None:
-        return None, [str(gap).replace("its rows are left out", "throughput is derived from the rows")]
-    df = table.to_pandas()
+    frames, gaps = [log] if len(log) else [], []
+    if folder.metrics.exists():
+        table, gap = _read_shard(folder.metrics)
+        if table is None:
+            gaps = [str(gap).replace("its rows are left out", "throughput is derived from the rows")]
+        else:
+            frames.insert(0, table.to_pandas())
+    frames = [f for f in frames if len(f)]
+    if not frames:
+        return None, gaps
+    df = pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
     if "t_s" not in df.columns:
         return None, [f"{folder.metrics.name}: no 't_s' column; throughput is derived from the rows"]
-    return _continuous_time(df).sort_values("t_s").reset_index(drop=True), []
+    if "session" in df.columns:
+        df = df.drop_duplicates(subset=["session", "t_s"], ignore_index=True)
+    return _continuous_time(df).sort_values("t_s").reset_index(drop=True), gaps
 
 
 def _continuous_time(df: pd.DataFrame) -> pd.DataFrame:

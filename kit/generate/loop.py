@@ -28,7 +28,7 @@ from kit.errors import EngineError
 from kit.generate.completions import not_a_completion
 from kit.generate.metrics import Timeline
 from kit.generate.pool import ServerPool
-from kit.generate.store import FailureLog, ShardWriter, now_utc
+from kit.generate.store import FailureLog, ShardWriter, now_utc, shard_rows_for
 from kit.params import GenerateParams
 from kit.progress import progress
 
@@ -118,8 +118,12 @@ class GenerationLoop:
                 if task.done() and not task.cancelled():
                     task.exception()  # retrieved: asyncio would log it again at exit
             self.timeline.sample(self.stats, await self._engine_metrics())
-            self.timeline.save()
+            self.timeline.close()
         return self.stats
+
+    def _shard_due(self) -> bool:
+        rows = shard_rows_for(self.params.shard_rows, self.total)
+        return self.writer.due(rows, self.params.shard_seconds, self.params.shard_mb * 2**20)
 
     def _spawn(self, n: int) -> None:
         """Start `n` more workers on the shared work iterator (the loop's concurrency grows by `n`)."""
@@ -183,7 +187,7 @@ class GenerationLoop:
                 self.stats.rows += 1
                 self.stats.output_tokens += row["completion_tokens"] or 0
             bar.update(1)
-            if self.writer.due(self.params.shard_rows, self.params.shard_seconds):
+            if self._shard_due():
                 await self._flush()
 
     async def _generate(self, item: dict[str, Any]) -> dict[str, Any] | None:
@@ -318,7 +322,7 @@ class GenerationLoop:
             last = self.timeline.last()
             self._keep_engine_full(last)
             bar.set_postfix(tok_s=f"{last['tok_s']:.0f}", fail=self.stats.failures, refresh=False)
-            if self.writer.due(self.params.shard_rows, self.params.shard_seconds):
+            if self._shard_due():
                 await self._flush()
 
 

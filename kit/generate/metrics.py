@@ -2,18 +2,25 @@
 
 One sample every `interval_s` (cheap: counters the loop keeps, and the engine's gauges fetched
 and parsed off the event loop); a resumed run appends a new `session` to the samples already
-saved, so throughput over time covers the whole job across interruptions. Saving happens in the
-shard writer's thread. A timeline that cannot be read is set aside
+saved, so throughput over time covers the whole job across interruptions.
+
+Saving appends: during a session the new samples since the last save go to `metrics.jsonl` (in
+the shard writer's thread, after each shard), so a long run writes each sample once, not the whole
+timeline after every shard; at the session's end (and at the start of the next one, for a session
+that crashed) that log is folded into `metrics.parquet`, one rewrite per session. Readers
+(`load_timeline`) see both. A timeline that cannot be read is set aside
 (`metrics.parquet.unreadable-<time>`) rather than stopping the run.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -36,8 +43,24 @@ ENGINE_GAUGES = {
 }
 
 
-def load_timeline(path: Path) -> pd.DataFrame:
-    """The samples saved so far; an unreadable file is set aside with a warning, never fatal."""
+def read_log(log: Path) -> pd.DataFrame:
+    """The samples appended to a session's log; a line cut short by a crash is skipped."""
+    if not log.exists():
+        return pd.DataFrame()
+    rows = []
+    for line in log.read_bytes().splitlines():
+        try:
+            rows.append(orjson.loads(line))
+        except orjson.JSONDecodeError:
+            continue
+    frame = pd.DataFrame(rows)
+    if "at" in frame.columns:
+        frame["at"] = pd.to_datetime(frame["at"], utc=True, errors="coerce")
+    return frame
+
+
+def _read_parquet(path: Path) -> pd.DataFrame:
+    """The folded samples; an unreadable file is set aside with a warning, never fatal."""
     if not path.exists():
         return pd.DataFrame()
     try:
@@ -52,13 +75,41 @@ def load_timeline(path: Path) -> pd.DataFrame:
         return pd.DataFrame()
 
 
+def load_timeline(path: Path, log_path: Path | None = None) -> pd.DataFrame:
+    """Every sample saved so far: `metrics.parquet` and the samples still in a session's log."""
+    frames = [f for f in (_read_parquet(path), read_log(log_path) if log_path else None) if f is not None]
+    frames = [f for f in frames if len(f)]
+    if not frames:
+        return pd.DataFrame()
+    frame = pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
+    return frame.drop_duplicates(subset=["session", "t_s"], keep="first", ignore_index=True)
+
+
+def fold_log(path: Path, log_path: Path) -> None:
+    """Fold a session's appended samples into `metrics.parquet` (atomically), then drop the log.
+
+    A crash between the two leaves samples in both; load_timeline counts them once.
+    """
+    if not log_path.exists():
+        return
+    frame = load_timeline(path, log_path)
+    if len(frame):
+        with atomic_path(path) as tmp:
+            frame.to_parquet(tmp, index=False)
+    log_path.unlink()
+
+
 class Timeline:
-    def __init__(self, path: Path, interval_s: float = 2.0) -> None:
+    def __init__(self, path: Path, log_path: Path, interval_s: float = 2.0) -> None:
         self.path = path
+        self.log_path = log_path
         self.interval_s = interval_s
-        self.previous = load_timeline(path)
-        self.session = int(self.previous["session"].max()) + 1 if len(self.previous) else 1
+        fold_log(path, log_path)  # a session that crashed left its samples in the log
+        previous = load_timeline(path)
+        self.session = int(previous["session"].max()) + 1 if len(previous) else 1
         self.samples: list[dict[str, Any]] = []
+        self._saved = 0
+        self._lock = threading.Lock()
         self.t0 = time.monotonic()
         self._last = (self.t0, 0, 0)
         self._spec: tuple[float, float] | None = None
@@ -101,12 +152,20 @@ class Timeline:
         return self.samples[-1] if self.samples else {"tok_s": 0.0}
 
     def save(self) -> None:
-        """Rewrite metrics.parquet atomically; safe to call from the shard writer's thread."""
-        samples = list(self.samples)  # a snapshot: the event loop may append while this runs
-        if not samples:
-            return
-        frame = pd.DataFrame(samples)
-        if len(self.previous):
-            frame = pd.concat([self.previous, frame], ignore_index=True)
-        with atomic_path(self.path) as tmp:
-            frame.to_parquet(tmp, index=False)
+        """Append the samples taken since the last save to the session's log; safe to call from
+        the shard writer's thread (the event loop may append samples while this runs)."""
+        with self._lock:
+            end = len(self.samples)
+            lines = [
+                orjson.dumps(r, option=orjson.OPT_APPEND_NEWLINE) for r in self.samples[self._saved : end]
+            ]
+            if lines:
+                with open(self.log_path, "ab") as f:
+                    f.write(b"".join(lines))
+            self._saved = end
+
+    def close(self) -> None:
+        """Save what is left and fold the session's log into metrics.parquet."""
+        self.save()
+        with self._lock:
+            fold_log(self.path, self.log_path)

@@ -24,16 +24,17 @@ from kit.generate.store import FailureLog, ShardWriter, done_ids, now_utc
 from kit.generate.work import (
     archive_outputs,
     check_identity,
-    count_by,
     engine_identity,
     iter_items,
     parse_shard,
-    pending_items,
+    pending_work,
     record_identity,
+    select_rows,
 )
 from kit.params import GenerateParams, RunParams
 from kit.probe.gpu import nvml_gpus
-from kit.prompts.prompt_set import data_hash, ensure_prompts
+from kit.prompts.plan import read_prompts
+from kit.prompts.prompt_set import data_hash, ensure_plan, read_prompt_ids
 from kit.runfolder import RunFolder, disk_full_is_a_message, write_json_atomic
 
 log = logging.getLogger(__name__)
@@ -169,29 +170,27 @@ def _generate(  # noqa: ANN001
     check_identity(folder, identity)
     if accepted is not None:
         accepted()
-    prompts = ensure_prompts(params, folder)
+    prompts_path = ensure_plan(params, folder)
     record_identity(folder, identity)
     session.manifest.unlink(missing_ok=True)  # present again only once this run completes
 
+    ids = read_prompt_ids(prompts_path)  # what is left is decided on ids; the prompts are read if any is
     found = done_ids(folder.generations)
     failures = FailureLog(folder.failures)
     folder.failures.touch()  # present and empty says "no failures"; absent would mean "unknown"
     skip = found.ids if retry_failures else found.ids | failures.permanent_ids()
-    todo, work = pending_items(prompts, params.generate.sampling.n, skip, shard, params.generate.limit)
+    n_samples, limit = params.generate.sampling.n, params.generate.limit
+    work = pending_work(ids, n_samples, skip, shard, limit)
     started = now_utc()
-    stats = None
+    stats, after = None, found
     if work:
+        todo, work = select_rows(read_prompts(prompts_path), work)
         stats = _run_loop(
             params, todo, work, session, failures, identity, sampling_json, sampling_hash, from_decision
         )
-    after = done_ids(folder.generations, verify=False)
-    _, left = pending_items(
-        prompts,
-        params.generate.sampling.n,
-        after.ids | failures.permanent_ids(),
-        shard,
-        params.generate.limit,
-    )
+        del todo
+        after = done_ids(folder.generations, verify=False)
+    left = pending_work(ids, n_samples, after.ids | failures.permanent_ids(), shard, limit)
     recorded = failures.read()
     manifest = {
         "run": params.run,
@@ -200,12 +199,12 @@ def _generate(  # noqa: ANN001
         "exit_code": EXIT_COMPLETE if not left else EXIT_INCOMPLETE,
         "rows": len(after.ids),
         "left": len(left),
-        "planned_prompts": prompts.num_rows,
+        "planned_prompts": len(ids),
         "samples_per_prompt": params.generate.sampling.n,
         "rows_this_session": stats.rows if stats else 0,
         "failures": len({f["id"] for f in recorded} - after.ids),
         "never_generated": _never_generated(recorded, after.ids),
-        "rows_by_source": _rows_by_source(folder),
+        "rows_by_source": dict(sorted(after.by_source.items())),
         "shards": len(folder.shard_paths()),
         "corrupt_shards_set_aside": found.corrupt + after.corrupt,
         "duplicate_shards_set_aside": found.duplicate + after.duplicate,
@@ -217,7 +216,7 @@ def _generate(  # noqa: ANN001
         "concurrency_start": stats.concurrency_start if stats else None,
         **(stats.capacity.as_dict() if stats else {"engine_capacity": None, "capacity_source": None}),
         "settings_from_decision": from_decision,
-        "generating_s": _generating_s(session.metrics),
+        "generating_s": _generating_s(session.metrics, session.metrics_log),
         "session_started_at": started.isoformat(),
         "finished_at": now_utc().isoformat(),
     }
@@ -251,21 +250,12 @@ def _never_generated(recorded: list[dict[str, Any]], done: set[str]) -> dict[str
     return dict(reasons)
 
 
-def _generating_s(timeline: Path) -> float | None:
+def _generating_s(timeline: Path, log_path: Path) -> float | None:
     """Seconds spent generating over every session of this run, from the metrics timeline."""
-    m = load_timeline(timeline)
+    m = load_timeline(timeline, log_path)
     if not len(m):
         return None
     return round(float(m.groupby("session")["t_s"].max().sum()), 3)
-
-
-def _rows_by_source(folder: RunFolder) -> dict[str, int]:
-    import pyarrow.parquet as pq
-
-    paths = folder.shard_paths()
-    if not paths:
-        return {}
-    return count_by(pq.read_table(paths, columns=["source"]), "source")
 
 
 def _run_loop(  # noqa: ANN001, ANN202
@@ -299,7 +289,7 @@ def _run_loop(  # noqa: ANN001, ANN202
                     pool=pool,
                     writer=ShardWriter(folder.generations, session.tag),
                     failures=failures,
-                    timeline=Timeline(session.metrics),
+                    timeline=Timeline(session.metrics, session.metrics_log),
                     params=params.generate,
                     engine_json=json.dumps(identity, sort_keys=True),
                     sampling_json=sampling_json,

@@ -34,6 +34,7 @@ from typing import Any
 
 import orjson
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from kit.runfolder import ShardFiles, atomic_path, write_text_atomic
@@ -70,6 +71,24 @@ ROW_SCHEMA = pa.schema(
 )
 
 
+def row_bytes(row: dict[str, Any]) -> int:
+    """About the bytes a row's text takes (characters of completion, reasoning and messages)."""
+    messages = row.get("messages") or ()
+    return (
+        len(row.get("completion") or "")
+        + len(row.get("reasoning") or "")
+        + sum(len(m.get("content") or "") for m in messages if isinstance(m, dict))
+    )
+
+
+def shard_rows_for(shard_rows: int | None, total: int) -> int:
+    """Rows per shard: as set, else 1,000, or one shard per 0.5% of a large run's rows (at most
+    20,000), so 2M rows make 200 shards, not 2,000."""
+    if shard_rows is not None:
+        return shard_rows
+    return int(min(max(1000, total // 200), 20_000))
+
+
 def row_id(prompt_id: str, sample_index: int) -> str:
     """The id of one generated row: the prompt's id, suffixed by the sample index beyond the first."""
     return prompt_id if sample_index == 0 else f"{prompt_id}.{sample_index}"
@@ -93,6 +112,8 @@ class ShardWriter:
     buffer: list[dict[str, Any]] = field(default_factory=list)
     last_flush: float = field(default_factory=time.monotonic)
     max_pending: int = 2
+    buffer_bytes: int = 0
+    """Characters of text in the buffered rows (completion, reasoning, messages): a shard's size."""
 
     def __post_init__(self) -> None:
         self.directory.mkdir(parents=True, exist_ok=True)
@@ -105,17 +126,23 @@ class ShardWriter:
 
     def add(self, row: dict[str, Any]) -> None:
         self.buffer.append(row)
+        self.buffer_bytes += row_bytes(row)
 
-    def due(self, max_rows: int, max_seconds: float) -> bool:
+    def due(self, max_rows: int, max_seconds: float, max_bytes: float = float("inf")) -> bool:
+        """Whether the buffered rows make a shard: enough rows, enough text, or time elapsed."""
         if not self.buffer:
             return False
-        return len(self.buffer) >= max_rows or time.monotonic() - self.last_flush >= max_seconds
+        return (
+            len(self.buffer) >= max_rows
+            or self.buffer_bytes >= max_bytes
+            or time.monotonic() - self.last_flush >= max_seconds
+        )
 
     def submit(self, *then: Callable[[], object]) -> Future[Path | None]:
         """Queue the buffered rows as the next shard, then `then` (e.g. saving the timeline), in the
         writer thread; return the job, whose result is the shard's path (None for no rows)."""
         self.last_flush = time.monotonic()
-        rows, self.buffer = self.buffer, []
+        rows, self.buffer, self.buffer_bytes = self.buffer, [], 0
         target = None
         if rows:
             self._seq += 1
@@ -168,18 +195,24 @@ class ShardCheck:
     """What resume found in the shards: the ids it can trust, and the shards it set aside."""
 
     ids: set[str] = field(default_factory=set)
+    by_source: dict[str, int] = field(default_factory=dict)
+    """Rows per source in the trusted shards (read with the ids, no second pass)."""
     corrupt: list[str] = field(default_factory=list)
     duplicate: list[str] = field(default_factory=list)
 
 
-def _shard_ids(path: Path) -> list[str]:
-    """The ids of a verified shard; ValueError when it fails its checksum or cannot be read in full."""
+ID_COLUMNS = ["id", "source"]
+
+
+def _shard_ids(path: Path) -> pa.Table:
+    """The ids and sources of a verified shard; ValueError when it fails its checksum or cannot be
+    read in full."""
     data = path.read_bytes()
     sidecar = ShardFiles.checksum(path)
     if sidecar.exists():
         if sidecar.read_text() != checksum_of(data):
             raise ValueError("its size or CRC-32 differs from the one recorded when it was written")
-        return pq.read_table(pa.BufferReader(data), columns=["id"]).column("id").to_pylist()
+        return pq.read_table(pa.BufferReader(data), columns=ID_COLUMNS)
     # no record of the file: every page against its own checksum, and the footer (which no page
     # checksum covers) against the row schema: one flipped bit there renames or retypes a column
     table = pq.read_table(pa.BufferReader(data), page_checksum_verification=True)
@@ -188,7 +221,7 @@ def _shard_ids(path: Path) -> list[str]:
         wrong = [f.name for f in ROW_SCHEMA if theirs.get(f.name) != str(f.type)]
         wrong += [name for name in theirs if ROW_SCHEMA.get_field_index(name) < 0]
         raise ValueError(f"its columns differ from the row schema's ({', '.join(wrong[:4])})")
-    return table.column("id").to_pylist()
+    return table.select(ID_COLUMNS)
 
 
 def _set_aside(path: Path, aside: Path, why: str) -> None:
@@ -211,20 +244,20 @@ def done_ids(directory: Path, verify: bool = True) -> ShardCheck:
     files = ShardFiles(directory)
     for path in sorted(files.parts(), key=lambda p: (not files.kit_named(p), p.name)):
         try:
-            if verify:
-                ids = _shard_ids(path)
-            else:
-                ids = pq.read_table(path, columns=["id"]).column("id").to_pylist()
+            table = _shard_ids(path) if verify else pq.read_table(path, columns=ID_COLUMNS)
         except (pa.ArrowException, OSError, ValueError) as e:
             _set_aside(path, files.corrupt, f"corrupt shard ({e}); its rows will be generated again")
             check.corrupt.append(path.name)
             continue
+        ids = table.column("id").to_pylist()
         unique = set(ids)
         if len(unique) < len(ids) or not unique.isdisjoint(check.ids):
             _set_aside(path, files.duplicate, "repeats ids of another shard (a copy?); its rows count once")
             check.duplicate.append(path.name)
             continue
         check.ids |= unique
+        for entry in pc.value_counts(table.column("source")).to_pylist():
+            check.by_source[entry["values"]] = check.by_source.get(entry["values"], 0) + entry["counts"]
     return check
 
 

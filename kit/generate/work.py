@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from kit.errors import ParamsError, RunFolderError
 from kit.generate.store import ROW_SCHEMA_VERSION, row_id
@@ -106,25 +105,34 @@ def parse_shard(spec: str | None) -> tuple[int, int]:
     return i, n
 
 
+def pending_work(
+    ids: list[str], n_samples: int, skip: set[str], shard: tuple[int, int], limit: int | None
+) -> list[tuple[int, int]]:
+    """(row of the prompt set, sample index) of every work item still to do, from the prompt ids
+    alone: what is left is known without reading the prompts' text."""
+    if limit is not None:
+        ids = ids[:limit]
+    i, n = shard
+    # crc32 of the whole id: an even split whatever the ids look like, the same on every node
+    rows = range(len(ids)) if n == 1 else [r for r, x in enumerate(ids) if zlib.crc32(x.encode()) % n == i]
+    return [(r, k) for k in range(n_samples) for r in rows if row_id(ids[r], k) not in skip]
+
+
+def select_rows(prompts: pa.Table, work: list[tuple[int, int]]) -> tuple[pa.Table, list[tuple[int, int]]]:
+    """The prompts the work items need, and the items renumbered to rows of that smaller table."""
+    rows_needed = sorted({r for r, _ in work})
+    if len(rows_needed) == prompts.num_rows:
+        return prompts, work
+    remap = {r: j for j, r in enumerate(rows_needed)}
+    return prompts.take(pa.array(rows_needed, type=pa.int64())), [(remap[r], k) for r, k in work]
+
+
 def pending_items(
     prompts: pa.Table, n_samples: int, skip: set[str], shard: tuple[int, int], limit: int | None
 ) -> tuple[pa.Table, list[tuple[int, int]]]:
     """The prompts still to generate and, for each work item, (row in that table, sample index)."""
-    if limit is not None:
-        prompts = prompts.slice(0, limit)
-    i, n = shard
-    if n > 1:
-        # crc32 of the whole id: an even split whatever the ids look like, the same on every node
-        keep = [zlib.crc32(x.encode()) % n == i for x in prompts.column("id").to_pylist()]
-        prompts = prompts.filter(pa.array(keep))
-    ids = prompts.column("id").to_pylist()
-    work = [(r, k) for k in range(n_samples) for r, pid in enumerate(ids) if row_id(pid, k) not in skip]
-    rows_needed = sorted({r for r, _ in work})
-    if len(rows_needed) < len(ids):
-        remap = {r: j for j, r in enumerate(rows_needed)}
-        prompts = prompts.take(pa.array(rows_needed, type=pa.int64()))
-        work = [(remap[r], k) for r, k in work]
-    return prompts, work
+    work = pending_work(prompts.column("id").to_pylist(), n_samples, skip, shard, limit)
+    return select_rows(prompts, work)
 
 
 def iter_items(prompts: pa.Table, work: list[tuple[int, int]], batch: int = 512) -> Iterator[dict[str, Any]]:
@@ -144,8 +152,3 @@ def iter_items(prompts: pa.Table, work: list[tuple[int, int]], batch: int = 512)
                 "tools_list": (json.loads(tools) or None) if tools else None,  # "[]": no tools
                 "prompt_tokens": row.get("prompt_tokens"),
             }
-
-
-def count_by(table: pa.Table, column: str) -> dict[str, int]:
-    counts = pc.value_counts(table.column(column)).to_pylist()
-    return {c["values"]: c["counts"] for c in counts}

@@ -2,6 +2,7 @@
 section's hash, and reused by every stage that needs prompts (the sweep of stage 2, stage 3).
 
     prompts = ensure_prompts(params, folder)   # prompts.parquet, planned now or reused
+    path = ensure_plan(params, folder)         # the same, without reading it
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import logging
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 from kit.errors import RunFolderError
 from kit.params import RunParams
@@ -29,11 +31,17 @@ def data_hash(params: RunParams) -> str:
 
 def ensure_prompts(params: RunParams, folder: RunFolder) -> pa.Table:
     """The frozen prompt set: reused when the data params are unchanged, else planned anew."""
+    return read_prompts(ensure_plan(params, folder))
+
+
+def ensure_plan(params: RunParams, folder: RunFolder) -> Path:
+    """`prompts.parquet`, reused when the data params are unchanged, else planned anew; its path
+    (nothing read: a resume reads the ids first and the prompts only when some are left)."""
     stamp = folder.prompts_stamp
     wanted = data_hash(params)
     stamped = stamp.read_text().strip() if stamp.exists() else None
     if folder.prompts.exists() and stamped == wanted:
-        return read_prompts(folder.prompts)
+        return folder.prompts
     if folder.shard_paths():
         if stamped != wanted:
             raise RunFolderError(
@@ -46,4 +54,13 @@ def ensure_prompts(params: RunParams, folder: RunFolder) -> pa.Table:
     stamp.unlink(missing_ok=True)  # a plan that fails half-way leaves no stamp claiming it
     build_plan(params.data, Path(params.model.path), folder.prompts, folder.plan)
     stamp.write_text(wanted)
-    return read_prompts(folder.prompts)
+    return folder.prompts
+
+
+def read_prompt_ids(path: Path) -> list[str]:
+    """The ids of a frozen prompt set, in its order, reading that one column only."""
+    try:
+        return pq.read_table(path, columns=["id"]).column("id").to_pylist()
+    except (OSError, pa.ArrowException, KeyError):
+        read_prompts(path)  # raises the DataError saying what is wrong with the file
+        raise

@@ -1,0 +1,126 @@
+"""Stage 3 at scale without an engine: a rerun with nothing left reads ids only, once; the timeline
+is appended, not rewritten; shards are sized by rows for the run and by the bytes of their text."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timezone
+from pathlib import Path
+from types import SimpleNamespace
+
+import pandas as pd
+import pyarrow.parquet as pq
+import pytest
+
+from kit.generate import run as generate_run
+from kit.generate import store
+from kit.generate.metrics import Timeline, load_timeline
+from kit.generate.run import run_generation
+from kit.generate.store import ShardWriter, row_bytes, shard_rows_for
+from kit.params import load_params
+from kit.prompts import prompt_set
+from kit.prompts.prompt_set import ensure_prompts
+from kit.runfolder import RunFolder
+
+
+def _row(prompt: dict, completion: str = "an answer") -> dict:
+    return {
+        "id": prompt["id"],
+        "prompt_id": prompt["id"],
+        "sample_index": 0,
+        "source": prompt["source"],
+        "messages": prompt["messages"],
+        "tools": prompt["tools"],
+        "completion": completion,
+        "finish_reason": "stop",
+        "prompt_tokens": prompt["prompt_tokens"],
+        "completion_tokens": 3,
+        "latency_s": 0.1,
+        "finished_at": datetime.now(timezone.utc),
+    }
+
+
+def test_a_rerun_with_nothing_left_reads_ids_only_and_starts_no_engine(
+    write_params, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every planned row is on disk: the rerun decides from the prompt ids and the shards' ids
+    (each shard read once), never reads the prompts' text, never contacts the (absent) server."""
+    params = load_params(write_params(engine={"flavor": "external", "base_url": "http://127.0.0.1:9"}))
+    folder = RunFolder(params.run_dir).ensure()
+    prompts = ensure_prompts(params, folder).to_pylist()
+    writer = ShardWriter(folder.generations)
+    for i, p in enumerate(prompts):
+        writer.add(_row(p))
+        if i % 7 == 6:
+            writer.flush()
+    writer.flush()
+
+    def no_prompts(path: Path) -> None:
+        raise AssertionError(f"read the prompts' text from {path}")
+
+    reads: list[Path] = []
+    real = store._shard_ids
+    monkeypatch.setattr(generate_run, "read_prompts", no_prompts)
+    monkeypatch.setattr(prompt_set, "read_prompts", no_prompts)
+    monkeypatch.setattr(store, "_shard_ids", lambda path: reads.append(path) or real(path))
+    read_table = pq.read_table
+    again: list[object] = []
+
+    def spy(source, *args, **kwargs):  # noqa: ANN001, ANN202
+        if isinstance(source, (str, Path, list)):
+            again.append(source)  # a shard (or the prompts) read by path, beside the verified read
+        return read_table(source, *args, **kwargs)
+
+    monkeypatch.setattr(pq, "read_table", spy)
+    manifest = run_generation(params, folder)
+    assert again == [folder.prompts]  # the prompt ids (one column); no shard read a second time
+    assert manifest["complete"] and manifest["rows"] == len(prompts) and manifest["left"] == 0
+    assert manifest["rows_this_session"] == 0 and manifest["planned_prompts"] == len(prompts)
+    by_source = pd.Series([p["source"] for p in prompts]).value_counts().to_dict()
+    assert manifest["rows_by_source"] == by_source
+    assert sorted(reads) == sorted(folder.shard_paths())  # each shard verified once, none read again
+
+
+def test_the_timeline_appends_during_a_session_and_folds_once_at_its_end(tmp_path: Path) -> None:
+    path, log = tmp_path / "metrics.parquet", tmp_path / "metrics.jsonl"
+    stats = SimpleNamespace(rows=0, output_tokens=0, in_flight=0, failures=0)
+    first = Timeline(path, log)
+    for n in range(5):
+        stats.rows = n
+        first.sample(stats, {})
+        first.save()
+        assert len(log.read_bytes().splitlines()) == n + 1  # one line more: appended, not rewritten
+        assert not path.exists()
+    first.close()
+    assert not log.exists() and len(pq.read_table(path)) == 5
+
+    second = Timeline(path, log)  # a session that crashed: its samples stay in the log
+    second.sample(stats, {})
+    second.sample(stats, {})
+    second.save()
+    with open(log, "ab") as f:
+        f.write(b'{"session": 2, "t_')  # a line cut short by the crash
+    seen = load_timeline(path, log)
+    assert seen["session"].tolist() == [1] * 5 + [2, 2]
+
+    third = Timeline(path, log)  # folds the crashed session's log first
+    assert third.session == 3 and not log.exists()
+    assert pq.read_table(path).column("session").to_pylist() == [1] * 5 + [2, 2]
+
+
+def test_shards_are_sized_for_the_run_and_closed_by_the_bytes_of_their_text(tmp_path: Path) -> None:
+    assert shard_rows_for(None, 5_000) == 1_000
+    assert shard_rows_for(None, 2_000_000) == 10_000
+    assert shard_rows_for(None, 50_000_000) == 20_000
+    assert shard_rows_for(64, 2_000_000) == 64
+    writer = ShardWriter(tmp_path)
+    prompt = {"id": "a", "source": "s", "messages": [{"role": "user", "content": "x" * 100}], "tools": None}
+    prompt["prompt_tokens"] = 1
+    row = _row(prompt, completion="y" * 900)
+    assert row_bytes(row) == 1000
+    for _ in range(3):
+        writer.add(row)
+    assert not writer.due(1000, 60.0, max_bytes=3001) and writer.due(1000, 60.0, max_bytes=3000)
+    writer.flush()
+    assert writer.buffer_bytes == 0 and not writer.due(1, 60.0, max_bytes=1)
+    assert json.loads(json.dumps(shard_rows_for(None, 0))) == 1000
