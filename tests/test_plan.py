@@ -7,6 +7,9 @@ import json
 from pathlib import Path
 
 import datasets
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
 import pytest
 
 from kit.demo.fixtures import (
@@ -20,7 +23,10 @@ from kit.demo.fixtures import (
 from kit.demo.tiny_tokenizer import write_tokenizer
 from kit.errors import DataError
 from kit.params import DataParams, SourceParams
-from kit.prompts.plan import build_plan, read_prompts
+from kit.prompts import plan as plan_module
+from kit.prompts import sampling
+from kit.prompts.dedup import Deduplicator, dedup_key
+from kit.prompts.plan import PROMPTS_SCHEMA, PromptSpill, build_plan, read_prompts
 from kit.prompts.sampling import source_targets
 
 N = 48
@@ -347,3 +353,102 @@ def _plan_pooled(tmp: Path, data: DataParams, tokenizer: Path, pool_min: int | N
     return build_plan(
         data, tokenizer, tmp / "prompts.parquet", tmp / "plan.json", progress=False, pool_min=pool_min
     )
+
+
+def _spill_small(monkeypatch: pytest.MonkeyPatch, digits: int = 1) -> tuple[list[dict], list[Path]]:
+    """Spill every 40 rows (handed over every 5) into 16 ** digits buckets; record what was added
+    and the spill folders used."""
+    monkeypatch.setattr(sampling, "SPILL_ROWS", 5)
+    monkeypatch.setattr(plan_module, "SPILL_BUFFER_ROWS", 40)
+    monkeypatch.setattr(plan_module, "ROWS_PER_GROUP", 64)
+    monkeypatch.setattr(plan_module, "BUCKET_DIGITS", digits)
+    added: list[dict] = []
+    folders: list[Path] = []
+    add, spill = PromptSpill.add, PromptSpill._spill
+
+    def recording_add(self: PromptSpill, rows: list[dict]) -> None:
+        assert len(rows) <= 5
+        added.extend(rows)
+        add(self, rows)
+
+    def recording_spill(self: PromptSpill) -> None:
+        spill(self)
+        if self.folder is not None and self.folder not in folders:
+            assert self.folder.is_dir() and self.folder.parent == self.out.parent
+            folders.append(self.folder)
+
+    monkeypatch.setattr(PromptSpill, "add", recording_add)
+    monkeypatch.setattr(PromptSpill, "_spill", recording_spill)
+    return added, folders
+
+
+@pytest.mark.parametrize("digits", [1, 2])
+def test_a_spilled_plan_writes_what_one_in_memory_sort_writes(
+    files: dict[str, Path], tokenizer: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, digits: int
+) -> None:
+    """Duplicates, long prompts, six sources: more rows than one spill batch, sorted a bucket at a time."""
+    data = DataParams(seed=2, max_prompt_tokens=LIMIT, sources=plan_sources_from_files(files))
+    whole = _plan(tmp_path / "whole", data, tokenizer)  # fits the buffer: sorted in memory
+    added, folders = _spill_small(monkeypatch, digits)
+    spilled = _plan(tmp_path / "spilled", data, tokenizer)
+    table = read_prompts(spilled.prompts)
+    expected = pa.Table.from_pylist(added, schema=PROMPTS_SCHEMA)
+    expected = expected.take(pc.sort_indices(expected, [("id", "ascending")]))
+    assert table.equals(expected) and table.equals(read_prompts(whole.prompts))
+    assert spilled.kept == table.num_rows == int(spilled.table["kept"].sum()) > 4 * 40
+    assert pq.ParquetFile(spilled.prompts).metadata.num_row_groups > 1
+    assert (tmp_path / "spilled/plan.json").read_text() == (tmp_path / "whole/plan.json").read_text()
+    plan = json.loads(spilled.plan.read_text())
+    ids = table.column("id").to_pylist()
+    assert plan["ids_sha256"] == hashlib.sha256("\n".join(ids).encode()).hexdigest()
+    assert plan["prompts"] == len(ids) == len(set(ids))
+    assert spilled.dropped_rows.equals(whole.dropped_rows) and spilled.table.equals(whole.table)
+    assert folders and not any(f.exists() for f in folders)
+    assert sorted(p.name for p in (tmp_path / "spilled").iterdir()) == ["plan.json", "prompts.parquet"]
+
+
+def test_the_spill_folder_goes_when_the_plan_fails(
+    files: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _, folders = _spill_small(monkeypatch)
+    sources = plan_sources_from_files(files)
+    emptied = SourceParams(
+        name="code", adapter="codefeedback", dataset="json", data_files=[files["codefeedback"]], language="en"
+    )
+    with pytest.raises(DataError, match="source 'code' gave 0 of all its planned prompts"):
+        _plan(tmp_path / "a", DataParams(sources=[*sources[:2], emptied]))
+    assert folders and not any(f.exists() for f in folders)
+    assert list((tmp_path / "a").iterdir()) == []
+
+    def failing_sort(table: pa.Table) -> pa.Table:
+        raise OSError("disk full")
+
+    monkeypatch.setattr(plan_module, "_sort_by_id", failing_sort)  # fails while writing prompts.parquet
+    with pytest.raises(OSError, match="disk full"):
+        _plan(tmp_path / "b", DataParams(sources=sources[:2]))
+    assert len(folders) == 2 and not folders[1].exists()
+    assert list((tmp_path / "b").iterdir()) == []
+
+    monkeypatch.undo()  # a plan killed with kill -9 leaves its spill folder: the next plan removes it
+    stale = tmp_path / "c" / ".prompts.parquet.x1y2.spill"
+    stale.mkdir(parents=True)
+    (stale / "bucket-00.parquet").write_bytes(b"half a bucket")
+    _plan(tmp_path / "c", DataParams(sources=sources[:2]))
+    assert sorted(p.name for p in (tmp_path / "c").iterdir()) == ["plan.json", "prompts.parquet"]
+
+
+def test_an_empty_plan_writes_an_empty_prompt_set(files: dict[str, Path], tmp_path: Path) -> None:
+    sources = plan_sources_from_files(files, counts={"metamathqa": 0})[3:4]
+    result = _plan(tmp_path, DataParams(sources=sources))
+    assert result.kept == 0 and read_prompts(result.prompts).num_rows == 0
+    plan = json.loads(result.plan.read_text())
+    assert plan["prompts"] == 0 and plan["ids_sha256"] == hashlib.sha256(b"").hexdigest()
+
+
+def test_dedup_gives_back_the_first_holder_id() -> None:
+    dedup = Deduplicator()
+    key = dedup_key([{"role": "user", "content": "Hi"}], None)
+    assert dedup.first_holder(key) is None and key not in dedup
+    dedup.add(key, "00a1b2c3d4e5f607")
+    dedup.add(key, "ffffffffffffffff")
+    assert dedup.first_holder(key) == "00a1b2c3d4e5f607" and key in dedup and len(dedup) == 1

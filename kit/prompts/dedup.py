@@ -28,17 +28,25 @@ def prompt_id(source: str, source_row_id: str, messages: list[dict[str, str]], t
 
 
 class Deduplicator:
-    """Remembers the normalised text of every kept prompt and which id first held it."""
+    """Remembers the normalised text of every kept prompt and which id first held it.
+
+    Holders are prompt ids (16 hex digits, see `prompt_id`), kept as ints: at 2M prompts that is
+    ~60 MB less than the strings, and `first_holder` gives back the same 16 digits.
+    """
 
     def __init__(self) -> None:
-        self._seen: dict[bytes, str] = {}
+        self._seen: dict[bytes, int] = {}
 
     def first_holder(self, key: bytes) -> str | None:
         """The id that already holds this text, or None when the text is new."""
-        return self._seen.get(key)
+        holder = self._seen.get(key)
+        return None if holder is None else f"{holder:016x}"
+
+    def __contains__(self, key: bytes) -> bool:
+        return key in self._seen
 
     def add(self, key: bytes, holder: str) -> None:
-        self._seen.setdefault(key, holder)
+        self._seen.setdefault(key, int(holder, 16))
 
     def __len__(self) -> int:
         return len(self._seen)

@@ -9,16 +9,27 @@ next one, until the target is met or the source runs out. Filters, in order: lan
 source has a language column), malformed (the row does not fit its adapter), duplicate (same
 normalised text as a row already kept, across all sources), too_long (more than
 `max_prompt_tokens` with the model's tokenizer and chat template) and template_error.
+
+Kept rows do not stay in memory: each source hands them over in batches to a `PromptSpill`, which
+splits them into buckets by the first hex digits of the id (ids are sha256 digits, so buckets are
+even), holds up to `SPILL_BUFFER_ROWS` as Arrow and, past that, appends them to one parquet file
+per bucket in a temporary folder beside `prompts.parquet`. Writing then sorts one bucket at a time,
+in id order: the same rows in the same order as sorting everything at once, without holding
+everything. A source's dataset, and its ids, are let go once it is walked.
 """
 
 from __future__ import annotations
 
 import hashlib
 import logging
+import shutil
+import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -47,6 +58,16 @@ PROMPTS_SCHEMA = pa.schema(
     ]
 )
 """Columns of `prompts.parquet` (tools and prompt_tokens may be null)."""
+
+SPILL_BUFFER_ROWS = 32768
+"""Kept rows held in memory (as Arrow, split into buckets) before they are appended to the bucket
+files; a plan that fits is sorted and written from memory."""
+BUCKET_DIGITS = 2
+"""Spilled rows go to 16 ** BUCKET_DIGITS buckets by the id's first hex digits: 256, so a bucket
+of a 2M-prompt plan is ~8K rows."""
+ROWS_PER_GROUP = 65536
+"""Rows per row group of `prompts.parquet`, at least (consecutive buckets joined)."""
+DROPPED_COLUMNS = ["source", "source_row_id", "reason", "detail"]
 
 
 @dataclass
@@ -82,22 +103,22 @@ def build_plan(
             "pass the model directory (model.path), or drop max_prompt_tokens."
         )
     counter = TokenCounter(tokenizer_dir, pool_min=pool_min) if tokenizer_dir is not None else None
-    try:
-        plans, table, warnings = _run_sources(data, counter, progress)
-    finally:
-        if counter is not None:
-            counter.close()
-    table = write_prompts(table, out_prompts)
-    dropped = pd.DataFrame(
-        [d for p in plans for d in p.dropped], columns=["source", "source_row_id", "reason", "detail"]
-    )
-    write_json_atomic(out_plan, {**_plan_json(data, tokenizer_dir, plans, table), "warnings": warnings})
+    with PromptSpill(Path(out_prompts)) as spill:
+        try:
+            plans, warnings = _run_sources(data, counter, progress, spill)
+        finally:
+            if counter is not None:
+                counter.close()
+        kept, ids_sha256 = spill.write()
+    dropped = _dropped_rows(plans)
+    plan_json = _plan_json(data, tokenizer_dir, plans, kept, ids_sha256)
+    write_json_atomic(out_plan, {**plan_json, "warnings": warnings})
     summary = pd.DataFrame([p.summary() for p in plans])
     return PlanResult(
         summary,
         out_prompts,
         out_plan,
-        kept=table.num_rows,
+        kept=kept,
         dropped=len(dropped),
         dropped_rows=dropped,
         warnings=warnings,
@@ -105,24 +126,153 @@ def build_plan(
 
 
 def _run_sources(
-    data: DataParams, counter: TokenCounter | None, progress: bool
-) -> tuple[list[SourcePlan], pa.Table, list[str]]:
-    """Plan every source; a source left empty is a `DataError`, one left short a warning."""
+    data: DataParams, counter: TokenCounter | None, progress: bool, spill: PromptSpill
+) -> tuple[list[SourcePlan], list[str]]:
+    """Plan every source, its kept rows to `spill`; a source left empty is a `DataError`, one left
+    short a warning. Each source's dataset is let go once it is walked."""
     dedup = Deduplicator() if data.dedup else None
     targets = source_targets(data)
-    plans, tables, warnings = [], [], []
+    plans, warnings = [], []
     for source in data.sources:
-        plan = SourcePlan(source, load_source(source, progress), targets[source.name], data, counter, dedup)
+        dataset = load_source(source, progress)
+        plan = SourcePlan(source, dataset, targets[source.name], data, counter, dedup, sink=spill.add)
+        del dataset
         plans.append(plan.run(progress=progress))
+        plan.release()
         short = shortfall(plan)
         if short and plan.kept_count == 0:
             raise DataError(short)
         if short:
             log.warning(short)
             warnings.append(short)
-        tables.append(pa.Table.from_pylist(plan.kept, schema=PROMPTS_SCHEMA))
-        plan.kept.clear()  # the Arrow copy is several times smaller than the Python rows
-    return plans, pa.concat_tables(tables), warnings
+    return plans, warnings
+
+
+def _dropped_rows(plans: list[SourcePlan]) -> pd.DataFrame:
+    """Every dropped row of every source, in plan order."""
+    columns: dict[str, list[str]] = {name: [] for name in DROPPED_COLUMNS}
+    for p in plans:
+        columns["source"] += [p.source.name] * len(p.dropped)
+        columns["source_row_id"] += p.dropped.source_row_ids
+        columns["reason"] += p.dropped.reasons
+        columns["detail"] += p.dropped.details
+    return pd.DataFrame(columns if columns["source"] else [], columns=DROPPED_COLUMNS)
+
+
+class PromptSpill:
+    """Kept rows on their way to `prompts.parquet`, split into buckets by the id's first hex digits
+    as they come: in memory up to `SPILL_BUFFER_ROWS`, then appended to one parquet file per bucket
+    in a temporary folder beside the output (removed on leaving the `with`, also on error). `add`
+    takes batches of rows as `SourcePlan` keeps them; `write` writes them all sorted by id.
+    """
+
+    def __init__(self, out: Path) -> None:
+        self.out = out
+        self.folder: Path | None = None
+        self.digits = BUCKET_DIGITS
+        self._prefixes = pa.array([f"{b:0{self.digits}x}" for b in range(16**self.digits)])
+        self._parts: dict[int, list[pa.Table]] = {}
+        """Rows not spilled yet, per bucket, in the order they came."""
+        self._buffered = 0
+        self._writers: dict[int, pq.ParquetWriter] = {}
+
+    def __enter__(self) -> PromptSpill:
+        # a plan killed mid-way (kill -9, out of memory) left its spill; the run's lock says no
+        # other plan is writing beside this output now
+        for stale in self.out.parent.glob(f".{self.out.name}.*.spill"):
+            shutil.rmtree(stale, ignore_errors=True)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def add(self, rows: list[dict[str, Any]]) -> None:
+        """Take a batch of kept rows (dicts with the `PROMPTS_SCHEMA` columns)."""
+        table = pa.Table.from_pylist(rows, schema=PROMPTS_SCHEMA)
+        prefix = pc.utf8_slice_codeunits(table.column("id"), 0, self.digits)
+        bucket = pc.index_in(prefix, value_set=self._prefixes)
+        if bucket.null_count:
+            raise ValueError("a prompt id does not start with hex digits")
+        buckets = bucket.to_numpy()
+        table = table.take(np.argsort(buckets, kind="stable"))  # stable: a bucket keeps the order
+        start = 0
+        for b, n in enumerate(np.bincount(buckets, minlength=len(self._prefixes)).tolist()):
+            if n:
+                self._parts.setdefault(b, []).append(table.slice(start, n))
+                start += n
+        self._buffered += len(rows)
+        if self._buffered >= SPILL_BUFFER_ROWS:
+            self._spill()
+
+    def _spill(self) -> None:
+        """Append the rows held to their buckets' files."""
+        if self.folder is None:
+            self.out.parent.mkdir(parents=True, exist_ok=True)
+            self.folder = Path(
+                tempfile.mkdtemp(prefix=f".{self.out.name}.", suffix=".spill", dir=self.out.parent)
+            )
+        for b, parts in sorted(self._parts.items()):
+            if b not in self._writers:  # statistics: of no use here, and they pile up in memory
+                self._writers[b] = pq.ParquetWriter(
+                    self._path(b), PROMPTS_SCHEMA, compression="zstd", write_statistics=False
+                )
+            self._writers[b].write_table(pa.concat_tables(parts))
+        self._parts, self._buffered = {}, 0
+
+    def _path(self, bucket: int) -> Path:
+        assert self.folder is not None
+        return self.folder / f"{bucket:0{self.digits}x}.parquet"
+
+    def write(self) -> tuple[int, str]:
+        """Write every row taken, sorted by id, to the output atomically; return the row count and
+        the sha256 of the ids joined by newlines (plan.json's `ids_sha256`)."""
+        digest, count = hashlib.sha256(), 0
+        with (
+            atomic_path(self.out) as tmp,
+            pq.ParquetWriter(tmp, PROMPTS_SCHEMA, compression="zstd") as writer,
+        ):
+            for group in self._row_groups():
+                ids = "\n".join(group.column("id").to_pylist())
+                digest.update((f"\n{ids}" if count else ids).encode())
+                count += group.num_rows
+                writer.write_table(group)
+        return count, digest.hexdigest()
+
+    def _row_groups(self) -> Iterator[pa.Table]:
+        """All rows sorted by id: the buckets in order, each read (its file, then the rows still
+        held) and sorted, joined into groups of at least `ROWS_PER_GROUP` rows but the last (one
+        group when nothing was spilled)."""
+        for writer in self._writers.values():
+            writer.close()
+        group: list[pa.Table] = []
+        for b in range(len(self._prefixes)):
+            parts = [pq.read_table(self._path(b))] if b in self._writers else []
+            parts += self._parts.pop(b, [])
+            if not parts:
+                continue
+            group.append(_sort_by_id(pa.concat_tables(parts)))
+            if sum(t.num_rows for t in group) >= ROWS_PER_GROUP:
+                yield pa.concat_tables(group)
+                group = []
+        if group:
+            yield pa.concat_tables(group)
+
+    def close(self) -> None:
+        """Close the bucket files and remove the temporary folder."""
+        for writer in self._writers.values():
+            try:
+                writer.close()  # a no-op when closed already
+            except (OSError, pa.ArrowException):  # on the way out after an error: the folder goes anyway
+                pass
+        self._writers.clear()
+        self._parts, self._buffered = {}, 0
+        if self.folder is not None:
+            shutil.rmtree(self.folder, ignore_errors=True)
+            self.folder = None
+
+
+def _sort_by_id(table: pa.Table) -> pa.Table:
+    return table.take(pc.sort_indices(table, [("id", "ascending")]))
 
 
 FILTER_FIXES = {
@@ -169,14 +319,6 @@ def _check_sources(data: DataParams) -> None:
         raise DataError(f"data.sources: names must be unique, repeated: {', '.join(repeated)}")
 
 
-def write_prompts(table: pa.Table, out: Path) -> pa.Table:
-    """Write the kept rows sorted by id, atomically; return the sorted table."""
-    table = table.take(pc.sort_indices(table, [("id", "ascending")]))
-    with atomic_path(Path(out)) as tmp:
-        pq.write_table(table, tmp, compression="zstd")
-    return table
-
-
 def read_prompts(path: Path) -> pa.Table:
     """Read a frozen prompt set; `DataError` when it is missing or not one."""
     try:
@@ -194,17 +336,16 @@ def read_prompts(path: Path) -> pa.Table:
 
 
 def _plan_json(
-    data: DataParams, tokenizer_dir: Path | None, plans: list[SourcePlan], table: pa.Table
+    data: DataParams, tokenizer_dir: Path | None, plans: list[SourcePlan], prompts: int, ids_sha256: str
 ) -> dict[str, Any]:
-    ids = "\n".join(table.column("id").to_pylist()).encode()
     return {
         "seed": data.seed,
         "total": data.total,
         "max_prompt_tokens": data.max_prompt_tokens,
         "dedup": data.dedup,
         "tokenizer": str(tokenizer_dir) if tokenizer_dir else None,
-        "prompts": table.num_rows,
-        "ids_sha256": hashlib.sha256(ids).hexdigest(),
+        "prompts": prompts,
+        "ids_sha256": ids_sha256,
         "sources": [p.summary() for p in plans],
         "dropped_examples": {p.source.name: p.examples() for p in plans},
     }

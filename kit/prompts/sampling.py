@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 from collections import Counter
+from collections.abc import Callable
 from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,8 @@ from kit.prompts.tokens import TEMPLATE_ERROR, TokenCounter
 CHUNK_MAX = 16384
 SUB_BATCH = 2048
 """Rows adapted before their token counting is sent to the workers (when a chunk uses them)."""
+SPILL_ROWS = 16384
+"""Kept rows a `SourcePlan` with a sink holds before it hands them over (Python rows are large)."""
 EXAMPLES_PER_REASON = 3
 REASONS = ("language", "malformed", "duplicate", "too_long", "template_error")
 
@@ -105,8 +108,47 @@ def shuffled_order(seed: int, name: str, n: int) -> np.ndarray:
     return np.random.default_rng(int.from_bytes(digest[:8], "little")).permutation(n)
 
 
+class DroppedRows:
+    """Every row a source's filters dropped, in the order dropped, held as columns; counts per reason.
+
+    Columns of strings instead of a dict per row (about half the memory); details that repeat
+    (`langdetect='zh'`, `1600 tokens > 1536`) share one string.
+    """
+
+    def __init__(self) -> None:
+        self.source_row_ids: list[str] = []
+        self.reasons: list[str] = []
+        self.details: list[str] = []
+        self.counts: Counter[str] = Counter()
+        self.first: dict[str, list[tuple[str, str]]] = {}
+        """The first `EXAMPLES_PER_REASON` (source_row_id, detail) per reason."""
+        self._shared: dict[str, str] = {}
+
+    def add(self, row_id: str, reason: str, detail: str) -> None:
+        if reason in ("language", "too_long", "template_error"):
+            detail = self._shared.setdefault(detail, detail)
+        self.source_row_ids.append(row_id)
+        self.reasons.append(reason)
+        self.details.append(detail)
+        self.counts[reason] += 1
+        first = self.first.setdefault(reason, [])
+        if len(first) < EXAMPLES_PER_REASON:
+            first.append((row_id, detail))
+
+    def __len__(self) -> int:
+        return len(self.reasons)
+
+
+KeptSink = Callable[[list[dict[str, Any]]], None]
+"""Takes a batch of kept rows (dicts with the `prompts.parquet` columns), in the order kept."""
+
+
 class SourcePlan:
-    """Walks one source's shuffled rows in chunks until its target of kept rows is met."""
+    """Walks one source's shuffled rows in chunks until its target of kept rows is met.
+
+    With a `sink`, kept rows go to it every `spill_rows` rows (default `SPILL_ROWS`) and at the end
+    of `run`, so `kept` never holds more than one batch; without one, `kept` holds them all.
+    """
 
     def __init__(
         self,
@@ -116,9 +158,13 @@ class SourcePlan:
         data: DataParams,
         counter: TokenCounter | None,
         dedup: Deduplicator | None,
+        sink: KeptSink | None = None,
+        spill_rows: int | None = None,
     ) -> None:
         self.source, self.dataset, self.target, self.data = source, dataset, target, data
-        self.counter, self.dedup = counter, dedup
+        self.counter, self.dedup, self.sink = counter, dedup, sink
+        self.spill_rows = spill_rows or SPILL_ROWS
+        self.available = len(dataset)
         self.adapter = get_adapter(source.adapter)
         columns = list(dataset.column_names)
         self.adapter.check_columns(source.name, columns)
@@ -131,11 +177,12 @@ class SourcePlan:
             )
         self.kept: list[dict[str, Any]] = []
         self.kept_count = 0
-        self.dropped: list[dict[str, Any]] = []
+        self.dropped = DroppedRows()
         self.examined = 0
         self.languages_seen: Counter[str] = Counter()
         """Values of the language column in the rows the filter looked at."""
-        self._ids: set[str] = set()
+        self._ids: set[int] = set()
+        """This source's kept ids, as ints (a repeated id is a duplicate even with dedup off)."""
 
     def run(self, progress: bool = True) -> SourcePlan:
         """Process chunks of the shuffled order until the target is met or rows run out."""
@@ -152,8 +199,21 @@ class SourcePlan:
                 self._process(order[pos : pos + size].tolist())
                 pos += size
                 bar.update(self.kept_count - before)
+        self.flush()
         self._check_malformed()
         return self
+
+    def flush(self) -> None:
+        """Hand the kept rows held so far to the sink (none: keep them)."""
+        if self.sink is not None and self.kept:
+            self.sink(self.kept)
+            self.kept = []
+
+    def release(self) -> None:
+        """Let go of the dataset, the dedup table and this source's ids once the walk is done (counts
+        and dropped rows stay)."""
+        self.dataset, self.dedup = None, None
+        self._ids = set()
 
     def _full(self) -> bool:
         return self.target is not None and self.kept_count >= self.target
@@ -212,7 +272,7 @@ class SourcePlan:
             i
             for i, a in enumerate(adapted)
             if isinstance(a, PromptRow)
-            and (keys[i] is None or self.dedup is None or self.dedup.first_holder(keys[i]) is None)
+            and (keys[i] is None or self.dedup is None or keys[i] not in self.dedup)
         ]
         counting = self.counter.submit([adapted[i] for i in todo], pool=pooled)
 
@@ -236,7 +296,8 @@ class SourcePlan:
             return self._drop(self._row_id(row, index), *item)
         pid = prompt_id(self.source.name, item.source_row_id, item.messages, item.tools)
         holder = self.dedup.first_holder(key) if self.dedup is not None and key is not None else None
-        if holder is not None or pid in self._ids:
+        number = int(pid, 16)
+        if holder is not None or number in self._ids:
             return self._drop(item.source_row_id, "duplicate", f"same text as {holder or pid}")
         if tokens == TEMPLATE_ERROR:
             return self._drop(
@@ -247,7 +308,7 @@ class SourcePlan:
             return self._drop(item.source_row_id, "too_long", f"{tokens} tokens > {limit}")
         if self.dedup is not None and key is not None:
             self.dedup.add(key, pid)
-        self._ids.add(pid)
+        self._ids.add(number)
         self.kept_count += 1
         self.kept.append(
             {
@@ -260,27 +321,28 @@ class SourcePlan:
                 "prompt_tokens": tokens,
             }
         )
+        if self.sink is not None and len(self.kept) >= self.spill_rows:
+            self.flush()
 
     def _drop(self, row_id: str, reason: str, detail: str) -> None:
-        self.dropped.append(
-            {"source": self.source.name, "source_row_id": row_id, "reason": reason, "detail": detail}
-        )
+        self.dropped.add(row_id, reason, detail)
 
     def _row_id(self, row: dict[str, Any], index: int) -> str:
         value = row.get(self.adapter.id_column) if self.adapter.id_column else None
         return str(index if value is None else value)
 
     def _check_malformed(self) -> None:
-        bad = [d for d in self.dropped if d["reason"] == "malformed"]
-        if bad and len(bad) * 2 > self.examined:
+        bad = self.dropped.counts["malformed"]
+        if bad and bad * 2 > self.examined:
             raise DataError(
-                f"source '{self.source.name}': {len(bad)} of {self.examined} rows do not fit adapter "
-                f"'{self.adapter.name}', e.g. {bad[0]['detail']}. Pick the adapter for this schema."
+                f"source '{self.source.name}': {bad} of {self.examined} rows do not fit adapter "
+                f"'{self.adapter.name}', e.g. {self.dropped.first['malformed'][0][1]}. "
+                "Pick the adapter for this schema."
             )
 
     def summary(self) -> dict[str, Any]:
         """One row of the plan table."""
-        reasons = Counter(d["reason"] for d in self.dropped)
+        reasons = self.dropped.counts
         return {
             "source": self.source.name,
             "adapter": self.adapter.name,
@@ -288,7 +350,7 @@ class SourcePlan:
             "config": self.source.config,
             "split": self.source.split,
             "requested": self.target,
-            "available": len(self.dataset),
+            "available": self.available,
             "examined": self.examined,
             "kept": self.kept_count,
             **{f"dropped_{r}": reasons.get(r, 0) for r in REASONS},
@@ -296,9 +358,7 @@ class SourcePlan:
 
     def examples(self) -> dict[str, list[dict[str, str]]]:
         """The first few dropped rows per reason, for plan.json."""
-        out: dict[str, list[dict[str, str]]] = {}
-        for d in self.dropped:
-            bucket = out.setdefault(d["reason"], [])
-            if len(bucket) < EXAMPLES_PER_REASON:
-                bucket.append({"source_row_id": d["source_row_id"], "detail": d["detail"][:300]})
-        return out
+        return {
+            reason: [{"source_row_id": row_id, "detail": detail[:300]} for row_id, detail in first]
+            for reason, first in self.dropped.first.items()
+        }
