@@ -178,7 +178,7 @@ def _generate(  # noqa: ANN001
     found = done_ids(folder.generations)
     failures = FailureLog(folder.failures)
     folder.failures.touch()  # present and empty says "no failures"; absent would mean "unknown"
-    skip = found.ids if retry_failures else found.ids | failures.permanent_ids()
+    skip = found.with_ids(() if retry_failures else failures.permanent_ids())
     n_samples, limit = params.generate.sampling.n, params.generate.limit
     work = pending_work(ids, n_samples, skip, shard, limit)
     started = now_utc()
@@ -190,20 +190,22 @@ def _generate(  # noqa: ANN001
         )
         del todo
         after = done_ids(folder.generations, verify=False)
-    left = pending_work(ids, n_samples, after.ids | failures.permanent_ids(), shard, limit)
+    left = pending_work(ids, n_samples, after.with_ids(failures.permanent_ids()), shard, limit)
     recorded = failures.read()
+    failed = {f["id"] for f in recorded}
+    done_of_failed = after.holds(failed)  # failed once, done since
     manifest = {
         "run": params.run,
         "complete": not left,
         "status": "complete" if not left else "incomplete",
         "exit_code": EXIT_COMPLETE if not left else EXIT_INCOMPLETE,
-        "rows": len(after.ids),
+        "rows": after.rows,
         "left": len(left),
         "planned_prompts": len(ids),
         "samples_per_prompt": params.generate.sampling.n,
         "rows_this_session": stats.rows if stats else 0,
-        "failures": len({f["id"] for f in recorded} - after.ids),
-        "never_generated": _never_generated(recorded, after.ids),
+        "failures": len(failed - done_of_failed),
+        "never_generated": _never_generated(recorded, done_of_failed),
         "rows_by_source": dict(sorted(after.by_source.items())),
         "shards": len(folder.shard_paths()),
         "corrupt_shards_set_aside": found.corrupt + after.corrupt,

@@ -14,7 +14,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from kit.errors import ParamsError, RunFolderError
 from kit.generate.store import ROW_SCHEMA_VERSION, row_id
@@ -106,16 +108,29 @@ def parse_shard(spec: str | None) -> tuple[int, int]:
 
 
 def pending_work(
-    ids: list[str], n_samples: int, skip: set[str], shard: tuple[int, int], limit: int | None
+    ids: pa.Array | pa.ChunkedArray | list[str],
+    n_samples: int,
+    skip: pa.Array | pa.ChunkedArray | set[str],
+    shard: tuple[int, int],
+    limit: int | None,
 ) -> list[tuple[int, int]]:
     """(row of the prompt set, sample index) of every work item still to do, from the prompt ids
-    alone: what is left is known without reading the prompts' text."""
+    alone: what is left is known without reading the prompts' text. Ids and `skip` (the rows done)
+    are matched as Arrow arrays, so two million of each cost tens of MB, not a Python set."""
+    ids = ids if isinstance(ids, (pa.Array, pa.ChunkedArray)) else pa.array(ids, type=pa.string())
+    skip = skip if isinstance(skip, (pa.Array, pa.ChunkedArray)) else pa.array(list(skip), type=pa.string())
     if limit is not None:
-        ids = ids[:limit]
+        ids = ids.slice(0, limit)
+    keep = np.ones(len(ids), dtype=bool)
     i, n = shard
-    # crc32 of the whole id: an even split whatever the ids look like, the same on every node
-    rows = range(len(ids)) if n == 1 else [r for r, x in enumerate(ids) if zlib.crc32(x.encode()) % n == i]
-    return [(r, k) for k in range(n_samples) for r in rows if row_id(ids[r], k) not in skip]
+    if n > 1:  # crc32 of the whole id: an even split whatever the ids look like, the same on every node
+        keep = np.array([zlib.crc32(x.encode()) % n == i for x in ids.to_pylist()], dtype=bool)
+    work: list[tuple[int, int]] = []
+    for k in range(n_samples):
+        rid = ids if k == 0 else pc.binary_join_element_wise(ids, pa.scalar(f".{k}"), "")  # row_id
+        done = pc.is_in(rid, value_set=skip).to_numpy(zero_copy_only=False) if len(skip) else False
+        work += [(int(r), k) for r in np.flatnonzero(keep & ~done)]
+    return work
 
 
 def select_rows(prompts: pa.Table, work: list[tuple[int, int]]) -> tuple[pa.Table, list[tuple[int, int]]]:
@@ -131,7 +146,7 @@ def pending_items(
     prompts: pa.Table, n_samples: int, skip: set[str], shard: tuple[int, int], limit: int | None
 ) -> tuple[pa.Table, list[tuple[int, int]]]:
     """The prompts still to generate and, for each work item, (row in that table, sample index)."""
-    work = pending_work(prompts.column("id").to_pylist(), n_samples, skip, shard, limit)
+    work = pending_work(prompts.column("id"), n_samples, skip, shard, limit)
     return select_rows(prompts, work)
 
 

@@ -57,10 +57,10 @@ def ensure_plan(params: RunParams, folder: RunFolder) -> Path:
     return folder.prompts
 
 
-def read_prompt_ids(path: Path) -> list[str]:
+def read_prompt_ids(path: Path) -> pa.ChunkedArray:
     """The ids of a frozen prompt set, in its order, reading that one column only."""
     try:
-        return pq.read_table(path, columns=["id"]).column("id").to_pylist()
+        return pq.read_table(path, columns=["id"]).column("id")
     except (OSError, pa.ArrowException, KeyError):
         read_prompts(path)  # raises the DataError saying what is wrong with the file
         raise
