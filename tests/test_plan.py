@@ -452,3 +452,19 @@ def test_dedup_gives_back_the_first_holder_id() -> None:
     dedup.add(key, "00a1b2c3d4e5f607")
     dedup.add(key, "ffffffffffffffff")
     assert dedup.first_holder(key) == "00a1b2c3d4e5f607" and key in dedup and len(dedup) == 1
+
+
+def test_piece_counts_stay_right_when_the_piece_cache_fills(tokenizer: Path) -> None:
+    """A full cache is cleared before a batch: pieces it held must be counted again (at 2M prompts a
+    batch met the limit with pieces cached earlier, and counting them raised KeyError)."""
+    from transformers import AutoTokenizer
+
+    from kit.prompts.tokens import PieceCounter
+
+    backend = AutoTokenizer.from_pretrained(tokenizer).backend_tokenizer
+    counter = PieceCounter(backend)
+    counter.MAX_CACHED = 3
+    texts = [f"<|im_start|>user\nquestion {i} about the same topic<|im_end|>" for i in range(4)]
+    whole = [len(e) for e in backend.encode_batch(texts, add_special_tokens=False)]
+    assert counter.lengths(texts[:2]) == whole[:2]  # fills the cache with these pieces
+    assert counter.lengths(texts) == whole  # over the limit: cleared, and the cached pieces counted again

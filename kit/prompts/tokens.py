@@ -231,7 +231,8 @@ class PieceCounter:
         cache, specials = self._cache, self._specials
         todo = {p for parts in split for p in parts if p and p not in specials and hash(p) not in cache}
         if len(cache) + len(todo) > self.MAX_CACHED:
-            cache.clear()
+            cache.clear()  # and every piece of these texts is to count again, cached or not
+            todo = {p for parts in split for p in parts if p and p not in specials}
         if todo:
             pieces = list(todo)
             encodings = self._backend.encode_batch_fast(pieces, add_special_tokens=False)
