@@ -21,6 +21,7 @@ from test_analyse_fixture import build_run, generation_frame  # noqa: E402
 
 from kit.analyse import compute_flags, load_generations, read_run, sample_browser, summarise  # noqa: E402
 from kit.analyse import scan as scan_module  # noqa: E402
+from kit.errors import RunFolderError  # noqa: E402
 from kit.generate.store import ROW_SCHEMA  # noqa: E402
 from kit.runfolder import RunFolder  # noqa: E402
 
@@ -150,3 +151,9 @@ def test_analyse_of_a_run_larger_than_memory_allows_stays_bounded(tmp_path: Path
     assert got["duplicates"] == 120  # the 120 refusals share one text, across shards
     assert grew_mb < 0.5 * text_mb, f"stage 4 grew by {grew_mb:.0f} MB for {text_mb:.0f} MB of text"
     assert resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss > 0
+
+
+def test_the_browser_given_facts_alone_says_to_pass_the_run(tmp_path: Path) -> None:
+    data = read_run(build_run(tmp_path / "run"), progress=False)
+    with pytest.raises(RunFolderError, match=r"pass the RunData itself, sample_browser\(data\)"):
+        sample_browser(data.df, n=2)

@@ -91,7 +91,7 @@ CELLS = [
         "logging.getLogger('kit.test').warning('WARNED_MARKER: a reader must see this')",
         [],
     ),
-    ("code", "data = read_run(folder)\nsample_browser(data.df, n=4, flags=data.flags)", []),
+    ("code", "data = read_run(folder)\nsample_browser(data, n=4)", []),
     ("code", "SECRET_CODE_MARKER = 1\nprint('rows', summary['rows'])", []),
 ]
 

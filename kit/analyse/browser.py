@@ -21,6 +21,7 @@ from kit.analyse.flags import FLAGS, compute_flags
 from kit.analyse.reasoning import split_row
 from kit.analyse.run import RunData
 from kit.analyse.toolcalls import load_calls
+from kit.errors import RunFolderError
 from kit.params import AnalyseParams
 
 ALL = "(all)"
@@ -230,6 +231,11 @@ def sample_browser(
         df, flags, fetch = rows.df, rows.flags if flags is None else flags, rows.rows
     else:
         df = rows
+        if "completion" not in df.columns and "shard" in df.columns:
+            raise RunFolderError(
+                "sample_browser got a run's facts (RunData.df: no text): pass the RunData itself, "
+                "sample_browser(data), and it reads the rows it shows from the shards"
+            )
         flags = compute_flags(df, params) if flags is None and len(df) else flags
         fetch = df.loc.__getitem__
     table = static_table(df, flags, n, fetch)
