@@ -52,20 +52,26 @@ def test_sweep_decision_and_generation_through_sglang_flags(write_params, tmp_pa
     launches = [" ".join(json.loads(x)) for x in argv_log.read_text().splitlines()]
     arms = [re.search(r"--speculative-num-draft-tokens (\d)", a) for a in launches]
     # three interleaved rounds, the arms' order reversed every other round (a server already up is
-    # kept), then plain once more for the drift check
-    assert [int(m[1]) - 1 if m else 0 for m in arms] == [0, 1, 2, 1, 0, 1, 2, 0]
+    # kept), then plain once more for the drift check; a round the sweep judged disturbed (a busy
+    # 2-core machine) is measured again before that check
+    seq = [int(m[1]) - 1 if m else 0 for m in arms]
+    redone = int(pd.read_parquet(folder.sweep).repetitions.max()) - 3
+    if redone:
+        assert seq[:7] == [0, 1, 2, 1, 0, 1, 2] and seq[-1] == 0 and len(seq) > 8, seq
+    else:
+        assert seq == [0, 1, 2, 1, 0, 1, 2, 0]
     plain, k1, k2 = launches[:3]
     assert "--speculative-algorithm" not in plain and "--max-running-requests 8" in plain
     assert "--speculative-algorithm NGRAM --speculative-num-draft-tokens 3" in k2
     assert "--speculative-ngram-max-bfs-breadth 1" in k2 and "--max-running-requests 8" in k1
     assert "--cuda-graph-max-bs-decode 8" in k1, "renamed for the launcher, from its --help"
     sweep = pd.read_parquet(folder.sweep)
-    assert set(sweep.status) == {"ok"} and (sweep.repetitions == 3).all()
+    assert set(sweep.status) == {"ok"} and (sweep.repetitions >= 3).all()
     assert (sweep.output_tok_s_lo <= sweep.output_tok_s).all() and (
         sweep.output_tok_s <= sweep.output_tok_s_hi
     ).all()
     runs = pd.read_parquet(folder.sweep_runs)
-    assert list(runs.phase.iloc[[0, -1]]) == ["start", "end"] and len(runs) == 2 + 3 * 2 * 3
+    assert list(runs.phase.iloc[[0, -1]]) == ["start", "end"] and len(runs) >= 2 + 3 * 2 * 3
     assert decision["noise"]["repetitions"] >= 3 and decision["noise"]["servers_together"] is False
     spec = sweep[sweep.spec_k > 0]
     assert spec.accept_length.between(1.5, 3.0).all() and sweep[sweep.spec_k == 0].accept_length.isna().all()
