@@ -16,7 +16,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from kit.analyse.reasoning import nullable_int
-from kit.generate.metrics import read_log
+from kit.generate.metrics import merge_samples, read_log
 from kit.runfolder import RunFolder
 
 GENERATION_COLUMNS: dict[str, Any] = {
@@ -48,12 +48,17 @@ KEPT_OUTPUTS = ("reasoning", "tool_calls")
 TEXT_OR_NULL = ("tools", "reasoning", "tool_calls")
 
 
+def unreadable_gap(path: Path, e: Exception) -> str:
+    """The gap of a parquet file that cannot be read (its first line of error)."""
+    why = str(e).splitlines()[0][:160] if str(e) else type(e).__name__
+    return f"{path.parent.name}/{path.name}: unreadable ({why}); its rows are left out"
+
+
 def _read_shard(path: Path) -> tuple[pa.Table | None, str | None]:
     try:
         return pq.read_table(path), None
     except (OSError, pa.ArrowException, ValueError) as e:
-        why = str(e).splitlines()[0][:160] if str(e) else type(e).__name__
-        return None, f"{path.parent.name}/{path.name}: unreadable ({why}); its rows are left out"
+        return None, unreadable_gap(path, e)
 
 
 def _concat(tables: list[pa.Table]) -> pd.DataFrame:
@@ -181,11 +186,9 @@ def load_metrics(folder: RunFolder) -> tuple[pd.DataFrame | None, list[str]]:
     frames = [f for f in frames if len(f)]
     if not frames:
         return None, gaps
-    df = pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
+    df = merge_samples(frames)
     if "t_s" not in df.columns:
         return None, [f"{folder.metrics.name}: no 't_s' column; throughput is derived from the rows"]
-    if "session" in df.columns:
-        df = df.drop_duplicates(subset=["session", "t_s"], ignore_index=True)
     return _continuous_time(df).sort_values("t_s").reset_index(drop=True), gaps
 
 

@@ -71,9 +71,8 @@ def read_run(folder: RunFolder, params: AnalyseParams | None = None, progress: b
     gaps = [] if paths else [f"no generation shards in {folder.generations}: run stage 3 (generate) first"]
     gaps += scan.gaps + load.older_schema_gap(scan.older_rows, scan.older_shards)
     df = load.once_per_id(scan.df, gaps)
-    keep = df.index if len(df) == len(scan.df) else None
     flags, parts = scan.flags, scan.parts
-    if keep is None:  # once_per_id dropped repeated ids: align the rest, and judge duplicates again
+    if len(df) < len(scan.df):  # once_per_id dropped repeated ids: align the rest, judge duplicates again
         kept = ~scan.df["id"].duplicated(keep="first")
         flags = flags[kept.to_numpy()].reset_index(drop=True)
         parts = parts[kept.to_numpy()].reset_index(drop=True)

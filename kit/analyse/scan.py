@@ -30,7 +30,7 @@ import pyarrow.parquet as pq
 from tqdm.auto import tqdm
 
 from kit.analyse.flags import FLAGS, compute_flags
-from kit.analyse.load import GENERATION_COLUMNS, KEPT_OUTPUTS, normalise_rows
+from kit.analyse.load import GENERATION_COLUMNS, KEPT_OUTPUTS, normalise_rows, unreadable_gap
 from kit.analyse.reasoning import row_parts
 from kit.params import AnalyseParams
 
@@ -131,11 +131,6 @@ def _iter_batches(pf: pq.ParquetFile, columns: list[str]) -> Iterator[pa.Table]:
         yield pa.Table.from_batches([batch])
 
 
-def _shard_gap(path: Path, e: Exception) -> str:
-    why = str(e).splitlines()[0][:160] if str(e) else type(e).__name__
-    return f"{path.parent.name}/{path.name}: unreadable ({why}); its rows are left out"
-
-
 def _scan_shard(
     path: Path, index: int, params: AnalyseParams, gaps: list[str]
 ) -> tuple[list[tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]], bool] | None:
@@ -149,7 +144,7 @@ def _scan_shard(
             out.append(batch_facts(table, params, index, start, gaps))
             start += table.num_rows
     except (OSError, pa.ArrowException, ValueError) as e:
-        gaps.append(_shard_gap(path, e))
+        gaps.append(unreadable_gap(path, e))
         return None
     return out, start > 0 and not set(KEPT_OUTPUTS) <= names
 

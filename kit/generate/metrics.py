@@ -78,10 +78,18 @@ def _read_parquet(path: Path) -> pd.DataFrame:
 def load_timeline(path: Path, log_path: Path | None = None) -> pd.DataFrame:
     """Every sample saved so far: `metrics.parquet` and the samples still in a session's log."""
     frames = [f for f in (_read_parquet(path), read_log(log_path) if log_path else None) if f is not None]
+    return merge_samples(frames)
+
+
+def merge_samples(frames: list[pd.DataFrame]) -> pd.DataFrame:
+    """Timeline samples from several places (metrics.parquet, a session's log) as one frame, each
+    sample once: a crash between folding a log and removing it leaves samples in both."""
     frames = [f for f in frames if len(f)]
     if not frames:
         return pd.DataFrame()
     frame = pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
+    if not {"session", "t_s"} <= set(frame.columns):
+        return frame
     return frame.drop_duplicates(subset=["session", "t_s"], keep="first", ignore_index=True)
 
 

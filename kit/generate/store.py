@@ -227,6 +227,7 @@ class ShardCheck:
 
 
 ID_COLUMNS = ["id", "source"]
+REPEATS = "repeats ids of another shard (a copy?); its rows count once"
 
 
 def _shard_ids(path: Path) -> pa.Table:
@@ -278,7 +279,7 @@ def done_ids(directory: Path, verify: bool = True) -> ShardCheck:
             continue
         ids = table.column("id").combine_chunks()
         if pc.count_distinct(ids).as_py() < len(ids):
-            _set_aside(path, files.duplicate, "repeats ids of another shard (a copy?); its rows count once")
+            _set_aside(path, files.duplicate, REPEATS)
             check.duplicate.append(path.name)
             continue
         sources = {e["values"]: e["counts"] for e in pc.value_counts(table.column("source")).to_pylist()}
@@ -286,7 +287,7 @@ def done_ids(directory: Path, verify: bool = True) -> ShardCheck:
     repeating = _repeating_shards([ids for _, ids, _ in read])
     for i, (path, ids, sources) in enumerate(read):
         if i in repeating:
-            _set_aside(path, files.duplicate, "repeats ids of another shard (a copy?); its rows count once")
+            _set_aside(path, files.duplicate, REPEATS)
             check.duplicate.append(path.name)
             continue
         check.id_chunks.append(ids)
