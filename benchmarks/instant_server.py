@@ -239,33 +239,13 @@ def start(ready: str, *extra: str, log=None, timeout_s: float = 30.0):  # noqa: 
 
 
 async def _drive(url: str, requests: int, concurrency: int, proc) -> dict:  # noqa: ANN001
-    import aiohttp
+    """The plain aiohttp load generator of bench_client.py (answers read and checked), timed here
+    with the server's CPU."""
+    from bench_client import drive_aiohttp
 
-    body = json.dumps(
-        {
-            "model": "instant",
-            "messages": [{"role": "user", "content": "word " * 400}],
-            "max_tokens": 512,
-            "temperature": 0.7,
-            "stream": False,
-        }
-    ).encode()
-    left = requests
-
-    async def worker(session: aiohttp.ClientSession) -> None:
-        nonlocal left
-        while left > 0:
-            left -= 1
-            async with session.post(url + "/v1/chat/completions", data=body) as r:
-                assert r.status == 200
-                await r.read()
-
-    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=concurrency)) as session:
-        async with session.get(url + "/health") as r:
-            assert r.status == 200
-        cpu0, t0 = sum(proc.cpu_times()[:2]), time.perf_counter()
-        await asyncio.gather(*(worker(session) for _ in range(concurrency)))
-        wall, cpu = time.perf_counter() - t0, sum(proc.cpu_times()[:2]) - cpu0
+    cpu0, t0 = sum(proc.cpu_times()[:2]), time.perf_counter()
+    await drive_aiohttp(url, requests, concurrency, stream=False)
+    wall, cpu = time.perf_counter() - t0, sum(proc.cpu_times()[:2]) - cpu0
     return {
         "requests": requests,
         "concurrency": concurrency,
