@@ -13,8 +13,8 @@ server of `benchmarks/instant_server.py`, started once in its own process: disti
 answers that compress like prose, with a usage block) and the steps, each importing the kit next to
 this script (PYTHONPATH), offline (HF_HUB_OFFLINE):
 
-1. `plan`: `ensure_prompts` (what `kit generate` runs first: prompts.parquet, plan.json and the
-   stamp), from a small child script, with an empty datasets cache (its size is recorded);
+1. `plan`: `ensure_plan` (what `kit generate` runs first: prompts.parquet, plan.json and the
+   stamp; nothing read back), from a small child script, with an empty datasets cache (its size is recorded);
 2. `generate`: `kit generate PARAMS` (rows/s end to end and over the kit's own generating time,
    shards, the server's CPU seconds);
 3. `rerun`: `kit generate PARAMS` again, nothing left to do;
@@ -493,15 +493,18 @@ def child_fixtures(data: str, per_source: str, tokenizer: str) -> None:
 
 def child_plan(params_path: str) -> None:
     """The plan alone, as `kit generate` runs it first (there is no plan-only command)."""
+    import pyarrow.parquet as pq
+
     from kit import stages
     from kit.params import load_params
-    from kit.prompts.prompt_set import ensure_prompts
+    from kit.prompts.prompt_set import ensure_plan
 
     params = load_params(Path(params_path), None)
     folder = stages.prepare(params, save=False)
     t0 = time.perf_counter()
-    table = ensure_prompts(params, folder)
-    print(json.dumps({"prompts": table.num_rows, "ensure_prompts_s": round(time.perf_counter() - t0, 2)}))
+    path = ensure_plan(params, folder)
+    rows = pq.ParquetFile(path).metadata.num_rows
+    print(json.dumps({"prompts": rows, "ensure_plan_s": round(time.perf_counter() - t0, 2)}))
 
 
 def child_load(run_dir: str, cache: str, mode: str, facts: str) -> None:

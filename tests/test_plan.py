@@ -468,3 +468,47 @@ def test_piece_counts_stay_right_when_the_piece_cache_fills(tokenizer: Path) -> 
     whole = [len(e) for e in backend.encode_batch(texts, add_special_tokens=False)]
     assert counter.lengths(texts[:2]) == whole[:2]  # fills the cache with these pieces
     assert counter.lengths(texts) == whole  # over the limit: cleared, and the cached pieces counted again
+
+
+def test_remapping_the_source_between_chunks_changes_nothing(
+    files: dict[str, Path], tokenizer: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The walk maps each source's cache afresh after every chunk (so the pages it touched leave the
+    process); with small chunks, many remaps give the same bytes as never remapping."""
+    data = DataParams(seed=5, total=150, max_prompt_tokens=LIMIT, sources=plan_sources_from_files(files))
+    monkeypatch.setattr(sampling, "CHUNK_MAX", 16)
+    remaps: list[bool] = []
+    real = sampling.remapped
+
+    def counting(dataset):
+        fresh = real(dataset)
+        remaps.append(fresh is not dataset)
+        return fresh
+
+    monkeypatch.setattr(sampling, "remapped", counting)
+    _plan(tmp_path / "remapped", data, tokenizer)
+    monkeypatch.setattr(sampling, "remapped", lambda dataset: dataset)
+    _plan(tmp_path / "kept", data, tokenizer)
+    assert len(remaps) >= 2 * len(files) and all(remaps)  # every chunk of every source got a fresh map
+    for name in ("prompts.parquet", "plan.json"):
+        assert (tmp_path / "remapped" / name).read_bytes() == (tmp_path / "kept" / name).read_bytes()
+
+
+def test_take_prompts_reads_the_rows_asked_for_in_that_order(
+    files: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A sample of the frozen set (stage 2's sweep prompts) reads only the row groups holding it."""
+    from kit.prompts.plan import take_prompts
+
+    monkeypatch.setattr(plan_module, "ROWS_PER_GROUP", 16)
+    monkeypatch.setattr(plan_module, "SPILL_BUFFER_ROWS", 8)  # spilled: many buckets, small row groups
+    result = _plan(tmp_path, DataParams(seed=1, total=120, sources=plan_sources_from_files(files)))
+    whole = read_prompts(result.prompts)
+    assert pq.ParquetFile(result.prompts).metadata.num_row_groups > 2
+    positions = [77, 3, 119, 3, 40, 0]
+    assert take_prompts(result.prompts, positions).equals(whole.take(positions))
+    assert take_prompts(result.prompts, []).num_rows == 0
+    with pytest.raises(IndexError):
+        take_prompts(result.prompts, [120])
+    with pytest.raises(DataError, match="not found"):
+        take_prompts(tmp_path / "missing.parquet", [0])

@@ -18,6 +18,7 @@ from typing import Any
 
 import pandas as pd
 import psutil
+import pyarrow.parquet as pq
 
 from kit.arch import arch_from_config, load_arch
 from kit.decide import costmodel as cm
@@ -28,7 +29,8 @@ from kit.decide.profile_budget import ProfilePlan, plan_cpu_profile
 from kit.decide.sweep import run_sweep
 from kit.errors import CostModelError
 from kit.params import RunParams
-from kit.prompts.prompt_set import ensure_prompts
+from kit.prompts.plan import take_prompts
+from kit.prompts.prompt_set import ensure_plan
 from kit.runfolder import RunFolder, write_json_atomic
 
 log = logging.getLogger(__name__)
@@ -40,10 +42,10 @@ CPU_NOMINAL = cm.Hardware(bandwidth_Bps=20e9, flops_bf16=200e9, memory_bytes=16e
 
 def sweep_prompts(params: RunParams, folder: RunFolder) -> list[dict[str, Any]]:
     """A fixed, seeded sample of the planned prompts for every arm of the sweep."""
-    table = ensure_prompts(params, folder)
-    order = list(range(table.num_rows))
-    random.Random(params.data.seed).shuffle(order)  # shuffle positions: only the sample is materialised
-    rows = table.take(order[: params.decide.num_prompts]).to_pylist()
+    path = ensure_plan(params, folder)
+    order = list(range(pq.ParquetFile(path).metadata.num_rows))
+    random.Random(params.data.seed).shuffle(order)  # shuffle positions: only the sample is read
+    rows = take_prompts(path, order[: params.decide.num_prompts]).to_pylist()
     return [{**r, "tools_list": (json.loads(r["tools"]) or None) if r.get("tools") else None} for r in rows]
 
 

@@ -335,6 +335,27 @@ def read_prompts(path: Path) -> pa.Table:
     return table
 
 
+def take_prompts(path: Path, positions: list[int]) -> pa.Table:
+    """The rows of a frozen prompt set at `positions` (0-based, in that order), reading only the row
+    groups that hold them: a sample of a 2M-prompt set costs its own rows, not the set."""
+    try:
+        file = pq.ParquetFile(path)
+    except (FileNotFoundError, pa.ArrowInvalid, OSError):
+        read_prompts(path)  # raises the DataError saying what is wrong and what to do
+        raise
+    sizes = [file.metadata.row_group(g).num_rows for g in range(file.num_row_groups)]
+    starts = np.cumsum([0, *sizes])
+    pos = np.asarray(positions, dtype=np.int64)
+    if len(pos) and (pos.min() < 0 or pos.max() >= starts[-1]):
+        raise IndexError(f"positions outside the {starts[-1]} prompts of {path}")
+    group_of = np.searchsorted(starts, pos, side="right") - 1
+    groups = np.unique(group_of).tolist()
+    table = file.read_row_groups(groups, columns=PROMPTS_SCHEMA.names)
+    read_at = dict(zip(groups, np.cumsum([0, *[sizes[g] for g in groups]]).tolist(), strict=False))
+    local = [read_at[g] + int(p - starts[g]) for p, g in zip(pos.tolist(), group_of.tolist(), strict=True)]
+    return table.take(pa.array(local, pa.int64()))
+
+
 def _plan_json(
     data: DataParams, tokenizer_dir: Path | None, plans: list[SourcePlan], prompts: int, ids_sha256: str
 ) -> dict[str, Any]:
