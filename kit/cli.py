@@ -3,6 +3,7 @@
 kit run params/demo.yaml              # the four notebooks through papermill, then the HTML report
 kit probe|decide|generate|analyse params/demo.yaml
 kit report outputs/demo               # re-render the HTML report of a run
+kit lab outputs/demo                  # JupyterLab on the run's notebooks (they open, not re-run)
 kit demo-assets                       # build the embedded demo model, its draft and fixture data
 """
 
@@ -146,6 +147,32 @@ def report(
     from kit.report import render_report
 
     typer.echo(f"report: {render_report(run_dir, hide_code=not show_code)}")
+
+
+@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+def lab(
+    ctx: typer.Context,
+    run_dir: Annotated[Path, typer.Argument(help="a run folder, e.g. outputs/demo")],
+    port: Annotated[int | None, typer.Option(help="port (default: 8888 or the next free)")] = None,
+    browser: Annotated[bool, typer.Option(help="open a browser tab (--no-browser on a remote box)")] = True,
+) -> None:
+    """Open JupyterLab on a run's notebooks: run again there, each opens the artifacts the run left
+    (no engine started); set `rerun = True` in a notebook's parameters to redo its stage. Options
+    after the folder that the kit does not know go to JupyterLab (e.g. --ServerApp.ip=0.0.0.0)."""
+    import subprocess
+
+    from kit.notebooks import prepare_lab
+    from kit.runfolder import RunFolder
+
+    where = prepare_lab(RunFolder(run_dir.resolve()))
+    cmd = [sys.executable, "-m", "jupyterlab", f"--ServerApp.root_dir={where}"]
+    cmd += [f"--port={port}"] if port else []
+    cmd += [] if browser else ["--no-browser"]
+    cmd += ["--allow-root"] if os.geteuid() == 0 else []  # containers and cloud boxes often run as root
+    cmd += list(ctx.args)
+    typer.echo(f"JupyterLab on {where} (Ctrl-C to stop)")
+    with contextlib.suppress(KeyboardInterrupt):
+        raise typer.Exit(subprocess.call(cmd))
 
 
 @app.command()

@@ -8,6 +8,7 @@ tables folded; figures as PNG with alt text. Shared by the four stage notebooks 
 
 from __future__ import annotations
 
+import base64
 import html
 import io
 import json
@@ -245,6 +246,23 @@ def figure_image(fig: Any, alt: str, dpi: int = 100) -> Any:
     fig.savefig(buf, format="png", dpi=dpi, bbox_inches="tight")
     plt.close(fig)
     return Image(data=buf.getvalue(), format="png", alt=alt)
+
+
+def image_html(image: Any) -> str:
+    """An IPython PNG image as an <img> with its data inline (a report opens offline)."""
+    data = base64.b64encode(image.data).decode()
+    alt = html.escape(image.alt or "", quote=True)
+    return f"<img src='data:image/png;base64,{data}' alt='{alt}' style='max-width:100%'>"
+
+
+def in_live_kernel() -> bool:
+    """Whether this code runs in a Jupyter kernel (where a widget can show), not a plain interpreter."""
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return False
+    shell = get_ipython()
+    return shell is not None and getattr(shell, "kernel", None) is not None
 
 
 def file_image(path: Any, alt: str) -> Any:

@@ -1,7 +1,10 @@
 """Execute the four stage notebooks headless with papermill, into `outputs/<run>/notebooks/`.
 
-Each notebook gets two parameters, `params_path` and `run_name`; everything else comes from
-the params file, so an executed notebook shows exactly which file drove it.
+Each notebook gets three parameters, `params_path`, `run_name` and `rerun=True` (the stage runs);
+everything else comes from the params file, so an executed notebook shows exactly which file drove
+it. Once executed, the injected `rerun` line is turned to False with a comment saying so: the
+executed notebook, opened in JupyterLab (`kit lab`) and run again, opens the artifacts this run
+left instead of measuring or generating again.
 
 Ctrl-C, SIGTERM and SIGHUP while a notebook runs are passed to its kernel as an interrupt, so
 the stage in it saves its finished work and stops its servers before `kit run` stops; a kernel
@@ -64,7 +67,7 @@ def execute_stage(params: RunParams, stage: str, folder: RunFolder) -> Path:
                 progress_bar=False,
                 stdout_file=sys.stdout,
                 stderr_file=sys.stderr,
-                parameters={"params_path": str(params.source_file), "run_name": params.run},
+                parameters={"params_path": str(params.source_file), "run_name": params.run, "rerun": True},
             )
     except pm.PapermillExecutionError as e:
         if received:
@@ -79,7 +82,24 @@ def execute_stage(params: RunParams, stage: str, folder: RunFolder) -> Path:
         ) from None
     if received:
         raise _interrupt(received[0])
+    open_on_rerun(out)
     return out
+
+
+REOPEN = "rerun = False  # kit run ran this with rerun = True; run again here, it opens the artifacts"
+
+
+def open_on_rerun(notebook: Path) -> None:
+    """Turn the `rerun = True` papermill injected into an executed notebook to False (with a comment):
+    the notebook keeps its outputs, and running it again opens the run's artifacts."""
+    import nbformat
+
+    book = nbformat.read(notebook, as_version=4)
+    for cell in book.cells:
+        if "injected-parameters" in cell.get("metadata", {}).get("tags", []):
+            lines = [REOPEN if line.strip() == "rerun = True" else line for line in cell.source.splitlines()]
+            cell.source = "\n".join(lines)
+    nbformat.write(book, notebook)
 
 
 def _interrupt(signum: int) -> KeyboardInterrupt:
@@ -131,3 +151,28 @@ def execute_all(params: RunParams, folder: RunFolder, stages: list[str] | None =
     if unknown:
         raise KitError(f"unknown stage(s) {unknown}; choose from {list(STAGES)}")
     return [execute_stage(params, s, folder) for s in STAGES if s in chosen]
+
+
+def prepare_lab(folder: RunFolder) -> Path:
+    """The run's notebooks folder, ready to open in JupyterLab: every executed notebook set to open
+    the artifacts when run again, and for a stage run from the CLI (no executed copy) the stage
+    notebook with this run's saved params injected and `rerun = False`."""
+    import nbformat
+    import papermill.iorw as pm_io
+    import papermill.parameterize as pm_params
+
+    if not folder.params.exists():
+        raise KitError(
+            f"{folder.root} holds no params.yaml: pass the folder of a run (outputs/<run>), "
+            "made by `kit run` or a stage command"
+        )
+    folder.notebooks.mkdir(parents=True, exist_ok=True)
+    for name in STAGES.values():
+        out = folder.notebook(name)
+        if out.exists():
+            open_on_rerun(out)
+            continue
+        book = pm_io.load_notebook_node(str(notebooks_dir() / f"{name}.ipynb"))
+        values = {"params_path": str(folder.params.resolve()), "run_name": folder.root.name, "rerun": False}
+        nbformat.write(pm_params.parameterize_notebook(book, values, kernel_name="python3"), out)
+    return folder.notebooks

@@ -4,13 +4,23 @@ from kit.params import load_params
 from kit import stages
 params = load_params("params/demo.yaml")
 stages.probe(params); stages.decide(params); stages.generate(params); stages.analyse(params)
+
+Each takes `rerun`: True (the CLI's default) runs the stage; False opens the stage's artifact when
+the run folder holds one (probe.json, decision.json, manifest.json, summary.json) and runs the stage
+only when it does not. The notebooks default to False, so a notebook opened on a finished run
+loads in seconds and starts no engine; `kit run` passes True. `made(folder, stage)` says which
+artifact a notebook shows and when it was made.
 """
 
 from __future__ import annotations
 
 import logging
+import time
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+import pandas as pd
 
 from kit.errors import ModelDirError
 from kit.params import RunParams, dump_params
@@ -72,12 +82,66 @@ def _ensure_demo_data(params: RunParams) -> None:
         write_fixtures(Path(where))
 
 
-def probe(params: RunParams) -> dict[str, Any]:
-    """Stage 1: write probe.json (GPUs, engine environment, model directory, memory, backends)."""
+ARTIFACTS = {"probe": "probe", "decide": "decision", "generate": "manifest", "analyse": "summary"}
+"""The artifact each stage leaves (a `RunFolder` attribute); `rerun=False` opens it when it exists."""
+REDO = {
+    "probe": "probes again",
+    "decide": "measures again (it starts the engine)",
+    "generate": "resumes the generation (it starts the engine)",
+    "analyse": "reads every shard again",
+}
+
+
+def artifact(folder: RunFolder, stage: str) -> Path:
+    """The file stage `stage` writes last in `folder`."""
+    return getattr(folder, ARTIFACTS[stage])
+
+
+_OPENED: dict[str, bool] = {}
+"""Per stage, whether its last call in this process opened the artifact (True) or ran (False)."""
+
+
+def _opens(folder: RunFolder, stage: str, rerun: bool) -> bool:
+    """True when the stage should open its artifact instead of running (`rerun` False, artifact there)."""
+    found = not rerun and artifact(folder, stage).exists()
+    if found:
+        log.info("%s: opening %s (rerun=True to run the stage again)", stage, artifact(folder, stage))
+    _OPENED[stage] = found
+    return found
+
+
+def made(folder: RunFolder, stage: str) -> str:
+    """One Markdown line for a notebook: which artifact it shows, when it was made, and whether the
+    stage's last call here opened it or ran the stage."""
+    path = artifact(folder, stage)
+    if not path.exists():
+        return f"*no `{path.name}` in `{folder.root}`: the stage did not finish.*"
+    when = datetime.fromtimestamp(path.stat().st_mtime, timezone.utc)
+    age = _age(time.time() - path.stat().st_mtime)
+    what = f"`{path.name}` of run `{folder.root.name}`, made {when:%Y-%m-%d %H:%M} UTC ({age} ago)"
+    if not _OPENED.get(stage):
+        return f"**ran the stage:** {what}."
+    redo = REDO[stage]
+    return f"**opened** {what}; nothing was re-run. `rerun = True` in the parameters cell {redo}."
+
+
+def _age(seconds: float) -> str:
+    seconds = max(seconds, 0.0)
+    for unit, size in (("day", 86400), ("h", 3600), ("min", 60)):
+        if seconds >= size:
+            n = int(seconds // size)
+            return f"{n} {unit}{'s' if unit == 'day' and n > 1 else ''}"
+    return f"{int(seconds)} s"
+
+
+def probe(params: RunParams, *, rerun: bool = True) -> dict[str, Any]:
+    """Stage 1: write probe.json (GPUs, engine environment, model directory, memory, backends);
+    rerun=False: read probe.json when there is one."""
     from kit.probe import run_probe
 
-    folder = prepare(params)
-    return run_probe(params, folder)
+    if _opens(run_folder(params), "probe", rerun):
+        return read_json(run_folder(params).probe)
+    return run_probe(params, prepare(params))
 
 
 def _probe_report(params: RunParams, folder: RunFolder) -> dict[str, Any]:
@@ -88,20 +152,43 @@ def _probe_report(params: RunParams, folder: RunFolder) -> dict[str, Any]:
     return run_probe(params, folder)
 
 
-def decide(params: RunParams) -> dict[str, Any]:
-    """Stage 2: measured sweep plus predicted curves; write decision.json (and sweep.parquet)."""
+def decide(params: RunParams, *, rerun: bool = True) -> dict[str, Any]:
+    """Stage 2: measured sweep plus predicted curves; write decision.json (and sweep.parquet);
+    rerun=False: read decision.json when there is one (no engine started)."""
     from kit.decide.run import run_decision
 
+    if _opens(run_folder(params), "decide", rerun):
+        return read_json(run_folder(params).decision)
     folder = prepare(params)
     return run_decision(params, folder, _probe_report(params, folder))
 
 
+def sweep(params: RunParams) -> pd.DataFrame:
+    """Stage 2's measured sweep (sweep.parquet: one row per arm and concurrency), empty before it ran."""
+    path = run_folder(params).sweep
+    return pd.read_parquet(path) if path.exists() else pd.DataFrame()
+
+
+def plan(params: RunParams) -> dict[str, Any]:
+    """Stage 3's prompt plan (plan.json: per source requested, kept, dropped by reason), {} before it ran."""
+    path = run_folder(params).plan
+    return read_json(path) if path.exists() else {}
+
+
 def generate(
-    params: RunParams, *, fresh: bool = False, shard: str | None = None, retry_failures: bool = False
+    params: RunParams,
+    *,
+    fresh: bool = False,
+    shard: str | None = None,
+    retry_failures: bool = False,
+    rerun: bool = True,
 ) -> dict[str, Any]:
-    """Stage 3: plan prompts, generate completions (resuming), write manifest.json."""
+    """Stage 3: plan prompts, generate completions (resuming), write manifest.json; rerun=False:
+    read manifest.json when there is one (no engine started, nothing resumed)."""
     from kit.generate import run_generation
 
+    if _opens(run_folder(params), "generate", rerun or fresh or retry_failures):
+        return read_json(run_folder(params).manifest)
     folder = prepare(params, save=False)
     given = params
     applied = None
@@ -147,12 +234,28 @@ def check_sampling(params: RunParams) -> None:
         )
 
 
-def analyse(params: RunParams) -> Analysis:
-    """Stage 4: summary.json and figures from the run folder; `.summary` and `.data` (the run as read)."""
-    from kit.analyse import run_analysis
+def analyse(params: RunParams, *, rerun: bool = True) -> Analysis:
+    """Stage 4: summary.json and figures from the run folder; `.summary` and `.data` (the run as read).
 
+    rerun=False: read summary.json when there is one; `.data` reads the shards on first use."""
+    from kit.analyse import Analysis, run_analysis
+
+    if _opens(run_folder(params), "analyse", rerun):
+        folder = run_folder(params)
+        return Analysis.opened(read_json(folder.summary), folder, params.analyse)
     folder = prepare(params)
     return run_analysis(folder, params.analyse)
 
 
-__all__ = ["run_folder", "prepare", "probe", "decide", "generate", "analyse"]
+__all__ = [
+    "run_folder",
+    "prepare",
+    "probe",
+    "decide",
+    "sweep",
+    "generate",
+    "plan",
+    "analyse",
+    "made",
+    "artifact",
+]

@@ -460,5 +460,8 @@ def test_notebook_04_through_papermill(tmp_path: Path) -> None:
     assert summary["rows"] == 20 and summary["flags"]["tool_call_broken"] == 2
     page = (render_report(run.root).parent / f"{NOTEBOOK_04.stem}.html").read_text()
     images = re.findall(r"<img[^>]+src=\"([^\"]+)\"", page)
-    assert len(images) == len(summary["figures"]) and all(s.startswith("data:image/png") for s in images)
+    explorer = 2  # the filter section's default state: lengths and finish reasons of every row
+    assert len(images) == len(summary["figures"]) + explorer
+    assert all(s.startswith("data:image/png") for s in images)
+    assert "filters (source, flag, finish reason) are live when this notebook runs in JupyterLab" in page
     assert network_references(page) == []

@@ -8,11 +8,12 @@ keeping each row's facts, not its text), `tables` (per source, finish reasons), 
 flags), `reasoning` (reasoning and answer of a row, their lengths), `toolcalls` (parsed and text
 tool calls, judged against the prompt's tools), `health` (throughput, latency, failures, accept
 length), `plots` (seaborn figures), `run` (analyse_run, run_analysis), `compare` (two runs),
-`browser` (sample browser).
+`browser` (sample browser), `explore` (filters over the rows, live in JupyterLab).
 """
 
 from kit.analyse.browser import SampleBrowser, sample_browser
 from kit.analyse.compare import compare_runs, difference_table
+from kit.analyse.explore import RunExplorer, explore
 from kit.analyse.flags import FLAGS, compute_flags, flag_counts
 from kit.analyse.health import accept_length_timeline, failures_by_reason, run_health, throughput_timeline
 from kit.analyse.load import load_failures, load_generations, load_metrics
@@ -24,12 +25,14 @@ __all__ = [
     "FLAGS",
     "Analysis",
     "RunData",
+    "RunExplorer",
     "SampleBrowser",
     "accept_length_timeline",
     "analyse_run",
     "compare_runs",
     "compute_flags",
     "difference_table",
+    "explore",
     "failures_by_reason",
     "finish_reason_table",
     "flag_counts",

@@ -21,6 +21,7 @@ from kit.analyse.flags import FLAGS, compute_flags
 from kit.analyse.reasoning import split_row
 from kit.analyse.run import RunData
 from kit.analyse.toolcalls import load_calls
+from kit.display import in_live_kernel
 from kit.errors import RunFolderError
 from kit.params import AnalyseParams
 
@@ -183,15 +184,6 @@ def _build_widget(df: pd.DataFrame, flags: pd.DataFrame | None, fetch: Fetch) ->
     return w.VBox([w.HBox([src, reason, flag, pos]), view])
 
 
-def _in_live_kernel() -> bool:
-    try:
-        from IPython import get_ipython
-    except ImportError:
-        return False
-    shell = get_ipython()
-    return shell is not None and getattr(shell, "kernel", None) is not None
-
-
 class SampleBrowser:
     """The widget (when available) plus the static HTML table; Jupyter shows the best it can."""
 
@@ -240,7 +232,7 @@ def sample_browser(
         fetch = df.loc.__getitem__
     table = static_table(df, flags, n, fetch)
     if interactive is None:
-        interactive = _in_live_kernel()
+        interactive = in_live_kernel()
     widget = None
     if interactive and len(df):
         try:

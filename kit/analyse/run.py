@@ -151,13 +151,48 @@ def run_figures(data: RunData) -> dict[str, Any]:
     return {k: v for k, v in figs.items() if v is not None}
 
 
-@dataclass
 class Analysis:
     """What stage 4 computed for one run: `summary` (as written to summary.json) and `data`, the run
-    as read (facts, flags and parts of every row; full rows on demand with `data.rows(index)`)."""
+    as read (facts, flags and parts of every row; full rows on demand with `data.rows(index)`).
 
-    summary: dict[str, Any]
-    data: RunData
+    `Analysis.opened` wraps a summary.json written earlier: `data` reads the shards on first use.
+    """
+
+    def __init__(
+        self,
+        summary: dict[str, Any],
+        data: RunData | None = None,
+        *,
+        folder: RunFolder | None = None,
+        params: AnalyseParams | None = None,
+    ) -> None:
+        if data is None and folder is None:
+            raise ValueError("Analysis needs the data read, or the run folder to read it from")
+        self.summary = summary
+        self._data = data
+        self._folder, self._params = folder, params
+
+    @classmethod
+    def opened(cls, summary: dict[str, Any], folder: RunFolder, params: AnalyseParams | None) -> Analysis:
+        """A summary read from summary.json; the run's rows are read when `data` is first asked for."""
+        return cls(summary, folder=folder, params=params)
+
+    @property
+    def data(self) -> RunData:
+        """The run as read; read from the shards now when this Analysis was opened from summary.json."""
+        if self._data is None:
+            assert self._folder is not None
+            self._data = read_run(self._folder, self._params)
+        return self._data
+
+    @property
+    def read(self) -> bool:
+        """Whether the shards have been read (by the stage, or by a first use of `data`)."""
+        return self._data is not None
+
+    def __repr__(self) -> str:
+        data = "read" if self.read else "not read yet"
+        return f"Analysis(run={self.summary.get('run')!r}, rows={self.summary.get('rows')}, data={data})"
 
 
 def run_analysis(folder: RunFolder, params: AnalyseParams | None = None, progress: bool = True) -> Analysis:

@@ -1,0 +1,340 @@
+"""Scenarios over the cost model for notebook 02's what-if: the speculative / plain ratio over
+concurrency when a researcher changes accept length, draft length k, concurrency range, context
+length or GPU, with the run's own scenario (from decision.json) as the default.
+
+    basis = RunBasis.from_folder(folder)
+    p = predict_scenario(basis, gpu="B200", accept_length=2.2)
+    p.ladder, p.crossover              # concurrency, plain, spec, ratio; largest concurrency spec wins
+
+No new physics: each scenario is `predict_ladder` (kit.decide.predict) for plain decoding and one
+draft length, every arm running at most what its memory holds per replica (the rest queue), as
+kit.decide.worth does. A run without a GPU (the CPU demo) shows an H200 by default, with the cost
+model's default efficiency (a CPU calibration says nothing of a GPU), and keeps its own hardware as
+a choice. The view (figure, widget, static HTML) is kit.decide.whatif.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from typing import Any
+
+import pandas as pd
+
+from kit.arch import ModelArch
+from kit.decide import costmodel as cm
+from kit.decide.acceptance import accept_length as accept_length_of
+from kit.decide.acceptance import accept_length_for
+from kit.decide.drafts import MTP, Draft
+from kit.decide.predict import Workload, default_capacity, predict_ladder
+from kit.errors import CostModelError, KitError
+from kit.runfolder import RunFolder
+
+FALLBACK_GPU = "H200"
+"""The GPU shown first when the run had none (the cost model's default efficiency is fitted on it)."""
+CPU_NAME = "cpu"
+"""The hardware name kit.decide.run gives a run without a GPU."""
+CONTEXTS = tuple(1024 * 2**i for i in range(8))
+"""Context lengths (prompt + output tokens) the slider offers, 1K to 128K, plus the run's own."""
+TOP_CONCURRENCY = 1024
+K_MAX = 8
+SCENARIO_KEYS = ("gpu", "accept_length", "k", "concurrency", "context")
+COLUMNS = ["concurrency", "plain", "spec", "ratio", "running_plain", "running_spec"]
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """What the controls set: GPU (a datasheet name or the run's own hardware), accept length, draft
+    length k, concurrency range (powers of two) and context length (prompt + output tokens)."""
+
+    gpu: str
+    accept_length: float
+    k: int
+    concurrency: tuple[int, int]
+    context: int
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """One scenario's ladder (concurrency, plain and speculative tok/s, their ratio, the sequences
+    running per replica) and the largest concurrency where speculation is predicted to win."""
+
+    scenario: Scenario
+    ladder: pd.DataFrame
+    crossover: int | None
+
+
+def gpu_names() -> list[str]:
+    """Every GPU of the kit's datasheet (kit/probe/datasheet.yaml), in its order."""
+    from kit.probe.gpu import datasheet
+
+    return [e["name"] for e in datasheet()]
+
+
+def gpu_hardware(name: str) -> cm.Hardware:
+    """A datasheet GPU, by its name there, as the cost model sees it (a GPU without an FP8 rate gets
+    the cost model's own default for it)."""
+    from kit.probe.gpu import lookup_datasheet
+
+    e = lookup_datasheet(name)
+    if e is None or e["name"] != name:
+        raise CostModelError(
+            f"GPU {name!r} is not in the kit's datasheet; pick one of: {', '.join(gpu_names())}"
+        )
+    return cm.Hardware(
+        e["bandwidth_bytes_s"],
+        e["bf16_flops"],
+        e["memory_bytes"],
+        name,
+        flops_fp8=e["fp8_flops"],
+        gemm_efficiency=e.get("gemm_efficiency"),
+    )
+
+
+def concurrency_grid(lo: int, hi: int) -> list[int]:
+    """Powers of two and the halfway points 3 x 2^n from lo to hi: enough points for a smooth curve
+    and a crossover read to about 1.5x, few enough to re-draw at once."""
+    if not 1 <= lo <= hi:
+        raise CostModelError(f"concurrency range must satisfy 1 <= low <= high, got {lo}..{hi}")
+    top = hi.bit_length() + 1
+    return sorted(c for i in range(top) for c in (2**i, 3 * 2 ** (i - 1) if i else 1) if lo <= c <= hi)
+
+
+def scenario_ladder(
+    arch: ModelArch,
+    hw: cm.Hardware,
+    work: Workload,
+    k: int,
+    accept_length: float,
+    concurrencies: list[int],
+    eff: cm.Efficiency = cm.DEFAULT_EFFICIENCY,
+    draft: Draft = MTP,
+) -> pd.DataFrame:
+    """Predicted plain and speculative (draft length k) output tok/s and their ratio per concurrency,
+    each arm running at most what its memory holds per replica (NaN where not even one fits)."""
+    cap = default_capacity(arch, hw, work, [k], draft)
+    caps = {0: cap.plain, k: cap.spec[k]}
+    t = predict_ladder(
+        arch, hw, concurrencies, [k], {k: accept_length}, work, eff, caps, strict=False, draft=draft
+    )
+    plain = t[t.spec_k == 0].set_index("concurrency")
+    spec = t[t.spec_k == k].set_index("concurrency").reindex(plain.index)
+    out = pd.DataFrame(
+        {
+            "concurrency": plain.index.astype(int),
+            "plain": plain.output_tok_s.astype(float).to_numpy(),
+            "spec": spec.output_tok_s.astype(float).to_numpy(),
+            "running_plain": plain.running.where(plain.feasible).astype(float).to_numpy(),
+            "running_spec": spec.running.where(spec.feasible).astype(float).to_numpy(),
+        }
+    )
+    out["ratio"] = out.spec / out.plain
+    return out[COLUMNS]
+
+
+def spec_wins_up_to(ladder: pd.DataFrame) -> int | None:
+    """The largest concurrency where speculation is predicted faster than plain decoding, or None."""
+    wins = ladder[ladder.ratio > 1.0]
+    return int(wins.concurrency.max()) if len(wins) else None
+
+
+def measured_ratios(decision: Mapping[str, Any]) -> pd.DataFrame:
+    """The sweep's measured speculative / plain tok/s per arm and concurrency (decision.json's table,
+    as kit.decide.plots reads it): only levels where both were measured."""
+    t = pd.DataFrame(decision.get("table") or [])
+    cols = ["spec_k", "concurrency", "ratio"]
+    if t.empty or "measured_tok_s" not in t:
+        return pd.DataFrame(columns=cols)
+    ok = t[t.measured_tok_s.notna() & ((t.status == "ok") if "status" in t else True)]
+    plain = ok[ok.spec_k == 0].set_index("concurrency").measured_tok_s.astype(float)
+    rows = [
+        {
+            "spec_k": int(r.spec_k),
+            "concurrency": int(r.concurrency),
+            "ratio": float(r.measured_tok_s) / plain[r.concurrency],
+        }
+        for r in ok[ok.spec_k > 0].itertuples()
+        if r.concurrency in plain.index and plain[r.concurrency] > 0
+    ]
+    return pd.DataFrame(rows, columns=cols)
+
+
+def context_label(tokens: int) -> str:
+    """'4K' for 4096 tokens, '1,100' for what is not a whole number of K."""
+    return f"{tokens // 1024}K" if tokens >= 1024 and tokens % 1024 == 0 else f"{tokens:,}"
+
+
+@dataclass(frozen=True)
+class RunBasis:
+    """What a run fixes for every scenario (its model, draft, layout, hardware, efficiency and measured
+    points) and its own scenario, the controls' defaults."""
+
+    arch: ModelArch
+    draft: Draft
+    name: str
+    """What the speculative arms are called (MTP, n-gram, EAGLE...)."""
+    work: Workload
+    run_gpu: str
+    """The run's hardware as the GPU control names it: its datasheet name, else `<name> (this run)`."""
+    run_hw: cm.Hardware
+    run_eff: cm.Efficiency
+    on_gpu: bool
+    accept_lengths: dict[int, float]
+    measured: pd.DataFrame
+    default: Scenario
+
+    @classmethod
+    def from_decision(
+        cls, arch: ModelArch, decision: Mapping[str, Any], draft: Draft = MTP, name: str = "MTP"
+    ) -> RunBasis:
+        """The basis of a decision.json (kit.decide.decision.decide) for the model `arch`."""
+        from kit.probe.gpu import lookup_datasheet
+
+        keys = ("bandwidth_Bps", "flops_bf16", "memory_bytes", "name", "gemm_efficiency")
+        hw = cm.Hardware(**{k: decision["hardware"][k] for k in keys if k in decision["hardware"]})
+        eff_fields = set(cm.Efficiency.__dataclass_fields__)
+        eff = cm.Efficiency(
+            **{k: v for k, v in (decision.get("efficiency") or {}).items() if k in eff_fields}
+        )
+        on_gpu = hw.name != CPU_NAME
+        sheet = lookup_datasheet(hw.name) if on_gpu else None
+        if sheet:
+            hw = replace(hw, flops_fp8=sheet["fp8_flops"])
+        run_gpu = sheet["name"] if sheet else f"{hw.name} (this run)"
+        work = Workload(**decision["workload"])
+        accepts = {int(k): float(v) for k, v in (decision.get("accept_lengths") or {}).items()}
+        k = _default_k(decision, accepts)
+        top = max(TOP_CONCURRENCY, *(int(r["concurrency"]) for r in decision.get("table") or []))
+        default = Scenario(
+            gpu=run_gpu if on_gpu else FALLBACK_GPU,
+            accept_length=accept_length_for(k, accepts)[0],
+            k=k,
+            concurrency=(1, 2 ** math.ceil(math.log2(top))),
+            context=work.input_len + work.output_len,
+        )
+        return cls(
+            arch, draft, name, work, run_gpu, hw, eff, on_gpu, accepts, measured_ratios(decision), default
+        )
+
+    @classmethod
+    def from_folder(cls, folder: RunFolder) -> RunBasis:
+        """The basis of a run folder: its params.yaml (model, draft) and decision.json."""
+        from kit.arch import load_arch
+        from kit.decide.drafts import draft_for
+        from kit.decide.view import speculation_name
+        from kit.params import load_params
+        from kit.runfolder import read_json
+
+        if not folder.params.is_file():
+            raise KitError(f"{folder.params} not found: run the stages of this run first (kit run)")
+        decision = read_json(folder.decision)
+        params = load_params(folder.params)
+        draft = draft_for(params.decide, params.engine.speculative)
+        return cls.from_decision(load_arch(params.model.path), decision, draft, speculation_name(folder))
+
+    def hardware(self, gpu: str) -> tuple[cm.Hardware, cm.Efficiency]:
+        """A GPU choice's figures and the efficiency to price it with: the run's own for its hardware
+        and, after a GPU run, for any datasheet GPU too (its factors are fractions of the datasheet);
+        the cost model's defaults after a CPU run."""
+        if gpu == self.run_gpu:
+            return self.run_hw, self.run_eff
+        return gpu_hardware(gpu), self.run_eff if self.on_gpu else cm.DEFAULT_EFFICIENCY
+
+    def workload(self, context: int) -> Workload:
+        """The run's workload at `context` tokens, prompt and output keeping the run's proportions."""
+        if context < 2:
+            raise CostModelError(
+                f"context length must be at least 2 tokens (a prompt and an output), got {context}"
+            )
+        share = self.work.input_len / (self.work.input_len + self.work.output_len)
+        prompt = min(max(round(context * share), 1), context - 1)
+        return replace(self.work, input_len=prompt, output_len=context - prompt)
+
+    @property
+    def gpus(self) -> list[str]:
+        """The GPU control's choices: every datasheet GPU, the run's hardware first when it is not one."""
+        names = gpu_names()
+        return names if self.run_gpu in names else [self.run_gpu, *names]
+
+    @property
+    def contexts(self) -> list[int]:
+        return sorted({*CONTEXTS, self.default.context})
+
+
+def _default_k(decision: Mapping[str, Any], accepts: Mapping[int, float]) -> int:
+    """The chosen draft length, else the longest with an accept length given or measured, else the
+    longest predicted, else 3 (the draft length of the published MTP figures, kit.decide.worth)."""
+    chosen = int((decision.get("engine_settings") or {}).get("spec_k") or 0)
+    predicted = {int(r["spec_k"]) for r in decision.get("table") or [] if int(r["spec_k"]) > 0}
+    return chosen or max(accepts, default=0) or max(predicted, default=3)
+
+
+def predict_scenario(
+    basis: RunBasis,
+    *,
+    gpu: str | None = None,
+    accept_length: float | None = None,
+    acceptance: float | None = None,
+    k: int | None = None,
+    concurrency: tuple[int, int] | None = None,
+    context: int | None = None,
+) -> Prediction:
+    """The ladder and crossover of one scenario; what is not given is the run's own (`basis.default`).
+
+    Give the accept length or the per-token acceptance rate (converted at draft length k), not both;
+    an accept length is clamped to [1, k + 1], what an engine can report at draft length k.
+    """
+    d = basis.default
+    k = d.k if k is None else int(k)
+    if k < 1:
+        raise CostModelError(f"draft length k must be >= 1, got {k}")
+    if accept_length is not None and acceptance is not None:
+        raise CostModelError("give the accept length or the acceptance rate, not both")
+    E = d.accept_length if accept_length is None else accept_length
+    if acceptance is not None:
+        E = accept_length_of(acceptance, k)
+    scenario = Scenario(
+        gpu=gpu or d.gpu,
+        accept_length=min(max(float(E), 1.0), k + 1.0),
+        k=k,
+        concurrency=tuple(int(c) for c in (concurrency or d.concurrency)),
+        context=int(context or d.context),
+    )
+    hw, eff = basis.hardware(scenario.gpu)
+    grid = concurrency_grid(*scenario.concurrency)
+    ladder = scenario_ladder(
+        basis.arch, hw, basis.workload(scenario.context), k, scenario.accept_length, grid, eff, basis.draft
+    )
+    return Prediction(scenario, ladder, spec_wins_up_to(ladder))
+
+
+def caption_text(basis: RunBasis, p: Prediction) -> str:
+    """'B200 · accept length 2.20 · k=3 · context 4K: speculation predicted to win up to concurrency
+    48 (x1.31 at 1; ...); measured points: 4'."""
+    s = p.scenario
+    gpus = basis.work.dp_size * basis.work.tp_size
+    gpu = f"{gpus} × {s.gpu}" if gpus > 1 else s.gpu
+    if not basis.on_gpu and s.gpu != basis.run_gpu:
+        gpu += " (the run had no GPU)"
+    head = f"{gpu} · accept length {s.accept_length:.2f} · k={s.k} · context {context_label(s.context)}"
+    return f"{head}: {_verdict(p)}; measured points: {len(basis.measured)}"
+
+
+def _verdict(p: Prediction) -> str:
+    t = p.ladder.dropna(subset=["ratio"])
+    lo, hi = p.scenario.concurrency
+    if p.ladder.plain.isna().all():
+        return "not one sequence fits in memory: pick a GPU with more memory or a shorter context"
+    if t.empty:
+        return "speculation does not fit in memory: pick a GPU with more memory or a shorter context"
+    at = f"x{t.ratio.iloc[0]:.2f} at {int(t.concurrency.iloc[0])}"
+    if p.crossover is None:
+        return f"plain decoding predicted to win at every concurrency from {lo} to {hi} ({at})"
+    clear = t[t.ratio > 1 + cm.MODEL_ERROR]
+    band = f"the model's ±{cm.MODEL_ERROR:.0%}"
+    clearly = (
+        f"beyond {band} up to {int(clear.concurrency.max())}" if len(clear) else f"nowhere beyond {band}"
+    )
+    top = ", the top of the range" if p.crossover == int(t.concurrency.max()) else ""
+    return f"speculation predicted to win up to concurrency {p.crossover}{top} ({at}; {clearly})"
