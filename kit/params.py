@@ -268,6 +268,17 @@ class GenerateParams(_Strict):
     """Apply stage 2's decision.json: speculation on or off (and k), and the engine settings
     the params leave unset (max running requests, CUDA-graph batch, memory fraction, dp/tp,
     attention backend)."""
+    order: Literal["longest_first", "plan"] = "longest_first"
+    """The order prompts are sent in: `longest_first` by predicted output length (from the rows
+    this run already made, per source and prompt length, and each source's max_tokens), so the
+    longest requests do not start last and hold the job's tail; `plan`: the plan's order."""
+    tail_speculation: bool = False
+    """When the requests left per replica fall below the decision's crossover (where speculative
+    decoding wins, measured or predicted outside its noise), restart the replicas one at a time
+    with the speculative arm for the tail. Off by default; a decision without such a win leaves it off."""
+    tail_drain_s: float = Field(default=30.0, ge=0)
+    """Seconds a replica switching to speculation waits for its requests in flight to finish before
+    it restarts (requests still out then are sent again, never lost or doubled)."""
 
 
 class AnalyseParams(_Strict):

@@ -19,6 +19,7 @@ from kit.errors import ModelDirError
 from kit.generate.lock import RunLock
 from kit.generate.loop import MAX_IN_FLIGHT, GenerationLoop, sampling_identity
 from kit.generate.metrics import Timeline, load_timeline
+from kit.generate.order import LengthModel, done_lengths, longest_first
 from kit.generate.pool import Replica, ServerPool
 from kit.generate.store import FailureLog, ShardWriter, done_ids, now_utc
 from kit.generate.work import (
@@ -182,9 +183,11 @@ def _generate(  # noqa: ANN001
     n_samples, limit = params.generate.sampling.n, params.generate.limit
     work = pending_work(ids, n_samples, skip, shard, limit)
     started = now_utc()
-    stats, after = None, found
+    stats, after, order = None, found, {"order": params.generate.order, "items": len(work)}
     if work:
         todo, work = select_rows(read_prompts(prompts_path), work)
+        if params.generate.order == "longest_first":
+            work, order = longest_first(todo, work, length_model(params, folder))
         stats = _run_loop(
             params, todo, work, session, failures, identity, sampling_json, sampling_hash, from_decision
         )
@@ -218,6 +221,7 @@ def _generate(  # noqa: ANN001
         "concurrency_start": stats.concurrency_start if stats else None,
         **(stats.capacity.as_dict() if stats else {"engine_capacity": None, "capacity_source": None}),
         "settings_from_decision": from_decision,
+        "order": order,
         "generating_s": _generating_s(session.metrics, session.metrics_log),
         "session_started_at": started.isoformat(),
         "finished_at": now_utc().isoformat(),
@@ -240,6 +244,12 @@ def _generate(  # noqa: ANN001
             folder.failures,
         )
     return manifest
+
+
+def length_model(params: RunParams, folder: RunFolder) -> LengthModel:
+    """Predicted output lengths for `generate.order: longest_first`, from the rows this run made."""
+    caps = {src.name: src.max_tokens for src in params.data.sources if src.max_tokens}
+    return LengthModel.fit(done_lengths(folder.shard_paths()), caps, params.generate.sampling.max_tokens)
 
 
 def _never_generated(recorded: list[dict[str, Any]], done: set[str]) -> dict[str, int]:
