@@ -206,6 +206,7 @@ def generate(
         retry_failures=retry_failures,
         from_decision=applied,
         accepted=lambda: save_params(given, folder),
+        tail_base=given.engine.speculative,
     )
 
 

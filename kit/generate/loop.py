@@ -28,7 +28,9 @@ from kit.errors import EngineError
 from kit.generate.completions import not_a_completion
 from kit.generate.metrics import Timeline
 from kit.generate.pool import ServerPool
+from kit.generate.premises import PremiseCheck
 from kit.generate.store import FailureLog, ShardWriter, now_utc, shard_rows_for
+from kit.generate.tailswitch import TailSwitch
 from kit.params import GenerateParams
 from kit.progress import progress
 
@@ -58,6 +60,8 @@ class LoopStats:
     """... at its start (it grows when the engine's gauges show the kit is the limit)."""
     capacity: Any = None
     """The engines' `Capacity` (requests they run at once, and where that figure came from)."""
+    premises: dict[str, Any] | None = None
+    """The decision's premises checked against the run (kit.generate.premises), for the manifest."""
     started: float = field(default_factory=time.monotonic)
 
 
@@ -82,6 +86,10 @@ class GenerationLoop:
     grow_when_starved: bool = True
     """Send more at once when the engine idles for want of requests (False: `generate.concurrency`
     was set, and is kept; the loop then only says, once, that the engine could take more)."""
+    tail: TailSwitch | None = None
+    """Speculation for the tail (`generate.tail_speculation`), switched on from the timeline's tick."""
+    premises: PremiseCheck | None = None
+    """The decision re-checked live against the timeline's samples (warned once each, in the manifest)."""
     stats: LoopStats = field(default_factory=LoopStats)
     rejected_before_any_row: int = 0
     total: int = 0
@@ -107,6 +115,8 @@ class GenerationLoop:
             for task in done:
                 task.result()  # a worker's or the watchdog's error (a server that cannot come back)
         finally:  # also on Ctrl-C, SIGTERM (cancellation) and on a server that cannot be restarted
+            if self.tail is not None:
+                await self.tail.stop()
             tasks = [ticker, watchdog, work, *self._workers]
             for task in tasks:
                 task.cancel()  # cancelled at their next step: none adds a row after this
@@ -120,6 +130,20 @@ class GenerationLoop:
             self.timeline.sample(self.stats, await self._engine_metrics())
             self.timeline.close()
         return self.stats
+
+    def _check_premises(self, sample: dict[str, Any]) -> None:
+        """The decision's premises against this sample; not once the tail switch has begun (replicas
+        draining, restarting or on another arm are not the decided engine)."""
+        if self.premises is None or (self.tail is not None and self.tail.started_at_s is not None):
+            return
+        down = sum(not r.ready.is_set() for r in self.pool.replicas)
+        seen = {**sample, "servers_restarting": down, "server_restarts": self.pool.restarts}
+        for warning in self.premises.observe(seen):
+            log.warning(warning)
+
+    def left(self) -> int:
+        """Requests not finished yet: not sent, or in flight."""
+        return self.total - self._taken + self.stats.in_flight
 
     def _shard_due(self) -> bool:
         rows = shard_rows_for(self.params.shard_rows, self.total)
@@ -215,7 +239,7 @@ class GenerationLoop:
                 error = not_a_completion(result)
                 self.pool.note_answer(replica, generation, good=error is None)
                 if error is None:
-                    return self._row(item, result)
+                    return self._row(item, result, replica.engine_json or self.engine_json)
                 reason = "bad_answer"  # HTTP 200 but not a completion: retried, never stored
             finally:
                 replica.outstanding -= 1
@@ -240,7 +264,7 @@ class GenerationLoop:
             fields=fields,
         )
 
-    def _row(self, item: dict[str, Any], r: Any) -> dict[str, Any]:
+    def _row(self, item: dict[str, Any], r: Any, engine_json: str) -> dict[str, Any]:
         return {
             "id": item["id"],
             "prompt_id": item["prompt_id"],
@@ -258,7 +282,7 @@ class GenerationLoop:
             "latency_s": r.latency_s,
             "ttft_s": r.ttft_s,
             "accept_length": r.accept_length,
-            "engine": self.engine_json,
+            "engine": engine_json,
             "sampling": self.sampling_json,
             "sampling_hash": self.sampling_hash,
             "finished_at": now_utc(),
@@ -321,6 +345,9 @@ class GenerationLoop:
             self.timeline.sample(self.stats, await self._engine_metrics())
             last = self.timeline.last()
             self._keep_engine_full(last)
+            self._check_premises(last)
+            if self.tail is not None and self.tail.due(self.left(), len(self.pool.replicas)):
+                self.tail.start(self.pool, self.left(), self.left)
             bar.set_postfix(tok_s=f"{last['tok_s']:.0f}", fail=self.stats.failures, refresh=False)
             if self._shard_due():
                 await self._flush()

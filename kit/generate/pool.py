@@ -65,6 +65,9 @@ class Replica:
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     retired: list[EngineClient] = field(default_factory=list)
     """Clients of earlier generations: closed at the end, when no request can still hold them."""
+    engine_json: str | None = None
+    """The `engine` column of the rows this replica makes, when it differs from the run's (a replica
+    switched to speculation for the tail: kit.generate.tailswitch)."""
     token_count: float | None = None
     """The engine's token counters at the last reading (kit.generate.pool.TOKEN_COUNTERS)."""
     counts_tokens: bool = False

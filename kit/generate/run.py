@@ -21,7 +21,9 @@ from kit.generate.loop import MAX_IN_FLIGHT, GenerationLoop, sampling_identity
 from kit.generate.metrics import Timeline, load_timeline
 from kit.generate.order import LengthModel, done_lengths, longest_first
 from kit.generate.pool import Replica, ServerPool
+from kit.generate.premises import PremiseCheck
 from kit.generate.store import FailureLog, ShardWriter, done_ids, now_utc
+from kit.generate.tailswitch import TailSwitch, switched_identity, tail_plan
 from kit.generate.work import (
     archive_outputs,
     check_identity,
@@ -32,11 +34,11 @@ from kit.generate.work import (
     record_identity,
     select_rows,
 )
-from kit.params import GenerateParams, RunParams
+from kit.params import GenerateParams, RunParams, SpeculativeParams
 from kit.probe.gpu import nvml_gpus
 from kit.prompts.plan import read_prompts
 from kit.prompts.prompt_set import data_hash, ensure_plan, read_prompt_ids
-from kit.runfolder import RunFolder, disk_full_is_a_message, write_json_atomic
+from kit.runfolder import RunFolder, disk_full_is_a_message, read_json, write_json_atomic
 
 log = logging.getLogger(__name__)
 DEFAULT_CONCURRENCY = 64
@@ -142,12 +144,15 @@ def run_generation(
     retry_failures: bool = False,
     from_decision: dict[str, Any] | None = None,
     accepted: Callable[[], None] | None = None,
+    tail_base: SpeculativeParams | None = None,
 ) -> dict[str, Any]:
     """Generate every planned (prompt, sample) not yet done; write the manifest when finished.
 
     `from_decision`: the engine settings taken from decision.json, recorded in the manifest.
     `accepted`: called once this session holds the folder's lock and the folder accepted its
     settings (stage 3 saves params.yaml there, so a refused run leaves the folder's own).
+    `tail_base`: the params' own speculative section (algorithm, draft model) before the decision
+    applied its arm: what `generate.tail_speculation` switches to, with the decision's k.
     The manifest's `exit_code` (EXIT_COMPLETE or EXIT_INCOMPLETE) is what `kit generate` exits with.
     """
     shard_i, shard_n = parse_shard(shard)
@@ -155,12 +160,20 @@ def run_generation(
     session = folder.shard(shard_i, shard_n)
     with RunLock(folder.root, session.tag), stop_signals(), disk_full_is_a_message(folder.root):
         return _generate(
-            params, folder, fresh, (shard_i, shard_n), session, retry_failures, from_decision, accepted
+            params,
+            folder,
+            fresh,
+            (shard_i, shard_n),
+            session,
+            retry_failures,
+            from_decision,
+            accepted,
+            tail_base,
         )
 
 
 def _generate(  # noqa: ANN001
-    params, folder, fresh, shard, session, retry_failures, from_decision, accepted
+    params, folder, fresh, shard, session, retry_failures, from_decision, accepted, tail_base
 ) -> dict[str, Any]:
     if fresh:
         archived = archive_outputs(folder)
@@ -184,13 +197,20 @@ def _generate(  # noqa: ANN001
     work = pending_work(ids, n_samples, skip, shard, limit)
     started = now_utc()
     stats, after, order = None, found, {"order": params.generate.order, "items": len(work)}
+    decision = read_json(folder.decision) if folder.decision.exists() else None
+    tail, tail_note = tail_plan(params, decision, tail_base)
     if work:
         todo, work = select_rows(read_prompts(prompts_path), work)
         if params.generate.order == "longest_first":
             work, order = longest_first(todo, work, length_model(params, folder))
+        switch = None
+        if tail is not None:
+            engine_json = switched_identity(identity, tail)
+            switch = TailSwitch(tail, params.generate.tail_drain_s, engine_json, replica_params)
         stats = _run_loop(
-            params, todo, work, session, failures, identity, sampling_json, sampling_hash, from_decision
+            params, todo, work, session, failures, identity, sampling_json, sampling_hash, switch, decision
         )
+        tail_note.update(switch.report() if switch else {})
         del todo
         after = done_ids(folder.generations, verify=False)
     left = pending_work(ids, n_samples, after.with_ids(failures.permanent_ids()), shard, limit)
@@ -222,6 +242,8 @@ def _generate(  # noqa: ANN001
         **(stats.capacity.as_dict() if stats else {"engine_capacity": None, "capacity_source": None}),
         "settings_from_decision": from_decision,
         "order": order,
+        "tail_speculation": tail_note,
+        "premises": stats.premises if stats else None,
         "generating_s": _generating_s(session.metrics, session.metrics_log),
         "session_started_at": started.isoformat(),
         "finished_at": now_utc().isoformat(),
@@ -271,7 +293,7 @@ def _generating_s(timeline: Path, log_path: Path) -> float | None:
 
 
 def _run_loop(  # noqa: ANN001, ANN202
-    params, todo, work, session, failures, identity, sampling_json, sampling_hash, from_decision
+    params, todo, work, session, failures, identity, sampling_json, sampling_hash, tail, decision
 ):
     folder = session.folder
     api_key = params.engine.api_key()  # before any server starts: a key named but not set stops here
@@ -297,6 +319,9 @@ def _run_loop(  # noqa: ANN001, ANN202
                 grow = not params.generate.concurrency  # a concurrency the user wrote is kept
                 allow_open_files(MAX_IN_FLIGHT if grow else conc)
                 log.info("engine capacity %s (%s): %d requests in flight", cap.total, cap.source, conc)
+                premises = PremiseCheck.for_run(decision, params, cap, total=len(work))
+                for line in premises.unchecked:
+                    log.info(line)
                 loop = GenerationLoop(
                     pool=pool,
                     writer=ShardWriter(folder.generations, session.tag),
@@ -313,9 +338,12 @@ def _run_loop(  # noqa: ANN001, ANN202
                         src.name: src.max_tokens for src in params.data.sources if src.max_tokens
                     },
                     grow_when_starved=grow,
+                    tail=tail,
+                    premises=premises,
                 )
                 stats = await loop.run(iter_items(todo, work), total=len(work), concurrency=conc)
                 stats.restarts, stats.capacity = pool.restarts, cap
+                stats.premises = premises.report()
                 return stats
 
         return run_coroutine(main())

@@ -1,0 +1,95 @@
+"""The speculative arm for a batch job's tail: where the decision says speculation wins when few
+requests remain, and up to how many.
+
+    arm, why = tail_arm(decision)      # decision.json's content
+    arm.k, arm.crossover, arm.evidence # draft length, requests per server below which spec wins
+
+At full load plain decoding usually wins (the decision's choice); in the tail, once fewer requests
+remain than the crossover, the same decision's table says speculation is faster. Only a win
+outside the decision's own noise counts: at a concurrency the sweep measured both arms, the
+speculative arm's interval must lie above plain's (`measured_lo` > plain's `measured_hi`); where
+it did not measure them, the predicted ratio must exceed 1 + the cost model's error
+(`costmodel.MODEL_ERROR`). A measured level without such a win is no win, whatever the prediction.
+The crossover of an arm is the largest concurrency (requests per server, as the sweep sent them)
+at which it wins; the arm with the largest crossover is the tail's (ties: the larger ratio at the
+lowest concurrency).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from kit.decide.costmodel import MODEL_ERROR
+
+
+@dataclass(frozen=True)
+class TailArm:
+    k: int
+    crossover: int
+    """Requests per server at or below which this arm wins."""
+    evidence: str
+    """'measured' when the win at the crossover was measured outside the noise, else 'predicted'."""
+    ratio: float
+    """Speculative / plain tokens/s at the lowest concurrency of the table."""
+
+    def sentence(self) -> str:
+        return (
+            f"speculation k={self.k} wins at {self.crossover} requests per server or fewer "
+            f"({self.evidence}, x{self.ratio:.2f} at the lowest level)"
+        )
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"k": self.k, "crossover": self.crossover, "evidence": self.evidence, "ratio": self.ratio}
+
+
+def _num(x: Any) -> float | None:
+    try:
+        v = float(x)
+    except (TypeError, ValueError):
+        return None
+    return v if math.isfinite(v) else None
+
+
+def _wins(spec: Mapping[str, Any], plain: Mapping[str, Any]) -> tuple[bool, str, float | None]:
+    """(wins outside the noise, 'measured' or 'predicted', predicted ratio) at one concurrency."""
+    s_lo, p_hi = _num(spec.get("measured_lo")), _num(plain.get("measured_hi"))
+    ratio = None
+    s_pred, p_pred = _num(spec.get("predicted_tok_s")), _num(plain.get("predicted_tok_s"))
+    if s_pred is not None and p_pred:
+        ratio = s_pred / p_pred
+    if s_lo is not None and p_hi is not None:
+        return s_lo > p_hi, "measured", ratio
+    feasible = spec.get("feasible", True) is not False
+    return bool(feasible and ratio is not None and ratio > 1 + MODEL_ERROR), "predicted", ratio
+
+
+def tail_arm(decision: Mapping[str, Any] | None) -> tuple[TailArm | None, str]:
+    """The tail's speculative arm from decision.json's table, or None and why not."""
+    if not decision:
+        return None, "no decision.json: run stage 2 (kit decide) first"
+    if decision.get("speculation_available") is False:
+        why = decision.get("speculation_unavailable_reason") or "speculation is not available"
+        return None, f"the decision found no speculative arm to run ({why})"
+    rows = decision.get("table") or []
+    plain = {int(r["concurrency"]): r for r in rows if int(r.get("spec_k") or 0) == 0}
+    best: TailArm | None = None
+    for k in sorted({int(r.get("spec_k") or 0) for r in rows} - {0}):
+        levels = sorted((int(r["concurrency"]), r) for r in rows if int(r.get("spec_k") or 0) == k)
+        wins = [(c, *_wins(r, plain[c])) for c, r in levels if c in plain]
+        won = [(c, how) for c, ok, how, _ in wins if ok]
+        if not won:
+            continue
+        crossover, how = max(won)
+        ratio = next((r for _, _, _, r in wins if r is not None), 1.0)
+        arm = TailArm(k, crossover, how, round(float(ratio), 3))
+        if best is None or (arm.crossover, arm.ratio) > (best.crossover, best.ratio):
+            best = arm
+    if best is None:
+        return None, (
+            "the decision shows no concurrency where speculation wins outside its noise "
+            f"(measured intervals apart, or predicted by more than the model's ±{MODEL_ERROR:.0%})"
+        )
+    return best, best.sentence()

@@ -1,0 +1,634 @@
+"""Stage 2's premises, re-checked live in stage 3: does the job run as the sweep measured it?
+
+Stage 2 decides on a sweep of the real engine (kit.decide); stage 3 then runs for hours on other
+prompts, other lengths, other sampling. `PremiseCheck` reads each timeline sample (the dict
+`kit.generate.metrics.Timeline` records) beside decision.json and says, once per premise, when
+the job contradicts what the decision rests on:
+
+- accept length: the engine's (speculative arm) within the sweep's range for that arm;
+- capacity: the engine kept at the capacity the run uses while work remains beyond it;
+- throughput: tokens/s at steady state within the sweep's interval at the nearest level.
+
+Samples are split into warm-up (the first `WARMUP_S` seconds and `WARMUP_SAMPLES` samples of a
+session, or after a server restart where the sample says so), the tail (fewer rows left than the
+engine runs at once: it drains) and steady state in between; only steady samples are judged.
+`report()` is for the manifest; `check_timeline` re-checks a finished run's saved timeline.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections import deque
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from kit.decide.noise import UNMEASURED_NOISE
+from kit.engines.arms import arm_name
+from kit.engines.settings import arm_label, resolve_algorithm
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from kit.engines.capacity import Capacity
+    from kit.params import RunParams
+
+WARMUP_S = 30.0
+"""Seconds of a session (or after a restart) not judged: the engine admits its first requests."""
+WARMUP_SAMPLES = 3
+"""... and at least this many samples, whatever the sampling interval."""
+ACCEPT_WINDOW_S = 60.0
+"""Accept length is judged over the latest steady samples spanning this long (a median of them)."""
+THROUGHPUT_WINDOW_S = 300.0
+"""Tokens/s is judged over the latest steady samples spanning this long: a sweep level's interval
+is that of a median over repetitions, so the run's figure must be steadier than one reading; over
+5 minutes a stall of a few seconds (a shard written, a collection) moves it by about 1%."""
+MIN_WINDOW_SAMPLES = 5
+"""A window has at least this many samples (one odd reading is not a trend)."""
+GRACE_S = 30.0
+"""Capacity: running below it must last this long... (the loop itself sends more after 2 samples)."""
+GRACE_SAMPLES = 3
+"""... and this many samples in a row before the premise counts as contradicted."""
+RUNNING_SHARE = 0.9
+"""Running requests below this share of the capacity count as below it (a slot that frees is
+refilled at the engine's next step, so a gauge read between two steps shows a few short)."""
+CONCURRENCY_FACTOR = 2.0
+"""A sweep level is compared with the run only when their concurrencies differ by at most this."""
+ACCEPT_MARGIN = 0.05
+"""Tolerance on the sweep's accept-length range, a share of each bound: chosen, not measured, for
+the different averaging of the sweep (per response, or counters over a level) and of the run
+(the engine's gauge, or counters, over one sampling interval)."""
+
+
+def _num(x: Any) -> float | None:
+    """A finite float, or None (missing gauges come back from parquet as NaN)."""
+    try:
+        v = float(x)
+    except (TypeError, ValueError):
+        return None
+    return v if math.isfinite(v) else None
+
+
+@dataclass(frozen=True)
+class Phase:
+    """Where a sample falls in its session."""
+
+    warm: bool
+    tail: bool
+    remaining: int | None
+    """Rows of the session not finished (queued in the kit, in flight, or not yet sent)."""
+    wave: int
+    """Rows the engine runs at once (its capacity, else the most the kit had in flight), at most the
+    session's total: a window of throughput holds at least this many finished rows."""
+    first_wave_done: bool
+    """Whether a wave of rows has finished since the session started (throughput is then steady)."""
+
+    @property
+    def steady(self) -> bool:
+        return not self.warm and not self.tail
+
+
+@dataclass
+class Premise:
+    """One premise: whether it can be checked, and what the checks found (for the manifest)."""
+
+    name: str
+    rule: str
+    why_not: str | None = None
+    checks: int = 0
+    contradicted_checks: int = 0
+    first: dict[str, Any] | None = None
+    """Evidence of the first contradiction (with `t_s` and `session`)."""
+    last: dict[str, Any] | None = None
+    """Evidence of the latest check."""
+    warning: str | None = None
+    note: str | None = None
+    """Why no check was made yet although the premise is checkable (set as samples arrive)."""
+
+    def judge(self, evidence: dict[str, Any], contradicted: bool, sentence: str) -> str | None:
+        """Record one check; the warning sentence the first time the premise is contradicted."""
+        self.checks += 1
+        self.last = {**evidence, "contradicted": contradicted}
+        if not contradicted:
+            return None
+        self.contradicted_checks += 1
+        if self.first is not None:
+            return None
+        self.first, self.warning = dict(self.last), sentence
+        return sentence
+
+    def judge_range(
+        self, evidence: dict[str, Any], seen: float, lo: float, hi: float, below: str, above: str
+    ) -> str | None:
+        """`judge` for a figure against its expected range: `below` or `above` is the warning."""
+        return self.judge(evidence, not lo <= seen <= hi, below if seen < lo else above)
+
+    def observe(self, s: dict[str, Any], phase: Phase) -> str | None:
+        """Judge one sample (cleaned: numbers or None); a warning the first time it contradicts."""
+        raise NotImplementedError
+
+    def reset(self) -> None:
+        """A new session or a restarted server: windows start again (findings are kept)."""
+
+    def as_dict(self) -> dict[str, Any]:
+        checked = self.why_not is None and self.checks > 0
+        status = "not checked" if not checked else "contradicted" if self.first else "ok"
+        why = self.why_not or (None if checked else self.note or "no sample qualified")
+        return {
+            "checked": checked,
+            "status": status,
+            "why_not": None if checked else f"not checked because {why}",
+            "rule": self.rule,
+            "checks": self.checks,
+            "contradicted_checks": self.contradicted_checks,
+            "first_contradicted_t_s": self.first["t_s"] if self.first else None,
+            "first_contradicted_session": self.first["session"] if self.first else None,
+            "first_contradicted_at": self.first["at"] if self.first else None,
+            "first_contradiction": self.first,
+            "last": self.last,
+            "warning": self.warning,
+        }
+
+
+def _clean_sample(sample: dict[str, Any]) -> dict[str, Any]:
+    """A timeline sample as numbers or None (NaN, missing), its session an int, `at` ISO text."""
+    out: dict[str, Any] = {k: _num(v) for k, v in sample.items() if k != "at"}
+    at = sample.get("at")
+    out["at"] = at.isoformat() if hasattr(at, "isoformat") else at if isinstance(at, str) else None
+    if out.get("session") is not None:
+        out["session"] = int(out["session"])
+    return out
+
+
+def _when(s: dict[str, Any]) -> dict[str, Any]:
+    """When a check was made: seconds into the session, the session, the time of day (UTC)."""
+    return {"t_s": s["t_s"], "session": s.get("session"), "at": s.get("at")}
+
+
+def _window(d: deque, enough: Any) -> bool:
+    """Keep the shortest suffix of `d` (items whose [0] is t_s) that `enough(d)` still accepts;
+    whether the window now suffices."""
+    while len(d) > 1 and enough(list(d)[1:]):
+        d.popleft()
+    return enough(list(d))
+
+
+def _spans(items: list[tuple], t_min: float) -> bool:
+    """Whether samples (t_s first) are enough for a window of `t_min` seconds."""
+    return len(items) >= MIN_WINDOW_SAMPLES and items[-1][0] - items[0][0] >= t_min
+
+
+def _sweep_rows(decision: dict[str, Any] | None, arm: str) -> tuple[list[dict[str, Any]], str | None]:
+    """decision.json's measured table rows of `arm` (status ok), or why there are none."""
+    if not decision:
+        return [], "there is no decision.json (stage 2 did not run, or its file was not given)"
+    table = decision.get("table")
+    if not table:
+        return [], "decision.json has no table of measured levels (an older kit wrote it)"
+    if decision.get("decided_by") == "predicted":
+        return [], "stage 2 decided on predictions: the sweep measured nothing to compare with"
+    rows = [r for r in table if r.get("arm") == arm and r.get("status") == "ok"]
+    if not rows:
+        return [], f"the sweep did not measure {arm} (decision.json's table has no ok level of it)"
+    return rows, None
+
+
+class AcceptPremise(Premise):
+    """(a) The engine's accept length within the sweep's range for the arm the run uses.
+
+    The range is the lowest to the highest accept length the sweep measured for that arm over its
+    levels (each the median of the level's repetitions: decision.json's `table`,
+    `measured_accept_length`), widened by `ACCEPT_MARGIN` of each bound and by nothing else. The run's
+    figure is the median of the engine's accept length over the latest `ACCEPT_WINDOW_S` of steady samples
+    (divided by `ranks` where the timeline sums a gauge over engines); values outside 1..k+1 cannot
+    be accept lengths and are left out (counted in the evidence).
+    """
+
+    def __init__(self, decision: dict[str, Any] | None, k: int | None, label: str, ranks: int) -> None:
+        super().__init__("accept_length", _rule(self))
+        self.k, self.label, self.ranks = k, label, max(ranks, 1)
+        self.window: deque[tuple[float, float]] = deque()
+        self.implausible = 0
+        self.lo = self.hi = None
+        self.levels: dict[int, float] = {}
+        if k == 0:
+            self.why_not = "the run decodes without speculation (plain decoding has no accept length)"
+            return
+        if k is None:
+            self.why_not = "the run's draft length k is the engine's default, not a sweep arm"
+            return
+        rows, self.why_not = _sweep_rows(decision, arm_name(k))
+        self.levels = {
+            int(r["concurrency"]): v for r in rows if (v := _num(r.get("measured_accept_length"))) is not None
+        }
+        if rows and not self.levels:
+            known = (decision or {}).get("accept_lengths") or {}
+            self.why_not = (
+                f"the sweep measured no accept length for {label} (decision.json's accept_lengths "
+                f"{known} may be the params' assumed values, not measurements)"
+            )
+        if self.levels:
+            self.lo, self.hi = min(self.levels.values()), max(self.levels.values())
+        self.note = "the engine reported no accept length in a steady sample"
+
+    def reset(self) -> None:
+        self.window.clear()
+
+    def observe(self, s: dict[str, Any], phase: Phase) -> str | None:
+        raw = _num(s.get("accept_length"))
+        if self.why_not or not phase.steady or raw is None or raw <= 0:
+            return None
+        v = raw / self.ranks
+        if not 1.0 <= v <= self.k + 1 + 1e-9:
+            self.implausible += 1
+            self.note = (
+                f"every accept length the engine reported was outside 1-{self.k + 1}, what k={self.k} "
+                f"allows (e.g. {v:.2f}): a gauge summed over engines? (ranks={self.ranks})"
+            )
+            return None
+        self.window.append((s["t_s"], v))
+        if not _window(self.window, lambda w: _spans(w, ACCEPT_WINDOW_S)):
+            self.note = f"no {ACCEPT_WINDOW_S:.0f} s of steady samples with an accept length yet"
+            return None
+        seen = statistics.median(v for _, v in self.window)
+        lo, hi = self.lo * (1 - ACCEPT_MARGIN), self.hi * (1 + ACCEPT_MARGIN)
+        span = self.window[-1][0] - self.window[0][0]
+        evidence = {**_when(s), "accept_length": seen, "window_s": span,
+                    "samples": len(self.window), "sweep_lo": self.lo, "sweep_hi": self.hi,
+                    "expected_lo": lo, "expected_hi": hi, "sweep_levels": self.levels,
+                    "implausible_samples": self.implausible}  # fmt: skip
+        head = (
+            f"accept length {seen:.2f} (median over the last {span:.0f} s) is SIDE the sweep's "
+            f"{self.lo:.2f}-{self.hi:.2f} for {self.label} (±{100 * ACCEPT_MARGIN:.0f}%)"
+        )
+        below = head.replace("SIDE", "below") + (
+            ": this data differs from the sweep's prompts, the sampling differs (the sweep decoded "
+            "greedily), or the draft weights changed; stage 2's decision may not hold: rerun kit "
+            "decide on a sample of this data"
+        )
+        above = head.replace("SIDE", "above") + (
+            ": speculation pays more on this data than the sweep measured; the arm still holds, but a "
+            "longer draft might pay more: rerun kit decide on a sample of this data with larger "
+            "decide.spec_steps"
+        )
+        return self.judge_range(evidence, seen, lo, hi, below, above)
+
+
+class CapacityPremise(Premise):
+    """(b) The engine kept at the run's capacity while work remains beyond it.
+
+    Contradicted when, outside warm-up and the tail, with more rows left than the capacity (or,
+    the session's total unknown, more in flight than the capacity or some queued in the engine),
+    the engine's running requests stay below `RUNNING_SHARE` of the capacity for `GRACE_SAMPLES`
+    samples in a row spanning `GRACE_S` seconds. Its queue then says who starved it: requests
+    waiting in the engine (its memory or scheduler admits fewer), or none (the client sent too few).
+    """
+
+    def __init__(self, capacity: int | None, source: str) -> None:
+        super().__init__("capacity", _rule(self))
+        self.capacity, self.source = capacity, source
+        self.streak: list[dict[str, Any]] = []
+        if not capacity:
+            self.why_not = f"the engine's capacity is unknown ({source or 'not given'})"
+        self.note = "the engine served no running-requests gauge in a steady sample"
+
+    def reset(self) -> None:
+        self.streak = []
+
+    def observe(self, s: dict[str, Any], phase: Phase) -> str | None:
+        running, queued = _num(s.get("num_running_reqs")), _num(s.get("num_queue_reqs"))
+        in_flight = _num(s.get("in_flight")) or 0.0
+        if self.why_not or not phase.steady:
+            return None
+        if running is None:
+            self.streak = []
+            return None
+        cap = self.capacity
+        if phase.remaining is not None:
+            beyond = phase.remaining > cap
+        else:
+            beyond = in_flight > cap or (queued or 0) > 0
+        if not beyond:
+            self.streak = []
+            self.note = "no steady sample had more work left than the engine's capacity"
+            return None
+        point = {"t_s": s["t_s"], "running": running, "queued": queued, "in_flight": in_flight}
+        self.streak = [*self.streak, point] if running < RUNNING_SHARE * cap else []
+        evidence = {**_when(s), "capacity": cap, "running": running,
+                    "queued": queued, "in_flight": in_flight, "remaining": phase.remaining,
+                    "token_usage": _num(s.get("token_usage"))}  # fmt: skip
+        lasted = self.streak[-1]["t_s"] - self.streak[0]["t_s"] if self.streak else 0.0
+        if len(self.streak) < GRACE_SAMPLES or lasted < GRACE_S:
+            return self.judge(evidence, False, "")
+        evidence |= {"below_for_s": lasted, "below_samples": len(self.streak),
+                     **{f"{k}_median": statistics.median(p[k] or 0 for p in self.streak)
+                        for k in ("running", "queued", "in_flight")}}  # fmt: skip
+        return self.judge(evidence, True, self._sentence(evidence))
+
+    def _sentence(self, e: dict[str, Any]) -> str:
+        cap, run = e["capacity"], e["running_median"]
+        head = (
+            f"the engine ran {run:.0f} requests for {e['below_for_s']:.0f} s while its capacity is "
+            f"{cap}{f' ({self.source})' if self.source else ''} and {_rows(e['remaining'])} remain"
+        )
+        if e["queued_median"] >= 1:
+            return (
+                f"{head}, with {e['queued_median']:.0f} waiting in it: the engine admits fewer than the "
+                "capacity the run counts on (its KV cache is full at these lengths, or its scheduler "
+                "limits it); stage 2's figures at that capacity may not hold: lower "
+                f"engine.max_running_requests to about {run:.0f}, or give the KV cache more memory"
+            )
+        if e["in_flight_median"] < cap:
+            return (
+                f"{head}, with only {e['in_flight_median']:.0f} in flight from the kit: the client "
+                "starved the engine; unset generate.concurrency (the kit then keeps twice the "
+                "capacity in flight), or raise it"
+            )
+        return (
+            f"{head}, with {e['in_flight_median']:.0f} in flight from the kit but none waiting in the "
+            "engine: requests wait in the client (its CPU, its connections, a replica restarting); "
+            "check the kit's CPU use and logs/"
+        )
+
+
+def _rows(n: int | None) -> str:
+    return "more rows than that" if n is None else f"{n} rows"
+
+
+@dataclass(frozen=True)
+class Level:
+    """One measured sweep level of the run's arm: tokens/s and its interval."""
+
+    concurrency: int
+    median: float
+    lo: float
+    hi: float
+    widened: str | None
+    """How lo-hi was made when the level has no interval of its own (measured once)."""
+
+
+def _levels(rows: list[dict[str, Any]], noise_pct: float | None) -> list[Level]:
+    """The measured levels of decision.json's table rows, each with its interval: its own, or (a level
+    measured once) ± the sweep's noise, or ±`UNMEASURED_NOISE` when the sweep measured none."""
+    out = []
+    for r in rows:
+        med = _num(r.get("measured_tok_s"))
+        if med is None:
+            continue
+        lo, hi, widened = _num(r.get("measured_lo")), _num(r.get("measured_hi")), None
+        if lo is None or hi is None or (_num(r.get("repetitions")) or 1) < 2:
+            share = noise_pct / 100 if noise_pct else UNMEASURED_NOISE
+            widened = f"measured once: ±{100 * share:.0f}% ({'the sweep' if noise_pct else 'assumed'} noise)"
+            lo, hi = med * (1 - share), med * (1 + share)
+        out.append(Level(int(r["concurrency"]), med, lo, hi, widened))
+    return out
+
+
+class ThroughputPremise(Premise):
+    """(c) Tokens/s at steady state within the sweep's interval at the nearest level.
+
+    The run's tokens/s is per server (`replicas`) over the latest window of steady samples, after
+    the first wave of rows has finished, spanning `THROUGHPUT_WINDOW_S` seconds and as many finished rows as
+    the engine runs at once: tokens over time, not a median of samples, since a sample counts the
+    tokens of the rows that finished in it (long rows finish in waves, and a median of such samples
+    can be 0 at full speed). Its concurrency is the median running requests per server (the engine's
+    gauge; without it, what the kit had in flight up to the capacity). The level is the arm's measured
+    level nearest in ratio, compared only within `CONCURRENCY_FACTOR`; its interval is decision.json's
+    `table` (`measured_lo`-`measured_hi`); a level measured once gets ± the sweep's noise
+    (`noise.noise_pct`), or ±10% when that was not measured. When the concurrencies differ by r, the
+    bound on the run's side is scaled by r (tokens/s grows at most in proportion to running
+    requests, and does not fall with them unless the sweep measured a fall, which caps the batch).
+    """
+
+    def __init__(
+        self, decision: dict[str, Any] | None, k: int | None, label: str, capacity: int | None, replicas: int
+    ) -> None:
+        super().__init__("throughput", _rule(self))
+        self.label, self.capacity, self.replicas = label, capacity, max(replicas, 1)
+        self.window: deque[tuple[float, float, float, float]] = deque()
+        self.levels: list[Level] = []
+        if k is None:
+            self.why_not = "the run's draft length k is the engine's default, not a sweep arm"
+            return
+        rows, self.why_not = _sweep_rows(decision, arm_name(k))
+        self.levels = _levels(rows, _num(((decision or {}).get("noise") or {}).get("noise_pct")))
+        if rows and not self.levels:
+            self.why_not = f"the sweep measured no tokens/s for {label}"
+        self.note = f"no steady window of {THROUGHPUT_WINDOW_S:.0f} s holding a full wave of finished rows"
+
+    def reset(self) -> None:
+        self.window.clear()
+
+    def observe(self, s: dict[str, Any], phase: Phase) -> str | None:
+        tokens, rows = _num(s.get("output_tokens_done")), _num(s.get("rows_done"))
+        if self.why_not or not phase.steady or not phase.first_wave_done or tokens is None or rows is None:
+            return None
+        running = _num(s.get("num_running_reqs"))
+        if running is None:
+            in_flight = _num(s.get("in_flight")) or 0.0
+            running = min(in_flight, self.capacity) if self.capacity else in_flight
+        self.window.append((s["t_s"], tokens, rows, running))
+        if not _window(
+            self.window, lambda w: _spans(w, THROUGHPUT_WINDOW_S) and w[-1][2] - w[0][2] >= phase.wave
+        ):
+            return None
+        (t0, tok0, rows0, _), (t1, tok1, rows1, _) = self.window[0], self.window[-1]
+        seen = (tok1 - tok0) / (t1 - t0) / self.replicas
+        conc = statistics.median(w[3] for w in self.window) / self.replicas
+        level = min(self.levels, key=lambda lv: abs(math.log(max(conc, 1e-9) / lv.concurrency)))
+        ratio = max(conc, 1e-9) / level.concurrency
+        if not 1 / CONCURRENCY_FACTOR <= ratio <= CONCURRENCY_FACTOR:
+            self.note = (
+                f"the run held about {conc:.0f} running per server, and the sweep's nearest level of "
+                f"{self.label} is {level.concurrency} ({max(ratio, 1 / ratio):.1f}x off), beyond the "
+                f"{CONCURRENCY_FACTOR:g}x within which a level is compared: let decide.concurrencies "
+                "reach the engine's capacity"
+            )
+            return None
+        lo, hi = level.lo * min(1.0, ratio), level.hi * max(1.0, ratio)
+        evidence = {**_when(s), "tok_s": seen, "concurrency": conc,
+                    "window_s": t1 - t0, "rows_in_window": rows1 - rows0,
+                    "sweep_concurrency": level.concurrency, "sweep_tok_s": level.median,
+                    "sweep_lo": level.lo, "sweep_hi": level.hi, "sweep_widened": level.widened,
+                    "expected_lo": lo, "expected_hi": hi,
+                    "gen_throughput": _num(s.get("gen_throughput"))}  # fmt: skip
+        scaled = "" if ratio == 1 else f", scaled to {lo:.0f}-{hi:.0f} for the run's {ratio:.2f}x concurrency"
+        head = (
+            f"throughput {seen:.0f} tok/s per server (last {t1 - t0:.0f} s, about {conc:.0f} running) is "
+            f"SIDE the sweep's {level.lo:.0f}-{level.hi:.0f} for {self.label} at {level.concurrency} "
+            f"concurrent{scaled}"
+        )
+        below = head.replace("SIDE", "below") + (
+            ": the run's outputs are longer or its sampling differs from the sweep's (decide.max_tokens, "
+            "greedy), or the machine is slower now (other processes, clocks); the measured lead between "
+            "the arms may not hold: compare the sweep's settings with this run's, and rerun kit decide "
+            "on a sample of this data"
+        )
+        above = head.replace("SIDE", "above") + (
+            ": the sweep measured this arm slower than it runs now (a busier machine, or other "
+            "prompts); the margin between the arms it measured may not hold: rerun kit decide if the "
+            "choice was close"
+        )
+        return self.judge_range(evidence, seen, lo, hi, below, above)
+
+
+def _rule(premise: Premise) -> str:
+    """The rule a premise checks: its class docstring, on one line."""
+    return " ".join((type(premise).__doc__ or "").split())
+
+
+@dataclass
+class PremiseCheck:
+    """Stage 2's premises checked against stage 3's timeline, one sample at a time.
+
+    `decision`: decision.json's content (None or partial: what cannot be checked says why);
+    `capacity`: requests the run's engines hold running at once (`Capacity.total`); `spec_k`: the
+    arm run (0 plain, None a speculative k the engine chose); `total`: rows of this session (tells
+    the tail); `replicas`: servers the run spreads over (the sweep measured one); `accept_length_ranks`:
+    how many engines' accept-length gauges a sample adds up (SGLang: dp_size x replicas; vLLM: 1).
+    """
+
+    decision: dict[str, Any] | None = field(repr=False)
+    capacity: int | None
+    spec_k: int | None
+    total: int | None = None
+    replicas: int = 1
+    algorithm: str | None = None
+    capacity_source: str = ""
+    accept_length_ranks: int = 1
+    warnings: list[str] = field(default_factory=list, repr=False)
+
+    def __post_init__(self) -> None:
+        settings = (self.decision or {}).get("engine_settings") or {}
+        name = self.algorithm or settings.get("algorithm")
+        spec = resolve_algorithm(name, False).label if name or self.spec_k else ""
+        self.label = arm_label(self.spec_k, spec) if self.spec_k is not None else f"{spec} (default k)"
+        self.accept = AcceptPremise(self.decision, self.spec_k, self.label, self.accept_length_ranks)
+        self.running = CapacityPremise(self.capacity, self.capacity_source)
+        self.throughput = ThroughputPremise(
+            self.decision, self.spec_k, self.label, self.capacity, self.replicas
+        )
+        self._session: Any = None
+        self._start, self._n, self._restarts, self._most_in_flight = 0.0, 0, None, 0.0
+        self.phases = {"samples": 0, "warm_up": 0, "tail": 0, "steady": 0}
+
+    @classmethod
+    def for_run(
+        cls, decision: dict[str, Any] | None, params: RunParams, capacity: Capacity, total: int
+    ) -> PremiseCheck:
+        """The check of a stage 3 session: its arm, replicas and gauges from the run's params."""
+        eng = params.engine
+        spec = eng.speculative
+        k = (spec.num_steps if spec.num_steps else None) if spec.algorithm else 0
+        ranks = eng.dp_size * eng.replicas if eng.flavor == "sglang" else 1
+        return cls(
+            decision,
+            capacity.total,
+            k,
+            total=total,
+            replicas=eng.replicas,
+            algorithm=spec.algorithm,
+            capacity_source=capacity.source,
+            accept_length_ranks=ranks,
+        )
+
+    @property
+    def premises(self) -> list[Premise]:
+        return [self.accept, self.running, self.throughput]
+
+    @property
+    def unchecked(self) -> list[str]:
+        """Sentences for the premises that cannot be checked at all in this run (log them once)."""
+        return [f"premise {p.name} is not checked because {p.why_not}" for p in self.premises if p.why_not]
+
+    def observe(self, sample: dict[str, Any]) -> list[str]:
+        """Judge one timeline sample; the warnings it raises for the first time in this run."""
+        s = _clean_sample(sample)
+        if s.get("t_s") is None:
+            return []
+        self._enter(s)
+        phase = self._phase(s)
+        self.phases["samples"] += 1
+        self.phases["warm_up" if phase.warm else "tail" if phase.tail else "steady"] += 1
+        new = [w for w in (p.observe(s, phase) for p in self.premises) if w]
+        self.warnings += new
+        return new
+
+    def _enter(self, s: dict[str, Any]) -> None:
+        """A new session, or a server restarting (optional sample keys `servers_restarting`: replicas
+        not ready now; `server_restarts`: restarts so far): warm up again once it is back."""
+        restarts = s.get("server_restarts")
+        fresh = s.get("session") != self._session or self._n == 0
+        down = (s.get("servers_restarting") or 0) > 0
+        down = down or (restarts is not None and self._restarts is not None and restarts > self._restarts)
+        if fresh or down:
+            self._session, self._start, self._n = s.get("session"), s["t_s"], 0
+            if fresh:
+                self._most_in_flight = 0.0
+            for p in self.premises:
+                p.reset()
+        self._restarts = restarts if restarts is not None else self._restarts
+        self._n += 1
+        self._most_in_flight = max(self._most_in_flight, s.get("in_flight") or 0.0)
+
+    def _phase(self, s: dict[str, Any]) -> Phase:
+        warm = s["t_s"] - self._start < WARMUP_S or self._n <= WARMUP_SAMPLES
+        done, failed, in_flight = s.get("rows_done"), s.get("failures") or 0.0, s.get("in_flight") or 0.0
+        remaining = None
+        if self.total is not None and done is not None:
+            remaining = max(int(self.total - done - failed), 0)
+        if remaining is not None:
+            tail = remaining < self.capacity if self.capacity else remaining <= in_flight
+        else:  # the loop keeps twice the capacity in flight until nothing is left to send
+            tail = bool(self.capacity) and in_flight < self.capacity
+        wave = max(int(min(self.capacity or self._most_in_flight, self.total or math.inf)), 1)
+        return Phase(warm, tail, remaining, wave, done is not None and done >= wave)
+
+    def report(self) -> dict[str, Any]:
+        """For the manifest: each premise checked or not (and why), its status, evidence, first
+        contradiction; the warnings given; how the samples split into warm-up, tail and steady."""
+        chosen = (self.decision or {}).get("chosen_arm")
+        arm = arm_name(self.spec_k) if self.spec_k is not None else None
+        return {
+            "arm": arm,
+            "arm_label": self.label,
+            "decision_arm": chosen,
+            "arm_is_decision": None if chosen is None or arm is None else arm == chosen,
+            "engine_capacity": self.capacity,
+            "replicas": self.replicas,
+            "samples": dict(self.phases),
+            "premises": {p.name: p.as_dict() for p in self.premises},
+            "warnings": list(self.warnings),
+        }
+
+
+def session_total(samples: pd.DataFrame) -> int | None:
+    """A session's rows, from its last sample: those finished, failed and still in flight. Exact for
+    a session that ran to its end; short for one interrupted (the tail then starts earlier)."""
+    last = samples.iloc[-1]
+    parts = [_num(last.get(c)) for c in ("rows_done", "failures", "in_flight")]
+    return None if parts[0] is None else int(sum(p or 0 for p in parts))
+
+
+def check_timeline(
+    timeline: pd.DataFrame,
+    decision: dict[str, Any] | None,
+    capacity: int | None,
+    spec_k: int | None,
+    *,
+    totals: dict[int, int] | None = None,
+    **options: Any,
+) -> dict[str, Any]:
+    """Re-check a saved timeline (`kit.generate.metrics.load_timeline`), session by session, as the
+    live run would have: the report, its warnings included. `totals`: rows per session where known
+    (else `session_total`); `options`: PremiseCheck's (replicas, algorithm, ...)."""
+    check = PremiseCheck(decision, capacity, spec_k, **options)
+    if timeline is None or not len(timeline) or "t_s" not in timeline:
+        return check.report()
+    frame = timeline.sort_values(["session", "t_s"]) if "session" in timeline else timeline
+    groups = frame.groupby("session", sort=True) if "session" in frame else [(None, frame)]
+    for session, samples in groups:
+        check.total = (totals or {}).get(session) or session_total(samples)
+        for row in samples.to_dict("records"):
+            check.observe(row)
+    return check.report()
