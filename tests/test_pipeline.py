@@ -5,14 +5,9 @@ from __future__ import annotations
 
 import html
 import json
-import subprocess
-import sys
-from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
-import yaml
-from conftest import REPO
 
 pytestmark = pytest.mark.slow
 ROW_COLUMNS = {
@@ -29,28 +24,6 @@ ROW_COLUMNS = {
     "sampling_hash",
     "finished_at",
 }
-
-
-@pytest.fixture(scope="module")
-def demo_run(tmp_path_factory, demo_model) -> Path:
-    """params/demo.yaml, shrunk (fewer prompts, shorter sweep) and pointed at a temporary output dir."""
-    tmp = tmp_path_factory.mktemp("pipeline")
-    params = yaml.safe_load((REPO / "params" / "demo.yaml").read_text())
-    base = REPO / "params"
-    params["output_dir"] = str(tmp / "outputs")
-    params["model"]["path"] = str(demo_model)
-    params["data"]["demo_fixtures"] = str(tmp / "data")
-    for s in params["data"]["sources"]:
-        s["count"] = 3
-        s["data_files"] = [str(tmp / "data" / Path(f).name) for f in s["data_files"]]
-    params["decide"].update(concurrencies=[1, 4], num_prompts=4, max_tokens=8, level_s=0.5)
-    params["generate"]["sampling"]["max_tokens"] = 24
-    path = tmp / "demo.yaml"
-    path.write_text(yaml.safe_dump(params))
-    assert (base / "demo.yaml").exists()
-    done = subprocess.run([sys.executable, "-m", "kit.cli", "run", str(path)], capture_output=True, text=True)
-    assert done.returncode == 0, done.stderr[-3000:]
-    return tmp / "outputs" / "demo"
 
 
 def test_probe_and_decision(demo_run):
