@@ -29,7 +29,10 @@ Each step (and the fixtures, timed but not a step) runs under a fresh wrapper pr
 script: it starts the command, samples every 0.2 s the summed RSS of every process below it (the
 plan's token-counting workers, notebook kernels) and what they read and wrote (`rchar` / `wchar`,
 sampled: the last 0.2 s of a process is missed), and ends with `getrusage(RUSAGE_CHILDREN)`:
-`ru_maxrss` is the largest single process (the wrapper is a child subreaper, so orphans count too).
+`ru_maxrss` is the largest single process (the wrapper is a child subreaper, so orphans count too);
+the tree's peak is given as summed RSS and as summed PSS (`/proc/<pid>/smaps_rollup`: pages shared
+between processes, such as a forked token worker's inherited heap, split between them instead of
+counted in each).
 Load average before and after each step. A failing step records its exit code and the tail of its
 log (`<out>/logs/`); the others still run. `--steps` without `plan` reuses the run folder kept by
 an earlier `--keep`. Results: `<out>/bench_scale.json` (written after every step) and a Markdown
@@ -358,16 +361,16 @@ def markdown(results: dict) -> str:
         if any(cells):
             lines.append(f"| {step} | " + " | ".join(_cell(step, c) if c else "" for c in cells) + " |")
     detail = [
-        "| size | step | rc | wall s | CPU s | peak RSS main MB | peak RSS tree MB | procs | read MB | "
-        "written MB | load 1 min before -> after |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "| size | step | rc | wall s | CPU s | peak RSS main MB | peak RSS tree MB | peak PSS tree MB | "
+        "procs | read MB | written MB | load 1 min before -> after |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for s in sizes:
         for step, r in results["sizes"][s].get("steps", {}).items():
             detail.append(
                 f"| {int(s):,} | {step} | {r.get('rc')} | {r.get('wall_s', 0):.1f} | "
                 f"{r.get('cpu_s', 0):.1f} | {r.get('peak_rss_main_mb', 0):,.0f} | "
-                f"{r.get('peak_rss_tree_mb', 0):,.0f} | "
+                f"{r.get('peak_rss_tree_mb', 0):,.0f} | {r.get('peak_pss_tree_mb', 0):,.0f} | "
                 f"{r.get('procs_max', 0)} | {r.get('read_mb', 0):,.0f} | {r.get('written_mb', 0):,.0f} | "
                 f"{r.get('loadavg_before', [0])[0]:.2f} -> {r.get('loadavg_after', [0])[0]:.2f} |"
             )
@@ -377,7 +380,8 @@ def markdown(results: dict) -> str:
 def _cell(step: str, r: dict) -> str:
     if r.get("rc") is None:
         return f"no result ({r.get('error')})"
-    text = f"{r['wall_s']:.1f} s, {r['peak_rss_main_mb']:,.0f} MB (tree {r['peak_rss_tree_mb']:,.0f} MB)"
+    text = f"{r['wall_s']:.1f} s, {r['peak_rss_main_mb']:,.0f} MB (tree {r['peak_rss_tree_mb']:,.0f} MB"
+    text += f", PSS {r['peak_pss_tree_mb']:,.0f} MB)" if r.get("peak_pss_tree_mb") else ")"
     extra = []
     if r["rc"] != 0:
         extra.append(f"**exit {r['rc']}**")
@@ -400,29 +404,41 @@ def _cell(step: str, r: dict) -> str:
 # --- children: the measuring wrapper and the steps without a CLI --------------------------------
 
 
+def proportional_set_size(pid: int) -> int:
+    """Bytes of memory process `pid` holds, pages shared with others (a forked worker's, a library's)
+    split between them: summed over a tree, each page once (summed RSS counts shared pages twice)."""
+    with open(f"/proc/{pid}/smaps_rollup") as f:
+        for line in f:
+            if line.startswith("Pss:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
 def child_measure(result: str, log: str, *cmd: str) -> None:
     """Run `cmd`; sample its process tree; write wall, CPU, peak RSS (largest process and tree sum)."""
     import psutil
 
     ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER: orphans come here
     me = psutil.Process()
-    peak = {"tree": 0, "procs": 0}
+    peak = {"tree": 0, "pss": 0, "procs": 0}
     io: dict[tuple[int, float], tuple[int, int]] = {}
     stop = threading.Event()
 
     def sample() -> None:
         while True:
-            total, n = 0, 0
+            total, pss, n = 0, 0, 0
             for p in me.children(recursive=True):
                 try:
                     with p.oneshot():
                         total += p.memory_info().rss
                         c = p.io_counters()
                         io[(p.pid, p.create_time())] = (c.read_chars, c.write_chars)
+                    pss += proportional_set_size(p.pid)
                     n += 1
-                except psutil.Error:
+                except (psutil.Error, OSError):
                     pass
             peak["tree"], peak["procs"] = max(peak["tree"], total), max(peak["procs"], n)
+            peak["pss"] = max(peak["pss"], pss)
             if stop.wait(SAMPLE_S):
                 return
 
@@ -444,6 +460,7 @@ def child_measure(result: str, log: str, *cmd: str) -> None:
         "cpu_s": round(ru.ru_utime + ru.ru_stime, 2),
         "peak_rss_main_mb": round(ru.ru_maxrss / 1024),
         "peak_rss_tree_mb": round(peak["tree"] / MB),
+        "peak_pss_tree_mb": round(peak["pss"] / MB),
         "procs_max": peak["procs"],
         "read_mb": round(sum(r for r, _ in io.values()) / MB, 1),
         "written_mb": round(sum(w for _, w in io.values()) / MB, 1),

@@ -5,6 +5,7 @@ shows is read from the run folder; a stage that has not run is named as missing.
 from __future__ import annotations
 
 import base64
+import dataclasses
 import html
 import io
 from pathlib import Path
@@ -91,9 +92,15 @@ def run_answers(folder: RunFolder) -> list[Answer]:
         decision_answer(decision, speculation_name(folder), worth),
         generation_answer(folder, manifest),
         failure_answer(failures_by_reason(folder, summary)),
-        throughput_answer(summary, manifest),
+        _with_tail(throughput_answer(summary, manifest), summary),
         data_answer(folder, manifest),
     ]
+
+
+def _with_tail(answer: Answer, summary: dict | None) -> Answer:
+    """The throughput answer, then the tail's sentence (kit.analyse.tail) where stage 4 measured it."""
+    sentence = ((summary or {}).get("tail") or {}).get("sentence")
+    return dataclasses.replace(answer, detail=f"{answer.detail} {sentence}") if sentence else answer
 
 
 def _answer_item(a: Answer, folder: RunFolder) -> str:

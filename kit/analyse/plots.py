@@ -161,3 +161,23 @@ def reasoning_and_answer(df: pd.DataFrame, parts: pd.DataFrame, hue: str = "sour
         ax.get_legend().remove()
     axes[0, 0].set_title("Reasoning and answer lengths (rows that thought)")
     return fig
+
+
+def in_flight_tail(
+    load: pd.DataFrame, level: float, level_label: str, tail: tuple[float, float], title: str
+) -> Figure | None:
+    """Requests in flight over time (`load`: t_s, in_flight) with the full-load line (the engine's
+    capacity) and the tail shaded: the batch draining at the end, GPUs running ever fewer requests."""
+    if load.empty:
+        return None
+    minutes = float(load["t_s"].max()) > 600
+    scale, unit = (60.0, "min") if minutes else (1.0, "s")
+    fig, ax = plt.subplots(figsize=(8, 3.5))
+    ax.plot(load["t_s"] / scale, load["in_flight"], lw=1.2, label="requests in flight")
+    ax.axhline(level, color="grey", ls="--", lw=1, label=level_label)
+    if tail[1] > tail[0]:
+        ax.axvspan(tail[0] / scale, tail[1] / scale, color="tab:orange", alpha=0.2, lw=0, label="tail")
+    ax.set(title=title, xlabel=f"time since the session's start ({unit})", ylabel="requests in flight")
+    ax.set_ylim(bottom=0)
+    ax.legend(loc="best", fontsize="small")
+    return fig

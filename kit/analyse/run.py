@@ -10,7 +10,7 @@ from typing import Any
 
 import pandas as pd
 
-from kit.analyse import health, load, plots, tables
+from kit.analyse import health, load, plots, tables, tail
 from kit.analyse.flags import FLAGS, flag_counts
 from kit.analyse.reasoning import row_parts
 from kit.analyse.scan import duplicated_completions, read_rows, scan_shards
@@ -41,6 +41,8 @@ class RunData:
     """Per row: reasoning and answer lengths, tool-call kinds (kit.analyse.reasoning.row_parts)."""
     paths: list[Path] = field(default_factory=list)
     """The shards `df` was read from (its `shard` column indexes this list)."""
+    folder: RunFolder | None = None
+    """The run folder read (the tail reads its decision, params and probe); None when built by hand."""
 
     def row_parts(self) -> pd.DataFrame:
         """`parts`, computed on first use (a RunData built by hand from full rows)."""
@@ -86,7 +88,7 @@ def read_run(folder: RunFolder, params: AnalyseParams | None = None, progress: b
         gaps.append("manifest.json says complete: false: the run stopped before all rows were generated")
     gaps += g_fail + g_met + g_man + g_plan + g_pr
     failures = load.outstanding_failures(failures, df)
-    return RunData(df, flags, failures, metrics, manifest, plan, prompt_counts, gaps, parts, paths)
+    return RunData(df, flags, failures, metrics, manifest, plan, prompt_counts, gaps, parts, paths, folder)
 
 
 def _source_entry(
@@ -110,7 +112,8 @@ def _source_entry(
 
 
 def summarise(data: RunData) -> dict[str, Any]:
-    """The summary dict of one run (without figures): per source, totals, finish reasons, flags, health."""
+    """The summary dict of one run (without figures): per source, totals, finish reasons, flags,
+    health, and the tail of its last session (kit.analyse.tail)."""
     df = data.df
     requested = tables.requested_counts(data.plan, data.prompt_counts)
     per_source = tables.per_source_table(df, data.failures, requested)
@@ -127,6 +130,7 @@ def summarise(data: RunData) -> dict[str, Any]:
         "finish_reasons": tables.overall_finish_shares(df),
         "flags": {f: int(data.flags[f].sum()) for f in FLAGS},
         "health": health.run_health(df, data.metrics, data.failures, data.manifest),
+        "tail": tail.tail_entry(data.metrics, df, data.manifest, tail.TailInputs.of(data.folder)),
         "gaps": list(data.gaps),
     }
 
@@ -141,6 +145,7 @@ def run_figures(data: RunData) -> dict[str, Any]:
         "reasoning_and_answer_by_source": plots.reasoning_and_answer(data.df, data.row_parts()),
         "finish_reasons_by_source": plots.finish_reasons(data.df),
         "throughput_over_time": plots.throughput(timeline),
+        "in_flight_and_tail": tail.tail_figure(data.metrics, data.df, data.manifest),
         "latency": plots.latency(data.df),
         "accept_length_over_time": plots.accept_length(health.accept_length_timeline(data.metrics, data.df)),
         "flags_by_source": plots.counts_bar(counts.reindex(columns=list(FLAGS)), "quality flags per source"),

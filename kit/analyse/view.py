@@ -54,6 +54,59 @@ def health_table(health: dict[str, Any]) -> Table:
     return table(pd.DataFrame({"measure": list(rows), "value": list(rows.values())}), "Run health")
 
 
+MEASURED_FROM = {
+    "timeline": "the timeline stage 3 sampled",
+    "rows": "the rows' start and finish times",
+}
+
+
+def _idle_line(t: dict[str, Any]) -> str:
+    unit = "GPU" if t.get("device_unit") == "GPU" else "replica"
+    count = f"{t.get('devices')} {unit}(s): {t.get('devices_source')}"
+    return f"{number(t.get('idle_minutes'))} {unit}-minutes, over {count}"
+
+
+def _speculation_line(spec: dict[str, Any]) -> str:
+    from kit.analyse.tail import speculation_clause
+
+    if spec.get("status") not in ("saves", "no win"):
+        return speculation_clause(spec) or "–"
+    x = spec.get("crossover")
+    won = f"wins up to concurrency {x}" if x else "wins at no concurrency"
+    return (
+        f"{seconds(spec.get('saved_s'))} ({seconds(spec.get('saved_low_s'))} to "
+        f"{seconds(spec.get('saved_high_s'))}, ±{percent(spec.get('model_error'), 0)} on the ratio) with "
+        f"{spec.get('name')} k={spec.get('spec_k')}, which the decision predicts {won}"
+    )
+
+
+def tail_table(tail: dict[str, Any]) -> Table:
+    """The tail of the last session (kit.analyse.tail) as named lines with units."""
+    if not tail.get("known"):
+        rows = {"tail": f"unknown, because {tail.get('reason')}"}
+    else:
+        full, part = tail.get("tok_s_full_load"), tail.get("tok_s_tail")
+        session = (
+            f"session {tail.get('session')} of {tail.get('sessions')}" if tail.get("session") else "the run"
+        )
+        rows = {
+            "measured on": f"{session}, from {MEASURED_FROM.get(tail.get('measured_from'), '–')}",
+            "full load": f"{number(tail.get('full_load_in_flight'))} in flight: "
+            f"{tail.get('full_load_source')}",
+            "tail (start to end)": f"{seconds(tail.get('start_s'))} to {seconds(tail.get('end_s'))} "
+            f"of {seconds(tail.get('session_s'))}",
+            "tail duration (share)": f"{seconds(tail.get('duration_s'))} ({percent(tail.get('share'))})",
+            "output tok/s (tail, full load)": f"{number(part)}, {number(full)}"
+            + (f" ({percent(part / full, 0)})" if part is not None and full else ""),
+            "rows finished in the tail": number(tail.get("rows_in_tail")),
+            "capacity left idle": _idle_line(tail),
+        }
+        if tail.get("speculation"):
+            rows["speculation there (predicted)"] = _speculation_line(tail["speculation"])
+    note = "The batch draining at the end of the last session: fewer requests than the engine runs at once."
+    return table(pd.DataFrame({"measure": list(rows), "value": list(rows.values())}), "The tail", note=note)
+
+
 def analysis_tables(summary: dict[str, Any]) -> list[Table]:
     """Notebook 04's tables for reading: human titles and columns, shares as %, no index."""
     shares = {"share_with_calls": percent}
@@ -69,6 +122,8 @@ def analysis_tables(summary: dict[str, Any]) -> list[Table]:
                 frame, TITLES.get(key, key), formats=formats, note=NOTES.get(key, ""), index_name=index_name
             )
         )
+    if summary.get("tail"):
+        out.append(tail_table(summary["tail"]))
     return out
 
 
@@ -90,6 +145,8 @@ def analysis_verdict(summary: dict[str, Any]) -> str:
         f"- **Failed requests:** {number(health.get('failures') or 0)}; "
         f"**throughput** {number(health.get('output_tok_s'))} output tok/s.",
     ]
+    if (summary.get("tail") or {}).get("sentence"):
+        lines.append(f"- {summary['tail']['sentence']}")
     if summary.get("gaps"):
         lines.append(
             f"- **Gaps:** {len(summary['gaps'])} part(s) of the run could not be read (table below)."
@@ -138,6 +195,17 @@ def _counts_alt(counts: Any, what: str) -> str:
     return f"Bars: {what} per source; in all: {listed}."
 
 
+def _tail_alt(summary: dict[str, Any]) -> str:
+    t = summary.get("tail") or {}
+    if not t.get("known"):
+        return "Line: requests in flight over the run."
+    return (
+        f"Line: requests in flight over the last session, a dashed line at full load "
+        f"({number(t.get('full_load_in_flight'))}), the tail shaded from {seconds(t.get('start_s'))} to "
+        f"{seconds(t.get('end_s'))}. {t.get('sentence', '')}"
+    )
+
+
 def figure_alt(stem: str, summary: dict[str, Any]) -> str:
     """Alt text for a figure of `run_figures` (by file stem), with the numbers it shows."""
     texts = {
@@ -154,6 +222,7 @@ def figure_alt(stem: str, summary: dict[str, Any]) -> str:
         ),
         "finish_reasons_by_source": lambda: _finish_alt(summary),
         "throughput_over_time": lambda: _health_alt(summary, "throughput"),
+        "in_flight_and_tail": lambda: _tail_alt(summary),
         "latency": lambda: _health_alt(summary, "latency"),
         "accept_length_over_time": lambda: _health_alt(summary, "accept"),
         "flags_by_source": lambda: _counts_alt(summary.get("flags"), "rows flagged, per flag"),

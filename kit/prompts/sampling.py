@@ -77,10 +77,12 @@ def remapped(dataset: Any) -> Any:
     """The same rows from a fresh memory map of the dataset's Arrow cache files (itself when it has
     none, or an indices mapping).
 
-    A seeded walk reads rows all over the cache file, and every page it touched stays mapped into
-    this process, counted in its resident memory, until the map is closed: walking a 1 GB source
-    in shuffled order would leave 1 GB resident. Mapping afresh after each chunk lets those pages go
-    (they stay in the kernel's page cache, so reading them again costs no disk read).
+    A seeded walk reads rows all over the cache file, and every page it touched (with the pages
+    around each that the kernel maps in on a fault) stays mapped into this process, counted in its
+    resident memory, until the map is closed: one chunk of random rows maps in most of the file,
+    and without a fresh map every source walked would stay resident. Mapping afresh after each
+    chunk lets those pages go (they stay in the kernel's page cache, so reading them again costs
+    no disk read). They are clean file pages the kernel can drop at any time, but RSS counts them.
     """
     files = [f["filename"] for f in getattr(dataset, "cache_files", None) or []]
     if not files or getattr(dataset, "_indices", None) is not None:

@@ -1,0 +1,252 @@
+"""The tail of a batch job on the real vLLM (CPU build): plan order vs longest first, and speculation
+switched on for the tail.
+
+    make engine-vllm && .venv/bin/kit demo-assets
+    .venv/bin/python benchmarks/bench_tail.py --reps 3 --out docs/bench_tail.md
+
+A heavy-tailed plan: the demo's six fixture sources (params/demo-vllm.yaml's counts), where one
+source (codefeedback) answers long (`--long-tokens`, 384) and the others short (`--short-tokens`,
+24), every answer its full budget (`ignore_eos`), on a vLLM server that runs `--capacity` (8)
+requests at once (`engine.max_running_requests`), so that the job has a full-load part and a tail.
+
+Arms, each a `kit generate` in a new run folder (its own vLLM server, started by the kit), then
+`kit analyse` for the tail (summary.json's `tail`):
+
+- `plan`: `generate.order: plan`, the plan's order (ids: long answers scattered through the plan);
+- `longest`: `generate.order: longest_first` (the default);
+- `longest+spec` (once, after the others): longest first with `generate.tail_speculation`, so the
+  server restarts with vLLM's n-gram arm when the requests left fall below the decision's
+  crossover. The decision is a real `kit decide` on the same params (plain vs n-gram k=1..3 at
+  1, 4 and 16 in flight); where it shows no win outside its noise (usual on a CPU), the arm is
+  still exercised with a copy of that decision whose table is marked to win at low concurrency
+  (`--force-tail`, on by default), and the report says so.
+
+`plan` and `longest` alternate (plan, longest, longest, plan, ...), `--reps` each. Reported per run:
+wall time of generation (`generating_s`), the tail's start, share and tokens/s against full load,
+the capacity it left idle, and for `longest+spec` the switch (when, requests cut and sent again)
+beside stage 4's prediction of what speculation in the tail would save. Medians and spreads.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+VLLM_PY = ROOT / ".venv-vllm" / "bin" / "python"
+KIT = ROOT / ".venv" / "bin" / "kit"
+LONG_SOURCE = "codefeedback"
+
+
+def params_file(work: Path, run: str, args: argparse.Namespace, ngram: bool = False, **generate: Any) -> Path:
+    """params/demo-vllm.yaml made heavy-tailed: absolute paths, one long source, every answer its
+    full budget, the server's capacity fixed, and `generate` settings on top. `ngram`: keep the
+    demo's n-gram speculative section (the sweep's arms; stage 3 then follows decision.json)."""
+    p = yaml.safe_load((ROOT / "params" / "demo-vllm.yaml").read_text())
+    data = ROOT / ".cache" / "demo" / "data"
+    p["run"], p["output_dir"] = run, str(work / "outputs")
+    p["model"]["path"] = str(ROOT / ".cache" / "demo" / "model")
+    p["engine"]["python"] = str(VLLM_PY)
+    p["engine"]["max_running_requests"] = args.capacity
+    if not ngram:
+        p["engine"].pop("speculative", None)
+    p["data"]["demo_fixtures"] = str(data)
+    for s in p["data"]["sources"]:
+        s["data_files"] = [str(data / Path(f).name) for f in s["data_files"]]
+        s["max_tokens"] = args.long_tokens if s["name"] == LONG_SOURCE else args.short_tokens
+    p["generate"]["sampling"].update(max_tokens=args.long_tokens, extra_body={"ignore_eos": True})
+    p["generate"].update(generate)
+    p["decide"].update(max_tokens=args.short_tokens)
+    path = work / f"{run}.yaml"
+    path.write_text(yaml.safe_dump(p))
+    return path
+
+
+def kit(*argv: str, timeout: float = 1800) -> subprocess.CompletedProcess:
+    done = subprocess.run([str(KIT), *argv], capture_output=True, text=True, timeout=timeout)
+    if done.returncode not in (0, 3):
+        raise RuntimeError(f"kit {' '.join(argv)} failed ({done.returncode}):\n{done.stderr[-3000:]}")
+    return done
+
+
+def one_run(work: Path, run: str, args: argparse.Namespace, decision: Path | None = None, **gen: Any) -> dict:
+    """`kit generate` then `kit analyse` on a new run folder; the figures of its tail. With a
+    `decision`, it is copied into the run folder and the params keep their n-gram arm."""
+    path = params_file(work, run, args, ngram=decision is not None, **gen)
+    folder = work / "outputs" / run
+    if decision is not None:
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "decision.json").write_text(decision.read_text())
+    t0 = time.perf_counter()
+    kit("generate", str(path))
+    wall = time.perf_counter() - t0
+    kit("analyse", str(path))
+    manifest = json.loads((folder / "manifest.json").read_text())
+    summary = json.loads((folder / "summary.json").read_text())
+    ids = pq.read_table(folder / "generations", columns=["id"]).column("id").to_pylist()
+    return {
+        "run": run,
+        "order": manifest["order"]["order"],
+        "rows": manifest["rows"],
+        "unique_ids": len(set(ids)),
+        "complete": manifest["complete"],
+        "generating_s": manifest["generating_s"],
+        "command_s": round(wall, 1),
+        "tail": summary.get("tail"),
+        "tail_speculation": manifest.get("tail_speculation"),
+        "restarts": manifest["server_restarts"],
+    }
+
+
+def decide(work: Path, args: argparse.Namespace) -> tuple[Path, bool, str]:
+    """A real `kit decide` on the bench's params; (decision.json for the spec run, forced?, why)."""
+    from kit.decide.tailarm import tail_arm
+
+    path = params_file(work, "decide", args, ngram=True)
+    kit("decide", str(path))
+    real = work / "outputs" / "decide" / "decision.json"
+    decision = json.loads(real.read_text())
+    arm, why = tail_arm(decision)
+    if arm is not None or not args.force_tail:
+        return real, False, why
+    for row in decision["table"]:  # forced: every speculative arm wins at 4 requests or fewer
+        if row.get("spec_k") and int(row["concurrency"]) <= 4:
+            row["measured_lo"] = 1e9
+    forced = work / "decision-forced.json"
+    forced.write_text(json.dumps(decision))
+    return forced, True, why
+
+
+def spread(values: list[float]) -> str:
+    values = [v for v in values if v is not None]
+    if not values:
+        return "n/a"
+    return f"{statistics.median(values):.1f} ({min(values):.1f}-{max(values):.1f})"
+
+
+def tail_value(r: dict, key: str) -> float | None:
+    """One figure of a run's tail (summary.json's `tail`); `tok_s_ratio`: tail tokens/s over full load."""
+    t = r.get("tail") or {}
+    if key == "tok_s_ratio":
+        tail, full = t.get("tok_s_tail"), t.get("tok_s_full_load")
+        return None if not tail or not full else round(float(tail) / float(full), 3)
+    v = t.get(key)
+    return None if v is None else float(v)
+
+
+def saving(r: dict) -> str:
+    """Stage 4's predicted saving of speculation in the tail: seconds (low-high), or its status."""
+    spec = (r.get("tail") or {}).get("speculation") or {}
+    if spec.get("saved_s") is None:
+        return str(spec.get("status", "n/a"))
+    low, high = spec["saved_low_s"], spec["saved_high_s"]
+    return f"{spec['saved_s']:.1f} ({low:.1f}-{high:.1f}), k={spec.get('spec_k')}"
+
+
+def fmt(v: float | None) -> str:
+    return "n/a" if v is None else f"{v:g}"
+
+
+def report(args: argparse.Namespace, runs: list[dict], decided: dict, load: str) -> str:
+    lines = [
+        "# Benchmark: the tail of a batch job (real vLLM, CPU build)",
+        "",
+        "```",
+        f".venv/bin/python benchmarks/bench_tail.py --reps {args.reps} --capacity {args.capacity} "
+        f"--long-tokens {args.long_tokens} --short-tokens {args.short_tokens} --out {args.out}",
+        "```",
+        "",
+        __doc__.split("\n\n", 2)[2].strip(),
+        "",
+        f"Measured on {time.strftime('%Y-%m-%d')}, 2 vCPU, load average {load}.",
+        "",
+        "## Every run",
+        "",
+        "| run | order | rows (unique ids) | generating s | tail start s | tail share | "
+        "tail / full-load tok/s | idle capacity (min) | speculation in the tail, predicted saving s |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in runs:
+        lines.append(
+            f"| {r['run']} | {r['order']} | {r['rows']} ({r['unique_ids']}) | {r['generating_s']} | "
+            f"{fmt(tail_value(r, 'start_s'))} | {fmt(tail_value(r, 'share'))} | "
+            f"{fmt(tail_value(r, 'tok_s_ratio'))} | {fmt(tail_value(r, 'idle_minutes'))} | {saving(r)} |"
+        )
+    lines += ["", "## Plan order against longest first (median, min-max)", ""]
+    lines += [
+        "| order | runs | generating s | tail share | tail / full-load tok/s |",
+        "|---|---|---|---|---|",
+    ]
+    for order in ("plan", "longest_first"):
+        group = [r for r in runs if r["order"] == order and not _switching(r)]
+        lines.append(
+            f"| {order} | {len(group)} | {spread([r['generating_s'] for r in group])} | "
+            f"{spread([tail_value(r, 'share') for r in group])} | "
+            f"{spread([tail_value(r, 'tok_s_ratio') for r in group])} |"
+        )
+    lines += ["", "## Speculation for the tail", ""]
+    lines.append(f"Decision: {'forced for the exercise: ' if decided['forced'] else ''}{decided['why']}.")
+    for r in runs:
+        if _switching(r):
+            lines += ["", f"Run `{r['run']}`: {(r.get('tail') or {}).get('sentence', '')}", ""]
+            lines += ["```json", json.dumps(r["tail_speculation"], indent=1), "```"]
+    return "\n".join(lines) + "\n"
+
+
+def _switching(r: dict) -> bool:
+    return bool((r.get("tail_speculation") or {}).get("enabled"))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--capacity", type=int, default=8)
+    ap.add_argument("--long-tokens", type=int, default=384)
+    ap.add_argument("--short-tokens", type=int, default=24)
+    ap.add_argument("--work", type=Path, default=Path("/tmp/bench_tail"))
+    ap.add_argument("--out", type=Path, default=None)
+    ap.add_argument("--no-force-tail", dest="force_tail", action="store_false")
+    args = ap.parse_args()
+    args.work.mkdir(parents=True, exist_ok=True)
+    before = " ".join(open("/proc/loadavg").read().split()[:3])
+    runs = []
+    for i in range(args.reps):
+        for order in ("plan", "longest_first") if i % 2 == 0 else ("longest_first", "plan"):
+            name = f"{order.split('_')[0]}-{i}"
+            print(f"== {name}", flush=True)
+            runs.append(one_run(args.work, name, args, order=order))
+            print(json.dumps(runs[-1], default=str)[:600], flush=True)
+    decision, forced, why = decide(args.work, args)
+    print(f"== decision: {'forced; ' if forced else ''}{why}", flush=True)
+    runs.append(
+        one_run(
+            args.work,
+            "longest-spec",
+            args,
+            decision=decision,
+            order="longest_first",
+            tail_speculation=True,
+            tail_drain_s=5,
+        )
+    )
+    print(json.dumps(runs[-1], default=str)[:1200], flush=True)
+    after = " ".join(open("/proc/loadavg").read().split()[:3])
+    (args.work / "bench_tail.json").write_text(json.dumps(runs, indent=1, default=str))
+    text = report(args, runs, {"forced": forced, "why": why}, f"{before} -> {after}")
+    print(text)
+    if args.out:
+        args.out.write_text(text)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,478 @@
+"""The tail of a batch job: its last minutes, once fewer requests remain than the engine runs at once.
+
+Every GPU then runs a shrinking batch; with thinking models the last long requests can hold GPUs
+nearly idle for minutes. The tail is measured on the run's LAST session (the one that ran out of
+work: an earlier session of a resumed run ended by an interruption, not by a drain), from the
+timeline's samples of requests in flight (`metrics.parquet`), or, where that holds fewer than
+`MIN_SAMPLES` samples of the session, from the rows' start and finish times (successful requests
+only). It starts at the last sample at the engine's capacity (manifest `engine_capacity`; the peak
+in flight where that is unknown) and ends at the session's end.
+
+Beside it: what speculation would have saved there, predicted from decision.json's ladder (plain and
+speculative tokens/s per concurrency, kit.decide.predict) with the cost model's known error.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import yaml
+from matplotlib.figure import Figure
+
+from kit.decide.costmodel import MODEL_ERROR
+from kit.display import percent, seconds
+from kit.runfolder import RunFolder
+
+MIN_SAMPLES = 5
+"""A last session with fewer timeline samples than this is measured from its rows instead."""
+FIGURE_POINTS = 20_000
+"""At most this many points drawn (a run measured from millions of rows is thinned for the figure)."""
+
+
+@dataclass(frozen=True)
+class Devices:
+    """What idles in the tail: GPUs (a GPU run) or engine replicas (a CPU run, or GPUs unknown)."""
+
+    count: int
+    unit: str
+    source: str
+
+
+@dataclass(frozen=True)
+class TailInputs:
+    """What the tail needs from the run folder beside the rows and timeline."""
+
+    decision: dict[str, Any] | None = None
+    devices: Devices = Devices(1, "replica", "the run's params are unknown: counted as one replica")
+    spec_name: str = "speculation"
+    servers: int = 1
+    """`engine.replicas`: separate servers the in-flight requests were spread over; the decision's
+    concurrency is per server (its own data-parallel replicas included)."""
+
+    @classmethod
+    def of(cls, folder: RunFolder | None) -> TailInputs:
+        """Read decision.json, params.yaml, probe.json and the manifest of `folder` (each may be absent)."""
+        if folder is None:
+            return cls()
+        from kit.decide.view import speculation_name
+        from kit.display import read_json_or_none
+
+        try:
+            params = yaml.safe_load(folder.params.read_text()) or {}
+        except (OSError, yaml.YAMLError):
+            params = {}
+        manifest = read_json_or_none(folder.manifest) or {}
+        engine = params.get("engine") if isinstance(params.get("engine"), dict) else {}
+        devices = run_devices(engine, read_json_or_none(folder.probe), manifest.get("settings_from_decision"))
+        servers = int(engine.get("replicas") or 1)
+        return cls(read_json_or_none(folder.decision), devices, speculation_name(folder), servers)
+
+
+def run_devices(
+    engine: dict[str, Any], probe: dict[str, Any] | None, applied: dict[str, Any] | None
+) -> Devices:
+    """GPUs the run's servers held (replicas x GPUs per server, at most what the probe saw), or its
+    engine replicas where no GPU was seen. `applied`: the settings stage 3 took from the decision,
+    which win over params.yaml (it holds them only where the params left them unset)."""
+    if not engine:
+        return Devices(1, "replica", "params.yaml is absent or unreadable: one replica assumed")
+    applied = applied or {}
+    tp = int(applied.get("tp_size") or engine.get("tp_size") or 1)
+    dp = int(applied.get("dp_size") or engine.get("dp_size") or 1)
+    replicas = int(engine.get("replicas") or 1)
+    per = int(engine.get("gpus_per_replica") or tp * dp)
+    seen = len(((probe or {}).get("gpus") or {}).get("devices") or []) if probe else None
+    flavor = str(engine.get("flavor") or "transformers")
+    gpu_device = flavor == "transformers" and str(engine.get("device") or "cpu").startswith("cuda")
+    if seen or (seen is None and (flavor == "sglang" or gpu_device)):
+        n = min(replicas * per, seen) if seen else replicas * per
+        where = f", of {seen} the probe saw" if seen else " (no probe.json: GPUs assumed from the flavor)"
+        return Devices(n, "GPU", f"{replicas} server(s) x {per} GPU(s) from params.yaml{where}")
+    why = "the probe saw no GPU" if seen == 0 else "no GPU is known (no probe.json)"
+    return Devices(replicas * dp, "replica", f"{why}: engine replicas from params.yaml")
+
+
+# ---- requests in flight over the last session ----------------------------------------------------
+@dataclass(frozen=True)
+class Load:
+    """Requests in flight over one session, linear between points.
+
+    `frame`: t_s (seconds since the session's first point), in_flight, tokens_done and rows_done
+    (since the session's start). Built from rows, each event's time appears twice (the count just
+    before it, then just after), so the same integration is exact there.
+    """
+
+    frame: pd.DataFrame
+    session: int | None
+    sessions: int
+    source: str
+
+
+def _last_session(metrics: pd.DataFrame | None) -> tuple[pd.DataFrame, int | None, int]:
+    """The samples of the last session that carry `in_flight` (sorted), its number and the count."""
+    if metrics is None or metrics.empty or "in_flight" not in metrics.columns:
+        return pd.DataFrame(), None, 0
+    m = metrics.dropna(subset=["t_s", "in_flight"])
+    if "session" not in m.columns or m["session"].isna().all():
+        return m.sort_values("t_s"), None, 1
+    last = m["session"].max()
+    return m[m["session"] == last].sort_values("t_s"), int(last), int(m["session"].nunique())
+
+
+def _from_samples(samples: pd.DataFrame, session: int | None, sessions: int) -> Load:
+    t = samples["t_s"].astype(float)
+
+    def counter(col: str) -> pd.Series:
+        if col not in samples.columns:
+            return pd.Series(np.nan, index=samples.index)
+        c = pd.to_numeric(samples[col], errors="coerce").astype(float)
+        return c - c.iloc[0] if pd.notna(c.iloc[0]) else c
+
+    frame = pd.DataFrame(
+        {
+            "t_s": (t - t.iloc[0]).to_numpy(),
+            "in_flight": samples["in_flight"].astype(float).to_numpy(),
+            "tokens_done": counter("output_tokens_done").to_numpy(),
+            "rows_done": counter("rows_done").to_numpy(),
+        }
+    )
+    return Load(frame, session, sessions, "timeline")
+
+
+def _from_rows(
+    df: pd.DataFrame, since: pd.Timestamp | None, session: int | None, sessions: int
+) -> Load | None:
+    """In flight rebuilt from each row's start (finished_at - latency_s) and finish, counted exactly."""
+    if not {"finished_at", "latency_s"} <= set(df.columns):
+        return None
+    rows = df.dropna(subset=["finished_at", "latency_s"])
+    end = pd.to_datetime(rows["finished_at"], utc=True, errors="coerce")
+    keep = end.notna() & (end >= since if since is not None else True)
+    rows, end = rows[keep], end[keep]
+    if rows.empty:
+        return None
+    start = end - pd.to_timedelta(pd.to_numeric(rows["latency_s"], errors="coerce").fillna(0), unit="s")
+    t0 = start.min()
+    n = len(rows)
+    tokens = (
+        pd.to_numeric(rows["completion_tokens"], errors="coerce").fillna(0).to_numpy(float)
+        if "completion_tokens" in rows.columns
+        else np.zeros(n)
+    )
+    events = pd.DataFrame(
+        {
+            "t": np.concatenate([(start - t0).dt.total_seconds(), (end - t0).dt.total_seconds()]),
+            "in_flight": np.concatenate([np.ones(n), -np.ones(n)]),
+            "tokens_done": np.concatenate([np.zeros(n), tokens]),
+            "rows_done": np.concatenate([np.zeros(n), np.ones(n)]),
+        }
+    )
+    step = events.groupby("t", sort=True).sum()
+    after = step.cumsum()
+    both = pd.concat([(after - step).assign(order=0), after.assign(order=1)]).reset_index()
+    frame = both.sort_values(["t", "order"]).rename(columns={"t": "t_s"}).drop(columns="order")
+    return Load(frame.reset_index(drop=True), session, sessions, "rows")
+
+
+def _session_start(manifest: dict[str, Any] | None, metrics: pd.DataFrame | None) -> pd.Timestamp | None:
+    """When the last session began: the manifest's `session_started_at`, else its first sample."""
+    stamp = (manifest or {}).get("session_started_at")
+    if stamp:
+        at = pd.to_datetime(stamp, errors="coerce", utc=True)
+        if pd.notna(at):
+            return at
+    samples, _, _ = _last_session(metrics)
+    if len(samples) and "at" in samples.columns:
+        at = pd.to_datetime(samples["at"], errors="coerce", utc=True).min()
+        return at if pd.notna(at) else None
+    return None
+
+
+def session_load(
+    metrics: pd.DataFrame | None, df: pd.DataFrame, manifest: dict[str, Any] | None
+) -> Load | str:
+    """Requests in flight over the last session: its timeline samples, else its rows; or why neither."""
+    samples, session, sessions = _last_session(metrics)
+    if len(samples) >= MIN_SAMPLES:
+        return _from_samples(samples, session, sessions)
+    load = _from_rows(df, _session_start(manifest, metrics), session, sessions)
+    if load is not None and len(load.frame) >= 2:
+        return load
+    held = f"{len(samples)} sample(s) of requests in flight" if len(samples) else "no requests in flight"
+    return (
+        f"the timeline holds {held} (fewer than {MIN_SAMPLES}) and no row has both a finish time "
+        "and a latency to rebuild them from"
+    )
+
+
+# ---- the tail --------------------------------------------------------------------------------------
+def full_load(manifest: dict[str, Any] | None, peak: float) -> tuple[float, int | None, str]:
+    """(requests in flight that count as full load, the engine's capacity or None, what it is)."""
+    cap = (manifest or {}).get("engine_capacity")
+    source = (manifest or {}).get("capacity_source") or "the run's manifest"
+    if isinstance(cap, int | float) and cap > 0:
+        if peak >= cap:
+            return float(cap), int(cap), f"the engine's capacity ({source})"
+        return peak, int(cap), f"the peak in flight: the run never filled the engine's capacity of {int(cap)}"
+    return peak, None, "the peak in flight: the manifest does not say the engine's capacity"
+
+
+def start_index(load: Load, level: float) -> int:
+    """The tail's first point: the last one at full load (the count never comes back up after it)."""
+    return int(np.flatnonzero(load.frame["in_flight"].to_numpy(float) >= level)[-1])
+
+
+def _trapezoid(t: np.ndarray, y: np.ndarray) -> float:
+    return float(np.sum(np.diff(t) * (y[1:] + y[:-1]) / 2)) if len(t) > 1 else 0.0
+
+
+def _rate(amount: float, span: float) -> float | None:
+    return round(amount / span, 3) if span > 0 and not math.isnan(amount) else None
+
+
+def measure(load: Load, manifest: dict[str, Any] | None, devices: Devices) -> dict[str, Any]:
+    """Start, end, share, tokens/s in and before the tail, rows finished in it and capacity left idle."""
+    f = load.frame
+    t, v = f["t_s"].to_numpy(float), f["in_flight"].to_numpy(float)
+    level, capacity, level_source = full_load(manifest, float(v.max()))
+    i = start_index(load, level)
+    start, end = t[i], t[-1]
+    tok, rows = f["tokens_done"].to_numpy(float), f["rows_done"].to_numpy(float)
+    idle_s = _trapezoid(t[i:], 1 - np.minimum(v[i:], level) / level) if level > 0 else 0.0
+    share = (end - start) / end if end > 0 else 0.0
+    return {
+        "known": True,
+        "session": load.session,
+        "sessions": load.sessions,
+        "measured_from": load.source,
+        "full_load_in_flight": level,
+        "full_load_source": level_source,
+        "engine_capacity": capacity,
+        "start_s": round(start, 3),
+        "end_s": round(end, 3),
+        "duration_s": round(end - start, 3),
+        "session_s": round(end, 3),
+        "share": round(share, 4),
+        "in_flight_at_end": float(v[-1]),
+        "tok_s_tail": _rate(tok[-1] - tok[i], end - start),
+        "tok_s_full_load": _rate(tok[i] - tok[0], start - t[0]),
+        "rows_in_tail": None if math.isnan(rows[-1] - rows[i]) else int(rows[-1] - rows[i]),
+        "idle_minutes": round(idle_s * devices.count / 60, 3),
+        "devices": devices.count,
+        "device_unit": devices.unit,
+        "devices_source": devices.source,
+    }
+
+
+# ---- what speculation would have saved there (predicted) ----------------------------------------
+def predicted_ladder(decision: dict[str, Any]) -> pd.DataFrame:
+    """decision.json's predicted tokens/s: one row per concurrency, one column per spec_k (0: plain)."""
+    t = pd.DataFrame(decision.get("table") or [])
+    if not {"spec_k", "concurrency", "predicted_tok_s"} <= set(t.columns):
+        return pd.DataFrame()
+    if "feasible" in t.columns:
+        t = t[t["feasible"].fillna(True).astype(bool)]
+    t = t.assign(predicted_tok_s=pd.to_numeric(t["predicted_tok_s"], errors="coerce"))
+    t = t[t["predicted_tok_s"] > 0]
+    return t.pivot_table(index="concurrency", columns="spec_k", values="predicted_tok_s").sort_index()
+
+
+def ratio_at(ladder: pd.DataFrame, k: int, c: np.ndarray) -> np.ndarray:
+    """Predicted speculative (k) over plain tokens/s at concurrencies c (> 0): each interpolated
+    linearly in log(concurrency) between the ladder's points, held at its ends."""
+    both = ladder[[0, k]].dropna()
+    x, at = np.log(both.index.to_numpy(float)), np.log(c)
+    return np.interp(at, x, both[k].to_numpy(float)) / np.interp(at, x, both[0].to_numpy(float))
+
+
+def saving(
+    load: Load, start_index: int, level: float, ladder: pd.DataFrame, k: int, servers: int = 1
+) -> tuple[float, ...]:
+    """Seconds speculation with k would have saved over the tail (central, low, high): each interval
+    at mean in-flight c (per server) takes dt x plain(c) / spec(c) instead of dt where speculation
+    wins; the ratio is moved by the cost model's known error (MODEL_ERROR) for the low and high
+    figures. An interval with nothing in flight saves nothing."""
+    f = load.frame.iloc[start_index:]
+    t, v = f["t_s"].to_numpy(float), np.minimum(f["in_flight"].to_numpy(float), level)
+    dt, c = np.diff(t), (v[1:] + v[:-1]) / 2 / max(servers, 1)
+    ran = (dt > 0) & (c > 0)
+    if not ran.any():
+        return (0.0, 0.0, 0.0)
+    r = ratio_at(ladder, k, c[ran])
+    return tuple(
+        float(np.sum(dt[ran] * np.maximum(0.0, 1 - 1 / (r * m))))
+        for m in (1, 1 - MODEL_ERROR, 1 + MODEL_ERROR)
+    )
+
+
+def crossover(ladder: pd.DataFrame, k: int) -> int | None:
+    """The largest concurrency on the ladder where speculation with k is predicted to beat plain."""
+    both = ladder[[0, k]].dropna()
+    wins = both.index[both[k] > both[0]]
+    return int(wins.max()) if len(wins) else None
+
+
+def _ran_speculative(manifest: dict[str, Any] | None, decision: dict[str, Any]) -> int | None:
+    """k the run generated with (0: speculation of unknown k), or None for plain decoding: the
+    manifest's engine, else the decision's settings (what stage 3 takes by default)."""
+    if manifest and "engine" in manifest:
+        spec = (manifest.get("engine") or {}).get("speculative") or {}
+        if not spec.get("algorithm"):
+            return None
+        return int(spec.get("num_steps") or max(int(spec.get("num_draft_tokens") or 1) - 1, 0))
+    settings = decision.get("engine_settings") or {}
+    return int(settings.get("spec_k") or 0) if settings.get("speculative") else None
+
+
+def speculation_entry(
+    load: Load, tail: dict[str, Any], manifest: dict[str, Any] | None, inputs: TailInputs
+) -> dict[str, Any]:
+    """What speculation would have saved in the tail: the spec k that saves most (where none does,
+    the one that wins up to the highest concurrency), its crossover,
+    the central figure and its low / high; or why nothing is said (no decision, already speculating)."""
+    decision, name = inputs.decision, inputs.spec_name
+    if decision is None:
+        return {"status": "no decision", "reason": "decision.json is absent (stage 2 has not run)"}
+    k_ran = _ran_speculative(manifest, decision)
+    if k_ran is not None:
+        return {"status": "already speculating", "spec_k": k_ran, "name": name}
+    switch = (manifest or {}).get("tail_speculation") or {}
+    if switch.get("switched"):  # generate.tail_speculation: stage 3 turned it on for the tail itself
+        return {"status": "switched", "spec_k": switch.get("k"), "name": name}
+    ladder = predicted_ladder(decision)
+    ks = [int(k) for k in ladder.columns if k != 0 and 0 in ladder.columns]
+    if not ks:
+        return {"status": "no ladder", "reason": "decision.json predicts no plain and speculative tokens/s"}
+    level = tail["full_load_in_flight"]
+    start = start_index(load, level)
+    by_k = {k: saving(load, start, level, ladder, k, inputs.servers) for k in ks}
+    k = max(ks, key=lambda j: (by_k[j][0], crossover(ladder, j) or 0, -j))  # then: wins furthest up
+    central, low, high = by_k[k]
+    return {
+        "status": "saves" if central > 0 else "no win",
+        "name": name,
+        "spec_k": k,
+        "crossover": crossover(ladder, k),
+        "ladder_concurrencies": [int(c) for c in ladder[[0, k]].dropna().index],
+        "servers": inputs.servers,
+        "saved_s": round(central, 3),
+        "saved_low_s": round(low, 3),
+        "saved_high_s": round(high, 3),
+        "model_error": MODEL_ERROR,
+        "available": bool(decision.get("speculation_available", True)),
+        "unavailable_reason": decision.get("speculation_unavailable_reason"),
+    }
+
+
+# ---- summary entry and sentences --------------------------------------------------------------------
+def tail_entry(
+    metrics: pd.DataFrame | None, df: pd.DataFrame, manifest: dict[str, Any] | None, inputs: TailInputs
+) -> dict[str, Any]:
+    """summary.json's `tail`: the numbers and a `sentence`; `{"known": False, "reason": ...}` where the
+    run holds nothing to measure it from."""
+    load = session_load(metrics, df, manifest)
+    if isinstance(load, str):
+        return {"known": False, "reason": load, "sentence": f"The tail: unknown, because {load}."}
+    if not (load.frame["in_flight"] > 0).any():
+        why = "the timeline never saw a request in flight"
+        return {"known": False, "reason": why, "sentence": f"The tail: unknown, because {why}."}
+    entry = measure(load, manifest, inputs.devices)
+    if entry["duration_s"] > 0:
+        entry["speculation"] = speculation_entry(load, entry, manifest, inputs)
+    entry["sentence"] = tail_sentence(entry)
+    return entry
+
+
+def _minutes(x: float) -> str:
+    return "less than 0.1" if x < 0.05 else f"{x:.0f}" if x >= 10 else f"{x:.1f}"
+
+
+def _full_load_words(entry: dict[str, Any]) -> str:
+    """What full load was: the engine's capacity, or the peak in flight (and why)."""
+    level, cap = entry["full_load_in_flight"], entry["engine_capacity"]
+    if cap is not None and level >= cap:
+        return f"capacity ({cap:,} requests)"
+    said = f"the engine's capacity, {cap:,}, was never reached" if cap else "the engine's capacity is unknown"
+    return f"the peak of {level:,.0f} in flight ({said})"
+
+
+def speculation_clause(spec: dict[str, Any] | None) -> str:
+    """What speculation would have done in the tail, as a clause of the tail's sentence."""
+    spec = spec or {}
+    status, name = spec.get("status"), spec.get("name") or "speculation"
+    if status == "saves":
+        were = "" if spec.get("available", True) else ", were it available here"
+        return (
+            f"{name} k={spec['spec_k']} there would have saved {seconds(spec['saved_s'])} "
+            f"({seconds(spec['saved_low_s'])} to {seconds(spec['saved_high_s'])}, predicted{were})"
+        )
+    if status == "no win":
+        x = spec.get("crossover")
+        where = f"it wins only up to concurrency {x}" if x else "it wins at no concurrency on its ladder"
+        where = f"k={spec['spec_k']}, the one that wins furthest up, {where.removeprefix('it ')}"
+        return (
+            f"{name} there would have saved nothing: the decision predicts no win at the tail's "
+            f"concurrencies ({where})"
+        )
+    k = f" k={spec['spec_k']}" if spec.get("spec_k") else ""
+    if status == "already speculating":
+        return f"the run already speculated there ({name}{k})"
+    if status == "switched":
+        return f"the run switched to {name}{k} for it (generate.tail_speculation)"
+    if status in ("no decision", "no ladder"):
+        return f"what speculation would have saved there is unknown: {spec['reason']}"
+    return ""
+
+
+def tail_sentence(entry: dict[str, Any]) -> str:
+    """One sentence for the tail, e.g. "The tail: the last 4 min 10 s (12% of the run) ran below capacity
+    (256 requests) at 38% of full-load tokens/s, leaving 21 GPU-minutes idle; MTP k=2 there would have
+    saved 1 min 30 s (50.0 s to 2 min 5 s, predicted)."."""
+    if not entry.get("known"):
+        return f"The tail: unknown, because {entry.get('reason')}."
+    of = "the run" if (entry.get("sessions") or 1) <= 1 else f"its last session, {entry['session']}"
+    if entry["duration_s"] <= 0:
+        return (
+            f"The tail: none; {of} ended with {entry['in_flight_at_end']:,.0f} requests in flight, "
+            f"at or above {_full_load_words(entry)}: nothing idled at its end."
+        )
+    ratio = (
+        f" at {percent(entry['tok_s_tail'] / entry['tok_s_full_load'], 0)} of full-load tokens/s"
+        if entry.get("tok_s_tail") is not None and entry.get("tok_s_full_load")
+        else ""
+    )
+    idle = f"{_minutes(entry['idle_minutes'])} {'GPU' if entry['device_unit'] == 'GPU' else 'replica'}"
+    clause = speculation_clause(entry.get("speculation"))
+    return (
+        f"The tail: the last {seconds(entry['duration_s'])} ({percent(entry['share'], 0)} of {of}) ran "
+        f"below {_full_load_words(entry)}{ratio}, leaving {idle}-minutes idle"
+        + (f"; {clause}." if clause else ".")
+    )
+
+
+# ---- figure -------------------------------------------------------------------------------------------
+def tail_figure(
+    metrics: pd.DataFrame | None, df: pd.DataFrame, manifest: dict[str, Any] | None
+) -> Figure | None:
+    """Requests in flight over the last session, the full-load line and the tail shaded; None when
+    there is nothing to draw."""
+    from kit.analyse.plots import in_flight_tail
+
+    load = session_load(metrics, df, manifest)
+    if isinstance(load, str) or not (load.frame["in_flight"] > 0).any():
+        return None
+    entry = measure(load, manifest, Devices(1, "replica", ""))
+    frame = load.frame
+    if len(frame) > FIGURE_POINTS:
+        frame = frame.iloc[:: math.ceil(len(frame) / FIGURE_POINTS)]
+    level = entry["full_load_in_flight"]
+    label = (
+        "capacity" if entry["engine_capacity"] is not None and level >= entry["engine_capacity"] else "peak"
+    )
+    over = f"session {load.session} (the last)" if load.sessions > 1 else "the run"
+    tail = (entry["start_s"], entry["end_s"])
+    return in_flight_tail(frame, level, f"{label} ({level:,.0f})", tail, f"Requests in flight over {over}")
