@@ -5,26 +5,32 @@ switched on for the tail.
     .venv/bin/python benchmarks/bench_tail.py --reps 3 --out docs/bench_tail.md
 
 A heavy-tailed plan: the demo's six fixture sources (params/demo-vllm.yaml's counts), where one
-source (codefeedback) answers long (`--long-tokens`, 384) and the others short (`--short-tokens`,
-24), every answer its full budget (`ignore_eos`), on a vLLM server that runs `--capacity` (8)
-requests at once (`engine.max_running_requests`), so that the job has a full-load part and a tail.
+source (codefeedback) answers long (`--long-tokens`, 768) and the others short (`--short-tokens`,
+24), every answer its full budget (`ignore_eos`), `--samples` (4) per prompt, on a vLLM server that
+runs `--capacity` (8) requests at once (`engine.max_running_requests`), so that the job has a
+full-load part and a tail.
 
-Arms, each a `kit generate` in a new run folder (its own vLLM server, started by the kit), then
-`kit analyse` for the tail (summary.json's `tail`):
+First a real `kit decide` on the same params (plain vs vLLM's n-gram k=1..3 at 1, 4 and 16 in
+flight); its decision.json is copied into every run folder, so stage 3 applies it (plain, here)
+and stage 4 predicts what speculation in the tail would have saved. Then, each a `kit generate`
+in a new run folder (its own vLLM server, started by the kit; `generate.concurrency` fixed at
+twice the capacity, so that only the order differs) and `kit analyse` (summary.json's `tail`):
 
 - `plan`: `generate.order: plan`, the plan's order (ids: long answers scattered through the plan);
 - `longest`: `generate.order: longest_first` (the default);
-- `longest+spec` (once, after the others): longest first with `generate.tail_speculation`, so the
-  server restarts with vLLM's n-gram arm when the requests left fall below the decision's
-  crossover. The decision is a real `kit decide` on the same params (plain vs n-gram k=1..3 at
-  1, 4 and 16 in flight); where it shows no win outside its noise (usual on a CPU), the arm is
-  still exercised with a copy of that decision whose table is marked to win at low concurrency
-  (`--force-tail`, on by default), and the report says so.
 
-`plan` and `longest` alternate (plan, longest, longest, plan, ...), `--reps` each. Reported per run:
-wall time of generation (`generating_s`), the tail's start, share and tokens/s against full load,
-the capacity it left idle, and for `longest+spec` the switch (when, requests cut and sent again)
-beside stage 4's prediction of what speculation in the tail would save. Medians and spreads.
+alternating (plan, longest, longest, plan, ...), `--reps` each; then once `plan+spec`: the plan's
+order (its tail holds long requests) with `generate.tail_speculation`, so the server restarts
+with the n-gram arm once the requests left fall to the decision's crossover. Where the real
+decision shows no win outside its noise (usual on a CPU), the switch is still exercised, with a
+copy of the decision whose speculative levels at `--force-up-to` (16) requests or fewer are marked
+to win (measured interval and prediction; `--no-force-tail` skips the run), and the report says
+so; stage 4 on a copy of `plan-0` with that decision gives the saving it predicts, beside what the
+switch did.
+
+Reported per run: wall time of generation (`generating_s`), the tail's start, share and tokens/s
+against full load, the capacity it left idle, the predicted saving; medians and spreads per order;
+for `plan+spec` the switch (when, with how many left, requests cut and sent again).
 """
 
 from __future__ import annotations
@@ -64,7 +70,10 @@ def params_file(work: Path, run: str, args: argparse.Namespace, ngram: bool = Fa
     for s in p["data"]["sources"]:
         s["data_files"] = [str(data / Path(f).name) for f in s["data_files"]]
         s["max_tokens"] = args.long_tokens if s["name"] == LONG_SOURCE else args.short_tokens
-    p["generate"]["sampling"].update(max_tokens=args.long_tokens, extra_body={"ignore_eos": True})
+    p["generate"]["concurrency"] = 2 * args.capacity
+    p["generate"]["sampling"].update(
+        max_tokens=args.long_tokens, n=args.samples, extra_body={"ignore_eos": True}
+    )
     p["generate"].update(generate)
     p["decide"].update(max_tokens=args.short_tokens)
     path = work / f"{run}.yaml"
@@ -119,12 +128,30 @@ def decide(work: Path, args: argparse.Namespace) -> tuple[Path, bool, str]:
     arm, why = tail_arm(decision)
     if arm is not None or not args.force_tail:
         return real, False, why
-    for row in decision["table"]:  # forced: every speculative arm wins at 4 requests or fewer
-        if row.get("spec_k") and int(row["concurrency"]) <= 4:
-            row["measured_lo"] = 1e9
+    plain = {int(r["concurrency"]): r for r in decision["table"] if not r.get("spec_k")}
+    for row in decision["table"]:  # forced: every speculative level up to --force-up-to wins
+        c = int(row["concurrency"])
+        if row.get("spec_k") and c <= args.force_up_to and c in plain:
+            row["measured_lo"] = 2 * float(plain[c].get("measured_hi") or plain[c]["predicted_tok_s"])
+            row["predicted_tok_s"] = 2 * float(plain[c]["predicted_tok_s"])
     forced = work / "decision-forced.json"
     forced.write_text(json.dumps(decision))
     return forced, True, why
+
+
+def predicted_with(work: Path, run: str, decision: Path) -> dict | None:
+    """Stage 4 on a copy of `run` with `decision`: its tail's speculation entry (the predicted saving)."""
+    import shutil
+
+    src, dst = work / "outputs" / run, work / "outputs" / f"{run}-predicted"
+    shutil.rmtree(dst, ignore_errors=True)
+    shutil.copytree(src, dst)
+    (dst / "decision.json").write_text(decision.read_text())
+    from kit.analyse import run_analysis
+    from kit.runfolder import RunFolder
+
+    summary = run_analysis(RunFolder(dst), progress=False).summary
+    return (summary.get("tail") or {}).get("speculation")
 
 
 def spread(values: list[float]) -> str:
@@ -163,7 +190,8 @@ def report(args: argparse.Namespace, runs: list[dict], decided: dict, load: str)
         "",
         "```",
         f".venv/bin/python benchmarks/bench_tail.py --reps {args.reps} --capacity {args.capacity} "
-        f"--long-tokens {args.long_tokens} --short-tokens {args.short_tokens} --out {args.out}",
+        f"--long-tokens {args.long_tokens} --short-tokens {args.short_tokens} --samples {args.samples} "
+        f"--out {args.out}",
         "```",
         "",
         __doc__.split("\n\n", 2)[2].strip(),
@@ -196,9 +224,23 @@ def report(args: argparse.Namespace, runs: list[dict], decided: dict, load: str)
         )
     lines += ["", "## Speculation for the tail", ""]
     lines.append(f"Decision: {'forced for the exercise: ' if decided['forced'] else ''}{decided['why']}.")
+    plan_runs = [r["generating_s"] for r in runs if r["order"] == "plan" and not _switching(r)]
     for r in runs:
         if _switching(r):
-            lines += ["", f"Run `{r['run']}`: {(r.get('tail') or {}).get('sentence', '')}", ""]
+            pred = r.get("predicted_on_plan_0") or {}
+            low, high = pred.get("saved_low_s", "n/a"), pred.get("saved_high_s", "n/a")
+            saved = f"{pred.get('saved_s', 'n/a')} s ({low} to {high})"
+            lines += [
+                "",
+                f"Run `{r['run']}`: generating {r['generating_s']} s against {spread(plan_runs)} s for "
+                f"the plan order without the switch (what happened); stage 4 on `plan-0` with the same "
+                f"decision predicted a saving of {saved} from speculating in its tail, not counting "
+                "the restart. "
+                f"Rows {r['rows']}, unique ids {r['unique_ids']}, complete {r['complete']}.",
+                "",
+                f"Its tail, as stage 4 says it: {(r.get('tail') or {}).get('sentence', '')}",
+                "",
+            ]
             lines += ["```json", json.dumps(r["tail_speculation"], indent=1), "```"]
     return "\n".join(lines) + "\n"
 
@@ -211,35 +253,41 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--capacity", type=int, default=8)
-    ap.add_argument("--long-tokens", type=int, default=384)
+    ap.add_argument("--long-tokens", type=int, default=768)
+    ap.add_argument("--samples", type=int, default=4, help="samples per prompt (rows = 4 x 104 prompts)")
     ap.add_argument("--short-tokens", type=int, default=24)
     ap.add_argument("--work", type=Path, default=Path("/tmp/bench_tail"))
     ap.add_argument("--out", type=Path, default=None)
     ap.add_argument("--no-force-tail", dest="force_tail", action="store_false")
+    ap.add_argument("--force-up-to", type=int, default=16, help="requests at which the forced arm wins")
     args = ap.parse_args()
     args.work.mkdir(parents=True, exist_ok=True)
     before = " ".join(open("/proc/loadavg").read().split()[:3])
+    real = args.work / "outputs" / "decide" / "decision.json"
+    decision, forced, why = decide(args.work, args)
+    print(f"== decision: {'forced; ' if forced else ''}{why}", flush=True)
     runs = []
     for i in range(args.reps):
         for order in ("plan", "longest_first") if i % 2 == 0 else ("longest_first", "plan"):
             name = f"{order.split('_')[0]}-{i}"
             print(f"== {name}", flush=True)
-            runs.append(one_run(args.work, name, args, order=order))
+            runs.append(one_run(args.work, name, args, decision=real, order=order))
             print(json.dumps(runs[-1], default=str)[:600], flush=True)
-    decision, forced, why = decide(args.work, args)
-    print(f"== decision: {'forced; ' if forced else ''}{why}", flush=True)
-    runs.append(
-        one_run(
+    predicted = predicted_with(args.work, "plan-0", decision) if forced else None
+    if args.force_tail or not forced:
+        print("== plan+spec", flush=True)
+        spec = one_run(
             args.work,
-            "longest-spec",
+            "plan-spec",
             args,
             decision=decision,
-            order="longest_first",
+            order="plan",
             tail_speculation=True,
             tail_drain_s=5,
         )
-    )
-    print(json.dumps(runs[-1], default=str)[:1200], flush=True)
+        spec["predicted_on_plan_0"] = predicted
+        runs.append(spec)
+        print(json.dumps(runs[-1], default=str)[:1200], flush=True)
     after = " ".join(open("/proc/loadavg").read().split()[:3])
     (args.work / "bench_tail.json").write_text(json.dumps(runs, indent=1, default=str))
     text = report(args, runs, {"forced": forced, "why": why}, f"{before} -> {after}")

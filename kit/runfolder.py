@@ -187,6 +187,12 @@ class RunFolder:
         return self.root / "sweep.parquet"
 
     @property
+    def sweep_answers(self) -> Path:
+        """Stage 2's answer lengths per prompt (plain arm): what stage 3's longest-first order
+        predicts from before the run has made rows of its own."""
+        return self.root / "sweep_answers.parquet"
+
+    @property
     def sweep_runs(self) -> Path:
         return self.root / "sweep_runs.parquet"
 

@@ -172,3 +172,24 @@ def test_the_loop_sends_the_longest_budget_first(write_params, order: str) -> No
         assert manifest["order"]["by_source"]["webinstructsub"] == {"from": "max_tokens", "cap": 12}
     else:
         assert budgets != [12] * 6 + [3] * 6
+
+
+def test_sweep_answers_predict_a_source_the_run_has_not_made_yet() -> None:
+    """Before its own rows, a source is predicted from stage 2's answers: an answer the sweep's
+    budget cut (finish_reason length) counts as reaching the source's cap; made rows take over."""
+    answers = pd.DataFrame(
+        {
+            "source": ["a"] * 4 + ["b"] * 4 + ["c"] * 2,
+            "prompt_tokens": [10] * 10,
+            "completion_tokens": [32, 32, 32, 32, 5, 7, 6, 6, 9, 9],
+            "finish_reason": ["length"] * 4 + ["stop"] * 6,
+        }
+    )
+    model = LengthModel.fit(NONE, {"a": 1000}, 256, answers, answers_cap=32)
+    got = model.predict(np.array(["a", "b", "c"]), np.array([10, 10, 10]))
+    assert got.tolist() == [1000, 6, 256]  # c: too few answers, its cap
+    assert model.describe()["b"] == {"from": "sweep answers", "rows": 4, "mean_tokens": 6.0}
+    made = _made("b", [10] * 8, [100] * 8)
+    assert LengthModel.fit(made, {}, 256, answers, 32).predict(np.array(["b"]), np.array([10])).tolist() == [
+        100
+    ]

@@ -48,6 +48,9 @@ def test_sweep_decision_and_generation_through_sglang_flags(write_params, tmp_pa
     )
     folder = RunFolder(params.run_dir)
     decision = stages.decide(params)
+    answers = pd.read_parquet(folder.sweep_answers)  # one greedy answer per sampled prompt, for the order
+    assert len(answers) == answers.id.nunique() == 4 and set(answers.source) <= {"metamathqa", "codefeedback"}
+    assert (answers.completion_tokens > 0).all() and set(answers.finish_reason) <= {"stop", "length"}
 
     launches = [" ".join(json.loads(x)) for x in argv_log.read_text().splitlines()]
     arms = [re.search(r"--speculative-num-draft-tokens (\d)", a) for a in launches]
@@ -66,7 +69,9 @@ def test_sweep_decision_and_generation_through_sglang_flags(write_params, tmp_pa
     assert "--speculative-ngram-max-bfs-breadth 1" in k2 and "--max-running-requests 8" in k1
     assert "--cuda-graph-max-bs-decode 8" in k1, "renamed for the launcher, from its --help"
     sweep = pd.read_parquet(folder.sweep)
-    assert set(sweep.status) == {"ok"} and (sweep.repetitions >= 3).all()
+    # every level three times; a repetition the sweep set aside as disturbed (a loaded machine) and
+    # measured again counts once, so a level keeps at least three unless the redo was disturbed too
+    assert set(sweep.status) == {"ok"} and ((sweep.repetitions + sweep.set_aside) >= 3).all(), sweep
     assert (sweep.output_tok_s_lo <= sweep.output_tok_s).all() and (
         sweep.output_tok_s <= sweep.output_tok_s_hi
     ).all()

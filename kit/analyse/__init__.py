@@ -8,7 +8,8 @@ keeping each row's facts, not its text), `tables` (per source, finish reasons), 
 flags), `reasoning` (reasoning and answer of a row, their lengths), `toolcalls` (parsed and text
 tool calls, judged against the prompt's tools), `health` (throughput, latency, failures, accept
 length), `plots` (seaborn figures), `run` (analyse_run, run_analysis), `compare` (two runs),
-`browser` (sample browser), `explore` (filters over the rows, live in JupyterLab).
+`browser` (sample browser), `explore` (filters over the rows, live in JupyterLab), `tail` (the
+job's tail: below capacity to the end, idle capacity, what speculation there would have saved).
 """
 
 from kit.analyse.browser import SampleBrowser, sample_browser

@@ -140,6 +140,30 @@ def skip_reason(params: RunParams, arm: Arm, mtp_status: str | None) -> str | No
     return None if not arm.speculative else engine_unavailable_reason(params.engine, mtp_status)
 
 
+ANSWER_COLUMNS = ["id", "source", "prompt_tokens", "completion_tokens", "finish_reason"]
+"""sweep_answers.parquet: one greedy answer per prompt (the plain arm's), for stage 3's order."""
+
+
+def _answer(prompt: dict[str, Any], r: Any) -> dict[str, Any]:
+    return {
+        "id": prompt["id"],
+        "source": prompt.get("source"),
+        "prompt_tokens": prompt.get("prompt_tokens"),
+        "completion_tokens": r.completion_tokens,
+        "finish_reason": r.finish_reason,
+    }
+
+
+def save_answers(rows: list[dict[str, Any]], path: Any) -> None:
+    """The plain arm's answers, one per prompt (greedy: every level answers a prompt alike)."""
+    seen: dict[str, dict[str, Any]] = {}
+    for row in rows:
+        if row.get("spec_k") == 0:
+            for a in row.get("answers") or []:
+                seen.setdefault(a["id"], a)
+    pd.DataFrame(list(seen.values()), columns=ANSWER_COLUMNS).to_parquet(path, index=False)
+
+
 def _pct(values: list[float], q: float) -> float | None:
     if not values:
         return None
@@ -163,23 +187,26 @@ async def _level(
     one hiccup of a shared machine away from a 3x error (docs/decide_noise.md)."""
     results: list[Any] = []
     errors: list[str] = []
+    answers: dict[str, dict[str, Any]] = {}
     sent = 0
 
     async def one(i: int) -> None:
         p = prompts[i % len(prompts)]
         try:
-            results.append(
-                await client.chat(
-                    p["messages"],
-                    tools=p.get("tools_list"),
-                    max_tokens=max_tokens,
-                    temperature=0.0,
-                    top_p=1.0,
-                    fields={**(fields or {}), **(tool_fields or {})} if p.get("tools_list") else fields,
-                )
+            r = await client.chat(
+                p["messages"],
+                tools=p.get("tools_list"),
+                max_tokens=max_tokens,
+                temperature=0.0,
+                top_p=1.0,
+                fields={**(fields or {}), **(tool_fields or {})} if p.get("tools_list") else fields,
             )
         except EngineError as e:
             errors.append(str(e))
+            return
+        results.append(r)
+        if "id" in p:
+            answers.setdefault(p["id"], _answer(p, r))
 
     async def worker() -> None:
         nonlocal sent
@@ -213,6 +240,7 @@ async def _level(
         "position_acceptance": positions,
         "status": "failed" if bad else "ok",
         "reason": f"{len(errors)} of {sent} requests failed; first: {errors[0][:400]}" if errors else "",
+        "answers": list(answers.values()),
     }
 
 
@@ -416,6 +444,7 @@ def run_sweep(
     for name, error in servers.failed.items():
         arm = next(a for a in runnable if a.name == name)
         rows += [_head(arm, c) | {"status": "failed", "reason": error} for c in d.concurrencies]
+    save_answers(rows, folder.sweep_answers)
     runs = flag_slow(pd.DataFrame(rows).reindex(columns=RUN_COLUMNS))
     runs.to_parquet(folder.sweep_runs, index=False)
     table = summarise(runs)

@@ -10,9 +10,12 @@ them nearly idle until it ends. Sending the longest first lets the short ones fi
 
 The prediction is a pure function of what is on disk, so the order is the same on every resume:
 each source's mean output length, by prompt-length quartile, over the rows this run already made
-(`MIN_ROWS` at least), capped by the source's `max_tokens`; a source with no rows yet is predicted
-at its cap (its `max_tokens`, or the run's). Where every prediction is equal (a first session with
-one cap), the order is the plan's. Ties keep the plan's order.
+(`MIN_ROWS` at least), capped by the source's `max_tokens`. A source with too few rows yet is
+predicted from stage 2's sweep answers (`sweep_answers.parquet`: one greedy answer per sampled
+prompt, `MIN_ANSWERS` at least; an answer the sweep's own `max_tokens` cut counts as reaching the
+source's cap, its true length being unknown but longer), else at its cap (its `max_tokens`, or the
+run's). Where every prediction is equal (one cap, no answers), the order is the plan's. Ties keep
+the plan's order.
 """
 
 from __future__ import annotations
@@ -34,6 +37,8 @@ BUCKETS = 4
 """Prompt-length buckets (quantiles of the made rows' prompt tokens) per source."""
 MIN_BUCKET_ROWS = 4
 """A bucket with fewer made rows is predicted by its source's mean."""
+MIN_ANSWERS = 4
+"""Sweep answers of a source that predict it while the run has too few rows of it."""
 LENGTH_COLUMNS = ["source", "prompt_tokens", "completion_tokens"]
 
 
@@ -78,15 +83,39 @@ class LengthModel:
     default_cap: int | None
     """The run's `max_tokens`."""
 
+    basis: dict[str, str] = field(default_factory=dict)
+    """Per fitted source: 'made rows' or 'sweep answers'."""
+
     @classmethod
-    def fit(cls, done: pd.DataFrame, caps: dict[str, int], default_cap: int | None) -> LengthModel:
-        sources = {}
+    def fit(
+        cls,
+        done: pd.DataFrame,
+        caps: dict[str, int],
+        default_cap: int | None,
+        answers: pd.DataFrame | None = None,
+        answers_cap: int | None = None,
+    ) -> LengthModel:
+        """From the rows made (`done`), else the sweep's `answers` (cut at `answers_cap` tokens)."""
+        model = cls({}, caps, default_cap)
         done = done.dropna(subset=["completion_tokens"])
         for name, g in done.groupby("source", sort=True):
-            if len(g) < MIN_ROWS:
+            if len(g) >= MIN_ROWS:
+                model.sources[str(name)] = _source_lengths(g)
+                model.basis[str(name)] = "made rows"
+        if answers is None or not len(answers):
+            return model
+        answers = answers.dropna(subset=["completion_tokens", "source"])
+        for name, g in answers.groupby("source", sort=True):
+            if str(name) in model.sources or len(g) < MIN_ANSWERS:
                 continue
-            sources[str(name)] = _source_lengths(g)
-        return cls(sources, caps, default_cap)
+            cut = g.finish_reason.eq("length")
+            if answers_cap is not None:
+                cut |= g.completion_tokens >= answers_cap
+            cap = model.cap(str(name))  # a cut answer reached the sweep's budget: its true length is longer
+            lengths = g.completion_tokens.where(~cut, cap) if np.isfinite(cap) else g.completion_tokens
+            model.sources[str(name)] = _source_lengths(g.assign(completion_tokens=lengths))
+            model.basis[str(name)] = "sweep answers"
+        return model
 
     def cap(self, source: str) -> float:
         cap = self.caps.get(source, self.default_cap)
@@ -108,7 +137,7 @@ class LengthModel:
         """For the manifest: what each source's prediction rests on."""
         return {
             name: (
-                {"from": "made rows", "rows": s.rows, "mean_tokens": round(s.mean, 1)}
+                {"from": self.basis.get(name, "made rows"), "rows": s.rows, "mean_tokens": round(s.mean, 1)}
                 if (s := self.sources.get(name))
                 else {"from": "max_tokens", "cap": None if self.cap(name) == np.inf else int(self.cap(name))}
             )

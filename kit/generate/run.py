@@ -11,6 +11,8 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
+
 from kit.asyncrun import run_coroutine, stop_signals
 from kit.engines import start_server
 from kit.engines.capacity import Capacity, launched_capacity, server_info_capacity
@@ -269,9 +271,12 @@ def _generate(  # noqa: ANN001
 
 
 def length_model(params: RunParams, folder: RunFolder) -> LengthModel:
-    """Predicted output lengths for `generate.order: longest_first`, from the rows this run made."""
+    """Predicted output lengths for `generate.order: longest_first`: from the rows this run made,
+    else stage 2's sweep answers (cut at `decide.max_tokens`), else each source's max_tokens."""
     caps = {src.name: src.max_tokens for src in params.data.sources if src.max_tokens}
-    return LengthModel.fit(done_lengths(folder.shard_paths()), caps, params.generate.sampling.max_tokens)
+    answers = pd.read_parquet(folder.sweep_answers) if folder.sweep_answers.exists() else None
+    done = done_lengths(folder.shard_paths())
+    return LengthModel.fit(done, caps, params.generate.sampling.max_tokens, answers, params.decide.max_tokens)
 
 
 def _never_generated(recorded: list[dict[str, Any]], done: set[str]) -> dict[str, int]:
