@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import statistics
 import subprocess
 import sys
@@ -93,6 +94,7 @@ def one_run(work: Path, run: str, args: argparse.Namespace, decision: Path | Non
     `decision`, it is copied into the run folder and the params keep their n-gram arm."""
     path = params_file(work, run, args, ngram=decision is not None, **gen)
     folder = work / "outputs" / run
+    shutil.rmtree(folder, ignore_errors=True)  # a new run, never a resume of an earlier one
     if decision is not None:
         folder.mkdir(parents=True, exist_ok=True)
         (folder / "decision.json").write_text(decision.read_text())
@@ -141,8 +143,6 @@ def decide(work: Path, args: argparse.Namespace) -> tuple[Path, bool, str]:
 
 def predicted_with(work: Path, run: str, decision: Path) -> dict | None:
     """Stage 4 on a copy of `run` with `decision`: its tail's speculation entry (the predicted saving)."""
-    import shutil
-
     src, dst = work / "outputs" / run, work / "outputs" / f"{run}-predicted"
     shutil.rmtree(dst, ignore_errors=True)
     shutil.copytree(src, dst)
@@ -154,11 +154,12 @@ def predicted_with(work: Path, run: str, decision: Path) -> dict | None:
     return (summary.get("tail") or {}).get("speculation")
 
 
-def spread(values: list[float]) -> str:
+def spread(values: list[float], digits: int = 1) -> str:
+    """Median (min-max)."""
     values = [v for v in values if v is not None]
     if not values:
         return "n/a"
-    return f"{statistics.median(values):.1f} ({min(values):.1f}-{max(values):.1f})"
+    return f"{statistics.median(values):.{digits}f} ({min(values):.{digits}f}-{max(values):.{digits}f})"
 
 
 def tail_value(r: dict, key: str) -> float | None:
@@ -219,9 +220,16 @@ def report(args: argparse.Namespace, runs: list[dict], decided: dict, load: str)
         group = [r for r in runs if r["order"] == order and not _switching(r)]
         lines.append(
             f"| {order} | {len(group)} | {spread([r['generating_s'] for r in group])} | "
-            f"{spread([tail_value(r, 'share') for r in group])} | "
-            f"{spread([tail_value(r, 'tok_s_ratio') for r in group])} |"
+            f"{spread([tail_value(r, 'share') for r in group], 3)} | "
+            f"{spread([tail_value(r, 'tok_s_ratio') for r in group], 2)} |"
         )
+    plans = [r for r in runs if r["order"] == "plan" and not _switching(r)]
+    longs = [r for r in runs if r["order"] == "longest_first"]
+    pairs = [f"{b['generating_s'] / a['generating_s']:.2f}" for a, b in zip(plans, longs, strict=False)]
+    lines += [
+        "",
+        f"Longest first / plan order, generating time, pair by pair as run: {', '.join(pairs)}.",
+    ]
     lines += ["", "## Speculation for the tail", ""]
     lines.append(f"Decision: {'forced for the exercise: ' if decided['forced'] else ''}{decided['why']}.")
     plan_runs = [r["generating_s"] for r in runs if r["order"] == "plan" and not _switching(r)]
@@ -260,14 +268,37 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=None)
     ap.add_argument("--no-force-tail", dest="force_tail", action="store_false")
     ap.add_argument("--force-up-to", type=int, default=16, help="requests at which the forced arm wins")
+    ap.add_argument("--spec-only", action="store_true", help="only plan+spec; the rest from an earlier run")
+    ap.add_argument("--report-only", action="store_true", help="report an earlier run's bench_tail.json")
+    ap.add_argument("--load", default="n/a", help="with --report-only: the load averages the runs saw")
     args = ap.parse_args()
     args.work.mkdir(parents=True, exist_ok=True)
     before = " ".join(open("/proc/loadavg").read().split()[:3])
     real = args.work / "outputs" / "decide" / "decision.json"
-    decision, forced, why = decide(args.work, args)
+    saved = args.work / "bench_tail.json"
+    if args.report_only:
+        from kit.decide.tailarm import tail_arm
+
+        runs = json.loads(saved.read_text())
+        forced = (args.work / "decision-forced.json").exists()
+        why = tail_arm(json.loads(real.read_text()))[1]
+        text = report(args, runs, {"forced": forced, "why": why}, args.load)
+        print(text)
+        if args.out:
+            args.out.write_text(text)
+        return
+    if args.spec_only:  # the decision and the plan / longest runs of an earlier invocation
+        runs = [r for r in json.loads(saved.read_text()) if not _switching(r)]
+        forced_path = args.work / "decision-forced.json"
+        decision, forced = (forced_path, True) if forced_path.exists() else (real, False)
+        from kit.decide.tailarm import tail_arm
+
+        why = tail_arm(json.loads(real.read_text()))[1]
+    else:
+        decision, forced, why = decide(args.work, args)
+        runs = []
     print(f"== decision: {'forced; ' if forced else ''}{why}", flush=True)
-    runs = []
-    for i in range(args.reps):
+    for i in range(0 if args.spec_only else args.reps):
         for order in ("plan", "longest_first") if i % 2 == 0 else ("longest_first", "plan"):
             name = f"{order.split('_')[0]}-{i}"
             print(f"== {name}", flush=True)
@@ -283,13 +314,13 @@ def main() -> None:
             decision=decision,
             order="plan",
             tail_speculation=True,
-            tail_drain_s=5,
+            tail_drain_s=0,  # restart at once: requests out are cut and sent again (the path to exercise)
         )
         spec["predicted_on_plan_0"] = predicted
         runs.append(spec)
         print(json.dumps(runs[-1], default=str)[:1200], flush=True)
     after = " ".join(open("/proc/loadavg").read().split()[:3])
-    (args.work / "bench_tail.json").write_text(json.dumps(runs, indent=1, default=str))
+    saved.write_text(json.dumps(runs, indent=1, default=str))
     text = report(args, runs, {"forced": forced, "why": why}, f"{before} -> {after}")
     print(text)
     if args.out:

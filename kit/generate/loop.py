@@ -141,6 +141,11 @@ class GenerationLoop:
         for warning in self.premises.observe(seen):
             log.warning(warning)
 
+    def _maybe_switch(self) -> None:
+        """Start the tail's switch to speculation once it is due (kit.generate.tailswitch)."""
+        if self.tail is not None and self.tail.due(self.left(), len(self.pool.replicas)):
+            self.tail.start(self.pool, self.left(), self.left)
+
     def left(self) -> int:
         """Requests not finished yet: not sent, or in flight."""
         return self.total - self._taken + self.stats.in_flight
@@ -211,6 +216,7 @@ class GenerationLoop:
                 self.stats.rows += 1
                 self.stats.output_tokens += row["completion_tokens"] or 0
             bar.update(1)
+            self._maybe_switch()  # at each answer, not each tick: a slow /metrics scrape delays ticks
             if self._shard_due():
                 await self._flush()
 
@@ -346,8 +352,7 @@ class GenerationLoop:
             last = self.timeline.last()
             self._keep_engine_full(last)
             self._check_premises(last)
-            if self.tail is not None and self.tail.due(self.left(), len(self.pool.replicas)):
-                self.tail.start(self.pool, self.left(), self.left)
+            self._maybe_switch()
             bar.set_postfix(tok_s=f"{last['tok_s']:.0f}", fail=self.stats.failures, refresh=False)
             if self._shard_due():
                 await self._flush()

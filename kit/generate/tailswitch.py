@@ -140,7 +140,12 @@ class TailSwitch:
         if not self.restarting:
             task.cancel()
         await asyncio.wait([task])
-        if not task.cancelled():
+        if task.cancelled():
+            self.skipped = self.skipped or (
+                "the job ended while a replica drained (generate.tail_drain_s): its last requests "
+                "finished on the arm it had"
+            )
+        else:
             task.exception()  # retrieved: a failed restart is logged by the run, not again at exit
 
     def report(self) -> dict[str, Any]:
