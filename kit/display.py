@@ -93,6 +93,15 @@ def _is_bool(x: Any) -> bool:
     return isinstance(x, bool) or type(x).__name__ == "bool_"
 
 
+def finite(x: Any) -> float | None:
+    """`x` as a finite float, or None (missing, NaN as parquet gives it back, not a number)."""
+    try:
+        v = float(x)
+    except (TypeError, ValueError):
+        return None
+    return v if math.isfinite(v) else None
+
+
 def is_number(x: Any) -> bool:
     """A real number (not a bool, not missing)."""
     return isinstance(x, numbers.Real) and not _is_bool(x) and not _missing(x)

@@ -17,12 +17,12 @@ lowest concurrency).
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from kit.decide.costmodel import MODEL_ERROR
+from kit.display import finite
 
 
 @dataclass(frozen=True)
@@ -45,19 +45,11 @@ class TailArm:
         return {"k": self.k, "crossover": self.crossover, "evidence": self.evidence, "ratio": self.ratio}
 
 
-def _num(x: Any) -> float | None:
-    try:
-        v = float(x)
-    except (TypeError, ValueError):
-        return None
-    return v if math.isfinite(v) else None
-
-
 def _wins(spec: Mapping[str, Any], plain: Mapping[str, Any]) -> tuple[bool, str, float | None]:
     """(wins outside the noise, 'measured' or 'predicted', predicted ratio) at one concurrency."""
-    s_lo, p_hi = _num(spec.get("measured_lo")), _num(plain.get("measured_hi"))
+    s_lo, p_hi = finite(spec.get("measured_lo")), finite(plain.get("measured_hi"))
     ratio = None
-    s_pred, p_pred = _num(spec.get("predicted_tok_s")), _num(plain.get("predicted_tok_s"))
+    s_pred, p_pred = finite(spec.get("predicted_tok_s")), finite(plain.get("predicted_tok_s"))
     if s_pred is not None and p_pred:
         ratio = s_pred / p_pred
     if s_lo is not None and p_hi is not None:

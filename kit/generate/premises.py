@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from kit.decide.noise import UNMEASURED_NOISE
+from kit.display import finite
 from kit.engines.arms import arm_name
 from kit.engines.settings import arm_label, resolve_algorithm
 
@@ -58,15 +59,6 @@ ACCEPT_MARGIN = 0.05
 """Tolerance on the sweep's accept-length range, a share of each bound: chosen, not measured, for
 the different averaging of the sweep (per response, or counters over a level) and of the run
 (the engine's gauge, or counters, over one sampling interval)."""
-
-
-def _num(x: Any) -> float | None:
-    """A finite float, or None (missing gauges come back from parquet as NaN)."""
-    try:
-        v = float(x)
-    except (TypeError, ValueError):
-        return None
-    return v if math.isfinite(v) else None
 
 
 @dataclass(frozen=True)
@@ -152,7 +144,7 @@ class Premise:
 
 def _clean_sample(sample: dict[str, Any]) -> dict[str, Any]:
     """A timeline sample as numbers or None (NaN, missing), its session an int, `at` ISO text."""
-    out: dict[str, Any] = {k: _num(v) for k, v in sample.items() if k != "at"}
+    out: dict[str, Any] = {k: finite(v) for k, v in sample.items() if k != "at"}
     at = sample.get("at")
     out["at"] = at.isoformat() if hasattr(at, "isoformat") else at if isinstance(at, str) else None
     if out.get("session") is not None:
@@ -218,9 +210,8 @@ class AcceptPremise(Premise):
             self.why_not = "the run's draft length k is the engine's default, not a sweep arm"
             return
         rows, self.why_not = _sweep_rows(decision, arm_name(k))
-        self.levels = {
-            int(r["concurrency"]): v for r in rows if (v := _num(r.get("measured_accept_length"))) is not None
-        }
+        accepts = {int(r["concurrency"]): finite(r.get("measured_accept_length")) for r in rows}
+        self.levels = {c: v for c, v in accepts.items() if v is not None}
         if rows and not self.levels:
             known = (decision or {}).get("accept_lengths") or {}
             self.why_not = (
@@ -235,7 +226,7 @@ class AcceptPremise(Premise):
         self.window.clear()
 
     def observe(self, s: dict[str, Any], phase: Phase) -> str | None:
-        raw = _num(s.get("accept_length"))
+        raw = finite(s.get("accept_length"))
         if self.why_not or not phase.steady or raw is None or raw <= 0:
             return None
         v = raw / self.ranks
@@ -296,8 +287,8 @@ class CapacityPremise(Premise):
         self.streak = []
 
     def observe(self, s: dict[str, Any], phase: Phase) -> str | None:
-        running, queued = _num(s.get("num_running_reqs")), _num(s.get("num_queue_reqs"))
-        in_flight = _num(s.get("in_flight")) or 0.0
+        running, queued = finite(s.get("num_running_reqs")), finite(s.get("num_queue_reqs"))
+        in_flight = finite(s.get("in_flight")) or 0.0
         if self.why_not or not phase.steady:
             return None
         if running is None:
@@ -316,7 +307,7 @@ class CapacityPremise(Premise):
         self.streak = [*self.streak, point] if running < RUNNING_SHARE * cap else []
         evidence = {**_when(s), "capacity": cap, "running": running,
                     "queued": queued, "in_flight": in_flight, "remaining": phase.remaining,
-                    "token_usage": _num(s.get("token_usage"))}  # fmt: skip
+                    "token_usage": finite(s.get("token_usage"))}  # fmt: skip
         lasted = self.streak[-1]["t_s"] - self.streak[0]["t_s"] if self.streak else 0.0
         if len(self.streak) < GRACE_SAMPLES or lasted < GRACE_S:
             return self.judge(evidence, False, "")
@@ -372,11 +363,11 @@ def _levels(rows: list[dict[str, Any]], noise_pct: float | None) -> list[Level]:
     measured once) ± the sweep's noise, or ±`UNMEASURED_NOISE` when the sweep measured none."""
     out = []
     for r in rows:
-        med = _num(r.get("measured_tok_s"))
+        med = finite(r.get("measured_tok_s"))
         if med is None:
             continue
-        lo, hi, widened = _num(r.get("measured_lo")), _num(r.get("measured_hi")), None
-        if lo is None or hi is None or (_num(r.get("repetitions")) or 1) < 2:
+        lo, hi, widened = finite(r.get("measured_lo")), finite(r.get("measured_hi")), None
+        if lo is None or hi is None or (finite(r.get("repetitions")) or 1) < 2:
             share = noise_pct / 100 if noise_pct else UNMEASURED_NOISE
             widened = f"measured once: ±{100 * share:.0f}% ({'the sweep' if noise_pct else 'assumed'} noise)"
             lo, hi = med * (1 - share), med * (1 + share)
@@ -411,7 +402,7 @@ class ThroughputPremise(Premise):
             self.why_not = "the run's draft length k is the engine's default, not a sweep arm"
             return
         rows, self.why_not = _sweep_rows(decision, arm_name(k))
-        self.levels = _levels(rows, _num(((decision or {}).get("noise") or {}).get("noise_pct")))
+        self.levels = _levels(rows, finite(((decision or {}).get("noise") or {}).get("noise_pct")))
         if rows and not self.levels:
             self.why_not = f"the sweep measured no tokens/s for {label}"
         self.note = f"no steady window of {THROUGHPUT_WINDOW_S:.0f} s holding a full wave of finished rows"
@@ -420,12 +411,12 @@ class ThroughputPremise(Premise):
         self.window.clear()
 
     def observe(self, s: dict[str, Any], phase: Phase) -> str | None:
-        tokens, rows = _num(s.get("output_tokens_done")), _num(s.get("rows_done"))
+        tokens, rows = finite(s.get("output_tokens_done")), finite(s.get("rows_done"))
         if self.why_not or not phase.steady or not phase.first_wave_done or tokens is None or rows is None:
             return None
-        running = _num(s.get("num_running_reqs"))
+        running = finite(s.get("num_running_reqs"))
         if running is None:
-            in_flight = _num(s.get("in_flight")) or 0.0
+            in_flight = finite(s.get("in_flight")) or 0.0
             running = min(in_flight, self.capacity) if self.capacity else in_flight
         self.window.append((s["t_s"], tokens, rows, running))
         if not _window(
@@ -451,7 +442,7 @@ class ThroughputPremise(Premise):
                     "sweep_concurrency": level.concurrency, "sweep_tok_s": level.median,
                     "sweep_lo": level.lo, "sweep_hi": level.hi, "sweep_widened": level.widened,
                     "expected_lo": lo, "expected_hi": hi,
-                    "gen_throughput": _num(s.get("gen_throughput"))}  # fmt: skip
+                    "gen_throughput": finite(s.get("gen_throughput"))}  # fmt: skip
         scaled = "" if ratio == 1 else f", scaled to {lo:.0f}-{hi:.0f} for the run's {ratio:.2f}x concurrency"
         head = (
             f"throughput {seen:.0f} tok/s per server (last {t1 - t0:.0f} s, about {conc:.0f} running) is "
@@ -606,7 +597,7 @@ def session_total(samples: pd.DataFrame) -> int | None:
     """A session's rows, from its last sample: those finished, failed and still in flight. Exact for
     a session that ran to its end; short for one interrupted (the tail then starts earlier)."""
     last = samples.iloc[-1]
-    parts = [_num(last.get(c)) for c in ("rows_done", "failures", "in_flight")]
+    parts = [finite(last.get(c)) for c in ("rows_done", "failures", "in_flight")]
     return None if parts[0] is None else int(sum(p or 0 for p in parts))
 
 
