@@ -210,6 +210,9 @@ def test_the_predicted_saving_is_the_hand_computation(
         pytest.approx(high, abs=1e-3),
     )
     assert 0 < low < spec["saved_s"] < high
+    # stage 3's switch (kit.decide.tailarm) takes the same k here: 1.5x at 4 is beyond the model's ±25%
+    rule = {"would_switch": True, "k": 2, "crossover": 4, "evidence": "predicted", "ratio": 2.0}
+    assert spec["switch_rule"] == rule
     said = f"{seconds(spec['saved_s'])} ({seconds(low)} to {seconds(high)}, predicted)."
     assert tail.tail_sentence(entry_of(folder)).endswith(f"MTP k=2 there would have saved {said}")
     # two servers (engine.replicas): the decision's concurrency is per server, half the in flight
@@ -217,6 +220,25 @@ def test_the_predicted_saving_is_the_hand_computation(
     two = entry_of(folder)["speculation"]
     assert two["servers"] == 2
     assert two["saved_s"] == pytest.approx(sum(_hand_saving(c / 2) for c in means), abs=1e-3)
+
+
+def test_a_predicted_win_inside_the_noise_is_said_to_be_no_switch(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A predicted saving from a win the decision cannot tell from its noise (x1.2 < 1 + 25%): the
+    sentence says stage 3's tail switch would not take it."""
+    folder = make_run(tmp_path / "run", monkeypatch, FULL + DRAIN)
+    ladder = {0: {1: 100.0, 4: 300.0, 16: 800.0}, 2: {1: 120.0, 4: 330.0, 16: 600.0}}
+    write_json_atomic(
+        folder.decision, {"chosen_arm": "plain", "engine_settings": {}, "table": decision_table(ladder)}
+    )
+    entry = entry_of(folder)
+    assert entry["speculation"]["status"] == "saves"
+    assert entry["speculation"]["switch_rule"]["would_switch"] is False
+    assert (
+        "generate.tail_speculation would not switch: no win outside the decision's noise"
+        in tail.tail_sentence(entry)
+    )
 
 
 def test_no_saving_where_the_tail_runs_above_the_crossover(

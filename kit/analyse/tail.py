@@ -24,6 +24,7 @@ import yaml
 from matplotlib.figure import Figure
 
 from kit.decide.costmodel import MODEL_ERROR
+from kit.decide.tailarm import tail_arm
 from kit.display import percent, seconds
 from kit.runfolder import RunFolder
 
@@ -365,7 +366,15 @@ def speculation_entry(
         "model_error": MODEL_ERROR,
         "available": bool(decision.get("speculation_available", True)),
         "unavailable_reason": decision.get("speculation_unavailable_reason"),
+        "switch_rule": switch_rule(decision),
     }
+
+
+def switch_rule(decision: dict[str, Any]) -> dict[str, Any]:
+    """What stage 3's `generate.tail_speculation` would switch to on this decision (kit.decide.tailarm:
+    only a win outside the decision's noise counts), beside the prediction above (any predicted win)."""
+    arm, why = tail_arm(decision)
+    return {"would_switch": False, "why": why} if arm is None else {"would_switch": True, **arm.as_dict()}
 
 
 # ---- summary entry and sentences --------------------------------------------------------------------
@@ -406,9 +415,15 @@ def speculation_clause(spec: dict[str, Any] | None) -> str:
     status, name = spec.get("status"), spec.get("name") or "speculation"
     if status == "saves":
         were = "" if spec.get("available", True) else ", were it available here"
+        rule = spec.get("switch_rule") or {}
+        switch = (
+            "; generate.tail_speculation would not switch: no win outside the decision's noise"
+            if rule and not rule.get("would_switch")
+            else ""
+        )
         return (
             f"{name} k={spec['spec_k']} there would have saved {seconds(spec['saved_s'])} "
-            f"({seconds(spec['saved_low_s'])} to {seconds(spec['saved_high_s'])}, predicted{were})"
+            f"({seconds(spec['saved_low_s'])} to {seconds(spec['saved_high_s'])}, predicted{were}{switch})"
         )
     if status == "no win":
         x = spec.get("crossover")
