@@ -87,7 +87,7 @@ class GenerationLoop:
     """Send more at once when the engine idles for want of requests (False: `generate.concurrency`
     was set, and is kept; the loop then only says, once, that the engine could take more)."""
     tail: TailSwitch | None = None
-    """Speculation for the tail (`generate.tail_speculation`), switched on from the timeline's tick."""
+    """Speculation for the tail (`generate.tail_speculation`), checked at each answer and each tick."""
     premises: PremiseCheck | None = None
     """The decision re-checked live against the timeline's samples (warned once each, in the manifest)."""
     stats: LoopStats = field(default_factory=LoopStats)
