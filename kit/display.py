@@ -264,6 +264,16 @@ def image_html(image: Any) -> str:
     return f"<img src='data:image/png;base64,{data}' alt='{alt}' style='max-width:100%'>"
 
 
+def live_bundle(html_text: str, plain: str, widget: Any, **kwargs: Any) -> dict[str, Any]:
+    """A display bundle of static HTML (what reports keep) and, when there is one, a widget's view
+    (what a live kernel shows); Jupyter shows the richest it can."""
+    bundle = {"text/html": html_text, "text/plain": plain}
+    if widget is not None:
+        data = widget._repr_mimebundle_(**kwargs)
+        bundle.update({k: v for k, v in data.items() if k != "text/plain"})
+    return bundle
+
+
 def in_live_kernel() -> bool:
     """Whether this code runs in a Jupyter kernel (where a widget can show), not a plain interpreter."""
     try:

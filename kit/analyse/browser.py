@@ -21,7 +21,7 @@ from kit.analyse.flags import FLAGS, compute_flags
 from kit.analyse.reasoning import split_row
 from kit.analyse.run import RunData
 from kit.analyse.toolcalls import load_calls
-from kit.display import in_live_kernel
+from kit.display import in_live_kernel, live_bundle
 from kit.errors import RunFolderError
 from kit.params import AnalyseParams
 
@@ -195,14 +195,8 @@ class SampleBrowser:
         return self.html
 
     def _repr_mimebundle_(self, **kwargs: Any) -> dict[str, Any]:
-        bundle = {
-            "text/html": self.html,
-            "text/plain": f"<SampleBrowser: {self.html.count('<tr>') - 1} rows>",
-        }
-        if self.widget is not None:
-            data = self.widget._repr_mimebundle_(**kwargs)
-            bundle.update({k: v for k, v in data.items() if k != "text/plain"})
-        return bundle
+        plain = f"<SampleBrowser: {self.html.count('<tr>') - 1} rows>"
+        return live_bundle(self.html, plain, self.widget, **kwargs)
 
 
 def sample_browser(

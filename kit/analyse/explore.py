@@ -24,7 +24,7 @@ from kit.analyse import plots
 from kit.analyse.browser import static_table
 from kit.analyse.run import RunData
 from kit.analyse.tables import distribution
-from kit.display import figure_image, image_html, in_live_kernel, number, percent
+from kit.display import figure_image, image_html, in_live_kernel, live_bundle, number, percent
 from kit.errors import KitError
 
 ALL = "all"
@@ -235,11 +235,7 @@ class RunExplorer:
         return self.html
 
     def _repr_mimebundle_(self, **kwargs: Any) -> dict[str, Any]:
-        bundle = {"text/html": self.html, "text/plain": f"<RunExplorer: {self.caption}>"}
-        if self.widget is not None:
-            data = self.widget._repr_mimebundle_(**kwargs)
-            bundle.update({k: v for k, v in data.items() if k != "text/plain"})
-        return bundle
+        return live_bundle(self.html, f"<RunExplorer: {self.caption}>", self.widget, **kwargs)
 
 
 def explore(data: RunData, n: int = 20, interactive: bool | None = None) -> RunExplorer:

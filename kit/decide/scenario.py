@@ -28,6 +28,7 @@ from kit.decide.acceptance import accept_length as accept_length_of
 from kit.decide.acceptance import accept_length_for
 from kit.decide.drafts import MTP, Draft
 from kit.decide.predict import Workload, default_capacity, predict_ladder
+from kit.decide.worth import decision_efficiency, decision_hardware
 from kit.errors import CostModelError, KitError
 from kit.runfolder import RunFolder
 
@@ -191,12 +192,8 @@ class RunBasis:
         """The basis of a decision.json (kit.decide.decision.decide) for the model `arch`."""
         from kit.probe.gpu import lookup_datasheet
 
-        keys = ("bandwidth_Bps", "flops_bf16", "memory_bytes", "name", "gemm_efficiency")
-        hw = cm.Hardware(**{k: decision["hardware"][k] for k in keys if k in decision["hardware"]})
-        eff_fields = set(cm.Efficiency.__dataclass_fields__)
-        eff = cm.Efficiency(
-            **{k: v for k, v in (decision.get("efficiency") or {}).items() if k in eff_fields}
-        )
+        hw = decision_hardware(decision)
+        eff = decision_efficiency(decision.get("efficiency") or {})
         on_gpu = hw.name != CPU_NAME
         sheet = lookup_datasheet(hw.name) if on_gpu else None
         if sheet:

@@ -31,7 +31,7 @@ from kit.decide.scenario import (
     context_label,
     predict_scenario,
 )
-from kit.display import figure_image, image_html, in_live_kernel
+from kit.display import figure_image, image_html, in_live_kernel, live_bundle
 from kit.errors import KitError
 from kit.runfolder import RunFolder
 
@@ -266,11 +266,7 @@ class WhatIf:
         return self.html
 
     def _repr_mimebundle_(self, **kwargs: Any) -> dict[str, Any]:
-        bundle = {"text/html": self.html, "text/plain": f"<WhatIf: {self.caption}>"}
-        if self.widget is not None:
-            data = self.widget._repr_mimebundle_(**kwargs)
-            bundle.update({k: v for k, v in data.items() if k != "text/plain"})
-        return bundle
+        return live_bundle(self.html, f"<WhatIf: {self.caption}>", self.widget, **kwargs)
 
 
 def _why(e: Exception) -> str:

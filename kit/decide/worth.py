@@ -180,15 +180,27 @@ def _sentence(table: pd.DataFrame, hw: cm.Hardware, work: Workload) -> str:
     )
 
 
+HARDWARE_KEYS = ("bandwidth_Bps", "flops_bf16", "memory_bytes", "name", "gemm_efficiency")
+"""The `cm.Hardware` fields decision.json's `hardware` holds."""
+
+
+def decision_hardware(decision: Mapping[str, Any]) -> cm.Hardware:
+    """The hardware a decision was predicted on (decision.json's `hardware`)."""
+    return cm.Hardware(**{k: decision["hardware"][k] for k in HARDWARE_KEYS if k in decision["hardware"]})
+
+
+def decision_efficiency(efficiency: Mapping[str, Any]) -> cm.Efficiency:
+    """The cost model's efficiency from decision.json's `efficiency` (fields it does not know ignored)."""
+    fields = set(cm.Efficiency.__dataclass_fields__)
+    return cm.Efficiency(**{k: v for k, v in efficiency.items() if k in fields})
+
+
 def mtp_worth_band(params: Any, decision: Mapping[str, Any]) -> WorthBand:
     """Notebook 02's answer for a run: its model, and the hardware, efficiency and workload the
     decision used (decision.json)."""
     from kit.arch import load_arch
 
-    keys = ("bandwidth_Bps", "flops_bf16", "memory_bytes", "name", "gemm_efficiency")
-    hw = cm.Hardware(**{k: decision["hardware"][k] for k in keys if k in decision["hardware"]})
-    eff_fields = {f for f in cm.Efficiency.__dataclass_fields__}
-    eff = cm.Efficiency(**{k: v for k, v in decision["efficiency"].items() if k in eff_fields})
+    hw, eff = decision_hardware(decision), decision_efficiency(decision["efficiency"])
     work = Workload(**decision["workload"])
     return mtp_worth(
         load_arch(params.model.path), hw, work, params.decide.concurrencies, params.decide.spec_steps, eff
