@@ -251,3 +251,22 @@ def write_run(root: Path, *, old_shard: bool = True) -> RunFolder:
         old = pa.Table.from_pylist(row_records(OLD_ROWS, len(ROWS)), schema=OLD_SCHEMA)
         pq.write_table(old, folder.generations / "part-00003.parquet")
     return folder
+
+
+def made_row(prompt: dict[str, Any], completion: str = "an answer", tokens: int = 3) -> dict[str, Any]:
+    """A generated row for a planned prompt (a row of prompts.parquet), as stage 3 writes it: for
+    tests that put rows on disk without an engine."""
+    return {
+        "id": prompt["id"],
+        "prompt_id": prompt["id"],
+        "sample_index": 0,
+        "source": prompt["source"],
+        "messages": prompt["messages"],
+        "tools": prompt["tools"],
+        "completion": completion,
+        "finish_reason": "stop",
+        "prompt_tokens": prompt["prompt_tokens"],
+        "completion_tokens": tokens,
+        "latency_s": 0.1,
+        "finished_at": datetime.now(timezone.utc),
+    }

@@ -4,13 +4,13 @@ is appended, not rewritten; shards are sized by rows for the run and by the byte
 from __future__ import annotations
 
 import json
-from datetime import datetime, timezone
 from pathlib import Path
 from types import SimpleNamespace
 
 import pandas as pd
 import pyarrow.parquet as pq
 import pytest
+from fixtures_outputs import made_row
 
 from kit.generate import run as generate_run
 from kit.generate import store
@@ -23,23 +23,6 @@ from kit.prompts.prompt_set import ensure_prompts
 from kit.runfolder import RunFolder
 
 
-def _row(prompt: dict, completion: str = "an answer") -> dict:
-    return {
-        "id": prompt["id"],
-        "prompt_id": prompt["id"],
-        "sample_index": 0,
-        "source": prompt["source"],
-        "messages": prompt["messages"],
-        "tools": prompt["tools"],
-        "completion": completion,
-        "finish_reason": "stop",
-        "prompt_tokens": prompt["prompt_tokens"],
-        "completion_tokens": 3,
-        "latency_s": 0.1,
-        "finished_at": datetime.now(timezone.utc),
-    }
-
-
 def test_a_rerun_with_nothing_left_reads_ids_only_and_starts_no_engine(
     write_params, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -50,7 +33,7 @@ def test_a_rerun_with_nothing_left_reads_ids_only_and_starts_no_engine(
     prompts = ensure_prompts(params, folder).to_pylist()
     writer = ShardWriter(folder.generations)
     for i, p in enumerate(prompts):
-        writer.add(_row(p))
+        writer.add(made_row(p))
         if i % 7 == 6:
             writer.flush()
     writer.flush()
@@ -116,7 +99,7 @@ def test_shards_are_sized_for_the_run_and_closed_by_the_bytes_of_their_text(tmp_
     writer = ShardWriter(tmp_path)
     prompt = {"id": "a", "source": "s", "messages": [{"role": "user", "content": "x" * 100}], "tools": None}
     prompt["prompt_tokens"] = 1
-    row = _row(prompt, completion="y" * 900)
+    row = made_row(prompt, completion="y" * 900)
     assert row_bytes(row) == 1000
     for _ in range(3):
         writer.add(row)

@@ -7,7 +7,6 @@ import asyncio
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from datetime import datetime, timezone
 
 import numpy as np
 import pandas as pd
@@ -15,6 +14,7 @@ import pyarrow as pa
 import pytest
 import yaml
 from aiohttp import web
+from fixtures_outputs import made_row
 
 from kit.engines.process import free_port
 from kit.generate.order import LENGTH_COLUMNS, LengthModel, longest_first
@@ -61,23 +61,6 @@ def test_longest_first_is_a_stable_permutation() -> None:
     assert same == work and not summary["changed"]  # one cap for all: the plan's order
 
 
-def _row(prompt: dict, tokens: int) -> dict:
-    return {
-        "id": prompt["id"],
-        "prompt_id": prompt["id"],
-        "sample_index": 0,
-        "source": prompt["source"],
-        "messages": prompt["messages"],
-        "tools": prompt["tools"],
-        "completion": "x " * tokens,
-        "finish_reason": "stop",
-        "prompt_tokens": prompt["prompt_tokens"],
-        "completion_tokens": tokens,
-        "latency_s": 0.1,
-        "finished_at": datetime.now(timezone.utc),
-    }
-
-
 def test_the_order_is_a_function_of_the_plan_and_the_rows_on_disk(write_params) -> None:
     """Made rows say one source answers long: its prompts left go first, the same on every resume."""
     params = load_params(
@@ -94,7 +77,7 @@ def test_the_order_is_a_function_of_the_plan_and_the_rows_on_disk(write_params) 
         r for r in rows if r["source"] == "codefeedback"
     ][:8]
     for r in made:
-        writer.add(_row(r, 200 if r["source"] == "codefeedback" else 5))
+        writer.add(made_row(r, tokens=200 if r["source"] == "codefeedback" else 5))
     writer.flush()
     left = [(i, 0) for i, r in enumerate(rows) if r["id"] not in {m["id"] for m in made}]
     first, _ = longest_first(prompts, left, length_model(params, folder))
