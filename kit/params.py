@@ -241,8 +241,31 @@ class SamplingParams(_Strict):
     """Engine-specific request fields (e.g. SGLang's `ignore_eos`), sent as they are."""
 
 
+class RayParams(_Strict):
+    """Stage 3 on a Ray cluster (`generate.executor: ray`): one engine replica per Ray actor."""
+
+    address: str | None = None
+    """The cluster to join (`ray://host:10001`, `host:6379`, `auto`); default: `RAY_ADDRESS`, else
+    a Ray instance started on this machine for the job."""
+    actors: int | None = Field(default=None, ge=1)
+    """Engine replicas (one per actor); default: as many as the cluster's GPUs hold (GPUs per
+    replica: engine.gpus_per_replica or tp_size), on a cluster without GPUs engine.replicas."""
+    cpus_per_actor: float = Field(default=1.0, gt=0)
+    """CPUs each actor asks Ray for (its client loop; a CPU engine's threads need more)."""
+    block_rows: int | None = Field(default=None, ge=1)
+    """Work items per block (the unit handed to an actor, and re-handed when it dies); default:
+    enough for about 8 blocks per actor, at least 4 times its requests in flight, at most 20,000."""
+    max_actor_restarts: int = Field(default=3, ge=0)
+    """Actors started in place of ones that died, before the job gives up on them (their blocks
+    always go to the actors left)."""
+
+
 class GenerateParams(_Strict):
     sampling: SamplingParams = SamplingParams()
+    executor: Literal["local", "ray"] = "local"
+    """`local`: this process and its servers (engine.replicas); `ray`: engine replicas as Ray
+    actors across a cluster (`generate.ray`; `pip install kit[ray]`)."""
+    ray: RayParams = RayParams()
     concurrency: int | None = Field(default=None, ge=1)
     """Requests in flight; default: sized from the engine's capacity."""
     shard_rows: int | None = Field(default=None, ge=1)

@@ -56,8 +56,9 @@ def read_json(path: Path) -> Any:
         raise RunFolderError(f"{path} is not valid JSON ({e}); delete it and rerun the stage") from None
 
 
-SHARD_NAME = re.compile(r"part-(?:(?P<tag>s\d+of\d+)-)?(?P<seq>\d+)\.parquet$")
-"""A shard the kit wrote: `part-NNNNN.parquet`, or `part-s<i>of<N>-NNNNN.parquet` for `--shard i/N`."""
+SHARD_NAME = re.compile(r"part-(?:(?P<tag>s\d+of\d+|b\d+a\d+)-)?(?P<seq>\d+)\.parquet$")
+"""A shard the kit wrote: `part-NNNNN.parquet`, `part-s<i>of<N>-NNNNN.parquet` for `--shard i/N`,
+or `part-b<block>a<actor>-NNNNN.parquet` for one block of a Ray job as one actor wrote it."""
 
 
 def stamp() -> str:
@@ -264,7 +265,13 @@ class RunFolder:
         parts = [self.generations, self.failures, self.prompts, self.plan, self.prompts_stamp]
         parts += [self.manifest, *self.root.glob("manifest-*.json")]
         parts += [self.metrics, *self.root.glob("metrics-*.parquet"), *self.root.glob("metrics*.jsonl")]
+        parts += [self.ray_actors]
         return [p for p in parts if p.exists()]
+
+    @property
+    def ray_actors(self) -> Path:
+        """A Ray job's per-actor files: each actor's timeline (`metrics-a<N>.parquet`)."""
+        return self.root / "ray"
 
     @property
     def archive(self) -> Path:

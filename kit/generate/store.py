@@ -170,6 +170,11 @@ class ShardWriter:
             self._jobs.popleft().result()
         return job.result()
 
+    def close(self) -> None:
+        """Write what is buffered, wait for it, and let the writer thread go."""
+        self.flush()
+        self._thread.shutdown()
+
     def _reap(self) -> None:
         while self._jobs and self._jobs[0].done():
             self._jobs.popleft().result()  # raises the error of a failed write

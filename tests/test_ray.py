@@ -1,0 +1,176 @@
+"""Stage 3 on Ray (`generate.executor: ray`), for real: a Ray cluster on this machine (`ray start
+--head`, shared by the tests), `kit generate` as the driver, engine replicas as actors serving the
+demo model through `transformers serve` (and one through the real vLLM CPU build). The rows are a
+single-process run's, each id once, through a killed actor and a killed driver."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+import yaml
+from conftest import REPO
+
+pytest.importorskip("ray")
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
+RAY = Path(sys.executable).parent / "ray"
+RAY_ENV = {"RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "token"}
+"""`ray start` turns token authentication on; a driver joins with the token in ~/.ray/auth_token."""
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def ray_address(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A one-node Ray cluster (head only, 4 logical CPUs: two actors and one in place of a dead one)."""
+    port = free_port()
+    # the actors' workers import the kit of this checkout, as the driver does
+    env = {**os.environ, **RAY_ENV, "PYTHONPATH": str(REPO)}
+    start = [str(RAY), "start", "--head", f"--port={port}", "--num-cpus=4", "--include-dashboard=false"]
+    done = subprocess.run(start, capture_output=True, text=True, env=env, timeout=180)
+    assert done.returncode == 0, done.stderr[-3000:]
+    # the address the head says to join by (its node's IP, not 127.0.0.1: Ray checks that it matches)
+    (address,) = set(re.findall(r"--address='([^']+)'", done.stdout + done.stderr))
+    try:
+        yield address
+    finally:
+        subprocess.run([str(RAY), "stop", "--force"], capture_output=True, timeout=120)
+
+
+def generate(params: Path, address: str | None, **popen: object) -> subprocess.Popen:
+    env = {**os.environ, **RAY_ENV}
+    if address:
+        env["RAY_ADDRESS"] = address
+    cmd = [sys.executable, "-m", "kit.cli", "generate", str(params)]
+    return subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **popen)
+
+
+def finish(proc: subprocess.Popen, timeout: float = 600) -> tuple[int, str]:
+    _, err = proc.communicate(timeout=timeout)
+    return proc.returncode, err
+
+
+def ids_of(run: Path) -> list[str]:
+    return pq.read_table(run / "generations", columns=["id"]).column("id").to_pylist()
+
+
+def planned_ids(run: Path) -> set[str]:
+    """The plan's ids less those the engine can never take (a prompt longer than the demo model's
+    context: a permanent failure on one machine too)."""
+    never = {json.loads(line)["id"] for line in (run / "failures.jsonl").read_text().splitlines()}
+    return set(pq.read_table(run / "prompts.parquet", columns=["id"]).column("id").to_pylist()) - never
+
+
+def wait_for(what: Callable[[], object], timeout: float, proc: subprocess.Popen | None = None) -> object:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        found = what()
+        if found:
+            return found
+        if proc is not None and proc.poll() is not None:
+            pytest.fail(f"the driver ended first ({proc.returncode}): {proc.stderr.read()[-3000:]}")
+        time.sleep(0.2)
+    pytest.fail(f"not seen within {timeout} s")
+
+
+def shards_of(run: Path, actor: int) -> list[Path]:
+    return sorted((run / "generations").glob(f"part-b*a{actor}-*.parquet"))
+
+
+ON_RAY = {"executor": "ray", "ray": {"actors": 2, "block_rows": 4}, "concurrency": 2, "shard_rows": 2}
+LONGER = {"sampling": {"max_tokens": 48, "temperature": 0.7, "seed": 0}}
+COUNTS = {"metamathqa": 8, "codefeedback": 8, "webinstructsub": 8}
+
+
+def test_two_actors_make_the_rows_of_a_single_process_run_once(write_params, ray_address: str) -> None:
+    local = write_params("local", counts=COUNTS, generate={"concurrency": 4})
+    code, err = finish(generate(local, None))
+    assert code == 0, err[-3000:]
+    on_ray = write_params("on-ray", counts=COUNTS, generate=ON_RAY)
+    code, err = finish(generate(on_ray, ray_address))
+    assert code == 0, err[-3000:]
+    out = on_ray.parent / "outputs"
+    ids = ids_of(out / "on-ray")
+    assert len(ids) == len(set(ids)) == len(planned_ids(out / "on-ray")) > 20
+    assert set(ids) == set(ids_of(out / "local")) == planned_ids(out / "on-ray")
+    manifest = json.loads((out / "on-ray" / "manifest.json").read_text())
+    assert manifest["complete"] and manifest["exit_code"] == 0 and manifest["executor"] == "ray"
+    actors = manifest["ray"]["actors"]
+    assert len(actors) == 2 and all(a["rows"] > 0 for a in actors)  # both worked
+    assert sum(a["blocks_done"] for a in actors) == manifest["ray"]["blocks"] == -(-manifest["planned_prompts"] // 4)
+    names = {p.name for p in (out / "on-ray" / "generations").glob("part-*.parquet")}
+    assert all(n.startswith("part-b") for n in names)  # per block and actor, each with its checksum
+    assert all((out / "on-ray" / "generations" / f".{n}.crc32").exists() for n in names)
+    timeline = pq.read_table(out / "on-ray" / "metrics.parquet").to_pandas()
+    assert timeline["rows_done"].max() == len(ids)  # one timeline for the job, summed over actors
+    assert "generate:" in err or "generate" in err  # one progress bar, the driver's
+
+
+def test_an_actor_killed_mid_run_loses_nothing_and_doubles_nothing(write_params, ray_address: str) -> None:
+    params = write_params("killed-actor", counts=COUNTS, generate={**ON_RAY, **LONGER})
+    run = params.parent / "outputs" / "killed-actor"
+    driver = generate(params, ray_address)
+    wait_for(lambda: shards_of(run, 0), 300, driver)
+    victim = json.loads((run / "ray" / "actor-a0.json").read_text())["pid"]
+    os.kill(victim, signal.SIGKILL)
+    code, err = finish(driver)
+    assert code == 0, err[-3000:]
+    ids = ids_of(run)
+    assert len(ids) == len(set(ids)) and set(ids) == planned_ids(run)
+    manifest = json.loads((run / "manifest.json").read_text())
+    dead = [a for a in manifest["ray"]["actors"] if a["died"]]
+    assert [a["actor"] for a in dead] == [0]
+    assert manifest["ray"]["blocks_handed_again"] >= 1
+    assert "Ray actor 0 died" in err
+
+
+def test_a_killed_driver_is_resumed_by_the_same_command(write_params, ray_address: str) -> None:
+    params = write_params("killed-driver", counts=COUNTS, generate={**ON_RAY, **LONGER})
+    run = params.parent / "outputs" / "killed-driver"
+    driver = generate(params, ray_address)
+    wait_for(lambda: shards_of(run, 0) or shards_of(run, 1), 300, driver)
+    driver.send_signal(signal.SIGKILL)
+    driver.communicate(timeout=60)
+    before = len(ids_of(run))
+    assert 0 < before < len(planned_ids(run))
+    code, err = finish(generate(params, ray_address))
+    assert code == 0, err[-3000:]
+    ids = ids_of(run)
+    assert len(ids) == len(set(ids)) and set(ids) == planned_ids(run)
+    manifest = json.loads((run / "manifest.json").read_text())
+    assert manifest["rows_this_session"] == len(ids) - before
+
+
+def test_real_vllm_replicas_as_ray_actors(tmp_path: Path, demo_model: Path, ray_address: str) -> None:
+    from test_vllm_engine import demo_vllm
+
+    generate_section = {"executor": "ray", "ray": {"actors": 1, "block_rows": 8}, "use_decision": False}
+    path = demo_vllm(tmp_path, demo_model, "vllm-ray", generate=generate_section)
+    params = yaml.safe_load(path.read_text())
+    params["engine"]["speculative"] = {}
+    for s in params["data"]["sources"]:
+        s["count"] = 2
+    path.write_text(yaml.safe_dump(params))
+    code, err = finish(generate(path, ray_address), timeout=800)
+    assert code == 0, err[-3000:]
+    run = tmp_path / "outputs" / "vllm-ray"
+    ids = ids_of(run)
+    assert len(ids) == len(set(ids)) and set(ids) == planned_ids(run)
+    manifest = json.loads((run / "manifest.json").read_text())
+    (actor,) = manifest["ray"]["actors"]
+    assert actor["engine_capacity"] and actor["rows"] == len(ids)
+    assert json.loads(pq.read_table(run / "generations").column("engine")[0].as_py())["flavor"] == "vllm"
