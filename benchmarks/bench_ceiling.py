@@ -121,7 +121,7 @@ def plan_items(params_path: Path) -> tuple[Any, list[dict[str, Any]]]:
 
 def request_bodies(params: Any, items: list[dict[str, Any]], model: str) -> list[dict[str, Any]]:
     """The chat completion bodies stage 3 sends for these items (GenerationLoop._send)."""
-    from kit.engines.settings import run_request_fields, tool_request_fields
+    from kit.engines.request_fields import run_request_fields, tool_request_fields
 
     fields, tool_fields = run_request_fields(params), tool_request_fields(params)
     budgets = {s.name: s.max_tokens for s in params.data.sources if s.max_tokens}
@@ -200,7 +200,7 @@ async def plain_client(url: str, bodies: list[dict[str, Any]], in_flight: int) -
 
 
 def offline_cell(params: Any, items: list[dict[str, Any]], work: Path) -> dict[str, Any]:
-    from kit.engines.settings import run_request_fields
+    from kit.engines.request_fields import run_request_fields
 
     fields = run_request_fields(params)
     budgets = {s.name: s.max_tokens for s in params.data.sources if s.max_tokens}
@@ -231,7 +231,7 @@ def offline_cell(params: Any, items: list[dict[str, Any]], work: Path) -> dict[s
 
 def client_cells(params: Any, items: list[dict[str, Any]], work: Path, capacity: int) -> dict[str, dict]:
     """A server started by hand with the kit's flags; the plain client at each depth, in turn."""
-    from kit.engines.commands import server_command, server_env
+    from kit.engines.flavors import server_command, server_env
     from kit.engines.process import free_port
 
     port = free_port()
@@ -258,6 +258,7 @@ def client_cells(params: Any, items: list[dict[str, Any]], work: Path, capacity:
 
 def kit_cell(work: Path, round_no: int, samples: int, capacity: int) -> dict[str, Any]:
     """`kit decide` then `kit generate`, as a user runs them, in a new run folder."""
+    from kit.decide.decision import decision_arm
     from kit.engines.process import free_port
 
     port = free_port()
@@ -280,7 +281,7 @@ def kit_cell(work: Path, round_no: int, samples: int, capacity: int) -> dict[str
         "tokens": tokens,
         "seconds": manifest["generating_s"],
         "decide_s": decide_s,
-        "chosen_arm": decision["chosen_arm"],
+        "chosen_arm": decision_arm(decision).name,
         "engine_capacity": manifest["engine_capacity"],
         "concurrency": manifest["concurrency"],
         **gauges.shares(manifest["engine_capacity"] or capacity),
@@ -291,7 +292,7 @@ def kit_cell(work: Path, round_no: int, samples: int, capacity: int) -> dict[str
 
 
 def run_rounds(args: argparse.Namespace, work: Path) -> list[dict[str, Any]]:
-    from kit.engines.capacity import VLLM_CPU_SERVER_SEQS
+    from kit.engines.flavors.vllm import CPU_SERVER_SEQS as VLLM_CPU_SERVER_SEQS
 
     params, items = plan_items(bench_params(work, "plan", args.samples, None))
     capacity = VLLM_CPU_SERVER_SEQS

@@ -15,6 +15,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from kit.engines.flavors import FLAVORS
 from kit.errors import ParamsError
 
 
@@ -45,8 +46,12 @@ SECRET_WORDS = {"KEY", "APIKEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD"}
 """Words of an environment variable's name (split at `_`) that mark it as a secret."""
 
 
+FlavorName = Literal[tuple(FLAVORS)]  # type: ignore[valid-type]
+"""An engine flavor's name: one per module of kit/engines/flavors/ (its registry `FLAVORS`)."""
+
+
 class EngineParams(_Strict):
-    flavor: Literal["transformers", "sglang", "vllm", "external"] = "transformers"
+    flavor: FlavorName = "transformers"
     python: Path | None = None
     """Interpreter of the engine's own environment (often another venv); default: this one."""
     base_url: str | None = None
@@ -89,8 +94,8 @@ class EngineParams(_Strict):
 
     @model_validator(mode="after")
     def _external_needs_url(self) -> EngineParams:
-        if self.flavor == "external" and not self.base_url:
-            raise ValueError("flavor 'external' needs engine.base_url (the server's URL)")
+        if not FLAVORS[self.flavor].started and not self.base_url:
+            raise ValueError(f"flavor {self.flavor!r} needs engine.base_url (the server's URL)")
         return self
 
     @model_validator(mode="after")
@@ -159,7 +164,7 @@ class DecideParams(_Strict):
     profile: Path | None = None
     """A step-time profile (parquet) measured on this device for this model's config."""
     draft: Literal["mtp", "eagle", "eagle3", "draft_model", "self_spec", "ngram"] | None = None
-    """What the speculative arms draft with, for the prediction (kit.decide.drafts); default from
+    """What the speculative arms draft with, for the prediction (kit.decide.costmodel.drafts); default from
     engine.speculative.algorithm: NGRAM -> ngram, EAGLE3 -> eagle3, STANDALONE -> draft_model,
     EAGLE with a draft model -> eagle, otherwise the model's own MTP heads."""
     draft_config: Path | None = None

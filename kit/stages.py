@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
+from kit.engines.flavors import flavor
 from kit.errors import ModelDirError
 from kit.params import RunParams, dump_params
 from kit.runfolder import RunFolder, read_json, write_text_atomic
@@ -65,7 +66,7 @@ def _ensure_model(params: RunParams) -> None:
         from kit.demo.model import ensure_demo_model
 
         ensure_demo_model(path)
-    elif params.engine.flavor != "external" and not (path / "config.json").is_file():
+    elif flavor(params.engine.flavor).started and not (path / "config.json").is_file():
         what = "does not exist" if not path.exists() else "has no config.json"
         raise ModelDirError(
             f"model.path {path} {what}: point it at a local Hugging Face model directory "
@@ -212,15 +213,15 @@ def generate(
 
 def check_sampling(params: RunParams) -> None:
     """Refuse, before any request, sampling settings the engine would reject, ignore or crash on."""
-    from kit.engines.launcher import LAUNCHERS, discover
+    from kit.engines.launcher import discover
     from kit.engines.parsers import chat_template
-    from kit.engines.settings import sampling_problems, thinking_problem
+    from kit.engines.request_fields import thinking_problem
     from kit.errors import ParamsError
 
     eng = params.engine
-    launcher = discover(params.engine_python, eng.flavor) if eng.flavor in LAUNCHERS else None
-    problems = sampling_problems(
-        eng.flavor,
+    fl = flavor(eng.flavor)
+    launcher = discover(params.engine_python, fl)
+    problems = fl.sampling_problems(
         params.generate.sampling,
         speculative=eng.speculative.algorithm is not None,
         distribution=launcher.distribution if launcher else None,

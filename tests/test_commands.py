@@ -1,4 +1,5 @@
-"""Command builders of every engine flavor, pinned against the engines' flags (docs/engines.md)."""
+"""Command lines of every engine flavor (`Flavor.command`), pinned against the engines' flags
+(docs/engines.md)."""
 
 from __future__ import annotations
 
@@ -11,13 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from kit.engines.commands import (
-    flavors,
-    server_command,
-    server_env,
-    speculation_unsupported,
-    transformers_cli,
-)
+from kit.engines.flavors import FLAVORS, flavor, server_command, server_env
+from kit.engines.flavors.transformers import cli as transformers_cli
 from kit.engines.launcher import Launcher, adapt_flags, parse_help
 from kit.errors import EngineError, ParamsError
 from kit.params import RunParams
@@ -40,7 +36,7 @@ def flag_values(cmd: list[str]) -> dict[str, str | None]:
 
 
 def test_flavor_registry_lists_the_startable_flavors() -> None:
-    assert flavors() == ["sglang", "transformers", "vllm"]
+    assert sorted(name for name, fl in FLAVORS.items() if fl.started) == ["sglang", "transformers", "vllm"]
 
 
 def test_sglang_full_command_uses_the_reference_flags() -> None:
@@ -188,8 +184,8 @@ def test_transformers_falls_back_to_the_cli_module_and_it_runs(tmp_path: Path) -
 
 
 def test_transformers_refuses_speculation() -> None:
-    assert speculation_unsupported("transformers")
-    assert speculation_unsupported("sglang") is None
+    assert flavor("transformers").no_speculation
+    assert flavor("sglang").no_speculation is None
     with pytest.raises(ParamsError, match="speculative"):
         server_command(params(speculative={"algorithm": "MTP"}), 1)
 

@@ -1,4 +1,5 @@
-"""One place for engine settings: arms, k -> flags, decision -> stage 3, parsers, launcher, counters."""
+"""Engine settings: arms, k -> each flavor's spelling, decision -> stage 3, parsers, launcher,
+request fields, counters."""
 
 from __future__ import annotations
 
@@ -8,18 +9,19 @@ from pathlib import Path
 import pytest
 
 from kit.engines import parsers
+from kit.engines.arms import Arm
+from kit.engines.flavors import flavor
+from kit.engines.flavors.sglang import speculative_flags as sglang_spec_flags
+from kit.engines.flavors.vllm import speculative_config as vllm_spec_config
 from kit.engines.launcher import parse_help
 from kit.engines.metrics import parse_samples
 from kit.engines.settings import (
-    Arm,
     apply_settings,
     arm_engine,
     decided_settings,
     engine_unavailable_reason,
-    sglang_spec_flags,
     speculative_params,
     sweep_arms,
-    vllm_spec_config,
 )
 from kit.engines.spec_metrics import SpecCounters
 from kit.params import RunParams
@@ -32,14 +34,18 @@ def params(**engine: object) -> RunParams:
 
 
 def test_the_k_rule_is_the_same_for_every_consumer() -> None:
+    """An arm stays `Arm(k, algorithm)` until its flavor spells it: vLLM's k is its
+    `num_speculative_tokens`, SGLang's a chain of k steps, top-k 1, k + 1 draft tokens."""
     p = params(flavor="vllm", speculative={"algorithm": "MTP"})
     arms = sweep_arms(p)
     assert [a.name for a in arms] == ["plain", "spec_k1", "spec_k2", "spec_k3"]
     eng = arm_engine(p, arms[3], hybrid=True)
-    assert eng.speculative.num_steps == 3 and eng.speculative.num_draft_tokens == 4
+    assert eng.speculative.num_steps == 3 and eng.speculative.num_draft_tokens is None
     assert eng.max_running_requests == 64 and eng.mamba_strategy == "extra_buffer"
     assert vllm_spec_config(eng.speculative) == {"method": "mtp", "num_speculative_tokens": 3}
-    assert sglang_spec_flags(eng.speculative) == [
+    sg = arm_engine(params(flavor="sglang", speculative={"algorithm": "MTP"}), arms[3], hybrid=False)
+    assert (sg.speculative.num_steps, sg.speculative.eagle_topk, sg.speculative.num_draft_tokens) == (3, 1, 4)
+    assert sglang_spec_flags(sg.speculative) == [
         "--speculative-algorithm", "EAGLE", "--speculative-num-steps", "3",
         "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "4",
     ]  # fmt: skip
@@ -57,8 +63,8 @@ def test_the_decision_never_lowers_the_batch_below_the_engines_capacity() -> Non
     """Plain decoding keeps the engine's own capacity; SGLang under speculation gets what memory
     holds (unset, it would drop to 48); only a measured fall in throughput caps the batch."""
     common = {"mem_fraction": 0.8, "dp_size": 2, "tp_size": 1, "attention_backend": None, "hybrid": False}
-    for flavor in ("sglang", "vllm"):
-        plain = decided_settings(Arm(0), flavor=flavor, memory_running=900, **common)
+    for name in ("sglang", "vllm"):
+        plain = decided_settings(Arm(0), flavor=name, memory_running=900, **common)
         assert (
             plain["max_running_requests"] is None and "own capacity" in plain["max_running_requests_source"]
         )
@@ -92,7 +98,9 @@ def test_a_plain_decision_turns_speculation_off_and_user_settings_win() -> None:
 
 def test_speculative_params_keep_the_draft_model() -> None:
     spec = speculative_params(
-        Arm(2, "STANDALONE"), params(speculative={"draft_model_path": "/d"}).engine.speculative
+        Arm(2, "STANDALONE"),
+        flavor("vllm"),
+        params(speculative={"draft_model_path": "/d"}).engine.speculative,
     )
     assert spec.algorithm == "STANDALONE" and str(spec.draft_model_path) == "/d" and spec.num_steps == 2
 
@@ -132,21 +140,22 @@ DEEPSEEK_V31 = "<｜tool▁calls▁begin｜> {% if thinking %}<think>{% endif %}
 )
 def test_parsers_follow_the_chat_template(tmp_path: Path, template: str, vllm: tuple, sglang: tuple) -> None:
     (tmp_path / "chat_template.jinja").write_text(template)
-    for flavor, expected in (("vllm", vllm), ("sglang", sglang)):
-        got = parsers.recommended(flavor, tmp_path)
+    for name, expected in (("vllm", vllm), ("sglang", sglang)):
+        got = parsers.recommended(flavor(name), tmp_path)
         assert (got.tool_call, got.reasoning) == expected
-    assert parsers.recommended("transformers", tmp_path).tool_call is None
+    assert parsers.recommended(flavor("transformers"), tmp_path).tool_call is None
 
 
 def test_parser_params_auto_off_and_named(tmp_path: Path) -> None:
     (tmp_path / "chat_template.jinja").write_text(QWEN3_JSON)
-    auto = parsers.resolve(params(flavor="vllm").engine, tmp_path)
+    vllm = flavor("vllm")
+    auto = parsers.resolve(vllm, params(flavor="vllm").engine, tmp_path)
     assert (auto.tool_call, auto.reasoning) == ("hermes", "qwen3")
     off = parsers.resolve(
-        params(flavor="vllm", tool_call_parser=None, reasoning_parser=None).engine, tmp_path
+        vllm, params(flavor="vllm", tool_call_parser=None, reasoning_parser=None).engine, tmp_path
     )
     assert (off.tool_call, off.reasoning) == (None, None)
-    named = parsers.resolve(params(flavor="vllm", tool_call_parser="qwen3_xml").engine, tmp_path)
+    named = parsers.resolve(vllm, params(flavor="vllm", tool_call_parser="qwen3_xml").engine, tmp_path)
     assert named.tool_call == "qwen3_xml" and named.reasoning == "qwen3"
 
 
@@ -183,30 +192,30 @@ def test_vllm_counters_give_accept_length_per_position() -> None:
 
 
 def test_request_fields_per_flavor() -> None:
-    from kit.engines.settings import request_fields, sampling_problems
+    from kit.engines.request_fields import request_fields
     from kit.params import SamplingParams
 
     s = SamplingParams(
         temperature=0.6, top_p=0.95, top_k=20, min_p=0.0, presence_penalty=1.5, thinking=False,
         extra_body={"ignore_eos": True},
     )  # fmt: skip
-    vllm = request_fields("vllm", s)
+    vllm = request_fields(flavor("vllm"), s)
     assert vllm == {
         "temperature": 0.6, "top_p": 0.95, "presence_penalty": 1.5, "top_k": 20, "min_p": 0.0,
         "chat_template_kwargs": {"enable_thinking": False}, "ignore_eos": True,
     }  # fmt: skip
-    assert request_fields("sglang", s, thinking_kwarg="thinking")["chat_template_kwargs"] == {
+    assert request_fields(flavor("sglang"), s, thinking_kwarg="thinking")["chat_template_kwargs"] == {
         "thinking": False
     }
-    tf = request_fields("transformers", s, model_generation_config={"eos_token_id": 2, "top_k": 50})
+    tf = request_fields(flavor("transformers"), s, model_generation_config={"eos_token_id": 2, "top_k": 50})
     assert "top_k" not in tf and "presence_penalty" not in tf
     assert json.loads(tf["generation_config"]) == {"eos_token_id": 2, "top_k": 20, "min_p": 0.0}
-    (problem,) = sampling_problems("transformers", s)
+    (problem,) = flavor("transformers").sampling_problems(s)
     assert problem.startswith("generate.sampling.presence_penalty: transformers serve ignores it")
-    (problem,) = sampling_problems("transformers", SamplingParams(frequency_penalty=0.5))
+    (problem,) = flavor("transformers").sampling_problems(SamplingParams(frequency_penalty=0.5))
     assert "repetition_penalty" in problem
-    assert sampling_problems("vllm", s) == []
-    assert request_fields("vllm", SamplingParams()) == {"temperature": 0.7, "top_p": 1.0}
+    assert flavor("vllm").sampling_problems(s) == []
+    assert request_fields(flavor("vllm"), SamplingParams()) == {"temperature": 0.7, "top_p": 1.0}
 
 
 QWEN3_SWITCH = (
@@ -218,7 +227,7 @@ DEEPSEEK_V31_SWITCH = "{% if thinking %}{{'<think>'}}{% else %}{{'</think>'}}{% 
 
 def test_the_thinking_switch_is_read_from_the_chat_template() -> None:
     from kit.engines.parsers import thinking_switch
-    from kit.engines.settings import thinking_problem
+    from kit.engines.request_fields import thinking_problem
     from kit.params import SamplingParams
 
     assert thinking_switch(QWEN3_SWITCH) == "enable_thinking"
@@ -246,7 +255,7 @@ def test_the_probe_says_whether_thinking_can_be_switched(tmp_path: Path, templat
 
 def test_vllm_without_a_tool_parser_gets_tool_choice_none(tmp_path: Path) -> None:
     """vLLM answers 400 to tools without a parser; `none` keeps the tools in the prompt."""
-    from kit.engines.settings import tool_request_fields
+    from kit.engines.request_fields import tool_request_fields
 
     (tmp_path / "chat_template.jinja").write_text(QWEN3_JSON)
 
@@ -263,10 +272,10 @@ def test_vllm_without_a_tool_parser_gets_tool_choice_none(tmp_path: Path) -> Non
 
 
 def test_min_p_under_vllm_speculation_is_refused() -> None:
-    from kit.engines.settings import sampling_problems
     from kit.params import SamplingParams
 
     s = SamplingParams(min_p=0.05)
-    (problem,) = sampling_problems("vllm", s, speculative=True)
+    vllm, sglang = flavor("vllm"), flavor("sglang")
+    (problem,) = vllm.sampling_problems(s, speculative=True)
     assert problem.startswith("generate.sampling.min_p: vLLM rejects min_p under speculative decoding")
-    assert sampling_problems("vllm", s) == [] and sampling_problems("sglang", s, speculative=True) == []
+    assert vllm.sampling_problems(s) == [] and sglang.sampling_problems(s, speculative=True) == []

@@ -1,5 +1,6 @@
 """The package's shape, read from its source with `ast`: stages import only earlier stages, shared
-modules import no stage, and no two modules import each other (directly or round a circle)."""
+modules import no stage, no two modules import each other (directly or round a circle), and no
+module outside kit/engines/ compares an engine flavor's name (it asks the flavor object)."""
 
 from __future__ import annotations
 
@@ -19,6 +20,8 @@ class Import:
     source: str
     target: str
     line: int
+    typing_only: bool = False
+    """Under `if TYPE_CHECKING:`: names types for annotations, never runs."""
 
     def __str__(self) -> str:
         return f"{self.source} (line {self.line}) imports {self.target}"
@@ -35,8 +38,16 @@ def kit_modules() -> dict[str, Path]:
 
 def imports_of(name: str, path: Path, modules: dict[str, Path]) -> list[Import]:
     """Every import of a kit module in `path`, at module level or inside a function."""
+    tree = ast.parse(path.read_text(), str(path))
+    typing_only = {
+        id(inner)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.If) and ast.unparse(node.test) in ("TYPE_CHECKING", "typing.TYPE_CHECKING")
+        for stmt in node.body
+        for inner in ast.walk(stmt)
+    }
     found = []
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+    for node in ast.walk(tree):
         targets: list[str] = []
         if isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").startswith("kit"):
             # `from kit.decide import costmodel`: the submodule; `from kit.decide import decide`: the package
@@ -46,7 +57,7 @@ def imports_of(name: str, path: Path, modules: dict[str, Path]) -> list[Import]:
             ]
         elif isinstance(node, ast.Import):
             targets = [a.name for a in node.names if a.name.split(".")[0] == "kit"]
-        found += [Import(name, t, node.lineno) for t in targets if t != name]
+        found += [Import(name, t, node.lineno, id(node) in typing_only) for t in targets if t != name]
     return found
 
 
@@ -124,9 +135,13 @@ def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
 
 
 def test_no_import_cycle() -> None:
+    """A type-only import (under `if TYPE_CHECKING:`) is no edge: it never runs, so a circle through
+    one loads fine (kit.params checks `engine.flavor` against the flavor registry, whose modules name
+    kit.params' types in their annotations)."""
     edges: dict[str, set[str]] = {}
     for i in all_imports():
-        edges.setdefault(i.source, set()).add(i.target)
+        if not i.typing_only:
+            edges.setdefault(i.source, set()).add(i.target)
     assert not cycles(edges), f"modules that import each other: {cycles(edges)}"
 
 
@@ -137,6 +152,45 @@ def test_the_checks_see_a_violation() -> None:
     assert "kit.generate.run" in modules and "kit.decide.view" in modules
     probe_imports = {i.target for i in imports_of("kit.stages", modules["kit.stages"], modules)}
     assert {"kit.probe", "kit.generate"} <= probe_imports
+
+
+# ---- one home per engine flavor ----------------------------------------------------------------
+def flavor_compares(tree: ast.AST, names: set[str]) -> list[int]:
+    """Lines of comparisons (==, !=, in, not in) with a flavor's name as a literal on either side,
+    alone or in a tuple, list or set (as benchmarks/house_metrics.py counts them)."""
+    lines = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Compare):
+            continue
+        literals = []
+        for side in (node.left, *node.comparators):
+            if isinstance(side, ast.Constant):
+                literals.append(side.value)
+            elif isinstance(side, (ast.Tuple, ast.List, ast.Set)):
+                literals += [e.value for e in side.elts if isinstance(e, ast.Constant)]
+        if any(isinstance(v, str) and v in names for v in literals):
+            lines.append(node.lineno)
+    return lines
+
+
+def test_no_flavor_name_is_compared_outside_the_engines() -> None:
+    """What is true of an engine lives in its module under kit/engines/flavors/; elsewhere the kit
+    asks the flavor (`flavor(name).started`, `.can_speculate`, ...), never `flavor == "vllm"`."""
+    from kit.engines.flavors import FLAVORS
+
+    wrong = [
+        f"{name} line {line}"
+        for name, path in kit_modules().items()
+        if not name.startswith("kit.engines")
+        for line in flavor_compares(ast.parse(path.read_text(), str(path)), set(FLAVORS))
+    ]
+    assert not wrong, "flavor names compared outside kit/engines/:\n" + "\n".join(wrong)
+
+
+def test_the_flavor_check_sees_a_comparison() -> None:
+    names = {"vllm", "sglang"}
+    code = 'a = x == "vllm"\nb = f in ("sglang", "other")\nc = x == "tgi"\nd = {"vllm": 1}\ne = "vllm" != y\n'
+    assert flavor_compares(ast.parse(code), names) == [1, 2, 5]
 
 
 # ---- one owner for the run folder's paths ----------------------------------------------------

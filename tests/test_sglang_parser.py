@@ -18,9 +18,10 @@ import pytest
 from engines import SGLANG_PYTHON, engine_python
 from fixtures_models import qwen36_like
 
-from kit.engines.commands import server_command
+from kit.engines.arms import ALGORITHMS, Arm
+from kit.engines.flavors import flavor, server_command
 from kit.engines.launcher import Launcher, adapt_flags, choice_problems, discover
-from kit.engines.settings import ALGORITHMS, Arm, apply_settings, arm_engine, decided_settings
+from kit.engines.settings import apply_settings, arm_engine, decided_settings
 from kit.params import RunParams, load_params
 from kit.probe import GpuFacts, run_probe
 from kit.probe.backends import BACKENDS
@@ -71,7 +72,7 @@ def sglang_parse(argvs: list[list[str]]) -> list[dict]:
 
 @pytest.fixture(scope="module")
 def launcher() -> Launcher:
-    found = discover(engine_python(SGLANG_PYTHON, "engine-sglang"), "sglang")
+    found = discover(engine_python(SGLANG_PYTHON, "engine-sglang"), flavor("sglang"))
     assert found is not None and found.version == "0.5.23"
     return found
 

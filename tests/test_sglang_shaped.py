@@ -17,6 +17,7 @@ import pandas as pd
 import pytest
 
 from kit import stages
+from kit.decide.decision import decision_arm
 from kit.params import load_params
 from kit.runfolder import RunFolder
 
@@ -81,7 +82,8 @@ def test_sweep_decision_and_generation_through_sglang_flags(write_params, tmp_pa
     spec = sweep[sweep.spec_k > 0]
     assert spec.accept_length.between(1.5, 3.0).all() and sweep[sweep.spec_k == 0].accept_length.isna().all()
     assert decision["decided_by"] == "measured" and decision["speculation_available"] is True
-    assert decision["chosen_arm"] in {"plain", "spec_k1", "spec_k2"}
+    arm = decision_arm(decision)
+    assert arm.name in {"plain", "spec_k1", "spec_k2"}
     assert any("n-gram k=" in r for r in decision["reasons"]) and not any(
         "MTP" in r for r in decision["reasons"]
     )
@@ -89,9 +91,9 @@ def test_sweep_decision_and_generation_through_sglang_flags(write_params, tmp_pa
     manifest = stages.generate(params)
 
     applied = manifest["settings_from_decision"]
-    assert applied["chosen_arm"] == decision["chosen_arm"]
+    assert applied["chosen_arm"] == arm.name
     gen_argv = " ".join(json.loads(argv_log.read_text().splitlines()[-1]))
-    k = decision["engine_settings"]["spec_k"]
+    k = arm.k
     assert ("--speculative-num-draft-tokens" in gen_argv) == (k > 0)
     running = decision["engine_settings"]["max_running_requests"]
     if k:  # SGLang under speculation: explicit, from memory (unset it would be 48), not the sweep's 8

@@ -9,7 +9,7 @@ only). It starts at the last sample at the engine's capacity (manifest `engine_c
 in flight where that is unknown) and ends at the session's end.
 
 Beside it: what speculation would have saved there, predicted from decision.json's ladder (plain and
-speculative tokens/s per concurrency, kit.decide.predict) with the cost model's known error.
+speculative tokens/s per concurrency, kit.decide.costmodel.predict) with the cost model's known error.
 """
 
 from __future__ import annotations
@@ -24,8 +24,10 @@ import yaml
 from matplotlib.figure import Figure
 
 from kit.decide.costmodel import MODEL_ERROR
+from kit.decide.decision import decision_arm
 from kit.decide.tailarm import tail_arm
 from kit.display import percent, seconds
+from kit.engines.flavors import FLAVORS
 from kit.runfolder import RunFolder
 
 MIN_SAMPLES = 5
@@ -87,9 +89,9 @@ def run_devices(
     replicas = int(engine.get("replicas") or 1)
     per = int(engine.get("gpus_per_replica") or tp * dp)
     seen = len(((probe or {}).get("gpus") or {}).get("devices") or []) if probe else None
-    flavor = str(engine.get("flavor") or "transformers")
-    gpu_device = flavor == "transformers" and str(engine.get("device") or "cpu").startswith("cuda")
-    if seen or (seen is None and (flavor == "sglang" or gpu_device)):
+    fl = FLAVORS.get(str(engine.get("flavor") or "transformers"))
+    on_gpu = fl is not None and fl.needs_gpu(str(engine.get("device") or "cpu"), None)
+    if seen or (seen is None and on_gpu):
         n = min(replicas * per, seen) if seen else replicas * per
         where = f", of {seen} the probe saw" if seen else " (no probe.json: GPUs assumed from the flavor)"
         return Devices(n, "GPU", f"{replicas} server(s) x {per} GPU(s) from params.yaml{where}")
@@ -325,8 +327,8 @@ def _ran_speculative(manifest: dict[str, Any] | None, decision: dict[str, Any]) 
         if not spec.get("algorithm"):
             return None
         return int(spec.get("num_steps") or max(int(spec.get("num_draft_tokens") or 1) - 1, 0))
-    settings = decision.get("engine_settings") or {}
-    return int(settings.get("spec_k") or 0) if settings.get("speculative") else None
+    arm = decision_arm(decision)
+    return arm.k if arm is not None and arm.speculative else None
 
 
 def speculation_entry(

@@ -1,4 +1,5 @@
-"""Inference engines: command lines, server processes that never outlive the kit, one async client.
+"""Inference engines: one module per flavor (`flavors/`), server processes that never outlive the kit,
+one async client.
 
 from kit.engines import start_server, EngineClient
 with start_server(params, run_dir / "logs") as srv:
@@ -19,9 +20,11 @@ _WHERE = {
     "EngineClient": "client",
     "RequestRejected": "client",
     "TransientEngineError": "client",
-    "flavor": "commands",
-    "server_command": "commands",
-    "server_env": "commands",
+    "FLAVORS": "flavors",
+    "Flavor": "flavors",
+    "flavor": "flavors",
+    "server_command": "flavors",
+    "server_env": "flavors",
     "adapt_flags": "launcher",
     "ExternalServer": "process",
     "ServerProcess": "process",

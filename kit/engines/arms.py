@@ -1,10 +1,15 @@
 """The arms a sweep measures and a decision chooses: plain decoding (k = 0) or speculation with k
-drafted tokens per step. Pure and dependency-free, so the cost model (which runs on GPU boxes
-without the kit's full dependencies) names arms the same way as the engines do."""
+drafted tokens per step, and the speculative algorithms an arm may name. Pure and dependency-free,
+so the cost model (which runs on GPU boxes without the kit's full dependencies) names arms the same
+way as the engines do. `Arm(k, algorithm)` is the one form of an arm until a flavor spells it
+(`kit.engines.flavors`: SGLang's steps / top-k / draft tokens, vLLM's `num_speculative_tokens`)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
+
+DraftSource = Literal["heads", "model", "none"]
 
 
 @dataclass(frozen=True)
@@ -27,3 +32,41 @@ class Arm:
 def arm_name(k: int) -> str:
     """The name of the arm with draft length k in tables and decision.json."""
     return "plain" if k == 0 else f"spec_k{k}"
+
+
+def arm_label(k: int, spec_label: str) -> str:
+    """'plain decoding' or e.g. 'n-gram k=3' in reasons."""
+    return "plain decoding" if k == 0 else f"{spec_label} k={k}"
+
+
+@dataclass(frozen=True)
+class Algorithm:
+    """A speculative algorithm as the kit names it (each flavor spells it in its own module)."""
+
+    name: str
+    draft: DraftSource
+    """What drafts: the model's own MTP heads, a separate draft model, or nothing (n-gram lookup)."""
+    label: str
+    """How reasons and tables call its arms."""
+
+
+ALGORITHMS: dict[str, Algorithm] = {
+    a.name: a
+    for a in (
+        Algorithm("MTP", "heads", "MTP"),
+        Algorithm("NEXTN", "heads", "MTP"),
+        Algorithm("EAGLE", "model", "EAGLE"),
+        Algorithm("EAGLE3", "model", "EAGLE3"),
+        Algorithm("STANDALONE", "model", "draft model"),
+        Algorithm("NGRAM", "none", "n-gram"),
+    )
+}
+DEFAULT_ALGORITHM = "MTP"
+"""What the sweep tries when the params name no algorithm: the model's own MTP heads."""
+
+
+def resolve_algorithm(name: str | None, has_draft_model: bool) -> Algorithm:
+    """The algorithm named `name` (default MTP); EAGLE without a draft model means the model's own
+    heads, as in SGLang."""
+    a = ALGORITHMS[name or DEFAULT_ALGORITHM]
+    return ALGORITHMS["MTP"] if a.name == "EAGLE" and not has_draft_model else a

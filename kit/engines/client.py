@@ -35,10 +35,10 @@ from kit.engines.answers import (
     parse_json,
     result_from_json,
 )
+from kit.engines.flavors import flavor as flavor_named
 from kit.engines.metrics import Sample, parse_prometheus, parse_samples
 from kit.errors import EngineError
 
-_STREAM_USAGE_FLAVORS = frozenset({"sglang", "vllm", "external"})
 _JSON_HEADERS = CIMultiDict({"Content-Type": "application/json"})
 
 
@@ -100,6 +100,7 @@ class EngineClient:
         self.base_url = base_url.rstrip("/")
         self._headers = auth_headers(api_key)
         self.flavor = flavor
+        self._kind = flavor_named(flavor)
         self.model = model
         self._chat_url = URL(f"{self.base_url}/v1/chat/completions")
         self._chat_what = f"POST {self.base_url}/v1/chat/completions"
@@ -175,8 +176,9 @@ class EngineClient:
         return False
 
     async def server_info(self) -> dict[str, Any] | None:
-        """SGLang's server arguments and state (/server_info, older /get_server_info); None elsewhere."""
-        if self.flavor not in ("sglang", "external"):
+        """SGLang's server arguments and state (/server_info, older /get_server_info); None from a
+        flavor without that route."""
+        if not self._kind.server_info:
             return None
         for path in ("/server_info", "/get_server_info"):
             status, raw = await self._get(path)
@@ -220,7 +222,7 @@ class EngineClient:
         body.update((k, v) for k, v in sampling.items() if v is not None)
         if tools:  # vLLM answers 400 to `"tools": []`: no tools means no field
             body["tools"] = tools
-        if stream and self.flavor in _STREAM_USAGE_FLAVORS:
+        if stream and self._kind.stream_usage:
             body["stream_options"] = {"include_usage": True}
         return {**body, **extra_body} if extra_body else body
 
@@ -240,10 +242,10 @@ class EngineClient:
     ) -> ChatResult:
         """One chat completion.
 
-        `fields`: request fields for this engine, as `kit.engines.settings.request_fields` makes
+        `fields`: request fields for this engine, as `kit.engines.request_fields.request_fields` makes
         them from the params (they replace the keyword defaults); `extra_body` adds engine-specific
         fields (e.g. SGLang's `ignore_eos`). Fields are sent as given: what an engine would reject
-        is refused before the run (`settings.sampling_problems`), not filtered here.
+        is refused before the run (`Flavor.sampling_problems`), not filtered here.
         """
         sampling: dict[str, Any] = {
             "max_tokens": max_tokens,

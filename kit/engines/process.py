@@ -29,7 +29,7 @@ import psutil
 from kit.engines import launcher as launchers
 from kit.engines import reaper
 from kit.engines.client import auth_headers, is_loopback, key_refused
-from kit.engines.commands import server_command, server_env
+from kit.engines.flavors import flavor, server_command, server_env
 from kit.engines.start_failures import explain_start_failure
 from kit.errors import EngineError, EngineStartError, ModelDirError
 from kit.params import RunParams
@@ -76,7 +76,7 @@ def probe_ready(http: httpx.Client, base_url: str) -> bool:
 
 
 class ServerProcess:
-    """One engine server started from `params.engine` (flavors transformers, sglang, vllm)."""
+    """One engine server started from `params.engine` (a flavor the kit starts)."""
 
     restartable = True
     """The kit owns this server: it can stop and start it again."""
@@ -155,24 +155,24 @@ class ServerProcess:
 
     def _launcher(self) -> launchers.Launcher | None:
         """The installed launcher (read once per engine version); a clear error when the engine is absent."""
-        flavor = self.params.engine.flavor
-        if self.launcher is not None or flavor not in launchers.LAUNCHERS:
+        fl = flavor(self.params.engine.flavor)
+        if self.launcher is not None or fl.launcher is None:
             return self.launcher
         python = self.params.engine_python
         if not Path(python).exists():
             raise EngineStartError(
                 f"engine.python {python} does not exist: point it at the interpreter of the environment "
-                f"where {flavor} is installed (for the CPU vLLM of the demo: run `make engine-vllm`, then "
+                f"where {fl.name} is installed (for the CPU vLLM of the demo: run `make engine-vllm`, then "
                 "use .venv-vllm/bin/python)."
             )
         env = {**os.environ, **server_env(self.params)}
-        if launchers.engine_version(python, flavor, env) is None:
+        if launchers.engine_version(python, fl, env) is None:
             raise EngineStartError(
-                f"{flavor} is not installed in {python}: install it there "
-                f"({python} -m pip install {flavor}), or point engine.python at the interpreter of the "
-                "environment that has it."
+                f"{fl.name} is not installed in {python}: install it there "
+                f"({python} -m pip install {fl.distributions[0]}), or point engine.python at the "
+                "interpreter of the environment that has it."
             )
-        self.launcher = launchers.discover(python, flavor, copy_to=self.log_dir, env=env)
+        self.launcher = launchers.discover(python, fl, copy_to=self.log_dir, env=env)
         return self.launcher
 
     def _launch(self) -> subprocess.Popen[bytes]:
@@ -401,7 +401,7 @@ def start_server(
     params: RunParams, log_dir: Path, name: str = "server", launcher: launchers.Launcher | None = None
 ) -> ServerProcess | ExternalServer:
     """The server for `params.engine` (not started: use `with start_server(...) as srv:`)."""
-    if params.engine.flavor == "external":
+    if not flavor(params.engine.flavor).started:
         engine = params.engine
         return ExternalServer(str(engine.base_url), engine.startup_timeout_s, name, engine.api_key())
     return ServerProcess(params, log_dir, name, launcher)

@@ -12,13 +12,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from kit.engines.flavors import sglang, vllm
 from kit.engines.metrics import Sample
 
-VLLM_DRAFTS = "vllm:spec_decode_num_drafts_total"
-VLLM_DRAFT_TOKENS = "vllm:spec_decode_num_draft_tokens_total"
-VLLM_ACCEPTED = "vllm:spec_decode_num_accepted_tokens_total"
-VLLM_PER_POSITION = "vllm:spec_decode_num_accepted_tokens_per_pos_total"
-SGLANG_ACCEPT_LENGTH = "sglang:spec_accept_length"
+VLLM_DRAFTS = vllm.DRAFTS
+VLLM_DRAFT_TOKENS = vllm.DRAFT_TOKENS
+VLLM_ACCEPTED = vllm.ACCEPTED
+VLLM_PER_POSITION = vllm.PER_POSITION
+SGLANG_ACCEPT_LENGTH = sglang.ACCEPT_LENGTH
+"""The series each flavor names in its module (`Flavor.spec_metrics`), as this parser reads them."""
 
 
 @dataclass(frozen=True)

@@ -23,10 +23,11 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from kit.decide.decision import decision_arm
 from kit.decide.noise import UNMEASURED_NOISE
 from kit.display import finite
-from kit.engines.arms import arm_name
-from kit.engines.settings import arm_label, resolve_algorithm
+from kit.engines.arms import arm_label, arm_name, resolve_algorithm
+from kit.engines.flavors import flavor
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -490,8 +491,8 @@ class PremiseCheck:
     warnings: list[str] = field(default_factory=list, repr=False)
 
     def __post_init__(self) -> None:
-        settings = (self.decision or {}).get("engine_settings") or {}
-        name = self.algorithm or settings.get("algorithm")
+        decided = decision_arm(self.decision)
+        name = self.algorithm or (decided.algorithm if decided else None)
         spec = resolve_algorithm(name, False).label if name or self.spec_k else ""
         self.label = arm_label(self.spec_k, spec) if self.spec_k is not None else f"{spec} (default k)"
         self.accept = AcceptPremise(self.decision, self.spec_k, self.label, self.accept_length_ranks)
@@ -511,7 +512,7 @@ class PremiseCheck:
         eng = params.engine
         spec = eng.speculative
         k = (spec.num_steps if spec.num_steps else None) if spec.algorithm else 0
-        ranks = eng.dp_size * eng.replicas if eng.flavor == "sglang" else 1
+        ranks = flavor(eng.flavor).accept_gauge_ranks(eng)
         return cls(
             decision,
             capacity.total,
@@ -578,7 +579,8 @@ class PremiseCheck:
     def report(self) -> dict[str, Any]:
         """For the manifest: each premise checked or not (and why), its status, evidence, first
         contradiction; the warnings given; how the samples split into warm-up, tail and steady."""
-        chosen = (self.decision or {}).get("chosen_arm")
+        decided = decision_arm(self.decision)
+        chosen = decided.name if decided else None
         arm = arm_name(self.spec_k) if self.spec_k is not None else None
         return {
             "arm": arm,

@@ -23,6 +23,7 @@ from typing import Any
 
 from kit.decide.tailarm import TailArm, tail_arm
 from kit.engines.arms import Arm
+from kit.engines.flavors import flavor
 from kit.engines.settings import speculative_params
 from kit.params import RunParams, SpeculativeParams
 
@@ -43,18 +44,19 @@ def tail_plan(
     if not params.generate.tail_speculation:
         return None, {"enabled": False, "why": "generate.tail_speculation is off"}
     eng = params.engine
-    if eng.flavor == "external":
-        why = "the kit does not start the external server, so it cannot restart it"
+    fl = flavor(eng.flavor)
+    if not fl.started:
+        why = f"the kit does not start the {fl.name} server, so it cannot restart it"
         return None, {"enabled": False, "why": why}
-    if eng.flavor == "transformers":
-        return None, {"enabled": False, "why": "transformers serve has no speculative decoding"}
+    if fl.no_speculation:
+        return None, {"enabled": False, "why": fl.no_speculation}
     if eng.speculative.algorithm:
         return None, {"enabled": False, "why": "the run already decodes speculatively"}
     arm, why = tail_arm(decision)
     if arm is None:
         return None, {"enabled": False, "why": why}
     base = base or SpeculativeParams()
-    spec = speculative_params(Arm(arm.k, base.algorithm), base)
+    spec = speculative_params(Arm(arm.k, base.algorithm), fl, base)
     switched = params.model_copy(update={"engine": eng.model_copy(update={"speculative": spec})})
     note = {"enabled": True, "why": why, **arm.as_dict(), "speculative": spec.model_dump(exclude_none=True)}
     return TailPlan(arm, switched), note
@@ -69,7 +71,7 @@ class TailSwitch:
     engine_json: str
     """The `engine` column of rows made by a switched replica."""
     replica_params: Callable[[RunParams, int], RunParams]
-    """Params of replica i (its GPUs) from the run's: kit.generate.run.replica_params."""
+    """Params of replica i (its GPUs) from the run's: kit.generate.session.replica_params."""
     started_at_s: float | None = None
     finished_at_s: float | None = None
     left_at_switch: int | None = None

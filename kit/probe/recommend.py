@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 from typing import Any
 
 from kit.engines import parsers
+from kit.engines.arms import Arm
+from kit.engines.flavors import flavor, server_command
+from kit.engines.launcher import adapt_flags
 
 MAX_RUNNING_CAP = 1024
 """Beyond this the scheduler, not memory, is the limit: no point recommending more."""
@@ -13,10 +17,9 @@ MTP_K = 3
 """The documented MTP draft length for Qwen3.5 / 3.6 (3 steps, top-k 1, 4 draft tokens)."""
 
 
-def _mtp_defaults() -> dict[str, Any]:
-    from kit.engines.settings import Arm, speculative_params  # needs pydantic: imported late
-
-    return speculative_params(Arm(MTP_K, "MTP")).model_dump(mode="json", exclude_none=True)
+def _mtp_defaults(name: str) -> dict[str, Any]:
+    """The speculative section of the MTP arm with the documented k, as flavor `name` spells it."""
+    return {"algorithm": "MTP", **flavor(name).spell_arm(Arm(MTP_K, "MTP"))}
 
 
 def speculation(inp: Any, model: dict[str, Any]) -> dict[str, Any]:
@@ -28,7 +31,7 @@ def speculation(inp: Any, model: dict[str, Any]) -> dict[str, Any]:
         return {
             "available": True,
             "why": "MTP weights present: EAGLE over the built-in heads",
-            **_mtp_defaults(),
+            **_mtp_defaults(inp.flavor),
         }
     if inp.spec_algorithm in ("EAGLE", "EAGLE3", "STANDALONE"):
         return {
@@ -85,7 +88,7 @@ def recommend(
 
 def _parsers(inp: Any) -> dict[str, Any]:
     """The tool-call / reasoning parsers the model's chat template calls for on this engine."""
-    chosen = parsers.recommended(inp.flavor, Path(inp.model_path))
+    chosen = parsers.recommended(flavor(inp.flavor), Path(inp.model_path))
     switch = parsers.thinking_switch(parsers.chat_template(Path(inp.model_path)))
     return {
         "tool_call_parser": chosen.tool_call,
@@ -103,9 +106,10 @@ def _parsers(inp: Any) -> dict[str, Any]:
 def recommended_engine(params: Any, rec: dict[str, Any], speculative: bool) -> Any:
     """The run's params with the probe's recommended engine settings filled where the params leave
     them unset (the speculative variant: the model's MTP heads, or n-gram, with k = 3)."""
-    from kit.engines.settings import Arm, speculative_params
+    from kit.engines.settings import speculative_params  # needs pydantic, as `params` does
 
     eng = params.engine
+    fl = flavor(eng.flavor)
     suffix = "_speculative" if speculative else ""
     wanted = {
         "attention_backend": rec.get("attention_backend"),
@@ -117,21 +121,17 @@ def recommended_engine(params: Any, rec: dict[str, Any], speculative: bool) -> A
     update = {k: v for k, v in wanted.items() if v is not None and k not in eng.model_fields_set}
     spec = rec.get("speculative") or {}
     if speculative:
-        update["speculative"] = speculative_params(Arm(MTP_K, spec.get("algorithm")), eng.speculative)
+        update["speculative"] = speculative_params(Arm(MTP_K, spec.get("algorithm")), fl, eng.speculative)
     else:
-        update["speculative"] = speculative_params(Arm(0))
+        update["speculative"] = speculative_params(Arm(0), fl)
     return params.model_copy(update={"engine": eng.model_copy(update=update)})
 
 
 def recommended_commands(params: Any, rec: dict[str, Any], launcher: Any = None) -> dict[str, list[str]]:
     """Launch commands with the recommended settings, built by the kit's own command builders (and
-    renamed for the installed launcher when it is known): plain, and speculative where available."""
-    import warnings
-
-    from kit.engines.commands import server_command
-    from kit.engines.launcher import adapt_flags
-
-    if params.engine.flavor not in ("sglang", "vllm"):
+    renamed for the installed launcher when it is known): plain, and speculative where available.
+    Nothing for a flavor whose launch flags the kit does not tune (it reads no launcher of it)."""
+    if flavor(params.engine.flavor).launcher is None:
         return {}
     arms = {"plain": False}
     if (rec.get("speculative") or {}).get("available"):

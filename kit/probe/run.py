@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from kit.engines.flavors import flavor
 from kit.probe.checks import ProbeInputs, build_report
 from kit.probe.gpu import GpuFacts
 from kit.runfolder import RunFolder, write_json_atomic
@@ -34,7 +35,7 @@ def inputs_from_params(params: RunParams, folder: RunFolder) -> ProbeInputs:
         spec_draft_tokens=spec.num_draft_tokens,
         requested_backend=e.attention_backend,
         device=e.device,
-        planned_command=planned_command(params) if e.flavor in ("sglang", "vllm") else None,
+        planned_command=planned_command(params) if flavor(e.flavor).launcher else None,
         run=params.run,
     )
 

@@ -1,0 +1,160 @@
+"""What every engine flavor answers: the interface behind `kit.engines.flavors`, one module per flavor.
+
+A flavor is one frozen object: its facts are fields (its launcher, the distributions it installs
+as, the request fields it refuses, the metrics it exposes, ...), its rules are methods (its command
+line, how it spells a speculative `Arm`, its capacity, the GPUs it needs). The defaults here are
+those of an OpenAI-compatible server that the kit neither tunes nor speculates with; each flavor's
+module overrides what is true of it. The rest of the kit asks the flavor and never compares its name.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from kit.engines.arms import Algorithm, Arm, resolve_algorithm
+from kit.errors import EngineError
+
+if TYPE_CHECKING:  # annotations only: the flavors load without pydantic (benchmarks/probe_gpu.py)
+    from kit.params import EngineParams, RunParams, SamplingParams, SpeculativeParams
+
+DEFAULT_CPU_CACHE_GIB = 4.0
+"""KV cache a server on a CPU is assumed to take when its flavor says nothing else."""
+
+
+@dataclass(frozen=True)
+class Capacity:
+    """Requests the engine(s) of a run can hold running at once, and where the figure came from."""
+
+    total: int | None
+    source: str
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"engine_capacity": self.total, "capacity_source": self.source}
+
+
+@dataclass(frozen=True, eq=False)
+class Flavor:
+    """What is true of one engine flavor (`engine.flavor` in the params names it)."""
+
+    name: str
+    title: str
+    """How messages name it ("SGLang", "transformers serve")."""
+    started: bool = True
+    """Whether the kit starts (and restarts) its server; else it talks to `engine.base_url` as it is."""
+    launcher: str | None = None
+    """The module run with `python -m` whose `--help` the kit reads to adapt and check its flags
+    (None: the kit reads no launcher of this flavor, and tunes none of its flags)."""
+    help_flags: tuple[str, ...] = ("--help",)
+    """What asks the launcher for every flag it takes, in the order tried."""
+    distributions: tuple[str, ...] = ()
+    """Package names it is installed under, its main one first."""
+    no_speculation: str | None = None
+    """Why it cannot run speculative decoding; None when it can."""
+    refused_fields: Mapping[str, str] = field(default_factory=dict)
+    """Sampling settings it rejects or ignores, each with why and what to do instead."""
+    parser_names: Mapping[str, tuple[str | None, str | None]] = field(default_factory=dict)
+    """(tool-call, reasoning) parser it launches with, per chat-template family
+    (`kit.engines.parsers.family`); empty: it takes no parser flags."""
+    stream_usage: bool = True
+    """Whether a streamed answer can end with its usage (`stream_options.include_usage`)."""
+    server_info: bool = False
+    """Whether it may answer `/server_info` with its arguments and capacity (SGLang's own route)."""
+    attention_backends: bool = False
+    """Whether `engine.attention_backend` reaches it (a flag or an environment variable)."""
+    capacity_flag: str | None = None
+    """The launch flag `engine.max_running_requests` becomes: requests it runs at once."""
+    spec_max_running: int | None = None
+    """What it lowers its running requests to under speculation when the flag is unset."""
+    spec_metrics: tuple[str, ...] = ()
+    """The `/metrics` series its speculative decoding shows up in (`kit.engines.spec_metrics`)."""
+
+    @property
+    def can_speculate(self) -> bool:
+        return self.no_speculation is None
+
+    # ---- its server ------------------------------------------------------------------------------
+    def command(self, params: RunParams, port: int) -> list[str]:
+        """The argv that starts its server on `port`."""
+        raise EngineError(f"flavor {self.name!r} runs no command: the kit talks to engine.base_url as it is.")
+
+    def env(self, eng: EngineParams) -> dict[str, str]:
+        """Environment variables of its own for the server process (`engine.env` is added over them)."""
+        return {}
+
+    def needs_gpu(self, device: str, packages: Mapping[str, str | None] | None) -> bool:
+        """Whether its server runs on GPUs; `packages`: versions installed in its environment (None:
+        not known)."""
+        return False
+
+    # ---- speculation ------------------------------------------------------------------------------
+    def spell_arm(self, arm: Arm) -> dict[str, int]:
+        """The speculative fields of `engine.speculative` that run `arm` on this flavor (none for plain
+        decoding): the draft length k as `num_steps`."""
+        return {"num_steps": arm.k} if arm.speculative else {}
+
+    def accept_gauge_ranks(self, eng: EngineParams) -> int:
+        """How many accept-length gauges a scrape of all its servers sums (1: none, or one value)."""
+        return 1
+
+    # ---- requests -------------------------------------------------------------------------------
+    def sampling_problems(
+        self, sampling: SamplingParams, *, speculative: bool = False, distribution: str | None = None
+    ) -> list[str]:
+        """Sampling settings it would reject, ignore or crash on, each as `generate.sampling.<key>: why`
+        (`distribution`: the installed engine package)."""
+        return [
+            f"generate.sampling.{key}: {why}"
+            for key, why in self.refused_fields.items()
+            if getattr(sampling, key) is not None
+        ]
+
+    def sampling_body(
+        self, body: dict[str, Any], extended: dict[str, Any], model_generation_config: dict[str, Any] | None
+    ) -> dict[str, Any]:
+        """The request body with the settings beyond OpenAI's (top_k, min_p, repetition_penalty)."""
+        return {**body, **extended}
+
+    def tool_request_fields(self, params: RunParams) -> dict[str, Any]:
+        """Fields a request that offers tools adds."""
+        return {}
+
+    # ---- capacity and room ------------------------------------------------------------------------
+    def capacity(
+        self, eng: EngineParams, *, distribution: str | None, gpus: Callable[[], list[Any]]
+    ) -> Capacity:
+        """Requests its servers run at once: from the launch flag the kit passed, else its own default
+        (`distribution`: the installed package; `gpus`: the GPUs' facts, asked only when needed)."""
+        servers = eng.dp_size * eng.replicas
+        running = eng.max_running_requests
+        if self.capacity_flag and running:
+            return Capacity(running * servers, f"launch flag {self.capacity_flag} {running} x {servers}")
+        return Capacity(None, f"{self.name} does not say how many requests it runs at once")
+
+    def apart_on_cpu(self, eng: EngineParams) -> str | None:
+        """Why its servers cannot run side by side on a CPU, or None."""
+        return None
+
+    def cpu_cache_gib(self, eng: EngineParams) -> float:
+        """GiB of KV cache one of its servers takes on a CPU."""
+        return DEFAULT_CPU_CACHE_GIB
+
+
+# ---- reading `engine.speculative` (what the user wrote, or what `spell_arm` made) ------------------
+def section_algorithm(spec: SpeculativeParams) -> Algorithm:
+    """The algorithm of a speculative params section."""
+    return resolve_algorithm(spec.algorithm, spec.draft_model_path is not None)
+
+
+def draft_length(spec: SpeculativeParams) -> int | None:
+    """k of a speculative section: `num_steps` (every flavor spells an arm's k there), else the
+    draft tokens a user wrote less the verified one."""
+    if spec.num_steps:
+        return spec.num_steps
+    return spec.num_draft_tokens - 1 if spec.num_draft_tokens and spec.num_draft_tokens > 1 else None
+
+
+def opt(flag: str, value: object) -> list[str]:
+    """`[flag, str(value)]` when value is set, else nothing."""
+    return [] if value is None else [flag, str(value)]

@@ -1,0 +1,118 @@
+"""SGLang (`python -m sglang.launch_server`): its command line, how it spells a speculative arm, its
+capacity and the metrics its speculation shows up in. Flags as in SGLang's server_args.py; the
+facts, with their sources and the versions checked, are in docs/engines.md."""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from kit.engines import parsers
+from kit.engines.arms import Arm
+from kit.engines.flavors.base import Flavor, draft_length, opt, section_algorithm
+
+if TYPE_CHECKING:
+    from kit.params import EngineParams, RunParams, SpeculativeParams
+
+ALGORITHM_FLAG = {
+    "MTP": "EAGLE",
+    "NEXTN": "NEXTN",
+    "EAGLE": "EAGLE",
+    "EAGLE3": "EAGLE3",
+    "STANDALONE": "STANDALONE",
+    "NGRAM": "NGRAM",
+}
+"""`--speculative-algorithm` of each algorithm the kit names (MTP: EAGLE over the model's own heads)."""
+SPEC_MAX_RUNNING = 48
+"""What SGLang lowers `--max-running-requests` to when speculation is on and the flag is unset."""
+ACCEPT_LENGTH = "sglang:spec_accept_length"
+"""Its accept-length gauge (one per data-parallel rank); responses carry it too (`meta_info`)."""
+PARSERS = {
+    parsers.QWEN_XML: ("qwen3_coder", "qwen3"),
+    parsers.QWEN_JSON: ("qwen", "qwen3"),
+    parsers.DEEPSEEK_V3: ("deepseekv3", None),
+    parsers.DEEPSEEK_V31: ("deepseekv31", "deepseek-v3"),
+    parsers.DEEPSEEK_R1: (None, "deepseek-r1"),
+}
+
+
+@dataclass(frozen=True, eq=False)
+class SGLang(Flavor):
+    def command(self, params: RunParams, port: int) -> list[str]:
+        """`python -m sglang.launch_server ...`: only the flags whose value the params set."""
+        eng, spec = params.engine, params.engine.speculative
+        cmd = [str(params.engine_python), "-m", str(self.launcher), "--model-path", str(params.model.path)]
+        cmd += ["--host", eng.host, "--port", str(port), "--tp-size", str(eng.tp_size)]
+        cmd += ["--dp-size", str(eng.dp_size)]
+        cmd += opt("--mem-fraction-static", eng.mem_fraction_static)
+        cmd += opt(str(self.capacity_flag), eng.max_running_requests)
+        cmd += opt("--cuda-graph-max-bs", eng.cuda_graph_max_bs)
+        cmd += opt("--attention-backend", eng.attention_backend)
+        cmd += speculative_flags(spec)
+        if spec.algorithm and eng.max_running_requests is None:
+            warnings.warn(
+                f"speculative decoding is on and engine.max_running_requests is unset: SGLang will lower "
+                f"it to {SPEC_MAX_RUNNING}. Set engine.max_running_requests to keep a larger batch.",
+                stacklevel=3,
+            )
+        cmd += opt("--mamba-scheduler-strategy", eng.mamba_strategy)
+        if eng.enable_metrics:
+            cmd.append("--enable-metrics")
+        cmd += opt("--context-length", eng.context_length)
+        cmd += parsers.launch_flags(parsers.resolve(self, eng, params.model.path), [])
+        return cmd + list(eng.extra_args)
+
+    def needs_gpu(self, device: str, packages: Mapping[str, str | None] | None) -> bool:
+        return True
+
+    def spell_arm(self, arm: Arm) -> dict[str, int]:
+        """A chain of k drafted tokens: k draft steps, top-k 1, k + 1 tokens verified per step (the
+        last accepted token included)."""
+        if not arm.speculative:
+            return {}
+        return {"num_steps": arm.k, "eagle_topk": 1, "num_draft_tokens": arm.k + 1}
+
+    def accept_gauge_ranks(self, eng: EngineParams) -> int:
+        return eng.dp_size * eng.replicas
+
+
+def speculative_flags(spec: SpeculativeParams) -> list[str]:
+    """SGLang's speculative flags for a speculative section (empty when speculation is off).
+
+    N-gram in SGLang drafts a tree (`--speculative-ngram-max-bfs-breadth` overrides top-k); the
+    kit asks for a chain of k + 1 tokens, breadth 1, so its arms mean the same on every engine.
+    """
+    if not spec.algorithm:
+        return []
+    a = section_algorithm(spec)
+    flags = ["--speculative-algorithm", ALGORITHM_FLAG[a.name]]
+    if a.draft == "none":
+        k = draft_length(spec)
+        if k is not None:
+            flags += ["--speculative-num-draft-tokens", str(k + 1)]
+            flags += ["--speculative-ngram-max-bfs-breadth", "1"]
+        return flags
+    for flag, value in (
+        ("--speculative-num-steps", spec.num_steps),
+        ("--speculative-eagle-topk", spec.eagle_topk),
+        ("--speculative-num-draft-tokens", spec.num_draft_tokens),
+        ("--speculative-draft-model-path", spec.draft_model_path),
+    ):
+        flags += opt(flag, value)
+    return flags
+
+
+FLAVOR = SGLang(
+    name="sglang",
+    title="SGLang",
+    launcher="sglang.launch_server",
+    distributions=("sglang",),
+    parser_names=PARSERS,
+    server_info=True,
+    attention_backends=True,
+    capacity_flag="--max-running-requests",
+    spec_max_running=SPEC_MAX_RUNNING,
+    spec_metrics=(ACCEPT_LENGTH,),
+)

