@@ -51,6 +51,13 @@ def demo_params(work: Path, run: str) -> Path:
     return path
 
 
+def _arm(decision: dict[str, Any]) -> str:
+    """The arm a decision.json chose, by name (`plain`, `spec_k3`), whichever kit wrote it."""
+    from kit.decide.decision import decision_arm
+
+    return decision_arm(decision).name
+
+
 def decide_runs(work: Path, runs: int) -> list[dict[str, Any]]:
     out = []
     for i in range(runs):
@@ -63,7 +70,7 @@ def decide_runs(work: Path, runs: int) -> list[dict[str, Any]]:
         d = json.loads((work / "outputs" / f"decide-{i}" / "decision.json").read_text())
         out.append({"run": i, "seconds": seconds, "decision": d})
         print(
-            f"run {i}: {d['chosen_arm']} (measurable: {d['measured_difference']}) in {seconds:.0f} s",
+            f"run {i}: {_arm(d)} (measurable: {d['measured_difference']}) in {seconds:.0f} s",
             flush=True,
         )
     return out
@@ -140,7 +147,7 @@ def _run_row(r: dict) -> str:
     moved = f"{drift.get('change_pct', 0):+.0f}% ({'drifted' if drift.get('drifted') else 'no drift'})"
     cells = [
         r["run"],
-        d["chosen_arm"],
+        _arm(d),
         d["measured_difference"],
         f"±{noise.get('noise_pct') or 0:.1f}%",
         spec,
@@ -183,7 +190,7 @@ def report(
         "",
         *(_bests(r) for r in runs),
     ]
-    chosen = sorted({r["decision"]["chosen_arm"] for r in runs})
+    chosen = sorted({_arm(r["decision"]) for r in runs})
     same = "the same every run" if len(chosen) == 1 else "they differ"
     lines += ["", f"Chosen arms: {', '.join(chosen)} ({same}).", ""] if runs else ["", "(not run)", ""]
     if side:

@@ -10,8 +10,8 @@ both passes are kept and their median used), and reads vLLM's /metrics counters
 (`vllm:spec_decode_num_drafts_total`, `..._num_accepted_tokens_total`) for the accept length.
 
 Then three predictions of the same points: *before*, the step model calibrated as `kit decide`
-does on a CPU (a step profile of the model, kit.decide.profiler.calibrate); *after*, calibrated on
-the sweep's own points (kit.decide.fit.fit_to_sweep: per-step overhead, bandwidth, FLOP/s and the
+does on a CPU (a step profile of the model, kit.decide.profile.profiler.calibrate); *after*, calibrated on
+the sweep's own points (kit.decide.costmodel.fit_to_sweep: per-step overhead, bandwidth, FLOP/s and the
 n-gram host cost, 4 constants over 6 points); and *held out*, the first three fitted on the plain
 points only and the n-gram arm predicted from its measured accept length.
 """
@@ -145,28 +145,26 @@ def measure_arm(args, prompts: list[list], spec: dict | None, port: int) -> list
 
 def predictions(sweep: pd.DataFrame, cfg: dict, input_len: int, max_tokens: int) -> dict[str, pd.Series]:
     """Before / after / held-out predicted tok/s for every row of the (median) sweep."""
+    from dataclasses import replace
+
     from kit.arch import arch_from_config
     from kit.decide import costmodel as cm
-    from kit.decide.drafts import NGRAM as NGRAM_DRAFT
-    from kit.decide.fit import fit_to_sweep, predict_sweep
-    from kit.decide.predict import Workload
-    from kit.decide.profiler import ProfileGrid, calibrate, profile_steps
+    from kit.decide.profile.profiler import ProfileGrid, calibrate, profile_steps
     from kit.decide.run import CPU_NOMINAL
 
-    arch, work = arch_from_config(cfg), Workload(input_len, max_tokens, 0.9)
+    arch, work = arch_from_config(cfg), cm.Workload(input_len, max_tokens, 0.9)
+    s = cm.Scenario(arch, CPU_NOMINAL, work=work, draft=cm.NGRAM)
     grid = ProfileGrid(
         batch_sizes=(1, *sorted(set(sweep.concurrency))), q_values=(1, 2), contexts=(128,), reps=3
     )
     before = calibrate(profile_steps(cfg, grid, device="cpu"), arch, CPU_NOMINAL)
     free = ("overhead_s", "bw", "flops", "ngram_seq_s")
-    after = fit_to_sweep(sweep, arch, CPU_NOMINAL, work, NGRAM_DRAFT, cm.DEFAULT_EFFICIENCY, free)
+    after = cm.fit_to_sweep(sweep, s, free)
     plain = sweep[sweep.spec_k == 0]
-    held = fit_to_sweep(plain, arch, CPU_NOMINAL, work, NGRAM_DRAFT, cm.DEFAULT_EFFICIENCY, free[:3])
+    held = cm.fit_to_sweep(plain, s, free[:3])
     out = {}
     for name, eff in (("before", before), ("after", after), ("held_out", held)):
-        out[name] = pd.Series(
-            predict_sweep(sweep, arch, CPU_NOMINAL, work, eff, NGRAM_DRAFT), index=sweep.index
-        )
+        out[name] = pd.Series(cm.predict_sweep(sweep, replace(s, eff=eff)), index=sweep.index)
         out[name + "_eff"] = eff
     return out
 

@@ -1,6 +1,6 @@
 """Direct measurement of decode / verify steps to check the profiler with (profile_step.py --check-depth).
 
-Written apart from kit/decide/synthetic_step.py on purpose: separate (unfused) q, k, v, o, gate,
+Written apart from kit/decide/profile/synthetic_step.py on purpose: separate (unfused) q, k, v, o, gate,
 up and down projections, a separate layer loop; attention by `scaled_dot_product_attention` with
 the query heads of a KV group as rows (as GQA verify kernels take them), the kernel PyTorch picks,
 and no mask (as the profiler: a verify kernel applies the q x q causal triangle in-register, while
@@ -20,7 +20,7 @@ from typing import Any
 import pandas as pd
 
 from kit.arch import ModelArch
-from kit.decide.steptimer import time_cuda_graph, time_eager
+from kit.decide.profile.steptimer import time_cuda_graph, time_eager
 
 
 def _weights(a: ModelArch, depth: int, opt: dict) -> list[dict[str, Any]]:

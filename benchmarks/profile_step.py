@@ -5,7 +5,7 @@
     python3 benchmarks/profile_step.py --out /tmp/p --device cpu --config tests/configs/qwen3_32b.json \
         --layers 2 --batch-sizes 1,2 --q 1 --contexts 64 --hidden-override 256   # CPU smoke run
 
-`--backend synthetic` (default, kit/decide/synthetic_step.py) times a serving engine's step
+`--backend synthetic` (default, kit/decide/profile/synthetic_step.py) times a serving engine's step
 shapes: preallocated KV cache written in place, SDPA with the query heads packed by KV group (no
 mask), LM head on the new rows. `--check-depth N` also times an independent direct step
 (benchmarks/direct_step.py) at N layers at every grid point and compares; `--attention-variants`
@@ -38,8 +38,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from kit.arch import arch_from_config  # noqa: E402
 from kit.decide import costmodel as cm  # noqa: E402
-from kit.decide.predict import Workload, predict_ladder, with_ratio  # noqa: E402
-from kit.decide.profiler import ProfileGrid, calibrate, profile_steps  # noqa: E402
+from kit.decide.profile.profiler import ProfileGrid, calibrate, profile_steps  # noqa: E402
 
 H200 = cm.Hardware(bandwidth_Bps=4.8e12, flops_bf16=989e12, memory_bytes=141e9, name="H200 (datasheet)")
 
@@ -144,8 +143,8 @@ def largest_step(profile, arch, copy_bw: float) -> dict:  # noqa: ANN001
     plain = profile[profile.q == 1]
     row = plain[(plain.B == plain.B.max()) & (plain.L == plain.L.max())].iloc[0]
     total, _ = arch.param_counts()
-    shape = cm.StepShape(weight_bytes=total * dtype_bytes, kv_dtype_bytes=dtype_bytes)
-    bound = cm.step_bytes(arch, int(row.B), 1, int(row.L), shape) / copy_bw
+    work = cm.Workload(weight_bytes=total * dtype_bytes, kv_dtype_bytes=dtype_bytes)
+    bound = cm.step_bytes(cm.Scenario(arch, H200, work=work), int(row.B), 1, int(row.L)) / copy_bw
     return {
         "B": int(row.B),
         "L": int(row.L),
@@ -163,17 +162,9 @@ def summarize(profile, arch, copy_bw: float, device: str, elapsed: float) -> dic
     step_b1 = float(b1.step_s.iloc[0])
     bound = weight_bytes / copy_bw
     eff = calibrate(profile, arch, H200)
-    ladder = with_ratio(
-        predict_ladder(
-            arch,
-            H200,
-            [1, 4, 16, 64, 128, 256],
-            [1, 2, 3],
-            {1: 1.90, 2: 2.68, 3: 3.28},
-            Workload(1024, 1024, 0.9),
-            eff,
-            strict=False,
-        )
+    s = cm.Scenario(arch, H200, eff, cm.Workload(1024, 1024, 0.9))
+    ladder = cm.with_ratio(
+        cm.predict_ladder(s, [1, 4, 16, 64, 128, 256], [1, 2, 3], {1: 1.90, 2: 2.68, 3: 3.28}, strict=False)
     )
     return {
         "device": device,
@@ -206,11 +197,8 @@ def summarize(profile, arch, copy_bw: float, device: str, elapsed: float) -> dic
 def _fit_errors(profile, arch, eff) -> dict:  # noqa: ANN001
     """Median and largest |predicted / measured - 1| of the calibrated model over the profile."""
     dtype_bytes = int(profile.dtype_bytes.iloc[0])
-    shape = cm.StepShape(kv_dtype_bytes=dtype_bytes, weight_dtype_bytes=dtype_bytes)
-    err = [
-        abs(cm.step_time(arch, H200, int(r.B), int(r.q), float(r.L), eff, shape) / r.step_s - 1)
-        for r in profile.itertuples()
-    ]
+    s = cm.Scenario(arch, H200, eff, cm.Workload(kv_dtype_bytes=dtype_bytes, weight_dtype_bytes=dtype_bytes))
+    err = [abs(cm.step_time(s, int(r.B), int(r.q), float(r.L)) / r.step_s - 1) for r in profile.itertuples()]
     return {"median": float(sorted(err)[len(err) // 2]), "max": float(max(err))}
 
 

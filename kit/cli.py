@@ -103,7 +103,7 @@ def decide(params: ParamsArg, run: RunOpt = None) -> None:
     from kit import stages as st
 
     decision = st.decide(_load(params, run))
-    _print({k: decision.get(k) for k in ("chosen_arm", "engine_settings", "reasons")})
+    _print({k: decision.get(k) for k in ("arm", "engine_settings", "reasons")})
 
 
 @app.command()

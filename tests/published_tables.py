@@ -27,10 +27,19 @@ sys.path.insert(0, str(ROOT))
 
 from kit.arch import ModelArch, arch_from_config  # noqa: E402
 from kit.decide import costmodel as cm  # noqa: E402
-from kit.decide import predict  # noqa: E402
-from kit.decide.acceptance import accept_length  # noqa: E402
-from kit.decide.drafts import MTP, Draft, draft_from_config  # noqa: E402
-from kit.decide.predict import Workload, predict_ladder, with_ratio  # noqa: E402
+from kit.decide.costmodel import (  # noqa: E402
+    MTP,
+    Draft,
+    Scenario,
+    Workload,
+    accept_length,
+    check_accept_length,
+    draft_from_config,
+    iteration_time,
+    predict_ladder,
+    throughput,
+    with_ratio,
+)
 
 CONFIGS = ROOT / "tests" / "configs"
 # Datasheet figures (dense bf16 / fp16 with fp32 accumulation; NVLink per GPU and direction).
@@ -243,23 +252,17 @@ def _spec_speedup(
 ) -> float:
     """Speculative over plain output tokens/s with B sequences running: the throughput ratio (prefill
     included), or the decode-only ratio `E T(B, 1, L) / T_iter(B, k)` when `with_prefill` is False."""
+    s = Scenario(arch, hw, eff, work, draft)
     if with_prefill:
-        return predict.throughput(arch, hw, B, k, E, work, eff, draft) / predict.throughput(
-            arch, hw, B, 0, 1.0, work, eff
-        )
-    predict.check_accept_length(E, k)
-    return (
-        E
-        * predict.iteration_time(arch, hw, B, 0, work, eff)
-        / predict.iteration_time(arch, hw, B, k, work, eff, draft)
-    )
+        return throughput(s, B, k, E) / throughput(s, B, 0, 1.0)
+    check_accept_length(E, k)
+    return E * iteration_time(s, B, 0) / iteration_time(s, B, k)
 
 
 def _ratio(t: Table, hw: cm.Hardware, B: int, k: int, E: float, eff: cm.Efficiency) -> float:
     if t.engine_cap:
-        ladder = predict_ladder(
-            arch(t.model), hw, [B], [k], {k: E}, t.work, eff, {k: t.engine_cap}, draft=t.draft
-        )
+        s = Scenario(arch(t.model), hw, eff, t.work, t.draft)
+        ladder = predict_ladder(s, [B], [k], {k: E}, engine_caps={k: t.engine_cap})
         return float(with_ratio(ladder).query(f"spec_k == {k}").ratio_vs_plain.iloc[0])
     return _spec_speedup(arch(t.model), hw, B, k, E, t.work, eff, t.draft, t.with_prefill)
 
@@ -298,7 +301,7 @@ def refit_fixed_costs(start: cm.Efficiency) -> cm.Efficiency:
     """Fit `FIXED_COSTS` on the `FITTED` tables only (what produced the defaults)."""
     import numpy as np
 
-    from kit.decide.fit import fit_efficiency
+    from kit.decide.costmodel import fit_efficiency
 
     tables = [t for t in TABLES if t.name in FITTED]
 

@@ -30,11 +30,24 @@ from published_tables import (
 
 from kit.arch import arch_from_config
 from kit.decide import costmodel as cm
-from kit.decide.acceptance import accept_length, accept_length_for, acceptance_rate
-from kit.decide.drafts import MTP, NGRAM, Draft, draft_from_config, draft_time, draft_weight_bytes
-from kit.decide.fit import fit_to_sweep, predict_sweep
-from kit.decide.predict import Workload, crossover, predict_ladder
-from kit.decide.profiler import PROFILE_FREE, calibrate_many
+from kit.decide.costmodel import (
+    MTP,
+    NGRAM,
+    Draft,
+    Scenario,
+    Workload,
+    accept_length,
+    accept_length_for,
+    acceptance_rate,
+    crossover,
+    draft_from_config,
+    draft_time,
+    draft_weight_bytes,
+    fit_to_sweep,
+    predict_ladder,
+    predict_sweep,
+)
+from kit.decide.profile.profiler import PROFILE_FREE, calibrate_many
 from kit.errors import CostModelError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -44,6 +57,11 @@ H200 = cm.Hardware(bandwidth_Bps=4.8e12, flops_bf16=989e12, memory_bytes=141e9, 
 
 def _arch(name: str):
     return arch_from_config(json.loads((CONFIGS / f"{name}.json").read_text()))
+
+
+def on_h200(name: str, tp: int = 1, **scenario) -> Scenario:
+    """The model `name` on the H200 (tensor parallel over `tp` GPUs)."""
+    return Scenario(_arch(name), H200, work=Workload(tp_size=tp), **scenario)
 
 
 # ---- published tables ---------------------------------------------------------------------------
@@ -118,32 +136,31 @@ def test_kernel_defaults_are_the_h200_profile_calibration() -> None:
 
 # ---- step terms ----------------------------------------------------------------------------------
 def test_verify_costs_little_when_memory_bound_and_grows_smoothly() -> None:
-    arch = _arch("qwen3_32b")
-    t1, t4 = (cm.step_time(arch, H200, 1, q, 1024) for q in (1, 4))
+    s = on_h200("qwen3_32b")
+    t1, t4 = (cm.step_time(s, 1, q, 1024) for q in (1, 4))
     assert 1.0 < t4 / t1 < 1.05
-    assert not cm.is_compute_bound(arch, H200, 1, 4, 1024)
-    big = [cm.step_time(arch, H200, 256, q, 1024) for q in (1, 2, 3, 4)]
-    assert cm.is_compute_bound(arch, H200, 256, 4, 1024)
+    assert not cm.is_compute_bound(s, 1, 4, 1024)
+    big = [cm.step_time(s, 256, q, 1024) for q in (1, 2, 3, 4)]
+    assert cm.is_compute_bound(s, 256, 4, 1024)
     assert big[3] / big[0] > 2.0 and np.all(np.diff(big) > 0)
-    costs = [cm.step_time(arch, H200, B, 4, 1024) / cm.step_time(arch, H200, B, 1, 1024) for B in (8, 16, 32)]
+    costs = [cm.step_time(s, B, 4, 1024) / cm.step_time(s, B, 1, 1024) for B in (8, 16, 32)]
     steps = np.array(costs[1:]) / np.array(costs[:-1])
     assert np.all(steps > 1) and steps.max() < 1.6  # rises with B, no jump at a ridge
 
 
 def test_terms_are_named_and_sum_to_the_step() -> None:
-    arch = _arch("qwen3_32b")
-    t = cm.step_terms(arch, H200, 64, 4, 4096, tp=2)
+    s = on_h200("qwen3_32b", tp=2)
+    t = cm.step_terms(s, 64, 4, 4096)
     assert t.weights_s > 0 and t.kv_s > 0 and t.linear_s > 0 and t.attention_s > 0 and t.comm_s > 0
     assert t.experts_s == 0 and t.state_s == 0
-    assert t.total_s == pytest.approx(cm.step_time(arch, H200, 64, 4, 4096, tp=2))
+    assert t.total_s == pytest.approx(cm.step_time(s, 64, 4, 4096))
     assert max(t.memory_s, t.compute_s) < t.total_s < t.memory_s + t.compute_s + t.fixed_s + t.comm_s
 
 
 def test_tensor_parallel_splits_weights_and_gqa_kv_but_not_the_mla_latent() -> None:
-    qwen, ds = _arch("qwen3_32b"), _arch("deepseek_v3")
-    one, eight = (cm.step_terms(qwen, H200, 8, 1, 4096, tp=tp) for tp in (1, 8))
+    one, eight = (cm.step_terms(on_h200("qwen3_32b", tp), 8, 1, 4096) for tp in (1, 8))
     assert eight.weights_s == pytest.approx(one.weights_s / 8) and eight.kv_s == pytest.approx(one.kv_s / 8)
-    one, eight = (cm.step_terms(ds, H200, 8, 1, 4096, tp=tp) for tp in (1, 8))
+    one, eight = (cm.step_terms(on_h200("deepseek_v3", tp), 8, 1, 4096) for tp in (1, 8))
     assert eight.kv_s == pytest.approx(one.kv_s)  # the latent is replicated on every rank
     assert eight.comm_s > 0 and one.comm_s == 0
 
@@ -170,10 +187,11 @@ def test_fp8_weights_halve_weight_bytes_and_moe_reads_touched_experts() -> None:
 
 
 def test_hybrid_state_and_snapshots_count_in_bytes() -> None:
-    arch = _arch("qwen3_6_27b")
+    s = on_h200("qwen3_6_27b")
+    arch = s.arch
     state = arch.state_bytes_per_seq(4, 2)
-    plain = cm.step_bytes(arch, 8, 1, 0) - cm.step_bytes(arch, 1, 1, 0)
-    verify = cm.step_bytes(arch, 8, 4, 0) - cm.step_bytes(arch, 1, 4, 0)
+    plain = cm.step_bytes(s, 8, 1, 0) - cm.step_bytes(s, 1, 1, 0)
+    verify = cm.step_bytes(s, 8, 4, 0) - cm.step_bytes(s, 1, 4, 0)
     assert plain == pytest.approx(7 * (2 * state + arch.kv_bytes_per_token()))
     assert verify - plain == pytest.approx(7 * (6 * state + 3 * arch.kv_bytes_per_token()))
 
@@ -185,7 +203,7 @@ def test_draft_cost_per_kind_is_ordered_as_the_work_it_does() -> None:
     assert eagle3.vocab == 32000 and eagle3.arch.num_layers == 1
     small = draft_from_config("draft_model", _arch_config_dict("llama3_1_8b", num_hidden_layers=4))
     cost = {
-        name: draft_time(llama, d, H200, 32, 3, 1024)
+        name: draft_time(Scenario(llama, H200, draft=d), 32, 3, 1024)
         for name, d in {
             "ngram": NGRAM,
             "eagle3": eagle3,
@@ -195,26 +213,25 @@ def test_draft_cost_per_kind_is_ordered_as_the_work_it_does() -> None:
             "self_spec": Draft("self_spec", kv_budget=512),
         }.items()
     }
-    verify = cm.step_time(llama, H200, 32, 4, 1024)
+    verify = cm.step_time(Scenario(llama, H200), 32, 4, 1024)
     assert cost["ngram"] < 0.05 * verify
     assert cost["eagle3"] < cost["eagle"] <= cost["mtp"] * 1.01 < cost["draft_model"] < cost["self_spec"]
 
 
 def test_self_speculation_draft_does_not_grow_with_context_beyond_its_budget() -> None:
-    llama, draft = _arch("llama3_1_8b"), Draft("self_spec", kv_budget=512)
-    assert draft_time(llama, draft, H200, 32, 3, 8000) == pytest.approx(
-        draft_time(llama, draft, H200, 32, 3, 32000)
-    )
-    assert draft_time(llama, MTP, H200, 32, 3, 32000) > draft_time(llama, MTP, H200, 32, 3, 8000)
+    spec, mtp = on_h200("llama3_1_8b", draft=Draft("self_spec", kv_budget=512)), on_h200("llama3_1_8b")
+    assert draft_time(spec, 32, 3, 8000) == pytest.approx(draft_time(spec, 32, 3, 32000))
+    assert draft_time(mtp, 32, 3, 32000) > draft_time(mtp, 32, 3, 8000)
 
 
 def test_moe_mtp_head_reads_its_touched_experts_in_the_checkpoint_dtype() -> None:
-    ds = _arch("deepseek_v3")
-    bf16 = draft_time(ds, MTP, H200, 1, 1, 1024)
-    fp8 = draft_time(ds, MTP, H200, 1, 1, 1024, shape=cm.StepShape(weight_dtype_bytes=1))
+    s = on_h200("deepseek_v3", draft=MTP)
+    ds = s.arch
+    bf16 = draft_time(s, 1, 1, 1024)
+    fp8 = draft_time(replace(s, work=Workload(weight_dtype_bytes=1)), 1, 1, 1024)
     assert fp8 < bf16
     head_all_experts = 3 * ds.hidden_size * ds.moe_intermediate_size * ds.num_experts * 2
-    assert draft_weight_bytes(ds) > head_all_experts  # memory holds every expert of the head ...
+    assert draft_weight_bytes(s) > head_all_experts  # memory holds every expert of the head ...
     assert bf16 < head_all_experts / (H200.bandwidth_Bps * cm.DEFAULT_EFFICIENCY.bw)  # ... a pass reads few
 
 
@@ -235,18 +252,18 @@ def _arch_config_dict(name: str, **changes) -> dict:
 
 # ---- fitting to a sweep, model error -------------------------------------------------------------
 def test_fit_to_sweep_recovers_the_constants_that_made_it() -> None:
-    arch, work = _arch("llama3_1_8b"), Workload(256, 128)
+    s = Scenario(_arch("llama3_1_8b"), H200, work=Workload(256, 128), draft=NGRAM)
     truth = replace(cm.DEFAULT_EFFICIENCY, overhead_s=2e-3, bw=0.6)
     sweep = pd.DataFrame(
         [{"arm": "plain", "spec_k": 0, "concurrency": c, "accept_length": None} for c in (1, 4, 16, 64)]
         + [{"arm": "spec_k3", "spec_k": 3, "concurrency": c, "accept_length": 2.5} for c in (1, 4, 16, 64)]
     )
-    sweep["output_tok_s"] = predict_sweep(sweep, arch, H200, work, truth, NGRAM)
-    fitted = fit_to_sweep(sweep, arch, H200, work, NGRAM, free=("overhead_s", "bw"))
+    sweep["output_tok_s"] = predict_sweep(sweep, replace(s, eff=truth))
+    fitted = fit_to_sweep(sweep, s, free=("overhead_s", "bw"))
     assert fitted.overhead_s == pytest.approx(2e-3, rel=0.02) and fitted.bw == pytest.approx(0.6, rel=0.02)
     assert "4" in fitted.source or "8" in fitted.source
     with pytest.raises(CostModelError, match="lacks columns"):
-        fit_to_sweep(sweep.drop(columns="output_tok_s"), arch, H200, work)
+        fit_to_sweep(sweep.drop(columns="output_tok_s"), s)
 
 
 def test_model_error_band_tells_close_predictions_apart_from_clear_ones() -> None:
@@ -279,28 +296,28 @@ def test_impossible_accept_length_is_an_error(E: float, k: int) -> None:
     with pytest.raises(CostModelError, match="impossible"):
         acceptance_rate(E, k)
     with pytest.raises(CostModelError, match="impossible"):
-        predict_ladder(_arch("qwen3_32b"), H200, [1], [k], {k: E})
+        predict_ladder(on_h200("qwen3_32b"), [1], [k], {k: E})
 
 
 def test_ladder_beyond_memory_is_an_error_or_marked() -> None:
-    arch = _arch("qwen3_32b")
+    s = Scenario(_arch("qwen3_32b"), H200, work=Workload(4096, 4096, 0.9))
     with pytest.raises(CostModelError, match="memory holds only"):
-        predict_ladder(arch, H200, [1, 4096], [], work=Workload(4096, 4096, 0.9))
-    marked = predict_ladder(arch, H200, [1, 4096], [], work=Workload(4096, 4096, 0.9), strict=False)
+        predict_ladder(s, [1, 4096], [])
+    marked = predict_ladder(s, [1, 4096], [], strict=False)
     assert list(marked.feasible) == [True, False] and marked.output_tok_s.isna().tolist() == [False, True]
 
 
 def test_engine_cap_lowers_speculative_throughput_above_it() -> None:
-    arch, work, gb300 = _arch("qwen3_6_27b"), Workload(1024, 1024, 0.85), TABLES[0].points[0][1]
-    free = predict_ladder(arch, gb300, [64], [3], {3: 3.2}, work).query("spec_k == 3")
-    capped = predict_ladder(arch, gb300, [64], [3], {3: 3.2}, work, engine_caps={3: 48}).query("spec_k == 3")
+    s = Scenario(_arch("qwen3_6_27b"), TABLES[0].points[0][1], work=Workload(1024, 1024, 0.85))
+    free = predict_ladder(s, [64], [3], {3: 3.2}).query("spec_k == 3")
+    capped = predict_ladder(s, [64], [3], {3: 3.2}, engine_caps={3: 48}).query("spec_k == 3")
     assert capped.running.item() == 48 and capped.output_tok_s.item() < free.output_tok_s.item()
 
 
 def test_crossover_moves_up_with_context() -> None:
-    arch, conc = _arch("qwen3_32b"), [1, 8, 32, 64, 128, 256]
-    short = predict_ladder(arch, H200, conc, [3], {3: 3.0}, Workload(256, 256, 0.9))
-    long_ = predict_ladder(arch, H200, conc, [3], {3: 3.0}, Workload(2048, 256, 0.9), strict=False)
+    s, conc = on_h200("qwen3_32b"), [1, 8, 32, 64, 128, 256]
+    short = predict_ladder(replace(s, work=Workload(256, 256, 0.9)), conc, [3], {3: 3.0})
+    long_ = predict_ladder(replace(s, work=Workload(2048, 256, 0.9)), conc, [3], {3: 3.0}, strict=False)
     x_short = crossover(short, 3)
     assert x_short is not None
     assert (crossover(long_, 3) or 10**9) >= x_short
@@ -310,15 +327,15 @@ def test_bad_hardware_step_and_efficiency_are_errors() -> None:
     with pytest.raises(CostModelError):
         cm.Hardware(0, 1e15, 1e9)
     with pytest.raises(CostModelError):
-        cm.step_time(_arch("qwen3_32b"), H200, 0, 1, 10)
+        cm.step_time(on_h200("qwen3_32b"), 0, 1, 10)
     with pytest.raises(CostModelError):
         cm.Efficiency(layer_s=-1)
-    assert np.isfinite(cm.step_time(_arch("qwen3_32b"), H200, 1, 1, 0))
+    assert np.isfinite(cm.step_time(on_h200("qwen3_32b"), 1, 1, 0))
 
 
 # ---- draft settings in the params, the MTP band of the seed's case -------------------------------
 def test_draft_settings_from_params_and_engine() -> None:
-    from kit.decide.drafts import draft_for
+    from kit.decide.costmodel import draft_for
     from kit.params import DecideParams, SpeculativeParams
 
     assert draft_for(DecideParams()).kind == "mtp"
@@ -350,7 +367,7 @@ def test_mtp_worth_band_for_the_seed_case() -> None:
     )  # fmt: skip
     eng, dec = params.engine, params.decide
     work = Workload(1024, dec.max_tokens, eng.mem_fraction_static, eng.tp_size, eng.dp_size)
-    band = mtp_worth(_arch("qwen3_6_27b"), hw, work, dec.concurrencies, dec.spec_steps)
+    band = mtp_worth(Scenario(_arch("qwen3_6_27b"), hw, work=work), dec.concurrencies, dec.spec_steps)
     t = band.table.pivot_table(index="concurrency", columns="band", values="ratio")
     assert (t.low < t.typical).all() and (t.typical < t.high).all()
     assert t.typical.is_monotonic_decreasing and t.typical.iloc[0] > 2 and t.typical.iloc[-1] < 1

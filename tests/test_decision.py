@@ -11,10 +11,10 @@ import pandas as pd
 import pytest
 
 from kit.arch import load_arch
-from kit.decide.costmodel import Hardware
-from kit.decide.decision import decide, with_gpus
-from kit.decide.predict import Workload
+from kit.decide.costmodel import Hardware, Scenario, Workload
+from kit.decide.decision import ARM_SETTINGS, decide, decision_arm, with_gpus
 from kit.decide.sweep import RUN_COLUMNS, summarise
+from kit.engines.arms import Arm
 from kit.params import DecideParams
 
 CONFIGS = Path(__file__).parent / "configs"
@@ -67,8 +67,8 @@ def _sweep(rows: list[tuple]) -> tuple[pd.DataFrame, pd.DataFrame]:
 def decide_measured(sweep_runs: tuple[pd.DataFrame, pd.DataFrame], params: DecideParams, **kw) -> dict:
     sweep, runs = sweep_runs
     arch = load_arch_from(kw.pop("model", "qwen3_32b"))
-    return decide(arch, H200, sweep, params, mtp_status="present", engine_flavor=kw.pop("flavor", "sglang"),
-                  runs=runs, **kw)  # fmt: skip
+    return decide(Scenario(arch, H200), sweep, params, mtp_status="present",
+                  engine_flavor=kw.pop("flavor", "sglang"), runs=runs, **kw)  # fmt: skip
 
 
 def measured(levels: dict, drift: tuple[float, float] | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -79,14 +79,14 @@ def measured(levels: dict, drift: tuple[float, float] | None = None) -> tuple[pd
 def test_seed_case_no_mtp_weights_on_eight_rtx_pro_6000(qwen36_without_mtp: Path) -> None:
     arch = load_arch(qwen36_without_mtp)
     assert arch.mtp_layers == 1
-    work = with_gpus(Workload(1024, 1024, 0.85), arch, RTX_PRO_6000, gpu_count=8)
+    seed = with_gpus(Scenario(arch, RTX_PRO_6000, work=Workload(1024, 1024, 0.85)), gpu_count=8)
     params = DecideParams(concurrencies=[1, 8, 64, 256, 512], spec_steps=[1, 2, 3], accept_lengths={3: 3.2})
-    d = decide(arch, RTX_PRO_6000, None, params, mtp_status="missing", engine_flavor="sglang", work=work)
+    d = decide(seed, None, params, mtp_status="missing", engine_flavor="sglang")
     json.dumps(d)
-    assert d["chosen_arm"] == "plain" and not d["speculation_available"]
+    assert d["arm"] == {"k": 0, "algorithm": None} and not d["speculation_available"]
     assert "lacks their weights" in d["speculation_unavailable_reason"]
     s = d["engine_settings"]
-    assert s["speculative"] is False and s["dp_size"] == 8 and s["tp_size"] == 1
+    assert s["dp_size"] == 8 and s["tp_size"] == 1
     assert s["max_running_requests"] is None, "plain decoding: the engine's own capacity"
     worth = [r for r in d["reasons"] if "would be worth" in r and "k=3" in r]
     assert worth and "1: " in worth[0]
@@ -106,8 +106,8 @@ def test_measured_sweep_decides_and_carries_skips() -> None:
         ]
     )
     d = decide_measured(sweep, DecideParams(concurrencies=[1, 256], spec_steps=[1, 3], repetitions=1))
-    assert d["decided_by"] == "measured" and d["chosen_arm"] == "plain"
-    assert d["engine_settings"]["speculative"] is False
+    assert d["decided_by"] == "measured" and decision_arm(d).name == "plain"
+    assert not decision_arm(d).speculative
     assert d["accept_lengths"][3] == pytest.approx(2.85)
     text = " ".join(d["reasons"])
     assert "MTP k=3 / plain = 0.88x" in text and "measured once: no interval" in text
@@ -130,7 +130,7 @@ NOISY = {  # the issue's case: plain and n-gram k=1 a few % apart, on a machine 
 def test_a_lead_inside_the_noise_keeps_the_simpler_arm_and_says_so() -> None:
     params = DecideParams(concurrencies=[16], spec_steps=[1, 3])
     d = decide_measured(measured(NOISY, drift=(2300.0, 2250.0)), params, flavor="vllm")
-    assert d["chosen_arm"] == "plain" and d["measured_difference"] is False
+    assert decision_arm(d).name == "plain" and d["measured_difference"] is False
     noise = d["noise"]
     assert noise["repetitions"] == 3 and noise["noise_pct"] > 10
     assert noise["comparison"]["speculative_arm"] == "spec_k1" and not noise["comparison"]["counts"]
@@ -147,7 +147,7 @@ def test_a_lead_inside_the_noise_keeps_the_simpler_arm_and_says_so() -> None:
 def test_a_lead_outside_the_noise_chooses_speculation() -> None:
     steady = {("plain", 0, 16): [2000.0, 1500.0, 2100.0], ("spec_k3", 3, 16): [2600.0, 1950.0, 2750.0]}
     d = decide_measured(measured(steady), DecideParams(concurrencies=[16], spec_steps=[3]), flavor="vllm")
-    assert d["chosen_arm"] == "spec_k3" and d["measured_difference"] is True
+    assert decision_arm(d).name == "spec_k3" and d["measured_difference"] is True
     assert d["noise"]["comparison"]["lead_pct"] == pytest.approx(30.0)
     assert any("outside the noise" in r for r in d["reasons"])
 
@@ -165,7 +165,7 @@ def test_a_disturbed_repetition_is_set_aside_and_does_not_flip_the_decision() ->
     params = DecideParams(concurrencies=[16], spec_steps=[1])
     before = decide_measured(measured(calm), params, flavor="vllm")
     after = decide_measured(measured(hog), params, flavor="vllm")
-    assert before["chosen_arm"] == after["chosen_arm"] == "spec_k1"
+    assert decision_arm(before).name == decision_arm(after).name == "spec_k1"
     assert (
         after["noise"]["disturbed"][0] | {"round": 1, "arm": "spec_k1", "foreign_cpu_pct": 50.0}
         == (after["noise"]["disturbed"][0])
@@ -173,9 +173,9 @@ def test_a_disturbed_repetition_is_set_aside_and_does_not_flip_the_decision() ->
     assert any("round 1 of spec_k1 at 16 concurrent ran while other processes took 50%" in r
                for r in after["reasons"])  # fmt: skip
     unseen = _runs(hog).assign(disturbed=False)  # the same numbers, the hog unseen: no call made
-    assert decide_measured((summarise(unseen), unseen), params, flavor="vllm")["chosen_arm"] == "plain"
+    assert decision_arm(decide_measured((summarise(unseen), unseen), params, flavor="vllm")) == Arm(0)
     short = {k: v[:3] for k, v in hog.items()}  # no extra round: two calm pairs cannot carry a lead
-    assert decide_measured(measured(short), params, flavor="vllm")["chosen_arm"] == "plain"
+    assert decision_arm(decide_measured(measured(short), params, flavor="vllm")) == Arm(0)
 
 
 def test_the_sweep_measures_a_disturbed_level_once_more_with_every_arm() -> None:
@@ -216,9 +216,9 @@ def test_a_measured_fall_caps_the_batch_and_nothing_else_does() -> None:
 def test_speculation_chosen_sets_explicit_running_cap_and_extra_buffer() -> None:
     arch = load_arch_from("qwen3_6_27b")
     params = DecideParams(concurrencies=[1, 4, 16], spec_steps=[3], accept_lengths={3: 3.2})
-    d = decide(arch, H200, None, params, mtp_status="present", engine_flavor="sglang")
+    d = decide(Scenario(arch, H200), None, params, mtp_status="present", engine_flavor="sglang")
     s = d["engine_settings"]
-    assert d["chosen_arm"] == "spec_k3" and s["speculative"] and s["num_draft_tokens"] == 4
+    assert d["arm"] == {"k": 3, "algorithm": "MTP"} and not set(ARM_SETTINGS) & set(s), "the arm once"
     memory = [r for r in d["table"] if r["arm"] == "spec_k3"][0]["mem_max_running"]
     assert s["mamba_strategy"] == "extra_buffer" and s["max_running_requests"] == memory > 16
     assert any("lowers it to 48" in r for r in d["reasons"]), "not the sweep's top level: what memory holds"
@@ -227,15 +227,14 @@ def test_speculation_chosen_sets_explicit_running_cap_and_extra_buffer() -> None
 def test_transformers_flavor_has_no_speculation() -> None:
     arch = load_arch_from("qwen3_32b")
     d = decide(
-        arch,
-        H200,
+        Scenario(arch, H200),
         None,
         DecideParams(concurrencies=[1, 4]),
         mtp_status="present",
         engine_flavor="transformers",
     )
     assert (
-        d["chosen_arm"] == "plain"
+        decision_arm(d).name == "plain"
         and "transformers serve has no speculative" in d["speculation_unavailable_reason"]
     )
 
@@ -243,9 +242,9 @@ def test_transformers_flavor_has_no_speculation() -> None:
 def test_latency_bound_objective_limits_concurrency() -> None:
     arch = load_arch_from("qwen3_32b")
     ladder = dict(concurrencies=[1, 16, 256], spec_steps=[3])
-    loose = decide(arch, H200, None, DecideParams(**ladder), "absent", "sglang")
+    loose = decide(Scenario(arch, H200), None, DecideParams(**ladder), "absent", "sglang")
     tight = DecideParams(**ladder, objective="latency_bound", latency_bound_s=18.0)
-    d = decide(arch, H200, None, tight, "absent", "sglang", work=Workload(1024, 1024))
+    d = decide(Scenario(arch, H200, work=Workload(1024, 1024)), None, tight, "absent", "sglang")
     assert loose["engine_settings"]["max_running_requests"] is None, "throughput: the engine's capacity"
     capped = d["engine_settings"]["max_running_requests"]
     assert capped == d["engine_settings"]["measured_at_concurrency"] < 256, "latency: the bound caps it"
@@ -278,7 +277,7 @@ def test_a_decision_never_rests_on_nothing() -> None:
         {("plain", 0, 64): [1000.0, 980.0, 1030.0], ("spec_k3", 3, 64): [1010.0, 1000.0, 1020.0]}
     )
     d = decide_measured(close, params)
-    assert d["decided_by"] == "measured" and d["chosen_arm"] == "plain"
+    assert d["decided_by"] == "measured" and decision_arm(d).name == "plain"
     assert any("no measurable difference" in r for r in d["reasons"])
 
     failed = _sweep(
@@ -288,7 +287,7 @@ def test_a_decision_never_rests_on_nothing() -> None:
         ]
     )
     d = decide_measured(failed, params)
-    assert d["decided_by"] == "measured" and d["chosen_arm"] == "plain"
+    assert d["decided_by"] == "measured" and decision_arm(d).name == "plain"
     assert any("spec_k3 could not be measured (server 'sweep-spec_k3' exited" in r for r in d["reasons"])
     row = [r for r in d["table"] if r["arm"] == "spec_k3" and r["concurrency"] == 64][0]
     assert row["status"] == "failed" and row["measured_tok_s"] is None
@@ -304,7 +303,7 @@ def check_reasons(d: dict) -> int:
     """Every reason that states a number or a verdict agrees with the decision's own figures;
     returns how many claims were checked."""
     checked = 0
-    chosen_k = int(d["engine_settings"]["spec_k"])
+    chosen_k = decision_arm(d).k
     for r in d["reasons"]:
         if m := re.match(r"chosen: (plain decoding|\S+ k=(\d+))", r):
             assert int(m[2] or 0) == chosen_k, r
@@ -344,9 +343,9 @@ def test_every_reason_agrees_with_the_numbers(qwen36_without_mtp: Path) -> None:
     """The reasons of a predicted decision (the seed's case) and of measured ones, noisy and clear,
     are read claim by claim against the decision's own table and noise figures."""
     arch = load_arch(qwen36_without_mtp)
-    work = with_gpus(Workload(1024, 1024, 0.85), arch, RTX_PRO_6000, gpu_count=8)
+    eight = with_gpus(Scenario(arch, RTX_PRO_6000, work=Workload(1024, 1024, 0.85)), gpu_count=8)
     params = DecideParams(concurrencies=[1, 8, 64, 256, 512], spec_steps=[1, 2, 3], accept_lengths={3: 3.2})
-    seed = decide(arch, RTX_PRO_6000, None, params, mtp_status="missing", engine_flavor="sglang", work=work)
+    seed = decide(eight, None, params, mtp_status="missing", engine_flavor="sglang")
     noisy = decide_measured(
         measured(NOISY, drift=(2300.0, 2250.0)), DecideParams(concurrencies=[16], spec_steps=[1, 3])
     )
@@ -354,3 +353,20 @@ def test_every_reason_agrees_with_the_numbers(qwen36_without_mtp: Path) -> None:
     clear = decide_measured(measured(steady), DecideParams(concurrencies=[16], spec_steps=[3]), flavor="vllm")
     counts = [check_reasons(d) for d in (seed, noisy, clear)]
     assert all(counts) and sum(counts) >= 15, counts
+
+
+def test_the_arm_is_stored_once_and_an_earlier_kits_decision_still_opens() -> None:
+    """decision.json holds the arm as `arm` ({"k", "algorithm"}), its name derived; a decision.json of
+    the previous kit (`chosen_arm`, `engine_settings`' speculative / spec_k / algorithm /
+    num_draft_tokens) reads as the same arm."""
+    arm = Arm(3, "MTP")
+    assert decision_arm({"arm": {"k": 3, "algorithm": "MTP"}}) == arm and arm.name == "spec_k3"
+    earlier = {
+        "chosen_arm": "spec_k3",
+        "engine_settings": {"speculative": True, "spec_k": 3, "algorithm": "MTP", "num_draft_tokens": 4},
+    }
+    assert decision_arm(earlier) == arm
+    plain = {"chosen_arm": "plain", "engine_settings": {"speculative": False, "spec_k": 0}}
+    assert decision_arm(plain) == Arm(0) == decision_arm({"arm": {"k": 0, "algorithm": None}})
+    assert decision_arm({"chosen_arm": "spec_k2", "table": []}) == Arm(2)  # a stub with the name only
+    assert decision_arm(None) is None and decision_arm({"reasons": []}) is None

@@ -31,7 +31,7 @@ def test_probe_and_decision(demo_run):
     assert probe["summary"]["go"] is True
     assert probe["gpus"]["devices"] == []  # no GPU here, reported as a finding, not a crash
     decision = json.loads((demo_run / "decision.json").read_text())
-    assert decision["chosen_arm"] == "plain" and decision["decided_by"] == "measured"
+    assert decision["arm"] == {"k": 0, "algorithm": None} and decision["decided_by"] == "measured"
     assert decision["speculation_available"] is False
     sweep = pq.read_table(demo_run / "sweep.parquet").to_pandas()
     plain = sweep[sweep.arm == "plain"]

@@ -14,6 +14,7 @@ import pandas as pd
 import pytest
 from test_decision import H200, _runs, decide_measured, load_arch_from, measured
 
+from kit.decide.costmodel import Scenario
 from kit.decide.decision import decide
 from kit.decide.sweep import summarise
 from kit.engines.capacity import Capacity
@@ -53,7 +54,7 @@ def spec_decision() -> dict:
                                                         runs[runs.arm == "spec_k3"].concurrency]  # fmt: skip
     params = DecideParams(concurrencies=[8, 64], spec_steps=[3])
     d = _json(decide_measured((summarise(runs), runs), params, flavor="vllm"))
-    assert d["chosen_arm"] == "spec_k3" and d["engine_settings"]["algorithm"] == "MTP"
+    assert d["arm"] == {"k": 3, "algorithm": "MTP"}
     return d
 
 
@@ -323,7 +324,9 @@ def test_no_decision_checks_capacity_and_says_why_not_the_rest() -> None:
 def test_a_predicted_decision_and_an_old_one_say_what_they_lack(spec_decision: dict) -> None:
     arch = load_arch_from("qwen3_32b")
     params = DecideParams(concurrencies=[1, 64], spec_steps=[3], accept_lengths={3: 3.5})
-    predicted = _json(decide(arch, H200, None, params, mtp_status="present", engine_flavor="sglang"))
+    predicted = _json(
+        decide(Scenario(arch, H200), None, params, mtp_status="present", engine_flavor="sglang")
+    )
     r = PremiseCheck(predicted, CAP, 3).report()["premises"]
     assert "stage 2 decided on predictions" in r["throughput"]["why_not"]
     old = {k: v for k, v in spec_decision.items() if k != "table"}

@@ -17,7 +17,7 @@ import pytest
 from fixtures_models import load_config
 
 from kit.arch import arch_from_config
-from kit.decide.profile_budget import GIB, plan_cpu_profile, profile_bytes, scaled_depths
+from kit.decide.profile.budget import GIB, plan_cpu_profile, profile_bytes, scaled_depths
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -71,7 +71,7 @@ def test_the_estimate_grows_with_batch_and_context_where_the_cache_lives() -> No
 CHILD = r"""
 import json, resource, sys
 import psutil, torch, transformers.models.qwen3.modeling_qwen3  # imported before the limit is set
-from kit.decide.profile_budget import available_memory_bytes
+from kit.decide.profile.budget import available_memory_bytes
 from kit.decide.run import _cpu_profile
 from kit.params import RunParams
 from kit.runfolder import RunFolder

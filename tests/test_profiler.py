@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from kit.arch import arch_from_config
-from kit.decide.costmodel import Hardware, step_time
-from kit.decide.profiler import (
+from kit.decide.costmodel import Hardware, Scenario, step_time
+from kit.decide.profile.profiler import (
     PROFILE_COLUMNS,
     ProfileGrid,
     calibrate,
@@ -49,7 +49,7 @@ def test_calibrated_model_tracks_the_profile(demo_profile: pd.DataFrame) -> None
     arch = arch_from_config(DEMO)
     eff = calibrate(demo_profile, arch, CPU)
     assert eff.source == "profile on cpu"
-    preds = [step_time(arch, CPU, r.B, r.q, r.L, eff) for r in demo_profile.itertuples()]
+    preds = [step_time(Scenario(arch, CPU, eff), r.B, r.q, r.L) for r in demo_profile.itertuples()]
     errors = [abs(p / m - 1) for p, m in zip(preds, demo_profile.step_s, strict=True)]
     assert sorted(errors)[len(errors) // 2] < 0.5
 

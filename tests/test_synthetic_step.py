@@ -12,8 +12,8 @@ import pytest
 import torch
 
 from kit.arch import arch_from_config
-from kit.decide import synthetic_step as syn
-from kit.decide.profiler import PROFILE_COLUMNS, ProfileGrid, config_hash, load_profile, profile_steps
+from kit.decide.profile import synthetic_step as syn
+from kit.decide.profile.profiler import PROFILE_COLUMNS, ProfileGrid, config_hash, load_profile, profile_steps
 from kit.errors import CostModelError
 
 ROOT = Path(__file__).resolve().parents[1]

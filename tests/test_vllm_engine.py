@@ -35,6 +35,8 @@ import yaml
 from conftest import REPO
 from engines import VLLM_PYTHON, engine_python
 
+from kit.decide.decision import decision_arm
+
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
 SIX = {"infinity_instruct", "webinstructsub", "codefeedback", "metamathqa", "hermes_fc", "agentinstruct"}
 
@@ -101,7 +103,7 @@ def test_stage2_measures_plain_and_ngram_for_real(vllm_run: Path) -> None:
     settings = decision["engine_settings"]
     assert settings["measured_at_concurrency"] in (1, 8)
     assert settings["max_running_requests"] is None, "never the sweep's level: the engine's capacity"
-    assert settings["speculative"] == (decision["chosen_arm"] != "plain")
+    assert set(decision["arm"]) == {"k", "algorithm"} and "speculative" not in settings
     noise = decision["noise"]
     assert noise["servers_together"] is True and noise["repetitions"] >= 3 and noise["noise_pct"] is not None
     assert noise["drift"] is not None and isinstance(decision["measured_difference"], bool)
@@ -123,7 +125,8 @@ def test_stage3_uses_the_decision_and_completes_every_source(vllm_run: Path) -> 
     assert manifest["complete"] and manifest["failures"] == 0, manifest
     assert set(manifest["rows_by_source"]) == SIX and manifest["rows_by_source"]["hermes_fc"] == 8
     applied = manifest["settings_from_decision"]
-    assert applied["chosen_arm"] == decision["chosen_arm"] and "max_running_requests" not in applied
+    chosen = decision_arm(decision).name
+    assert applied["chosen_arm"] == chosen and "max_running_requests" not in applied
     argv = (vllm_run / "logs" / "server-0.log").read_text().splitlines()[0]
     assert "--max-num-seqs" not in argv, "stage 3 runs vLLM at its own capacity"
     assert manifest["engine_capacity"] == 128 and "CPU build" in manifest["capacity_source"]
@@ -246,7 +249,7 @@ def test_a_cpu_hog_is_caught_and_does_not_flip_the_decision(
     if (1, "sweep", "plain", 8) in disturbed:
         said = "round 1 of plain at 8 concurrent ran while other processes took"
         assert any(said in r for r in hogged["reasons"]), hogged["reasons"]
-    assert hogged["chosen_arm"] == calm["chosen_arm"], (hogged["reasons"], calm["reasons"])
+    assert hogged["arm"] == calm["arm"], (hogged["reasons"], calm["reasons"])
 
 
 def test_the_report_shows_the_measured_arms(vllm_run: Path) -> None:

@@ -15,12 +15,10 @@ import yaml
 from test_decision import CONFIGS, decide_measured, load_arch_from, measured
 
 from kit.decide import costmodel as cm
-from kit.decide.acceptance import accept_length
-from kit.decide.costmodel import Hardware
+from kit.decide.costmodel import Hardware, Scenario, Workload, accept_length
 from kit.decide.decision import decide
-from kit.decide.predict import Workload
-from kit.decide.scenario import RunBasis, gpu_names, predict_scenario, spec_wins_up_to
 from kit.decide.whatif import LIVE_NOTE, draw, what_if
+from kit.decide.whatif_model import RunBasis, gpu_names, predict_scenario, spec_wins_up_to
 from kit.errors import CostModelError, KitError
 from kit.params import DecideParams
 from kit.runfolder import RunFolder
@@ -64,7 +62,9 @@ def cpu_run(tmp_path_factory) -> RunFolder:
     sweep, runs = measured({("plain", 0, c): [10.0 * c, 10.2 * c, 9.9 * c] for c in (1, 4, 16)})
     cpu = Hardware(20e9, 200e9, 16e9, name="cpu")
     arch = load_arch_from("tinyllama_1_1b")
-    decision = decide(arch, cpu, sweep, params, "absent", "transformers", runs=runs, work=Workload(40, 32))
+    decision = decide(
+        Scenario(arch, cpu, work=Workload(40, 32)), sweep, params, "absent", "transformers", runs=runs
+    )
     return _run_folder(tmp_path_factory.mktemp("cpu"), "tinyllama_1_1b", decision, "transformers")
 
 

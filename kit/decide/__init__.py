@@ -1,30 +1,12 @@
-"""Stage 2, decide MTP: a cost model of decode steps, a step-time profiler and the decision with reasons.
+"""Stage 2, decide on speculative decoding: a measured sweep of the real engine beside a cost model
+of decode steps, and the decision with its reasons (decision.json).
 
-Importing the package loads only the cost model (no pydantic, no engines), so benchmarks/profile_step.py
-runs on a bare GPU box; `decide` is imported on first use.
+- costmodel/   the cost model: a `Scenario` (model, GPU, efficiency, workload, draft) -> step times,
+               tokens/s per arm; numpy and pandas only, so it runs on a GPU box without the kit
+- profile/     the step profiler: measured step times of a random-weight model, calibration
+- the stage:   run.py (decision.json), sweep.py, machine.py, noise.py, measured.py, decision.py, apply.py
+               (stage 3's settings); view.py, verdict.py, plots.py, worth.py, whatif.py, whatif_model.py
+               (notebook 02); tailarm.py (stage 3's tail)
+
+Importing the package loads nothing: each module is imported by name.
 """
-
-from typing import Any
-
-from kit.decide.acceptance import accept_length, acceptance_rate
-from kit.decide.costmodel import Efficiency, Hardware, step_time
-from kit.decide.predict import Workload, predict_ladder
-
-__all__ = [
-    "Efficiency",
-    "Hardware",
-    "Workload",
-    "accept_length",
-    "acceptance_rate",
-    "decide",
-    "predict_ladder",
-    "step_time",
-]
-
-
-def __getattr__(name: str) -> Any:
-    if name == "decide":
-        from kit.decide.decision import decide
-
-        return decide
-    raise AttributeError(f"module 'kit.decide' has no attribute {name!r}")

@@ -1,19 +1,24 @@
-"""Stage 2 -> stage 3: the engine settings of decision.json applied to the run's params.
+"""Stage 2 -> stage 3: the arm and engine settings of decision.json applied to the run's params.
 
-Speculation (on or off, its k) always follows the decision; every other setting fills only what
-the params leave unset (see `kit.engines.settings.apply_settings`).
+Speculation (on or off, its k) always follows the decision's arm; every other setting fills only
+what the params leave unset (see `kit.engines.settings.apply_settings`).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from kit.decide.decision import decision_arm
+from kit.engines.arms import Arm
 from kit.engines.settings import apply_settings
 from kit.params import RunParams
 
 
 def apply_decision(params: RunParams, decision: dict[str, Any]) -> tuple[RunParams, dict[str, Any]]:
-    """(params for stage 3, the settings taken from the decision, with the chosen arm)."""
-    new, applied = apply_settings(params, decision.get("engine_settings") or {})
-    applied["chosen_arm"] = decision.get("chosen_arm")
+    """(params for stage 3, the settings taken from the decision, with the chosen arm's name)."""
+    arm = decision_arm(decision) or Arm(0)
+    # apply_settings reads the arm where decided_settings spells it, among the engine settings
+    handoff = {"speculative": arm.speculative, "spec_k": arm.k, "algorithm": arm.algorithm}
+    new, applied = apply_settings(params, {**(decision.get("engine_settings") or {}), **handoff})
+    applied["chosen_arm"] = arm.name
     return new, applied

@@ -7,36 +7,67 @@ arms that could not be measured (for example: what MTP would be worth if its wei
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 import pandas as pd
 
-from kit.arch import ModelArch
-from kit.decide import costmodel as cm
-from kit.decide.drafts import Draft, draft_for
-from kit.decide.measured import MeasuredChoice, choose, measured_fall, noise_section, noise_sentences
-from kit.decide.predict import (
+from kit.decide.costmodel import (
+    MODEL_ERROR,
+    Efficiency,
+    Scenario,
     Workload,
     best_arm,
     crossover,
+    fit_to_sweep,
     iteration_shares,
     predict_ladder,
+    weight_bytes,
     with_ratio,
     workload_dict,
 )
-from kit.decide.profiler import calibrate
-from kit.engines.arms import Arm, arm_name
-from kit.engines.settings import (
-    decided_settings,
-    resolve_algorithm,
-    unavailable_reason,
-)
+from kit.decide.measured import MeasuredChoice, choose, measured_fall, noise_section, noise_sentences
+from kit.decide.profile.profiler import calibrate
+from kit.engines.arms import Arm, resolve_algorithm
+from kit.engines.settings import decided_settings, unavailable_reason
 from kit.errors import CostModelError
 
-PREDICTION_ERROR = cm.MODEL_ERROR
+PREDICTION_ERROR = MODEL_ERROR
 """The cost model's known error on published tables it was not fitted to (docs/costmodel.md): a
 predicted margin smaller than this never turns speculation on."""
+ARM_SETTINGS = ("speculative", "spec_k", "algorithm", "num_steps", "eagle_topk", "num_draft_tokens")
+"""How `decided_settings` spells the arm among the engine settings: decision.json stores the arm once,
+as `arm`, and not these (a decision.json of an earlier kit has them: `decision_arm` reads it)."""
+
+
+def arm_dict(arm: Arm) -> dict[str, int | str | None]:
+    """decision.json's `arm`: the draft length k (0: plain decoding) and the speculative algorithm."""
+    return {"k": arm.k, "algorithm": arm.algorithm}
+
+
+def decision_arm(decision: Mapping[str, Any] | None) -> Arm | None:
+    """The arm a decision.json chose (its name, `plain` / `spec_k3`, is `Arm.name`), or None when it
+    names none (no decision.json, or one without a choice).
+
+    This kit writes it once, as `arm` ({"k": 3, "algorithm": "MTP"}). A decision.json of an earlier kit
+    spelled it as `chosen_arm` (the name) and as `engine_settings`' `speculative`, `spec_k` and
+    `algorithm` (and `num_draft_tokens`, k + 1): it opens the same."""
+    if not decision:
+        return None
+    if isinstance(decision.get("arm"), Mapping):
+        k = int(decision["arm"].get("k") or 0)
+        return Arm(k, decision["arm"].get("algorithm") if k else None)
+    settings = decision.get("engine_settings") or {}
+    if "spec_k" in settings or "speculative" in settings:
+        k = int(settings.get("spec_k") or 0) if settings.get("speculative", True) else 0
+        return Arm(k, settings.get("algorithm") if k else None)
+    name = decision.get("chosen_arm")
+    if name == "plain":
+        return Arm(0)
+    if isinstance(name, str) and name.startswith("spec_k") and name[len("spec_k") :].isdigit():
+        return Arm(int(name[len("spec_k") :]))
+    return None
 
 
 def measured_accept_lengths(sweep: pd.DataFrame | None) -> dict[int, float]:
@@ -226,15 +257,7 @@ def _bound_sentences(predicted: pd.DataFrame, ks: list[int], work: Workload, nam
     return out
 
 
-def gap_sentences(
-    table: pd.DataFrame,
-    arch: ModelArch,
-    hw: cm.Hardware,
-    work: Workload,
-    eff: cm.Efficiency,
-    draft: Draft,
-    name: str = "MTP",
-) -> list[str]:
+def gap_sentences(table: pd.DataFrame, s: Scenario, name: str = "MTP") -> list[str]:
     """Where the prediction (calibrated on the sweep when it could be) still misses a measured point
     by more than the model's known error: the worst point per arm, and the term the predicted step
     rests on most there (the one to distrust first)."""
@@ -243,33 +266,28 @@ def gap_sentences(
     off = off[off.error_pct.astype(float).abs() > 100 * PREDICTION_ERROR]
     for _, g in off.groupby("arm", sort=False):
         r = g.loc[g.error_pct.astype(float).abs().idxmax()]
-        shares = iteration_shares(arch, hw, int(r.running), int(r.spec_k), work, eff, draft)
+        shares = iteration_shares(s, int(r.running), int(r.spec_k))
         term, share = max(shares.items(), key=lambda kv: kv[1])
         side = "above" if float(r.error_pct) > 0 else "below"
         out.append(
             f"the prediction for {_label(r, name)} at {int(r.concurrency)} concurrent is "
             f"{abs(float(r.error_pct)):.0f}% {side} the measurement, beyond the model's ±"
-            f"{100 * PREDICTION_ERROR:.0f}% ({eff.source}): its predicted step is {100 * share:.0f}% "
+            f"{100 * PREDICTION_ERROR:.0f}% ({s.eff.source}): its predicted step is {100 * share:.0f}% "
             f"{term}, the term to distrust first there"
         )
     return out
 
 
 def _settings(
-    choice: dict,
-    arch: ModelArch,
-    predicted: pd.DataFrame,
-    work: Workload,
-    flavor: str,
-    attention_backend: str | None,
-    algorithm: str | None,
+    choice: dict, arm: Arm, s: Scenario, predicted: pd.DataFrame, flavor: str, attention_backend: str | None
 ) -> dict:
-    k = int(choice["spec_k"])
-    rows = predicted[predicted.spec_k == k]
+    """decision.json's `engine_settings` for the chosen arm: what stage 3 takes beside the arm."""
+    work = s.work
+    rows = predicted[predicted.spec_k == arm.k]
     mem_cap = int(rows.mem_max_running.iloc[0]) if len(rows) else 1
     cap, why = choice.get("cap_concurrency"), choice.get("cap_reason", "")
     settings = decided_settings(
-        Arm(k, algorithm if k else None),
+        arm,
         flavor=flavor,
         memory_running=mem_cap,
         cap_running=math.ceil(cap / work.dp_size) if cap else None,
@@ -278,54 +296,48 @@ def _settings(
         dp_size=work.dp_size,
         tp_size=work.tp_size,
         attention_backend=attention_backend,
-        hybrid=arch.is_hybrid,
+        hybrid=s.arch.is_hybrid,
     )
+    settings = {key: v for key, v in settings.items() if key not in ARM_SETTINGS}
     settings["measured_at_concurrency"] = int(choice["concurrency"])
     return settings
 
 
 def decide(
-    arch: ModelArch,
-    hw: cm.Hardware,
+    s: Scenario,
     sweep: pd.DataFrame | None,
     params: Any,
     mtp_status: str,
     engine_flavor: str,
     *,
     runs: pd.DataFrame | None = None,
-    work: Workload | None = None,
     profile: pd.DataFrame | None = None,
     attention_backend: str | None = None,
     algorithm: str | None = None,
     draft_model: bool = False,
-    draft: Draft | None = None,
 ) -> dict:
-    """The content of decision.json; `params` is a DecideParams (concurrencies, spec_steps,
-    accept_lengths, objective, latency_bound_s). Measured rows decide (`sweep`: one row per arm and
-    level with its interval; `runs`: every measurement, for leads paired by round); predictions explain.
-    `draft` is what the speculative arms draft with (default: from params and `algorithm`)."""
-    work = work or Workload()
-    eff = calibrate(profile, arch, hw) if profile is not None else cm.Efficiency()
-    ks = list(params.spec_steps)
+    """The content of decision.json for the scenario `s` (model, hardware, workload, and the draft the
+    speculative arms run; its efficiency is the start, calibrated on `profile` when one is given).
+    `params` is a DecideParams (concurrencies, spec_steps, accept_lengths, objective, latency_bound_s).
+    Measured rows decide (`sweep`: one row per arm and level with its interval; `runs`: every
+    measurement, for leads paired by round); predictions explain."""
+    if profile is not None:
+        s = replace(s, eff=calibrate(profile, s.arch, s.hw))
+    work, ks = s.work, list(params.spec_steps)
     accept = {
         **{int(k): float(v) for k, v in params.accept_lengths.items()},
         **measured_accept_lengths(sweep),
     }
-    draft = draft if draft is not None else draft_for(params, _Speculative(algorithm))
-    before = eff
-    eff = _fitted(sweep, arch, hw, work, draft, eff)
-    predicted = predict_ladder(
-        arch, hw, params.concurrencies, ks, accept, work, eff, strict=False, draft=draft
-    )
-    if eff is not before:  # calibrated on the sweep: keep what the model said before measuring
-        unfitted = predict_ladder(
-            arch, hw, params.concurrencies, ks, accept, work, before, strict=False, draft=draft
-        )
+    before, fitted = s, _fitted(sweep, s)
+    s = replace(s, eff=fitted)
+    predicted = predict_ladder(s, params.concurrencies, ks, accept, strict=False)
+    if fitted is not before.eff:  # calibrated on the sweep: keep what the model said before measuring
+        unfitted = predict_ladder(before, params.concurrencies, ks, accept, strict=False)
         predicted["predicted_before_tok_s"] = unfitted.output_tok_s.to_numpy()
     if predicted[predicted.spec_k == 0].feasible.sum() == 0:
         raise CostModelError(
-            f"plain decoding does not fit: {arch.model_type} at context "
-            f"{work.input_len + work.output_len} leaves no room for one sequence on {hw.name}"
+            f"plain decoding does not fit: {s.arch.model_type} at context "
+            f"{work.input_len + work.output_len} leaves no room for one sequence on {s.hw.name}"
         )
     algo = resolve_algorithm(algorithm, draft_model)
     unavailable = unavailable_reason(engine_flavor, algo, draft_model, mtp_status)
@@ -345,7 +357,9 @@ def decide(
             cap_concurrency=int(choice["concurrency"]),
             cap_reason=f"the most concurrent requests within the latency bound ({bound:g} s at p50)",
         )
-    settings = _settings(choice, arch, predicted, work, engine_flavor, attention_backend, algo.name)
+    k = int(choice["spec_k"])
+    arm = Arm(k, algo.name if k else None)
+    settings = _settings(choice, arm, s, predicted, engine_flavor, attention_backend)
     figure = choice.get("figure") or f"{float(choice['output_tok_s']):.0f} output tok/s"
     reasons = [
         f"chosen: {_label(pd.Series(choice), name)} (best at concurrency {int(choice['concurrency'])}: "
@@ -357,9 +371,9 @@ def decide(
     reasons += noise_sentences(noise)
     reasons.append(_batch_sentence(settings, fall))
     reasons += _reasons(table, predicted, unavailable, work, ks, choice["source"] == "measured", name)
-    reasons += gap_sentences(table, arch, hw, work, eff, draft, name)
+    reasons += gap_sentences(table, s, name)
     return {
-        "chosen_arm": arm_name(int(choice["spec_k"])),
+        "arm": arm_dict(arm),
         "decided_by": choice["source"],
         "measured_difference": None if measured is None else measured.measurable,
         "measured": {b.arm: b.as_dict() for b in measured.bests} if measured else {},
@@ -370,53 +384,38 @@ def decide(
         "engine_settings": settings,
         "reasons": reasons,
         "hardware": {
-            "name": hw.name,
-            "bandwidth_Bps": hw.bandwidth_Bps,
-            "flops_bf16": hw.flops_bf16,
-            "memory_bytes": hw.memory_bytes,
-            "gemm_efficiency": hw.gemm_efficiency,
+            "name": s.hw.name,
+            "bandwidth_Bps": s.hw.bandwidth_Bps,
+            "flops_bf16": s.hw.flops_bf16,
+            "memory_bytes": s.hw.memory_bytes,
+            "gemm_efficiency": s.hw.gemm_efficiency,
         },
-        "efficiency": eff.as_dict(),
+        "efficiency": s.eff.as_dict(),
         "workload": workload_dict(work),
         "accept_lengths": accept,
         "table": _records(table),
     }
 
 
-def _fitted(
-    sweep: pd.DataFrame | None,
-    arch: ModelArch,
-    hw: cm.Hardware,
-    work: Workload,
-    draft: Draft,
-    eff: cm.Efficiency,
-) -> cm.Efficiency:
-    """The efficiency fitted to the sweep's own measured points when there are enough of them (the
-    prediction then explains the measurement and extrapolates from it); else `eff` as it is.
+def _fitted(sweep: pd.DataFrame | None, s: Scenario) -> Efficiency:
+    """The scenario's efficiency fitted to the sweep's own measured points when there are enough of
+    them (the prediction then explains the measurement and extrapolates from it); else `s.eff` as it is.
 
     Free: the fixed cost per step and the two rates, plus, when speculative arms were measured,
     the per-sequence cost of drafting (n-gram lookup) or of speculative bookkeeping.
     """
-    from kit.decide.fit import fit_to_sweep
-
     if sweep is None or sweep.empty:
-        return eff
+        return s.eff
     ok = sweep[(sweep.status == "ok") & sweep.output_tok_s.notna()]
     free = ["overhead_s", "bw", "flops"]
     if (ok.spec_k > 0).any():
-        free.append("ngram_seq_s" if draft.kind == "ngram" else "spec_seq_s")
+        free.append("ngram_seq_s" if s.draft.kind == "ngram" else "spec_seq_s")
     if len(ok) < len(free):
-        return eff
+        return s.eff
     try:
-        return fit_to_sweep(ok, arch, hw, work, draft, eff, tuple(free))
+        return fit_to_sweep(ok, s, tuple(free))
     except CostModelError:
-        return eff
-
-
-@dataclass(frozen=True)
-class _Speculative:
-    algorithm: str | None
-    draft_model_path: None = None
+        return s.eff
 
 
 def _records(table: pd.DataFrame) -> list[dict]:
@@ -427,10 +426,12 @@ def _records(table: pd.DataFrame) -> list[dict]:
     ]
 
 
-def with_gpus(work: Workload, arch: ModelArch, hw: cm.Hardware, gpu_count: int) -> Workload:
-    """Data parallel over all GPUs when the weights fit one GPU's budget, else the smallest TP that fits."""
-    weights = work.weight_bytes or cm.weight_bytes(arch)
+def with_gpus(s: Scenario, gpu_count: int) -> Scenario:
+    """The scenario laid out over `gpu_count` GPUs: data parallel over all of them when the weights fit
+    one GPU's budget, else the smallest TP that fits."""
+    work = s.work
+    weights = work.weight_bytes or weight_bytes(s.arch)
     tp = 1
-    while tp < gpu_count and weights / tp > 0.8 * hw.memory_bytes * work.mem_fraction:
+    while tp < gpu_count and weights / tp > 0.8 * s.hw.memory_bytes * work.mem_fraction:
         tp *= 2
-    return replace(work, tp_size=tp, dp_size=max(gpu_count // tp, 1))
+    return replace(s, work=replace(work, tp_size=tp, dp_size=max(gpu_count // tp, 1)))

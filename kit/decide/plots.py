@@ -8,6 +8,9 @@ from typing import Any
 
 import pandas as pd
 
+from kit.decide.decision import decision_arm
+from kit.engines.arms import Arm
+
 
 def _table(decision: dict) -> pd.DataFrame:
     """The decision's table, arms named for reading (`plain decoding`, `MTP k=2`)."""
@@ -21,7 +24,7 @@ def _table(decision: dict) -> pd.DataFrame:
 def _chosen(decision: dict) -> str:
     from kit.decide.verdict import arm_label
 
-    k = int((decision.get("engine_settings") or {}).get("spec_k") or 0)
+    k = (decision_arm(decision) or Arm(0)).k
     return arm_label(k, decision.get("speculation_name", "MTP"))
 
 

@@ -3,7 +3,7 @@
 Hardware comes from the probe: the datasheet of the first GPU (its efficiency factors from a
 step profile when `decide.profile` names one), or, with no GPU, this CPU calibrated by a short
 step profile of the model's own config, so the demo predicts its own curve honestly. The CPU
-profile never takes more memory than the machine has (kit.decide.profile_budget): a model too big
+profile never takes more memory than the machine has (kit.decide.profile.budget): a model too big
 to build whole is profiled on a few layers and scaled, or not at all, and decision.json says which.
 """
 
@@ -23,10 +23,10 @@ import pyarrow.parquet as pq
 from kit.arch import arch_from_config, load_arch
 from kit.decide import costmodel as cm
 from kit.decide.decision import decide, with_gpus
-from kit.decide.drafts import draft_for
-from kit.decide.predict import Workload
-from kit.decide.profile_budget import ProfilePlan, plan_cpu_profile
+from kit.decide.profile.budget import ProfilePlan, plan_cpu_profile
+from kit.decide.profile.profiler import ProfileGrid, load_profile, profile_steps
 from kit.decide.sweep import run_sweep
+from kit.engines.flavors import flavor
 from kit.errors import CostModelError
 from kit.params import RunParams
 from kit.prompts.plan import take_prompts
@@ -62,17 +62,15 @@ def servers_together(params: RunParams, probe: dict[str, Any], weight_bytes: flo
         return mode == "together", f"decide.servers is {mode}"
     eng = params.engine
     arms = 1 + len(params.decide.spec_steps)
-    if eng.flavor not in ("vllm", "sglang"):
+    fl = flavor(eng.flavor)
+    if not fl.can_speculate:
         return False, f"{eng.flavor} runs one server (it has no speculative arms)"
     if (probe.get("gpus") or {}).get("devices"):
         return False, "each arm's server takes the GPUs' memory, so the arms run one at a time"
-    kv = eng.env.get("VLLM_CPU_KVCACHE_SPACE")
-    if eng.flavor == "vllm" and not kv:
-        return False, (
-            "vLLM's CPU build reserves engine.mem_fraction_static of the machine's memory per server "
-            "unless engine.env sets VLLM_CPU_KVCACHE_SPACE, so its servers run one at a time"
-        )
-    need = arms * (weight_bytes + float(kv or 4) * GIB + SERVER_OVERHEAD_BYTES)
+    apart = fl.apart_on_cpu(eng)
+    if apart:
+        return False, apart
+    need = arms * (weight_bytes + fl.cpu_cache_gib(eng) * GIB + SERVER_OVERHEAD_BYTES)
     free = psutil.virtual_memory().available
     if need > TOGETHER_SHARE * free:
         return False, f"{arms} servers would need {need / GIB:.1f} GiB of the {free / GIB:.1f} GiB free"
@@ -87,8 +85,6 @@ def _hardware(
     params: RunParams, folder: RunFolder, probe: dict[str, Any]
 ) -> tuple[cm.Hardware, pd.DataFrame | None, int, ProfilePlan | None]:
     """(hardware, step profile or None, GPU count, the CPU profile's plan when one was made)."""
-    from kit.decide.profiler import load_profile
-
     info = probe.get("gpus") or {}
     gpus = info.get("devices") or []
     profile = load_profile(params.decide.profile) if params.decide.profile else None
@@ -104,8 +100,6 @@ def _hardware(
 
 def _cpu_profile(params: RunParams, folder: RunFolder) -> tuple[pd.DataFrame | None, ProfilePlan]:
     """A step profile of this model on the CPU, as deep as memory allows (none when nothing fits)."""
-    from kit.decide.profiler import ProfileGrid, profile_steps
-
     cfg = json.loads((Path(params.model.path) / "config.json").read_text())
     grid = ProfileGrid(
         batch_sizes=tuple(sorted({1, *params.decide.concurrencies})),
@@ -159,29 +153,27 @@ def run_decision(params: RunParams, folder: RunFolder, probe: dict[str, Any]) ->
     hw, profile, n_gpus, profile_plan = _hardware(params, folder, probe)
     lens = [p["prompt_tokens"] for p in prompts if p.get("prompt_tokens")]
     eng = params.engine
-    work = Workload(
+    work = cm.Workload(
         input_len=int(sum(lens) / len(lens)) if lens else 512,
         output_len=params.decide.max_tokens,
         mem_fraction=eng.mem_fraction_static or params.probe.mem_fraction,
         tp_size=eng.tp_size,
         dp_size=eng.dp_size,
     )
+    scenario = cm.Scenario(arch, hw, work=work, draft=cm.draft_for(params.decide, eng.speculative))
     if n_gpus > 1 and eng.tp_size == 1 and eng.dp_size == 1:
-        work = with_gpus(work, arch, hw, n_gpus)  # params leave the layout open: use every GPU
+        scenario = with_gpus(scenario, n_gpus)  # params leave the layout open: use every GPU
     backend = eng.attention_backend or (probe.get("recommended") or {}).get("attention_backend")
     decision = decide(
-        arch,
-        hw,
+        scenario,
         sweep,
         params.decide,
         mtp or "absent",
         eng.flavor,
-        work=work,
         profile=profile,
         attention_backend=backend,
         algorithm=eng.speculative.algorithm,
         draft_model=eng.speculative.draft_model_path is not None,
-        draft=draft_for(params.decide, eng.speculative),
         runs=runs,
     )
     decision["engine_flavor"] = eng.flavor

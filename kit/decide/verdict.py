@@ -5,7 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from kit.decide.decision import decision_arm
 from kit.display import Answer, is_number, number
+from kit.engines.arms import Arm
 
 
 def arm_label(spec_k: int, name: str) -> str:
@@ -32,7 +34,7 @@ def _not_measured(decision: dict[str, Any], rows: list[dict[str, Any]]) -> str |
 
 def _chosen_row(decision: dict[str, Any], rows: list[dict[str, Any]], col: str) -> dict[str, Any] | None:
     """The table row of the chosen arm at the chosen concurrency (else that arm's best)."""
-    arm = decision.get("chosen_arm")
+    arm = (decision_arm(decision) or Arm(0)).name
     settings = decision.get("engine_settings") or {}
     level = settings.get("measured_at_concurrency") or settings.get("client_concurrency")  # older files
     mine = [r for r in rows if r.get("arm") == arm and is_number(r.get(col))]
@@ -64,13 +66,14 @@ def _lead(
 def decision_answer(decision: dict[str, Any] | None, name: str = "MTP", worth: str | None = None) -> Answer:
     """The chosen arm, measured or predicted, and its lead over the best arm of the other kind;
     why speculation was not measured, and what MTP would be worth (`worth`) when given."""
-    if not decision or "chosen_arm" not in decision:
+    arm = decision_arm(decision)
+    if arm is None:
         why = "decision.json is missing: stage 2 has not run (`kit decide PARAMS` writes it)."
         return Answer("Decision", "not decided", why, "missing")
     rows = decision.get("table") or []
     measured = decision.get("decided_by") == "measured"
     col = "measured_tok_s" if measured else "predicted_tok_s"
-    k = int((decision.get("engine_settings") or {}).get("spec_k") or 0)
+    k = arm.k
     label = arm_label(k, name)
     win = _chosen_row(decision, rows, col)
     text = ""

@@ -8,14 +8,14 @@ from typing import Any
 import pandas as pd
 import yaml
 
+from kit.decide.decision import ARM_SETTINGS, decision_arm, spec_name
+from kit.engines.arms import Arm
 from kit.runfolder import RunFolder, read_json
 
 
 def speculation_name(folder: RunFolder) -> str:
     """What the run's speculative arms are called (MTP, n-gram, EAGLE, draft model), from its
     params.yaml (MTP when unreadable)."""
-    from kit.decide.decision import spec_name
-
     try:
         spec = ((yaml.safe_load(folder.params.read_text()) or {}).get("engine") or {}).get(
             "speculative"
@@ -28,16 +28,19 @@ def speculation_name(folder: RunFolder) -> str:
 def decision_verdict(folder: RunFolder) -> str:
     """The decision first (what was chosen, measured or predicted, by how much), then the reasons,
     warnings and the engine settings stage 3 takes."""
-    from kit.decide.verdict import decision_answer
+    from kit.decide.verdict import arm_label, decision_answer
     from kit.display import human_name
 
     decision = read_json(folder.decision)
-    answer = decision_answer(decision, speculation_name(folder))
+    name = speculation_name(folder)
+    answer = decision_answer(decision, name)
     lines = [f"## Decision: {answer.headline}", "", answer.detail, "", "**Why**", ""]
     lines += [f"- {r}" for r in decision["reasons"]]
     lines += [f"- **warning:** {w}" for w in decision.get("warnings") or []]
     lines += ["", "**Engine settings for stage 3**", ""]
-    lines += [f"- {human_name(k)}: {_setting(v)}" for k, v in decision["engine_settings"].items()]
+    lines += [f"- arm: {arm_label((decision_arm(decision) or Arm(0)).k, name)}"]
+    settings = decision["engine_settings"].items()
+    lines += [f"- {human_name(k)}: {_setting(v)}" for k, v in settings if k not in ARM_SETTINGS]
     return "\n".join(lines)
 
 

@@ -7,7 +7,7 @@ context length, GPU) instead of editing YAML, the sweep's measured ratios fixed 
     w.ladder, w.crossover      # the scenario the controls show now, for the next cell
     w.set(gpu="B200", accept_length=2.2)
 
-The predictions are kit.decide.scenario's; this module draws them. As with kit.analyse.explore,
+The predictions are kit.decide.whatif_model's; this module draws them. As with kit.analyse.explore,
 reports show the default state as static HTML and say the controls are live in JupyterLab.
 """
 
@@ -20,13 +20,13 @@ from typing import Any
 import pandas as pd
 
 from kit.decide import costmodel as cm
-from kit.decide.scenario import (
+from kit.decide.whatif_model import (
     COLUMNS,
     K_MAX,
     SCENARIO_KEYS,
     Prediction,
     RunBasis,
-    Scenario,
+    WhatIfScenario,
     caption_text,
     context_label,
     predict_scenario,
@@ -144,7 +144,7 @@ class WhatIf:
         return self.prediction.crossover if self.prediction else None
 
     @property
-    def scenario(self) -> Scenario | None:
+    def scenario(self) -> WhatIfScenario | None:
         return self.prediction.scenario if self.prediction else None
 
     @property

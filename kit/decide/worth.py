@@ -1,7 +1,7 @@
 """What the model's own MTP heads would be worth for a workload, as a band over accept lengths.
 
 The seed's question: the checkpoint came without its MTP weights; is fetching them worth it, and
-up to which concurrency? The cost model (kit.decide.costmodel, drafts, predict) prices the MTP head
+up to which concurrency? The cost model (kit.decide.costmodel: step, drafts, predict) prices the MTP head
 exactly as if it were loaded; only the accept length is unknown until it runs, so the answer is a
 band over three accept-length assumptions per draft length k:
 
@@ -22,16 +22,23 @@ from __future__ import annotations
 
 import html
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import pandas as pd
 
 from kit.arch import ModelArch
 from kit.decide import costmodel as cm
-from kit.decide.acceptance import accept_length, acceptance_rate
-from kit.decide.drafts import MTP
-from kit.decide.predict import Workload, default_capacity, predict_ladder, with_ratio
+from kit.decide.costmodel import (
+    MTP,
+    Scenario,
+    Workload,
+    accept_length,
+    acceptance_rate,
+    default_capacity,
+    predict_ladder,
+    with_ratio,
+)
 
 INFERENCEX_THINKING_ON = {1: 1.73, 2: 2.21, 3: 2.52, 4: 2.72}
 INFERENCEX_THINKING_OFF = {1: 1.90, 2: 2.68, 3: 3.28, 4: 3.79}
@@ -103,23 +110,23 @@ class WorthBand:
 
 
 def mtp_worth(
-    arch: ModelArch,
-    hw: cm.Hardware,
-    work: Workload,
+    s: Scenario,
     concurrencies: Sequence[int],
     ks: Sequence[int],
-    eff: cm.Efficiency = cm.DEFAULT_EFFICIENCY,
     band: Mapping[str, Mapping[int, float]] | None = None,
 ) -> WorthBand:
-    """Predicted MTP / plain tokens/s per band and concurrency (best k), and where MTP stops paying."""
+    """Predicted MTP / plain tokens/s per band and concurrency (best k), and where MTP stops paying:
+    the scenario with the model's own MTP heads as its draft, whatever draft it names."""
+    s = replace(s, draft=MTP)
+    work = s.work
     band = band or default_band(ks)
-    cap = default_capacity(arch, hw, work, ks, MTP)
+    cap = default_capacity(s, ks)
     caps = {0: cap.plain, **cap.spec}
     top = min(2 * work.dp_size * max(cap.plain, 1), 64 * max(concurrencies))
     ladder_c = sorted(set(concurrencies) | _doubling(work.dp_size, top))
     rows = []
     for name, accepts in band.items():
-        ladder = predict_ladder(arch, hw, ladder_c, ks, accepts, work, eff, caps, strict=False, draft=MTP)
+        ladder = predict_ladder(s, ladder_c, ks, accepts, engine_caps=caps, strict=False)
         ladder = with_ratio(ladder)
         plain = ladder[ladder.spec_k == 0].set_index("concurrency")
         spec = ladder[(ladder.spec_k > 0) & ladder.ratio_vs_plain.notna()]
@@ -138,7 +145,7 @@ def mtp_worth(
                 }
             )
     table = pd.DataFrame(rows)
-    return WorthBand(table, _sentence(table, hw, work))
+    return WorthBand(table, _sentence(table, s.hw, work))
 
 
 def _doubling(start: int, stop: int) -> set[int]:
@@ -195,16 +202,20 @@ def decision_efficiency(efficiency: Mapping[str, Any]) -> cm.Efficiency:
     return cm.Efficiency(**{k: v for k, v in efficiency.items() if k in fields})
 
 
+def decision_scenario(arch: ModelArch, decision: Mapping[str, Any]) -> Scenario:
+    """The scenario a decision was predicted in (decision.json's hardware, efficiency and workload)
+    for the model `arch`, MTP drafting."""
+    hw, eff = decision_hardware(decision), decision_efficiency(decision["efficiency"])
+    return Scenario(arch, hw, eff, Workload(**decision["workload"]))
+
+
 def mtp_worth_band(params: Any, decision: Mapping[str, Any]) -> WorthBand:
     """Notebook 02's answer for a run: its model, and the hardware, efficiency and workload the
     decision used (decision.json)."""
     from kit.arch import load_arch
 
-    hw, eff = decision_hardware(decision), decision_efficiency(decision["efficiency"])
-    work = Workload(**decision["workload"])
-    return mtp_worth(
-        load_arch(params.model.path), hw, work, params.decide.concurrencies, params.decide.spec_steps, eff
-    )
+    s = decision_scenario(load_arch(params.model.path), decision)
+    return mtp_worth(s, params.decide.concurrencies, params.decide.spec_steps)
 
 
 def worth_for_run(folder: Any) -> WorthBand | None:

@@ -4,8 +4,9 @@ Least squares on log(predicted / measured) (scipy's `least_squares`, trust-regio
 every point weighs by its relative error. Two sources of measurements:
 
 - a measured sweep of the real engine (`fit_to_sweep`): columns arm, spec_k, concurrency,
-  output_tok_s, accept_length; predicted tokens/s by kit.decide.predict.throughput;
-- a step profile (kit.decide.profiler.calibrate): predicted step times by kit.decide.costmodel.
+  output_tok_s, accept_length; predicted tokens/s by kit.decide.costmodel.predict.throughput;
+- a step profile (kit.decide.profile.profiler.calibrate): predicted step times by
+  kit.decide.costmodel.step.
 """
 
 from __future__ import annotations
@@ -17,9 +18,9 @@ from dataclasses import replace
 import numpy as np
 import pandas as pd
 
-from kit.arch import ModelArch
-from kit.decide import costmodel as cm
-from kit.decide.drafts import MTP, Draft
+from kit.decide.costmodel.hardware import DEFAULT_EFFICIENCY, Efficiency
+from kit.decide.costmodel.predict import throughput
+from kit.decide.costmodel.scenario import Scenario
 from kit.errors import CostModelError
 
 BOUNDS = {
@@ -45,12 +46,12 @@ SWEEP_FREE = ("overhead_s", "layer_s", "bw", "flops")
 
 
 def fit_efficiency(
-    predict: Callable[[cm.Efficiency], np.ndarray],
+    predict: Callable[[Efficiency], np.ndarray],
     measured: np.ndarray,
     free: Sequence[str],
-    start: cm.Efficiency = cm.DEFAULT_EFFICIENCY,
+    start: Efficiency = DEFAULT_EFFICIENCY,
     source: str = "fit",
-) -> cm.Efficiency:
+) -> Efficiency:
     """The `Efficiency` whose `free` fields minimise sum(log(predict(eff) / measured)^2)."""
     from scipy.optimize import least_squares
 
@@ -91,43 +92,28 @@ def _sweep_points(sweep: pd.DataFrame, measured: bool = True) -> pd.DataFrame:
     return ok
 
 
-def predict_sweep(
-    sweep: pd.DataFrame,
-    arch: ModelArch,
-    hw: cm.Hardware,
-    work: object,
-    eff: cm.Efficiency,
-    draft: Draft = MTP,
-) -> np.ndarray:
-    """Predicted output tokens/s at each sweep row (its arm, concurrency, measured accept length)."""
-    from kit.decide.predict import throughput
-
+def predict_sweep(sweep: pd.DataFrame, s: Scenario) -> np.ndarray:
+    """Predicted output tokens/s of the scenario at each sweep row (its arm, concurrency, measured
+    accept length)."""
+    dp = s.work.dp_size
     out = []
     for r in _sweep_points(sweep, measured=False).itertuples():
         k, C = int(r.spec_k), int(r.concurrency)
-        B = math.ceil(C / work.dp_size)
+        B = math.ceil(C / dp)
         E = float(r.accept_length) if k else 1.0
-        out.append(min(C, work.dp_size * B) * throughput(arch, hw, B, k, E, work, eff, draft) / B)
+        out.append(min(C, dp * B) * throughput(s, B, k, E) / B)
     return np.array(out)
 
 
-def fit_to_sweep(
-    sweep: pd.DataFrame,
-    arch: ModelArch,
-    hw: cm.Hardware,
-    work: object,
-    draft: Draft = MTP,
-    start: cm.Efficiency = cm.DEFAULT_EFFICIENCY,
-    free: Sequence[str] = SWEEP_FREE,
-) -> cm.Efficiency:
-    """Efficiency fitted to a measured sweep (columns arm, spec_k, concurrency, output_tok_s,
-    accept_length; rows with a `status` other than ok are skipped). `work` is a predict.Workload."""
+def fit_to_sweep(sweep: pd.DataFrame, s: Scenario, free: Sequence[str] = SWEEP_FREE) -> Efficiency:
+    """The scenario's efficiency (its `eff` the start) fitted to a measured sweep (columns arm, spec_k,
+    concurrency, output_tok_s, accept_length; rows with a `status` other than ok are skipped)."""
     points = _sweep_points(sweep)
     measured = points.output_tok_s.to_numpy(dtype=float)
     return fit_efficiency(
-        lambda eff: predict_sweep(points, arch, hw, work, eff, draft),
+        lambda eff: predict_sweep(points, replace(s, eff=eff)),
         measured,
         free,
-        start,
+        s.eff,
         source=f"fit to {len(points)} measured sweep points",
     )

@@ -1,4 +1,5 @@
-"""Timing and depth scaling shared by both profiler backends (kit.decide.profiler, kit.decide.synthetic_step).
+"""Timing and depth scaling shared by both profiler backends (kit.decide.profile.profiler and
+kit.decide.profile.synthetic_step).
 
 A step is timed plainly (median of eager runs) or as CUDA graph replays; a model built with `n`
 layers is timed at `n` and at a lower depth `n'`, and the difference scales it to the full `N`:

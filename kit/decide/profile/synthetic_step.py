@@ -32,7 +32,13 @@ from typing import Any
 import pandas as pd
 
 from kit.arch import ModelArch, arch_from_config
-from kit.decide.steptimer import config_hash, depth_scaled_rows, lower_depth, time_cuda_graph, time_eager
+from kit.decide.profile.steptimer import (
+    config_hash,
+    depth_scaled_rows,
+    lower_depth,
+    time_cuda_graph,
+    time_eager,
+)
 from kit.errors import CostModelError
 
 CPU_BUDGET_BYTES = 4 * 2**30

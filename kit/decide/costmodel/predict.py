@@ -1,15 +1,15 @@
 """Predicted output tokens/s per arm over a concurrency ladder, the crossover and the best arm.
 
-A closed loop of `C` clients, each sending `I` prompt tokens and reading `O` output tokens. Per
-engine replica `B = min(ceil(C / dp), cap)` sequences decode together, with `cap` the smaller of
-the memory limit and the engine's running-request cap; mean context `L = I + O / 2`. One batch of
-`B` requests takes `(O / E) * T_iter(B) + B * T_prefill(I)`, so
+A closed loop of `C` clients, each sending `I` prompt tokens and reading `O` output tokens (the
+scenario's workload). Per engine replica `B = min(ceil(C / dp), cap)` sequences decode together,
+with `cap` the smaller of the memory limit and the engine's running-request cap; mean context
+`L = I + O / 2`. One batch of `B` requests takes `(O / E) * T_iter(B) + B * T_prefill(I)`, so
 
     tokens/s = min(C, dp * B) * O / ((O / E) * T_iter(B) + B * T_prefill(I))
 
 with `E = 1`, `T_iter = T(B, 1, L)` for plain decoding and `E` the accept length,
 `T_iter = T(B, k + 1, L) + T_draft(B, k, L)` for speculation with draft length `k` (the draft's cost
-per kind: kit.decide.drafts). A replica's step runs on `tp` GPUs (kit.decide.costmodel).
+per kind: kit.decide.costmodel.drafts). A replica's step runs on `tp` GPUs (kit.decide.costmodel.step).
 """
 
 from __future__ import annotations
@@ -20,38 +20,12 @@ from dataclasses import asdict, dataclass
 
 import pandas as pd
 
-from kit.arch import ModelArch
-from kit.decide import costmodel as cm
-from kit.decide.acceptance import accept_length_for, check_accept_length
-from kit.decide.drafts import MTP, Draft, draft_time, draft_weight_bytes
+from kit.decide.costmodel.acceptance import accept_length_for, check_accept_length
+from kit.decide.costmodel.drafts import draft_time, draft_weight_bytes
+from kit.decide.costmodel.scenario import Scenario, Workload
+from kit.decide.costmodel.step import is_compute_bound, prefill_time, step_terms, step_time, weight_bytes
 from kit.engines.arms import arm_name
 from kit.errors import CostModelError
-
-
-@dataclass(frozen=True)
-class Workload:
-    """Request shape and memory settings the prediction assumes."""
-
-    input_len: int = 1024
-    output_len: int = 1024
-    mem_fraction: float = 0.85
-    tp_size: int = 1
-    dp_size: int = 1
-    kv_dtype_bytes: int | None = None
-    ssm_dtype_bytes: int = 4
-    weight_bytes: float | None = None
-    weight_dtype_bytes: float | None = None
-    """Bytes per weight (1 for an FP8 checkpoint); default the config's dtype."""
-
-    @property
-    def mean_context(self) -> float:
-        return self.input_len + self.output_len / 2
-
-    @property
-    def shape(self) -> cm.StepShape:
-        return cm.StepShape(
-            self.weight_bytes, self.kv_dtype_bytes, self.ssm_dtype_bytes, self.weight_dtype_bytes
-        )
 
 
 @dataclass(frozen=True)
@@ -63,23 +37,22 @@ class Capacity:
     """Per draft length k."""
 
 
-def default_capacity(
-    arch: ModelArch, hw: cm.Hardware, work: Workload, ks: Sequence[int], draft: Draft = MTP
-) -> Capacity:
+def default_capacity(s: Scenario, ks: Sequence[int]) -> Capacity:
     """Memory limit per replica from kit.memoryplan (imported here so the cost model stays standalone)."""
     from kit.memoryplan import memory_plan
 
-    weights = cm.weight_bytes(arch, work.shape)
+    work = s.work
+    weights = weight_bytes(s.arch, work.shape)
 
     def plan(k: int):
         return memory_plan(
-            arch,
-            int(hw.memory_bytes),
+            s.arch,
+            int(s.hw.memory_bytes),
             work.mem_fraction,
             work.input_len + work.output_len,
             weight_bytes=int(weights),
             spec_draft_tokens=k + 1 if k else 0,
-            draft_weight_bytes=int(draft_weight_bytes(arch, draft, work.shape)) if k else 0,
+            draft_weight_bytes=int(draft_weight_bytes(s)) if k else 0,
             kv_dtype_bytes=work.kv_dtype_bytes,
             ssm_dtype_bytes=work.ssm_dtype_bytes,
             tp_size=work.tp_size,
@@ -88,24 +61,15 @@ def default_capacity(
     return Capacity(plain=plan(0).max_seqs_plain, spec={k: plan(k).max_seqs_spec for k in ks})
 
 
-CapacityFn = Callable[[ModelArch, cm.Hardware, Workload, Sequence[int], Draft], Capacity]
+CapacityFn = Callable[[Scenario, Sequence[int]], Capacity]
 
 
-def iteration_time(
-    arch: ModelArch,
-    hw: cm.Hardware,
-    B: int,
-    k: int,
-    work: Workload,
-    eff: cm.Efficiency,
-    draft: Draft = MTP,
-) -> float:
+def iteration_time(s: Scenario, B: int, k: int) -> float:
     """Seconds per decode iteration at batch B (k = 0 plain; else verify k + 1 tokens plus the draft)."""
-    L, tp = work.mean_context, work.tp_size
+    L = s.context
     if k == 0:
-        return cm.step_time(arch, hw, B, 1, L, eff, work.shape, tp)
-    verify = cm.step_time(arch, hw, B, k + 1, L, eff, work.shape, tp)
-    return verify + draft_time(arch, draft, hw, B, k, L, eff, work.shape, tp) + B * eff.spec_seq_s
+        return step_time(s, B, 1, L)
+    return step_time(s, B, k + 1, L) + draft_time(s, B, k, L) + B * s.eff.spec_seq_s
 
 
 TERM_NAMES = {
@@ -122,96 +86,83 @@ TERM_NAMES = {
 }
 
 
-def iteration_shares(
-    arch: ModelArch,
-    hw: cm.Hardware,
-    B: int,
-    k: int,
-    work: Workload,
-    eff: cm.Efficiency,
-    draft: Draft = MTP,
-) -> dict[str, float]:
+def iteration_shares(s: Scenario, B: int, k: int) -> dict[str, float]:
     """Each named term's share of one iteration (its raw seconds over their sum): which cost the
     prediction rests on at this point (drafting and speculative bookkeeping as their own terms)."""
-    L, tp = work.mean_context, work.tp_size
-    t = cm.step_terms(arch, hw, B, k + 1 if k else 1, L, eff, work.shape, tp)
+    L = s.context
+    t = step_terms(s, B, k + 1 if k else 1, L)
     seconds = {name: getattr(t, attr) for attr, name in TERM_NAMES.items()}
     if k:
-        seconds["drafting"] = draft_time(arch, draft, hw, B, k, L, eff, work.shape, tp)
-        seconds["speculative bookkeeping"] = B * eff.spec_seq_s
+        seconds["drafting"] = draft_time(s, B, k, L)
+        seconds["speculative bookkeeping"] = B * s.eff.spec_seq_s
     total = sum(seconds.values()) or 1.0
     return {name: v / total for name, v in seconds.items() if v > 0}
 
 
-def throughput(
-    arch: ModelArch,
-    hw: cm.Hardware,
-    B: int,
-    k: int,
-    E: float,
-    work: Workload,
-    eff: cm.Efficiency,
-    draft: Draft = MTP,
-) -> float:
+def throughput(s: Scenario, B: int, k: int, E: float) -> float:
     """Output tokens/s of one replica running B sequences (see the module docstring)."""
     if k:
         check_accept_length(E, k)
     elif E != 1:
         raise CostModelError(f"plain decoding emits one token per step, got accept length {E}")
-    out_len = work.output_len
-    t_batch = (out_len / E) * iteration_time(arch, hw, B, k, work, eff, draft) + B * cm.prefill_time(
-        arch, hw, work.input_len, eff, work.shape, work.tp_size
-    )
+    out_len = s.work.output_len
+    t_batch = (out_len / E) * iteration_time(s, B, k) + B * prefill_time(s)
     return B * out_len / t_batch
 
 
+@dataclass(frozen=True)
+class _LadderArm:
+    """One arm of the ladder: draft length, accept length and where it comes from, its caps."""
+
+    k: int
+    E: float
+    source: str
+    mem_cap: int
+    engine_cap: int | None
+
+
 def predict_ladder(
-    arch: ModelArch,
-    hw: cm.Hardware,
+    s: Scenario,
     concurrencies: Sequence[int],
     ks: Sequence[int],
     accept_lengths: Mapping[int, float] | None = None,
-    work: Workload = Workload(),
-    eff: cm.Efficiency = cm.DEFAULT_EFFICIENCY,
+    *,
     engine_caps: Mapping[int, int | None] | None = None,
     capacity_fn: CapacityFn = default_capacity,
     strict: bool = True,
-    draft: Draft = MTP,
 ) -> pd.DataFrame:
     """Predicted tokens/s for plain (k = 0) and each speculative k at each concurrency.
 
-    `draft` is the kind of draft the speculative arms run (kit.decide.drafts; MTP by default).
+    The speculative arms draft with the scenario's draft (kit.decide.costmodel.drafts).
     `engine_caps[k]` is the engine's running-request cap for that arm (None: none); requests
     beyond it queue. A concurrency whose running batch exceeds the memory limit raises
     `CostModelError` when `strict`, else its row is marked `feasible = False` with no throughput.
     """
     ks = sorted(set(ks))
-    cap = capacity_fn(arch, hw, work, ks, draft)
+    cap = capacity_fn(s, ks)
     rows = []
     for k in [0, *ks]:
         E, source = (1.0, "plain") if k == 0 else accept_length_for(k, accept_lengths)
-        mem_cap = cap.plain if k == 0 else cap.spec[k]
-        engine_cap = (engine_caps or {}).get(k)
-        for C in sorted(set(concurrencies)):
-            row = _ladder_row(arch, hw, C, k, E, source, mem_cap, engine_cap, work, eff, strict, draft)
-            rows.append(row)
+        arm = _LadderArm(k, E, source, cap.plain if k == 0 else cap.spec[k], (engine_caps or {}).get(k))
+        rows += [_ladder_row(s, C, arm, strict) for C in sorted(set(concurrencies))]
     return pd.DataFrame(rows)
 
 
-def _ladder_row(arch, hw, C, k, E, source, mem_cap, engine_cap, work, eff, strict, draft) -> dict:  # noqa: ANN001
+def _ladder_row(s: Scenario, C: int, arm: _LadderArm, strict: bool) -> dict:
+    work, k = s.work, arm.k
     wanted = math.ceil(C / work.dp_size)
-    B = min(wanted, engine_cap) if engine_cap else wanted
+    B = min(wanted, arm.engine_cap) if arm.engine_cap else wanted
     row = {
         "arm": arm_name(k),
         "spec_k": k,
         "concurrency": C,
         "running": B,
-        "accept_length": E,
-        "accept_source": source,
+        "accept_length": arm.E,
+        "accept_source": arm.source,
         "dp_size": work.dp_size,
-        "mem_max_running": mem_cap,
-        "engine_cap": engine_cap,
-        "feasible": B <= mem_cap and mem_cap > 0,
+        "mem_max_running": arm.mem_cap,
+        "engine_cap": arm.engine_cap,
+        "feasible": B <= arm.mem_cap and arm.mem_cap > 0,
         "compute_bound": None,
         "step_s": None,
         "output_tok_s": None,
@@ -220,17 +171,15 @@ def _ladder_row(arch, hw, C, k, E, source, mem_cap, engine_cap, work, eff, stric
         if strict:
             raise CostModelError(
                 f"{arm_name(k)} at concurrency {C}: {B} running sequences per replica but memory holds only "
-                f"{mem_cap} (context {work.input_len + work.output_len}, mem_fraction {work.mem_fraction}); "
+                f"{arm.mem_cap} (context {work.input_len + work.output_len}, "
+                f"mem_fraction {work.mem_fraction}); "
                 f"lower the concurrency ladder, the context length, or add GPUs"
             )
         return row
-    q = k + 1 if k else 1
-    row["compute_bound"] = cm.is_compute_bound(
-        arch, hw, B, q, work.mean_context, eff, work.shape, work.tp_size
-    )
-    row["step_s"] = iteration_time(arch, hw, B, k, work, eff, draft)
+    row["compute_bound"] = is_compute_bound(s, B, k + 1 if k else 1, s.context)
+    row["step_s"] = iteration_time(s, B, k)
     total_running = min(C, work.dp_size * B)  # concurrency 1 keeps one replica busy, not dp of them
-    row["output_tok_s"] = total_running * throughput(arch, hw, B, k, E, work, eff, draft) / B
+    row["output_tok_s"] = total_running * throughput(s, B, k, arm.E) / B
     return row
 
 

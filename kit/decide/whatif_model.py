@@ -6,7 +6,7 @@ length or GPU, with the run's own scenario (from decision.json) as the default.
     p = predict_scenario(basis, gpu="B200", accept_length=2.2)
     p.ladder, p.crossover              # concurrency, plain, spec, ratio; largest concurrency spec wins
 
-No new physics: each scenario is `predict_ladder` (kit.decide.predict) for plain decoding and one
+No new physics: each scenario is `predict_ladder` (kit.decide.costmodel) for plain decoding and one
 draft length, every arm running at most what its memory holds per replica (the rest queue), as
 kit.decide.worth does. A run without a GPU (the CPU demo) shows an H200 by default, with the cost
 model's default efficiency (a CPU calibration says nothing of a GPU), and keeps its own hardware as
@@ -24,11 +24,20 @@ import pandas as pd
 
 from kit.arch import ModelArch
 from kit.decide import costmodel as cm
-from kit.decide.acceptance import accept_length as accept_length_of
-from kit.decide.acceptance import accept_length_for
-from kit.decide.drafts import MTP, Draft
-from kit.decide.predict import Workload, default_capacity, predict_ladder
+from kit.decide.costmodel import (
+    MTP,
+    Draft,
+    Scenario,
+    Workload,
+    accept_length_for,
+    default_capacity,
+    draft_for,
+    predict_ladder,
+)
+from kit.decide.costmodel import accept_length as accept_length_of
+from kit.decide.decision import decision_arm
 from kit.decide.worth import decision_efficiency, decision_hardware
+from kit.engines.arms import Arm
 from kit.errors import CostModelError, KitError
 from kit.runfolder import RunFolder
 
@@ -45,9 +54,10 @@ COLUMNS = ["concurrency", "plain", "spec", "ratio", "running_plain", "running_sp
 
 
 @dataclass(frozen=True)
-class Scenario:
+class WhatIfScenario:
     """What the controls set: GPU (a datasheet name or the run's own hardware), accept length, draft
-    length k, concurrency range (powers of two) and context length (prompt + output tokens)."""
+    length k, concurrency range (powers of two) and context length (prompt + output tokens). The
+    cost model's `Scenario` of it: `RunBasis.scenario`."""
 
     gpu: str
     accept_length: float
@@ -61,7 +71,7 @@ class Prediction:
     """One scenario's ladder (concurrency, plain and speculative tok/s, their ratio, the sequences
     running per replica) and the largest concurrency where speculation is predicted to win."""
 
-    scenario: Scenario
+    scenario: WhatIfScenario
     ladder: pd.DataFrame
     crossover: int | None
 
@@ -102,23 +112,12 @@ def concurrency_grid(lo: int, hi: int) -> list[int]:
     return sorted(c for i in range(top) for c in (2**i, 3 * 2 ** (i - 1) if i else 1) if lo <= c <= hi)
 
 
-def scenario_ladder(
-    arch: ModelArch,
-    hw: cm.Hardware,
-    work: Workload,
-    k: int,
-    accept_length: float,
-    concurrencies: list[int],
-    eff: cm.Efficiency = cm.DEFAULT_EFFICIENCY,
-    draft: Draft = MTP,
-) -> pd.DataFrame:
+def scenario_ladder(s: Scenario, k: int, accept_length: float, concurrencies: list[int]) -> pd.DataFrame:
     """Predicted plain and speculative (draft length k) output tok/s and their ratio per concurrency,
     each arm running at most what its memory holds per replica (NaN where not even one fits)."""
-    cap = default_capacity(arch, hw, work, [k], draft)
+    cap = default_capacity(s, [k])
     caps = {0: cap.plain, k: cap.spec[k]}
-    t = predict_ladder(
-        arch, hw, concurrencies, [k], {k: accept_length}, work, eff, caps, strict=False, draft=draft
-    )
+    t = predict_ladder(s, concurrencies, [k], {k: accept_length}, engine_caps=caps, strict=False)
     plain = t[t.spec_k == 0].set_index("concurrency")
     spec = t[t.spec_k == k].set_index("concurrency").reindex(plain.index)
     out = pd.DataFrame(
@@ -183,7 +182,7 @@ class RunBasis:
     on_gpu: bool
     accept_lengths: dict[int, float]
     measured: pd.DataFrame
-    default: Scenario
+    default: WhatIfScenario
 
     @classmethod
     def from_decision(
@@ -203,7 +202,7 @@ class RunBasis:
         accepts = {int(k): float(v) for k, v in (decision.get("accept_lengths") or {}).items()}
         k = _default_k(decision, accepts)
         top = max(TOP_CONCURRENCY, *(int(r["concurrency"]) for r in decision.get("table") or []))
-        default = Scenario(
+        default = WhatIfScenario(
             gpu=run_gpu if on_gpu else FALLBACK_GPU,
             accept_length=accept_length_for(k, accepts)[0],
             k=k,
@@ -218,7 +217,6 @@ class RunBasis:
     def from_folder(cls, folder: RunFolder) -> RunBasis:
         """The basis of a run folder: its params.yaml (model, draft) and decision.json."""
         from kit.arch import load_arch
-        from kit.decide.drafts import draft_for
         from kit.decide.view import speculation_name
         from kit.params import load_params
         from kit.runfolder import read_json
@@ -237,6 +235,12 @@ class RunBasis:
         if gpu == self.run_gpu:
             return self.run_hw, self.run_eff
         return gpu_hardware(gpu), self.run_eff if self.on_gpu else cm.DEFAULT_EFFICIENCY
+
+    def scenario(self, gpu: str, context: int) -> Scenario:
+        """The cost model's scenario of a GPU choice and a context length: the run's model, draft and
+        layout, that GPU's figures and efficiency (`hardware`), the run's workload at that context."""
+        hw, eff = self.hardware(gpu)
+        return Scenario(self.arch, hw, eff, self.workload(context), self.draft)
 
     def workload(self, context: int) -> Workload:
         """The run's workload at `context` tokens, prompt and output keeping the run's proportions."""
@@ -262,7 +266,7 @@ class RunBasis:
 def _default_k(decision: Mapping[str, Any], accepts: Mapping[int, float]) -> int:
     """The chosen draft length, else the longest with an accept length given or measured, else the
     longest predicted, else 3 (the draft length of the published MTP figures, kit.decide.worth)."""
-    chosen = int((decision.get("engine_settings") or {}).get("spec_k") or 0)
+    chosen = (decision_arm(decision) or Arm(0)).k
     predicted = {int(r["spec_k"]) for r in decision.get("table") or [] if int(r["spec_k"]) > 0}
     return chosen or max(accepts, default=0) or max(predicted, default=3)
 
@@ -291,18 +295,16 @@ def predict_scenario(
     E = d.accept_length if accept_length is None else accept_length
     if acceptance is not None:
         E = accept_length_of(acceptance, k)
-    scenario = Scenario(
+    scenario = WhatIfScenario(
         gpu=gpu or d.gpu,
         accept_length=min(max(float(E), 1.0), k + 1.0),
         k=k,
         concurrency=tuple(int(c) for c in (concurrency or d.concurrency)),
         context=int(context or d.context),
     )
-    hw, eff = basis.hardware(scenario.gpu)
     grid = concurrency_grid(*scenario.concurrency)
-    ladder = scenario_ladder(
-        basis.arch, hw, basis.workload(scenario.context), k, scenario.accept_length, grid, eff, basis.draft
-    )
+    s = basis.scenario(scenario.gpu, scenario.context)
+    ladder = scenario_ladder(s, k, scenario.accept_length, grid)
     return Prediction(scenario, ladder, spec_wins_up_to(ladder))
 
 

@@ -1,9 +1,10 @@
-"""What drafting `k` tokens costs, per kind of draft: MTP heads, EAGLE / EAGLE-3 heads, a separate
-draft model, self-speculation with a sparse KV cache, and n-gram (prompt lookup).
+"""What drafting `k` tokens costs, per kind of draft (the scenario's `Draft`): MTP heads, EAGLE /
+EAGLE-3 heads, a separate draft model, self-speculation with a sparse KV cache, and n-gram (prompt
+lookup).
 
 A model-based draft runs, per iteration of B sequences, one extend pass over the tokens the last
 verify accepted (B (k + 1) rows, as SGLang's and vLLM's EAGLE workers pad them) and then k - 1
-decode passes of B rows; each pass costs the step terms of the draft network (kit.decide.costmodel)
+decode passes of B rows; each pass costs the step terms of the draft network (kit.decide.costmodel.step)
 plus `(layers + 1) layer_s` of fixed cost and its all-reduces, and `draft_pass_s` for what a pass
 costs beyond its kernels (launches, sampling the drafted token, the sync before the next pass):
 
@@ -23,41 +24,13 @@ costs beyond its kernels (launches, sampling the drafted token, the sync before 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
-from typing import Literal
 
 from kit.arch import ModelArch, arch_from_config
-from kit.decide import costmodel as cm
+from kit.decide.costmodel.scenario import PLAIN_SHAPE, Draft, DraftKind, Scenario
+from kit.decide.costmodel.step import param_split, step_terms
 from kit.errors import CostModelError
-
-DraftKind = Literal["mtp", "eagle", "eagle3", "draft_model", "self_spec", "ngram"]
-DRAFT_KINDS: tuple[str, ...] = ("mtp", "eagle", "eagle3", "draft_model", "self_spec", "ngram")
-
-
-@dataclass(frozen=True)
-class Draft:
-    """A kind of draft and what its cost depends on."""
-
-    kind: DraftKind = "mtp"
-    arch: ModelArch | None = None
-    """draft_model: its config (required); eagle / eagle3: the head's config (default: the target's width)."""
-    vocab: int | None = None
-    """Rows of the draft LM head (EAGLE-3's reduced vocabulary); default the target's vocabulary."""
-    kv_budget: int | None = None
-    """self_spec: tokens of KV cache the draft attends to."""
-
-    def __post_init__(self) -> None:
-        if self.kind not in DRAFT_KINDS:
-            raise CostModelError(f"unknown draft kind {self.kind!r}; use one of {', '.join(DRAFT_KINDS)}")
-        if self.kind == "draft_model" and self.arch is None:
-            raise CostModelError("a draft_model draft needs the draft's config.json (draft arch)")
-        if self.kind == "self_spec" and not (self.kv_budget and self.kv_budget > 0):
-            raise CostModelError("self_spec drafting needs a positive kv_budget (tokens of KV it attends to)")
-
-
-MTP = Draft("mtp")
-NGRAM = Draft("ngram")
 
 
 def draft_from_config(kind: DraftKind, config: dict | Path | None, kv_budget: int | None = None) -> Draft:
@@ -88,53 +61,41 @@ def _fusion_params(target: ModelArch, draft: Draft) -> float:
     return (3 if draft.kind == "eagle3" else 2) * target.hidden_size**2
 
 
-def _pass(
-    net: ModelArch,
-    hw: cm.Hardware,
-    B: int,
-    q: int,
-    L: float,
-    eff: cm.Efficiency,
-    shape: cm.StepShape,
-    tp: int,
-    extra_params: float = 0.0,
-) -> float:
-    """One draft forward pass: the network's step terms, its own fixed cost, extra (fusion) weights."""
-    t = cm.step_terms(net, hw, B, q, L, eff, shape, tp)
-    extra = extra_params * shape.per_weight(net) / (tp * hw.bandwidth_Bps * eff.bw)
-    return t.total_s - t.fixed_s + (net.num_layers + 1) * eff.layer_s + extra
+def _pass(s: Scenario, B: int, q: int, L: float, extra_params: float = 0.0) -> float:
+    """One draft forward pass of the network `s.arch`: its step terms, its own fixed cost, extra
+    (fusion) weights."""
+    t = step_terms(s, B, q, L)
+    extra = extra_params * s.shape.per_weight(s.arch) / (s.tp * s.hw.bandwidth_Bps * s.eff.bw)
+    return t.total_s - t.fixed_s + (s.arch.num_layers + 1) * s.eff.layer_s + extra
 
 
-def draft_time(
-    target: ModelArch,
-    draft: Draft,
-    hw: cm.Hardware,
-    B: int,
-    k: int,
-    L: float,
-    eff: cm.Efficiency = cm.DEFAULT_EFFICIENCY,
-    shape: cm.StepShape = cm.PLAIN_SHAPE,
-    tp: int = 1,
-) -> float:
-    """Seconds to draft k tokens for B sequences at context L (module docstring)."""
+def draft_time(s: Scenario, B: int, k: int, L: float) -> float:
+    """Seconds to draft k tokens with the scenario's draft for B sequences at context L (module
+    docstring)."""
     if k < 1:
         raise CostModelError(f"draft length k must be >= 1, got {k}")
+    target, draft, eff = s.arch, s.draft, s.eff
     if draft.kind == "ngram":
         return B * eff.ngram_seq_s
-    shape = replace(shape, weight_bytes=None, weight_dtype_bytes=shape.per_weight(target))
+    # a head reads its weights in the target checkpoint's dtype; a draft model in its own config's
+    work = replace(s.work, weight_bytes=None, weight_dtype_bytes=s.shape.per_weight(target))
     if draft.kind == "self_spec":
         net, L, extra = target, min(L, float(draft.kv_budget or L)), 0.0
     elif draft.kind == "draft_model":
-        net, extra, shape = draft.arch, 0.0, cm.StepShape(kv_dtype_bytes=shape.kv_dtype_bytes)
+        net, extra = draft.arch, 0.0
+        work = replace(work, weight_dtype_bytes=None, ssm_dtype_bytes=PLAIN_SHAPE.ssm_dtype_bytes)
     else:
         net, extra = head_arch(target, draft), _fusion_params(target, draft)
     assert net is not None
-    extend = _pass(net, hw, B, k + 1, L, eff, shape, tp, extra)
-    return extend + (k - 1) * _pass(net, hw, B, 1, L, eff, shape, tp, extra) + k * eff.draft_pass_s
+    passes = replace(s, arch=net, work=work)
+    extend = _pass(passes, B, k + 1, L, extra)
+    return extend + (k - 1) * _pass(passes, B, 1, L, extra) + k * eff.draft_pass_s
 
 
-def draft_weight_bytes(target: ModelArch, draft: Draft = MTP, shape: cm.StepShape = cm.PLAIN_SHAPE) -> float:
-    """Extra weight memory the draft needs beside the target (shared LM heads and embeddings excluded)."""
+def draft_weight_bytes(s: Scenario) -> float:
+    """Extra weight memory the scenario's draft needs beside the target (shared LM heads and
+    embeddings excluded), in the target checkpoint's bytes per weight."""
+    target, draft = s.arch, s.draft
     if draft.kind in ("ngram", "self_spec"):
         return 0.0
     if draft.kind == "draft_model":
@@ -142,10 +103,10 @@ def draft_weight_bytes(target: ModelArch, draft: Draft = MTP, shape: cm.StepShap
         return float(draft.arch.param_counts()[0] * draft.arch.dtype_bytes)
     head = head_arch(target, draft)
     layers = max(target.mtp_layers, 1) if draft.kind == "mtp" else 1
-    dense, routed, _, lm_head = cm.param_split(head)
+    dense, routed, _, lm_head = param_split(head)
     own_head = lm_head if draft.kind == "eagle3" else 0.0
     params = layers * (dense + routed + _fusion_params(target, draft)) + own_head
-    return float(params * shape.per_weight(target))
+    return float(params * s.shape.per_weight(target))
 
 
 _BY_ALGORITHM = {"NGRAM": "ngram", "EAGLE3": "eagle3", "STANDALONE": "draft_model"}

@@ -1,8 +1,10 @@
 """Cost of one decode / verify step, `T(B, q, L)`, as a sum of physically named terms.
 
-Pure functions of a `ModelArch`, a `Hardware`, an `Efficiency` and the tensor-parallel degree `tp`
-(one replica's step runs on `tp` GPUs). `B` sequences verify `q` tokens each (1 plain, `k + 1`
-speculative) over a context of `L`; `n = B q` tokens pass through the weights. Per GPU:
+Pure functions of a `Scenario` (kit.decide.costmodel.scenario: the model, its `Hardware`, the
+`Efficiency` of its kernels, the workload's bytes per element and the tensor-parallel degree `tp`,
+one replica's step running on `tp` GPUs) and the step's point: `B` sequences verify `q` tokens each
+(1 plain, `k + 1` speculative) over a context of `L`; `n = B q` tokens pass through the weights.
+Per GPU:
 
 - weights_s   = W(n) / (tp bw e_bw)          W(n): dense weights + LM head + the routed experts the
                 n tokens touch, E (1 - (1 - top_k / E)^n) per MoE layer; bytes per weight from the
@@ -27,152 +29,22 @@ cost a little and never jump at a ridge:
     T = smax(weights, linear) + smax(experts, expert_linear) + smax(kv, attention)
         + smax(state, recurrent) + fixed + comm + expert_fixed
 
-Draft costs per kind are in kit.decide.drafts; validation against published tables in
+Draft costs per kind are in kit.decide.costmodel.drafts; validation against published tables in
 docs/costmodel.md. `MODEL_ERROR` is the error band the validation supports.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 
 from kit.arch import ModelArch
+from kit.decide.costmodel.hardware import Efficiency, Hardware
+from kit.decide.costmodel.scenario import PLAIN_SHAPE, Scenario, StepShape
 from kit.errors import CostModelError
 
 MODEL_ERROR = 0.25
 """Relative error of a predicted tokens/s the validation supports (docs/costmodel.md): two arms whose
 predictions differ by less than this are not told apart by the model."""
-
-
-@dataclass(frozen=True)
-class Hardware:
-    """What the step model needs of one accelerator (datasheet or measured figures)."""
-
-    bandwidth_Bps: float
-    flops_bf16: float
-    memory_bytes: float
-    name: str = "gpu"
-    link_Bps: float = 0.0
-    """Interconnect bandwidth per GPU and direction for tensor-parallel all-reduce (0: not modelled)."""
-    flops_fp8: float | None = None
-    """Dense FP8 FLOP/s; default twice the bf16 figure (Hopper, Blackwell)."""
-    gemm_efficiency: float | None = None
-    """Fraction of the datasheet FLOP/s that large GEMMs reach on this GPU class; None: `Efficiency.flops`
-    (calibrated on the H200, whose 700 W SXM parts clock down under dense tensor load). Consumer and
-    PCIe cards, whose datasheet peak is already a sustained clock, reach ~0.9 in cuBLAS."""
-
-    def __post_init__(self) -> None:
-        if (
-            min(self.bandwidth_Bps, self.flops_bf16, self.memory_bytes) <= 0
-            or self.link_Bps < 0
-            or not (self.gemm_efficiency is None or 0 < self.gemm_efficiency <= 4)
-        ):
-            raise CostModelError(f"hardware {self.name!r}: bandwidth, FLOP/s and memory must be positive")
-
-    def peak(self, weight_dtype_bytes: float) -> float:
-        """FLOP/s of the GEMMs: FP8 rate for 1-byte weights, else bf16."""
-        return (self.flops_fp8 or 2 * self.flops_bf16) if weight_dtype_bytes <= 1 else self.flops_bf16
-
-
-@dataclass(frozen=True)
-class Efficiency:
-    """How far real kernels get from the datasheet, and the fixed costs of a step.
-
-    Defaults (docs/costmodel.md, "Where the constants come from"): the kernel factors (bw to
-    sharpness) are `calibrate_many` of the H200 profiles of Qwen3-32B and Llama-3.1-8B
-    (docs/h200/); the fixed costs (overhead_s to spec_seq_s) are fitted on two of the five published
-    tables (SGLang's GB300 cookbook and MagicDec); the other three are held out. `calibrate`
-    (kit.decide.profiler) and `fit_to_sweep` (kit.decide.fit) refit them for a device or an engine.
-    """
-
-    bw: float = 0.848
-    """Fraction of datasheet HBM bandwidth that streamed weight and KV reads reach."""
-    flops: float = 0.594
-    """Fraction of peak FLOP/s that large GEMMs reach."""
-    gemm_half_tokens: float = 0.0
-    """Tokens per GEMM at which it reaches half of `flops` (0: flat; the H200 profiles put it there)."""
-    attn_flops: float = 0.342
-    """Fraction of peak that attention reaches with many query rows per KV head."""
-    attn_half_rows: float = 10.1
-    """Query rows per KV head (group x q) at which attention reaches half of `attn_flops`."""
-    sharpness: float = 3.0
-    """p of the soft maximum joining a kernel's memory and compute times (large p: a hard max)."""
-    overhead_s: float = 1.28e-4
-    """Per step: scheduler, sampling, graph launch."""
-    layer_s: float = 0.0
-    """Per decoder layer per forward pass: launch gaps and the small kernels (norms, rope, activation)."""
-    allreduce_s: float = 1e-5
-    """Latency of one tensor-parallel all-reduce (two per layer when tp > 1)."""
-    spec_seq_s: float = 0.0
-    """Host bookkeeping per running sequence in a speculative iteration (accept / reject, KV slots),
-    which engines do not overlap with the GPU as they do a plain step's scheduling."""
-    ngram_seq_s: float = 5e-6
-    """Host time of an n-gram (prompt lookup) proposal per sequence and iteration (not fitted on any
-    published table: none measures n-gram; the CPU sweep refits it, docs/cpu_validation.md)."""
-    verify_kv_bw: float = 0.598
-    """Fraction of the decode kernels' KV bandwidth that attention reaches when each sequence brings
-    q > 1 query tokens (verify): engines send those to prefill-type kernels, which do not split a
-    long context across thread blocks the way decode kernels do."""
-    expert_s: float = 2e-6
-    """Per routed expert a step touches, per MoE layer: what the fused-MoE kernels pay for each active
-    expert beyond its weight bytes (its own padded token tile, a partial wave of thread blocks, the
-    routing metadata), added to the expert term rather than hidden under its soft maximum."""
-    draft_pass_s: float = 2.32e-4
-    """Fixed cost of one draft forward pass beyond its kernels' bytes and FLOPs: the launches, the
-    sampling of the drafted token and the sync before the next pass (a chain of k drafts runs k
-    passes, one after the other)."""
-    source: str = "defaults"
-
-    def __post_init__(self) -> None:
-        if not (
-            0 < self.bw <= 4
-            and 0 < self.flops <= 4
-            and 0 < self.attn_flops <= 4
-            and 0 < self.verify_kv_bw <= 1
-            and self.sharpness >= 1
-        ):
-            raise CostModelError(
-                f"efficiency factors must be in (0, 4] (above 1 means the datasheet figure is too low), "
-                f"got bw={self.bw}, flops={self.flops}, attn_flops={self.attn_flops}"
-            )
-        fixed = (
-            self.overhead_s,
-            self.layer_s,
-            self.allreduce_s,
-            self.spec_seq_s,
-            self.ngram_seq_s,
-            self.draft_pass_s,
-            self.expert_s,
-        )
-        if min(*fixed, self.gemm_half_tokens, self.attn_half_rows) < 0:
-            raise CostModelError("fixed costs and half-efficiency points must be >= 0")
-
-    def as_dict(self) -> dict:
-        """JSON-ready copy."""
-        return {f.name: getattr(self, f.name) for f in fields(self)}
-
-
-DEFAULT_EFFICIENCY = Efficiency()
-
-
-@dataclass(frozen=True)
-class StepShape:
-    """Bytes per element the step moves: weights, KV cache, recurrent state."""
-
-    weight_bytes: float | None = None
-    """Bytes of the target's weights; default: parameters x `weight_dtype_bytes`."""
-    kv_dtype_bytes: int | None = None
-    ssm_dtype_bytes: int = 4
-    weight_dtype_bytes: float | None = None
-    """Bytes per weight (1: FP8 checkpoint); default the config's dtype."""
-
-    def per_weight(self, arch: ModelArch) -> float:
-        """Bytes one weight occupies in this checkpoint."""
-        if self.weight_bytes is not None:
-            return self.weight_bytes / arch.param_counts()[0]
-        return self.weight_dtype_bytes or arch.dtype_bytes
-
-
-PLAIN_SHAPE = StepShape()
 
 
 @dataclass(frozen=True)
@@ -243,7 +115,7 @@ def experts_touched(arch: ModelArch, tokens: float) -> float:
     return 1 - (1 - arch.experts_per_token / arch.num_experts) ** tokens
 
 
-def weight_bytes(arch: ModelArch, shape: StepShape = StepShape(), tokens: float | None = None) -> float:
+def weight_bytes(arch: ModelArch, shape: StepShape = PLAIN_SHAPE, tokens: float | None = None) -> float:
     """Weight bytes a step of `tokens` tokens reads (all of them when `tokens` is None)."""
     dense, routed, _, head = param_split(arch)
     touched = 1.0 if tokens is None else experts_touched(arch, tokens)
@@ -268,17 +140,10 @@ def _efficiency(peak_fraction: float, size: float, half: float) -> float:
     return peak_fraction * size / (size + half)
 
 
-def step_terms(
-    arch: ModelArch,
-    hw: Hardware,
-    B: int,
-    q: int,
-    L: float,
-    eff: Efficiency = DEFAULT_EFFICIENCY,
-    shape: StepShape = StepShape(),
-    tp: int = 1,
-) -> StepTerms:
-    """Every term of one step (see the module docstring), per GPU of a `tp`-way replica."""
+def step_terms(s: Scenario, B: int, q: int, L: float) -> StepTerms:
+    """Every term of one step of `B` sequences verifying `q` tokens each over a context of `L` (see
+    the module docstring), per GPU of the scenario's `tp`-way replica."""
+    arch, hw, eff, shape, tp = s.arch, s.hw, s.eff, s.shape, s.tp
     _check_step(B, q, L, tp)
     n = B * q
     bw, wb = hw.bandwidth_Bps * eff.bw, shape.per_weight(arch)
@@ -327,53 +192,31 @@ def allreduce_time(layers: int, tokens: float, hidden: int, hw: Hardware, eff: E
     return 2 * layers * (eff.allreduce_s + ring)
 
 
-def step_time(
-    arch: ModelArch,
-    hw: Hardware,
-    B: int,
-    q: int,
-    L: float,
-    eff: Efficiency = DEFAULT_EFFICIENCY,
-    shape: StepShape = StepShape(),
-    tp: int = 1,
-) -> float:
+def step_time(s: Scenario, B: int, q: int, L: float) -> float:
     """Seconds per step: the sum of the step's terms (module docstring)."""
-    return step_terms(arch, hw, B, q, L, eff, shape, tp).total_s
+    return step_terms(s, B, q, L).total_s
 
 
-def is_compute_bound(
-    arch: ModelArch,
-    hw: Hardware,
-    B: int,
-    q: int,
-    L: float,
-    eff: Efficiency = DEFAULT_EFFICIENCY,
-    shape: StepShape = StepShape(),
-    tp: int = 1,
-) -> bool:
+def is_compute_bound(s: Scenario, B: int, q: int, L: float) -> bool:
     """True when the step's compute terms outweigh its memory terms."""
-    t = step_terms(arch, hw, B, q, L, eff, shape, tp)
+    t = step_terms(s, B, q, L)
     return t.compute_s > t.memory_s
 
 
-def step_bytes(arch: ModelArch, B: int, q: int, L: float, shape: StepShape = StepShape()) -> float:
+def step_bytes(s: Scenario, B: int, q: int, L: float) -> float:
     """HBM bytes of one step on one GPU: weights touched, KV read and written, recurrent state."""
+    arch, shape = s.arch, s.shape
     _check_step(B, q, L)
     state = arch.state_bytes_per_seq(shape.ssm_dtype_bytes, arch.dtype_bytes)
     kv = B * (L + q) * arch.kv_bytes_per_token(shape.kv_dtype_bytes)
     return weight_bytes(arch, shape, B * q) + kv + 2 * B * state + (B * (q + 2) * state if q > 1 else 0)
 
 
-def prefill_time(
-    arch: ModelArch,
-    hw: Hardware,
-    input_len: int,
-    eff: Efficiency = DEFAULT_EFFICIENCY,
-    shape: StepShape = StepShape(),
-    tp: int = 1,
-) -> float:
-    """Seconds to prefill one request of `input_len` tokens (attention over I/2 on average), no fixed cost."""
+def prefill_time(s: Scenario) -> float:
+    """Seconds to prefill one request of the workload's `input_len` tokens (attention over I/2 on
+    average), no fixed cost."""
+    input_len = s.work.input_len
     if input_len < 1:
         return 0.0
-    t = step_terms(arch, hw, 1, input_len, input_len / 2, eff, shape, tp)
+    t = step_terms(s, 1, input_len, input_len / 2)
     return t.total_s - t.fixed_s

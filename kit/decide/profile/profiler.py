@@ -12,13 +12,22 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from kit.arch import ModelArch, arch_from_config
-from kit.decide.steptimer import config_hash, depth_scaled_rows, lower_depth, time_cuda_graph, time_eager
+from kit.decide.costmodel import Efficiency, Hardware, Scenario, Workload, fit_efficiency, step_time
+from kit.decide.profile.steptimer import (
+    config_hash,
+    depth_scaled_rows,
+    lower_depth,
+    time_cuda_graph,
+    time_eager,
+)
+from kit.decide.profile.synthetic_step import profile_synthetic
 from kit.errors import CostModelError
 
 PROFILE_COLUMNS = ["B", "q", "L", "step_s", "device", "config_hash", "n_layers_profiled", "n_layers_full"]
@@ -141,13 +150,11 @@ def profile_steps(
     `n_layers=None` builds the full model; otherwise `n_layers` (>= 2) layers are timed together
     with `n_layers // 2` and the difference scales the step to full depth. `backend="hf"` times
     the transformers model; `"synthetic"` times a serving engine's step shapes
-    (kit.decide.synthetic_step: preallocated KV cache, no cache copies, GQA without expansion).
+    (kit.decide.profile.synthetic_step: preallocated KV cache, no cache copies, GQA without expansion).
     """
     import torch
 
     if backend == "synthetic":
-        from kit.decide.synthetic_step import profile_synthetic
-
         return profile_synthetic(cfg, grid, device, n_layers, dtype, cuda_graph)
     if backend != "hf":
         raise CostModelError(f"unknown profiler backend {backend!r}; use 'hf' or 'synthetic'")
@@ -199,35 +206,35 @@ PROFILE_FREE = ("bw", "flops", "gemm_half_tokens", "attn_flops", "attn_half_rows
 """Constants a step profile pins down: the kernel factors and the fixed costs inside one step."""
 
 
-def calibrate(profile: pd.DataFrame, arch: ModelArch, hw: Any, free: Sequence[str] = PROFILE_FREE) -> Any:
-    """Efficiency constants that best fit a measured profile (kit.decide.fit: least squares on log
-    step time). The hardware figures are the datasheet the factors scale."""
+def calibrate(
+    profile: pd.DataFrame, arch: ModelArch, hw: Hardware, free: Sequence[str] = PROFILE_FREE
+) -> Efficiency:
+    """Efficiency constants that best fit a measured profile (kit.decide.costmodel.fit: least squares
+    on log step time). The hardware figures are the datasheet the factors scale."""
     return calibrate_many([(profile, arch)], hw, free)
 
 
 def calibrate_many(
-    profiles: Sequence[tuple[pd.DataFrame, ModelArch]], hw: Any, free: Sequence[str] = PROFILE_FREE
-) -> Any:
+    profiles: Sequence[tuple[pd.DataFrame, ModelArch]], hw: Hardware, free: Sequence[str] = PROFILE_FREE
+) -> Efficiency:
     """One set of efficiency constants fitted to several profiles measured on the same device."""
-    import numpy as np
-
-    from kit.decide import costmodel as cm
-    from kit.decide.fit import fit_efficiency
-
+    scenarios: list[Scenario] = []
     points, measured = [], []
     for profile, arch in profiles:
         check_profile(profile, arch)
         dtype_bytes = int(profile["dtype_bytes"].iloc[0]) if "dtype_bytes" in profile else arch.dtype_bytes
-        shape = cm.StepShape(kv_dtype_bytes=dtype_bytes, weight_dtype_bytes=dtype_bytes)
-        points += [(arch, int(r.B), int(r.q), float(r.L), shape) for r in profile.itertuples()]
+        work = Workload(kv_dtype_bytes=dtype_bytes, weight_dtype_bytes=dtype_bytes)
+        scenarios.append(Scenario(arch, hw, work=work))
+        points += [(len(scenarios) - 1, int(r.B), int(r.q), float(r.L)) for r in profile.itertuples()]
         measured += list(profile["step_s"].astype(float))
     if min(measured) <= 0:
         raise CostModelError("step profile holds non-positive step times; re-run the profiler")
 
-    def predict(eff: Any) -> Any:
-        return np.array([cm.step_time(a, hw, B, q, L, eff, shape) for a, B, q, L, shape in points])
+    def predict(eff: Efficiency) -> np.ndarray:
+        with_eff = [replace(s, eff=eff) for s in scenarios]
+        return np.array([step_time(with_eff[i], B, q, L) for i, B, q, L in points])
 
     devices = sorted({str(p["device"].iloc[0]) for p, _ in profiles})
     # verify_kv_bw 1: the profiler packs a verify's query rows into one attention call, as fast as q = 1
-    start = cm.Efficiency(overhead_s=min(measured) * 0.1, layer_s=1e-5, verify_kv_bw=1.0)
+    start = Efficiency(overhead_s=min(measured) * 0.1, layer_s=1e-5, verify_kv_bw=1.0)
     return fit_efficiency(predict, np.array(measured), free, start, source=f"profile on {', '.join(devices)}")
