@@ -123,9 +123,17 @@ class ShardView:
 
     folder: RunFolder
     tag: str = ""
+    directory: Path | None = None
+    """Where its files are: the run folder's root unless set (a Ray actor's are under `ray/`)."""
 
     def _tagged(self, stem: str, suffix: str) -> Path:
-        return self.folder.root / (f"{stem}-{self.tag}{suffix}" if self.tag else f"{stem}{suffix}")
+        root = self.directory or self.folder.root
+        return root / (f"{stem}-{self.tag}{suffix}" if self.tag else f"{stem}{suffix}")
+
+    @property
+    def about(self) -> Path:
+        """What a Ray actor says of itself: host, pid, capacity, its server's log."""
+        return self._tagged("actor", ".json")
 
     @property
     def manifest(self) -> Path:
@@ -270,8 +278,13 @@ class RunFolder:
 
     @property
     def ray_actors(self) -> Path:
-        """A Ray job's per-actor files: each actor's timeline (`metrics-a<N>.parquet`)."""
+        """A Ray job's per-actor files: where each actor runs and its own timeline."""
         return self.root / "ray"
+
+    def ray_actor(self, index: int) -> ShardView:
+        """The files of Ray actor `index`: `ray/actor-a<N>.json` (its host, pid, capacity, server
+        log) and its timeline `ray/metrics-a<N>.parquet` (samples appended to `.jsonl` meanwhile)."""
+        return ShardView(self, f"a{index}", self.ray_actors)
 
     @property
     def archive(self) -> Path:

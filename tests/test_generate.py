@@ -250,7 +250,7 @@ def test_changed_sampling_refuses_to_mix_and_fresh_archives(write_params):
 def test_two_replicas_share_the_work(write_params):
     """engine.replicas: one server per GPU group, the client balancing on requests outstanding."""
     from kit import stages
-    from kit.generate.run import replica_params
+    from kit.generate.session import replica_params
 
     params = load_params(
         write_params(

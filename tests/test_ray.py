@@ -21,6 +21,9 @@ import pytest
 import yaml
 from conftest import REPO
 
+from kit.generate.view import generation_tables
+from kit.runfolder import RunFolder
+
 pytest.importorskip("ray")
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 RAY = Path(sys.executable).parent / "ray"
@@ -41,7 +44,11 @@ def ray_address(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     # the actors' workers import the kit of this checkout, as the driver does
     env = {**os.environ, **RAY_ENV, "PYTHONPATH": str(REPO)}
     start = [str(RAY), "start", "--head", f"--port={port}", "--num-cpus=4", "--include-dashboard=false"]
-    done = subprocess.run(start, capture_output=True, text=True, env=env, timeout=180)
+    for _ in range(2):  # on a loaded machine the head's first start can time out: once more, clean
+        done = subprocess.run(start, capture_output=True, text=True, env=env, timeout=300)
+        if done.returncode == 0:
+            break
+        subprocess.run([str(RAY), "stop", "--force"], capture_output=True, timeout=120)
     assert done.returncode == 0, done.stderr[-3000:]
     # the address the head says to join by (its node's IP, not 127.0.0.1: Ray checks that it matches)
     (address,) = set(re.findall(r"--address='([^']+)'", done.stdout + done.stderr))
@@ -111,10 +118,16 @@ def test_two_actors_make_the_rows_of_a_single_process_run_once(write_params, ray
     assert manifest["complete"] and manifest["exit_code"] == 0 and manifest["executor"] == "ray"
     actors = manifest["ray"]["actors"]
     assert len(actors) == 2 and all(a["rows"] > 0 for a in actors)  # both worked
-    assert sum(a["blocks_done"] for a in actors) == manifest["ray"]["blocks"] == -(-manifest["planned_prompts"] // 4)
+    assert (
+        sum(a["blocks_done"] for a in actors)
+        == manifest["ray"]["blocks"]
+        == -(-manifest["planned_prompts"] // 4)
+    )
     names = {p.name for p in (out / "on-ray" / "generations").glob("part-*.parquet")}
     assert all(n.startswith("part-b") for n in names)  # per block and actor, each with its checksum
     assert all((out / "on-ray" / "generations" / f".{n}.crc32").exists() for n in names)
+    shown = {t.title: t for t in generation_tables(RunFolder(out / "on-ray"))}  # notebook 03's tables
+    assert sorted(int(a) for a in shown["Ray actors"].frame["actor"]) == [0, 1]
     timeline = pq.read_table(out / "on-ray" / "metrics.parquet").to_pandas()
     assert timeline["rows_done"].max() == len(ids)  # one timeline for the job, summed over actors
     assert "generate:" in err or "generate" in err  # one progress bar, the driver's

@@ -44,14 +44,8 @@ from kit.decide.machine import (
 from kit.decide.noise import median_interval
 from kit.engines import start_server
 from kit.engines.client import EngineClient
-from kit.engines.settings import (
-    Arm,
-    arm_engine,
-    engine_unavailable_reason,
-    run_request_fields,
-    sweep_arms,
-    tool_request_fields,
-)
+from kit.engines.request_fields import run_request_fields, tool_request_fields
+from kit.engines.settings import Arm, arm_engine, engine_unavailable_reason, sweep_arms
 from kit.engines.spec_metrics import SpecCounters, gauge_accept_length
 from kit.errors import EngineError
 from kit.params import RunParams

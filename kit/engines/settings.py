@@ -9,8 +9,7 @@ The sweep (which arms to launch), the decision (what decision.json says), `apply
     spec = speculative_params(arm, flavor("sglang"), params.engine.speculative)
     eng = arm_engine(params, arm, hybrid=False)      # the engine params the sweep launches the arm with
 
-Request fields live in `kit.engines.request_fields` (`run_request_fields` and `tool_request_fields`
-are imported here too, where kit.generate.run and kit.decide.sweep still look for them).
+Request fields live in `kit.engines.request_fields`.
 """
 
 from __future__ import annotations
@@ -20,7 +19,6 @@ from typing import Any
 from kit.engines import flavors
 from kit.engines.arms import DEFAULT_ALGORITHM, Algorithm, Arm
 from kit.engines.flavors.base import section_algorithm
-from kit.engines.request_fields import run_request_fields, tool_request_fields
 from kit.params import EngineParams, RunParams, SpeculativeParams
 
 __all__ = [
@@ -30,10 +28,8 @@ __all__ = [
     "arm_engine",
     "decided_settings",
     "engine_unavailable_reason",
-    "run_request_fields",
     "speculative_params",
     "sweep_arms",
-    "tool_request_fields",
     "unavailable_reason",
 ]
 SPELT = ("num_steps", "eagle_topk", "num_draft_tokens")

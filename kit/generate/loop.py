@@ -87,9 +87,10 @@ class GenerationLoop:
     context_limit: int | None = None
     """The model's context length; longer prompts are failures, not requests."""
     fields: dict[str, Any] = field(default_factory=dict)
-    """Request fields for this engine (`settings.request_fields`); the seed is set per sample."""
+    """Request fields for this engine (`kit.engines.request_fields.run_request_fields`); the seed is
+    set per sample."""
     tool_fields: dict[str, Any] = field(default_factory=dict)
-    """Fields added to requests that offer tools (`settings.tool_request_fields`)."""
+    """Fields added to requests that offer tools (`kit.engines.request_fields.tool_request_fields`)."""
     max_tokens_by_source: dict[str, int] = field(default_factory=dict)
     """Output budgets of the sources that set their own (`data.sources[].max_tokens`)."""
     grow_when_starved: bool = True

@@ -30,7 +30,7 @@ from kit.engines import start_server
 from kit.errors import RunFolderError
 from kit.generate.metrics import Timeline
 from kit.generate.pool import ServerPool
-from kit.generate.run import build_loop, engine_capacity, hang_timeout, loop_concurrency, replica_of
+from kit.generate.session import build_loop, engine_capacity, hang_timeout, loop_concurrency, replica_of
 from kit.generate.store import FailureLog, ShardWriter
 from kit.generate.work import iter_items
 from kit.params import RunParams
@@ -171,11 +171,9 @@ class EngineActor:
         conc = loop_concurrency(params, cap.total)
         failures = FailureLog(folder.failures)
         self.writer = BlockWriter(folder.generations, self.index, failures)
+        mine = folder.ray_actor(self.index)
         folder.ray_actors.mkdir(exist_ok=True)
-        timeline = Timeline(
-            folder.ray_actors / f"metrics-a{self.index}.parquet",
-            folder.ray_actors / f"metrics-a{self.index}.jsonl",
-        )
+        timeline = Timeline(mine.metrics, mine.metrics_log)
         self.loop = build_loop(
             params,
             self.pool,
@@ -195,9 +193,7 @@ class EngineActor:
             "concurrency": conc,
             "server_log": str(getattr(server, "log_path", "")),
         }
-        write_json_atomic(
-            folder.ray_actors / f"actor-a{self.index}.json", info
-        )  # where to look, and what to kill
+        write_json_atomic(mine.about, info)  # where it runs: what to look at, or to kill
         return info
 
     async def give(self, index: int, prompts: pa.Table, items: list[tuple[int, int]]) -> None:

@@ -25,20 +25,24 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from kit.engines.capacity import Capacity
+from kit.engines.flavors import flavor
 from kit.errors import EngineError, ParamsError
 from kit.generate.blocks import Block, BlockBook, block_rows, cut_blocks, positions_done
 from kit.generate.loop import LoopStats
 from kit.generate.metrics import Timeline
 from kit.generate.premises import PremiseCheck
 from kit.generate.rayactor import EngineActor
+from kit.generate.session import Session
 from kit.generate.store import row_id
 from kit.generate.work import select_rows
 from kit.params import RunParams
 from kit.progress import progress
-from kit.runfolder import RunFolder, ShardFiles, ShardView
+from kit.runfolder import RunFolder, ShardFiles
 
 log = logging.getLogger(__name__)
 POLL_S = 1.0
+POLL_TIMEOUT_S = 60.0
+"""An actor that does not answer a poll within this is taken as lost (Ray's GetTimeoutError)."""
 AHEAD = 2
 """Blocks an actor holds at once while blocks wait: the one its loop works on and the next."""
 
@@ -79,7 +83,7 @@ def actor_resources(params: RunParams, cluster: dict[str, float]) -> tuple[int, 
     eng, ray_p = params.engine, params.generate.ray
     per_gpus = eng.gpus_per_replica or eng.tp_size
     gpus = int(cluster.get("GPU", 0))
-    uses_gpus = gpus > 0 and eng.flavor != "external"
+    uses_gpus = gpus > 0 and flavor(eng.flavor).started  # a server the kit starts takes the GPUs
     options: dict[str, Any] = {"num_cpus": ray_p.cpus_per_actor}
     if uses_gpus:
         options["num_gpus"] = per_gpus
@@ -110,15 +114,16 @@ class ActorState:
 class RayJob:
     """The driver's side of one Ray session of stage 3."""
 
-    params: RunParams
-    session: ShardView
+    session: Session
     todo: pa.Table
     work: list[tuple[int, int]]
     """(row of `todo`, sample index) of every item left, in the order to send them."""
-    rows_made_with: tuple[str, str, str]
-    decision: dict[str, Any] | None
     actors: dict[int, ActorState] = field(default_factory=dict)
     restarts_left: int = 0
+
+    @property
+    def params(self) -> RunParams:
+        return self.session.params
 
     @property
     def folder(self) -> RunFolder:
@@ -148,7 +153,9 @@ class RayJob:
                 self._hand_out(book)
                 self._sum(stats)
                 if timeline is None and any(a.info for a in self.actors.values()):
-                    timeline = Timeline(self.session.metrics, self.session.metrics_log, interval_s=POLL_S)
+                    timeline = Timeline(
+                        self.session.files.metrics, self.session.files.metrics_log, interval_s=POLL_S
+                    )
                 if premises is None and all(a.info for a in self.live()):
                     premises = self._premises(n)
                 if timeline is not None:
@@ -180,33 +187,43 @@ class RayJob:
 
     def _start_actor(self, index: int) -> None:
         handle = self._remote.remote(
-            self.params.model_dump_json(), str(self.folder.root), index, self.rows_made_with
+            self.params.model_dump_json(), str(self.folder.root), index, self.session.made_with
         )
         self.actors[index] = ActorState(index, handle, handle.start.remote(len(self.work)))
 
     def _poll(self, ray: Any, book: BlockBook) -> None:
-        for a in self.live():
-            if not a.info:
-                ready, _ = ray.wait([a.started], timeout=0)
-                if not ready:
-                    continue
-                try:
-                    a.info = ray.get(a.started)
-                except ray.exceptions.RayActorError as e:
-                    self._lost(a, book, e)
-                    continue
-                except ray.exceptions.RayTaskError as e:
-                    raise e.as_instanceof_cause() from None
-            try:
-                a.last = ray.get(a.handle.poll.remote(), timeout=60)
-            except ray.exceptions.RayActorError as e:
-                self._lost(a, book, e)
-                continue
-            except ray.exceptions.RayTaskError as e:
-                raise e.as_instanceof_cause() from None
-            for index in a.last["done"]:
-                book.done(index)
-                a.blocks_done += 1
+        """Every started actor's news, asked of all at once (one round trip, however many actors)."""
+        starting = [a for a in self.live() if not a.info]
+        ready = (
+            ray.wait([a.started for a in starting], num_returns=len(starting), timeout=0)[0]
+            if starting
+            else []
+        )
+        for a in starting:
+            if a.started in ready:
+                self._answer(ray, a, book, a.started, "info")
+        asked = [(a, a.handle.poll.remote()) for a in self.live() if a.info]
+        for a, ref in asked:
+            if self._answer(ray, a, book, ref, "last"):
+                for index in a.last["done"]:
+                    book.done(index)
+                    a.blocks_done += 1
+
+    def _answer(self, ray: Any, a: ActorState, book: BlockBook, ref: Any, into: str) -> bool:
+        """Store an actor's answer in `a.<into>`; an actor that died is lost (False), an error
+        raised inside it stops the job with that error."""
+        try:
+            setattr(a, into, ray.get(ref, timeout=POLL_TIMEOUT_S))
+            return True
+        except ray.exceptions.RayActorError as e:
+            self._lost(a, book, e)
+            return False
+        except ray.exceptions.GetTimeoutError:
+            ray.kill(a.handle, no_restart=True)  # a shard it still lands repeats ids: set aside on resume
+            self._lost(a, book, TimeoutError(f"no answer within {POLL_TIMEOUT_S:.0f} s; killed"))
+            return False
+        except ray.exceptions.RayTaskError as e:
+            raise e.as_instanceof_cause() from None
 
     def _lost(self, a: ActorState, book: BlockBook, error: Exception) -> None:
         """An actor died: its blocks go back (less what its shards hold), another starts in its place."""
@@ -291,7 +308,10 @@ class RayJob:
     def _premises(self, n: int) -> PremiseCheck:
         eng = self.params.engine.model_copy(update={"replicas": n})
         return PremiseCheck.for_run(
-            self.decision, self.params.model_copy(update={"engine": eng}), self._capacity(), len(self.work)
+            self.session.decision,
+            self.params.model_copy(update={"engine": eng}),
+            self._capacity(),
+            len(self.work),
         )
 
     def _report(self) -> list[dict[str, Any]]:

@@ -170,5 +170,24 @@ def generation_tables(folder: RunFolder) -> list[Table]:
             pd.DataFrame({"shard": unreadable}), "Unreadable shards (left out above; stage 4 names them too)"
         ),
         table(failures, "Failures", {"permanent": "not retried on resume"}),
+        ray_actor_table(folder),
     ]
     return [t for t in tables if not t.frame.empty]
+
+
+RAY_COLUMNS = ["actor", "host", "pid", "engine_capacity", "concurrency", "blocks_done", "rows", "failures"]
+
+
+def ray_actor_table(folder: RunFolder) -> Table:
+    """A Ray job's actors (manifest `ray`): where each ran, what it did, whether it died."""
+    ray = read_json(folder.manifest).get("ray") if folder.manifest.exists() else None
+    actors = pd.DataFrame((ray or {}).get("actors") or [])
+    if actors.empty:
+        return table(actors, "Ray actors")
+    shown = actors.reindex(columns=[*RAY_COLUMNS, "server_restarts", "died"])
+    shown["died"] = shown["died"].fillna("")
+    note = (
+        f"{ray['blocks']} blocks, {ray['blocks_handed_again']} handed again after an actor died "
+        f"({ray['items_found_on_disk_when_handed_again']} of their rows already on disk, not redone)."
+    )
+    return table(shown, "Ray actors", {"engine_capacity": "capacity", "blocks_done": "blocks"}, note=note)
