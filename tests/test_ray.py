@@ -91,6 +91,9 @@ def wait_for(what: Callable[[], object], timeout: float, proc: subprocess.Popen 
         if proc is not None and proc.poll() is not None:
             pytest.fail(f"the driver ended first ({proc.returncode}): {proc.stderr.read()[-3000:]}")
         time.sleep(0.2)
+    if proc is not None:
+        proc.kill()
+        pytest.fail(f"not seen within {timeout} s; the driver said: {proc.communicate()[1][-3000:]}")
     pytest.fail(f"not seen within {timeout} s")
 
 
@@ -146,7 +149,7 @@ def test_an_actor_killed_mid_run_loses_nothing_and_doubles_nothing(write_params,
     assert len(ids) == len(set(ids)) and set(ids) == planned_ids(run)
     manifest = json.loads((run / "manifest.json").read_text())
     dead = [a for a in manifest["ray"]["actors"] if a["died"]]
-    assert [a["actor"] for a in dead] == [0]
+    assert [a["actor"] for a in dead] == [0], err[-3000:]
     assert manifest["ray"]["blocks_handed_again"] >= 1
     assert "Ray actor 0 died" in err
 

@@ -41,8 +41,9 @@ from kit.runfolder import RunFolder, ShardFiles
 
 log = logging.getLogger(__name__)
 POLL_S = 1.0
-POLL_TIMEOUT_S = 60.0
-"""An actor that does not answer a poll within this is taken as lost (Ray's GetTimeoutError)."""
+SILENT_S = 300.0
+"""An actor that leaves a poll unanswered this long is taken as hung: killed, its blocks handed on.
+(A late answer is only waited for: on a loaded machine an answer can take seconds.)"""
 AHEAD = 2
 """Blocks an actor holds at once while blocks wait: the one its loop works on and the next."""
 
@@ -103,6 +104,9 @@ class ActorState:
     started: Any
     """The `start` call's reference (its answer: where the actor runs, its capacity)."""
     info: dict[str, Any] = field(default_factory=dict)
+    asked: Any = None
+    """The poll it has not answered yet, and since when (monotonic seconds)."""
+    asked_at: float = 0.0
     last: dict[str, Any] = field(default_factory=dict)
     blocks_done: int = 0
     closed: bool = False
@@ -149,6 +153,7 @@ class RayJob:
         bar = progress(total=len(self.work), desc="generate", unit="row", smoothing=0.1)
         try:
             while not book.finished:
+                tick = time.monotonic()
                 self._poll(ray, book)
                 self._hand_out(book)
                 self._sum(stats)
@@ -166,7 +171,7 @@ class RayJob:
                     bar.set_postfix(tok_s=f"{last['tok_s']:.0f}", actors=len(self.live()), refresh=False)
                 bar.n = book.items_done() + sum(a.last.get("answered_open", 0) for a in self.live())
                 bar.refresh()
-                time.sleep(POLL_S)
+                time.sleep(max(0.0, POLL_S - (time.monotonic() - tick)))
             self._finish_all(ray)
             self._sum(stats)
         finally:
@@ -192,35 +197,36 @@ class RayJob:
         self.actors[index] = ActorState(index, handle, handle.start.remote(len(self.work)))
 
     def _poll(self, ray: Any, book: BlockBook) -> None:
-        """Every started actor's news, asked of all at once (one round trip, however many actors)."""
-        starting = [a for a in self.live() if not a.info]
-        ready = (
-            ray.wait([a.started for a in starting], num_returns=len(starting), timeout=0)[0]
-            if starting
-            else []
-        )
-        for a in starting:
-            if a.started in ready:
+        """Every actor's news: started ones are asked at once and their answers waited for together
+        (for up to POLL_S: the loop's pace), never one after the other."""
+        now = time.monotonic()
+        for a in self.live():
+            if a.info and a.asked is None:
+                a.asked, a.asked_at = a.handle.poll.remote(), now
+        waiting = [a.started for a in self.live() if not a.info]
+        waiting += [a.asked for a in self.live() if a.asked is not None]
+        ready = set(ray.wait(waiting, num_returns=len(waiting), timeout=POLL_S)[0]) if waiting else set()
+        for a in self.live():
+            if not a.info and a.started in ready:
                 self._answer(ray, a, book, a.started, "info")
-        asked = [(a, a.handle.poll.remote()) for a in self.live() if a.info]
-        for a, ref in asked:
-            if self._answer(ray, a, book, ref, "last"):
-                for index in a.last["done"]:
-                    book.done(index)
-                    a.blocks_done += 1
+            elif a.asked is not None and a.asked in ready:
+                ref, a.asked = a.asked, None
+                if self._answer(ray, a, book, ref, "last"):
+                    for index in a.last["done"]:
+                        book.done(index)
+                        a.blocks_done += 1
+            elif a.asked is not None and now - a.asked_at > SILENT_S:
+                ray.kill(a.handle, no_restart=True)  # a shard it still lands repeats ids: set aside on resume
+                self._lost(a, book, TimeoutError(f"no answer for {SILENT_S:.0f} s; killed as hung"))
 
     def _answer(self, ray: Any, a: ActorState, book: BlockBook, ref: Any, into: str) -> bool:
-        """Store an actor's answer in `a.<into>`; an actor that died is lost (False), an error
-        raised inside it stops the job with that error."""
+        """Store an actor's (ready) answer in `a.<into>`; an actor that died is lost (False), an
+        error raised inside it stops the job with that error."""
         try:
-            setattr(a, into, ray.get(ref, timeout=POLL_TIMEOUT_S))
+            setattr(a, into, ray.get(ref))
             return True
         except ray.exceptions.RayActorError as e:
             self._lost(a, book, e)
-            return False
-        except ray.exceptions.GetTimeoutError:
-            ray.kill(a.handle, no_restart=True)  # a shard it still lands repeats ids: set aside on resume
-            self._lost(a, book, TimeoutError(f"no answer within {POLL_TIMEOUT_S:.0f} s; killed"))
             return False
         except ray.exceptions.RayTaskError as e:
             raise e.as_instanceof_cause() from None
@@ -276,11 +282,12 @@ class RayJob:
                 a.finished = True
             elif not a.closed:
                 a.handle.close.remote()
-        for a in self.live():
+        ending = [(a, a.handle.finish.remote()) for a in self.live()]  # every actor stops at once
+        for a, ref in ending:
             try:
-                a.last = ray.get(a.handle.finish.remote(), timeout=300)
-            except ray.exceptions.RayActorError as e:
-                a.died = str(e).splitlines()[0][:300]  # its blocks were done: nothing to hand again
+                a.last = ray.get(ref, timeout=SILENT_S)
+            except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError) as e:
+                a.died = str(e).splitlines()[0][:300] or "no answer"  # its blocks were done: nothing is lost
             a.finished = True
 
     def _sum(self, stats: LoopStats) -> None:
