@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import psutil
 import pyarrow.parquet as pq
 import pytest
 import yaml
@@ -95,6 +96,13 @@ def wait_for(what: Callable[[], object], timeout: float, proc: subprocess.Popen 
         proc.kill()
         pytest.fail(f"not seen within {timeout} s; the driver said: {proc.communicate()[1][-3000:]}")
     pytest.fail(f"not seen within {timeout} s")
+
+
+def _group_of(pid: int) -> int | None:
+    try:
+        return os.getpgid(pid)
+    except ProcessLookupError:
+        return None
 
 
 def shards_of(run: Path, actor: int) -> list[Path]:
@@ -184,9 +192,18 @@ def test_real_vllm_replicas_as_ray_actors(tmp_path: Path, demo_model: Path, ray_
     for s in params["data"]["sources"]:
         s["count"] = 2
     path.write_text(yaml.safe_dump(params))
-    code, err = finish(generate(path, ray_address), timeout=800)
-    assert code == 0, err[-3000:]
     run = tmp_path / "outputs" / "vllm-ray"
+    driver = generate(path, ray_address)
+    about = run / "ray" / "actor-a0.json"
+    reaper = psutil.Process(
+        json.loads(wait_for(lambda: about.exists() and about.read_text(), 600, driver))["reaper_pid"]
+    )
+    server_group = reaper.children()[0].pid  # the server leads its own process group
+    code, err = finish(driver, timeout=800)
+    assert code == 0, err[-3000:]
+    time.sleep(2)
+    left = [p.pid for p in psutil.process_iter() if _group_of(p.pid) == server_group]
+    assert not left, f"the vLLM server's processes outlived the job: {left}"  # its EngineCore included
     ids = ids_of(run)
     assert len(ids) == len(set(ids)) and set(ids) == planned_ids(run)
     manifest = json.loads((run / "manifest.json").read_text())

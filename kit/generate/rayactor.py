@@ -192,6 +192,9 @@ class EngineActor:
             **cap.as_dict(),
             "concurrency": conc,
             "server_log": str(getattr(server, "log_path", "")),
+            "reaper_pid": getattr(
+                server, "pid", None
+            ),  # the kit's wrapper: its child leads the server's group
         }
         write_json_atomic(mine.about, info)  # where it runs: what to look at, or to kill
         return info
