@@ -121,13 +121,14 @@ def one_run(work: Path, run: str, args: argparse.Namespace, decision: Path | Non
 
 def decide(work: Path, args: argparse.Namespace) -> tuple[Path, bool, str]:
     """A real `kit decide` on the bench's params; (decision.json for the spec run, forced?, why)."""
+    from kit.artifacts import Decision
     from kit.decide.tailarm import tail_arm
 
     path = params_file(work, "decide", args, ngram=True)
     kit("decide", str(path))
     real = work / "outputs" / "decide" / "decision.json"
     decision = json.loads(real.read_text())
-    arm, why = tail_arm(decision)
+    arm, why = tail_arm(Decision.from_json(decision))
     if arm is not None or not args.force_tail:
         return real, False, why
     plain = {int(r["concurrency"]): r for r in decision["table"] if not r.get("spec_k")}
@@ -150,8 +151,8 @@ def predicted_with(work: Path, run: str, decision: Path) -> dict | None:
     from kit.analyse import run_analysis
     from kit.runfolder import RunFolder
 
-    summary = run_analysis(RunFolder(dst), progress=False).summary
-    return (summary.get("tail") or {}).get("speculation")
+    tail = run_analysis(RunFolder(dst), progress=False).summary.tail
+    return tail.speculation.to_json() if tail is not None and tail.speculation is not None else None
 
 
 def spread(values: list[float], digits: int = 1) -> str:
@@ -277,11 +278,12 @@ def main() -> None:
     real = args.work / "outputs" / "decide" / "decision.json"
     saved = args.work / "bench_tail.json"
     if args.report_only:
+        from kit.artifacts import Decision
         from kit.decide.tailarm import tail_arm
 
         runs = json.loads(saved.read_text())
         forced = (args.work / "decision-forced.json").exists()
-        why = tail_arm(json.loads(real.read_text()))[1]
+        why = tail_arm(Decision.from_json(json.loads(real.read_text())))[1]
         text = report(args, runs, {"forced": forced, "why": why}, args.load)
         print(text)
         if args.out:
@@ -291,9 +293,10 @@ def main() -> None:
         runs = [r for r in json.loads(saved.read_text()) if not _switching(r)]
         forced_path = args.work / "decision-forced.json"
         decision, forced = (forced_path, True) if forced_path.exists() else (real, False)
+        from kit.artifacts import Decision
         from kit.decide.tailarm import tail_arm
 
-        why = tail_arm(json.loads(real.read_text()))[1]
+        why = tail_arm(Decision.from_json(json.loads(real.read_text())))[1]
     else:
         decision, forced, why = decide(args.work, args)
         runs = []

@@ -18,12 +18,14 @@ import json
 import shutil
 import sys
 import tempfile
+from dataclasses import replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from kit.artifacts import ProbeReport  # noqa: E402
 from kit.probe import ProbeInputs, build_report, probe_verdict  # noqa: E402
-from kit.runfolder import write_json_atomic, write_text_atomic  # noqa: E402
+from kit.runfolder import write_artifact, write_text_atomic  # noqa: E402
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -40,7 +42,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-def main(argv: list[str] | None = None) -> dict:
+def main(argv: list[str] | None = None) -> ProbeReport:
     args = parse_args(argv)
     if args.model_dir is None and args.model_config is None:
         raise SystemExit("give --model-dir DIR or --model-config config.json")
@@ -64,17 +66,16 @@ def main(argv: list[str] | None = None) -> dict:
             run=out.name,
         )
         report = build_report(inputs)
-    report["command"] = " ".join(
-        ["python3", "benchmarks/probe_gpu.py", *(argv if argv is not None else sys.argv[1:])]
-    )
-    write_json_atomic(out / "probe.json", report)
+    command = ["python3", "benchmarks/probe_gpu.py", *(argv if argv is not None else sys.argv[1:])]
+    report = replace(report, command=" ".join(command))
+    write_artifact(out / "probe.json", report)
     write_text_atomic(out / "probe.md", probe_verdict(report))
     print(probe_verdict(report))
     print(
         json.dumps(
             {
-                "gpus": [d["name"] for d in report["gpus"]["devices"]],
-                "measured": (report["gpus"]["torch"] or {}).get("measured"),
+                "gpus": [d["name"] for d in report.gpus.devices],
+                "measured": report.gpus.measured or None,
             },
             indent=1,
         )

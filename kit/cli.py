@@ -5,6 +5,9 @@ kit probe|decide|generate|analyse params/demo.yaml
 kit report outputs/demo               # re-render the HTML report of a run
 kit lab outputs/demo                  # JupyterLab on the run's notebooks (they open, not re-run)
 kit demo-assets                       # build the embedded demo model, its draft and fixture data
+
+`kit --help` loads typer and the light modules imported below only: each command imports what it
+needs (stages, params, run folder, notebooks, report) when it runs (README, "Deferred imports").
 """
 
 from __future__ import annotations
@@ -14,13 +17,16 @@ import json
 import logging
 import os
 import signal
+import subprocess
 import sys
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from kit.errors import KitError
+from kit.asyncrun import stop_signal_received, stop_signals
+from kit.errors import DISK_FULL, KitError, RunFolderError, disk_full_message
+from kit.progress import SafeStream
 
 app = typer.Typer(
     add_completion=False, no_args_is_help=True, help="Batch inference and the MTP decision, stage by stage."
@@ -65,7 +71,6 @@ def run(
     from kit import stages as st
     from kit.notebooks import execute_all
     from kit.report import render_report
-    from kit.runfolder import read_json
 
     p = _load(params, run)
     folder = st.prepare(p)
@@ -74,7 +79,8 @@ def run(
     index = render_report(folder.root, hide_code=p.report.hide_code)
     typer.echo(f"report: {index}")
     generated = chosen is None or "generate" in chosen
-    if generated and folder.manifest.exists() and not read_json(folder.manifest).get("complete", True):
+    manifest = folder.read_manifest() if generated else None
+    if manifest is not None and manifest.complete is False:
         typer.secho(
             "incomplete: rows are left to generate; rerun to retry them (see failures.jsonl)", err=True
         )
@@ -93,7 +99,7 @@ def probe(params: ParamsArg, run: RunOpt = None) -> None:
     report = st.probe(p)
     typer.echo(verdict_text(report))
     typer.echo(f"probe.json: {st.run_folder(p).probe}")
-    if not report["summary"]["go"]:
+    if not report.summary.go:
         raise typer.Exit(NO_GO_EXIT_CODE)
 
 
@@ -102,7 +108,7 @@ def decide(params: ParamsArg, run: RunOpt = None) -> None:
     """Stage 2: measured sweep plus cost model; decide on speculative decoding (decision.json)."""
     from kit import stages as st
 
-    decision = st.decide(_load(params, run))
+    decision = st.decide(_load(params, run)).to_json()
     _print({k: decision.get(k) for k in ("arm", "engine_settings", "reasons")})
 
 
@@ -125,8 +131,8 @@ def generate(
     from kit import stages as st
 
     manifest = st.generate(_load(params, run), fresh=fresh, shard=shard, retry_failures=retry_failures)
-    _print(manifest)
-    raise typer.Exit(manifest["exit_code"])
+    _print(manifest.to_json())
+    raise typer.Exit(manifest.exit_code)
 
 
 @app.command()
@@ -134,7 +140,7 @@ def analyse(params: ParamsArg, run: RunOpt = None) -> None:
     """Stage 4: summary.json and figures for a run's outputs."""
     from kit import stages as st
 
-    summary = st.analyse(_load(params, run)).summary
+    summary = st.analyse(_load(params, run)).summary.to_json()
     _print({k: summary.get(k) for k in ("rows", "failures", "gaps", "figures") if k in summary})
 
 
@@ -159,8 +165,6 @@ def lab(
     """Open JupyterLab on a run's notebooks: run again there, each opens the artifacts the run left
     (no engine started); set `rerun = True` in a notebook's parameters to redo its stage. Options
     after the folder that the kit does not know go to JupyterLab (e.g. --ServerApp.ip=0.0.0.0)."""
-    import subprocess
-
     from kit.notebooks import prepare_lab
     from kit.runfolder import RunFolder
 
@@ -183,7 +187,6 @@ def compare(
 ) -> None:
     """Two runs side by side (e.g. the MTP and the plain arm): a table of differences, figures."""
     from kit.analyse import compare_runs
-    from kit.errors import RunFolderError
     from kit.runfolder import RunFolder
 
     for run_dir in (run_a, run_b):
@@ -224,10 +227,6 @@ def main() -> None:
     """Entry point. Exit codes: 0 done, 2 error (one message, no traceback), 3 incomplete (rows left),
     4 `kit probe` NO-GO, 128 + signal when interrupted (130 Ctrl-C, 143 SIGTERM, 129 SIGHUP) with
     finished work saved."""
-    from kit.asyncrun import stop_signal_received, stop_signals
-    from kit.progress import SafeStream
-    from kit.runfolder import DISK_FULL, disk_full_message
-
     # A reader that goes away (a dropped ssh, `2>&1 | head`) must not stop the work: progress bars
     # (the kit's and the libraries'), warnings and log lines write through this, and stop writing
     # once the pipe is closed. The exit code and the run folder still say everything.

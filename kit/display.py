@@ -11,12 +11,10 @@ from __future__ import annotations
 import base64
 import html
 import io
-import json
 import math
 import numbers
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import pandas as pd
@@ -74,15 +72,6 @@ class Answer:
     headline: str
     detail: str
     status: str = "ok"
-
-
-def read_json_or_none(path: Path) -> dict[str, Any] | None:
-    """A JSON object from `path`, or None when it is absent or unreadable (the page says so)."""
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
 
 
 def _missing(x: Any) -> bool:

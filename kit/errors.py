@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import errno
+import os
+import shutil
+from pathlib import Path
+
 
 class KitError(Exception):
     """Base of every error a user can meet; the CLI prints its message without a traceback."""
@@ -33,3 +38,20 @@ class RunFolderError(KitError):
 
 class CostModelError(KitError):
     """Inputs to the cost model are out of range (acceptance, accept length, batch beyond memory...)."""
+
+
+DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
+"""The errno values of a full disk (or a quota): turned into one message, not a traceback."""
+
+
+def disk_full_message(e: OSError, root: Path) -> str:
+    where = e.filename or f"in {root}"
+    try:
+        free = f"{shutil.disk_usage(root).free / 2**20:.0f} MiB free now"
+    except OSError:
+        free = "free space unknown"
+    return (
+        f"the disk is full ({os.strerror(e.errno or errno.ENOSPC)}, writing {where}; {free}). Rows "
+        "written before are kept: free some space (or move the run with output_dir) and rerun the same "
+        "command to resume."
+    )

@@ -10,11 +10,14 @@ import html
 import io
 from pathlib import Path
 
-import yaml
+from matplotlib.figure import Figure
 
+from kit.artifacts import Summary
+from kit.decide.decision import speculation_label
+from kit.decide.plots import throughput_alt, throughput_curves
 from kit.decide.verdict import decision_answer
-from kit.decide.view import speculation_name
-from kit.display import Answer, read_json_or_none, timestamp
+from kit.decide.worth import worth_for_run
+from kit.display import Answer, timestamp
 from kit.generate.verdict import (
     data_answer,
     failure_answer,
@@ -23,6 +26,7 @@ from kit.generate.verdict import (
     load_snippet,
     throughput_answer,
 )
+from kit.params import saved_params
 from kit.probe.view import gpu_line, probe_answer
 from kit.runfolder import RunFolder
 
@@ -77,19 +81,18 @@ def _page_item(stem: str, pages: dict[str, tuple[Path, list[str]]]) -> str:
 
 
 def run_answers(folder: RunFolder) -> list[Answer]:
-    """The run's questions answered from its folder, in the order the index shows them."""
-    from kit.decide.worth import worth_for_run
-
-    manifest = read_json_or_none(folder.manifest)
-    summary = read_json_or_none(folder.summary)
-    decision = read_json_or_none(folder.decision)
+    """The run's questions answered from its folder, in the order the index shows them (a file that
+    is absent or unreadable is a question not answered yet)."""
+    manifest = folder.read_manifest(lenient=True)
+    summary = folder.read_summary(lenient=True)
+    decision = folder.read_decision(lenient=True)
     worth = None
-    if decision and not any(r.get("spec_k") and r.get("status") == "ok" for r in decision.get("table") or []):
+    if decision is not None and not any(r.spec_k and r.status == "ok" for r in decision.table):
         band = worth_for_run(folder)
         worth = band.headline() if band else None
     return [
-        probe_answer(read_json_or_none(folder.probe)),
-        decision_answer(decision, speculation_name(folder), worth),
+        probe_answer(folder.read_probe(lenient=True)),
+        decision_answer(decision, speculation_label(saved_params(folder.params)), worth),
         generation_answer(folder, manifest),
         failure_answer(failures_by_reason(folder, summary)),
         _with_tail(throughput_answer(summary, manifest), summary),
@@ -97,9 +100,9 @@ def run_answers(folder: RunFolder) -> list[Answer]:
     ]
 
 
-def _with_tail(answer: Answer, summary: dict | None) -> Answer:
+def _with_tail(answer: Answer, summary: Summary | None) -> Answer:
     """The throughput answer, then the tail's sentence (kit.analyse.tail) where stage 4 measured it."""
-    sentence = ((summary or {}).get("tail") or {}).get("sentence")
+    sentence = summary.tail.sentence if summary is not None and summary.tail is not None else ""
     return dataclasses.replace(answer, detail=f"{answer.detail} {sentence}") if sentence else answer
 
 
@@ -115,23 +118,19 @@ def _answer_item(a: Answer, folder: RunFolder) -> str:
 
 def _key_figure(folder: RunFolder) -> str:
     """Measured vs predicted output tok/s per arm and concurrency, as an embedded <figure>."""
-    decision = read_json_or_none(folder.decision)
-    if not decision or not decision.get("table"):
+    decision = folder.read_decision(lenient=True)
+    if decision is None or not decision.table:
         why = "No decision yet: the measured vs predicted figure needs decision.json (stage 2)."
         return f"<figure><figcaption>{why}</figcaption></figure>"
-    from matplotlib.figure import Figure
-
-    from kit.decide.plots import throughput_alt, throughput_curves
-
-    decision = {**decision, "speculation_name": speculation_name(folder)}
+    name = speculation_label(saved_params(folder.params))
     fig = Figure(figsize=(6.4, 3.8))
-    throughput_curves(decision, fig.subplots())
+    throughput_curves(decision, fig.subplots(), name)
     fig.tight_layout()
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=100)
     data = base64.b64encode(buf.getvalue()).decode()
     return (
-        f"<figure><img alt='{html.escape(throughput_alt(decision), quote=True)}' "
+        f"<figure><img alt='{html.escape(throughput_alt(decision, name), quote=True)}' "
         f"src='data:image/png;base64,{data}'><figcaption>Output tokens/s per arm and concurrency: "
         "measured by the sweep (points) and predicted by the cost model (dashed). "
         f"<a href='{folder.report_page(DECIDE_PAGE).name}'>Decision page</a>.</figcaption></figure>"
@@ -144,7 +143,8 @@ def index_html(folder: RunFolder, pages: list[tuple[Path, list[str]]]) -> str:
     by_stem = {p.stem: (p, remote) for p, remote in pages}
     stems = list(STAGE_PAGES) + [s for s in by_stem if s not in STAGE_PAGES]
     links = "".join(_page_item(s, by_stem) for s in stems)
-    gaps = (read_json_or_none(folder.summary) or {}).get("gaps") or []
+    summary = folder.read_summary(lenient=True)
+    gaps = summary.gaps if summary is not None else []
     gap_html = (
         "<h2>Gaps</h2><ul>" + "".join(f"<li class='warn'>{html.escape(str(g))}</li>" for g in gaps) + "</ul>"
         if gaps
@@ -162,15 +162,15 @@ def index_html(folder: RunFolder, pages: list[tuple[Path, list[str]]]) -> str:
 
 def _subtitle(folder: RunFolder) -> str:
     """Model, engine and hardware of the run, and where its folder is."""
-    try:
-        raw = yaml.safe_load(folder.params.read_text()) or {}
-    except (OSError, yaml.YAMLError):
-        raw = {}
-    model = raw.get("model") or {}
-    name = "the demo model" if model.get("demo") else Path(str(model.get("path") or "?")).name
-    engine = (raw.get("engine") or {}).get("flavor") or "?"
-    probe = read_json_or_none(folder.probe)
-    hardware = gpu_line(probe) if probe else "hardware not probed"
-    finished = (read_json_or_none(folder.manifest) or {}).get("finished_at")
+    params = saved_params(folder.params)
+    if params is None:
+        name, engine = "?", "?"
+    else:
+        name = "the demo model" if params.model.demo else Path(params.model.path).name
+        engine = params.engine.flavor
+    probe = folder.read_probe(lenient=True)
+    hardware = gpu_line(probe) if probe is not None else "hardware not probed"
+    manifest = folder.read_manifest(lenient=True)
+    finished = manifest.finished_at if manifest is not None else None
     when = f" · finished {timestamp(finished)}" if finished else ""
     return f"{name} on {engine}, {hardware}{when} · run folder {folder.root.resolve()}"

@@ -21,6 +21,10 @@ import threading
 from collections.abc import Iterator
 from pathlib import Path
 
+import nbformat
+import papermill as pm
+import papermill.iorw as pm_io
+import papermill.parameterize as pm_params
 import psutil
 
 from kit.asyncrun import Terminated
@@ -50,8 +54,6 @@ def notebooks_dir() -> Path:
 
 def execute_stage(params: RunParams, stage: str, folder: RunFolder) -> Path:
     """Run one stage notebook; a failing cell becomes a KitError naming the cell's error."""
-    import papermill as pm
-
     name = STAGES[stage]
     src = notebooks_dir() / f"{name}.ipynb"
     out = folder.notebook(name)
@@ -92,8 +94,6 @@ REOPEN = "rerun = False  # kit run ran this with rerun = True; run again here, i
 def open_on_rerun(notebook: Path) -> None:
     """Turn the `rerun = True` papermill injected into an executed notebook to False (with a comment):
     the notebook keeps its outputs, and running it again opens the run's artifacts."""
-    import nbformat
-
     book = nbformat.read(notebook, as_version=4)
     for cell in book.cells:
         if "injected-parameters" in cell.get("metadata", {}).get("tags", []):
@@ -157,10 +157,6 @@ def prepare_lab(folder: RunFolder) -> Path:
     """The run's notebooks folder, ready to open in JupyterLab: every executed notebook set to open
     the artifacts when run again, and for a stage run from the CLI (no executed copy) the stage
     notebook with this run's saved params injected and `rerun = False`."""
-    import nbformat
-    import papermill.iorw as pm_io
-    import papermill.parameterize as pm_params
-
     if not folder.params.exists():
         raise KitError(
             f"{folder.root} holds no params.yaml: pass the folder of a run (outputs/<run>), "

@@ -251,7 +251,8 @@ class RayParams(_Strict):
 
     address: str | None = None
     """The cluster to join (`ray://host:10001`, `host:6379`, `auto`); default: `RAY_ADDRESS`, else
-    a Ray instance started on this machine for the job."""
+    the cluster `ray start` made on this machine, else a Ray instance started for the job (Ray's
+    own `ray.init()` rules)."""
     actors: int | None = Field(default=None, ge=1)
     """Engine replicas (one per actor); default: as many as the cluster's GPUs hold (GPUs per
     replica: engine.gpus_per_replica or tp_size), on a cluster without GPUs engine.replicas."""
@@ -439,6 +440,15 @@ def load_params(path: str | Path, run: str | None = None) -> RunParams:
         raise ParamsError(f"{path}: invalid params:\n  - {problems}") from None
     params = _resolve_paths(params, path.resolve().parent)
     return params.model_copy(update={"source_file": path.resolve()})
+
+
+def saved_params(path: Path) -> RunParams | None:
+    """The params a run folder saved (its params.yaml), or None when it is absent or no longer valid
+    (an earlier kit's, with a key this one does not know): a view then says what it cannot tell."""
+    try:
+        return load_params(path)
+    except ParamsError:
+        return None
 
 
 def dump_params(params: RunParams) -> str:

@@ -1,4 +1,5 @@
-"""The run folder `outputs/<run>/`: where each artifact lives, and atomic writes into it.
+"""The run folder `outputs/<run>/`: where each artifact lives, atomic writes into it, and the four
+stage artifacts read and written as their types (kit.artifacts: `read_decision()`, `write_summary()`).
 
 Every file is written to a temporary name in the same folder and renamed into place, so a
 reader (or a resumed run) sees either the old file or the new one, never half of one.
@@ -6,20 +7,21 @@ reader (or a resumed run) sees either the old file or the new one, never half of
 
 from __future__ import annotations
 
-import errno
 import json
 import os
 import re
-import shutil
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
-from kit.errors import RunFolderError
+from kit.artifacts import Decision, Manifest, ProbeReport, Record, Summary
+from kit.errors import DISK_FULL, RunFolderError, disk_full_message
+
+R = TypeVar("R", bound=Record)
 
 
 @contextmanager
@@ -54,6 +56,33 @@ def read_json(path: Path) -> Any:
         raise RunFolderError(f"{path} not found: run the stage that writes it first") from None
     except json.JSONDecodeError as e:
         raise RunFolderError(f"{path} is not valid JSON ({e}); delete it and rerun the stage") from None
+
+
+def read_artifact(path: Path, kind: type[R], *, lenient: bool = False) -> R | None:
+    """The artifact `kind` (kit.artifacts) in `path`, or None when the file is absent. A file that is
+    not a JSON object is an error naming it, or (`lenient`: a page that says what is missing) None."""
+    if not path.exists():
+        return None
+    try:
+        data = read_json(path)
+        if not isinstance(data, dict):
+            raise RunFolderError(f"{path} holds no JSON object; delete it and rerun the stage")
+    except (RunFolderError, OSError, ValueError):
+        if lenient:
+            return None
+        raise
+    return kind.from_json(data)
+
+
+def required(record: R | None, path: Path) -> R:
+    """`record` as read from `path`; an error naming the file when it is absent."""
+    if record is None:
+        raise RunFolderError(f"{path} not found: run the stage that writes it first")
+    return record
+
+
+def write_artifact(path: Path, record: Record) -> None:
+    write_json_atomic(path, record.to_json())
 
 
 SHARD_NAME = re.compile(r"part-(?:(?P<tag>s\d+of\d+|b\d+a\d+)-)?(?P<seq>\d+)\.parquet$")
@@ -139,6 +168,13 @@ class ShardView:
     def manifest(self) -> Path:
         return self._tagged("manifest", ".json")
 
+    def read_manifest(self, *, lenient: bool = False) -> Manifest | None:
+        """This session's manifest, or None before it finished (see `read_artifact`)."""
+        return read_artifact(self.manifest, Manifest, lenient=lenient)
+
+    def write_manifest(self, manifest: Manifest) -> None:
+        write_artifact(self.manifest, manifest)
+
     @property
     def metrics(self) -> Path:
         return self._tagged("metrics", ".parquet")
@@ -187,9 +223,23 @@ class RunFolder:
     def probe(self) -> Path:
         return self.root / "probe.json"
 
+    def read_probe(self, *, lenient: bool = False) -> ProbeReport | None:
+        """probe.json, or None before stage 1 ran (see `read_artifact`)."""
+        return read_artifact(self.probe, ProbeReport, lenient=lenient)
+
+    def write_probe(self, report: ProbeReport) -> None:
+        write_artifact(self.probe, report)
+
     @property
     def decision(self) -> Path:
         return self.root / "decision.json"
+
+    def read_decision(self, *, lenient: bool = False) -> Decision | None:
+        """decision.json, or None before stage 2 ran (see `read_artifact`)."""
+        return read_artifact(self.decision, Decision, lenient=lenient)
+
+    def write_decision(self, decision: Decision) -> None:
+        write_artifact(self.decision, decision)
 
     @property
     def sweep(self) -> Path:
@@ -247,6 +297,10 @@ class RunFolder:
     def manifest(self) -> Path:
         return self.root / "manifest.json"
 
+    def read_manifest(self, *, lenient: bool = False) -> Manifest | None:
+        """The whole run's manifest.json, or None before a session finished (see `read_artifact`)."""
+        return self.shard().read_manifest(lenient=lenient)
+
     @property
     def metrics(self) -> Path:
         return self.root / "metrics.parquet"
@@ -295,6 +349,13 @@ class RunFolder:
     def summary(self) -> Path:
         return self.root / "summary.json"
 
+    def read_summary(self, *, lenient: bool = False) -> Summary | None:
+        """summary.json, or None before stage 4 ran (see `read_artifact`)."""
+        return read_artifact(self.summary, Summary, lenient=lenient)
+
+    def write_summary(self, summary: Summary) -> None:
+        write_artifact(self.summary, summary)
+
     @property
     def figures(self) -> Path:
         return self.root / "figures"
@@ -335,9 +396,6 @@ class RunFolder:
         return self.root / "logs"
 
 
-DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
-
-
 @contextmanager
 def disk_full_is_a_message(root: Path) -> Iterator[None]:
     """Turn "no space left on device" (or a quota) inside the block into one RunFolderError."""
@@ -347,16 +405,3 @@ def disk_full_is_a_message(root: Path) -> Iterator[None]:
         if e.errno not in DISK_FULL:
             raise
         raise RunFolderError(disk_full_message(e, root)) from None
-
-
-def disk_full_message(e: OSError, root: Path) -> str:
-    where = e.filename or f"in {root}"
-    try:
-        free = f"{shutil.disk_usage(root).free / 2**20:.0f} MiB free now"
-    except OSError:
-        free = "free space unknown"
-    return (
-        f"the disk is full ({os.strerror(e.errno or errno.ENOSPC)}, writing {where}; {free}). Rows "
-        "written before are kept: free some space (or move the run with output_dir) and rerun the same "
-        "command to resume."
-    )

@@ -22,10 +22,18 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
+from kit.artifacts import Decision, Manifest, ProbeReport
+from kit.decide.apply import apply_decision
+from kit.demo.fixtures import write_fixtures
+from kit.demo.model import ensure_demo_model
 from kit.engines.flavors import flavor
-from kit.errors import ModelDirError
+from kit.engines.launcher import discover
+from kit.engines.parsers import chat_template
+from kit.engines.request_fields import thinking_problem
+from kit.errors import ModelDirError, ParamsError
 from kit.params import RunParams, dump_params
-from kit.runfolder import RunFolder, read_json, write_text_atomic
+from kit.probe import run_probe
+from kit.runfolder import RunFolder, read_json, required, write_text_atomic
 
 if TYPE_CHECKING:
     from kit.analyse import Analysis
@@ -63,8 +71,6 @@ def save_params(params: RunParams, folder: RunFolder) -> None:
 def _ensure_model(params: RunParams) -> None:
     path = Path(params.model.path)
     if params.model.demo:
-        from kit.demo.model import ensure_demo_model
-
         ensure_demo_model(path)
     elif flavor(params.engine.flavor).started and not (path / "config.json").is_file():
         what = "does not exist" if not path.exists() else "has no config.json"
@@ -78,8 +84,6 @@ def _ensure_demo_data(params: RunParams) -> None:
     """Write the fixture datasets where `data.demo_fixtures` points, when none are there yet."""
     where = params.data.demo_fixtures
     if where is not None and not any(Path(where).glob("*.jsonl")):
-        from kit.demo.fixtures import write_fixtures
-
         write_fixtures(Path(where))
 
 
@@ -135,31 +139,28 @@ def _age(seconds: float) -> str:
     return f"{int(seconds)} s"
 
 
-def probe(params: RunParams, *, rerun: bool = True) -> dict[str, Any]:
+def probe(params: RunParams, *, rerun: bool = True) -> ProbeReport:
     """Stage 1: write probe.json (GPUs, engine environment, model directory, memory, backends);
     rerun=False: read probe.json when there is one."""
-    from kit.probe import run_probe
-
-    if _opens(run_folder(params), "probe", rerun):
-        return read_json(run_folder(params).probe)
+    folder = run_folder(params)
+    if _opens(folder, "probe", rerun):
+        return required(folder.read_probe(), folder.probe)
     return run_probe(params, prepare(params))
 
 
-def _probe_report(params: RunParams, folder: RunFolder) -> dict[str, Any]:
-    if folder.probe.exists():
-        return read_json(folder.probe)
-    from kit.probe import run_probe
-
-    return run_probe(params, folder)
+def _probe_report(params: RunParams, folder: RunFolder) -> ProbeReport:
+    report = folder.read_probe()
+    return report if report is not None else run_probe(params, folder)
 
 
-def decide(params: RunParams, *, rerun: bool = True) -> dict[str, Any]:
+def decide(params: RunParams, *, rerun: bool = True) -> Decision:
     """Stage 2: measured sweep plus predicted curves; write decision.json (and sweep.parquet);
     rerun=False: read decision.json when there is one (no engine started)."""
-    from kit.decide.run import run_decision
+    from kit.decide.run import run_decision  # each stage's stack loads when it runs (README, Files)
 
-    if _opens(run_folder(params), "decide", rerun):
-        return read_json(run_folder(params).decision)
+    folder = run_folder(params)
+    if _opens(folder, "decide", rerun):
+        return required(folder.read_decision(), folder.decision)
     folder = prepare(params)
     return run_decision(params, folder, _probe_report(params, folder))
 
@@ -183,20 +184,20 @@ def generate(
     shard: str | None = None,
     retry_failures: bool = False,
     rerun: bool = True,
-) -> dict[str, Any]:
+) -> Manifest:
     """Stage 3: plan prompts, generate completions (resuming), write manifest.json; rerun=False:
     read manifest.json when there is one (no engine started, nothing resumed)."""
-    from kit.generate import run_generation
+    from kit.generate.run import run_generation  # each stage's stack loads when it runs
 
-    if _opens(run_folder(params), "generate", rerun or fresh or retry_failures):
-        return read_json(run_folder(params).manifest)
+    folder = run_folder(params)
+    if _opens(folder, "generate", rerun or fresh or retry_failures):
+        return required(folder.read_manifest(), folder.manifest)
     folder = prepare(params, save=False)
     given = params
     applied = None
-    if params.generate.use_decision and folder.decision.exists():
-        from kit.decide.apply import apply_decision
-
-        params, applied = apply_decision(params, read_json(folder.decision))
+    decision = folder.read_decision() if params.generate.use_decision else None
+    if decision is not None:
+        params, applied = apply_decision(params, decision)
         log.warning("engine settings from %s: %s", folder.decision, applied)
     check_sampling(params)
     return run_generation(
@@ -213,11 +214,6 @@ def generate(
 
 def check_sampling(params: RunParams) -> None:
     """Refuse, before any request, sampling settings the engine would reject, ignore or crash on."""
-    from kit.engines.launcher import discover
-    from kit.engines.parsers import chat_template
-    from kit.engines.request_fields import thinking_problem
-    from kit.errors import ParamsError
-
     eng = params.engine
     fl = flavor(eng.flavor)
     launcher = discover(params.engine_python, fl)
@@ -240,11 +236,11 @@ def analyse(params: RunParams, *, rerun: bool = True) -> Analysis:
     """Stage 4: summary.json and figures from the run folder; `.summary` and `.data` (the run as read).
 
     rerun=False: read summary.json when there is one; `.data` reads the shards on first use."""
-    from kit.analyse import Analysis, run_analysis
+    from kit.analyse import Analysis, run_analysis  # each stage's stack loads when it runs
 
-    if _opens(run_folder(params), "analyse", rerun):
-        folder = run_folder(params)
-        return Analysis.opened(read_json(folder.summary), folder, params.analyse)
+    folder = run_folder(params)
+    if _opens(folder, "analyse", rerun):
+        return Analysis.opened(required(folder.read_summary(), folder.summary), folder, params.analyse)
     folder = prepare(params)
     return run_analysis(folder, params.analyse)
 

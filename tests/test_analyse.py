@@ -22,6 +22,7 @@ from kit.analyse import (  # noqa: E402
     sample_browser,
     summary_tables,
 )
+from kit.artifacts import Summary  # noqa: E402
 from kit.errors import ParamsError, RunFolderError  # noqa: E402
 from kit.params import AnalyseParams  # noqa: E402
 from kit.runfolder import RunFolder  # noqa: E402
@@ -87,7 +88,7 @@ def test_analyse_run_writes_summary_and_figures(run: RunFolder) -> None:
     for p in summary["figures"]:
         assert Path(p).is_absolute() and Path(p).parent == run.figures.resolve()
         assert Path(p).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    tables = summary_tables(on_disk)
+    tables = summary_tables(Summary.from_json(on_disk))
     assert tables["per source"].loc["tools", "failed"] == 2
     assert tables["quality flags (rows)"].loc["tools", "tool_call_broken"] == EXPECTED["tool_call_broken"]
     assert tables["finish reasons (share of rows)"].loc["chat", "length"] == 0.25

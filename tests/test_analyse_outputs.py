@@ -33,6 +33,7 @@ from kit.analyse.browser import static_table
 from kit.analyse.flags import compute_flags
 from kit.analyse.run import read_run
 from kit.analyse.tables import summary_tables
+from kit.artifacts import Summary
 from kit.generate.view import outputs_table
 from kit.runfolder import RunFolder
 
@@ -134,7 +135,7 @@ def test_summary_json_and_tables(run: RunFolder) -> None:
     assert on_disk["reasoning_chars"]["max"] == len(UNTERMINATED.strip())
     stems = {Path(p).stem for p in summary["figures"]}
     assert "reasoning_and_answer_by_source" in stems
-    tables = summary_tables(on_disk)
+    tables = summary_tables(Summary.from_json(on_disk))
     assert tables["thinking (rows)"].loc["think"].tolist() == [3, 3, 0, 1]
     assert tables["reasoning and answer lengths (p50, p90)"].loc["think", "reasoning tokens p50"] == 39.5
     calls = tables["tool calls (rows)"]

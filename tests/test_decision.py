@@ -82,7 +82,7 @@ def test_seed_case_no_mtp_weights_on_eight_rtx_pro_6000(qwen36_without_mtp: Path
     seed = with_gpus(Scenario(arch, RTX_PRO_6000, work=Workload(1024, 1024, 0.85)), gpu_count=8)
     params = DecideParams(concurrencies=[1, 8, 64, 256, 512], spec_steps=[1, 2, 3], accept_lengths={3: 3.2})
     d = decide(seed, None, params, mtp_status="missing", engine_flavor="sglang")
-    json.dumps(d)
+    json.dumps(d.to_json())
     assert d["arm"] == {"k": 0, "algorithm": None} and not d["speculation_available"]
     assert "lacks their weights" in d["speculation_unavailable_reason"]
     s = d["engine_settings"]

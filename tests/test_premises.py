@@ -14,6 +14,7 @@ import pandas as pd
 import pytest
 from test_decision import H200, _runs, decide_measured, load_arch_from, measured
 
+from kit.artifacts import Decision
 from kit.decide.costmodel import Scenario
 from kit.decide.decision import decide
 from kit.decide.sweep import summarise
@@ -41,13 +42,13 @@ LEVELS = {
 }
 
 
-def _json(d: dict) -> dict:
-    """decision.json as stage 3 reads it back (int keys become strings, NaN None)."""
-    return json.loads(json.dumps(d))
+def _json(d: Decision) -> Decision:
+    """decision.json as stage 3 reads it back (folder.read_decision: int keys become strings, NaN None)."""
+    return Decision.from_json(json.loads(json.dumps(d.to_json())))
 
 
 @pytest.fixture(scope="module")
-def spec_decision() -> dict:
+def spec_decision() -> Decision:
     """MTP k=3 chosen; the sweep measured its accept length 2.1 at 8 concurrent and 2.6 at 64."""
     runs = _runs(LEVELS)
     runs.loc[runs.arm == "spec_k3", "accept_length"] = [2.1 if c == 8 else 2.6 for c in
@@ -59,7 +60,7 @@ def spec_decision() -> dict:
 
 
 @pytest.fixture(scope="module")
-def once_decision() -> dict:
+def once_decision() -> Decision:
     """Plain decoding measured once per level: no interval of its own, no noise figure."""
     once = {key: v[:1] for key, v in LEVELS.items() if key[0] == "plain"}
     d = _json(decide_measured(measured(once), DecideParams(concurrencies=[8, 64], spec_steps=[3])))
@@ -114,13 +115,13 @@ def run(check: PremiseCheck, samples: list[dict[str, Any]]) -> list[str]:
     return [w for s in samples for w in check.observe(s)]
 
 
-def spec_check(decision: dict | None, **kw: Any) -> PremiseCheck:
+def spec_check(decision: Decision | None, **kw: Any) -> PremiseCheck:
     return PremiseCheck(decision, kw.pop("capacity", CAP), kw.pop("spec_k", 3), total=kw.pop("total", 20_000),
                         **kw)  # fmt: skip
 
 
 # ---- (a) accept length ----------------------------------------------------------------------
-def test_accept_length_inside_the_sweeps_range_is_ok(spec_decision: dict) -> None:
+def test_accept_length_inside_the_sweeps_range_is_ok(spec_decision: Decision) -> None:
     check = spec_check(spec_decision)
     assert run(check, job(accept_length=2.3)) == []
     a = check.report()["premises"]["accept_length"]
@@ -130,7 +131,7 @@ def test_accept_length_inside_the_sweeps_range_is_ok(spec_decision: dict) -> Non
     assert a["last"]["sweep_levels"] == {8: 2.1, 64: 2.6}
 
 
-def test_accept_length_below_the_sweep_warns_once_with_what_to_do(spec_decision: dict) -> None:
+def test_accept_length_below_the_sweep_warns_once_with_what_to_do(spec_decision: Decision) -> None:
     check = spec_check(spec_decision)
     warnings = run(check, job(accept_length=lambda t, _: 2.3 if t < 300 else 1.4))
     assert len(warnings) == 1, "each premise is warned about once per run"
@@ -145,12 +146,12 @@ def test_accept_length_below_the_sweep_warns_once_with_what_to_do(spec_decision:
     assert check.report()["warnings"] == [w]
 
 
-def test_accept_length_above_the_sweep_says_a_longer_draft_may_pay(spec_decision: dict) -> None:
+def test_accept_length_above_the_sweep_says_a_longer_draft_may_pay(spec_decision: Decision) -> None:
     (w,) = run(spec_check(spec_decision), job(accept_length=3.5))
     assert "3.50" in w and "above the sweep's 2.10-2.60" in w and "decide.spec_steps" in w
 
 
-def test_a_gauge_summed_over_engines_is_divided_or_set_aside(spec_decision: dict) -> None:
+def test_a_gauge_summed_over_engines_is_divided_or_set_aside(spec_decision: Decision) -> None:
     """SGLang's accept-length gauge summed over 2 data-parallel ranks reads twice the mean."""
     assert run(spec_check(spec_decision, accept_length_ranks=2), job(accept_length=4.6)) == []
     check = spec_check(spec_decision)
@@ -160,7 +161,7 @@ def test_a_gauge_summed_over_engines_is_divided_or_set_aside(spec_decision: dict
 
 
 def test_accept_length_is_not_checked_for_plain_decoding_or_without_measurements(
-    spec_decision: dict, once_decision: dict
+    spec_decision: Decision, once_decision: Decision
 ) -> None:
     plain = spec_check(spec_decision, spec_k=0).report()["premises"]["accept_length"]
     assert plain["why_not"] == (
@@ -194,14 +195,16 @@ def dip(start: float, length: float, running: float, **more: float) -> dict[str,
     }
 
 
-def test_the_engine_at_capacity_is_ok_and_short_dips_are_forgiven(spec_decision: dict) -> None:
+def test_the_engine_at_capacity_is_ok_and_short_dips_are_forgiven(spec_decision: Decision) -> None:
     check = spec_check(spec_decision)
     assert run(check, job(**dip(200, GRACE_S - 10, running=30))) == [], "shorter than the grace"
     b = check.report()["premises"]["capacity"]
     assert b["checked"] and b["status"] == "ok" and b["last"]["capacity"] == CAP
 
 
-def test_an_engine_that_admits_fewer_than_its_capacity_is_said_with_its_queue(spec_decision: dict) -> None:
+def test_an_engine_that_admits_fewer_than_its_capacity_is_said_with_its_queue(
+    spec_decision: Decision,
+) -> None:
     check = spec_check(spec_decision, capacity_source="SGLang /server_info")
     (w,) = run(check, job(**dip(200, 120, running=40, queued=88)))
     assert (
@@ -214,14 +217,14 @@ def test_an_engine_that_admits_fewer_than_its_capacity_is_said_with_its_queue(sp
     assert e["running_median"] == 40 and e["below_samples"] >= 3 and e["below_for_s"] >= GRACE_S
 
 
-def test_a_client_that_sends_too_few_is_said_to_starve_the_engine(spec_decision: dict) -> None:
+def test_a_client_that_sends_too_few_is_said_to_starve_the_engine(spec_decision: Decision) -> None:
     (w,) = run(spec_check(spec_decision), job(**dip(200, 120, running=20, queued=0, in_flight=20)))
     assert "with only 20 in flight from the kit: the client starved the engine" in w
     (w,) = run(spec_check(spec_decision), job(**dip(200, 120, running=20, queued=0, in_flight=128)))
     assert "with 128 in flight from the kit but none waiting in the engine" in w
 
 
-def test_warm_up_and_tail_are_not_judged(spec_decision: dict) -> None:
+def test_warm_up_and_tail_are_not_judged(spec_decision: Decision) -> None:
     """Nothing runs in the first seconds, the last rows drain slowly: neither is a contradiction."""
 
     def warm_or_tail(steady: float, slow: float) -> Callable[[float, int], float]:
@@ -242,7 +245,7 @@ def test_warm_up_and_tail_are_not_judged(spec_decision: dict) -> None:
     assert len(run(spec_check(spec_decision), job(**middle))) == 2
 
 
-def test_capacity_unknown_is_not_checked(spec_decision: dict) -> None:
+def test_capacity_unknown_is_not_checked(spec_decision: Decision) -> None:
     check = PremiseCheck(
         spec_decision, None, 3, total=20_000, capacity_source="the external server does not say"
     )
@@ -255,7 +258,7 @@ def test_capacity_unknown_is_not_checked(spec_decision: dict) -> None:
 
 
 # ---- (c) throughput ---------------------------------------------------------------------------
-def test_throughput_inside_the_interval_at_the_nearest_level_is_ok(spec_decision: dict) -> None:
+def test_throughput_inside_the_interval_at_the_nearest_level_is_ok(spec_decision: Decision) -> None:
     check = spec_check(spec_decision)
     assert run(check, job(tok_s=11_200.0)) == []
     c = check.report()["premises"]["throughput"]
@@ -264,7 +267,7 @@ def test_throughput_inside_the_interval_at_the_nearest_level_is_ok(spec_decision
     assert c["last"]["tok_s"] == pytest.approx(11_200, rel=0.02) and c["last"]["window_s"] >= 300
 
 
-def test_throughput_below_the_interval_warns_once_naming_the_level(spec_decision: dict) -> None:
+def test_throughput_below_the_interval_warns_once_naming_the_level(spec_decision: Decision) -> None:
     check = spec_check(spec_decision)
     (w,) = run(check, job(tok_s=lambda t, left: 11_000.0 * min(CAP, left) / CAP if t < 300 else 8_000.0))
     assert w.startswith("throughput 10") and "tok/s per server (last 300 s, about 64 running)" in w
@@ -274,7 +277,7 @@ def test_throughput_below_the_interval_warns_once_naming_the_level(spec_decision
     assert 300 + THROUGHPUT_WINDOW_S / 6 <= c["first_contradicted_t_s"] <= 300 + THROUGHPUT_WINDOW_S / 6 + 4
 
 
-def test_a_nearby_concurrency_scales_the_bound_on_its_side(spec_decision: dict) -> None:
+def test_a_nearby_concurrency_scales_the_bound_on_its_side(spec_decision: Decision) -> None:
     """100 running beside the level of 64 (1.56x): up to 1.56x the level's top is expected, and
     no less than its bottom."""
     check = spec_check(spec_decision, capacity=100)
@@ -285,7 +288,7 @@ def test_a_nearby_concurrency_scales_the_bound_on_its_side(spec_decision: dict) 
     assert "scaled to 10500-18125 for the run's 1.56x concurrency" in w
 
 
-def test_a_run_far_from_every_measured_level_is_not_compared(spec_decision: dict) -> None:
+def test_a_run_far_from_every_measured_level_is_not_compared(spec_decision: Decision) -> None:
     check = spec_check(spec_decision, capacity=1024, total=60_000)
     assert run(check, job(cap=1024, tok_s=30_000.0, total=60_000)) == []
     c = check.report()["premises"]["throughput"]
@@ -293,7 +296,7 @@ def test_a_run_far_from_every_measured_level_is_not_compared(spec_decision: dict
     assert "beyond the 2x within which a level is compared" in c["why_not"]
 
 
-def test_a_level_measured_once_takes_the_assumed_noise(once_decision: dict) -> None:
+def test_a_level_measured_once_takes_the_assumed_noise(once_decision: Decision) -> None:
     check = PremiseCheck(once_decision, CAP, 0, total=20_000)
     assert run(check, job(tok_s=9_500.0)) == [], "9000 measured once: ±10%"
     e = check.report()["premises"]["throughput"]["last"]
@@ -301,7 +304,7 @@ def test_a_level_measured_once_takes_the_assumed_noise(once_decision: dict) -> N
     assert len(run(PremiseCheck(once_decision, CAP, 0, total=20_000), job(tok_s=10_500.0))) == 1
 
 
-def test_replicas_compare_per_server(spec_decision: dict) -> None:
+def test_replicas_compare_per_server(spec_decision: Decision) -> None:
     """Two servers: the sweep measured one, so the run's tokens/s and running are halved."""
     check = spec_check(spec_decision, capacity=128, replicas=2)
     assert run(check, job(cap=128, tok_s=22_000.0)) == []
@@ -321,7 +324,7 @@ def test_no_decision_checks_capacity_and_says_why_not_the_rest() -> None:
     assert check.unchecked[0].startswith("premise accept_length is not checked because there is no")
 
 
-def test_a_predicted_decision_and_an_old_one_say_what_they_lack(spec_decision: dict) -> None:
+def test_a_predicted_decision_and_an_old_one_say_what_they_lack(spec_decision: Decision) -> None:
     arch = load_arch_from("qwen3_32b")
     params = DecideParams(concurrencies=[1, 64], spec_steps=[3], accept_lengths={3: 3.5})
     predicted = _json(
@@ -329,7 +332,7 @@ def test_a_predicted_decision_and_an_old_one_say_what_they_lack(spec_decision: d
     )
     r = PremiseCheck(predicted, CAP, 3).report()["premises"]
     assert "stage 2 decided on predictions" in r["throughput"]["why_not"]
-    old = {k: v for k, v in spec_decision.items() if k != "table"}
+    old = Decision.from_json({k: v for k, v in spec_decision.to_json().items() if k != "table"})
     assert (
         "has no table of measured levels"
         in PremiseCheck(old, CAP, 3).report()["premises"]["accept_length"]["why_not"]
@@ -337,7 +340,7 @@ def test_a_predicted_decision_and_an_old_one_say_what_they_lack(spec_decision: d
 
 
 # ---- report, restarts, a saved timeline -------------------------------------------------------
-def test_the_report_says_each_premise_and_the_arm(spec_decision: dict) -> None:
+def test_the_report_says_each_premise_and_the_arm(spec_decision: Decision) -> None:
     check = spec_check(spec_decision)
     run(check, job(accept_length=2.3))
     r = check.report()
@@ -350,7 +353,7 @@ def test_the_report_says_each_premise_and_the_arm(spec_decision: dict) -> None:
     assert PremiseCheck(spec_decision, CAP, 0).report()["arm_is_decision"] is False
 
 
-def test_a_server_restart_warms_up_again(spec_decision: dict) -> None:
+def test_a_server_restart_warms_up_again(spec_decision: Decision) -> None:
     """A replica restarting (100 s without gauges nor tokens, then 40 s admitting its queue again)
     is no contradiction where the sample says so (`servers_restarting`, `server_restarts`)."""
 
@@ -372,7 +375,7 @@ def test_a_server_restart_warms_up_again(spec_decision: dict) -> None:
     assert len(run(spec_check(spec_decision), unsaid)) == 2, "unsaid, it reads as starved and slow"
 
 
-def test_a_saved_timeline_is_rechecked_as_the_live_run_was(spec_decision: dict, tmp_path: Path) -> None:
+def test_a_saved_timeline_is_rechecked_as_the_live_run_was(spec_decision: Decision, tmp_path: Path) -> None:
     """Two sessions (a resume): each warms up and drains; the warning is given once."""
     slow = job(total=8_000, session=1, accept_length=1.4)
     resumed = job(total=12_000, session=2, accept_length=1.4, running=lambda t, left: None if t < 40 else CAP)
@@ -396,7 +399,7 @@ def test_a_saved_timeline_is_rechecked_as_the_live_run_was(spec_decision: dict, 
     assert empty["premises"]["throughput"]["why_not"].startswith("not checked because no steady window")
 
 
-def test_for_run_takes_the_arm_and_the_gauges_from_the_params(spec_decision: dict) -> None:
+def test_for_run_takes_the_arm_and_the_gauges_from_the_params(spec_decision: Decision) -> None:
     engine = EngineParams(flavor="sglang", dp_size=2, replicas=2,
                           speculative=SpeculativeParams(algorithm="NGRAM", num_steps=3))  # fmt: skip
     params = RunParams(run="x", model=ModelParams(path="/nonexistent"), engine=engine)

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from fixtures_models import dense_qwen3, install_fake_sglang, qwen36_like
 
+from kit.artifacts import ProbeReport
 from kit.params import RunParams
 from kit.probe import GpuFacts, probe_tables, probe_verdict, run_probe
 from kit.runfolder import RunFolder
@@ -64,7 +65,7 @@ def test_run_probe_writes_probe_json_that_renders_elsewhere(
     mem = loaded["memory"]
     assert mem["kv_bytes_per_token"] == 65536 and mem["state_bytes_per_seq"] == 153_944_064
     assert mem["weight_source"] == "safetensors headers" and mem["max_seqs_spec"] < mem["max_seqs_plain"]
-    tables = {t.title: t.frame for t in probe_tables(loaded)}
+    tables = {t.title: t.frame for t in probe_tables(ProbeReport.from_json(loaded))}
     assert {
         "GPUs",
         "Model directory",
@@ -74,7 +75,7 @@ def test_run_probe_writes_probe_json_that_renders_elsewhere(
         "Memory plan per GPU",
     } <= set(tables)
     assert len(tables["Attention backends"]) == 6 and tables["GPU devices"]["name"][0] == "NVIDIA H200"
-    md = probe_verdict(loaded)
+    md = probe_verdict(ProbeReport.from_json(loaded))
     assert md.startswith("## GO") and "--attention-backend fa3" in md and "--speculative-num-steps 3" in md
 
 

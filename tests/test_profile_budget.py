@@ -11,6 +11,7 @@ import os
 import resource
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -143,7 +144,7 @@ def test_kit_decide_on_a_27b_directory_without_gpu_stays_small(tmp_path: Path) -
 
     from kit.params import load_params
     from kit.probe import run_probe
-    from kit.runfolder import RunFolder, read_json, write_json_atomic
+    from kit.runfolder import RunFolder, read_json
 
     model = qwen36_like(tmp_path / "Qwen3.6-27B", mtp="none").path
     data = tmp_path / "prompts.jsonl"
@@ -169,8 +170,8 @@ def test_kit_decide_on_a_27b_directory_without_gpu_stays_small(tmp_path: Path) -
     folder = RunFolder(params.run_dir).ensure()
     probe = run_probe(params, folder, gpus=[])  # no GPU, as on this machine
 
-    probe["host"]["ram_total_bytes"] = 256 * GIB  # a big CPU box: the 27B model fits its RAM in bf16
-    write_json_atomic(folder.probe, probe)
+    big_box = {**probe.host, "ram_total_bytes": 256 * GIB}  # a big CPU box: the 27B model fits in bf16
+    folder.write_probe(replace(probe, host=big_box))
     code, log, peak = kit_decide_under_ulimit(params_file, 6 * GIB)
     assert code == 0, log[-3000:]
     assert "Traceback" not in log and "WARNING kit.decide.run: no CPU step profile" in log
@@ -180,8 +181,8 @@ def test_kit_decide_on_a_27b_directory_without_gpu_stays_small(tmp_path: Path) -
     assert not (folder.root / "step_profile.parquet").exists()
     assert peak < 2 * GIB, f"kit decide peaked at {peak / GIB:.1f} GiB"
 
-    probe["host"]["ram_total_bytes"] = 16 * GIB  # a laptop: the model cannot be served at all
-    write_json_atomic(folder.probe, probe)
+    laptop = {**probe.host, "ram_total_bytes": 16 * GIB}  # a laptop: the model cannot be served at all
+    folder.write_probe(replace(probe, host=laptop))
     code, log, peak = kit_decide_under_ulimit(params_file, 6 * GIB)
     assert code == 2 and "Traceback" not in log and peak < 2 * GIB
     assert "no CPU step profile" in log and "error: plain decoding does not fit" in log

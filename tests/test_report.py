@@ -346,6 +346,7 @@ def test_index_of_a_run_with_no_stage_says_what_is_missing(tmp_path: Path) -> No
 
 
 def test_predicted_decision_and_speculation_not_measured() -> None:
+    from kit.artifacts import Decision
     from kit.decide.verdict import decision_answer
 
     table = [
@@ -360,13 +361,13 @@ def test_predicted_decision_and_speculation_not_measured() -> None:
         "speculation_unavailable_reason": "the checkpoint lacks its MTP weights",
         "table": table,
     }
-    a = decision_answer(decision, "MTP", worth="If MTP could run here, ...")
+    a = decision_answer(Decision.from_json(decision), "MTP", worth="If MTP could run here, ...")
     assert a.headline == "plain decoding (predicted only)" and a.status == "warn"
     assert "Predicted, nothing measured: 100 output tok/s at concurrency 8" in a.detail
     assert "MTP k=2 would give 50% more (150 tok/s at concurrency 8), but it cannot run here." in a.detail
     assert "Speculation could not be measured: the checkpoint lacks its MTP weights." in a.detail
     assert a.detail.endswith("If MTP could run here, ...")
-    runs = decision_answer({**decision, "speculation_unavailable_reason": None}, "n-gram")
+    runs = decision_answer(Decision.from_json({**decision, "speculation_unavailable_reason": None}), "n-gram")
     assert "n-gram k=2 would give 50% more" in runs.detail and "within the run-to-run noise" in runs.detail
 
 

@@ -128,7 +128,7 @@ def test_every_command_the_kit_builds_parses(example: RunParams, launcher: Launc
     folder = RunFolder(example.run_dir).ensure()
     report = run_probe(example, folder, gpus=[H200])
     assert report["engine_env"]["launcher"]["flags"], "the probe read the real launcher's --help"
-    for name, cmd in recommended_commands(example, report["recommended"], launcher).items():
+    for name, cmd in recommended_commands(example, report.recommended, launcher).items():
         named[f"probe {name}"] = cmd[cmd.index("sglang.launch_server") + 1 :]
 
     results = dict(zip(named, sglang_parse(list(named.values())), strict=True))

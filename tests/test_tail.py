@@ -10,19 +10,21 @@ import sys
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any
 
 import pandas as pd
 import pytest
-import yaml
 
 sys.path.insert(0, str(Path(__file__).parent))
 from test_analyse_fixture import build_run, generation_frame  # noqa: E402
 
 from kit.analyse import tail  # noqa: E402
 from kit.analyse.load import load_metrics  # noqa: E402
+from kit.artifacts import ProbeReport, TailSummary  # noqa: E402
 from kit.decide.costmodel import MODEL_ERROR  # noqa: E402
 from kit.display import seconds  # noqa: E402
 from kit.generate import metrics  # noqa: E402
+from kit.params import EngineParams, ModelParams, RunParams, dump_params  # noqa: E402
 from kit.runfolder import RunFolder, write_json_atomic  # noqa: E402
 
 START = datetime(2026, 1, 1, tzinfo=timezone.utc)
@@ -66,10 +68,16 @@ def make_run(
     if capacity is not None:
         manifest.update(engine_capacity=capacity, capacity_source="SGLang /server_info")
     write_json_atomic(folder.manifest, manifest)
-    folder.params.write_text(yaml.safe_dump({"engine": {"flavor": "sglang", "tp_size": 1, "dp_size": 2}}))
+    write_params(folder, flavor="sglang", tp_size=1, dp_size=2)
     devices = [{"name": "NVIDIA H200"}] * gpus
     write_json_atomic(folder.probe, {"gpus": {"devices": devices}})
     return folder
+
+
+def write_params(folder: RunFolder, **engine: Any) -> None:
+    """params.yaml as stage 3 saves it, with these engine settings."""
+    params = RunParams(run="run", model=ModelParams(path=folder.root), engine=EngineParams(**engine))
+    folder.params.write_text(dump_params(params))
 
 
 def decision_table(ladder: dict[int, dict[int, float]]) -> list[dict]:
@@ -86,10 +94,10 @@ def decision_table(ladder: dict[int, dict[int, float]]) -> list[dict]:
     ]
 
 
-def entry_of(folder: RunFolder, df: pd.DataFrame | None = None) -> dict:
+def entry_of(folder: RunFolder, df: pd.DataFrame | None = None) -> TailSummary:
     m, _ = load_metrics(folder)
-    manifest = json.loads(folder.manifest.read_text())
-    return tail.tail_entry(m, pd.DataFrame() if df is None else df, manifest, tail.TailInputs.of(folder))
+    frame = pd.DataFrame() if df is None else df
+    return tail.tail_entry(m, frame, folder.read_manifest(), tail.TailInputs.of(folder))
 
 
 def test_a_known_tail_is_measured_exactly(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -152,7 +160,7 @@ def test_a_missing_or_thin_timeline_is_unknown_with_the_reason(
 ) -> None:
     folder = make_run(tmp_path / "none", monkeypatch, None)
     t = entry_of(folder)
-    assert t == {
+    assert t.to_json() == {
         "known": False,
         "reason": t["reason"],
         "sentence": f"The tail: unknown, because {t['reason']}.",
@@ -216,7 +224,7 @@ def test_the_predicted_saving_is_the_hand_computation(
     said = f"{seconds(spec['saved_s'])} ({seconds(low)} to {seconds(high)}, predicted)."
     assert tail.tail_sentence(entry_of(folder)).endswith(f"MTP k=2 there would have saved {said}")
     # two servers (engine.replicas): the decision's concurrency is per server, half the in flight
-    folder.params.write_text(yaml.safe_dump({"engine": {"flavor": "sglang", "replicas": 2}}))
+    write_params(folder, flavor="sglang", replicas=2)
     two = entry_of(folder)["speculation"]
     assert two["servers"] == 2
     assert two["saved_s"] == pytest.approx(sum(_hand_saving(c / 2) for c in means), abs=1e-3)
@@ -275,9 +283,11 @@ def test_a_run_that_already_speculated_says_so(tmp_path: Path, monkeypatch: pyte
 
 
 def test_a_cpu_run_counts_replica_minutes() -> None:
-    cpu = tail.run_devices({"flavor": "vllm", "replicas": 2}, {"gpus": {"devices": []}}, None)
+    no_gpu = ProbeReport.from_json({"gpus": {"devices": []}})
+    cpu = tail.run_devices(EngineParams(flavor="vllm", replicas=2), no_gpu, None)
     assert (cpu.count, cpu.unit) == (2, "replica") and "the probe saw no GPU" in cpu.source
-    gpus = tail.run_devices({"flavor": "vllm", "tp_size": 2}, {"gpus": {"devices": [{}] * 8}}, {"dp_size": 4})
+    eight = ProbeReport.from_json({"gpus": {"devices": [{}] * 8}})
+    gpus = tail.run_devices(EngineParams(flavor="vllm", tp_size=2), eight, {"dp_size": 4})
     assert (gpus.count, gpus.unit) == (8, "GPU")
 
 

@@ -11,11 +11,12 @@ import pyarrow.parquet as pq
 import pytest
 
 from kit import stages
+from kit.artifacts import Decision
 from kit.decide.costmodel import MODEL_ERROR
 from kit.decide.tailarm import tail_arm
 from kit.generate.tailswitch import tail_plan
 from kit.params import SpeculativeParams, load_params
-from kit.runfolder import RunFolder, write_json_atomic
+from kit.runfolder import RunFolder
 
 FAKE = Path(__file__).resolve().parent / "fake_sglang"
 
@@ -32,14 +33,17 @@ def _level(k: int, c: int, predicted: float, lo: float | None = None, hi: float 
     return row
 
 
-def _decision(table: list[dict], **extra) -> dict:
-    return {
-        "chosen_arm": "plain",
-        "speculation_available": True,
-        "engine_settings": {"speculative": False, "spec_k": 0},
-        "table": table,
-        **extra,
-    }
+def _decision(table: list[dict], **extra) -> Decision:
+    """decision.json of an earlier kit (the arm spelled among the engine settings), as read."""
+    return Decision.from_json(
+        {
+            "chosen_arm": "plain",
+            "speculation_available": True,
+            "engine_settings": {"speculative": False, "spec_k": 0},
+            "table": table,
+            **extra,
+        }
+    )
 
 
 def test_a_measured_win_outside_the_noise_sets_the_crossover() -> None:
@@ -121,7 +125,7 @@ def test_the_tail_switches_to_speculation_and_every_row_is_made_once(write_param
     folder = RunFolder(params.run_dir).ensure()
     table = [_level(0, 1, 30, 28, 32), _level(2, 1, 60, 55, 65), _level(0, 8, 200, 190, 210)]
     table += [_level(2, 8, 300, 280, 320), _level(0, 64, 900, 850, 950), _level(2, 64, 800, 760, 840)]
-    write_json_atomic(folder.decision, _decision(table))
+    folder.write_decision(_decision(table))
     manifest = stages.generate(params)
 
     note = manifest["tail_speculation"]

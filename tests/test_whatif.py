@@ -14,6 +14,7 @@ import pytest
 import yaml
 from test_decision import CONFIGS, decide_measured, load_arch_from, measured
 
+from kit.artifacts import Decision
 from kit.decide import costmodel as cm
 from kit.decide.costmodel import Hardware, Scenario, Workload, accept_length
 from kit.decide.decision import decide
@@ -34,7 +35,7 @@ LEVELS = {
 }
 
 
-def _run_folder(root: Path, config: str, decision: dict, flavor: str) -> RunFolder:
+def _run_folder(root: Path, config: str, decision: Decision, flavor: str) -> RunFolder:
     """A run folder as stage 2 leaves it: params.yaml naming a model dir, decision.json."""
     model = root / "model"
     model.mkdir(parents=True)
@@ -43,7 +44,7 @@ def _run_folder(root: Path, config: str, decision: dict, flavor: str) -> RunFold
     run.root.mkdir()
     params = {"run": "run", "model": {"path": str(model)}, "engine": {"flavor": flavor}}
     run.params.write_text(yaml.safe_dump(params))
-    run.decision.write_text(json.dumps(decision))  # as read back: int keys become strings
+    run.decision.write_text(json.dumps(decision.to_json()))  # as read back: int keys become strings
     return run
 
 

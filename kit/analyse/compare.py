@@ -11,6 +11,7 @@ from matplotlib.figure import Figure
 
 from kit.analyse import health, plots
 from kit.analyse.run import RunData, read_run, summarise
+from kit.artifacts import Summary
 from kit.params import AnalyseParams
 from kit.runfolder import RunFolder
 
@@ -62,11 +63,11 @@ def _metric_rows(sa: dict[str, Any], sb: dict[str, Any]) -> list[tuple[str, Any,
     return rows
 
 
-def difference_table(
-    sa: dict[str, Any], sb: dict[str, Any], names: tuple[str, str] = ("a", "b")
-) -> pd.DataFrame:
-    """Metric by metric: value in each run, b - a, and b / a (NaN where undefined)."""
-    table = pd.DataFrame(_metric_rows(sa, sb), columns=["metric", *names]).set_index("metric")
+def difference_table(sa: Summary, sb: Summary, names: tuple[str, str] = ("a", "b")) -> pd.DataFrame:
+    """Metric by metric: value in each run, b - a, and b / a (NaN where undefined), read along the
+    paths of summary.json (HEADLINE, PER_SOURCE)."""
+    rows = _metric_rows(sa.to_json(), sb.to_json())
+    table = pd.DataFrame(rows, columns=["metric", *names]).set_index("metric")
     a, b = (pd.to_numeric(table[n], errors="coerce") for n in names)
     table["diff"] = b - a
     table["ratio"] = (b / a.where(a != 0)).round(4)

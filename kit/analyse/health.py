@@ -6,11 +6,10 @@ rows' `finished_at` stamps, so a run without metrics still shows how it went.
 
 from __future__ import annotations
 
-from typing import Any
-
 import pandas as pd
 
 from kit.analyse.tables import distribution
+from kit.artifacts import Health, Manifest
 
 
 def timeline_from_rows(df: pd.DataFrame, bin_s: float | None = None) -> pd.DataFrame:
@@ -73,21 +72,21 @@ def _mean(values: pd.Series) -> float | None:
     return round(float(v.mean()), 3) if len(v) else None
 
 
-def _duration_s(df: pd.DataFrame, timeline: pd.DataFrame, manifest: dict[str, Any] | None) -> float | None:
+def _duration_s(df: pd.DataFrame, timeline: pd.DataFrame, manifest: Manifest | None) -> float | None:
     """Seconds spent generating, summed over the sessions of a resumed run (downtime excluded).
 
     The manifest's `generating_s` comes from each session's own clock; without it the span of
     each session's samples is used (load_metrics rebases `t_s` on the wall clock across sessions,
     so a session's time is its last sample minus its first, not its last sample).
     """
-    if manifest and manifest.get("generating_s"):
-        return float(manifest["generating_s"])
+    if manifest is not None and manifest.generating_s:
+        return float(manifest.generating_s)
     if {"session", "t_s"} <= set(timeline.columns) and len(timeline):
         spans = timeline.groupby("session")["t_s"].agg(lambda t: t.max() - t.min())
         return float(spans.sum())
-    if manifest and manifest.get("started_at") and manifest.get("finished_at"):
-        start = pd.to_datetime(manifest["started_at"], errors="coerce", utc=True)
-        end = pd.to_datetime(manifest["finished_at"], errors="coerce", utc=True)
+    if manifest is not None and manifest.started_at and manifest.finished_at:
+        start = pd.to_datetime(manifest.started_at, errors="coerce", utc=True)
+        end = pd.to_datetime(manifest.finished_at, errors="coerce", utc=True)
         if pd.notna(start) and pd.notna(end):
             return float((end - start).total_seconds())
     if len(timeline):
@@ -96,26 +95,26 @@ def _duration_s(df: pd.DataFrame, timeline: pd.DataFrame, manifest: dict[str, An
 
 
 def run_health(
-    df: pd.DataFrame, metrics: pd.DataFrame | None, failures: pd.DataFrame, manifest: dict[str, Any] | None
-) -> dict[str, Any]:
+    df: pd.DataFrame, metrics: pd.DataFrame | None, failures: pd.DataFrame, manifest: Manifest | None
+) -> Health:
     """Headline health numbers: duration, rows/s, tok/s (mean and peak), latency, failures, accept length."""
     timeline = throughput_timeline(metrics, df)
     duration = _duration_s(df, timeline, manifest)
     tokens = float(pd.to_numeric(df["completion_tokens"], errors="coerce").sum())
     peak = timeline["tok_s"].max() if "tok_s" in timeline and len(timeline) else None
-    return {
-        "complete": bool(manifest.get("complete")) if manifest else False,
-        "duration_s": round(duration, 3) if duration else None,
-        "rows_s": round(len(df) / duration, 3) if duration else None,
-        "output_tok_s": round(tokens / duration, 3) if duration else None,
-        "output_tok_s_peak": round(float(peak), 3) if peak is not None and pd.notna(peak) else None,
-        "latency_s": distribution(df["latency_s"]),
-        "ttft_s": distribution(df["ttft_s"]),
-        "failures": int(len(failures)),
-        "failures_by_reason": {str(k): int(v) for k, v in failures["reason"].value_counts().items()}
+    return Health(
+        complete=bool(manifest.complete) if manifest is not None else False,
+        duration_s=round(duration, 3) if duration else None,
+        rows_s=round(len(df) / duration, 3) if duration else None,
+        output_tok_s=round(tokens / duration, 3) if duration else None,
+        output_tok_s_peak=round(float(peak), 3) if peak is not None and pd.notna(peak) else None,
+        latency_s=distribution(df["latency_s"]),
+        ttft_s=distribution(df["ttft_s"]),
+        failures=int(len(failures)),
+        failures_by_reason={str(k): int(v) for k, v in failures["reason"].value_counts().items()}
         if len(failures)
         else {},
-        "duplicate_ids": int(df.duplicated(subset=["id", "sample_index"]).sum()) if len(df) else 0,
-        "accept_length_mean": _mean(accept_length_timeline(metrics, df)["accept_length"]),
-        "timeline_from": "metrics.parquet" if metrics is not None and len(metrics) else "rows",
-    }
+        duplicate_ids=int(df.duplicated(subset=["id", "sample_index"]).sum()) if len(df) else 0,
+        accept_length_mean=_mean(accept_length_timeline(metrics, df)["accept_length"]),
+        timeline_from="metrics.parquet" if metrics is not None and len(metrics) else "rows",
+    )

@@ -3,7 +3,7 @@ summary.json. `summarise` computes without writing (used by `compare_runs`)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -14,9 +14,10 @@ from kit.analyse import health, load, plots, tables, tail
 from kit.analyse.flags import FLAGS, flag_counts
 from kit.analyse.reasoning import row_parts
 from kit.analyse.scan import duplicated_completions, read_rows, scan_shards
+from kit.artifacts import Manifest, SourceSummary, Summary
 from kit.errors import RunFolderError
 from kit.params import AnalyseParams
-from kit.runfolder import RunFolder, write_json_atomic
+from kit.runfolder import RunFolder
 
 
 @dataclass
@@ -33,7 +34,7 @@ class RunData:
     flags: pd.DataFrame
     failures: pd.DataFrame
     metrics: pd.DataFrame | None
-    manifest: dict[str, Any] | None
+    manifest: Manifest | None
     plan: dict[str, Any] | None
     prompt_counts: dict[str, int]
     gaps: list[str] = field(default_factory=list)
@@ -81,10 +82,11 @@ def read_run(folder: RunFolder, params: AnalyseParams | None = None, progress: b
         flags["duplicate"] = duplicated_completions(df["completion_hash"])
     failures, g_fail = load.load_failures(folder)
     metrics, g_met = load.load_metrics(folder)
-    manifest, g_man = load.load_json_part(folder.manifest, "the run did not finish (or is still running)")
+    data, g_man = load.load_json_part(folder.manifest, "the run did not finish (or is still running)")
+    manifest = Manifest.from_json(data) if data is not None else None
     plan, g_plan = load.load_json_part(folder.plan, "requested counts per source are unknown")
     prompt_counts, g_pr = load.load_prompt_counts(folder) if plan is None else ({}, [])
-    if manifest is not None and not manifest.get("complete", False):
+    if manifest is not None and not manifest.complete:
         gaps.append("manifest.json says complete: false: the run stopped before all rows were generated")
     gaps += g_fail + g_met + g_man + g_plan + g_pr
     failures = load.outstanding_failures(failures, df)
@@ -92,8 +94,8 @@ def read_run(folder: RunFolder, params: AnalyseParams | None = None, progress: b
 
 
 def _source_entry(
-    row: pd.Series, finish: pd.DataFrame, flags: pd.DataFrame, outputs: dict[str, Any]
-) -> dict[str, Any]:
+    row: pd.Series, finish: pd.DataFrame, flags: pd.DataFrame, outputs: dict[str, dict[str, Any]]
+) -> SourceSummary:
     source = row.name
 
     def num(key: str) -> Any:
@@ -108,10 +110,10 @@ def _source_entry(
     )
     entry["flags"] = {str(k): int(v) for k, v in flags.loc[source].items()} if source in flags.index else {}
     entry.update(outputs.get(source) or {})
-    return entry
+    return SourceSummary.from_json(entry)  # a source without rows has no output figures
 
 
-def summarise(data: RunData) -> dict[str, Any]:
+def summarise(data: RunData) -> Summary:
     """The summary dict of one run (without figures): per source, totals, finish reasons, flags,
     health, and the tail of its last session (kit.analyse.tail)."""
     df = data.df
@@ -121,18 +123,18 @@ def summarise(data: RunData) -> dict[str, Any]:
     parts = data.row_parts()
     counts = flag_counts(df, data.flags, parts) if len(df) else pd.DataFrame()
     outputs = tables.outputs_by_source(df, parts, data.flags) if len(df) else {}
-    return {
-        "rows": int(len(df)),
-        "sources": {str(s): _source_entry(r, finish, counts, outputs) for s, r in per_source.iterrows()},
-        "prompt_tokens": tables.distribution(df["prompt_tokens"]),
-        "completion_tokens": tables.distribution(df["completion_tokens"]),
+    return Summary(
+        rows=int(len(df)),
+        sources={str(s): _source_entry(r, finish, counts, outputs) for s, r in per_source.iterrows()},
+        prompt_tokens=tables.distribution(df["prompt_tokens"]),
+        completion_tokens=tables.distribution(df["completion_tokens"]),
         **tables.outputs_entry(parts, data.flags),
-        "finish_reasons": tables.overall_finish_shares(df),
-        "flags": {f: int(data.flags[f].sum()) for f in FLAGS},
-        "health": health.run_health(df, data.metrics, data.failures, data.manifest),
-        "tail": tail.tail_entry(data.metrics, df, data.manifest, tail.TailInputs.of(data.folder)),
-        "gaps": list(data.gaps),
-    }
+        finish_reasons=tables.overall_finish_shares(df),
+        flags={f: int(data.flags[f].sum()) for f in FLAGS},
+        health=health.run_health(df, data.metrics, data.failures, data.manifest),
+        tail=tail.tail_entry(data.metrics, df, data.manifest, tail.TailInputs.of(data.folder)),
+        gaps=list(data.gaps),
+    )
 
 
 def run_figures(data: RunData) -> dict[str, Any]:
@@ -165,7 +167,7 @@ class Analysis:
 
     def __init__(
         self,
-        summary: dict[str, Any],
+        summary: Summary,
         data: RunData | None = None,
         *,
         folder: RunFolder | None = None,
@@ -178,7 +180,7 @@ class Analysis:
         self._folder, self._params = folder, params
 
     @classmethod
-    def opened(cls, summary: dict[str, Any], folder: RunFolder, params: AnalyseParams | None) -> Analysis:
+    def opened(cls, summary: Summary, folder: RunFolder, params: AnalyseParams | None) -> Analysis:
         """A summary read from summary.json; the run's rows are read when `data` is first asked for."""
         return cls(summary, folder=folder, params=params)
 
@@ -197,30 +199,27 @@ class Analysis:
 
     def __repr__(self) -> str:
         data = "read" if self.read else "not read yet"
-        return f"Analysis(run={self.summary.get('run')!r}, rows={self.summary.get('rows')}, data={data})"
+        return f"Analysis(run={self.summary.run!r}, rows={self.summary.rows}, data={data})"
 
 
 def run_analysis(folder: RunFolder, params: AnalyseParams | None = None, progress: bool = True) -> Analysis:
     """Analyse a run folder: save figures under folder.figures, write folder.summary; return both
     the summary and the data read, so a notebook reuses them instead of reading the run again.
 
-    Missing or corrupt parts are analysed as far as possible and named in `summary["gaps"]`.
+    Missing or corrupt parts are analysed as far as possible and named in `summary.gaps`.
     """
     data = read_run(folder, params, progress)
-    summary = {
-        "run": folder.root.name,
-        "analysed_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-    }
-    summary.update(summarise(data))
+    analysed_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    summary = summarise(data)
     paths = []
     for stem, fig in run_figures(data).items():
         path = plots.save_figure(fig, folder.figure(stem))
         paths.append(str(path.resolve()))
-    summary["figures"] = paths
-    write_json_atomic(folder.summary, summary)
+    summary = replace(summary, run=folder.root.name, analysed_at=analysed_at, figures=paths)
+    folder.write_summary(summary)
     return Analysis(summary, data)
 
 
-def analyse_run(folder: RunFolder, params: AnalyseParams | None = None) -> dict[str, Any]:
+def analyse_run(folder: RunFolder, params: AnalyseParams | None = None) -> Summary:
     """`run_analysis`, returning the summary only."""
     return run_analysis(folder, params).summary

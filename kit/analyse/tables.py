@@ -8,6 +8,8 @@ from typing import Any
 
 import pandas as pd
 
+from kit.artifacts import Health, SourceSummary, Summary
+
 LENGTHS = ("reasoning_chars", "answer_chars", "reasoning_tokens", "answer_tokens")
 """Length columns of kit.analyse.reasoning.reasoning_parts, summarised per source."""
 
@@ -105,32 +107,37 @@ def outputs_by_source(
     }
 
 
-def _per_source_frame(sources: dict[str, Any]) -> pd.DataFrame:
+def _per_source_frame(sources: dict[str, SourceSummary]) -> pd.DataFrame:
     rows = {}
     for name, s in sources.items():
-        row = {k: s.get(k) for k in ("requested", "planned", "generated", "failed")}
-        for col, short in (("prompt_tokens", "prompt"), ("completion_tokens", "completion")):
+        row: dict[str, float | int | None] = {
+            "requested": s.requested,
+            "planned": s.planned,
+            "generated": s.generated,
+            "failed": s.failed,
+        }
+        for dist, short in ((s.prompt_tokens, "prompt"), (s.completion_tokens, "completion")):
             for stat in ("total", "p50", "p90", "max"):
-                row[f"{short} {stat}"] = (s.get(col) or {}).get(stat)
+                row[f"{short} {stat}"] = (dist or {}).get(stat)
         rows[name] = row
     return pd.DataFrame.from_dict(rows, orient="index")
 
 
-def _lengths_frame(sources: dict[str, Any]) -> pd.DataFrame:
+def _lengths_frame(sources: dict[str, SourceSummary]) -> pd.DataFrame:
     """Per source: p50 and p90 of reasoning and answer, in chars and tokens (max in summary.json)."""
     rows = {}
     for name, s in sources.items():
         rows[name] = {
-            f"{col.replace('_', ' ')} {stat}": (s.get(col) or {}).get(stat)
+            f"{col.replace('_', ' ')} {stat}": (getattr(s, col) or {}).get(stat)
             for col in LENGTHS
             for stat in ("p50", "p90")
         }
     return pd.DataFrame.from_dict(rows, orient="index")
 
 
-def _counts_frame(sources: dict[str, Any], key: str) -> pd.DataFrame:
+def _counts_frame(sources: dict[str, SourceSummary], key: str) -> pd.DataFrame:
     """The `key` block (reasoning or tool_calls) per source, for the sources where it counted anything."""
-    frame = pd.DataFrame.from_dict({s: v.get(key) or {} for s, v in sources.items()}, orient="index")
+    frame = pd.DataFrame.from_dict({s: getattr(v, key) or {} for s, v in sources.items()}, orient="index")
     counts = frame.drop(columns="share_with_calls", errors="ignore")
     if counts.empty:
         return counts
@@ -138,9 +145,9 @@ def _counts_frame(sources: dict[str, Any], key: str) -> pd.DataFrame:
     return frame[counts.gt(0).any(axis=1)]
 
 
-def _health_frame(health: dict[str, Any]) -> pd.DataFrame:
+def _health_frame(health: Health) -> pd.DataFrame:
     flat = {}
-    for key, value in health.items():
+    for key, value in health.to_json().items():
         if isinstance(value, dict):
             flat.update({f"{key} {k}": v for k, v in value.items() if k != "total"})
         else:
@@ -148,20 +155,20 @@ def _health_frame(health: dict[str, Any]) -> pd.DataFrame:
     return pd.DataFrame({"value": pd.Series(flat, dtype=object)})
 
 
-def summary_tables(summary: dict[str, Any]) -> dict[str, pd.DataFrame]:
-    """The summary dict (as written to summary.json) as display tables, by title."""
-    sources = summary.get("sources", {})
+def summary_tables(summary: Summary) -> dict[str, pd.DataFrame]:
+    """The summary (summary.json) as display tables, by title."""
+    sources = summary.sources
     tables = {
         "per source": _per_source_frame(sources),
         "finish reasons (share of rows)": pd.DataFrame(
-            {s: v.get("finish_reasons", {}) for s, v in sources.items()}
+            {s: v.finish_reasons for s, v in sources.items()}
         ).T.fillna(0.0),
-        "quality flags (rows)": pd.DataFrame({s: v.get("flags", {}) for s, v in sources.items()}).T,
+        "quality flags (rows)": pd.DataFrame({s: v.flags for s, v in sources.items()}).T,
         "thinking (rows)": _counts_frame(sources, "reasoning"),
         "reasoning and answer lengths (p50, p90)": _lengths_frame(sources),
         "tool calls (rows)": _counts_frame(sources, "tool_calls"),
-        "run health": _health_frame(summary.get("health", {})),
+        "run health": _health_frame(summary.health),
     }
-    if summary.get("gaps"):
-        tables["gaps"] = pd.DataFrame({"gap": summary["gaps"]})
+    if summary.gaps:
+        tables["gaps"] = pd.DataFrame({"gap": summary.gaps})
     return {k: v for k, v in tables.items() if not v.empty}

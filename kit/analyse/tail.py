@@ -15,19 +15,21 @@ speculative tokens/s per concurrency, kit.decide.costmodel.predict) with the cos
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 import pandas as pd
-import yaml
 from matplotlib.figure import Figure
 
+from kit.analyse.plots import in_flight_tail
+from kit.artifacts import Decision, Manifest, ProbeReport, TailSpeculation, TailSummary
 from kit.decide.costmodel import MODEL_ERROR
-from kit.decide.decision import decision_arm
+from kit.decide.decision import speculation_label
 from kit.decide.tailarm import tail_arm
 from kit.display import percent, seconds
 from kit.engines.flavors import FLAVORS
+from kit.params import EngineParams, saved_params
 from kit.runfolder import RunFolder
 
 MIN_SAMPLES = 5
@@ -49,7 +51,7 @@ class Devices:
 class TailInputs:
     """What the tail needs from the run folder beside the rows and timeline."""
 
-    decision: dict[str, Any] | None = None
+    decision: Decision | None = None
     devices: Devices = Devices(1, "replica", "the run's params are unknown: counted as one replica")
     spec_name: str = "speculation"
     servers: int = 1
@@ -61,36 +63,31 @@ class TailInputs:
         """Read decision.json, params.yaml, probe.json and the manifest of `folder` (each may be absent)."""
         if folder is None:
             return cls()
-        from kit.decide.view import speculation_name
-        from kit.display import read_json_or_none
-
-        try:
-            params = yaml.safe_load(folder.params.read_text()) or {}
-        except (OSError, yaml.YAMLError):
-            params = {}
-        manifest = read_json_or_none(folder.manifest) or {}
-        engine = params.get("engine") if isinstance(params.get("engine"), dict) else {}
-        devices = run_devices(engine, read_json_or_none(folder.probe), manifest.get("settings_from_decision"))
-        servers = int(engine.get("replicas") or 1)
-        return cls(read_json_or_none(folder.decision), devices, speculation_name(folder), servers)
+        params = saved_params(folder.params)
+        engine = params.engine if params is not None else None
+        manifest = folder.read_manifest(lenient=True)
+        applied = manifest.settings_from_decision if manifest is not None else None
+        devices = run_devices(engine, folder.read_probe(lenient=True), applied)
+        servers = engine.replicas if engine is not None else 1
+        return cls(folder.read_decision(lenient=True), devices, speculation_label(params), servers)
 
 
 def run_devices(
-    engine: dict[str, Any], probe: dict[str, Any] | None, applied: dict[str, Any] | None
+    engine: EngineParams | None, probe: ProbeReport | None, applied: dict[str, Any] | None
 ) -> Devices:
     """GPUs the run's servers held (replicas x GPUs per server, at most what the probe saw), or its
     engine replicas where no GPU was seen. `applied`: the settings stage 3 took from the decision,
     which win over params.yaml (it holds them only where the params left them unset)."""
-    if not engine:
+    if engine is None:
         return Devices(1, "replica", "params.yaml is absent or unreadable: one replica assumed")
     applied = applied or {}
-    tp = int(applied.get("tp_size") or engine.get("tp_size") or 1)
-    dp = int(applied.get("dp_size") or engine.get("dp_size") or 1)
-    replicas = int(engine.get("replicas") or 1)
-    per = int(engine.get("gpus_per_replica") or tp * dp)
-    seen = len(((probe or {}).get("gpus") or {}).get("devices") or []) if probe else None
-    fl = FLAVORS.get(str(engine.get("flavor") or "transformers"))
-    on_gpu = fl is not None and fl.needs_gpu(str(engine.get("device") or "cpu"), None)
+    tp = int(applied.get("tp_size") or engine.tp_size)
+    dp = int(applied.get("dp_size") or engine.dp_size)
+    replicas = engine.replicas
+    per = int(engine.gpus_per_replica or tp * dp)
+    seen = len(probe.gpus.devices) if probe is not None else None
+    fl = FLAVORS.get(engine.flavor)
+    on_gpu = fl is not None and fl.needs_gpu(engine.device, None)
     if seen or (seen is None and on_gpu):
         n = min(replicas * per, seen) if seen else replicas * per
         where = f", of {seen} the probe saw" if seen else " (no probe.json: GPUs assumed from the flavor)"
@@ -181,9 +178,9 @@ def _from_rows(
     return Load(frame.reset_index(drop=True), session, sessions, "rows")
 
 
-def _session_start(manifest: dict[str, Any] | None, metrics: pd.DataFrame | None) -> pd.Timestamp | None:
+def _session_start(manifest: Manifest | None, metrics: pd.DataFrame | None) -> pd.Timestamp | None:
     """When the last session began: the manifest's `session_started_at`, else its first sample."""
-    stamp = (manifest or {}).get("session_started_at")
+    stamp = manifest.session_started_at if manifest is not None else None
     if stamp:
         at = pd.to_datetime(stamp, errors="coerce", utc=True)
         if pd.notna(at):
@@ -195,9 +192,7 @@ def _session_start(manifest: dict[str, Any] | None, metrics: pd.DataFrame | None
     return None
 
 
-def session_load(
-    metrics: pd.DataFrame | None, df: pd.DataFrame, manifest: dict[str, Any] | None
-) -> Load | str:
+def session_load(metrics: pd.DataFrame | None, df: pd.DataFrame, manifest: Manifest | None) -> Load | str:
     """Requests in flight over the last session: its timeline samples, else its rows; or why neither."""
     samples, session, sessions = _last_session(metrics)
     if len(samples) >= MIN_SAMPLES:
@@ -213,10 +208,10 @@ def session_load(
 
 
 # ---- the tail --------------------------------------------------------------------------------------
-def full_load(manifest: dict[str, Any] | None, peak: float) -> tuple[float, int | None, str]:
+def full_load(manifest: Manifest | None, peak: float) -> tuple[float, int | None, str]:
     """(requests in flight that count as full load, the engine's capacity or None, what it is)."""
-    cap = (manifest or {}).get("engine_capacity")
-    source = (manifest or {}).get("capacity_source") or "the run's manifest"
+    cap = manifest.engine_capacity if manifest is not None else None
+    source = (manifest.capacity_source if manifest is not None else None) or "the run's manifest"
     if isinstance(cap, int | float) and cap > 0:
         if peak >= cap:
             return float(cap), int(cap), f"the engine's capacity ({source})"
@@ -237,8 +232,9 @@ def _rate(amount: float, span: float) -> float | None:
     return round(amount / span, 3) if span > 0 and not math.isnan(amount) else None
 
 
-def measure(load: Load, manifest: dict[str, Any] | None, devices: Devices) -> dict[str, Any]:
-    """Start, end, share, tokens/s in and before the tail, rows finished in it and capacity left idle."""
+def measure(load: Load, manifest: Manifest | None, devices: Devices) -> TailSummary:
+    """Start, end, share, tokens/s in and before the tail, rows finished in it and capacity left idle
+    (its sentence not written yet)."""
     f = load.frame
     t, v = f["t_s"].to_numpy(float), f["in_flight"].to_numpy(float)
     level, capacity, level_source = full_load(manifest, float(v.max()))
@@ -247,34 +243,34 @@ def measure(load: Load, manifest: dict[str, Any] | None, devices: Devices) -> di
     tok, rows = f["tokens_done"].to_numpy(float), f["rows_done"].to_numpy(float)
     idle_s = _trapezoid(t[i:], 1 - np.minimum(v[i:], level) / level) if level > 0 else 0.0
     share = (end - start) / end if end > 0 else 0.0
-    return {
-        "known": True,
-        "session": load.session,
-        "sessions": load.sessions,
-        "measured_from": load.source,
-        "full_load_in_flight": level,
-        "full_load_source": level_source,
-        "engine_capacity": capacity,
-        "start_s": round(start, 3),
-        "end_s": round(end, 3),
-        "duration_s": round(end - start, 3),
-        "session_s": round(end, 3),
-        "share": round(share, 4),
-        "in_flight_at_end": float(v[-1]),
-        "tok_s_tail": _rate(tok[-1] - tok[i], end - start),
-        "tok_s_full_load": _rate(tok[i] - tok[0], start - t[0]),
-        "rows_in_tail": None if math.isnan(rows[-1] - rows[i]) else int(rows[-1] - rows[i]),
-        "idle_minutes": round(idle_s * devices.count / 60, 3),
-        "devices": devices.count,
-        "device_unit": devices.unit,
-        "devices_source": devices.source,
-    }
+    return TailSummary(
+        known=True,
+        session=load.session,
+        sessions=load.sessions,
+        measured_from=load.source,
+        full_load_in_flight=level,
+        full_load_source=level_source,
+        engine_capacity=capacity,
+        start_s=round(start, 3),
+        end_s=round(end, 3),
+        duration_s=round(end - start, 3),
+        session_s=round(end, 3),
+        share=round(share, 4),
+        in_flight_at_end=float(v[-1]),
+        tok_s_tail=_rate(tok[-1] - tok[i], end - start),
+        tok_s_full_load=_rate(tok[i] - tok[0], start - t[0]),
+        rows_in_tail=None if math.isnan(rows[-1] - rows[i]) else int(rows[-1] - rows[i]),
+        idle_minutes=round(idle_s * devices.count / 60, 3),
+        devices=devices.count,
+        device_unit=devices.unit,
+        devices_source=devices.source,
+    )
 
 
 # ---- what speculation would have saved there (predicted) ----------------------------------------
-def predicted_ladder(decision: dict[str, Any]) -> pd.DataFrame:
+def predicted_ladder(decision: Decision) -> pd.DataFrame:
     """decision.json's predicted tokens/s: one row per concurrency, one column per spec_k (0: plain)."""
-    t = pd.DataFrame(decision.get("table") or [])
+    t = pd.DataFrame(decision.table_rows())
     if not {"spec_k", "concurrency", "predicted_tok_s"} <= set(t.columns):
         return pd.DataFrame()
     if "feasible" in t.columns:
@@ -319,20 +315,27 @@ def crossover(ladder: pd.DataFrame, k: int) -> int | None:
     return int(wins.max()) if len(wins) else None
 
 
-def _ran_speculative(manifest: dict[str, Any] | None, decision: dict[str, Any]) -> int | None:
+def _ran_speculative(manifest: Manifest | None, decision: Decision) -> int | None:
     """k the run generated with (0: speculation of unknown k), or None for plain decoding: the
     manifest's engine, else the decision's settings (what stage 3 takes by default)."""
-    if manifest and "engine" in manifest:
-        spec = (manifest.get("engine") or {}).get("speculative") or {}
-        if not spec.get("algorithm"):
+    if manifest is not None and "engine" in manifest:
+        spec = manifest.speculative
+        if spec is None:
             return None
         return int(spec.get("num_steps") or max(int(spec.get("num_draft_tokens") or 1) - 1, 0))
-    arm = decision_arm(decision)
+    arm = decision.arm
     return arm.k if arm is not None and arm.speculative else None
 
 
 def speculation_entry(
-    load: Load, tail: dict[str, Any], manifest: dict[str, Any] | None, inputs: TailInputs
+    load: Load, tail: TailSummary, manifest: Manifest | None, inputs: TailInputs
+) -> TailSpeculation:
+    """`_speculation_entry` as summary.json holds it (its keys depend on its status)."""
+    return TailSpeculation.from_json(_speculation_entry(load, tail, manifest, inputs))
+
+
+def _speculation_entry(
+    load: Load, tail: TailSummary, manifest: Manifest | None, inputs: TailInputs
 ) -> dict[str, Any]:
     """What speculation would have saved in the tail: the spec k that saves most (where none does,
     the one that wins up to the highest concurrency), its crossover,
@@ -343,14 +346,14 @@ def speculation_entry(
     k_ran = _ran_speculative(manifest, decision)
     if k_ran is not None:
         return {"status": "already speculating", "spec_k": k_ran, "name": name}
-    switch = (manifest or {}).get("tail_speculation") or {}
-    if switch.get("switched"):  # generate.tail_speculation: stage 3 turned it on for the tail itself
-        return {"status": "switched", "spec_k": switch.get("k"), "name": name}
+    switch = manifest.tail_speculation if manifest is not None else None
+    if switch is not None and switch.switched:  # generate.tail_speculation: stage 3 switched for the tail
+        return {"status": "switched", "spec_k": switch.k, "name": name}
     ladder = predicted_ladder(decision)
     ks = [int(k) for k in ladder.columns if k != 0 and 0 in ladder.columns]
     if not ks:
         return {"status": "no ladder", "reason": "decision.json predicts no plain and speculative tokens/s"}
-    level = tail["full_load_in_flight"]
+    level = tail.full_load_in_flight
     start = start_index(load, level)
     by_k = {k: saving(load, start, level, ladder, k, inputs.servers) for k in ks}
     k = max(ks, key=lambda j: (by_k[j][0], crossover(ladder, j) or 0, -j))  # then: wins furthest up
@@ -366,13 +369,13 @@ def speculation_entry(
         "saved_low_s": round(low, 3),
         "saved_high_s": round(high, 3),
         "model_error": MODEL_ERROR,
-        "available": bool(decision.get("speculation_available", True)),
-        "unavailable_reason": decision.get("speculation_unavailable_reason"),
+        "available": bool(decision.speculation_available),
+        "unavailable_reason": decision.speculation_unavailable_reason,
         "switch_rule": switch_rule(decision),
     }
 
 
-def switch_rule(decision: dict[str, Any]) -> dict[str, Any]:
+def switch_rule(decision: Decision) -> dict[str, Any]:
     """What stage 3's `generate.tail_speculation` would switch to on this decision (kit.decide.tailarm:
     only a win outside the decision's noise counts), beside the prediction above (any predicted win)."""
     arm, why = tail_arm(decision)
@@ -381,104 +384,101 @@ def switch_rule(decision: dict[str, Any]) -> dict[str, Any]:
 
 # ---- summary entry and sentences --------------------------------------------------------------------
 def tail_entry(
-    metrics: pd.DataFrame | None, df: pd.DataFrame, manifest: dict[str, Any] | None, inputs: TailInputs
-) -> dict[str, Any]:
-    """summary.json's `tail`: the numbers and a `sentence`; `{"known": False, "reason": ...}` where the
+    metrics: pd.DataFrame | None, df: pd.DataFrame, manifest: Manifest | None, inputs: TailInputs
+) -> TailSummary:
+    """summary.json's `tail`: the numbers and a `sentence`; `known` false with a `reason` where the
     run holds nothing to measure it from."""
     load = session_load(metrics, df, manifest)
-    if isinstance(load, str):
-        return {"known": False, "reason": load, "sentence": f"The tail: unknown, because {load}."}
-    if not (load.frame["in_flight"] > 0).any():
+    why = load if isinstance(load, str) else None
+    if why is None and not (load.frame["in_flight"] > 0).any():
         why = "the timeline never saw a request in flight"
-        return {"known": False, "reason": why, "sentence": f"The tail: unknown, because {why}."}
+    if why is not None:
+        return TailSummary.from_json(
+            {"known": False, "reason": why, "sentence": f"The tail: unknown, because {why}."}
+        )
     entry = measure(load, manifest, inputs.devices)
-    if entry["duration_s"] > 0:
-        entry["speculation"] = speculation_entry(load, entry, manifest, inputs)
-    entry["sentence"] = tail_sentence(entry)
-    return entry
+    if entry.duration_s > 0:
+        entry = replace(entry, speculation=speculation_entry(load, entry, manifest, inputs))
+    return replace(entry, sentence=tail_sentence(entry))
 
 
 def _minutes(x: float) -> str:
     return "less than 0.1" if x < 0.05 else f"{x:.0f}" if x >= 10 else f"{x:.1f}"
 
 
-def _full_load_words(entry: dict[str, Any]) -> str:
+def _full_load_words(entry: TailSummary) -> str:
     """What full load was: the engine's capacity, or the peak in flight (and why)."""
-    level, cap = entry["full_load_in_flight"], entry["engine_capacity"]
+    level, cap = entry.full_load_in_flight, entry.engine_capacity
     if cap is not None and level >= cap:
         return f"capacity ({cap:,} requests)"
     said = f"the engine's capacity, {cap:,}, was never reached" if cap else "the engine's capacity is unknown"
     return f"the peak of {level:,.0f} in flight ({said})"
 
 
-def speculation_clause(spec: dict[str, Any] | None) -> str:
+def speculation_clause(spec: TailSpeculation | None) -> str:
     """What speculation would have done in the tail, as a clause of the tail's sentence."""
-    spec = spec or {}
-    status, name = spec.get("status"), spec.get("name") or "speculation"
+    spec = spec or TailSpeculation()
+    status, name = spec.status, spec.name or "speculation"
     if status == "saves":
-        were = "" if spec.get("available", True) else ", were it available here"
-        rule = spec.get("switch_rule") or {}
+        were = "" if spec.available else ", were it available here"
+        rule = spec.switch_rule or {}
         switch = (
             "; generate.tail_speculation would not switch: no win outside the decision's noise"
             if rule and not rule.get("would_switch")
             else ""
         )
         return (
-            f"{name} k={spec['spec_k']} there would have saved {seconds(spec['saved_s'])} "
-            f"({seconds(spec['saved_low_s'])} to {seconds(spec['saved_high_s'])}, predicted{were}{switch})"
+            f"{name} k={spec.spec_k} there would have saved {seconds(spec.saved_s)} "
+            f"({seconds(spec.saved_low_s)} to {seconds(spec.saved_high_s)}, predicted{were}{switch})"
         )
     if status == "no win":
-        x = spec.get("crossover")
+        x = spec.crossover
         where = f"it wins only up to concurrency {x}" if x else "it wins at no concurrency on its ladder"
-        where = f"k={spec['spec_k']}, the one that wins furthest up, {where.removeprefix('it ')}"
+        where = f"k={spec.spec_k}, the one that wins furthest up, {where.removeprefix('it ')}"
         return (
             f"{name} there would have saved nothing: the decision predicts no win at the tail's "
             f"concurrencies ({where})"
         )
-    k = f" k={spec['spec_k']}" if spec.get("spec_k") else ""
+    k = f" k={spec.spec_k}" if spec.spec_k else ""
     if status == "already speculating":
         return f"the run already speculated there ({name}{k})"
     if status == "switched":
         return f"the run switched to {name}{k} for it (generate.tail_speculation)"
     if status in ("no decision", "no ladder"):
-        return f"what speculation would have saved there is unknown: {spec['reason']}"
+        return f"what speculation would have saved there is unknown: {spec.reason}"
     return ""
 
 
-def tail_sentence(entry: dict[str, Any]) -> str:
+def tail_sentence(entry: TailSummary) -> str:
     """One sentence for the tail, e.g. "The tail: the last 4 min 10 s (12% of the run) ran below capacity
     (256 requests) at 38% of full-load tokens/s, leaving 21 GPU-minutes idle; MTP k=2 there would have
     saved 1 min 30 s (50.0 s to 2 min 5 s, predicted)."."""
-    if not entry.get("known"):
-        return f"The tail: unknown, because {entry.get('reason')}."
-    of = "the run" if (entry.get("sessions") or 1) <= 1 else f"its last session, {entry['session']}"
-    if entry["duration_s"] <= 0:
+    if not entry.known:
+        return f"The tail: unknown, because {entry.reason}."
+    of = "the run" if (entry.sessions or 1) <= 1 else f"its last session, {entry.session}"
+    if entry.duration_s <= 0:
         return (
-            f"The tail: none; {of} ended with {entry['in_flight_at_end']:,.0f} requests in flight, "
+            f"The tail: none; {of} ended with {entry.in_flight_at_end:,.0f} requests in flight, "
             f"at or above {_full_load_words(entry)}: nothing idled at its end."
         )
     ratio = (
-        f" at {percent(entry['tok_s_tail'] / entry['tok_s_full_load'], 0)} of full-load tokens/s"
-        if entry.get("tok_s_tail") is not None and entry.get("tok_s_full_load")
+        f" at {percent(entry.tok_s_tail / entry.tok_s_full_load, 0)} of full-load tokens/s"
+        if entry.tok_s_tail is not None and entry.tok_s_full_load
         else ""
     )
-    idle = f"{_minutes(entry['idle_minutes'])} {'GPU' if entry['device_unit'] == 'GPU' else 'replica'}"
-    clause = speculation_clause(entry.get("speculation"))
+    idle = f"{_minutes(entry.idle_minutes)} {'GPU' if entry.device_unit == 'GPU' else 'replica'}"
+    clause = speculation_clause(entry.speculation)
     return (
-        f"The tail: the last {seconds(entry['duration_s'])} ({percent(entry['share'], 0)} of {of}) ran "
+        f"The tail: the last {seconds(entry.duration_s)} ({percent(entry.share, 0)} of {of}) ran "
         f"below {_full_load_words(entry)}{ratio}, leaving {idle}-minutes idle"
         + (f"; {clause}." if clause else ".")
     )
 
 
 # ---- figure -------------------------------------------------------------------------------------------
-def tail_figure(
-    metrics: pd.DataFrame | None, df: pd.DataFrame, manifest: dict[str, Any] | None
-) -> Figure | None:
+def tail_figure(metrics: pd.DataFrame | None, df: pd.DataFrame, manifest: Manifest | None) -> Figure | None:
     """Requests in flight over the last session, the full-load line and the tail shaded; None when
     there is nothing to draw."""
-    from kit.analyse.plots import in_flight_tail
-
     load = session_load(metrics, df, manifest)
     if isinstance(load, str) or not (load.frame["in_flight"] > 0).any():
         return None
@@ -486,10 +486,8 @@ def tail_figure(
     frame = load.frame
     if len(frame) > FIGURE_POINTS:
         frame = frame.iloc[:: math.ceil(len(frame) / FIGURE_POINTS)]
-    level = entry["full_load_in_flight"]
-    label = (
-        "capacity" if entry["engine_capacity"] is not None and level >= entry["engine_capacity"] else "peak"
-    )
+    level = entry.full_load_in_flight
+    label = "capacity" if entry.engine_capacity is not None and level >= entry.engine_capacity else "peak"
     over = f"session {load.session} (the last)" if load.sessions > 1 else "the run"
-    tail = (entry["start_s"], entry["end_s"])
+    tail = (entry.start_s, entry.end_s)
     return in_flight_tail(frame, level, f"{label} ({level:,.0f})", tail, f"Requests in flight over {over}")

@@ -9,7 +9,9 @@ from typing import Any
 import pandas as pd
 
 from kit.analyse.tables import summary_tables
-from kit.display import Table, number, percent, seconds, table
+from kit.analyse.tail import speculation_clause
+from kit.artifacts import Health, Summary, TailSpeculation, TailSummary
+from kit.display import Table, file_image, number, percent, seconds, table
 
 TITLES = {
     "per source": "Rows and tokens per source",
@@ -33,23 +35,23 @@ def _seconds_line(entry: Any) -> str:
     return f"p50 {seconds(entry['p50'])}, p90 {seconds(entry['p90'])}, max {seconds(entry['max'])}"
 
 
-def health_table(health: dict[str, Any]) -> Table:
+def health_table(health: Health) -> Table:
     """Run health as named lines with units."""
-    by_reason = health.get("failures_by_reason") or {}
+    by_reason = health.failures_by_reason or {}
     rows = {
-        "complete": "yes" if health.get("complete") else "no",
-        "time generating": seconds(health.get("duration_s")),
-        "rows/s": number(health.get("rows_s")),
+        "complete": "yes" if health.complete else "no",
+        "time generating": seconds(health.duration_s),
+        "rows/s": number(health.rows_s),
         "output tok/s (mean, peak)": ", ".join(
-            number(health.get(k)) for k in ("output_tok_s", "output_tok_s_peak")
+            number(v) for v in (health.output_tok_s, health.output_tok_s_peak)
         ),
-        "latency per request": _seconds_line(health.get("latency_s")),
-        "time to first token": _seconds_line(health.get("ttft_s")),
-        "failed requests": number(health.get("failures"))
+        "latency per request": _seconds_line(health.latency_s),
+        "time to first token": _seconds_line(health.ttft_s),
+        "failed requests": number(health.failures)
         + (" (" + ", ".join(f"{k} {v}" for k, v in by_reason.items()) + ")" if by_reason else ""),
-        "duplicate ids": number(health.get("duplicate_ids")),
-        "accept length (mean)": number(health.get("accept_length_mean")),
-        "timeline from": str(health.get("timeline_from") or "–"),
+        "duplicate ids": number(health.duplicate_ids),
+        "accept length (mean)": number(health.accept_length_mean),
+        "timeline from": str(health.timeline_from or "–"),
     }
     return table(pd.DataFrame({"measure": list(rows), "value": list(rows.values())}), "Run health")
 
@@ -60,60 +62,55 @@ MEASURED_FROM = {
 }
 
 
-def _idle_line(t: dict[str, Any]) -> str:
-    unit = "GPU" if t.get("device_unit") == "GPU" else "replica"
-    count = f"{t.get('devices')} {unit}(s): {t.get('devices_source')}"
-    return f"{number(t.get('idle_minutes'))} {unit}-minutes, over {count}"
+def _idle_line(t: TailSummary) -> str:
+    unit = "GPU" if t.device_unit == "GPU" else "replica"
+    count = f"{t.devices} {unit}(s): {t.devices_source}"
+    return f"{number(t.idle_minutes)} {unit}-minutes, over {count}"
 
 
-def _speculation_line(spec: dict[str, Any]) -> str:
-    from kit.analyse.tail import speculation_clause
-
-    if spec.get("status") not in ("saves", "no win"):
+def _speculation_line(spec: TailSpeculation) -> str:
+    if spec.status not in ("saves", "no win"):
         return speculation_clause(spec) or "–"
-    x = spec.get("crossover")
+    x = spec.crossover
     won = f"wins up to concurrency {x}" if x else "wins at no concurrency"
     return (
-        f"{seconds(spec.get('saved_s'))} ({seconds(spec.get('saved_low_s'))} to "
-        f"{seconds(spec.get('saved_high_s'))}, ±{percent(spec.get('model_error'), 0)} on the ratio) with "
-        f"{spec.get('name')} k={spec.get('spec_k')}, which the decision predicts {won}"
+        f"{seconds(spec.saved_s)} ({seconds(spec.saved_low_s)} to "
+        f"{seconds(spec.saved_high_s)}, ±{percent(spec.model_error, 0)} on the ratio) with "
+        f"{spec.name} k={spec.spec_k}, which the decision predicts {won}"
     )
 
 
-def tail_table(tail: dict[str, Any]) -> Table:
+def tail_table(tail: TailSummary) -> Table:
     """The tail of the last session (kit.analyse.tail) as named lines with units."""
-    if not tail.get("known"):
-        rows = {"tail": f"unknown, because {tail.get('reason')}"}
+    if not tail.known:
+        rows = {"tail": f"unknown, because {tail.reason}"}
     else:
-        full, part = tail.get("tok_s_full_load"), tail.get("tok_s_tail")
-        session = (
-            f"session {tail.get('session')} of {tail.get('sessions')}" if tail.get("session") else "the run"
-        )
+        full, part = tail.tok_s_full_load, tail.tok_s_tail
+        session = f"session {tail.session} of {tail.sessions}" if tail.session else "the run"
         rows = {
-            "measured on": f"{session}, from {MEASURED_FROM.get(tail.get('measured_from'), '–')}",
-            "full load": f"{number(tail.get('full_load_in_flight'))} in flight: "
-            f"{tail.get('full_load_source')}",
-            "tail (start to end)": f"{seconds(tail.get('start_s'))} to {seconds(tail.get('end_s'))} "
-            f"of {seconds(tail.get('session_s'))}",
-            "tail duration (share)": f"{seconds(tail.get('duration_s'))} ({percent(tail.get('share'))})",
+            "measured on": f"{session}, from {MEASURED_FROM.get(tail.measured_from or '', '–')}",
+            "full load": f"{number(tail.full_load_in_flight)} in flight: {tail.full_load_source}",
+            "tail (start to end)": f"{seconds(tail.start_s)} to {seconds(tail.end_s)} "
+            f"of {seconds(tail.session_s)}",
+            "tail duration (share)": f"{seconds(tail.duration_s)} ({percent(tail.share)})",
             "output tok/s (tail, full load)": f"{number(part)}, {number(full)}"
             + (f" ({percent(part / full, 0)})" if part is not None and full else ""),
-            "rows finished in the tail": number(tail.get("rows_in_tail")),
+            "rows finished in the tail": number(tail.rows_in_tail),
             "capacity left idle": _idle_line(tail),
         }
-        if tail.get("speculation"):
-            rows["speculation there (predicted)"] = _speculation_line(tail["speculation"])
+        if tail.speculation is not None:
+            rows["speculation there (predicted)"] = _speculation_line(tail.speculation)
     note = "The batch draining at the end of the last session: fewer requests than the engine runs at once."
     return table(pd.DataFrame({"measure": list(rows), "value": list(rows.values())}), "The tail", note=note)
 
 
-def analysis_tables(summary: dict[str, Any]) -> list[Table]:
+def analysis_tables(summary: Summary) -> list[Table]:
     """Notebook 04's tables for reading: human titles and columns, shares as %, no index."""
     shares = {"share_with_calls": percent}
     out = []
     for key, frame in summary_tables(summary).items():
         if key == "run health":
-            out.append(health_table(summary.get("health") or {}))
+            out.append(health_table(summary.health))
             continue
         formats = {c: percent for c in frame.columns} if key.startswith("finish reasons") else shares
         index_name = None if key == "gaps" else "source"
@@ -122,35 +119,33 @@ def analysis_tables(summary: dict[str, Any]) -> list[Table]:
                 frame, TITLES.get(key, key), formats=formats, note=NOTES.get(key, ""), index_name=index_name
             )
         )
-    if summary.get("tail"):
-        out.append(tail_table(summary["tail"]))
+    if summary.tail is not None:
+        out.append(tail_table(summary.tail))
     return out
 
 
-def analysis_verdict(summary: dict[str, Any]) -> str:
+def analysis_verdict(summary: Summary) -> str:
     """Notebook 04's opening, as Markdown: rows analysed, truncation, flags, failures, gaps."""
-    flags = {k: v for k, v in (summary.get("flags") or {}).items() if v and k != "function_calling"}
-    cut = (summary.get("finish_reasons") or {}).get("length", 0.0)
-    health = summary.get("health") or {}
+    flags = {k: v for k, v in summary.flags.items() if v and k != "function_calling"}
+    cut = summary.finish_reasons.get("length", 0.0)
+    health = summary.health
     lines = [
-        f"## Verdict: {summary.get('rows', 0):,} rows, {sum(flags.values()):,} quality flags, "
-        f"{number(health.get('failures') or 0)} failed",
+        f"## Verdict: {summary.rows:,} rows, {sum(flags.values()):,} quality flags, "
+        f"{number(health.failures or 0)} failed",
         "",
-        f"- **{summary.get('rows', 0):,} rows analysed** from {len(summary.get('sources') or {})} sources; "
+        f"- **{summary.rows:,} rows analysed** from {len(summary.sources)} sources; "
         f"{percent(cut)} were cut at max_tokens"
         + (" (raise generate.sampling.max_tokens if that matters)." if cut > 0.05 else "."),
         "- **Quality flags:** "
         + (", ".join(f"{v:,} {k.replace('_', ' ')}" for k, v in flags.items()) if flags else "none")
         + ".",
-        f"- **Failed requests:** {number(health.get('failures') or 0)}; "
-        f"**throughput** {number(health.get('output_tok_s'))} output tok/s.",
+        f"- **Failed requests:** {number(health.failures or 0)}; "
+        f"**throughput** {number(health.output_tok_s)} output tok/s.",
     ]
-    if (summary.get("tail") or {}).get("sentence"):
-        lines.append(f"- {summary['tail']['sentence']}")
-    if summary.get("gaps"):
-        lines.append(
-            f"- **Gaps:** {len(summary['gaps'])} part(s) of the run could not be read (table below)."
-        )
+    if summary.tail is not None and summary.tail.sentence:
+        lines.append(f"- {summary.tail.sentence}")
+    if summary.gaps:
+        lines.append(f"- **Gaps:** {len(summary.gaps)} part(s) of the run could not be read (table below).")
     return "\n".join(lines)
 
 
@@ -161,32 +156,28 @@ def _dist(entry: Any, unit: str = "") -> str:
     return ", ".join(f"{q} {number(entry[q])}{unit}" for q in ("p50", "p90", "max"))
 
 
-def _per_source(summary: dict[str, Any], key: str, unit: str = "") -> str:
-    sources = summary.get("sources") or {}
-    return "; ".join(f"{s}: {_dist(v.get(key), unit)}" for s, v in sources.items())
+def _per_source(summary: Summary, key: str, unit: str = "") -> str:
+    return "; ".join(f"{s}: {_dist(getattr(v, key), unit)}" for s, v in summary.sources.items())
 
 
-def _finish_alt(summary: dict[str, Any]) -> str:
-    sources = summary.get("sources") or {}
+def _finish_alt(summary: Summary) -> str:
     parts = [
-        f"{s}: " + ", ".join(f"{r} {percent(v)}" for r, v in (e.get("finish_reasons") or {}).items())
-        for s, e in sources.items()
+        f"{s}: " + ", ".join(f"{r} {percent(v)}" for r, v in e.finish_reasons.items())
+        for s, e in summary.sources.items()
     ]
     return "Bars: share of rows per finish reason and source. " + "; ".join(parts)
 
 
-def _health_alt(summary: dict[str, Any], what: str) -> str:
-    h = summary.get("health") or {}
+def _health_alt(summary: Summary, what: str) -> str:
+    h = summary.health
     if what == "throughput":
         return (
-            f"Lines: rows/s and output tokens/s over the run; mean {number(h.get('output_tok_s'))} tok/s, "
-            f"peak {number(h.get('output_tok_s_peak'))} tok/s, {number(h.get('rows_s'))} rows/s."
+            f"Lines: rows/s and output tokens/s over the run; mean {number(h.output_tok_s)} tok/s, "
+            f"peak {number(h.output_tok_s_peak)} tok/s, {number(h.rows_s)} rows/s."
         )
     if what == "accept":
-        return (
-            f"Line: accept length over the run; mean {number(h.get('accept_length_mean'))} tokens per step."
-        )
-    return f"Histogram: request latency per source; overall {_dist(h.get('latency_s'), ' s')}."
+        return f"Line: accept length over the run; mean {number(h.accept_length_mean)} tokens per step."
+    return f"Histogram: request latency per source; overall {_dist(h.latency_s, ' s')}."
 
 
 def _counts_alt(counts: Any, what: str) -> str:
@@ -195,18 +186,18 @@ def _counts_alt(counts: Any, what: str) -> str:
     return f"Bars: {what} per source; in all: {listed}."
 
 
-def _tail_alt(summary: dict[str, Any]) -> str:
-    t = summary.get("tail") or {}
-    if not t.get("known"):
+def _tail_alt(summary: Summary) -> str:
+    t = summary.tail
+    if t is None or not t.known:
         return "Line: requests in flight over the run."
     return (
         f"Line: requests in flight over the last session, a dashed line at full load "
-        f"({number(t.get('full_load_in_flight'))}), the tail shaded from {seconds(t.get('start_s'))} to "
-        f"{seconds(t.get('end_s'))}. {t.get('sentence', '')}"
+        f"({number(t.full_load_in_flight)}), the tail shaded from {seconds(t.start_s)} to "
+        f"{seconds(t.end_s)}. {t.sentence}"
     )
 
 
-def figure_alt(stem: str, summary: dict[str, Any]) -> str:
+def figure_alt(stem: str, summary: Summary) -> str:
     """Alt text for a figure of `run_figures` (by file stem), with the numbers it shows."""
     texts = {
         "completion_tokens_by_source": lambda: (
@@ -225,16 +216,14 @@ def figure_alt(stem: str, summary: dict[str, Any]) -> str:
         "in_flight_and_tail": lambda: _tail_alt(summary),
         "latency": lambda: _health_alt(summary, "latency"),
         "accept_length_over_time": lambda: _health_alt(summary, "accept"),
-        "flags_by_source": lambda: _counts_alt(summary.get("flags"), "rows flagged, per flag"),
+        "flags_by_source": lambda: _counts_alt(summary.flags, "rows flagged, per flag"),
         "failures_by_reason": lambda: _counts_alt(
-            (summary.get("health") or {}).get("failures_by_reason"), "failed requests, per reason"
+            summary.health.failures_by_reason, "failed requests, per reason"
         ),
     }
     return texts.get(stem, lambda: stem.replace("_", " "))()
 
 
-def analysis_figures(summary: dict[str, Any]) -> list[Any]:
+def analysis_figures(summary: Summary) -> list[Any]:
     """The saved figures of a summary as images with alt text, for notebook 04."""
-    from kit.display import file_image
-
-    return [file_image(p, figure_alt(Path(p).stem, summary)) for p in summary.get("figures") or []]
+    return [file_image(p, figure_alt(Path(p).stem, summary)) for p in summary.figures]

@@ -9,10 +9,11 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
+from kit.artifacts import Decision, LadderPoint, Noise
 from kit.decide.costmodel import (
     MODEL_ERROR,
     Efficiency,
@@ -33,41 +34,25 @@ from kit.engines.arms import Arm, resolve_algorithm
 from kit.engines.settings import decided_settings, unavailable_reason
 from kit.errors import CostModelError
 
+if TYPE_CHECKING:
+    from kit.params import DecideParams, RunParams
+
 PREDICTION_ERROR = MODEL_ERROR
 """The cost model's known error on published tables it was not fitted to (docs/costmodel.md): a
 predicted margin smaller than this never turns speculation on."""
 ARM_SETTINGS = ("speculative", "spec_k", "algorithm", "num_steps", "eagle_topk", "num_draft_tokens")
 """How `decided_settings` spells the arm among the engine settings: decision.json stores the arm once,
-as `arm`, and not these (a decision.json of an earlier kit has them: `decision_arm` reads it)."""
+as `arm`, and not these (a decision.json of an earlier kit has them: `Decision.arm` reads it)."""
 
 
-def arm_dict(arm: Arm) -> dict[str, int | str | None]:
-    """decision.json's `arm`: the draft length k (0: plain decoding) and the speculative algorithm."""
-    return {"k": arm.k, "algorithm": arm.algorithm}
-
-
-def decision_arm(decision: Mapping[str, Any] | None) -> Arm | None:
-    """The arm a decision.json chose (its name, `plain` / `spec_k3`, is `Arm.name`), or None when it
-    names none (no decision.json, or one without a choice).
+def decision_arm(decision: Decision | Mapping[str, Any] | None) -> Arm | None:
+    """The arm a decision chose (its name, `plain` / `spec_k3`, is `Arm.name`), or None when it names
+    none (no decision.json, or one without a choice); for callers holding decision.json's JSON.
 
     This kit writes it once, as `arm` ({"k": 3, "algorithm": "MTP"}). A decision.json of an earlier kit
     spelled it as `chosen_arm` (the name) and as `engine_settings`' `speculative`, `spec_k` and
-    `algorithm` (and `num_draft_tokens`, k + 1): it opens the same."""
-    if not decision:
-        return None
-    if isinstance(decision.get("arm"), Mapping):
-        k = int(decision["arm"].get("k") or 0)
-        return Arm(k, decision["arm"].get("algorithm") if k else None)
-    settings = decision.get("engine_settings") or {}
-    if "spec_k" in settings or "speculative" in settings:
-        k = int(settings.get("spec_k") or 0) if settings.get("speculative", True) else 0
-        return Arm(k, settings.get("algorithm") if k else None)
-    name = decision.get("chosen_arm")
-    if name == "plain":
-        return Arm(0)
-    if isinstance(name, str) and name.startswith("spec_k") and name[len("spec_k") :].isdigit():
-        return Arm(int(name[len("spec_k") :]))
-    return None
+    `algorithm` (and `num_draft_tokens`, k + 1): it opens the same (kit.artifacts.Decision)."""
+    return Decision.from_json(decision).arm if decision else None
 
 
 def measured_accept_lengths(sweep: pd.DataFrame | None) -> dict[int, float]:
@@ -115,7 +100,7 @@ def _num(x: Any) -> bool:
 
 def _pick_measured(
     sweep: pd.DataFrame, runs: pd.DataFrame | None, latency_bound_s: float | None, name: str
-) -> tuple[dict | None, MeasuredChoice | None]:
+) -> tuple[dict[str, Any] | None, MeasuredChoice | None]:
     """The measured choice (kit.decide.measured) as the dict the rest of the decision reads."""
     choice = choose(sweep, runs, latency_bound_s, lambda k: _label(pd.Series({"spec_k": k}), name))
     if choice is None:
@@ -228,6 +213,15 @@ def spec_name(algorithm: str | None, draft_model: bool) -> str:
     return resolve_algorithm(algorithm, draft_model).label
 
 
+def speculation_label(params: RunParams | None) -> str:
+    """What a run's speculative arms are called (MTP, n-gram, EAGLE, draft model), from its params
+    (MTP when they are unknown)."""
+    if params is None:
+        return "MTP"
+    spec = params.engine.speculative
+    return spec_name(spec.algorithm, spec.draft_model_path is not None)
+
+
 def _bound_sentences(predicted: pd.DataFrame, ks: list[int], work: Workload, name: str = "MTP") -> list[str]:
     out = []
     ratios = with_ratio(predicted)
@@ -306,7 +300,7 @@ def _settings(
 def decide(
     s: Scenario,
     sweep: pd.DataFrame | None,
-    params: Any,
+    params: DecideParams,
     mtp_status: str,
     engine_flavor: str,
     *,
@@ -315,7 +309,7 @@ def decide(
     attention_backend: str | None = None,
     algorithm: str | None = None,
     draft_model: bool = False,
-) -> dict:
+) -> Decision:
     """The content of decision.json for the scenario `s` (model, hardware, workload, and the draft the
     speculative arms run; its efficiency is the start, calibrated on `profile` when one is given).
     `params` is a DecideParams (concurrencies, spec_steps, accept_lengths, objective, latency_bound_s).
@@ -372,29 +366,30 @@ def decide(
     reasons.append(_batch_sentence(settings, fall))
     reasons += _reasons(table, predicted, unavailable, work, ks, choice["source"] == "measured", name)
     reasons += gap_sentences(table, s, name)
-    return {
-        "arm": arm_dict(arm),
-        "decided_by": choice["source"],
-        "measured_difference": None if measured is None else measured.measurable,
-        "measured": {b.arm: b.as_dict() for b in measured.bests} if measured else {},
-        "noise": noise,
-        "objective": params.objective,
-        "speculation_available": unavailable is None,
-        "speculation_unavailable_reason": unavailable,
-        "engine_settings": settings,
-        "reasons": reasons,
-        "hardware": {
+    return Decision(
+        arm=arm,
+        decided_by=choice["source"],
+        measured_difference=None if measured is None else measured.measurable,
+        measured={b.arm: b.as_dict() for b in measured.bests} if measured else {},
+        noise=None if noise is None else Noise.from_json(noise),
+        objective=params.objective,
+        speculation_available=unavailable is None,
+        speculation_unavailable_reason=unavailable,
+        engine_settings=settings,
+        reasons=reasons,
+        hardware={
             "name": s.hw.name,
             "bandwidth_Bps": s.hw.bandwidth_Bps,
             "flops_bf16": s.hw.flops_bf16,
             "memory_bytes": s.hw.memory_bytes,
             "gemm_efficiency": s.hw.gemm_efficiency,
         },
-        "efficiency": s.eff.as_dict(),
-        "workload": workload_dict(work),
-        "accept_lengths": accept,
-        "table": _records(table),
-    }
+        efficiency=s.eff.as_dict(),
+        workload=workload_dict(work),
+        accept_lengths=accept,
+        table=[LadderPoint.from_json(row) for row in _records(table)],
+        engine_flavor=engine_flavor,
+    )
 
 
 def _fitted(sweep: pd.DataFrame | None, s: Scenario) -> Efficiency:

@@ -19,6 +19,11 @@ from dataclasses import dataclass
 
 import psutil
 
+try:
+    import pynvml as nv
+except ImportError:  # no nvidia-ml-py: no GPU's processes are read
+    nv = None
+
 DISTURBED_CPU = 0.10
 """Share of all CPU cores that other processes took during a measurement beyond which it is
 disturbed. Calm measurements here saw at most 5%; two busy-looping processes that cut a level
@@ -191,9 +196,9 @@ def slowdowns(canaries: list[float]) -> list[float]:
 
 def _gpu_foreign(pids: frozenset[int]) -> int | None:
     """Compute processes on the GPUs that are not ours (None without NVML)."""
+    if nv is None:
+        return None
     try:
-        import pynvml as nv
-
         nv.nvmlInit()
     except Exception:  # no library, no driver: no GPU to read
         return None

@@ -6,39 +6,37 @@ from __future__ import annotations
 
 from typing import Any
 
+import matplotlib.pyplot as plt
 import pandas as pd
+import seaborn as sns
 
-from kit.decide.decision import decision_arm
-from kit.engines.arms import Arm
+from kit.artifacts import Decision
+from kit.engines.arms import Arm, arm_label
 
 
-def _table(decision: dict) -> pd.DataFrame:
+def _table(decision: Decision, name: str) -> pd.DataFrame:
     """The decision's table, arms named for reading (`plain decoding`, `MTP k=2`)."""
-    from kit.decide.verdict import arm_label
-
-    t = pd.DataFrame(decision["table"]).sort_values(["spec_k", "concurrency"])
-    t["arm"] = [arm_label(int(k), decision.get("speculation_name", "MTP")) for k in t.spec_k]
+    t = pd.DataFrame(decision.table_rows()).sort_values(["spec_k", "concurrency"])
+    t["arm"] = [arm_label(int(k), name) for k in t.spec_k]
     return t
 
 
-def _chosen(decision: dict) -> str:
-    from kit.decide.verdict import arm_label
-
-    k = (decision_arm(decision) or Arm(0)).k
-    return arm_label(k, decision.get("speculation_name", "MTP"))
+def _chosen(decision: Decision, name: str) -> str:
+    return arm_label((decision.arm or Arm(0)).k, name)
 
 
-def _calibrated(decision: dict) -> bool:
-    return str((decision.get("efficiency") or {}).get("source", "")).startswith("fit to")
+def _calibrated(decision: Decision) -> bool:
+    return str(decision.efficiency.get("source", "")).startswith("fit to")
 
 
 def _levels(values: Any) -> str:
     return " / ".join(f"{float(v):,.0f}" for v in values)
 
 
-def throughput_alt(decision: dict) -> str:
-    """What the measured-vs-predicted figure shows, in words and numbers."""
-    t = _table(decision)
+def throughput_alt(decision: Decision, name: str = "MTP") -> str:
+    """What the measured-vs-predicted figure shows, in words and numbers; `name` labels the
+    speculative arms (MTP, n-gram, EAGLE...)."""
+    t = _table(decision, name)
     conc = sorted(t.concurrency.unique())
     parts = [
         f"Output tokens/s over concurrency {' / '.join(str(int(c)) for c in conc)}, "
@@ -63,15 +61,12 @@ def throughput_alt(decision: dict) -> str:
         )
     if meas.empty:
         parts.append("nothing measured")
-    return "; ".join(parts) + f". Chosen: {_chosen(decision)} ({decision.get('decided_by')})."
+    return "; ".join(parts) + f". Chosen: {_chosen(decision, name)} ({decision.decided_by})."
 
 
-def throughput_curves(decision: dict, ax: Any = None) -> Any:
+def throughput_curves(decision: Decision, ax: Any = None, name: str = "MTP") -> Any:
     """Predicted output tokens/s per arm over concurrency (lines), measured points over them."""
-    import matplotlib.pyplot as plt
-    import seaborn as sns
-
-    t = _table(decision)
+    t = _table(decision, name)
     ax = ax or plt.subplots(figsize=(7, 4))[1]
     arms = list(dict.fromkeys(t.arm))
     palette = dict(zip(arms, sns.color_palette(n_colors=len(arms)), strict=True))
@@ -102,15 +97,15 @@ def throughput_curves(decision: dict, ax: Any = None) -> Any:
     ax.set(
         xlabel="concurrent requests",
         ylabel="output tokens/s",
-        title=f"Measured (points{bars}) vs predicted (dashed{before}); chosen: {_chosen(decision)}",
+        title=f"Measured (points{bars}) vs predicted (dashed{before}); chosen: {_chosen(decision, name)}",
     )
     ax.set_ylim(bottom=0)
     ax.legend(fontsize="small", ncol=2)
     return ax
 
 
-def _ratios(decision: dict) -> pd.DataFrame:
-    t = _table(decision)
+def _ratios(decision: Decision, name: str) -> pd.DataFrame:
+    t = _table(decision, name)
     plain = t[t.spec_k == 0].set_index("concurrency").predicted_tok_s
     spec = t[(t.spec_k > 0) & t.predicted_tok_s.notna()].copy()
     spec["ratio"] = [
@@ -120,8 +115,8 @@ def _ratios(decision: dict) -> pd.DataFrame:
     return spec.dropna(subset=["ratio"])
 
 
-def ratio_alt(decision: dict) -> str:
-    spec = _ratios(decision)
+def ratio_alt(decision: Decision, name: str = "MTP") -> str:
+    spec = _ratios(decision, name)
     if spec.empty:
         return "Predicted speculative / plain tokens/s: no speculative arm was predicted."
     parts = [
@@ -133,18 +128,15 @@ def ratio_alt(decision: dict) -> str:
     )
 
 
-def ratio_curve(decision: dict, ax: Any = None) -> Any:
+def ratio_curve(decision: Decision, ax: Any = None, name: str = "MTP") -> Any:
     """Predicted speculative / plain tokens/s per k; the crossover is where a curve meets 1."""
-    import matplotlib.pyplot as plt
-    import seaborn as sns
-
-    spec = _ratios(decision)
+    spec = _ratios(decision, name)
     ax = ax or plt.subplots(figsize=(7, 4))[1]
     if len(spec):
         sns.lineplot(data=spec, x="concurrency", y="ratio", hue="arm", marker="o", ax=ax)
     ax.axhline(1.0, color="grey", ls="--", lw=1)
     ax.set_xscale("log", base=2)
-    levels = sorted(_table(decision).concurrency.unique())
+    levels = sorted(_table(decision, name).concurrency.unique())
     ax.set_xticks(levels, [str(int(c)) for c in levels])
     ax.set(
         xlabel="concurrent requests",
@@ -154,18 +146,15 @@ def ratio_curve(decision: dict, ax: Any = None) -> Any:
     return ax
 
 
-def memory_alt(decision: dict) -> str:
-    t = _table(decision).drop_duplicates("arm")
+def memory_alt(decision: Decision, name: str = "MTP") -> str:
+    t = _table(decision, name).drop_duplicates("arm")
     pairs = ", ".join(f"{a}: {int(m):,}" for a, m in zip(t.arm, t.mem_max_running, strict=True))
     return f"Largest running batch per replica that memory holds, per arm: {pairs} sequences."
 
 
-def memory_budget(decision: dict, ax: Any = None) -> Any:
+def memory_budget(decision: Decision, ax: Any = None, name: str = "MTP") -> Any:
     """Largest running batch per replica that memory allows, per arm."""
-    import matplotlib.pyplot as plt
-    import seaborn as sns
-
-    t = _table(decision).drop_duplicates("arm")
+    t = _table(decision, name).drop_duplicates("arm")
     ax = ax or plt.subplots(figsize=(6, 3))[1]
     sns.barplot(data=t, x="arm", y="mem_max_running", hue="arm", ax=ax, legend=False)
     ax.set(
@@ -183,16 +172,13 @@ FIGURES = {
 }
 
 
-def decision_figures(decision: dict, name: str = "MTP") -> dict[str, tuple[Any, str]]:
+def decision_figures(decision: Decision, name: str = "MTP") -> dict[str, tuple[Any, str]]:
     """All three figures with their alt text, keyed by file stem, for the notebook to show and save;
     `name` labels the speculative arms (MTP, n-gram, EAGLE...)."""
-    import matplotlib.pyplot as plt
-
-    decision = {**decision, "speculation_name": name}
     figs = {}
-    for name, (draw, alt) in FIGURES.items():
+    for stem, (draw, alt) in FIGURES.items():
         fig, ax = plt.subplots(figsize=(7, 4))
-        draw(decision, ax)
+        draw(decision, ax, name)
         fig.tight_layout()
-        figs[name] = (fig, alt(decision))
+        figs[stem] = (fig, alt(decision, name))
     return figs

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import logging
 import random
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +21,7 @@ import psutil
 import pyarrow.parquet as pq
 
 from kit.arch import arch_from_config, load_arch
+from kit.artifacts import Decision, GpuSection, ProbeReport
 from kit.decide import costmodel as cm
 from kit.decide.decision import decide, with_gpus
 from kit.decide.profile.budget import ProfilePlan, plan_cpu_profile
@@ -31,7 +32,7 @@ from kit.errors import CostModelError
 from kit.params import RunParams
 from kit.prompts.plan import take_prompts
 from kit.prompts.prompt_set import ensure_plan
-from kit.runfolder import RunFolder, write_json_atomic
+from kit.runfolder import RunFolder
 
 log = logging.getLogger(__name__)
 GIB = 1024**3
@@ -55,7 +56,7 @@ TOGETHER_SHARE = 0.6
 """Servers run side by side only while they need less than this share of the memory free."""
 
 
-def servers_together(params: RunParams, probe: dict[str, Any], weight_bytes: float) -> tuple[bool, str]:
+def servers_together(params: RunParams, probe: ProbeReport, weight_bytes: float) -> tuple[bool, str]:
     """Whether the sweep keeps every arm's server up at once, and why (decide.servers: auto)."""
     mode = params.decide.servers
     if mode != "auto":
@@ -65,7 +66,7 @@ def servers_together(params: RunParams, probe: dict[str, Any], weight_bytes: flo
     fl = flavor(eng.flavor)
     if not fl.can_speculate:
         return False, f"{eng.flavor} runs one server (it has no speculative arms)"
-    if (probe.get("gpus") or {}).get("devices"):
+    if probe.gpus.devices:
         return False, "each arm's server takes the GPUs' memory, so the arms run one at a time"
     apart = fl.apart_on_cpu(eng)
     if apart:
@@ -77,20 +78,15 @@ def servers_together(params: RunParams, probe: dict[str, Any], weight_bytes: flo
     return True, f"{arms} servers fit side by side ({need / GIB:.1f} of {free / GIB:.1f} GiB free)"
 
 
-def _mtp_status(probe: dict[str, Any]) -> str | None:
-    return ((probe.get("model") or {}).get("mtp") or {}).get("status")
-
-
 def _hardware(
-    params: RunParams, folder: RunFolder, probe: dict[str, Any]
+    params: RunParams, folder: RunFolder, probe: ProbeReport
 ) -> tuple[cm.Hardware, pd.DataFrame | None, int, ProfilePlan | None]:
     """(hardware, step profile or None, GPU count, the CPU profile's plan when one was made)."""
-    info = probe.get("gpus") or {}
-    gpus = info.get("devices") or []
+    gpus = probe.gpus.devices
     profile = load_profile(params.decide.profile) if params.decide.profile else None
     if gpus:
-        return _gpu_hardware(gpus, info), profile, len(gpus), None
-    ram = (probe.get("host") or {}).get("ram_total_bytes") or CPU_NOMINAL.memory_bytes
+        return _gpu_hardware(probe.gpus), profile, len(gpus), None
+    ram = probe.ram_total_bytes or CPU_NOMINAL.memory_bytes
     hw = cm.Hardware(CPU_NOMINAL.bandwidth_Bps, CPU_NOMINAL.flops_bf16, ram, "cpu")
     if profile is not None:
         return hw, profile, 1, None
@@ -117,12 +113,11 @@ def _cpu_profile(params: RunParams, folder: RunFolder) -> tuple[pd.DataFrame | N
     return profile, plan
 
 
-def _gpu_hardware(gpus: list[dict[str, Any]], info: dict[str, Any]) -> cm.Hardware:
+def _gpu_hardware(gpus: GpuSection) -> cm.Hardware:
     """The first GPU's datasheet figures, else the probe's measured ones, else a clear error."""
-    sheet = info.get("datasheet") or {}
-    measured = (info.get("torch") or {}).get("measured") or {}
-    memory = gpus[0].get("memory_total_bytes") or sheet.get("memory_bytes")
-    name = gpus[0]["name"]
+    sheet, measured, first = gpus.datasheet or {}, gpus.measured, gpus.devices[0]
+    memory = first.get("memory_total_bytes") or sheet.get("memory_bytes")
+    name = first["name"]
     if sheet and memory:
         return cm.Hardware(
             sheet["bandwidth_bytes_s"],
@@ -141,10 +136,10 @@ def _gpu_hardware(gpus: list[dict[str, Any]], info: dict[str, Any]) -> cm.Hardwa
     )
 
 
-def run_decision(params: RunParams, folder: RunFolder, probe: dict[str, Any]) -> dict[str, Any]:
+def run_decision(params: RunParams, folder: RunFolder, probe: ProbeReport) -> Decision:
     """Run the sweep, predict, decide; write decision.json and return it."""
     arch = load_arch(params.model.path)
-    mtp = _mtp_status(probe)
+    mtp = probe.mtp_status
     prompts = sweep_prompts(params, folder)
     together, why_together = servers_together(params, probe, cm.weight_bytes(arch))
     side_by_side: dict[str, Any] = {}
@@ -163,7 +158,7 @@ def run_decision(params: RunParams, folder: RunFolder, probe: dict[str, Any]) ->
     scenario = cm.Scenario(arch, hw, work=work, draft=cm.draft_for(params.decide, eng.speculative))
     if n_gpus > 1 and eng.tp_size == 1 and eng.dp_size == 1:
         scenario = with_gpus(scenario, n_gpus)  # params leave the layout open: use every GPU
-    backend = eng.attention_backend or (probe.get("recommended") or {}).get("attention_backend")
+    backend = eng.attention_backend or probe.recommended.attention_backend
     decision = decide(
         scenario,
         sweep,
@@ -176,23 +171,19 @@ def run_decision(params: RunParams, folder: RunFolder, probe: dict[str, Any]) ->
         draft_model=eng.speculative.draft_model_path is not None,
         runs=runs,
     )
-    decision["engine_flavor"] = eng.flavor
-    if decision.get("noise") is not None:
-        decision["noise"]["servers_together"] = together
-        decision["noise"]["servers_why"] = why_together
-        decision["noise"].update(side_by_side)
-    _note_profile_plan(decision, profile_plan)
-    decision["mtp_status"] = mtp
-    write_json_atomic(folder.decision, decision)
+    noise = decision.noise
+    if noise is not None:
+        extra = {**noise.extra, **side_by_side}
+        noise = replace(noise, servers_together=together, servers_why=why_together, extra=extra)
+    decision = replace(decision, noise=noise, mtp_status=mtp, **_profile_notes(decision, profile_plan))
+    folder.write_decision(decision)
     return decision
 
 
-def _note_profile_plan(decision: dict[str, Any], plan: ProfilePlan | None) -> None:
-    """Say in decision.json (efficiency source, warnings) what the CPU profile was."""
-    decision.setdefault("warnings", [])
+def _profile_notes(decision: Decision, plan: ProfilePlan | None) -> dict[str, Any]:
+    """What decision.json says of the CPU profile (efficiency source, warnings), as its fields."""
     if plan is None:
-        return
-    decision["efficiency"]["source"] = plan.source()
-    decision["cpu_profile"] = asdict(plan)
-    if plan.warning():
-        decision["warnings"].append(plan.warning())
+        return {}
+    warnings = [*decision.warnings, plan.warning()] if plan.warning() else decision.warnings
+    efficiency = {**decision.efficiency, "source": plan.source()}
+    return {"efficiency": efficiency, "cpu_profile": asdict(plan), "warnings": warnings}

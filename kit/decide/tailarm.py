@@ -1,7 +1,7 @@
 """The speculative arm for a batch job's tail: where the decision says speculation wins when few
 requests remain, and up to how many.
 
-    arm, why = tail_arm(decision)      # decision.json's content
+    arm, why = tail_arm(decision)      # a Decision: folder.read_decision()
     arm.k, arm.crossover, arm.evidence # draft length, requests per server below which spec wins
 
 At full load plain decoding usually wins (the decision's choice); in the tail, once fewer requests
@@ -17,10 +17,10 @@ lowest concurrency).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from kit.artifacts import Decision, LadderPoint
 from kit.decide.costmodel import MODEL_ERROR
 from kit.display import finite
 
@@ -45,31 +45,33 @@ class TailArm:
         return {"k": self.k, "crossover": self.crossover, "evidence": self.evidence, "ratio": self.ratio}
 
 
-def _wins(spec: Mapping[str, Any], plain: Mapping[str, Any]) -> tuple[bool, str, float | None]:
+def _wins(spec: LadderPoint, plain: LadderPoint) -> tuple[bool, str, float | None]:
     """(wins outside the noise, 'measured' or 'predicted', predicted ratio) at one concurrency."""
-    s_lo, p_hi = finite(spec.get("measured_lo")), finite(plain.get("measured_hi"))
+    s_lo, p_hi = finite(spec.measured_lo), finite(plain.measured_hi)
     ratio = None
-    s_pred, p_pred = finite(spec.get("predicted_tok_s")), finite(plain.get("predicted_tok_s"))
+    s_pred, p_pred = finite(spec.predicted_tok_s), finite(plain.predicted_tok_s)
     if s_pred is not None and p_pred:
         ratio = s_pred / p_pred
     if s_lo is not None and p_hi is not None:
         return s_lo > p_hi, "measured", ratio
-    feasible = spec.get("feasible", True) is not False
+    feasible = spec.feasible is not False
     return bool(feasible and ratio is not None and ratio > 1 + MODEL_ERROR), "predicted", ratio
 
 
-def tail_arm(decision: Mapping[str, Any] | None) -> tuple[TailArm | None, str]:
+def tail_arm(decision: Decision | None) -> tuple[TailArm | None, str]:
     """The tail's speculative arm from decision.json's table, or None and why not."""
-    if not decision:
+    if decision is None:
         return None, "no decision.json: run stage 2 (kit decide) first"
-    if decision.get("speculation_available") is False:
-        why = decision.get("speculation_unavailable_reason") or "speculation is not available"
+    if decision.speculation_available is False:
+        why = decision.speculation_unavailable_reason or "speculation is not available"
         return None, f"the decision found no speculative arm to run ({why})"
-    rows = decision.get("table") or []
-    plain = {int(r["concurrency"]): r for r in rows if int(r.get("spec_k") or 0) == 0}
+    rows = decision.table
+    plain = {int(r.concurrency): r for r in rows if int(r.spec_k or 0) == 0}
     best: TailArm | None = None
-    for k in sorted({int(r.get("spec_k") or 0) for r in rows} - {0}):
-        levels = sorted((int(r["concurrency"]), r) for r in rows if int(r.get("spec_k") or 0) == k)
+    for k in sorted({int(r.spec_k or 0) for r in rows} - {0}):
+        levels = sorted(
+            ((int(r.concurrency), r) for r in rows if int(r.spec_k or 0) == k), key=lambda x: x[0]
+        )
         wins = [(c, *_wins(r, plain[c])) for c, r in levels if c in plain]
         won = [(c, how) for c, ok, how, _ in wins if ok]
         if not won:

@@ -6,40 +6,40 @@ from __future__ import annotations
 from typing import Any
 
 import pandas as pd
-import yaml
 
-from kit.decide.decision import ARM_SETTINGS, decision_arm, spec_name
-from kit.engines.arms import Arm
-from kit.runfolder import RunFolder, read_json
+from kit.artifacts import Decision
+from kit.decide.decision import ARM_SETTINGS, speculation_label
+from kit.decide.plots import decision_figures as make_figures
+from kit.decide.verdict import decision_answer
+from kit.decide.worth import worth_for_run
+from kit.display import figure_image, human_name, signed_percent, table
+from kit.engines.arms import Arm, arm_label
+from kit.params import saved_params
+from kit.runfolder import RunFolder, required
 
 
 def speculation_name(folder: RunFolder) -> str:
     """What the run's speculative arms are called (MTP, n-gram, EAGLE, draft model), from its
-    params.yaml (MTP when unreadable)."""
-    try:
-        spec = ((yaml.safe_load(folder.params.read_text()) or {}).get("engine") or {}).get(
-            "speculative"
-        ) or {}
-        return spec_name(spec.get("algorithm"), spec.get("draft_model_path") is not None)
-    except (OSError, yaml.YAMLError, AttributeError):
-        return "MTP"
+    params.yaml (MTP when it is absent or unreadable)."""
+    return speculation_label(saved_params(folder.params))
+
+
+def _decision(folder: RunFolder) -> Decision:
+    return required(folder.read_decision(), folder.decision)
 
 
 def decision_verdict(folder: RunFolder) -> str:
     """The decision first (what was chosen, measured or predicted, by how much), then the reasons,
     warnings and the engine settings stage 3 takes."""
-    from kit.decide.verdict import arm_label, decision_answer
-    from kit.display import human_name
-
-    decision = read_json(folder.decision)
+    decision = _decision(folder)
     name = speculation_name(folder)
     answer = decision_answer(decision, name)
     lines = [f"## Decision: {answer.headline}", "", answer.detail, "", "**Why**", ""]
-    lines += [f"- {r}" for r in decision["reasons"]]
-    lines += [f"- **warning:** {w}" for w in decision.get("warnings") or []]
+    lines += [f"- {r}" for r in decision.reasons]
+    lines += [f"- **warning:** {w}" for w in decision.warnings]
     lines += ["", "**Engine settings for stage 3**", ""]
-    lines += [f"- arm: {arm_label((decision_arm(decision) or Arm(0)).k, name)}"]
-    settings = decision["engine_settings"].items()
+    lines += [f"- arm: {arm_label((decision.arm or Arm(0)).k, name)}"]
+    settings = decision.engine_settings.items()
     lines += [f"- {human_name(k)}: {_setting(v)}" for k, v in settings if k not in ARM_SETTINGS]
     return "\n".join(lines)
 
@@ -84,13 +84,11 @@ BESIDE_COLUMNS = {
 
 def decision_tables(folder: RunFolder) -> list[Any]:
     """Notebook 02's tables for reading: predicted beside measured, the measured sweep, arms not measured."""
-    from kit.decide.verdict import arm_label
-    from kit.display import signed_percent, table
-
     name = speculation_name(folder)
     tables = []
-    if folder.decision.exists():
-        t = pd.DataFrame(read_json(folder.decision)["table"])
+    decision = folder.read_decision()
+    if decision is not None:
+        t = pd.DataFrame(decision.table_rows())
         t["arm"] = [arm_label(int(k), name) for k in t.spec_k]
         cols = [c for c in BESIDE_COLUMNS if c in t]
         tables.append(
@@ -118,12 +116,9 @@ def decision_tables(folder: RunFolder) -> list[Any]:
 
 def decision_figures(folder: RunFolder) -> list[Any]:
     """The figures of notebook 02 as images with alt text, also saved as PNG under figures/."""
-    from kit.decide.plots import decision_figures as make
-    from kit.display import figure_image
-
     folder.figures.mkdir(parents=True, exist_ok=True)
     images = []
-    for stem, (fig, alt) in make(read_json(folder.decision), speculation_name(folder)).items():
+    for stem, (fig, alt) in make_figures(_decision(folder), speculation_name(folder)).items():
         fig.savefig(folder.figure(f"decide_{stem}"), dpi=110, bbox_inches="tight")
         images.append(figure_image(fig, alt))
     return images
@@ -132,9 +127,7 @@ def decision_figures(folder: RunFolder) -> list[Any]:
 def mtp_worth(folder: RunFolder) -> Any:
     """What the model's MTP heads would be worth (kit.decide.worth) for this run, or a line saying
     why it cannot be computed."""
-    from IPython.display import Markdown
-
-    from kit.decide.worth import worth_for_run
+    from IPython.display import Markdown  # Jupyter's display layer: see README, "Deferred imports"
 
     band = worth_for_run(folder)
     if band is None:

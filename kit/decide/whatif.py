@@ -17,7 +17,9 @@ import html
 from pathlib import Path
 from typing import Any
 
+import matplotlib.pyplot as plt
 import pandas as pd
+import seaborn as sns
 
 from kit.decide import costmodel as cm
 from kit.decide.whatif_model import (
@@ -44,9 +46,6 @@ LIVE_NOTE = (
 def draw(basis: RunBasis, p: Prediction, ax: Any = None) -> Any:
     """Ratio vs concurrency (log2 axis) for the scenario, the 1.0 line and the model's error band,
     the crossover marked, the sweep's measured ratios as points (the same whatever the scenario)."""
-    import matplotlib.pyplot as plt
-    import seaborn as sns
-
     s, m = p.scenario, basis.measured
     ax = ax or plt.subplots(figsize=(7, 4))[1]
     colors = sns.color_palette(n_colors=max([K_MAX, s.k, *m.spec_k]) + 1)

@@ -18,11 +18,11 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from typing import Any
 
 import pandas as pd
 
-from kit.arch import ModelArch
+from kit.arch import ModelArch, load_arch
+from kit.artifacts import Decision
 from kit.decide import costmodel as cm
 from kit.decide.costmodel import (
     MTP,
@@ -35,11 +35,13 @@ from kit.decide.costmodel import (
     predict_ladder,
 )
 from kit.decide.costmodel import accept_length as accept_length_of
-from kit.decide.decision import decision_arm
+from kit.decide.decision import speculation_label
 from kit.decide.worth import decision_efficiency, decision_hardware
 from kit.engines.arms import Arm
 from kit.errors import CostModelError, KitError
-from kit.runfolder import RunFolder
+from kit.params import load_params
+from kit.probe.gpu import datasheet, lookup_datasheet
+from kit.runfolder import RunFolder, required
 
 FALLBACK_GPU = "H200"
 """The GPU shown first when the run had none (the cost model's default efficiency is fitted on it)."""
@@ -78,16 +80,12 @@ class Prediction:
 
 def gpu_names() -> list[str]:
     """Every GPU of the kit's datasheet (kit/probe/datasheet.yaml), in its order."""
-    from kit.probe.gpu import datasheet
-
     return [e["name"] for e in datasheet()]
 
 
 def gpu_hardware(name: str) -> cm.Hardware:
     """A datasheet GPU, by its name there, as the cost model sees it (a GPU without an FP8 rate gets
     the cost model's own default for it)."""
-    from kit.probe.gpu import lookup_datasheet
-
     e = lookup_datasheet(name)
     if e is None or e["name"] != name:
         raise CostModelError(
@@ -139,10 +137,10 @@ def spec_wins_up_to(ladder: pd.DataFrame) -> int | None:
     return int(wins.concurrency.max()) if len(wins) else None
 
 
-def measured_ratios(decision: Mapping[str, Any]) -> pd.DataFrame:
+def measured_ratios(decision: Decision) -> pd.DataFrame:
     """The sweep's measured speculative / plain tok/s per arm and concurrency (decision.json's table,
     as kit.decide.plots reads it): only levels where both were measured."""
-    t = pd.DataFrame(decision.get("table") or [])
+    t = pd.DataFrame(decision.table_rows())
     cols = ["spec_k", "concurrency", "ratio"]
     if t.empty or "measured_tok_s" not in t:
         return pd.DataFrame(columns=cols)
@@ -186,22 +184,24 @@ class RunBasis:
 
     @classmethod
     def from_decision(
-        cls, arch: ModelArch, decision: Mapping[str, Any], draft: Draft = MTP, name: str = "MTP"
+        cls, arch: ModelArch, decision: Decision, draft: Draft = MTP, name: str = "MTP"
     ) -> RunBasis:
-        """The basis of a decision.json (kit.decide.decision.decide) for the model `arch`."""
-        from kit.probe.gpu import lookup_datasheet
-
+        """The basis of a decision.json (kit.decide.decision.decide) for the model `arch`; a KeyError
+        names what an earlier kit's decision.json lacks."""
+        for key in ("hardware", "workload"):
+            if key not in decision:
+                raise KeyError(key)
         hw = decision_hardware(decision)
-        eff = decision_efficiency(decision.get("efficiency") or {})
+        eff = decision_efficiency(decision.efficiency)
         on_gpu = hw.name != CPU_NAME
         sheet = lookup_datasheet(hw.name) if on_gpu else None
         if sheet:
             hw = replace(hw, flops_fp8=sheet["fp8_flops"])
         run_gpu = sheet["name"] if sheet else f"{hw.name} (this run)"
-        work = Workload(**decision["workload"])
-        accepts = {int(k): float(v) for k, v in (decision.get("accept_lengths") or {}).items()}
+        work = Workload(**decision.workload)
+        accepts = {int(k): float(v) for k, v in decision.accept_lengths.items()}
         k = _default_k(decision, accepts)
-        top = max(TOP_CONCURRENCY, *(int(r["concurrency"]) for r in decision.get("table") or []))
+        top = max(TOP_CONCURRENCY, *(int(r.concurrency) for r in decision.table))
         default = WhatIfScenario(
             gpu=run_gpu if on_gpu else FALLBACK_GPU,
             accept_length=accept_length_for(k, accepts)[0],
@@ -216,17 +216,13 @@ class RunBasis:
     @classmethod
     def from_folder(cls, folder: RunFolder) -> RunBasis:
         """The basis of a run folder: its params.yaml (model, draft) and decision.json."""
-        from kit.arch import load_arch
-        from kit.decide.view import speculation_name
-        from kit.params import load_params
-        from kit.runfolder import read_json
-
         if not folder.params.is_file():
             raise KitError(f"{folder.params} not found: run the stages of this run first (kit run)")
-        decision = read_json(folder.decision)
+        decision = required(folder.read_decision(), folder.decision)
         params = load_params(folder.params)
         draft = draft_for(params.decide, params.engine.speculative)
-        return cls.from_decision(load_arch(params.model.path), decision, draft, speculation_name(folder))
+        name = speculation_label(params)
+        return cls.from_decision(load_arch(params.model.path), decision, draft, name)
 
     def hardware(self, gpu: str) -> tuple[cm.Hardware, cm.Efficiency]:
         """A GPU choice's figures and the efficiency to price it with: the run's own for its hardware
@@ -263,11 +259,11 @@ class RunBasis:
         return sorted({*CONTEXTS, self.default.context})
 
 
-def _default_k(decision: Mapping[str, Any], accepts: Mapping[int, float]) -> int:
+def _default_k(decision: Decision, accepts: Mapping[int, float]) -> int:
     """The chosen draft length, else the longest with an accept length given or measured, else the
     longest predicted, else 3 (the draft length of the published MTP figures, kit.decide.worth)."""
-    chosen = (decision_arm(decision) or Arm(0)).k
-    predicted = {int(r["spec_k"]) for r in decision.get("table") or [] if int(r["spec_k"]) > 0}
+    chosen = (decision.arm or Arm(0)).k
+    predicted = {int(r.spec_k) for r in decision.table if int(r.spec_k) > 0}
     return chosen or max(accepts, default=0) or max(predicted, default=3)
 
 

@@ -27,7 +27,8 @@ from typing import Any
 
 import pandas as pd
 
-from kit.arch import ModelArch
+from kit.arch import ModelArch, load_arch
+from kit.artifacts import Decision
 from kit.decide import costmodel as cm
 from kit.decide.costmodel import (
     MTP,
@@ -39,6 +40,10 @@ from kit.decide.costmodel import (
     predict_ladder,
     with_ratio,
 )
+from kit.display import Table, number
+from kit.errors import KitError
+from kit.params import RunParams, load_params
+from kit.runfolder import RunFolder
 
 INFERENCEX_THINKING_ON = {1: 1.73, 2: 2.21, 3: 2.52, 4: 2.72}
 INFERENCEX_THINKING_OFF = {1: 1.90, 2: 2.68, 3: 3.28, 4: 3.79}
@@ -73,8 +78,6 @@ class WorthBand:
 
     def display_table(self) -> Any:
         """Per concurrency: plain tok/s, and MTP / plain (best k) in each band, for reading."""
-        from kit.display import Table, number
-
         if self.table.empty:
             return Table("", pd.DataFrame())
         rows = []
@@ -191,9 +194,9 @@ HARDWARE_KEYS = ("bandwidth_Bps", "flops_bf16", "memory_bytes", "name", "gemm_ef
 """The `cm.Hardware` fields decision.json's `hardware` holds."""
 
 
-def decision_hardware(decision: Mapping[str, Any]) -> cm.Hardware:
+def decision_hardware(decision: Decision) -> cm.Hardware:
     """The hardware a decision was predicted on (decision.json's `hardware`)."""
-    return cm.Hardware(**{k: decision["hardware"][k] for k in HARDWARE_KEYS if k in decision["hardware"]})
+    return cm.Hardware(**{k: decision.hardware[k] for k in HARDWARE_KEYS if k in decision.hardware})
 
 
 def decision_efficiency(efficiency: Mapping[str, Any]) -> cm.Efficiency:
@@ -202,31 +205,25 @@ def decision_efficiency(efficiency: Mapping[str, Any]) -> cm.Efficiency:
     return cm.Efficiency(**{k: v for k, v in efficiency.items() if k in fields})
 
 
-def decision_scenario(arch: ModelArch, decision: Mapping[str, Any]) -> Scenario:
+def decision_scenario(arch: ModelArch, decision: Decision) -> Scenario:
     """The scenario a decision was predicted in (decision.json's hardware, efficiency and workload)
     for the model `arch`, MTP drafting."""
-    hw, eff = decision_hardware(decision), decision_efficiency(decision["efficiency"])
-    return Scenario(arch, hw, eff, Workload(**decision["workload"]))
+    hw, eff = decision_hardware(decision), decision_efficiency(decision.efficiency)
+    return Scenario(arch, hw, eff, Workload(**decision.workload))
 
 
-def mtp_worth_band(params: Any, decision: Mapping[str, Any]) -> WorthBand:
+def mtp_worth_band(params: RunParams, decision: Decision) -> WorthBand:
     """Notebook 02's answer for a run: its model, and the hardware, efficiency and workload the
     decision used (decision.json)."""
-    from kit.arch import load_arch
-
     s = decision_scenario(load_arch(params.model.path), decision)
     return mtp_worth(s, params.decide.concurrencies, params.decide.spec_steps)
 
 
-def worth_for_run(folder: Any) -> WorthBand | None:
+def worth_for_run(folder: RunFolder) -> WorthBand | None:
     """The band for a run folder (its params.yaml and decision.json), or None when the model or
     either file cannot be read (a run folder copied away from its model, a stage not run)."""
-    from kit.errors import KitError
-    from kit.params import load_params
-    from kit.runfolder import read_json
-
     try:
-        params = load_params(folder.params)
-        return mtp_worth_band(params, read_json(folder.decision))
+        params, decision = load_params(folder.params), folder.read_decision()
+        return None if decision is None else mtp_worth_band(params, decision)
     except (KitError, OSError, ValueError, KeyError, TypeError):
         return None

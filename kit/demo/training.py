@@ -13,6 +13,7 @@ from __future__ import annotations
 import random
 
 from kit.demo.corpus import Example, render
+from kit.progress import progress
 
 Encoded = list[tuple[list[int], int]]
 """Per conversation: token ids (prompt then completion) and the number of prompt tokens."""
@@ -70,8 +71,6 @@ def train(
 ) -> float:
     """AdamW with a one-cycle schedule over the shuffled packed rows; returns the last step's loss."""
     import torch
-
-    from kit.progress import progress
 
     order = list(range(len(inputs)))
     random.Random(seed).shuffle(order)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
+import hashlib
 import json
 import logging
 import random
@@ -410,8 +411,6 @@ def fewer_gc_passes(young: int = 50_000) -> Iterator[None]:
 
 def sampling_identity(params: GenerateParams) -> tuple[str, str]:
     """(JSON of the sampling settings, its short hash): rows from different settings never mix."""
-    import hashlib
-
     s = params.sampling.model_dump(mode="json")
     text = json.dumps(s, sort_keys=True)
     return text, hashlib.sha256(text.encode()).hexdigest()[:16]

@@ -23,7 +23,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from kit.decide.decision import decision_arm
+from kit.artifacts import Decision, LadderPoint
 from kit.decide.noise import UNMEASURED_NOISE
 from kit.display import finite
 from kit.engines.arms import arm_label, arm_name, resolve_algorithm
@@ -171,16 +171,15 @@ def _spans(items: list[tuple], t_min: float) -> bool:
     return len(items) >= MIN_WINDOW_SAMPLES and items[-1][0] - items[0][0] >= t_min
 
 
-def _sweep_rows(decision: dict[str, Any] | None, arm: str) -> tuple[list[dict[str, Any]], str | None]:
+def _sweep_rows(decision: Decision | None, arm: str) -> tuple[list[LadderPoint], str | None]:
     """decision.json's measured table rows of `arm` (status ok), or why there are none."""
-    if not decision:
+    if decision is None:
         return [], "there is no decision.json (stage 2 did not run, or its file was not given)"
-    table = decision.get("table")
-    if not table:
+    if not decision.table:
         return [], "decision.json has no table of measured levels (an older kit wrote it)"
-    if decision.get("decided_by") == "predicted":
+    if decision.decided_by == "predicted":
         return [], "stage 2 decided on predictions: the sweep measured nothing to compare with"
-    rows = [r for r in table if r.get("arm") == arm and r.get("status") == "ok"]
+    rows = [r for r in decision.table if r.arm == arm and r.status == "ok"]
     if not rows:
         return [], f"the sweep did not measure {arm} (decision.json's table has no ok level of it)"
     return rows, None
@@ -197,7 +196,7 @@ class AcceptPremise(Premise):
     be accept lengths and are left out (counted in the evidence).
     """
 
-    def __init__(self, decision: dict[str, Any] | None, k: int | None, label: str, ranks: int) -> None:
+    def __init__(self, decision: Decision | None, k: int | None, label: str, ranks: int) -> None:
         super().__init__("accept_length", _rule(self))
         self.k, self.label, self.ranks = k, label, max(ranks, 1)
         self.window: deque[tuple[float, float]] = deque()
@@ -211,10 +210,10 @@ class AcceptPremise(Premise):
             self.why_not = "the run's draft length k is the engine's default, not a sweep arm"
             return
         rows, self.why_not = _sweep_rows(decision, arm_name(k))
-        accepts = {int(r["concurrency"]): finite(r.get("measured_accept_length")) for r in rows}
+        accepts = {int(r.concurrency): finite(r.measured_accept_length) for r in rows}
         self.levels = {c: v for c, v in accepts.items() if v is not None}
         if rows and not self.levels:
-            known = (decision or {}).get("accept_lengths") or {}
+            known = {str(k): v for k, v in decision.accept_lengths.items()} if decision is not None else {}
             self.why_not = (
                 f"the sweep measured no accept length for {label} (decision.json's accept_lengths "
                 f"{known} may be the params' assumed values, not measurements)"
@@ -359,20 +358,20 @@ class Level:
     """How lo-hi was made when the level has no interval of its own (measured once)."""
 
 
-def _levels(rows: list[dict[str, Any]], noise_pct: float | None) -> list[Level]:
+def _levels(rows: list[LadderPoint], noise_pct: float | None) -> list[Level]:
     """The measured levels of decision.json's table rows, each with its interval: its own, or (a level
     measured once) ± the sweep's noise, or ±`UNMEASURED_NOISE` when the sweep measured none."""
     out = []
     for r in rows:
-        med = finite(r.get("measured_tok_s"))
+        med = finite(r.measured_tok_s)
         if med is None:
             continue
-        lo, hi, widened = finite(r.get("measured_lo")), finite(r.get("measured_hi")), None
-        if lo is None or hi is None or (finite(r.get("repetitions")) or 1) < 2:
+        lo, hi, widened = finite(r.measured_lo), finite(r.measured_hi), None
+        if lo is None or hi is None or (finite(r.repetitions) or 1) < 2:
             share = noise_pct / 100 if noise_pct else UNMEASURED_NOISE
             widened = f"measured once: ±{100 * share:.0f}% ({'the sweep' if noise_pct else 'assumed'} noise)"
             lo, hi = med * (1 - share), med * (1 + share)
-        out.append(Level(int(r["concurrency"]), med, lo, hi, widened))
+        out.append(Level(int(r.concurrency), med, lo, hi, widened))
     return out
 
 
@@ -393,7 +392,7 @@ class ThroughputPremise(Premise):
     """
 
     def __init__(
-        self, decision: dict[str, Any] | None, k: int | None, label: str, capacity: int | None, replicas: int
+        self, decision: Decision | None, k: int | None, label: str, capacity: int | None, replicas: int
     ) -> None:
         super().__init__("throughput", _rule(self))
         self.label, self.capacity, self.replicas = label, capacity, max(replicas, 1)
@@ -403,7 +402,8 @@ class ThroughputPremise(Premise):
             self.why_not = "the run's draft length k is the engine's default, not a sweep arm"
             return
         rows, self.why_not = _sweep_rows(decision, arm_name(k))
-        self.levels = _levels(rows, finite(((decision or {}).get("noise") or {}).get("noise_pct")))
+        noise = decision.noise if decision is not None else None
+        self.levels = _levels(rows, finite(noise.noise_pct) if noise is not None else None)
         if rows and not self.levels:
             self.why_not = f"the sweep measured no tokens/s for {label}"
         self.note = f"no steady window of {THROUGHPUT_WINDOW_S:.0f} s holding a full wave of finished rows"
@@ -480,7 +480,7 @@ class PremiseCheck:
     how many engines' accept-length gauges a sample adds up (SGLang: dp_size x replicas; vLLM: 1).
     """
 
-    decision: dict[str, Any] | None = field(repr=False)
+    decision: Decision | None = field(repr=False)
     capacity: int | None
     spec_k: int | None
     total: int | None = None
@@ -491,7 +491,7 @@ class PremiseCheck:
     warnings: list[str] = field(default_factory=list, repr=False)
 
     def __post_init__(self) -> None:
-        decided = decision_arm(self.decision)
+        decided = self.decision.arm if self.decision is not None else None
         name = self.algorithm or (decided.algorithm if decided else None)
         spec = resolve_algorithm(name, False).label if name or self.spec_k else ""
         self.label = arm_label(self.spec_k, spec) if self.spec_k is not None else f"{spec} (default k)"
@@ -506,7 +506,7 @@ class PremiseCheck:
 
     @classmethod
     def for_run(
-        cls, decision: dict[str, Any] | None, params: RunParams, capacity: Capacity, total: int
+        cls, decision: Decision | None, params: RunParams, capacity: Capacity, total: int
     ) -> PremiseCheck:
         """The check of a stage 3 session: its arm, replicas and gauges from the run's params."""
         eng = params.engine
@@ -579,7 +579,7 @@ class PremiseCheck:
     def report(self) -> dict[str, Any]:
         """For the manifest: each premise checked or not (and why), its status, evidence, first
         contradiction; the warnings given; how the samples split into warm-up, tail and steady."""
-        decided = decision_arm(self.decision)
+        decided = self.decision.arm if self.decision is not None else None
         chosen = decided.name if decided else None
         arm = arm_name(self.spec_k) if self.spec_k is not None else None
         return {
@@ -605,7 +605,7 @@ def session_total(samples: pd.DataFrame) -> int | None:
 
 def check_timeline(
     timeline: pd.DataFrame,
-    decision: dict[str, Any] | None,
+    decision: Decision | None,
     capacity: int | None,
     spec_k: int | None,
     *,

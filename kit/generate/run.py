@@ -13,6 +13,7 @@ from typing import Any
 import pandas as pd
 import pyarrow as pa
 
+from kit.artifacts import Manifest, TailNote
 from kit.asyncrun import run_coroutine, stop_signals
 from kit.engines import start_server
 from kit.generate.lock import RunLock
@@ -46,7 +47,7 @@ from kit.generate.work import (
 from kit.params import RunParams, SpeculativeParams
 from kit.prompts.plan import read_prompts
 from kit.prompts.prompt_set import data_hash, ensure_plan, read_prompt_ids
-from kit.runfolder import RunFolder, ShardView, disk_full_is_a_message, read_json, write_json_atomic
+from kit.runfolder import RunFolder, ShardView, disk_full_is_a_message
 
 log = logging.getLogger(__name__)
 EXIT_COMPLETE = 0
@@ -64,7 +65,7 @@ def run_generation(
     from_decision: dict[str, Any] | None = None,
     accepted: Callable[[], None] | None = None,
     tail_base: SpeculativeParams | None = None,
-) -> dict[str, Any]:
+) -> Manifest:
     """Generate every planned (prompt, sample) not yet done; write the manifest when finished.
 
     `from_decision`: the engine settings taken from decision.json, recorded in the manifest.
@@ -94,9 +95,10 @@ def _open(
     check_identity(folder, identity)
     if accepted is not None:
         accepted()
-    decision = read_json(folder.decision) if folder.decision.exists() else None
     failures = FailureLog(folder.failures)
-    return Session(params, files, shard, identity, sampling_json, sampling_hash, failures, decision)
+    return Session(
+        params, files, shard, identity, sampling_json, sampling_hash, failures, folder.read_decision()
+    )
 
 
 def _generate(
@@ -104,7 +106,7 @@ def _generate(
     retry_failures: bool,
     from_decision: dict[str, Any] | None,
     tail_base: SpeculativeParams | None,
-) -> dict[str, Any]:
+) -> Manifest:
     params, folder, failures = session.params, session.folder, session.failures
     prompts_path = ensure_plan(params, folder)
     record_identity(folder, session.identity)
@@ -138,73 +140,65 @@ def _generate(
         del todo
         after = done_ids(folder.generations, verify=False)
     left = pending_work(ids, n_samples, after.with_ids(failures.permanent_ids()), session.shard, limit)
-    manifest = {
-        "run": params.run,
-        "complete": not left,
-        "status": "complete" if not left else "incomplete",
-        "exit_code": EXIT_COMPLETE if not left else EXIT_INCOMPLETE,
-        "rows": after.rows,
-        "left": len(left),
-        "planned_prompts": len(ids),
-        "samples_per_prompt": params.generate.sampling.n,
-        "rows_this_session": stats.rows if stats else 0,
-        **_failure_counts(failures, after),
-        "rows_by_source": dict(sorted(after.by_source.items())),
-        "shards": len(folder.shard_paths()),
-        "corrupt_shards_set_aside": found.corrupt + after.corrupt,
-        "duplicate_shards_set_aside": found.duplicate + after.duplicate,
-        "shard": "/".join(map(str, session.shard)),
-        "engine": session.identity,
-        "sampling": json.loads(session.sampling_json),
+    failed, never = _failure_counts(failures, after)
+    manifest = Manifest(
+        run=params.run,
+        complete=not left,
+        status="complete" if not left else "incomplete",
+        exit_code=EXIT_COMPLETE if not left else EXIT_INCOMPLETE,
+        rows=after.rows,
+        left=len(left),
+        planned_prompts=len(ids),
+        samples_per_prompt=params.generate.sampling.n,
+        rows_this_session=stats.rows if stats else 0,
+        failures=failed,
+        never_generated=never,
+        rows_by_source=dict(sorted(after.by_source.items())),
+        shards=len(folder.shard_paths()),
+        corrupt_shards_set_aside=found.corrupt + after.corrupt,
+        duplicate_shards_set_aside=found.duplicate + after.duplicate,
+        shard="/".join(map(str, session.shard)),
+        engine=session.identity,
+        sampling=json.loads(session.sampling_json),
         **_loop_figures(stats),
-        "settings_from_decision": from_decision,
-        "order": order,
-        "tail_speculation": tail_note,
-        "executor": params.generate.executor,
-        "generating_s": _generating_s(session.files.metrics, session.files.metrics_log),
-        "session_started_at": started.isoformat(),
-        "finished_at": now_utc().isoformat(),
-    }
-    write_json_atomic(session.files.manifest, manifest)
+        settings_from_decision=from_decision,
+        order=order,
+        tail_speculation=TailNote.from_json(tail_note),
+        executor=params.generate.executor,
+        generating_s=_generating_s(session.files.metrics, session.files.metrics_log),
+        session_started_at=started.isoformat(),
+        finished_at=now_utc().isoformat(),
+    )
+    session.files.write_manifest(manifest)
     _say_what_is_left(manifest, folder)
     return manifest
 
 
-def _failure_counts(failures: FailureLog, after: ShardCheck) -> dict[str, Any]:
+def _failure_counts(failures: FailureLog, after: ShardCheck) -> tuple[int, dict[str, int]]:
     """Rows that failed and are not done since, and those the engine refuses for good, by reason."""
     recorded = failures.read()
     failed = {f["id"] for f in recorded}
     done_of_failed = after.holds(failed)  # failed once, done since
-    return {
-        "failures": len(failed - done_of_failed),
-        "never_generated": _never_generated(recorded, done_of_failed),
-    }
+    return len(failed - done_of_failed), _never_generated(recorded, done_of_failed)
 
 
 def _loop_figures(stats: LoopStats | None) -> dict[str, Any]:
-    """The manifest's figures of this session's loop (none when nothing was left to do)."""
+    """The manifest's fields of this session's loop (none when nothing was left to do)."""
     if stats is None:
-        return {
-            "server_restarts": 0,
-            "concurrency": None,
-            "concurrency_start": None,
-            "engine_capacity": None,
-            "capacity_source": None,
-            "premises": None,
-            "ray": None,
-        }
+        return {}
     return {
         "server_restarts": stats.restarts,
         "concurrency": stats.concurrency,
         "concurrency_start": stats.concurrency_start,
-        **stats.capacity.as_dict(),
+        "engine_capacity": stats.capacity.total,
+        "capacity_source": stats.capacity.source,
         "premises": stats.premises,
         "ray": stats.ray,
     }
 
 
-def _say_what_is_left(manifest: dict[str, Any], folder: RunFolder) -> None:
-    never = manifest["never_generated"]
+def _say_what_is_left(manifest: Manifest, folder: RunFolder) -> None:
+    never = manifest.never_generated
     if never:
         kinds = ", ".join(f"{n} {reason}" for reason, n in sorted(never.items()))
         log.warning(
@@ -214,10 +208,10 @@ def _say_what_is_left(manifest: dict[str, Any], folder: RunFolder) -> None:
             kinds,
             folder.failures,
         )
-    if manifest["left"]:
+    if manifest.left:
         log.warning(
             "incomplete: %d rows are not generated (see %s: rerun the same command to retry them)",
-            manifest["left"],
+            manifest.left,
             folder.failures,
         )
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kit.arch import load_arch
+from kit.artifacts import Decision
 from kit.engines.capacity import Capacity, launched_capacity, server_info_capacity
 from kit.engines.request_fields import run_request_fields, tool_request_fields
 from kit.errors import ModelDirError
@@ -46,7 +47,7 @@ class Session:
     sampling_json: str
     sampling_hash: str
     failures: FailureLog
-    decision: dict[str, Any] | None
+    decision: Decision | None
     """decision.json, when stage 2 ran."""
 
     @property

@@ -21,6 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from kit.artifacts import Decision
 from kit.decide.tailarm import TailArm, tail_arm
 from kit.engines.arms import Arm
 from kit.engines.flavors import flavor
@@ -38,7 +39,7 @@ class TailPlan:
 
 
 def tail_plan(
-    params: RunParams, decision: dict[str, Any] | None, base: SpeculativeParams | None
+    params: RunParams, decision: Decision | None, base: SpeculativeParams | None
 ) -> tuple[TailPlan | None, dict[str, Any]]:
     """What the tail switches to, or None; and the manifest's note saying so and why."""
     if not params.generate.tail_speculation:

@@ -4,8 +4,8 @@ planned, failures by reason, throughput, where the data is and how to load it.""
 from __future__ import annotations
 
 from collections import Counter
-from typing import Any
 
+from kit.artifacts import Health, Manifest, Summary
 from kit.display import Answer, is_number, number, seconds
 from kit.generate.store import FailureLog
 from kit.runfolder import RunFolder
@@ -17,7 +17,7 @@ FAILURE_REASONS = {
 }
 
 
-def generation_answer(folder: RunFolder, manifest: dict[str, Any] | None) -> Answer:
+def generation_answer(folder: RunFolder, manifest: Manifest | None) -> Answer:
     """Rows generated against planned, and whether the run finished."""
     if manifest is None:
         shards = folder.shard_paths()
@@ -31,12 +31,12 @@ def generation_answer(folder: RunFolder, manifest: dict[str, Any] | None) -> Ans
             "rerun `kit generate PARAMS` to resume.",
             "warn",
         )
-    rows, left = int(manifest.get("rows") or 0), int(manifest.get("left") or 0)
+    rows, left = int(manifest.rows or 0), int(manifest.left or 0)
     planned = rows + left
     head = f"{rows:,} of {planned:,} rows"
-    restarts = int(manifest.get("server_restarts") or 0)
+    restarts = int(manifest.server_restarts or 0)
     extra = f" The server was restarted {restarts} time(s) and the run went on." if restarts else ""
-    if manifest.get("complete"):
+    if manifest.complete:
         return Answer("Generation", head, f"every planned row was generated; the run is complete.{extra}")
     return Answer(
         "Generation",
@@ -46,12 +46,11 @@ def generation_answer(folder: RunFolder, manifest: dict[str, Any] | None) -> Ans
     )
 
 
-def failures_by_reason(folder: RunFolder, summary: dict[str, Any] | None) -> dict[str, int] | None:
+def failures_by_reason(folder: RunFolder, summary: Summary | None) -> dict[str, int] | None:
     """Failed requests per reason: stage 4's count (ids without a row), else the last record of each
     id in failures.jsonl; None when neither exists."""
-    health = (summary or {}).get("health") or {}
-    if isinstance(health.get("failures_by_reason"), dict):
-        return {str(k): int(v) for k, v in health["failures_by_reason"].items()}
+    if summary is not None and "failures_by_reason" in summary.health:
+        return {str(k): int(v) for k, v in summary.health.failures_by_reason.items()}
     if not folder.failures.exists():
         return None
     last = {r.get("id"): r for r in FailureLog(folder.failures).read()}
@@ -78,16 +77,16 @@ def failure_answer(by_reason: dict[str, int] | None) -> Answer:
 
 
 def throughput_answer(
-    summary: dict[str, Any] | None, manifest: dict[str, Any] | None, output_tokens: int | None = None
+    summary: Summary | None, manifest: Manifest | None, output_tokens: int | None = None
 ) -> Answer:
     """Output tokens/s and rows/s over the time spent generating: stage 4's figures, else the
     manifest's rows over its time generating (summed over sessions), with `output_tokens` (the
     rows' completion tokens) for tokens/s."""
-    health = (summary or {}).get("health") or {}
-    tok_s, rows_s, duration = health.get("output_tok_s"), health.get("rows_s"), health.get("duration_s")
-    if duration is None and manifest and manifest.get("generating_s"):
-        duration = float(manifest["generating_s"])
-        rows_s = float(manifest.get("rows") or 0) / duration
+    health = summary.health if summary is not None else Health()
+    tok_s, rows_s, duration = health.output_tok_s, health.rows_s, health.duration_s
+    if duration is None and manifest is not None and manifest.generating_s:
+        duration = float(manifest.generating_s)
+        rows_s = float(manifest.rows or 0) / duration
         tok_s = output_tokens / duration if output_tokens is not None else None
     if not is_number(duration):
         why = "no timing yet: stage 3 has not finished (`kit generate PARAMS`, then `kit analyse PARAMS`)."
@@ -95,19 +94,19 @@ def throughput_answer(
     parts = [f"over {seconds(duration)} of generation"]
     if is_number(rows_s):
         parts.insert(0, f"{number(float(rows_s))} rows/s")
-    peak = health.get("output_tok_s_peak")
+    peak = health.output_tok_s_peak
     tail = f"; peak {number(float(peak), 0)} tok/s" if is_number(peak) else ""
     head = f"{number(float(tok_s), 0)} output tok/s" if is_number(tok_s) else parts[0]
     return Answer("Throughput", head, " ".join(parts) + tail + ".")
 
 
-def data_answer(folder: RunFolder, manifest: dict[str, Any] | None) -> Answer:
+def data_answer(folder: RunFolder, manifest: Manifest | None) -> Answer:
     """Where the rows are and the one line that loads them."""
     shards = folder.shard_paths()
     where = folder.generations.resolve()
     if not shards:
         return Answer("Data", "none yet", f"no parquet shards under {where}.", "missing")
-    rows = f"{int(manifest['rows']):,} rows in " if manifest and manifest.get("rows") is not None else ""
+    rows = f"{int(manifest.rows):,} rows in " if manifest is not None and "rows" in manifest else ""
     return Answer("Data", f"{rows}{len(shards)} parquet shard(s)", f"under {where}/.")
 
 

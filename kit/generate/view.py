@@ -13,7 +13,13 @@ import pyarrow.parquet as pq
 
 from kit.display import Table, seconds, table, text, timestamp
 from kit.generate.store import FailureLog
-from kit.generate.verdict import FAILURE_REASONS
+from kit.generate.verdict import (
+    FAILURE_REASONS,
+    failure_answer,
+    failures_by_reason,
+    generation_answer,
+    throughput_answer,
+)
 from kit.runfolder import RunFolder, read_json
 
 
@@ -108,16 +114,16 @@ RUN_FIELDS = {
 
 def run_table(folder: RunFolder) -> Table:
     """The manifest's fields a reader needs, named and in units."""
-    if not folder.manifest.exists():
+    m = folder.read_manifest()
+    if m is None:
         frame = pd.DataFrame([{"field": "manifest", "value": "absent: the run has not finished"}])
         return table(frame, "Run")
-    m = read_json(folder.manifest)
     shown = {
         "generating_s": seconds,
         "session_started_at": timestamp,
         "finished_at": timestamp,
     }
-    rows = [{"field": name, "value": shown.get(k, text)(m.get(k))} for k, name in RUN_FIELDS.items()]
+    rows = [{"field": name, "value": shown.get(k, text)(getattr(m, k))} for k, name in RUN_FIELDS.items()]
     return table(pd.DataFrame(rows), "Run")
 
 
@@ -135,16 +141,14 @@ def _output_tokens(folder: RunFolder) -> int | None:
 
 def generation_verdict(folder: RunFolder) -> str:
     """Notebook 03's opening, as Markdown: rows against plan, completeness, failures, throughput."""
-    from kit.generate.verdict import failure_answer, failures_by_reason, generation_answer, throughput_answer
-
-    manifest = read_json(folder.manifest) if folder.manifest.exists() else None
+    manifest = folder.read_manifest()
     answers = (
         generation_answer(folder, manifest),
         failure_answer(failures_by_reason(folder, None)),
         throughput_answer(None, manifest, _output_tokens(folder)),
     )
     head = f"## Outcome: {answers[0].headline}, " + (
-        "complete" if manifest and manifest.get("complete") else "not complete"
+        "complete" if manifest is not None and manifest.complete else "not complete"
     )
     return "\n".join([head, "", *(f"- **{a.topic}: {a.headline}.** {a.detail}" for a in answers)])
 
@@ -180,8 +184,9 @@ RAY_COLUMNS = ["actor", "host", "pid", "engine_capacity", "concurrency", "blocks
 
 def ray_actor_table(folder: RunFolder) -> Table:
     """A Ray job's actors (manifest `ray`): where each ran, what it did, whether it died."""
-    ray = read_json(folder.manifest).get("ray") if folder.manifest.exists() else None
-    actors = pd.DataFrame((ray or {}).get("actors") or [])
+    manifest = folder.read_manifest()
+    ray = manifest.ray if manifest is not None else None
+    actors = pd.DataFrame(ray.get("actors") or [] if ray else [])
     if actors.empty:
         return table(actors, "Ray actors")
     shown = actors.reindex(columns=[*RAY_COLUMNS, "server_restarts", "died"])

@@ -12,6 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from kit.artifacts import Finding
+from kit.probe.findings import finding
+
 BACKENDS = ("fa3", "fa4", "flashinfer", "triton", "trtllm_mha", "torch_native")
 TRITON_SMEM_SM90_PLUS = 104 * 1024
 DATACENTER_BLACKWELL = (100, 103)
@@ -139,14 +142,12 @@ def recommend_backend(sm: int | None, verdicts: list[dict[str, str]], model: Mod
 
 def backend_findings(
     verdicts: list[dict[str, str]], rec: dict[str, Any], requested: str | None
-) -> list[dict[str, Any]]:
+) -> list[Finding]:
     """Findings of section `backends`: the recommendation, and the backend the params ask for, if any.
 
     Backends that cannot run are listed in the report's `backends` table, not as warnings: only
     the one that would be used matters.
     """
-    from kit.probe.findings import finding
-
     out = [
         finding(
             "backends",

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from kit.arch import arch_from_config
+from kit.artifacts import Finding, GpuSection, ProbeReport
 from kit.engines.flavors import flavor
 from kit.memoryplan import memory_plan
 from kit.probe import backends, engine_env, gpu, gpu_findings, host, model_dir, model_findings
@@ -44,7 +45,7 @@ class ProbeInputs:
     run: str | None = None
 
 
-def _model_section(inp: ProbeInputs) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+def _model_section(inp: ProbeInputs) -> tuple[dict[str, Any], list[Finding]]:
     try:
         info = model_dir.inspect_model_dir(inp.model_path)
         return info, model_findings.model_findings(info)
@@ -61,7 +62,7 @@ def _model_section(inp: ProbeInputs) -> tuple[dict[str, Any], list[dict[str, Any
         ]
 
 
-def _engine_section(inp: ProbeInputs) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+def _engine_section(inp: ProbeInputs) -> tuple[dict[str, Any], list[Finding]]:
     if not flavor(inp.flavor).started:
         return {"flavor": inp.flavor}, [
             finding(
@@ -85,7 +86,7 @@ def needs_gpu(inp: ProbeInputs, engine: dict[str, Any]) -> bool:
 
 def _gpu_section(
     inp: ProbeInputs, gpus: list[gpu.GpuFacts] | None, needs: bool
-) -> tuple[dict[str, Any], list]:
+) -> tuple[GpuSection, list[Finding]]:
     """NVML, then torch in a child process, unless the caller gives the GPU facts (`gpus`)."""
     if gpus is None:
         gpus, info = gpu.collect_gpus(measure=inp.measure_gpu)
@@ -104,12 +105,12 @@ def _gpu_section(
                 "lower engine.tp_size / engine.dp_size",
             )
         )
-    section = {
-        "devices": [g.to_dict() for g in gpus],
-        "torch": info,
-        "topology": gpu.topology() if gpus else None,
-        "datasheet": gpu.lookup_datasheet(gpus[0].name) if gpus else None,
-    }
+    section = GpuSection(
+        devices=[g.to_dict() for g in gpus],
+        torch=info,
+        topology=gpu.topology() if gpus else None,
+        datasheet=gpu.lookup_datasheet(gpus[0].name) if gpus else None,
+    )
     return section, found
 
 
@@ -140,7 +141,7 @@ def _memory_section(
     return section, _memory_findings(plan, arch.max_positions, inp.context_len)
 
 
-def _memory_findings(plan: Any, max_positions: int | None, context_len: int) -> list[dict[str, Any]]:
+def _memory_findings(plan: Any, max_positions: int | None, context_len: int) -> list[Finding]:
     gib = 1024**3
     out = []
     if plan.max_seqs_plain < 1:
@@ -192,20 +193,17 @@ def _memory_findings(plan: Any, max_positions: int | None, context_len: int) -> 
     return out
 
 
-def build_report(inp: ProbeInputs, gpus: list[gpu.GpuFacts] | None = None) -> dict[str, Any]:
+def build_report(inp: ProbeInputs, gpus: list[gpu.GpuFacts] | None = None) -> ProbeReport:
     """Run every check for `inp` and return the probe report (the content of probe.json)."""
     engine, ef = _engine_section(inp)
     on_gpu = needs_gpu(inp, engine)
     gpu_sec, findings = _gpu_section(inp, gpus, on_gpu)
     model, mf = _model_section(inp)
-    memory, memf = _memory_section(inp, model, gpu_sec["devices"])
-    first = gpu.GpuFacts.from_dict(gpu_sec["devices"][0]) if gpu_sec["devices"] else None
+    memory, memf = _memory_section(inp, model, gpu_sec.devices)
+    first = gpu.GpuFacts.from_dict(gpu_sec.devices[0]) if gpu_sec.devices else None
     traits = _traits(model, inp)
-    smem = (
-        (first.smem_per_block_optin or (gpu_sec["datasheet"] or {}).get("smem_per_block_bytes"))
-        if first
-        else None
-    )
+    sheet = gpu_sec.datasheet or {}
+    smem = (first.smem_per_block_optin or sheet.get("smem_per_block_bytes")) if first else None
     verdicts = backends.backend_verdicts(first.sm if first else None, smem, traits)
     rec_backend = backends.recommend_backend(first.sm if first else None, verdicts, traits)
     findings += mf + ef + memf
@@ -214,21 +212,21 @@ def build_report(inp: ProbeInputs, gpus: list[gpu.GpuFacts] | None = None) -> di
     weight = memory["weight_bytes"] * inp.tp_size if memory else None  # the whole checkpoint is read
     host_sec = host.host_facts(inp.output_dir)
     findings += host.host_findings(host_sec, weight, inp.tp_size * inp.dp_size > 1)
-    return {
-        "version": REPORT_VERSION,
-        "run": inp.run,
-        "created_at": dt.datetime.now(dt.timezone.utc).isoformat(),
-        "inputs": {k: (str(v) if isinstance(v, Path) else v) for k, v in inp.__dict__.items()},
-        "summary": summarize(findings),
-        "recommended": recommend(inp, model, engine, memory, rec_backend, first),
-        "findings": findings,
-        "gpus": gpu_sec,
-        "model": model,
-        "engine_env": engine,
-        "memory": memory,
-        "backends": verdicts,
-        "host": host_sec,
-    }
+    return ProbeReport(
+        version=REPORT_VERSION,
+        run=inp.run,
+        created_at=dt.datetime.now(dt.timezone.utc).isoformat(),
+        inputs={k: (str(v) if isinstance(v, Path) else v) for k, v in inp.__dict__.items()},
+        summary=summarize(findings),
+        recommended=recommend(inp, model, engine, memory, rec_backend, first),
+        findings=findings,
+        gpus=gpu_sec,
+        model=model,
+        engine_env=engine,
+        memory=memory,
+        backends=verdicts,
+        host=host_sec,
+    )
 
 
 def _traits(model: dict[str, Any], inp: ProbeInputs) -> backends.ModelTraits:

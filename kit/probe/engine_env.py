@@ -14,8 +14,10 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+from kit.artifacts import Finding
 from kit.engines.flavors import FLAVORS, flavor, server_command
 from kit.engines.launcher import RENAMED_FLAGS, discover, read_help
+from kit.probe.findings import finding
 
 PACKAGES = (
     *(d for fl in FLAVORS.values() for d in fl.distributions),
@@ -142,11 +144,10 @@ def engine_version(packages: dict[str, str | None], name: str) -> str | None:
 
 
 # ---- findings ----------------------------------------------------------------
-def engine_findings(facts: dict[str, Any]) -> list[dict[str, Any]]:
+def engine_findings(facts: dict[str, Any]) -> list[Finding]:
     """Findings of section `engine_env`."""
-    from kit.probe.findings import finding
 
-    def f(name: str, status: str, value: Any, reason: str, action: str = "") -> dict[str, Any]:
+    def f(name: str, status: str, value: Any, reason: str, action: str = "") -> Finding:
         return finding("engine_env", name, status, value, reason, action)  # type: ignore[arg-type]
 
     py, name, interp = facts["python"], facts["flavor"], facts["interpreter"]
@@ -193,7 +194,7 @@ def engine_findings(facts: dict[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
-def _pip_finding(f: Any, facts: dict[str, Any]) -> dict[str, Any]:
+def _pip_finding(f: Any, facts: dict[str, Any]) -> Finding:
     pip, py = facts["pip"], facts["python"]
     if pip["ok"]:
         return f("pip", "ok", pip["output"], pip["output"])
@@ -208,7 +209,7 @@ def _pip_finding(f: Any, facts: dict[str, Any]) -> dict[str, Any]:
     )
 
 
-def _launcher_findings(f: Any, facts: dict[str, Any]) -> list[dict[str, Any]]:
+def _launcher_findings(f: Any, facts: dict[str, Any]) -> list[Finding]:
     launcher = facts.get("launcher")
     if launcher is None:
         return []

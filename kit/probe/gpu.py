@@ -15,6 +15,11 @@ from typing import Any
 
 import yaml
 
+try:
+    import pynvml as nv
+except ImportError:  # no nvidia-ml-py: no NVIDIA GPU is read
+    nv = None
+
 TORCH_QUERY = Path(__file__).with_name("torch_query.py")
 
 
@@ -83,9 +88,9 @@ def lookup_datasheet(name: str) -> dict[str, Any] | None:
 # ---- collection --------------------------------------------------------------
 def nvml_gpus() -> list[GpuFacts]:
     """GPUs seen by NVML; empty when there is no driver or no nvidia-ml-py."""
+    if nv is None:
+        return []
     try:
-        import pynvml as nv
-
         nv.nvmlInit()
     except Exception:  # no library, no driver: both mean "no NVIDIA GPU here"
         return []

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from kit.artifacts import Finding
 from kit.probe.findings import finding
 from kit.probe.gpu import GpuFacts, lookup_datasheet
 
@@ -12,7 +13,7 @@ GIB = 1024**3
 
 def gpu_findings(
     gpus: list[GpuFacts], torch_info: dict[str, Any] | None, needs_gpu: bool, wanted: int = 1
-) -> list[dict[str, Any]]:
+) -> list[Finding]:
     """Findings of section `gpus`: count, each GPU, datasheet match, shared memory, measurement.
 
     No GPU fails when the engine runs on GPUs (`needs_gpu`; `wanted` = tp_size x dp_size of them).
@@ -52,7 +53,7 @@ def gpu_findings(
     return out
 
 
-def _one_gpu(g: GpuFacts) -> dict[str, Any]:
+def _one_gpu(g: GpuFacts) -> Finding:
     total, free = g.memory_total_bytes or 0, g.memory_free_bytes
     value = {"name": g.name, "arch": g.arch, "memory_gib": round(total / GIB, 1)}
     if free is not None and total and free < 0.9 * total:
@@ -68,7 +69,7 @@ def _one_gpu(g: GpuFacts) -> dict[str, Any]:
     return finding("gpus", f"gpu{g.index}", "ok", value, f"{g.name}, {g.arch}, {total / GIB:.1f} GiB")
 
 
-def _datasheet_finding(g: GpuFacts) -> dict[str, Any]:
+def _datasheet_finding(g: GpuFacts) -> Finding:
     entry = lookup_datasheet(g.name)
     if entry is None:
         return finding(
@@ -93,7 +94,7 @@ def _datasheet_finding(g: GpuFacts) -> dict[str, Any]:
     return finding("gpus", "datasheet", "ok", entry["name"], why)
 
 
-def _torch_findings(g: GpuFacts, info: dict[str, Any]) -> list[dict[str, Any]]:
+def _torch_findings(g: GpuFacts, info: dict[str, Any]) -> list[Finding]:
     out = []
     problem = info.get("error") or info.get("skipped")
     if not problem and not info.get("cuda_available"):

@@ -9,6 +9,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
+try:
+    import psutil
+except ImportError:  # a bare GPU box (benchmarks/probe_gpu.py) may lack psutil
+    psutil = None
+
+from kit.artifacts import Finding
 from kit.probe.findings import finding
 
 GIB = 1024**3
@@ -25,9 +31,7 @@ def _existing_parent(path: Path) -> Path:
 
 def _cpu_and_ram() -> tuple[int | None, int | None, int, int]:
     """(logical cores, physical cores, RAM total, RAM available); psutil when installed, else sysconf."""
-    try:
-        import psutil
-    except ImportError:  # a bare GPU box (benchmarks/probe_gpu.py) may lack psutil
+    if psutil is None:
         page = os.sysconf("SC_PAGE_SIZE")
         total, avail = page * os.sysconf("SC_PHYS_PAGES"), page * os.sysconf("SC_AVPHYS_PAGES")
         return os.cpu_count(), None, total, avail
@@ -56,7 +60,7 @@ def host_facts(output_dir: Path) -> dict[str, Any]:
     }
 
 
-def host_findings(h: dict[str, Any], weight_bytes: int | None, multi_process: bool) -> list[dict[str, Any]]:
+def host_findings(h: dict[str, Any], weight_bytes: int | None, multi_process: bool) -> list[Finding]:
     """Findings of section `host`; `multi_process` when tp or dp > 1 (NCCL needs /dev/shm)."""
     f = finding
     out = [
@@ -101,7 +105,7 @@ def host_findings(h: dict[str, Any], weight_bytes: int | None, multi_process: bo
     return out
 
 
-def _shm_finding(h: dict[str, Any], multi_process: bool) -> dict[str, Any]:
+def _shm_finding(h: dict[str, Any], multi_process: bool) -> Finding:
     shm = h["shm_total_bytes"]
     if shm is None:
         return finding(

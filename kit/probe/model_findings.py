@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from kit.artifacts import Finding
 from kit.probe.findings import finding
 
 
@@ -17,7 +18,7 @@ def weight_bytes(info: dict[str, Any]) -> tuple[int | None, int, str]:
     return None, 0, "config (parameter count x dtype)"
 
 
-def model_findings(info: dict[str, Any]) -> list[dict[str, Any]]:
+def model_findings(info: dict[str, Any]) -> list[Finding]:
     """Findings of section `model` from `inspect_model_dir`'s result."""
     f = _f
     if not info["exists"]:
@@ -48,7 +49,7 @@ def model_findings(info: dict[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
-def _tokenizer_findings(tok: dict[str, Any], path: str) -> list[dict[str, Any]]:
+def _tokenizer_findings(tok: dict[str, Any], path: str) -> list[Finding]:
     """`tokenizer`: files present and loaded by transformers; `chat_template`: present and renders."""
     load = tok.get("load") or {}
     if not tok["files"]:
@@ -74,7 +75,7 @@ def _tokenizer_findings(tok: dict[str, Any], path: str) -> list[dict[str, Any]]:
     return [found, _template_finding(tok, load)]
 
 
-def _template_finding(tok: dict[str, Any], load: dict[str, Any]) -> dict[str, Any]:
+def _template_finding(tok: dict[str, Any], load: dict[str, Any]) -> Finding:
     if not tok["chat_template"]:
         return _f(
             "chat_template",
@@ -95,11 +96,11 @@ def _template_finding(tok: dict[str, Any], load: dict[str, Any]) -> dict[str, An
     return _f("chat_template", "ok", tok["chat_template_in"], f"in {', '.join(tok['chat_template_in'])}")
 
 
-def _f(name: str, status: str, value: Any, reason: str, action: str = "") -> dict[str, Any]:
+def _f(name: str, status: str, value: Any, reason: str, action: str = "") -> Finding:
     return finding("model", name, status, value, reason, action)  # type: ignore[arg-type]
 
 
-def _config_finding(info: dict[str, Any]) -> dict[str, Any]:
+def _config_finding(info: dict[str, Any]) -> Finding:
     if info["config_error"]:
         return _f(
             "config.json",
@@ -120,7 +121,7 @@ def _config_finding(info: dict[str, Any]) -> dict[str, Any]:
     return _f("config.json", "ok", c["architectures"], why)
 
 
-def _weights_findings(info: dict[str, Any]) -> list[dict[str, Any]]:
+def _weights_findings(info: dict[str, Any]) -> list[Finding]:
     index, st = info["index"], info["safetensors"]
     out = []
     if index and index.get("error"):
@@ -165,7 +166,7 @@ def _weights_findings(info: dict[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
-def _params_finding(info: dict[str, Any]) -> dict[str, Any]:
+def _params_finding(info: dict[str, Any]) -> Finding:
     st, cfg = info["safetensors"], info["config"] or {}
     why = f"{_count(st['params_main'])} params (+{_count(st['params_mtp'])} MTP), mostly {st['dtype']}"
     expect = cfg.get("params_from_config")
@@ -184,7 +185,7 @@ def _count(n: int) -> str:
     return f"{n / 1e9:.3g} B" if n >= 1e8 else f"{n:,}"
 
 
-def _mtp_finding(mtp: dict[str, Any]) -> dict[str, Any]:
+def _mtp_finding(mtp: dict[str, Any]) -> Finding:
     ev = "; ".join(mtp["evidence"])
     if mtp["unindexed_files"]:
         return _f(

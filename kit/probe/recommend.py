@@ -6,6 +6,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+from kit.artifacts import ProbeSpeculation, Recommended
 from kit.engines import parsers
 from kit.engines.arms import Arm
 from kit.engines.flavors import flavor, server_command
@@ -22,28 +23,33 @@ def _mtp_defaults(name: str) -> dict[str, Any]:
     return {"algorithm": "MTP", **flavor(name).spell_arm(Arm(MTP_K, "MTP"))}
 
 
-def speculation(inp: Any, model: dict[str, Any]) -> dict[str, Any]:
+def speculation(inp: Any, model: dict[str, Any]) -> ProbeSpeculation:
     """Whether speculative decoding can run with this model directory, and why."""
-    mtp = (model.get("mtp") or {}).get("status")
+    mtp = model.get("mtp")
+    mtp = mtp.get("status") if isinstance(mtp, dict) else None
     if inp.spec_algorithm == "NGRAM":
-        return {"available": True, "why": "n-gram speculation needs no draft weights", "algorithm": "NGRAM"}
+        return ProbeSpeculation(
+            available=True, why="n-gram speculation needs no draft weights", algorithm="NGRAM"
+        )
     if mtp == "present":
-        return {
-            "available": True,
-            "why": "MTP weights present: EAGLE over the built-in heads",
-            **_mtp_defaults(inp.flavor),
-        }
+        return ProbeSpeculation.from_json(
+            {
+                "available": True,
+                "why": "MTP weights present: EAGLE over the built-in heads",
+                **_mtp_defaults(inp.flavor),
+            }
+        )
     if inp.spec_algorithm in ("EAGLE", "EAGLE3", "STANDALONE"):
-        return {
-            "available": None,
-            "why": f"{inp.spec_algorithm} with a separate draft model: not checked here",
-            "algorithm": inp.spec_algorithm,
-        }
+        return ProbeSpeculation(
+            available=None,
+            why=f"{inp.spec_algorithm} with a separate draft model: not checked here",
+            algorithm=inp.spec_algorithm,
+        )
     why = {
         "declared_missing": "the config declares MTP layers but their weights are missing",
         "absent_from_architecture": "this architecture has no MTP layers",
     }.get(mtp, "model not readable")
-    return {"available": False, "why": why + "; NGRAM remains possible", "algorithm": None}
+    return ProbeSpeculation(available=False, why=why + "; NGRAM remains possible", algorithm=None)
 
 
 def _mamba_flag(engine: dict[str, Any]) -> str | None:
@@ -60,30 +66,30 @@ def recommend(
     memory: dict[str, Any] | None,
     backend: dict[str, Any],
     first_gpu: Any,
-) -> dict[str, Any]:
+) -> Recommended:
     """Recommended engine settings; None where the probe cannot tell (no GPU, unreadable model)."""
     spec = speculation(inp, model)
     hybrid = bool((model.get("config") or {}).get("is_hybrid"))
     plain = min(memory["max_seqs_plain"], MAX_RUNNING_CAP) if memory else None
-    with_spec = min(memory["max_seqs_spec"], MAX_RUNNING_CAP) if memory and spec["available"] else None
+    with_spec = min(memory["max_seqs_spec"], MAX_RUNNING_CAP) if memory and spec.available else None
     big = first_gpu is not None and (first_gpu.memory_total_bytes or 0) > 160 * 1024**3
     graph_cap = 512 if big else 256
-    return {
-        "attention_backend": backend["backend"],
-        "attention_backend_reason": backend["reason"],
-        "mem_fraction_static": inp.mem_fraction,
-        "max_running_requests": plain,
-        "max_running_requests_speculative": with_spec,
-        "max_running_requests_note": "set it explicitly with speculation: SGLang otherwise resets it to 48",
-        "cuda_graph_max_bs": min(plain, graph_cap) if plain else None,
-        "cuda_graph_max_bs_speculative": min(with_spec, graph_cap) if with_spec else None,
-        "mamba_strategy": "no_buffer" if hybrid else None,
-        "mamba_strategy_speculative": "extra_buffer" if hybrid and spec["available"] else None,
-        "mamba_flag": _mamba_flag(engine) if hybrid else None,
-        "speculative": spec,
-        "context_length": inp.context_len,
+    return Recommended(
+        attention_backend=backend["backend"],
+        attention_backend_reason=backend["reason"],
+        mem_fraction_static=inp.mem_fraction,
+        max_running_requests=plain,
+        max_running_requests_speculative=with_spec,
+        max_running_requests_note="set it explicitly with speculation: SGLang otherwise resets it to 48",
+        cuda_graph_max_bs=min(plain, graph_cap) if plain else None,
+        cuda_graph_max_bs_speculative=min(with_spec, graph_cap) if with_spec else None,
+        mamba_strategy="no_buffer" if hybrid else None,
+        mamba_strategy_speculative="extra_buffer" if hybrid and spec.available else None,
+        mamba_flag=_mamba_flag(engine) if hybrid else None,
+        speculative=spec,
+        context_length=inp.context_len,
         **_parsers(inp),
-    }
+    )
 
 
 def _parsers(inp: Any) -> dict[str, Any]:
@@ -103,7 +109,7 @@ def _parsers(inp: Any) -> dict[str, Any]:
     }
 
 
-def recommended_engine(params: Any, rec: dict[str, Any], speculative: bool) -> Any:
+def recommended_engine(params: Any, rec: Recommended, speculative: bool) -> Any:
     """The run's params with the probe's recommended engine settings filled where the params leave
     them unset (the speculative variant: the model's MTP heads, or n-gram, with k = 3)."""
     from kit.engines.settings import speculative_params  # needs pydantic, as `params` does
@@ -112,29 +118,29 @@ def recommended_engine(params: Any, rec: dict[str, Any], speculative: bool) -> A
     fl = flavor(eng.flavor)
     suffix = "_speculative" if speculative else ""
     wanted = {
-        "attention_backend": rec.get("attention_backend"),
-        "mem_fraction_static": rec.get("mem_fraction_static"),
-        "max_running_requests": rec.get("max_running_requests" + suffix),
-        "cuda_graph_max_bs": rec.get("cuda_graph_max_bs" + suffix),
-        "mamba_strategy": rec.get("mamba_strategy" + suffix),
+        "attention_backend": rec.attention_backend,
+        "mem_fraction_static": rec.mem_fraction_static,
+        "max_running_requests": getattr(rec, "max_running_requests" + suffix),
+        "cuda_graph_max_bs": getattr(rec, "cuda_graph_max_bs" + suffix),
+        "mamba_strategy": getattr(rec, "mamba_strategy" + suffix),
     }
     update = {k: v for k, v in wanted.items() if v is not None and k not in eng.model_fields_set}
-    spec = rec.get("speculative") or {}
     if speculative:
-        update["speculative"] = speculative_params(Arm(MTP_K, spec.get("algorithm")), fl, eng.speculative)
+        algorithm = rec.speculative.algorithm
+        update["speculative"] = speculative_params(Arm(MTP_K, algorithm), fl, eng.speculative)
     else:
         update["speculative"] = speculative_params(Arm(0), fl)
     return params.model_copy(update={"engine": eng.model_copy(update=update)})
 
 
-def recommended_commands(params: Any, rec: dict[str, Any], launcher: Any = None) -> dict[str, list[str]]:
+def recommended_commands(params: Any, rec: Recommended, launcher: Any = None) -> dict[str, list[str]]:
     """Launch commands with the recommended settings, built by the kit's own command builders (and
     renamed for the installed launcher when it is known): plain, and speculative where available.
     Nothing for a flavor whose launch flags the kit does not tune (it reads no launcher of it)."""
     if flavor(params.engine.flavor).launcher is None:
         return {}
     arms = {"plain": False}
-    if (rec.get("speculative") or {}).get("available"):
+    if rec.speculative.available:
         arms["speculative"] = True
     out = {}
     with warnings.catch_warnings():

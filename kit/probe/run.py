@@ -3,12 +3,18 @@ engine commands, written to probe.json (its display: kit.probe.view)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from dataclasses import replace
+from pathlib import Path
+from typing import TYPE_CHECKING
 
+from kit.artifacts import ProbeReport
 from kit.engines.flavors import flavor
+from kit.engines.launcher import parse_help
 from kit.probe.checks import ProbeInputs, build_report
+from kit.probe.engine_env import planned_command
 from kit.probe.gpu import GpuFacts
-from kit.runfolder import RunFolder, write_json_atomic
+from kit.probe.recommend import recommended_commands
+from kit.runfolder import RunFolder
 
 if TYPE_CHECKING:
     from kit.params import RunParams
@@ -16,8 +22,6 @@ if TYPE_CHECKING:
 
 def inputs_from_params(params: RunParams, folder: RunFolder) -> ProbeInputs:
     """The probe's inputs from run params; the launcher's --help is cached in the run folder's logs/."""
-    from kit.probe.engine_env import planned_command
-
     e, spec = params.engine, params.engine.speculative
     return ProbeInputs(
         model_path=params.model.path,
@@ -40,18 +44,16 @@ def inputs_from_params(params: RunParams, folder: RunFolder) -> ProbeInputs:
     )
 
 
-def run_probe(params: RunParams, folder: RunFolder, *, gpus: list[GpuFacts] | None = None) -> dict[str, Any]:
+def run_probe(params: RunParams, folder: RunFolder, *, gpus: list[GpuFacts] | None = None) -> ProbeReport:
     """Run every check, write `folder.probe` (probe.json) atomically and return the report.
 
     `gpus`: GPU facts gathered elsewhere (another machine, a fabricated GPU in tests), used as they are
     and torch is not asked; otherwise NVML, then torch in a child process.
     """
-    from kit.engines.launcher import parse_help
-    from kit.probe.recommend import recommended_commands
-
     report = build_report(inputs_from_params(params, folder), gpus=gpus)
-    help_file = ((report.get("engine_env") or {}).get("launcher") or {}).get("cached")
-    launcher = parse_help(open(help_file).read()) if help_file else None
-    report["recommended"]["commands"] = recommended_commands(params, report["recommended"], launcher)
-    write_json_atomic(folder.probe, report)
+    help_file = report.launcher_help
+    launcher = parse_help(Path(help_file).read_text()) if help_file else None
+    commands = recommended_commands(params, report.recommended, launcher)
+    report = replace(report, recommended=replace(report.recommended, commands=commands))
+    folder.write_probe(report)
     return report

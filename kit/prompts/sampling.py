@@ -13,6 +13,7 @@ import numpy as np
 
 from kit.errors import DataError
 from kit.params import DataParams, SourceParams
+from kit.progress import progress as progress_bar
 from kit.prompts.adapters import PromptRow, get_adapter
 from kit.prompts.datafiles import file_problem_after_load, file_problem_before_load
 from kit.prompts.dedup import Deduplicator, dedup_key, prompt_id
@@ -207,8 +208,6 @@ class SourcePlan:
 
     def run(self, progress: bool = True) -> SourcePlan:
         """Process chunks of the shuffled order until the target is met or rows run out."""
-        from kit.progress import progress as progress_bar
-
         order, pos = shuffled_order(self.data.seed, self.source.name, len(self.dataset)), 0
         total = self.target if self.target is not None else len(order)
         desc = f"plan {self.source.name}"

@@ -26,6 +26,7 @@ from kit.decide.costmodel.scenario import Scenario, Workload
 from kit.decide.costmodel.step import is_compute_bound, prefill_time, step_terms, step_time, weight_bytes
 from kit.engines.arms import arm_name
 from kit.errors import CostModelError
+from kit.memoryplan import memory_plan
 
 
 @dataclass(frozen=True)
@@ -38,9 +39,7 @@ class Capacity:
 
 
 def default_capacity(s: Scenario, ks: Sequence[int]) -> Capacity:
-    """Memory limit per replica from kit.memoryplan (imported here so the cost model stays standalone)."""
-    from kit.memoryplan import memory_plan
-
+    """Memory limit per replica from kit.memoryplan (pure Python: the cost model stays standalone)."""
     work = s.work
     weights = weight_bytes(s.arch, work.shape)
 

@@ -27,7 +27,6 @@ from kit.decide.profile.steptimer import (
     time_cuda_graph,
     time_eager,
 )
-from kit.decide.profile.synthetic_step import profile_synthetic
 from kit.errors import CostModelError
 
 PROFILE_COLUMNS = ["B", "q", "L", "step_s", "device", "config_hash", "n_layers_profiled", "n_layers_full"]
@@ -152,7 +151,9 @@ def profile_steps(
     the transformers model; `"synthetic"` times a serving engine's step shapes
     (kit.decide.profile.synthetic_step: preallocated KV cache, no cache copies, GQA without expansion).
     """
-    import torch
+    import torch  # torch and the torch-built step load when a profile is taken (README, "Deferred imports")
+
+    from kit.decide.profile.synthetic_step import profile_synthetic
 
     if backend == "synthetic":
         return profile_synthetic(cfg, grid, device, n_layers, dtype, cuda_graph)

@@ -30,6 +30,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pandas as pd
+import torch
+import torch.nn.functional as F
 
 from kit.arch import ModelArch, arch_from_config
 from kit.decide.profile.steptimer import (
@@ -59,14 +61,10 @@ class SyntheticModel:
 
     @property
     def dtype_bytes(self) -> int:
-        import torch
-
         return torch.tensor([], dtype=self.dtype).element_size()
 
 
 def _rand(*shape: int, like: dict[str, Any]) -> Any:
-    import torch
-
     return torch.randn(*shape, **like) * shape[-1] ** -0.5
 
 
@@ -107,8 +105,6 @@ def _mlp_weights(a: ModelArch, layer: int, opt: dict[str, Any]) -> dict[str, Any
 
 def build_synthetic(arch: ModelArch, n_layers: int, device: str, dtype: Any) -> SyntheticModel:
     """Random weights for the first `n_layers` layers of `arch` on `device` (MLA is refused)."""
-    import torch
-
     if arch.is_mla:
         raise CostModelError("the synthetic profiler does not model MLA attention; use backend='hf'")
     opt = {"device": device, "dtype": dtype}
@@ -140,8 +136,6 @@ def point_bytes(arch: ModelArch, n_layers: int, B: int, q: int, L: int, dtype_by
 
 def default_budget(device: str) -> int:
     """Bytes a grid point may allocate: 60% of free GPU memory, or 4 GiB on a CPU."""
-    import torch
-
     if device.startswith("cuda"):
         free, _ = torch.cuda.mem_get_info(torch.device(device))
         return int(free * GPU_BUDGET_FRACTION)
@@ -168,8 +162,6 @@ def check_budget(
 
 def allocate(model: SyntheticModel, B: int, L_max: int) -> None:
     """Random KV caches `[B, kv_heads, L_max, head_dim]` and fp32 recurrent states for every layer."""
-    import torch
-
     a, opt = model.arch, {"device": model.device}
     model.buffers = {"k": [], "v": [], "state": []}
     for layer in model.layers:
@@ -188,14 +180,10 @@ def allocate(model: SyntheticModel, B: int, L_max: int) -> None:
 
 
 def _rms(x: Any, w: Any) -> Any:
-    import torch
-
     return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * w
 
 
 def _attention(m: SyntheticModel, p: dict, x: Any, idx: int, B: int, q: int, L: int) -> Any:
-    import torch.nn.functional as F
-
     a = m.arch
     nq, nkv, d = a.num_heads * a.head_dim, a.num_kv_heads * a.head_dim, a.head_dim
     gate_w = nq if a.attn_output_gate else 0
@@ -214,9 +202,6 @@ def _attention(m: SyntheticModel, p: dict, x: Any, idx: int, B: int, q: int, L: 
 
 def _deltanet(m: SyntheticModel, p: dict, x: Any, idx: int, B: int, q: int) -> Any:
     """Projections plus a per-token fp32 update and read of the recurrent state (an approximation)."""
-    import torch
-    import torch.nn.functional as F
-
     la = m.arch.linear
     key_dim, value_dim, hv = la.num_k_heads * la.k_head_dim, la.num_v_heads * la.v_head_dim, la.num_v_heads
     qk, kk, v, z, _ = F.linear(x, p["in"]).split([key_dim, key_dim, value_dim, value_dim, 2 * hv], dim=-1)
@@ -236,8 +221,6 @@ def _deltanet(m: SyntheticModel, p: dict, x: Any, idx: int, B: int, q: int) -> A
 
 
 def _mlp(p: dict, x: Any) -> Any:
-    import torch.nn.functional as F
-
     if p["router"] is not None:
         F.linear(x, p["router"]).topk(p["top_k"], dim=-1)
     gate, up = F.linear(x, p["gate_up"]).chunk(2, dim=-1)
@@ -246,8 +229,6 @@ def _mlp(p: dict, x: Any) -> Any:
 
 def decode_step(m: SyntheticModel, x: Any, B: int, q: int, L: int, depth: int) -> Any:
     """Logits `[B * q, vocab]` of one step of `q` tokens per sequence over a context of `L`."""
-    import torch.nn.functional as F
-
     full = lin = 0
     for p in m.layers[:depth]:
         h = _rms(x, p["norm1"])
@@ -268,8 +249,6 @@ def time_point(
 
     `allocate(m, B, L_max)` with `L_max >= L + q` must have run.
     """
-    import torch
-
     x = torch.randn(B * q, m.arch.hidden_size, device=m.device, dtype=m.dtype)
 
     def step() -> None:
@@ -301,8 +280,6 @@ def profile_synthetic(
     periods); the difference scales to full depth. Grid points whose buffers exceed
     `memory_budget_bytes` (default: 60% of free GPU memory, 4 GiB on a CPU) raise before any timing.
     """
-    import torch
-
     arch = arch_from_config(cfg)
     full = arch.num_layers
     n = full if n_layers is None or n_layers >= full else n_layers
