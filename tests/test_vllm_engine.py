@@ -239,9 +239,11 @@ def test_a_cpu_hog_is_caught_and_does_not_flip_the_decision(
     assert max(shares.values()) > 0.15, ("the hogs hardly ran", shares)
     sweep = pd.read_parquet(tmp_path / "outputs" / "hogged" / "sweep.parquet")
     p8 = runs[(runs.phase == "sweep") & (runs.arm == "plain") & (runs.concurrency == 8)]
+    p8 = p8[(p8.status == "ok") & p8.output_tok_s.notna()]
     undisturbed = int((~p8.disturbed.astype(bool)).sum())
     plain8 = sweep[(sweep.arm == "plain") & (sweep.concurrency == 8)].iloc[0]
-    kept = undisturbed if undisturbed >= 2 else 3
+    # fewer than two calm ones (a loaded machine, and its level measured again): every one counts
+    kept = undisturbed if undisturbed >= 2 else len(p8)
     assert plain8.repetitions == kept, "set aside while two calm ones remain"
     if (2, "end", "plain", 8) in disturbed:  # the end of the drift check ran beside the hogs, and it says so
         assert hogged["noise"]["drift"]["disturbed"], hogged["noise"]["drift"]
