@@ -153,6 +153,7 @@ def test_an_actor_killed_mid_run_loses_nothing_and_doubles_nothing(write_params,
     driver = generate(params, ray_address)
     wait_for(lambda: shards_of(run, 0), 300, driver)
     victim = json.loads((run / "ray" / "actor-a0.json").read_text())["pid"]
+    assert psutil.Process(victim).nice() == 0  # not Ray's default 15 for workers: its loop keeps its CPU
     os.kill(victim, signal.SIGKILL)
     code, err = finish(driver)
     assert code == 0, err[-3000:]

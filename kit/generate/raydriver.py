@@ -137,7 +137,10 @@ class RayJob:
         ray = import_ray()
         address = connect(ray, self.params)
         n, options = actor_resources(self.params, ray.cluster_resources())
-        self._remote = ray.remote(EngineActor).options(max_restarts=0, **options)
+        # Ray starts workers at niceness 15 (RAY_worker_niceness): the actor's loop and the server it
+        # starts would lose CPU to anything else on the node (docs/bench_ray.md: 19% per row)
+        niceness = {"env_vars": {"RAY_worker_niceness": "0"}}
+        self._remote = ray.remote(EngineActor).options(max_restarts=0, runtime_env=niceness, **options)
         self.restarts_left = self.params.generate.ray.max_actor_restarts
         for i in range(n):
             self._start_actor(i)
