@@ -31,8 +31,12 @@ class Block:
     done: bool = False
 
     def tag(self, actor: int) -> str:
-        """The shard tag of this block's rows as `actor` writes them (`part-<tag>-NNNNN.parquet`)."""
-        return f"b{self.index:05d}a{actor}"
+        return block_tag(self.index, actor)
+
+
+def block_tag(index: int, actor: int) -> str:
+    """The shard tag of block `index`'s rows as `actor` writes them (`part-<tag>-NNNNN.parquet`)."""
+    return f"b{index:05d}a{actor}"
 
 
 def block_rows(total: int, actors: int, in_flight: int, asked: int | None) -> int:

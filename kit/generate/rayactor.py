@@ -28,6 +28,7 @@ import pyarrow as pa
 
 from kit.engines import start_server
 from kit.errors import RunFolderError
+from kit.generate.blocks import block_tag
 from kit.generate.metrics import Timeline
 from kit.generate.pool import ServerPool
 from kit.generate.session import build_loop, engine_capacity, hang_timeout, loop_concurrency, replica_of
@@ -72,7 +73,9 @@ class BlockFeed:
 class OpenBlock:
     index: int
     writer: ShardWriter
+    size: int
     left: int
+    """Items not answered yet."""
 
 
 class BlockWriter:
@@ -90,8 +93,8 @@ class BlockWriter:
         self._closing: set[asyncio.Task] = set()
 
     def open_block(self, index: int, ids: list[str]) -> None:
-        tag = f"b{index:05d}a{self.actor}"
-        self.open[index] = OpenBlock(index, ShardWriter(self.directory, tag), len(ids))
+        writer = ShardWriter(self.directory, block_tag(index, self.actor))
+        self.open[index] = OpenBlock(index, writer, size=len(ids), left=len(ids))
         self.block_of.update(dict.fromkeys(ids, index))
 
     def add(self, row: dict[str, Any]) -> None:
@@ -126,8 +129,8 @@ class BlockWriter:
         for step in then:
             step()
 
-    def items_answered_in_open_blocks(self, sizes: dict[int, int]) -> int:
-        return sum(sizes[b.index] - b.left for b in self.open.values())
+    def items_answered_in_open_blocks(self) -> int:
+        return sum(b.size - b.left for b in self.open.values())
 
 
 class EngineActor:
@@ -141,7 +144,6 @@ class EngineActor:
         self.index = index
         self.rows_made_with = rows_made_with
         self.feed = BlockFeed()
-        self.sizes: dict[int, int] = {}
         self._stack = ExitStack()
         self._task: asyncio.Task | None = None
         self.writer: BlockWriter | None = None
@@ -204,7 +206,6 @@ class EngineActor:
         work = list(iter_items(prompts, items))
         assert self.writer is not None, "start() first"
         self.writer.open_block(index, [w["id"] for w in work])
-        self.sizes[index] = len(work)
         self.feed.put(work)
 
     def close(self) -> None:
@@ -220,7 +221,7 @@ class EngineActor:
         s = self.loop.stats
         return {
             "done": done,
-            "answered_open": self.writer.items_answered_in_open_blocks(self.sizes),
+            "answered_open": self.writer.items_answered_in_open_blocks(),
             "rows": s.rows,
             "failures": s.failures,
             "output_tokens": s.output_tokens,

@@ -254,7 +254,7 @@ class RayJob:
     def _on_disk(self, block: Block, actor: int) -> set[int]:
         """Positions of `block.items` whose rows the actor's shards of this block hold."""
         files = ShardFiles(self.folder.generations)
-        mine = [p for p in files.parts() if p.name.startswith(f"part-{block.tag(actor)}-")]
+        mine = [p for p in files.parts() if files.seq_of(p, block.tag(actor))]  # its shards of this block
         done: set[str] = set()
         for path in mine:
             try:
