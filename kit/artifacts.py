@@ -601,6 +601,8 @@ class Summary(Record):
     flags: dict[str, int] = field(default_factory=dict)
     health: Health = field(default_factory=Health)
     tail: TailSummary | None = None
+    near_duplicates: JSONObject | None = None
+    """Near-duplicate prompts and answers (kit.analyse.neardup): settings, clusters, rows, per source."""
     gaps: list[str] = field(default_factory=list)
     """Parts of the run that could not be read."""
     figures: list[str] = field(default_factory=list)

@@ -9,7 +9,8 @@ flags), `reasoning` (reasoning and answer of a row, their lengths), `toolcalls` 
 tool calls, judged against the prompt's tools), `health` (throughput, latency, failures, accept
 length), `plots` (seaborn figures), `run` (analyse_run, run_analysis), `compare` (two runs),
 `browser` (sample browser), `explore` (filters over the rows, live in JupyterLab), `tail` (the
-job's tail: below capacity to the end, idle capacity, what speculation there would have saved).
+job's tail: below capacity to the end, idle capacity, what speculation there would have saved),
+`neardup` (near-duplicate prompts and answers: MinHash LSH clusters).
 """
 
 from kit.analyse.browser import SampleBrowser, sample_browser

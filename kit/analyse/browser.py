@@ -17,7 +17,7 @@ from typing import Any
 
 import pandas as pd
 
-from kit.analyse.flags import FLAGS, compute_flags
+from kit.analyse.flags import FLAGS, compute_flags, last_user_text
 from kit.analyse.reasoning import split_row
 from kit.analyse.run import RunData
 from kit.analyse.toolcalls import load_calls
@@ -184,6 +184,42 @@ def _build_widget(df: pd.DataFrame, flags: pd.DataFrame | None, fetch: Fetch) ->
     return w.VBox([w.HBox([src, reason, flag, pos]), view])
 
 
+def near_duplicate_html(data: RunData, clusters: int = 3, per_cluster: int = 3) -> str:
+    """A few near-duplicate clusters (answers, then prompts), each with some of its rows: id, source
+    and the text that was near-copied ('' when the run has none or stage 4 did not look)."""
+    parts = []
+    for kind, column in (("answer", "answer_cluster"), ("prompt", "prompt_cluster")):
+        if column not in data.df.columns:
+            continue
+        cluster = data.df[column]
+        sizes = cluster[cluster >= 0].value_counts()
+        if sizes.empty:
+            continue
+        picked = sizes.sort_values(ascending=False, kind="stable").index[:clusters]
+        blocks = []
+        for c in picked:
+            index = cluster.index[cluster.eq(c)][:per_cluster]
+            rows = data.rows(index)
+            items = []
+            for _, r in rows.iterrows():
+                if kind == "answer":
+                    text = split_row(r.get("reasoning"), str(r["completion"]))[2]
+                else:
+                    text = last_user_text(r["messages"])
+                who = f"{html.escape(str(r['id']))} · {html.escape(str(r['source']))}"
+                items.append(f"<li>{who}{_pre(text, CLIP // 3)}</li>")
+            blocks.append(
+                _details(
+                    "near-duplicates", f"{kind} cluster {c}: {sizes[c]} rows", f"<ul>{''.join(items)}</ul>"
+                )
+            )
+        parts.append(
+            f"<p><b>Near-duplicate {kind}s</b>: {len(sizes)} clusters, {int(sizes.sum())} rows "
+            f"(the {len(picked)} largest below)</p>" + "".join(blocks)
+        )
+    return "<div class='kit-near-duplicates'>" + "".join(parts) + "</div>" if parts else ""
+
+
 class SampleBrowser:
     """The widget (when available) plus the static HTML table; Jupyter shows the best it can."""
 
@@ -225,6 +261,8 @@ def sample_browser(
         flags = compute_flags(df, params) if flags is None and len(df) else flags
         fetch = df.loc.__getitem__
     table = static_table(df, flags, n, fetch)
+    if isinstance(rows, RunData):
+        table += near_duplicate_html(rows)
     if interactive is None:
         interactive = in_live_kernel()
     widget = None

@@ -10,10 +10,10 @@ from typing import Any
 
 import pandas as pd
 
-from kit.analyse import health, load, plots, tables, tail
+from kit.analyse import health, load, neardup, plots, tables, tail
 from kit.analyse.flags import FLAGS, flag_counts
 from kit.analyse.reasoning import row_parts
-from kit.analyse.scan import duplicated_completions, read_rows, scan_shards
+from kit.analyse.scan import NEAR_KINDS, duplicated_completions, near_settings, read_rows, scan_shards
 from kit.artifacts import Manifest, SourceSummary, Summary
 from kit.errors import RunFolderError
 from kit.params import AnalyseParams
@@ -133,8 +133,29 @@ def summarise(data: RunData) -> Summary:
         flags={f: int(data.flags[f].sum()) for f in FLAGS},
         health=health.run_health(df, data.metrics, data.failures, data.manifest),
         tail=tail.tail_entry(data.metrics, df, data.manifest, tail.TailInputs.of(data.folder)),
+        near_duplicates=near_duplicate_entry(df, data.flags),
         gaps=list(data.gaps),
     )
+
+
+def near_duplicate_entry(df: pd.DataFrame, flags: pd.DataFrame) -> dict[str, Any] | None:
+    """Near-duplicate clusters of prompts and of answers, in all and per source (None when stage 4
+    did not look for them: `analyse.near_duplicates: false`)."""
+    if not all(f"{k}_cluster" in df.columns for k in NEAR_KINDS) or "duplicate" not in flags:
+        return None
+    exact = flags["duplicate"].to_numpy(dtype=bool)
+    out: dict[str, Any] = {}
+    for kind in NEAR_KINDS:
+        out[f"{kind}s"] = neardup.cluster_counts(df[f"{kind}_cluster"].to_numpy(), exact)
+    by_source: dict[str, dict[str, int]] = {}
+    for source, idx in df.groupby("source", observed=True).groups.items():
+        rows = df.loc[idx]
+        by_source[str(source)] = {
+            f"{kind}s": neardup.cluster_counts(rows[f"{kind}_cluster"].to_numpy())["rows"]
+            for kind in NEAR_KINDS
+        }
+    out["rows_in_clusters_by_source"] = by_source
+    return out
 
 
 def run_figures(data: RunData) -> dict[str, Any]:
@@ -216,6 +237,12 @@ def run_analysis(folder: RunFolder, params: AnalyseParams | None = None, progres
         path = plots.save_figure(fig, folder.figure(stem))
         paths.append(str(path.resolve()))
     summary = replace(summary, run=folder.root.name, analysed_at=analysed_at, figures=paths)
+    if summary.near_duplicates is not None:
+        settings = near_settings(params or AnalyseParams())
+        b, r = settings.bands
+        about = {"threshold": settings.threshold, "ngram": settings.ngram, "num_perm": settings.num_perm}
+        entry = {**about, "bands": b, "rows_per_band": r, **summary.near_duplicates}
+        summary = replace(summary, near_duplicates=entry)
     folder.write_summary(summary)
     return Analysis(summary, data)
 

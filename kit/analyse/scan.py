@@ -14,7 +14,10 @@ by batch with column projection; the statistics over the facts (quantiles and co
 are pandas over a few numeric columns. No new dependency, one reader for stage 3 and stage 4.
 
 Duplicates are found by hash: `completion_hash` (64-bit, pandas' SipHash of the text) over every
-non-empty completion; at 2M rows the chance of one false match is about 1e-7.
+non-empty completion; at 2M rows the chance of one false match is about 1e-7. Near-duplicates
+(kit.analyse.neardup): each batch's last user messages and answers become MinHash band digests
+(64 bytes a row and text), clustered once every shard is read: `prompt_cluster` and
+`answer_cluster` in the facts (-1: no near copy).
 """
 
 from __future__ import annotations
@@ -29,7 +32,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from tqdm.auto import tqdm
 
-from kit.analyse.flags import FLAGS, compute_flags
+from kit.analyse import neardup
+from kit.analyse.flags import FLAGS, compute_flags, last_user_text
 from kit.analyse.load import GENERATION_COLUMNS, KEPT_OUTPUTS, normalise_rows, unreadable_gap
 from kit.analyse.reasoning import row_parts
 from kit.params import AnalyseParams
@@ -118,8 +122,37 @@ def batch_facts(
     facts["shard"] = np.int32(shard)
     facts["row"] = np.arange(first_row, first_row + len(df), dtype=np.int32)
     facts["completion_hash"] = completion_hash(df["completion"])
+    if params.near_duplicates:
+        settings = near_settings(params)
+        texts = {"prompt": [last_user_text(m) for m in df["messages"]], "answer": parts["answer_text"]}
+        for kind, values in texts.items():
+            digests = neardup.text_digests(list(values), settings)
+            for j in range(digests.shape[1]):
+                facts[f"_{kind}_band{j}"] = digests[:, j]
     # astype copies: a selection may be a view of the batch's blocks, which would keep its text alive
     return facts, _compact(parts[list(PART_FACTS)]), flags.copy()
+
+
+def near_settings(params: AnalyseParams) -> neardup.NearDupSettings:
+    """The near-duplicate settings of stage 4's params."""
+    return neardup.NearDupSettings(
+        params.near_duplicate_threshold, params.near_duplicate_ngram, params.near_duplicate_num_perm
+    )
+
+
+NEAR_KINDS = ("prompt", "answer")
+
+
+def add_near_clusters(df: pd.DataFrame) -> pd.DataFrame:
+    """`prompt_cluster` and `answer_cluster` from the band digests the batches left (which go)."""
+    for kind in NEAR_KINDS:
+        bands = [c for c in df.columns if c.startswith(f"_{kind}_band")]
+        if bands:
+            df[f"{kind}_cluster"] = neardup.clusters(df[bands].to_numpy(dtype=np.uint64))
+            df = df.drop(columns=bands)
+        else:
+            df[f"{kind}_cluster"] = np.full(len(df), -1, dtype=np.int32)
+    return df
 
 
 def _compact(frame: pd.DataFrame) -> pd.DataFrame:
@@ -176,6 +209,7 @@ def scan_shards(paths: list[Path], params: AnalyseParams | None = None, progress
         parts_df = pd.DataFrame(columns=list(PART_FACTS))
         flags_df = pd.DataFrame(columns=list(FLAGS), dtype=bool)
     flags_df["duplicate"] = duplicated_completions(df["completion_hash"])
+    df = add_near_clusters(df)
     return Scan(df, parts_df, flags_df, list(paths), list(dict.fromkeys(gaps)), older_rows, older_shards)
 
 

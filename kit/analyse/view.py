@@ -104,6 +104,28 @@ def tail_table(tail: TailSummary) -> Table:
     return table(pd.DataFrame({"measure": list(rows), "value": list(rows.values())}), "The tail", note=note)
 
 
+def near_duplicate_table(entry: dict[str, Any]) -> Table:
+    """Near-duplicate clusters of prompts and answers (summary.json's `near_duplicates`), per source too."""
+    kinds = ("prompts", "answers")
+    measures = {
+        "clusters": "clusters",
+        "rows": "rows in clusters",
+        "extra_rows": "rows beyond one per cluster",
+        "exact_rows": "of those, exact copies",
+    }
+    frame = pd.DataFrame(
+        {kind: {label: entry.get(kind, {}).get(key) for key, label in measures.items()} for kind in kinds}
+    )
+    for source, counts in (entry.get("rows_in_clusters_by_source") or {}).items():
+        frame.loc[f"rows in clusters: {source}"] = [counts.get(k) for k in kinds]
+    note = (
+        f"MinHash LSH on word {entry.get('ngram')}-grams, Jaccard threshold {entry.get('threshold')} "
+        f"({entry.get('bands')} bands of {entry.get('rows_per_band')}); `kit export --drop "
+        "near_duplicate` keeps one row of each answer cluster."
+    )
+    return table(frame, "Near-duplicates", note=note, index_name="measure")
+
+
 def analysis_tables(summary: Summary) -> list[Table]:
     """Notebook 04's tables for reading: human titles and columns, shares as %, no index."""
     shares = {"share_with_calls": percent}
@@ -121,6 +143,8 @@ def analysis_tables(summary: Summary) -> list[Table]:
         )
     if summary.tail is not None:
         out.append(tail_table(summary.tail))
+    if summary.near_duplicates:
+        out.append(near_duplicate_table(summary.near_duplicates))
     return out
 
 
