@@ -6,7 +6,12 @@ The published tables (data, citations and settings in tests/published_tables.py)
 - EAGLE-3 (arXiv 2503.01840) Table 3, SGLang on H100, batch 2-64 (held out);
 - EAGLE-3 (arXiv 2503.01840) Table 5, vLLM on RTX 3090, batch 2-56 (held out);
 - MagicDec (arXiv 2408.11049), Llama-3.1-8B self-speculation, 32K context, 8xA100 / 8xH100 (fitted);
-- SGLang docs, DeepSeek-V3 MTP on H200 TP8, batch 1 and 32 (held out).
+- SGLang docs, DeepSeek-V3 MTP on H200 TP8, batch 1 and 32 (held out);
+- SpecForge #339, Qwen3-30B-A3B EAGLE-3 on 2 x H100, batch 1 and 4 (held out);
+- MagicDec, Llama-2-7B self-speculation at 8K (held out).
+
+Held out means judged at the kit's defaults, the engine family's fixed costs and an independent accept
+length, with no constant of the table's own; a table missed is listed (KNOWN_MISSES, docs/costmodel.md).
 """
 
 from __future__ import annotations
@@ -22,9 +27,12 @@ from published_tables import (
     FITTED,
     FITTED_TOLERANCE,
     HELD_OUT_TOLERANCE,
+    KNOWN_MISSES,
     TABLES,
+    held_out_record,
     predicted,
     refit_fixed_costs,
+    vllm_costs_from_20780,
     with_kernel_factors_only,
 )
 
@@ -67,26 +75,53 @@ def on_h200(name: str, tp: int = 1, **scenario) -> Scenario:
 # ---- published tables ---------------------------------------------------------------------------
 def test_at_most_half_of_the_tables_are_fitted() -> None:
     assert len(FITTED) <= len(TABLES) / 2
-    assert set(HELD_OUT_TOLERANCE) == {t.name for t in TABLES} - set(FITTED)
+    assert set(KNOWN_MISSES) <= {t.name for t in TABLES} - set(FITTED)
+
+
+def _trend_right(rows: list[dict]) -> bool:
+    first, last = first_and_last_on_one_gpu(rows)
+    return (first["published"] > last["published"]) == (first["predicted"] > last["predicted"])
 
 
 @pytest.mark.parametrize("table", [t for t in TABLES if t.name not in FITTED], ids=lambda t: t.name)
-def test_held_out_table_within_its_tolerance_and_direction_with_batch(table) -> None:
-    """With the accept length measured independently for that draft head (not fixed on the table's
-    own first point), every point within its table's tolerance, and the trend with batch right."""
+def test_held_out_table_within_25_percent_and_trend_right_or_a_listed_miss(table) -> None:
+    """At the kit's defaults, with the accept length measured independently for that draft head and the
+    engine family's own fixed costs: every point within 25% and the trend with batch right, or the
+    table is a known miss of that kind, and then it still misses (a table that comes right fails here
+    until KNOWN_MISSES and docs/costmodel.md say so)."""
     rows = predicted(table)
     worst = max(abs(r["error"]) for r in rows)
-    assert worst <= HELD_OUT_TOLERANCE[table.name], [(r["label"], round(r["error"], 3)) for r in rows]
-    first, last = first_and_last_on_one_gpu(rows)
-    assert len(rows) < 2 or first is not last
-    right = (first["published"] > last["published"]) == (first["predicted"] > last["predicted"])
-    assert right != (table.name in TREND_MISSED), (table.name, rows)
+    misses = {"error": worst > HELD_OUT_TOLERANCE, "trend": len(rows) > 1 and not _trend_right(rows)}
+    expected = KNOWN_MISSES.get(table.name, (None, ""))[0]
+    assert {kind for kind, missed in misses.items() if missed} == ({expected} if expected else set()), (
+        table.name,
+        [(r["label"], round(r["error"], 3)) for r in rows],
+    )
 
 
-TREND_MISSED = {"sglang_dsv3_mtp_h200"}
-"""Held-out tables whose trend with batch the model gets wrong, and docs/costmodel.md says why
-(DeepSeek-V3: early-2025 SGLang's ~330 us per layer at batch 1 is not in the model): a table that
-comes right, or another that goes wrong, fails here until the doc and this set are updated."""
+def test_no_held_out_table_carries_a_constant_of_its_own() -> None:
+    """A table names its engine family; the fixed costs are that family's, shared by every table."""
+    for t in TABLES:
+        assert isinstance(t.engine, str) and t.engine in cm.ENGINE_COSTS, t.name
+
+
+def test_known_misses_are_listed_in_the_doc_with_their_term() -> None:
+    doc = (ROOT / "docs/costmodel.md").read_text()
+    section = doc[doc.index("### Known misses") :]
+    for name in KNOWN_MISSES:
+        assert f"`{name}`" in section, name
+
+
+def test_the_band_quotes_the_held_out_record() -> None:
+    """kit.decide.costmodel.validation.HELD_OUT (what notebook 02 and the index page draw) is what the
+    published tables give at the defaults."""
+    from kit.decide.costmodel.validation import HELD_OUT
+
+    recorded = [(h.name, h.points, h.min_error, h.max_error, h.known_miss) for h in HELD_OUT]
+    assert len(recorded) == len(held_out_record())
+    for got, want in zip(recorded, held_out_record(), strict=True):
+        assert got[:2] == want[:2] and got[4] == want[4], got
+        assert got[2:4] == pytest.approx(want[2:4], abs=0.0015), got
 
 
 def first_and_last_on_one_gpu(rows: list[dict]) -> tuple[dict, dict]:
@@ -121,6 +156,23 @@ def test_fixed_cost_defaults_are_the_fit_on_the_fitted_tables_only() -> None:
     for table in TABLES:
         for a, b in zip(predicted(table, refit), predicted(table), strict=True):
             assert a["predicted"] == pytest.approx(b["predicted"], rel=0.01), (table.name, a["label"])
+
+
+def test_engine_family_costs_come_from_their_sources() -> None:
+    """SGLang's are the defaults (fitted on the fitted tables); vLLM's re-derive from issue #20780."""
+    sglang, vllm = cm.engine_costs("sglang"), cm.engine_costs("vllm")
+    d = cm.DEFAULT_EFFICIENCY
+    assert (sglang.draft_pass_s, sglang.spec_iter_s, sglang.spec_seq_s) == (
+        d.draft_pass_s,
+        d.spec_iter_s,
+        d.spec_seq_s,
+    )
+    per_pass, per_iteration = vllm_costs_from_20780()
+    assert vllm.draft_pass_s == pytest.approx(per_pass, rel=0.02)
+    assert vllm.spec_iter_s == pytest.approx(per_iteration, rel=0.02)
+    assert "#20780" in vllm.source and vllm.gpu and vllm.version
+    assert cm.engine_costs("transformers") is sglang
+    assert cm.with_engine(d, "vllm").draft_pass_s == vllm.draft_pass_s
 
 
 def test_kernel_defaults_are_the_h200_profile_calibration() -> None:
@@ -184,6 +236,42 @@ def test_fp8_weights_halve_weight_bytes_and_moe_reads_touched_experts() -> None:
         one * (1 - 8 / 256), rel=1e-6
     )  # the second token overlaps the first's experts
     assert cm.weight_bytes(ds, tokens=4096) == pytest.approx(bf16, rel=0.01)
+
+
+def test_moe_experts_priced_by_bytes_touched_and_whole_tiles_with_shared_experts_apart() -> None:
+    """Routed experts: the touched fraction's bytes, and GEMMs over whole 16-row tiles per active expert
+    (a verify of few tokens per expert costs their weight reads, not a per-expert constant); the shared
+    expert is read every step with the dense weights."""
+    s = Scenario(_arch("deepseek_v3"), H200, work=Workload(tp_size=8, weight_dtype_bytes=1))
+    ds = s.arch
+    padded, flat = (
+        cm.step_terms(replace(s, eff=replace(cm.DEFAULT_EFFICIENCY, moe_tile_tokens=t)), 1, 1, 1024)
+        for t in (16, 0)
+    )
+    assert padded.expert_linear_s == pytest.approx(16 * flat.expert_linear_s)
+    assert padded.expert_fixed_s == 0  # no per-expert constant by default
+    plain, verify = (cm.step_terms(s, 1, q, 1024) for q in (1, 2))
+    assert verify.experts_s / plain.experts_s == pytest.approx(2 - 8 / 256, rel=1e-3)
+    assert verify.total_s - plain.total_s == pytest.approx(verify.experts_s - plain.experts_s, rel=0.1)
+    no_shared = replace(ds, shared_experts=0)
+    shared = cm.param_split(ds)[0] - cm.param_split(no_shared)[0]
+    assert shared == (ds.num_layers - ds.dense_layers) * 3 * ds.hidden_size * ds.moe_intermediate_size
+    assert cm.param_split(ds)[1] == cm.param_split(no_shared)[1]
+
+
+def test_error_band_from_held_out_points_and_what_was_not_checked() -> None:
+    from kit.decide.costmodel.validation import HELD_OUT, error_band, gpu_class
+
+    band = error_band("H200", moe=False, draft="mtp", engine="sglang")
+    assert band.outside == [] and band.points == sum(h.points for h in HELD_OUT)
+    assert band.lo == min(h.min_error for h in HELD_OUT) and band.hi == max(h.max_error for h in HELD_OUT)
+    low, high = band.around(1.5)
+    assert low == pytest.approx(1.5 / (1 + band.hi)) and high == pytest.approx(1.5 / (1 + band.lo))
+    far = error_band("B200", moe=True, draft="ngram", engine="vllm")
+    assert len(far.outside) == 3 and "Blackwell" in far.outside_sentence and "ngram" in far.outside_sentence
+    assert [gpu_class(g) for g in ("NVIDIA H100 80GB HBM3", "A100 80GB", "RTX 3090", "GB300", "L40S")] == [
+        "Hopper", "Ampere", "Ampere", "Blackwell", "Ada",
+    ]  # fmt: skip
 
 
 def test_hybrid_state_and_snapshots_count_in_bytes() -> None:

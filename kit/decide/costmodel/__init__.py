@@ -10,6 +10,8 @@ GPU's datasheet, with no engine running.
 - scenario.py    `Scenario`: arch, hardware, efficiency, `Workload`, `Draft`; what every function takes
 - step.py        step time T(B, q, L) as named terms; `MODEL_ERROR`, the error the validation supports
 - drafts.py      draft cost per kind: MTP, EAGLE / EAGLE-3, draft model, self-speculation, n-gram
+- engines.py     speculative fixed costs per engine family (draft pass, iteration, sequence), sourced
+- validation.py  the model's measured error on held-out published tables, and what it was checked on
 - acceptance.py  accept length <-> acceptance rate, checked against the draft length
 - predict.py     tokens/s over a concurrency ladder, the crossover, the best arm
 - fit.py         the efficiency fitted to a measured sweep or a step profile (least squares)
@@ -25,6 +27,7 @@ from kit.decide.costmodel.acceptance import (
     check_accept_length,
 )
 from kit.decide.costmodel.drafts import draft_for, draft_from_config, draft_time, draft_weight_bytes
+from kit.decide.costmodel.engines import ENGINE_COSTS, EngineCosts, engine_costs, with_engine
 from kit.decide.costmodel.fit import fit_efficiency, fit_to_sweep, predict_sweep
 from kit.decide.costmodel.hardware import DEFAULT_EFFICIENCY, Efficiency, Hardware
 from kit.decide.costmodel.predict import (
@@ -56,6 +59,7 @@ from kit.decide.costmodel.step import (
 
 __all__ = [
     "DEFAULT_EFFICIENCY",
+    "ENGINE_COSTS",
     "MODEL_ERROR",
     "MTP",
     "NGRAM",
@@ -63,6 +67,7 @@ __all__ = [
     "Capacity",
     "Draft",
     "Efficiency",
+    "EngineCosts",
     "Hardware",
     "Scenario",
     "StepShape",
@@ -81,6 +86,7 @@ __all__ = [
     "draft_from_config",
     "draft_time",
     "draft_weight_bytes",
+    "engine_costs",
     "fit_efficiency",
     "fit_to_sweep",
     "is_compute_bound",
@@ -95,6 +101,7 @@ __all__ = [
     "step_time",
     "throughput",
     "weight_bytes",
+    "with_engine",
     "with_ratio",
     "workload_dict",
 ]

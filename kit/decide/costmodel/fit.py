@@ -34,6 +34,8 @@ BOUNDS = {
     "layer_s": (0.0, 0.05),
     "allreduce_s": (0.0, 0.01),
     "spec_seq_s": (0.0, 0.01),
+    "spec_iter_s": (0.0, 0.05),
+    "moe_layer_s": (0.0, 0.01),
     "ngram_seq_s": (0.0, 0.01),
     "draft_pass_s": (0.0, 0.01),
     "expert_s": (0.0, 1e-4),

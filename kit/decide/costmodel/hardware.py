@@ -48,8 +48,10 @@ class Efficiency:
 
     Defaults (docs/costmodel.md, "Where the constants come from"): the kernel factors (bw to
     sharpness) are `calibrate_many` of the H200 profiles of Qwen3-32B and Llama-3.1-8B
-    (docs/h200/); the fixed costs (overhead_s to spec_seq_s) are fitted on two of the five published
-    tables (SGLang's GB300 cookbook and MagicDec); the other three are held out. `calibrate`
+    (docs/h200/); `overhead_s`, `layer_s` and `allreduce_s` are set from measurements; SGLang's
+    speculative fixed costs (`draft_pass_s`, `spec_iter_s`, `spec_seq_s`; other engine families:
+    kit.decide.costmodel.engines) and `verify_kv_bw` are fitted on two of the seven published tables
+    (SGLang's GB300 cookbook and MagicDec); the other five are held out. `calibrate`
     (kit.decide.profile.profiler) and `fit_to_sweep` (kit.decide.costmodel.fit) refit them for a
     device or an engine.
     """
@@ -75,6 +77,10 @@ class Efficiency:
     spec_seq_s: float = 0.0
     """Host bookkeeping per running sequence in a speculative iteration (accept / reject, KV slots),
     which engines do not overlap with the GPU as they do a plain step's scheduling."""
+    spec_iter_s: float = 0.0
+    """Per speculative iteration, whatever the batch: what an engine adds to a verify step beyond its
+    kernels and the draft passes (rejection sampling, the draft's input preparation, the extra host
+    sync); kit.decide.costmodel.engines gives it per engine family."""
     ngram_seq_s: float = 5e-6
     """Host time of an n-gram (prompt lookup) proposal per sequence and iteration (not fitted on any
     published table: none measures n-gram; the CPU sweep refits it, docs/cpu_validation.md)."""
@@ -82,10 +88,16 @@ class Efficiency:
     """Fraction of the decode kernels' KV bandwidth that attention reaches when each sequence brings
     q > 1 query tokens (verify): engines send those to prefill-type kernels, which do not split a
     long context across thread blocks the way decode kernels do."""
-    expert_s: float = 2e-6
+    expert_s: float = 0.0
     """Per routed expert a step touches, per MoE layer: what the fused-MoE kernels pay for each active
     expert beyond its weight bytes (its own padded token tile, a partial wave of thread blocks, the
     routing metadata), added to the expert term rather than hidden under its soft maximum."""
+    moe_layer_s: float = 0.0
+    """Per MoE layer per forward pass: the fused-MoE kernels' own launches and routing (top-k, token
+    sort and align, the combine), whatever the number of experts touched."""
+    moe_tile_tokens: float = 16.0
+    """Rows of one grouped-GEMM tile (fused-MoE BLOCK_SIZE_M: 16 in SGLang's and vLLM's tuned configs
+    for small batches): an active expert computes whole tiles, however few tokens it got."""
     draft_pass_s: float = 2.32e-4
     """Fixed cost of one draft forward pass beyond its kernels' bytes and FLOPs: the launches, the
     sampling of the drafted token and the sync before the next pass (a chain of k drafts runs k
@@ -109,9 +121,12 @@ class Efficiency:
             self.layer_s,
             self.allreduce_s,
             self.spec_seq_s,
+            self.spec_iter_s,
             self.ngram_seq_s,
             self.draft_pass_s,
             self.expert_s,
+            self.moe_layer_s,
+            self.moe_tile_tokens,
         )
         if min(*fixed, self.gemm_half_tokens, self.attn_half_rows) < 0:
             raise CostModelError("fixed costs and half-efficiency points must be >= 0")

@@ -68,7 +68,8 @@ def iteration_time(s: Scenario, B: int, k: int) -> float:
     L = s.context
     if k == 0:
         return step_time(s, B, 1, L)
-    return step_time(s, B, k + 1, L) + draft_time(s, B, k, L) + B * s.eff.spec_seq_s
+    spec = s.eff.spec_iter_s + B * s.eff.spec_seq_s
+    return step_time(s, B, k + 1, L) + draft_time(s, B, k, L) + spec
 
 
 TERM_NAMES = {
@@ -93,7 +94,7 @@ def iteration_shares(s: Scenario, B: int, k: int) -> dict[str, float]:
     seconds = {name: getattr(t, attr) for attr, name in TERM_NAMES.items()}
     if k:
         seconds["drafting"] = draft_time(s, B, k, L)
-        seconds["speculative bookkeeping"] = B * s.eff.spec_seq_s
+        seconds["speculative bookkeeping"] = s.eff.spec_iter_s + B * s.eff.spec_seq_s
     total = sum(seconds.values()) or 1.0
     return {name: v / total for name, v in seconds.items() if v > 0}
 

@@ -19,7 +19,11 @@ Per GPU:
 - state_s     = (2 B S + [q > 1] B (q + 2) S) / (tp bw e_bw)   recurrent state of hybrid models,
                 with one snapshot per verified token and the accepted one copied back
 - fixed_s     = overhead (scheduler, sampling) + n_layers layer_s (launch gaps, small kernels)
-- expert_fixed_s = n_moe_layers E_touched expert_s   (fused-MoE cost per active expert, added)
+- experts_s / expert_linear_s: the routed experts apart from the dense weights (shared experts are
+                dense): the touched experts' bytes, and their grouped GEMMs over whole tiles of
+                `moe_tile_tokens` rows per active expert (few tokens per expert waste most of a tile)
+- expert_fixed_s = n_moe_layers (moe_layer_s + E_touched expert_s)   (both 0 by default: no
+                measurement prices a fused-MoE layer beyond its bytes and padded math)
 - comm_s      = [tp > 1] 2 n_layers (allreduce_s + 2 (tp - 1) / tp n h 2 / link_bw)
 
 A kernel's memory and compute times join through a soft maximum `(m^p + c^p)^(1/p)` (p =
@@ -35,6 +39,7 @@ docs/costmodel.md. `MODEL_ERROR` is the error band the validation supports.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from kit.arch import ModelArch
@@ -136,6 +141,15 @@ def attention_flops(arch: ModelArch, tokens: float, L: float) -> float:
     return 2 * tokens * L * arch.full_attention_layers * arch.num_heads * (d_qk + d_v)
 
 
+def _tile_padding(tokens_per_expert: float, tile: float) -> float:
+    """Rows a grouped GEMM computes per row it needs: each active expert's tokens are padded up to
+    whole tiles of `tile` rows (fused-MoE kernels' BLOCK_SIZE_M), so few tokens per expert waste most
+    of a tile's math (1 when `tile` is 0)."""
+    if tile <= 0 or tokens_per_expert <= 0:
+        return 1.0
+    return math.ceil(tokens_per_expert / tile) * tile / tokens_per_expert
+
+
 def _efficiency(peak_fraction: float, size: float, half: float) -> float:
     return peak_fraction * size / (size + half)
 
@@ -152,6 +166,7 @@ def step_terms(s: Scenario, B: int, q: int, L: float) -> StepTerms:
     dense, routed, routed_active, head = param_split(arch)
     touched = experts_touched(arch, n)
     per_expert = n * arch.experts_per_token / max(touched * arch.num_experts, 1e-9) if arch.is_moe else 0
+    padding = _tile_padding(per_expert, eff.moe_tile_tokens)
     _, _, group = attention_dims(arch)
     shards = 1 if arch.is_mla else min(tp, max(arch.num_kv_heads, 1))
     kv_tok = arch.kv_bytes_per_token(shape.kv_dtype_bytes)
@@ -162,7 +177,11 @@ def step_terms(s: Scenario, B: int, q: int, L: float) -> StepTerms:
         linear_s=2 * (dense + head) * n / (tp * peak * _efficiency(e_flops, n, eff.gemm_half_tokens)),
         experts_s=routed * touched * wb / (tp * bw),
         expert_linear_s=(
-            2 * routed_active * n / (tp * peak * _efficiency(e_flops, per_expert, eff.gemm_half_tokens))
+            2
+            * routed_active
+            * n
+            * padding
+            / (tp * peak * _efficiency(e_flops, per_expert, eff.gemm_half_tokens))
             if arch.is_moe
             else 0.0
         ),
@@ -176,7 +195,8 @@ def step_terms(s: Scenario, B: int, q: int, L: float) -> StepTerms:
             else 0.0
         ),
         fixed_s=eff.overhead_s + arch.num_layers * eff.layer_s,
-        expert_fixed_s=(arch.num_layers - arch.dense_layers) * touched * arch.num_experts * eff.expert_s
+        expert_fixed_s=(arch.num_layers - arch.dense_layers)
+        * (eff.moe_layer_s + touched * arch.num_experts * eff.expert_s)
         if arch.is_moe
         else 0.0,
         comm_s=allreduce_time(arch.num_layers, n, arch.hidden_size, hw, eff, tp),
