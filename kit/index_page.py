@@ -13,9 +13,11 @@ from pathlib import Path
 from matplotlib.figure import Figure
 
 from kit.artifacts import Summary
+from kit.decide.costmodel.validation import ErrorBand
 from kit.decide.decision import speculation_label
 from kit.decide.plots import throughput_alt, throughput_curves
 from kit.decide.verdict import decision_answer
+from kit.decide.whatif_model import band_for_run
 from kit.decide.worth import worth_for_run
 from kit.display import Answer, timestamp
 from kit.generate.verdict import (
@@ -124,7 +126,8 @@ def _key_figure(folder: RunFolder) -> str:
         return f"<figure><figcaption>{why}</figcaption></figure>"
     name = speculation_label(saved_params(folder.params))
     fig = Figure(figsize=(6.4, 3.8))
-    throughput_curves(decision, fig.subplots(), name)
+    band = band_for_run(folder)
+    throughput_curves(decision, fig.subplots(), name, band)
     fig.tight_layout()
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=100)
@@ -133,8 +136,17 @@ def _key_figure(folder: RunFolder) -> str:
         f"<figure><img alt='{html.escape(throughput_alt(decision, name), quote=True)}' "
         f"src='data:image/png;base64,{data}'><figcaption>Output tokens/s per arm and concurrency: "
         "measured by the sweep (points) and predicted by the cost model (dashed). "
+        f"{html.escape(_band_caption(band))}"
         f"<a href='{folder.report_page(DECIDE_PAGE).name}'>Decision page</a>.</figcaption></figure>"
     )
+
+
+def _band_caption(band: ErrorBand | None) -> str:
+    """What the shading is, and what of the run the model was not checked on."""
+    if band is None:
+        return ""
+    outside = f" This run lies {band.outside_sentence}." if band.outside else ""
+    return f"Shaded: where the truth lay for the speculative predictions, the model's {band.label}.{outside} "
 
 
 def index_html(folder: RunFolder, pages: list[tuple[Path, list[str]]]) -> str:

@@ -238,3 +238,23 @@ def test_nothing_in_memory_is_said_in_the_caption(basis: RunBasis) -> None:
     w.set(gpu="L4", context=131072)
     assert w.crossover is None and w.ladder.ratio.isna().all()
     assert "not one sequence fits in memory" in w.caption and w.image is not None
+
+
+def test_the_band_is_the_held_out_error_and_says_what_was_not_checked(gpu_run: RunFolder) -> None:
+    """The shading is the model's error on held-out published tables (not a fixed ±), around the
+    prediction; a scenario outside what those tables covered says so in the caption."""
+    from kit.decide.costmodel.validation import HELD_OUT
+    from kit.index_page import _key_figure
+
+    w = what_if(gpu_run, interactive=False)
+    band = w.prediction.band
+    assert band.lo == min(h.min_error for h in HELD_OUT) and band.hi == max(h.max_error for h in HELD_OUT)
+    assert band.label in w.caption and "outside" not in w.caption  # Qwen3-32B, MTP, H200: all checked
+    ax = draw(w.basis, w.prediction)
+    shaded = ax.collections[0].get_paths()[0].vertices[:, 1]
+    ratio = w.ladder.dropna(subset=["ratio"]).ratio
+    assert shaded.max() == pytest.approx((ratio / (1 + band.lo)).max(), rel=1e-6)
+    far = w.set(gpu="B200")
+    assert "outside what the model was checked on: GPU class Blackwell" in w.caption and far.band.outside
+    figure = _key_figure(gpu_run)
+    assert "held-out error" in figure and "Shaded" in figure

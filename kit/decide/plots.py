@@ -11,6 +11,7 @@ import pandas as pd
 import seaborn as sns
 
 from kit.artifacts import Decision
+from kit.decide.costmodel.validation import ErrorBand
 from kit.engines.arms import Arm, arm_label
 
 
@@ -64,8 +65,12 @@ def throughput_alt(decision: Decision, name: str = "MTP") -> str:
     return "; ".join(parts) + f". Chosen: {_chosen(decision, name)} ({decision.decided_by})."
 
 
-def throughput_curves(decision: Decision, ax: Any = None, name: str = "MTP") -> Any:
-    """Predicted output tokens/s per arm over concurrency (lines), measured points over them."""
+def throughput_curves(
+    decision: Decision, ax: Any = None, name: str = "MTP", band: ErrorBand | None = None
+) -> Any:
+    """Predicted output tokens/s per arm over concurrency (lines), measured points over them; with a
+    `band`, each speculative arm's prediction shaded by the model's held-out error (the plain arm is
+    the reference the published ratios were measured against)."""
     t = _table(decision, name)
     ax = ax or plt.subplots(figsize=(7, 4))[1]
     arms = list(dict.fromkeys(t.arm))
@@ -75,6 +80,9 @@ def throughput_curves(decision: Decision, ax: Any = None, name: str = "MTP") -> 
     for arm, g in pred.groupby("arm", sort=False):
         label = f"{arm} predicted" + (" (calibrated)" if calibrated else "")
         ax.plot(g.concurrency, g.predicted_tok_s, "--", color=palette[arm], label=label)
+        if band is not None and (g.spec_k > 0).all():
+            low, high = zip(*(band.around(y) for y in g.predicted_tok_s), strict=True)
+            ax.fill_between(g.concurrency, low, high, color=palette[arm], alpha=0.12, lw=0)
         if "predicted_before_tok_s" in g and g.predicted_before_tok_s.notna().any():
             ax.plot(
                 g.concurrency, g.predicted_before_tok_s.astype(float), ":", color=palette[arm], alpha=0.35

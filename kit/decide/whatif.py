@@ -21,7 +21,6 @@ import matplotlib.pyplot as plt
 import pandas as pd
 import seaborn as sns
 
-from kit.decide import costmodel as cm
 from kit.decide.whatif_model import (
     COLUMNS,
     K_MAX,
@@ -44,17 +43,20 @@ LIVE_NOTE = (
 
 
 def draw(basis: RunBasis, p: Prediction, ax: Any = None) -> Any:
-    """Ratio vs concurrency (log2 axis) for the scenario, the 1.0 line and the model's error band,
-    the crossover marked, the sweep's measured ratios as points (the same whatever the scenario)."""
+    """Ratio vs concurrency (log2 axis) for the scenario, shaded where the truth lay given the model's
+    error on held-out published tables (kit.decide.costmodel.validation), the 1.0 line, the crossover
+    marked, the sweep's measured ratios as points (the same whatever the scenario)."""
     s, m = p.scenario, basis.measured
     ax = ax or plt.subplots(figsize=(7, 4))[1]
     colors = sns.color_palette(n_colors=max([K_MAX, s.k, *m.spec_k]) + 1)
     t = p.ladder.dropna(subset=["ratio"])
-    band = f"within the model's ±{cm.MODEL_ERROR:.0%}"
-    ax.axhspan(1 - cm.MODEL_ERROR, 1 + cm.MODEL_ERROR, color="grey", alpha=0.1, lw=0, label=band)
     ax.axhline(1.0, color="grey", ls="--", lw=1)
     label = f"predicted {basis.name} k={s.k}, accept length {s.accept_length:.2f}"
     ax.plot(t.concurrency, t.ratio, "o-", ms=3, color=colors[s.k], label=label)
+    low, high = zip(*(p.band.around(r) for r in t.ratio), strict=True) if len(t) else ((), ())
+    outside = " (scenario outside what it was checked on)" if p.band.outside else ""
+    band = f"the model's {p.band.label}{outside}"
+    ax.fill_between(t.concurrency, low, high, color=colors[s.k], alpha=0.15, lw=0, label=band)
     if p.crossover:
         ax.axvline(p.crossover, color=colors[s.k], ls=":", lw=1.2)
         left = p.crossover**2 > s.concurrency[0] * s.concurrency[1]  # right half: text to the left
@@ -93,7 +95,7 @@ def _axes(ax: Any, p: Prediction, measured: pd.DataFrame, shown: pd.DataFrame) -
     ax.set_xticks(ticks, [str(c) for c in ticks])
     ax.minorticks_off()
     ax.set_xlim(lo / 1.3, hi * 1.3)
-    top = max([1.5, *(1.1 * shown.ratio), *(1.1 * measured.ratio)])
+    top = max([1.5, *(1.1 * shown.ratio.map(lambda r: p.band.around(r)[1])), *(1.1 * measured.ratio)])
     ax.set_ylim(0, top)
     ax.set(xlabel="concurrent requests", ylabel="speculative / plain output tokens/s (x)")
     ax.legend(fontsize="small", loc="best")

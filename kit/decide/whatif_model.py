@@ -35,6 +35,7 @@ from kit.decide.costmodel import (
     predict_ladder,
 )
 from kit.decide.costmodel import accept_length as accept_length_of
+from kit.decide.costmodel.validation import ErrorBand, error_band
 from kit.decide.decision import speculation_label
 from kit.decide.worth import decision_efficiency, decision_hardware
 from kit.engines.arms import Arm
@@ -76,6 +77,8 @@ class Prediction:
     scenario: WhatIfScenario
     ladder: pd.DataFrame
     crossover: int | None
+    band: ErrorBand
+    """The model's measured error on held-out tables, and what of this scenario they did not cover."""
 
 
 def gpu_names() -> list[str]:
@@ -301,7 +304,23 @@ def predict_scenario(
     grid = concurrency_grid(*scenario.concurrency)
     s = basis.scenario(scenario.gpu, scenario.context)
     ladder = scenario_ladder(s, k, scenario.accept_length, grid)
-    return Prediction(scenario, ladder, spec_wins_up_to(ladder))
+    band = error_band(scenario.gpu, basis.arch.is_moe, basis.draft.kind)
+    return Prediction(scenario, ladder, spec_wins_up_to(ladder), band)
+
+
+def band_for_run(folder: RunFolder) -> ErrorBand | None:
+    """The held-out error band of a run's predictions (its hardware, model, draft kind and engine),
+    or None when its decision, params or model config cannot be read."""
+    decision = folder.read_decision(lenient=True)
+    if decision is None or "hardware" not in decision:
+        return None
+    try:
+        params = load_params(folder.params)
+        arch = load_arch(params.model.path)
+        draft = draft_for(params.decide, params.engine.speculative)
+    except (KitError, OSError, ValueError, KeyError, TypeError):
+        return None
+    return error_band(decision_hardware(decision).name, arch.is_moe, draft.kind, params.engine.flavor)
 
 
 def caption_text(basis: RunBasis, p: Prediction) -> str:
@@ -313,7 +332,9 @@ def caption_text(basis: RunBasis, p: Prediction) -> str:
     if not basis.on_gpu and s.gpu != basis.run_gpu:
         gpu += " (the run had no GPU)"
     head = f"{gpu} · accept length {s.accept_length:.2f} · k={s.k} · context {context_label(s.context)}"
-    return f"{head}: {_verdict(p)}; measured points: {len(basis.measured)}"
+    band = f"band: the model's {p.band.label}"
+    outside = f"; {p.band.outside_sentence}" if p.band.outside else ""
+    return f"{head}: {_verdict(p)}; {band}{outside}; measured points: {len(basis.measured)}"
 
 
 def _verdict(p: Prediction) -> str:
@@ -326,8 +347,8 @@ def _verdict(p: Prediction) -> str:
     at = f"x{t.ratio.iloc[0]:.2f} at {int(t.concurrency.iloc[0])}"
     if p.crossover is None:
         return f"plain decoding predicted to win at every concurrency from {lo} to {hi} ({at})"
-    clear = t[t.ratio > 1 + cm.MODEL_ERROR]
-    band = f"the model's ±{cm.MODEL_ERROR:.0%}"
+    clear = t[t.ratio.map(lambda r: p.band.around(r)[0]) > 1]
+    band = "the model's held-out error"
     clearly = (
         f"beyond {band} up to {int(clear.concurrency.max())}" if len(clear) else f"nowhere beyond {band}"
     )
