@@ -36,6 +36,10 @@ class RunFolderError(KitError):
     """The run folder holds work that the requested action would overwrite or mix with."""
 
 
+class ExportError(KitError):
+    """A run cannot be exported as asked (incomplete, an output folder in the way, a bad option)."""
+
+
 class CostModelError(KitError):
     """Inputs to the cost model are out of range (acceptance, accept length, batch beyond memory...)."""
 

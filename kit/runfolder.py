@@ -392,6 +392,11 @@ class RunFolder:
         return self.root / "compare"
 
     @property
+    def dataset(self) -> Path:
+        """Notebook 04's export of the run as training data (kit.export; `kit export` takes any --to)."""
+        return self.root / "dataset"
+
+    @property
     def logs(self) -> Path:
         return self.root / "logs"
 

@@ -9,8 +9,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 KIT = Path(__file__).resolve().parent.parent / "kit"
-STAGES = ("probe", "decide", "generate", "analyse")
-"""Stage packages in pipeline order: each may import the ones before it, never one after it."""
+STAGES = ("probe", "decide", "generate", "analyse", "export")
+"""Stage packages in pipeline order (export: after the run, kit export): each may import the ones
+before it, never one after it."""
 WIRING = {"kit.cli", "kit.stages", "kit.notebooks", "kit.report", "kit.index_page"}
 """Modules above every stage: they call the stages (or read what all of them wrote)."""
 

@@ -47,6 +47,9 @@ class Adapted:
     messages: list[dict[str, str]]
     tools: str | None = None
     meta: dict[str, Any] = field(default_factory=dict)
+    row_id: str | None = None
+    """The source's own id of the row, where the row function reads it (an OpenAI batch line's
+    `custom_id`); else the adapter's `id_column`, else the row's position."""
 
 
 @dataclass(frozen=True)
@@ -59,6 +62,8 @@ class Adapter:
     id_column: str | None = None
     language_columns: tuple[str, ...] = ()
     doc: str = ""
+    lines: bool = False
+    """Rows are the lines of a file (`dataset: text`): errors name line `index + 1`."""
 
     def check_columns(self, source: str, found: Sequence[str]) -> None:
         """Raise `DataError` when the dataset lacks a column this adapter needs."""
@@ -80,8 +85,9 @@ class Adapter:
         try:
             out = self.fn(row)
         except DataError as e:
-            raise DataError(f"source '{source}' row {index}: {e}") from None
-        row_id = row.get(self.id_column) if self.id_column else None
+            where = f"line {index + 1}" if self.lines else f"row {index}"
+            raise DataError(f"source '{source}' {where}: {e}") from None
+        row_id = out.row_id if out.row_id is not None else row.get(self.id_column) if self.id_column else None
         return PromptRow(
             messages=out.messages,
             tools=out.tools,
@@ -96,7 +102,12 @@ _META_JSON = json.JSONEncoder(ensure_ascii=False, sort_keys=True, default=str)
 
 
 def adapter(
-    name: str, *, columns: Sequence[str], id_column: str | None = None, language: Sequence[str] = ()
+    name: str,
+    *,
+    columns: Sequence[str],
+    id_column: str | None = None,
+    language: Sequence[str] = (),
+    lines: bool = False,
 ) -> Callable[[Callable[[Mapping[str, Any]], Adapted]], Callable[[Mapping[str, Any]], Adapted]]:
     """Register `fn` as the adapter `name` for datasets with `columns`."""
 
@@ -104,7 +115,7 @@ def adapter(
         if name in _REGISTRY:
             raise ValueError(f"adapter '{name}' is registered twice")
         doc = (fn.__doc__ or "").strip().splitlines()[0] if fn.__doc__ else ""
-        _REGISTRY[name] = Adapter(name, fn, tuple(columns), id_column, tuple(language), doc)
+        _REGISTRY[name] = Adapter(name, fn, tuple(columns), id_column, tuple(language), doc, lines)
         return fn
 
     return register

@@ -139,7 +139,7 @@ def _run_sources(
         del dataset
         plans.append(plan.run(progress=progress))
         plan.release()
-        short = shortfall(plan)
+        short = shortfall(plan) or bad_lines(plan)
         if short and plan.kept_count == 0:
             raise DataError(short)
         if short:
@@ -304,6 +304,21 @@ def shortfall(plan: SourcePlan) -> str | None:
         parts.append(f"all {row['available']} rows of the dataset were examined")
     fixes = [FILTER_FIXES[r] for r in drops] or ["lower the count, or add rows to the dataset"]
     return "; ".join(parts) + ". To fix: " + "; ".join(fixes) + "."
+
+
+def bad_lines(plan: SourcePlan) -> str | None:
+    """The lines of a file-of-lines source (an OpenAI batch file) dropped as malformed, named, or None:
+    each is left out and every other line kept."""
+    bad = plan.dropped.counts["malformed"]
+    if not plan.adapter.lines or not bad:
+        return None
+    shown = "; ".join(detail for _, detail in plan.dropped.first["malformed"])
+    return (
+        f"source '{plan.source.name}': {bad} line(s) of its file cannot be sent and are left out, the "
+        f"other {plan.kept_count} kept: {shown}"
+        + (" ..." if bad > len(plan.dropped.first["malformed"]) else "")
+        + ". To fix: correct those lines (kit export --format openai_batch answers them with an error)"
+    )
 
 
 def _check_sources(data: DataParams) -> None:

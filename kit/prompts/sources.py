@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from kit.errors import DataError
+from kit.prompts import openai_batch as _openai_batch  # noqa: F401  (registers the openai_batch adapter)
 from kit.prompts.adapters import (
     Adapted,
     _short,

@@ -1,0 +1,145 @@
+"""`kit export` at scale: time and peak memory of an export of a synthetic run of N rows.
+
+    .venv/bin/python benchmarks/bench_export.py --rows 200000 --out /tmp/bench_export
+    .venv/bin/python benchmarks/bench_export.py --rows 2000000 --out /tmp/bench_export --no-near
+    .venv/bin/python benchmarks/bench_export.py --rows 20000 --out /tmp/bench_export   # a quick check
+
+Writes a run folder as stage 3 leaves it (shards of 20,000 rows in the row schema, ~1.3 KB of text
+a row: a prompt, a `<think>` block and an answer; 1% empty answers, 2% cut by max_tokens, 0.5% exact
+copies; a complete manifest; params.yaml with `analyse.near_duplicates` on, or off with --no-near),
+then runs `export_run` in a fresh child process: wall and CPU time, peak RSS (`ru_maxrss`), the files
+written and their sizes. Results: `<out>/bench_export-<rows>.json` (docs/export.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import resource
+import subprocess
+import sys
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+SHARD_ROWS = 20_000
+
+
+def make_run(root: Path, rows: int, near: bool) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from kit.artifacts import Manifest
+    from kit.demo import fixture_text as ft
+    from kit.generate.store import ROW_SCHEMA
+    from kit.params import RunParams, dump_params
+    from kit.runfolder import RunFolder
+
+    folder = RunFolder(root).ensure()
+    params = RunParams(run=root.name, model={"path": str(root / "model")}, analyse={"near_duplicates": near})
+    folder.params.write_text(dump_params(params))
+    rng = random.Random(0)
+    now = datetime.now(timezone.utc)
+    for start in range(0, rows, SHARD_ROWS):
+        batch = []
+        for i in range(start, min(start + SHARD_ROWS, rows)):
+            prompt = ft.request(rng) + f" (case {i})"
+            answer = " ".join(ft.answer(rng) for _ in range(3)) + f" Answer {i}."
+            cut = rng.random() < 0.02
+            completion = f"<think>{ft.answer(rng)}</think>{answer}"
+            if rng.random() < 0.01:
+                completion = "<think>hm</think>"
+            elif rng.random() < 0.005:
+                completion = "The same answer, again."
+            batch.append(
+                {
+                    "id": f"{i:016x}",
+                    "prompt_id": f"{i:016x}",
+                    "sample_index": 0,
+                    "source": f"s{i % 6}",
+                    "messages": [{"role": "user", "content": prompt}],
+                    "tools": None,
+                    "completion": completion,
+                    "reasoning": None,
+                    "tool_calls": None,
+                    "finish_reason": "length" if cut else "stop",
+                    "prompt_tokens": 30,
+                    "completion_tokens": 200,
+                    "reasoning_tokens": None,
+                    "latency_s": 1.0,
+                    "ttft_s": 0.1,
+                    "accept_length": None,
+                    "engine": "{}",
+                    "sampling": "{}",
+                    "sampling_hash": "h",
+                    "finished_at": now,
+                }
+            )
+        path = folder.generations / f"part-{start // SHARD_ROWS:05d}.parquet"
+        pq.write_table(pa.Table.from_pylist(batch, schema=ROW_SCHEMA), path)
+    folder.shard(0, 1).write_manifest(Manifest(run=root.name, complete=True, status="complete", rows=rows))
+
+
+def child(run: Path, to: Path) -> dict:
+    from kit.export import ExportOptions, export_run
+
+    t0, c0 = time.perf_counter(), time.process_time()
+    result = export_run(run, ExportOptions(to=to, overwrite=True), progress=False)
+    return {
+        "wall_s": round(time.perf_counter() - t0, 1),
+        "cpu_s": round(time.process_time() - c0, 1),
+        "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+        "splits": result.splits,
+        "drop_reasons": result.reasons,
+        "files": {p.name: round(p.stat().st_size / 2**20, 1) for p in result.files},
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rows", type=int, default=200_000)
+    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument(
+        "--no-near", action="store_true", help="analyse.near_duplicates: false in the run's params"
+    )
+    ap.add_argument("--child", nargs=2, type=Path, help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.child:
+        print(json.dumps(child(*args.child)))
+        return
+    run = args.out / f"run-{args.rows}"
+    t0 = time.perf_counter()
+    if not (run / "manifest.json").exists():
+        make_run(run, args.rows, near=not args.no_near)
+    made_s = round(time.perf_counter() - t0, 1)
+    cmd = [
+        sys.executable,
+        __file__,
+        "--out",
+        str(args.out),
+        "--child",
+        str(run),
+        str(args.out / f"export-{args.rows}"),
+    ]
+    done = subprocess.run(cmd, capture_output=True, text=True)
+    if done.returncode != 0:
+        sys.exit(done.stderr[-3000:])
+    result = {
+        "rows": args.rows,
+        "near_duplicates": not args.no_near,
+        "run_made_s": made_s,
+        **json.loads(done.stdout.strip().splitlines()[-1]),
+    }
+    shards = sorted((run / "generations").glob("part-*.parquet"))
+    result["run_shards_mb"] = round(sum(p.stat().st_size for p in shards) / 2**20, 1)
+    path = args.out / f"bench_export-{args.rows}.json"
+    path.write_text(json.dumps(result, indent=2))
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()

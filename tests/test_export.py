@@ -1,0 +1,260 @@
+"""kit export: a run folder as a dataset folder. Rows are put on disk without an engine (a real plan
+of the fixture data, rows as stage 3 writes them, a failure log, a manifest); the folder is read back
+with `datasets.load_dataset` and its card with `huggingface_hub.DatasetCard`."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import datasets
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import yaml
+from datasets.info import DatasetInfosDict
+from fixtures_outputs import NEW_SCHEMA, write_run
+from huggingface_hub import DatasetCard, DatasetCardData
+
+from kit.artifacts import Manifest
+from kit.errors import ExportError
+from kit.export import DEFAULT_DROP, ExportOptions, export_run, parse_drop, push_folder
+from kit.params import DataParams, RunParams, dump_params
+from kit.prompts.plan import build_plan
+from kit.runfolder import RunFolder
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def made_row(prompt: dict, completion: str = "an answer", finish: str = "stop") -> dict:
+    return {
+        "id": prompt["id"],
+        "prompt_id": prompt["id"],
+        "sample_index": 0,
+        "source": prompt["source"],
+        "messages": prompt["messages"],
+        "tools": prompt["tools"],
+        "completion": completion,
+        "finish_reason": finish,
+        "prompt_tokens": prompt["prompt_tokens"],
+        "completion_tokens": 5,
+        "latency_s": 0.1,
+        "engine": json.dumps({"flavor": "transformers"}),
+        "sampling": json.dumps({"max_tokens": 16}),
+        "sampling_hash": "h",
+    }
+
+
+def planned_run(root: Path, fixture_data: Path, complete: bool = True) -> tuple[RunFolder, dict[str, str]]:
+    """A run folder with a real plan of three fixture sources, rows for all prompts but two (failed),
+    one empty answer, one cut by max_tokens, one duplicate pair; the planted reason of each id."""
+    folder = RunFolder(root).ensure()
+    sources = [
+        {
+            "name": s,
+            "adapter": s,
+            "dataset": "json",
+            "data_files": [str(fixture_data / f"{s}.jsonl")],
+            "count": 6,
+        }
+        for s in ("webinstructsub", "metamathqa", "codefeedback")
+    ]
+    params = RunParams(run=root.name, model={"path": str(root / "model")}, data={"sources": sources})
+    folder.params.write_text(dump_params(params))
+    build_plan(DataParams(sources=sources), None, folder.prompts, folder.plan, progress=False)
+    prompts = pq.read_table(folder.prompts).to_pylist()
+    planted: dict[str, str] = {}
+    rows = []
+    for i, p in enumerate(prompts):
+        if i in (0, 7):
+            planted[p["id"]] = "failed"
+            continue
+        if i == 1:
+            rows.append(made_row(p, "   "))
+            planted[p["id"]] = "empty"
+        elif i == 2:
+            rows.append(made_row(p, "a long answer that was cut", finish="length"))
+            planted[p["id"]] = "truncated"
+        elif i in (3, 4):
+            rows.append(made_row(p, "the very same answer, twice over"))
+            planted[p["id"]] = "duplicate" if i == 4 else "kept"
+        else:
+            rows.append(made_row(p, f"answer number {i} about {p['source']}"))
+            planted[p["id"]] = "kept"
+    for k, part in enumerate((rows[:7], rows[7:])):
+        pq.write_table(
+            pa.Table.from_pylist(part, schema=NEW_SCHEMA), folder.generations / f"part-{k:05d}.parquet"
+        )
+    with folder.failures.open("w") as f:
+        for i in (0, 7):
+            p = prompts[i]
+            f.write(
+                json.dumps({"id": p["id"], "source": p["source"], "reason": "http_500", "error": "boom"})
+                + "\n"
+            )
+    folder.shard(0, 1).write_manifest(
+        Manifest(
+            run=root.name,
+            complete=complete,
+            status="complete" if complete else "incomplete",
+            rows=len(rows),
+            left=0 if complete else 2,
+            failures=2,
+        )
+    )
+    return folder, planted
+
+
+@pytest.fixture
+def run(tmp_path, fixture_data):
+    return planned_run(tmp_path / "run", fixture_data)
+
+
+def test_export_loads_with_datasets_and_the_card_states_its_counts(run, tmp_path) -> None:
+    folder, planted = run
+    out = tmp_path / "export"
+    result = export_run(folder.root, ExportOptions(to=out), progress=False)
+    ds = datasets.load_dataset(str(out))
+    assert set(ds) == {"train", "rejected"}
+    assert len(ds["train"]) == result.splits["train"] == sum(v == "kept" for v in planted.values())
+    assert len(ds["rejected"]) == result.splits["rejected"] == sum(v != "kept" for v in planted.values())
+    got = {r["id"]: r["drop_reason"] or "kept" for split in ds.values() for r in split}
+    assert got == planted  # every id once, in the split and with the reason planted
+    card = DatasetCard.load(out / "README.md")
+    info = DatasetInfosDict.from_dataset_card_data(card.data)["default"]
+    assert {s: info.splits[s].num_examples for s in ("train", "rejected")} == result.splits
+    assert card.data.license == "unknown" and card.data.size_categories == ["n<1K"]
+    DatasetCardData(**card.data.to_dict())  # the metadata validates as the Hub's card data
+    assert f"{result.splits['train']:,} rows in `train`" in card.text
+    for rule in DEFAULT_DROP:
+        assert f"| `{rule}` | {result.reasons[rule]:,} |" in card.text
+    assert result.reasons["failed"] == 2 and result.reasons["duplicate"] == 1
+    assert "| webinstructsub | 6 |" in card.text  # planned per source
+    failed = [r for r in ds["rejected"] if r["drop_reason"] == "failed"]
+    assert all(m["role"] != "assistant" for r in failed for m in r["messages"])  # the prompt alone
+
+
+def test_messages_shape_reasoning_and_tool_calls(tmp_path) -> None:
+    folder = write_run(tmp_path / "run")
+    folder.shard(0, 1).write_manifest(Manifest(run="run", complete=True, status="complete"))
+    out = tmp_path / "field"
+    export_run(folder.root, ExportOptions(to=out, drop=()), progress=False)
+    assert set(datasets.load_dataset(str(out))) == {"train"}  # no rows rejected: no rejected split
+    assert "0 in `rejected`" in DatasetCard.load(out / "README.md").text
+    rows = {r["id"]: r for r in datasets.load_dataset(str(out), split="train")}
+    think = rows["think-000"]["messages"][-1]
+    assert think == {
+        "role": "assistant",
+        "content": "4",
+        "reasoning_content": "Let me think about 2+2. It is 4.",
+        "tool_calls": None,
+    }
+    calls = [r["messages"][-1]["tool_calls"] for r in rows.values() if r["source"] == "hermes_text"]
+    text_call = next(c for c in calls if c)[0]  # a <tool_call> block of the text, in the OpenAI shape
+    assert text_call["type"] == "function" and json.loads(text_call["function"]["arguments"]) is not None
+    assert all(
+        "<tool_call>" not in r["messages"][-1]["content"]
+        for r in rows.values()
+        if r["source"] == "hermes_text" and r["messages"][-1]["tool_calls"]
+    )
+    inline = tmp_path / "inline"
+    export_run(folder.root, ExportOptions(to=inline, drop=(), reasoning="inline"), progress=False)
+    row = next(r for r in datasets.load_dataset(str(inline), split="train") if r["id"] == "think-000")
+    assert row["messages"][-1]["content"] == "<think>\nLet me think about 2+2. It is 4.\n</think>\n\n4"
+    assert "reasoning_content" not in row["messages"][-1]
+    assert "<think>" in DatasetCard.load(inline / "README.md").text
+
+
+def test_raw_format_keeps_the_run_schema(run, tmp_path) -> None:
+    folder, planted = run
+    export_run(folder.root, ExportOptions(to=tmp_path / "raw", fmt="raw"), progress=False)
+    train = pq.read_table(sorted((tmp_path / "raw" / "data").glob("train-*"))[0])
+    assert set(pq.read_schema(next(folder.generations.glob("part-*.parquet"))).names) <= set(
+        train.column_names
+    )
+    assert train.column("completion").null_count == 0
+
+
+def test_an_incomplete_run_is_refused_then_exported_with_a_card_that_says_so(tmp_path, fixture_data) -> None:
+    folder, _ = planned_run(tmp_path / "run", fixture_data, complete=False)
+    with pytest.raises(
+        ExportError, match="incomplete: manifest.json says incomplete: 2 row.*--allow-incomplete"
+    ):
+        export_run(folder.root, ExportOptions(to=tmp_path / "x"), progress=False)
+    assert not (tmp_path / "x").exists()
+    export_run(folder.root, ExportOptions(to=tmp_path / "x", allow_incomplete=True), progress=False)
+    assert "The run was incomplete when exported" in (tmp_path / "x" / "README.md").read_text()
+
+
+def test_an_existing_folder_is_refused_and_replaced_only_on_overwrite(run, tmp_path) -> None:
+    folder, _ = run
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "keep.txt").write_text("mine")
+    with pytest.raises(ExportError, match="exists and is not empty.*--overwrite"):
+        export_run(folder.root, ExportOptions(to=out), progress=False)
+    assert (out / "keep.txt").read_text() == "mine"
+    with pytest.raises(ExportError, match="is the run folder"):
+        export_run(folder.root, ExportOptions(to=folder.root, overwrite=True), progress=False)
+    export_run(folder.root, ExportOptions(to=out, overwrite=True), progress=False)
+    assert not (out / "keep.txt").exists() and (out / "README.md").is_file()
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".out.")]  # no staging left behind
+
+
+def test_files_roll_over_at_the_size_limit_and_still_load(run, tmp_path) -> None:
+    folder, planted = run
+    out = tmp_path / "small"
+    result = export_run(folder.root, ExportOptions(to=out, max_file_bytes=1), progress=False)
+    files = sorted(p.name for p in (out / "data").glob("train-*"))
+    assert len(files) > 1 and files[0] == f"train-00000-of-{len(files):05d}.parquet"
+    assert len(datasets.load_dataset(str(out), split="train")) == result.splits["train"]
+
+
+def test_drop_rules_parse_and_refuse_unknown_names() -> None:
+    assert parse_drop("default") == DEFAULT_DROP
+    assert parse_drop("refusal,empty") == ("empty", "refusal")  # judged in the rules' order
+    assert parse_drop("none") == ()
+    with pytest.raises(ExportError, match="unknown rule 'emtpy'.*failed, empty"):
+        parse_drop("emtpy")
+
+
+def test_push_without_the_hub_is_a_message_and_the_folder_stays(run, tmp_path, monkeypatch) -> None:
+    folder, _ = run
+    out = tmp_path / "out"
+    export_run(folder.root, ExportOptions(to=out), progress=False)
+    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_OFFLINE", True)
+    with pytest.raises(ExportError, match="cannot push to me/data: HF_HUB_OFFLINE.*hf upload me/data"):
+        push_folder(out, "me/data")
+    assert (out / "README.md").is_file()
+
+
+def test_cli_export_and_its_bad_input(run, tmp_path) -> None:
+    folder, _ = run
+    cmd = [sys.executable, "-m", "kit.cli", "export", str(folder.root), "--to", str(tmp_path / "cli")]
+    done = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert json.loads(done.stdout)["splits"]["train"] > 0
+    again = subprocess.run(cmd + ["--drop", "empty,nope"], capture_output=True, text=True, cwd=REPO)
+    assert again.returncode == 2 and "error: --drop: unknown rule 'nope'" in again.stderr
+    assert "Traceback" not in again.stderr
+    assert yaml.safe_load((tmp_path / "cli" / "README.md").read_text().split("---")[1])["configs"]
+
+
+@pytest.mark.slow
+def test_the_demo_run_exports_as_the_card_says_and_notebook_04_did_the_same(demo_run, tmp_path) -> None:
+    out = tmp_path / "x"
+    cmd = [sys.executable, "-m", "kit.cli", "export", str(demo_run), "--to", str(out)]
+    done = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO)
+    assert done.returncode == 0, done.stderr[-2000:]
+    ds = datasets.load_dataset(str(out))
+    card = DatasetCard.load(out / "README.md")
+    info = DatasetInfosDict.from_dataset_card_data(card.data)["default"]
+    assert {s: len(ds[s]) for s in ds} == {s: info.splits[s].num_examples for s in info.splits}
+    summary = json.loads((demo_run / "summary.json").read_text())
+    assert sum(len(ds[s]) for s in ds) == summary["rows"] + summary["health"]["failures"]
+    assert "The run was **complete** when exported." in card.text
+    assert "- **Decision** (stage 2): " in card.text and "not decided" not in card.text
+    notebook = datasets.load_dataset(str(demo_run / "dataset"))  # notebook 04's cell, the same function
+    assert {s: len(notebook[s]) for s in notebook} == {s: len(ds[s]) for s in ds}
