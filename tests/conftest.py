@@ -1,5 +1,9 @@
 """Shared fixtures: the embedded demo model (built once per machine), params files in tmp, and one
-shrunk `kit run` of the demo params per session (the pipeline and JupyterLab tests read the same run)."""
+shrunk `kit run` of the demo params per session (the pipeline and JupyterLab tests read the same run).
+
+Before anything else, the session gets its own HOME, caches and temp folder, and its end is checked
+for processes left alive and files written outside those folders and the checkout (tests/isolation.py).
+"""
 
 from __future__ import annotations
 
@@ -8,6 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import isolation
 import pytest
 import yaml
 
@@ -18,6 +23,11 @@ SOURCES = ["infinity_instruct", "webinstructsub", "codefeedback", "metamathqa", 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Before any test module is imported: the session's own HOME, TMPDIR and caches, and its guard."""
+    config.pluginmanager.register(isolation.Guard(isolation.isolate()), "kit-isolation")
 
 
 @pytest.fixture(scope="session")

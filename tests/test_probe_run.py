@@ -134,7 +134,13 @@ def test_benchmark_script_runs_without_pydantic_or_psutil(tmp_path: Path) -> Non
         capture_output=True,
         text=True,
         timeout=120,
-        env={"PYTHONPATH": str(block), "PATH": "/usr/bin:/bin"},
+        # a bare environment, but the session's HOME and temp folder (tests/isolation.py)
+        env={
+            "PYTHONPATH": str(block),
+            "PATH": "/usr/bin:/bin",
+            "HOME": str(Path.home()),
+            "TMPDIR": str(tmp_path),
+        },
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
     report = json.loads((out / "probe.json").read_text())

@@ -29,7 +29,8 @@ pytest.importorskip("ray")
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 RAY = Path(sys.executable).parent / "ray"
 RAY_ENV = {"RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "token"}
-"""`ray start` turns token authentication on; a driver joins with the token in ~/.ray/auth_token."""
+"""The cluster checks tokens; a driver joins with the token in ~/.ray/auth_token: the session's own
+HOME (tests/isolation.py), where the fixture has Ray generate one, as a user does for a cluster."""
 
 
 def free_port() -> int:
@@ -40,10 +41,16 @@ def free_port() -> int:
 
 @pytest.fixture(scope="module")
 def ray_address(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """A one-node Ray cluster (head only, 4 logical CPUs: two actors and one in place of a dead one)."""
+    """A one-node Ray cluster (head only, 4 logical CPUs: two actors and one in place of a dead one),
+    started once for the module, with token authentication and a token made the way Ray documents
+    (`ray get-auth-token --generate`, docs/scaling.md): this HOME holds none before."""
     port = free_port()
     # the actors' workers import the kit of this checkout, as the driver does
     env = {**os.environ, **RAY_ENV, "PYTHONPATH": str(REPO)}
+    token = Path.home() / ".ray" / "auth_token"
+    assert not token.exists()  # nothing left by an earlier run can help
+    made = subprocess.run([str(RAY), "get-auth-token", "--generate"], capture_output=True, text=True, env=env)
+    assert made.returncode == 0 and token.read_text() == made.stdout, made.stderr[-2000:]
     start = [str(RAY), "start", "--head", f"--port={port}", "--num-cpus=4", "--include-dashboard=false"]
     for _ in range(2):  # on a loaded machine the head's first start can time out: once more, clean
         done = subprocess.run(start, capture_output=True, text=True, env=env, timeout=300)
@@ -59,8 +66,10 @@ def ray_address(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         subprocess.run([str(RAY), "stop", "--force"], capture_output=True, timeout=120)
 
 
-def generate(params: Path, address: str | None, **popen: object) -> subprocess.Popen:
-    env = {**os.environ, **RAY_ENV}
+def generate(
+    params: Path, address: str | None, env_extra: dict[str, str] | None = None, **popen: object
+) -> subprocess.Popen:
+    env = {**os.environ, **RAY_ENV, **(env_extra or {})}
     if address:
         env["RAY_ADDRESS"] = address
     cmd = [sys.executable, "-m", "kit.cli", "generate", str(params)]
@@ -181,6 +190,18 @@ def test_a_killed_driver_is_resumed_by_the_same_command(write_params, ray_addres
     assert len(ids) == len(set(ids)) and set(ids) == planned_ids(run)
     manifest = json.loads((run / "manifest.json").read_text())
     assert manifest["rows_this_session"] == len(ids) - before
+
+
+def test_a_driver_without_the_token_is_told_how_to_get_it(
+    write_params, ray_address: str, tmp_path: Path
+) -> None:
+    params = write_params("no-token", counts={"metamathqa": 2}, generate=ON_RAY)
+    (tmp_path / "empty-home").mkdir()
+    code, err = finish(generate(params, ray_address, env_extra={"HOME": str(tmp_path / "empty-home")}))
+    assert code == 2 and "Traceback" not in err, err[-3000:]
+    assert f"could not join the Ray cluster at {ray_address}" in err
+    for step in ("ray get-auth-token", "~/.ray/auth_token", "RAY_AUTH_TOKEN_PATH", "RAY_AUTH_MODE=token"):
+        assert step in err, step
 
 
 def test_real_vllm_replicas_as_ray_actors(tmp_path: Path, demo_model: Path, ray_address: str) -> None:

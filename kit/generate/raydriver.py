@@ -65,17 +65,31 @@ def connect(ray: Any, params: RunParams) -> str:
     if ray.is_initialized():
         return address or "local"
     kwargs: dict[str, Any] = {"log_to_driver": False, "include_dashboard": False}
+    no_token = getattr(getattr(ray, "exceptions", None), "AuthenticationError", ())  # Ray >= 2.5x
     try:
         ray.init(address=address, **kwargs) if address else ray.init(**kwargs)
     except ConnectionError as e:
         cause = str(e.__cause__ or e).splitlines()[0][:400]
         raise EngineError(
             f"could not join the Ray cluster at {address} ({cause}). Check the address (`ray status` "
-            "on the head node prints it); a cluster started with token authentication (Ray's default "
-            "for `ray start`) needs RAY_AUTH_MODE=token and its token (~/.ray/auth_token or "
-            "RAY_AUTH_TOKEN) here too."
+            f"on the head node prints it). {RAY_TOKEN_STEP}"
+        ) from None
+    except no_token as e:
+        cause = str(e).split(".")[0][:200]
+        raise EngineError(
+            f"could not join the Ray cluster at {address or 'this machine'} ({cause}). {RAY_TOKEN_STEP}"
         ) from None
     return address or "local"
+
+
+RAY_TOKEN_STEP = (
+    "A cluster with token authentication (`ray start` turns it on when its node has a token, as "
+    "after `ray get-auth-token --generate`, or under RAY_AUTH_MODE=token) takes a driver that has "
+    "the same token: copy it from the head node (`ray get-auth-token` there prints it) into "
+    "~/.ray/auth_token here, or into a file named by RAY_AUTH_TOKEN_PATH, or into RAY_AUTH_TOKEN, "
+    "and set RAY_AUTH_MODE=token (docs/scaling.md)."
+)
+"""What a driver needs to join a cluster that checks tokens (Ray 2.60's rules)."""
 
 
 def actor_resources(params: RunParams, cluster: dict[str, float]) -> tuple[int, dict[str, float]]:
