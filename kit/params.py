@@ -2,7 +2,9 @@
 
 Relative paths in a params file are resolved against the directory that holds the file, so
 `params/demo.yaml` can say `model: {path: ../.cache/demo/model}` and work from any working
-directory (the shell, JupyterLab's `notebooks/`, papermill).
+directory (the shell, JupyterLab's `notebooks/`, papermill). A relative input that does not exist,
+or a folder to make that would start a new tree at the filesystem root, is refused with the key
+named (kit.params_paths).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from kit.engines.flavors import FLAVORS
 from kit.errors import ParamsError
+from kit.params_paths import relative_path_problems
 
 
 class _Strict(BaseModel):
@@ -438,6 +441,10 @@ def load_params(path: str | Path, run: str | None = None) -> RunParams:
     except ValidationError as e:
         problems = "\n  - ".join(_describe(err, RunParams) for err in e.errors())
         raise ParamsError(f"{path}: invalid params:\n  - {problems}") from None
+    if problems := relative_path_problems(params, path.resolve().parent):
+        raise ParamsError(
+            f"{path}: " + "\n  - ".join(["paths that are not where they should be:", *problems])
+        )
     params = _resolve_paths(params, path.resolve().parent)
     return params.model_copy(update={"source_file": path.resolve()})
 

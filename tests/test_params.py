@@ -72,6 +72,7 @@ def test_external_needs_url(tmp_path):
 def test_invalid_yaml_and_run_override(tmp_path):
     with pytest.raises(ParamsError, match="not valid YAML"):
         load_params(write(tmp_path, "model: [unclosed\n"))
+    (tmp_path / "m").mkdir()  # a relative model.path must exist (its files are checked when a stage starts)
     p = load_params(write(tmp_path, "model: {path: m}\n"), run="other")
     assert p.run == "other" and p.model.path == tmp_path / "m"
 
@@ -103,6 +104,7 @@ def test_out_of_range_sampling_names_the_key(tmp_path, sampling, key):
 
 
 def test_recommended_sampling_loads(tmp_path):
+    (tmp_path / "m").mkdir()
     text = """model: {path: m}
 generate:
   sampling: {temperature: 0.6, top_p: 0.95, top_k: 20, min_p: 0, presence_penalty: 1.5,
@@ -132,6 +134,7 @@ def test_a_key_given_twice_is_refused_naming_it_and_both_lines(tmp_path):
 def test_secrets_stay_out_of_params_yaml(tmp_path, monkeypatch):
     """Issue 19, item 10: a key in engine.env or extra_args would be saved in params.yaml (and the
     server's log); the key's place is an environment variable named by engine.api_key_env."""
+    (tmp_path / "m").mkdir()
     with pytest.raises(ParamsError, match="--api-key.*engine.api_key_env"):
         load_params(write(tmp_path, "model: {path: m}\nengine: {extra_args: [--api-key, s3cret]}\n"))
     with pytest.raises(ParamsError, match="engine.env sets HF_TOKEN.*Export it in the shell"):
@@ -147,3 +150,57 @@ def test_secrets_stay_out_of_params_yaml(tmp_path, monkeypatch):
     monkeypatch.setenv("MY_SERVER_KEY", "s3cret")
     assert keyed.engine.api_key() == "s3cret"
     assert "s3cret" not in dump_params(keyed)
+
+
+def to_root(folder: Path) -> str:
+    """The `..`s that climb from `folder` to the filesystem root, as a moved params file's do."""
+    return "../" * len(folder.resolve().parts[1:])
+
+
+def test_a_moved_demo_params_file_is_refused_naming_each_path_it_would_make(tmp_path):
+    # params/demo.yaml with its "../" climbing to the root, as from a copy in /tmp
+    text = (REPO / "params" / "demo.yaml").read_text().replace("../", to_root(tmp_path) + "kit-t-absent/")
+    f = write(tmp_path, text)
+    with pytest.raises(ParamsError) as e:
+        load_params(f)
+    msg = str(e.value)
+    assert msg.startswith(f"{f}: paths that are not where they should be:")
+    for key, made in (("output_dir", "outputs"), ("model.path", ".cache/demo/model")):
+        assert f"{key}: '{to_root(tmp_path)}kit-t-absent/{made}' would make /kit-t-absent/{made}" in msg
+    assert "data.demo_fixtures" in msg and "a new folder /kit-t-absent at the filesystem root" in msg
+    assert f"a relative path is read from {tmp_path.resolve()}, the params file's folder" in msg
+    assert not Path("/kit-t-absent").exists()
+
+
+def test_relative_inputs_that_do_not_exist_are_refused_naming_the_key(tmp_path):
+    f = write(
+        tmp_path,
+        "model: {path: no-model}\nengine: {python: venv/bin/python}\ndecide: {profile: p.parquet}\n"
+        "data: {sources: [{name: a, adapter: prompt_column, dataset: json,"
+        " data_files: [a.jsonl, '*.jsonl']}]}\n",
+    )
+    with pytest.raises(ParamsError) as e:
+        load_params(f)
+    msg = str(e.value)
+    for key, name in (
+        ("model.path", "no-model"),
+        ("engine.python", "venv/bin/python"),
+        ("decide.profile", "p.parquet"),
+        ("data.sources[0].data_files[0]", "a.jsonl"),
+    ):
+        assert f"{key}: {tmp_path.resolve() / name} does not exist ('{name}' in the file;" in msg, key
+    assert "data_files[1]" not in msg  # a pattern is the plan's to match
+    (tmp_path / "no-model").mkdir()
+    (tmp_path / "a.jsonl").write_text("{}\n")
+    (tmp_path / "p.parquet").write_text("")
+    (tmp_path / "venv" / "bin").mkdir(parents=True)
+    (tmp_path / "venv" / "bin" / "python").write_text("")
+    assert load_params(f).engine.python == tmp_path.resolve() / "venv" / "bin" / "python"
+
+
+def test_what_the_kit_makes_may_be_absent_below_an_existing_folder(tmp_path):
+    f = write(tmp_path, "output_dir: runs/out\nmodel: {path: ../.cache/m, demo: true}\n")
+    p = load_params(f)  # made on demand: the run folder, the demo model
+    assert p.run_dir == tmp_path.resolve() / "runs" / "out" / "run" and not (tmp_path / "runs").exists()
+    f = write(tmp_path, "model: {path: m}\nengine: {flavor: external, base_url: 'http://127.0.0.1:9'}\n")
+    assert load_params(f).model.path == tmp_path.resolve() / "m"  # a server of someone else's: not read here
