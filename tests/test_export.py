@@ -258,3 +258,12 @@ def test_the_demo_run_exports_as_the_card_says_and_notebook_04_did_the_same(demo
     assert "- **Decision** (stage 2): " in card.text and "not decided" not in card.text
     notebook = datasets.load_dataset(str(demo_run / "dataset"))  # notebook 04's cell, the same function
     assert {s: len(notebook[s]) for s in notebook} == {s: len(ds[s]) for s in ds}
+
+
+def test_a_folder_without_rows_is_a_message(tmp_path) -> None:
+    with pytest.raises(ExportError, match="nope is not a run folder"):
+        export_run(tmp_path / "nope", ExportOptions(to=tmp_path / "out"), progress=False)
+    RunFolder(tmp_path / "empty").ensure()
+    with pytest.raises(ExportError, match="holds no generated rows .*run `kit generate PARAMS` first"):
+        export_run(tmp_path / "empty", ExportOptions(to=tmp_path / "out"), progress=False)
+    assert not (tmp_path / "out").exists()
