@@ -318,6 +318,18 @@ class AnalyseParams(_Strict):
         r"^\s*(I'm sorry|I am sorry|I cannot|I can't|As an AI)",
     ]
     samples: int = Field(default=20, ge=0)
+    near_duplicates: bool = True
+    """Find near-duplicate prompts and answers (MinHash LSH, kit/analyse/neardup.py)."""
+    near_duplicate_threshold: float = Field(default=0.85, gt=0, lt=1)
+    """Jaccard similarity of word n-grams above which two texts count as near copies (docs/neardup.md)."""
+    near_duplicate_ngram: int = Field(default=5, ge=1, le=32)
+    near_duplicate_num_perm: int = Field(default=128, ge=16, le=1024)
+
+
+class ExportParams(_Strict):
+    license: str | None = None
+    """The dataset card's `license` (a Hub license id such as apache-2.0); unset: `unknown`."""
+    pretty_name: str | None = None
 
 
 class ReportParams(_Strict):
@@ -335,6 +347,7 @@ class RunParams(_Strict):
     data: DataParams = DataParams()
     generate: GenerateParams = GenerateParams()
     analyse: AnalyseParams = AnalyseParams()
+    export: ExportParams = ExportParams()
     report: ReportParams = ReportParams()
     source_file: Path | None = None
     """Where these params were read from (set by `load_params`)."""
