@@ -36,12 +36,10 @@ def make_run(root: Path, rows: int, near: bool) -> None:
     from kit.artifacts import Manifest
     from kit.demo import fixture_text as ft
     from kit.generate.store import ROW_SCHEMA
-    from kit.params import RunParams, dump_params
     from kit.runfolder import RunFolder
 
     folder = RunFolder(root).ensure()
-    params = RunParams(run=root.name, model={"path": str(root / "model")}, analyse={"near_duplicates": near})
-    folder.params.write_text(dump_params(params))
+    write_params(root, near)
     rng = random.Random(0)
     now = datetime.now(timezone.utc)
     for start in range(0, rows, SHARD_ROWS):
@@ -84,6 +82,14 @@ def make_run(root: Path, rows: int, near: bool) -> None:
     folder.shard(0, 1).write_manifest(Manifest(run=root.name, complete=True, status="complete", rows=rows))
 
 
+def write_params(root: Path, near: bool) -> None:
+    from kit.params import RunParams, dump_params
+    from kit.runfolder import RunFolder
+
+    params = RunParams(run=root.name, model={"path": str(root / "model")}, analyse={"near_duplicates": near})
+    RunFolder(root).params.write_text(dump_params(params))
+
+
 def child(run: Path, to: Path) -> dict:
     from kit.export import ExportOptions, export_run
 
@@ -115,6 +121,8 @@ def main() -> None:
     t0 = time.perf_counter()
     if not (run / "manifest.json").exists():
         make_run(run, args.rows, near=not args.no_near)
+    else:  # the rows made before; the params say whether stage 4 looks for near-duplicates
+        write_params(run, near=not args.no_near)
     made_s = round(time.perf_counter() - t0, 1)
     cmd = [
         sys.executable,
@@ -136,7 +144,7 @@ def main() -> None:
     }
     shards = sorted((run / "generations").glob("part-*.parquet"))
     result["run_shards_mb"] = round(sum(p.stat().st_size for p in shards) / 2**20, 1)
-    path = args.out / f"bench_export-{args.rows}.json"
+    path = args.out / f"bench_export-{args.rows}{'-no-near' if args.no_near else ''}.json"
     path.write_text(json.dumps(result, indent=2))
     print(json.dumps(result))
 
