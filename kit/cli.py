@@ -198,6 +198,48 @@ def compare(
     typer.echo(f"figures: {out}")
 
 
+@app.command("export")
+def export(
+    run_dir: Annotated[Path, typer.Argument(help="a run folder, e.g. outputs/demo")],
+    to: Annotated[
+        Path, typer.Option("--to", help="the dataset folder to write (must not exist, or be empty)")
+    ],
+    drop: Annotated[
+        str, typer.Option(help="rules that move a row to `rejected`, comma-separated (docs/export.md)")
+    ] = "default",
+    fmt: Annotated[str, typer.Option("--format", help="messages | raw | openai_batch")] = "messages",
+    reasoning: Annotated[
+        str, typer.Option(help="field (reasoning_content) | inline (<think> block)")
+    ] = "field",
+    allow_incomplete: Annotated[bool, typer.Option(help="export an unfinished run's rows")] = False,
+    overwrite: Annotated[bool, typer.Option(help="replace --to once the export has succeeded")] = False,
+    push: Annotated[str | None, typer.Option(help="then upload the folder to this Hub dataset repo")] = None,
+) -> None:
+    """A run as training data: train / rejected parquet splits and a dataset card (README.md) that
+    `datasets.load_dataset(DIR)` opens, or an OpenAI batch output file (`--format openai_batch`)."""
+    from kit.export import ExportOptions, export_run, parse_drop, push_folder
+
+    choices = {
+        "format": (fmt, ("messages", "raw", "openai_batch")),
+        "reasoning": (reasoning, ("field", "inline")),
+    }
+    for name, (value, allowed) in choices.items():
+        if value not in allowed:
+            raise typer.BadParameter(f"--{name} {value!r}: use one of {', '.join(allowed)}")
+    options = ExportOptions(
+        to=to,
+        drop=parse_drop(drop),
+        fmt=fmt,  # type: ignore[arg-type]
+        reasoning=reasoning,  # type: ignore[arg-type]
+        allow_incomplete=allow_incomplete,
+        overwrite=overwrite,
+    )
+    result = export_run(run_dir, options)
+    _print(result.to_json())
+    if push:
+        typer.echo(f"pushed: {push_folder(result.folder, push)}")
+
+
 @app.command("demo-assets")
 def demo_assets(
     root: Annotated[Path, typer.Option(help="where to build them")] = Path(".cache/demo"),
