@@ -252,6 +252,28 @@ def demo_assets(
     typer.echo(f"data: {root / 'data'} ({len(write_fixtures(root / 'data'))} sources)")
 
 
+@app.command("model-shape")
+def model_shape(
+    name: Annotated[str, typer.Argument(help="the shape to write (see --list)")] = "",
+    out: Annotated[Path | None, typer.Argument(help="the folder to write it in")] = None,
+    list_shapes: Annotated[bool, typer.Option("--list", help="list the shapes and stop")] = False,
+    force: Annotated[bool, typer.Option(help="replace a shape-only folder that is there")] = False,
+) -> None:
+    """Write a shape-only model folder (a real config.json and a tokenizer, no weights): SGLang and vLLM
+    serve it with random weights, at the real model's speed and memory (text meaningless)."""
+    from kit.demo.shape_model import write_shape_model
+    from kit.modelshape import SHAPES
+
+    if list_shapes or not name:
+        for s in SHAPES.values():
+            typer.echo(f"{s.name:16} {s.params_b:6.1f} B params  {s.source}")
+        return
+    if out is None:
+        raise typer.BadParameter("give the folder to write the shape in: kit model-shape NAME DIR")
+    path = write_shape_model(name, out, overwrite=force)
+    typer.echo(f"{path}: shape {name}, no weights; set model.path to it and serve it with sglang or vllm")
+
+
 @app.command()
 def adapters() -> None:
     """List the dataset adapters the prompt plan can use."""

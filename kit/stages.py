@@ -15,6 +15,7 @@ artifact a notebook shows and when it was made.
 from __future__ import annotations
 
 import logging
+import os
 import time
 from datetime import datetime, timezone
 from pathlib import Path
@@ -26,7 +27,7 @@ from kit.artifacts import Decision, Manifest, ProbeReport
 from kit.decide.apply import apply_decision
 from kit.demo.fixtures import write_fixtures
 from kit.demo.model import ensure_demo_model
-from kit.engines.flavors import flavor
+from kit.engines.flavors import flavor, server_env
 from kit.engines.launcher import discover
 from kit.engines.parsers import chat_template
 from kit.engines.request_fields import thinking_problem
@@ -216,7 +217,7 @@ def check_sampling(params: RunParams) -> None:
     """Refuse, before any request, sampling settings the engine would reject, ignore or crash on."""
     eng = params.engine
     fl = flavor(eng.flavor)
-    launcher = discover(params.engine_python, fl)
+    launcher = discover(params.engine_python, fl, env={**os.environ, **server_env(params)})
     problems = fl.sampling_problems(
         params.generate.sampling,
         speculative=eng.speculative.algorithm is not None,

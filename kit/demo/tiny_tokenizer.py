@@ -14,7 +14,7 @@ from kit.demo import fixture_text as text
 from kit.demo.tokenizer import train_tokenizer
 
 
-def _corpus(seed: int = 0) -> list[str]:
+def corpus(seed: int = 0) -> list[str]:
     """Training text: the fixture templates, filled in, in English and Chinese."""
     rng = random.Random(seed)
     lines = [text.request(rng) for _ in range(400)] + [text.zh_request(rng) for _ in range(200)]
@@ -27,5 +27,5 @@ def _corpus(seed: int = 0) -> list[str]:
 def write_tokenizer(out_dir: Path, vocab_size: int = 2048) -> Path:
     """Train on the fixture text and save the tokenizer into `out_dir`; return `out_dir`."""
     out_dir = Path(out_dir)
-    train_tokenizer(_corpus(), vocab_size).save_pretrained(out_dir)
+    train_tokenizer(corpus(), vocab_size).save_pretrained(out_dir)
     return out_dir

@@ -30,6 +30,8 @@ class ProbeInputs:
     flavor: str = "sglang"
     cache_dir: Path | None = None
     """Where the launcher's --help is cached (the run folder's logs/)."""
+    engine_env: dict[str, str] = field(default_factory=dict)
+    """Variables the server is started with beside this environment (the flavor's and engine.env)."""
     context_len: int = 4096
     mem_fraction: float = 0.85
     measure_gpu: bool = False
@@ -73,7 +75,9 @@ def _engine_section(inp: ProbeInputs) -> tuple[dict[str, Any], list[Finding]]:
                 f"an {inp.flavor} server: its environment is not checked here",
             )
         ]
-    facts = engine_env.inspect_engine_env(inp.engine_python, inp.flavor, inp.cache_dir, inp.planned_command)
+    facts = engine_env.inspect_engine_env(
+        inp.engine_python, inp.flavor, inp.cache_dir, inp.planned_command, inp.engine_env
+    )
     return facts, engine_env.engine_findings(facts)
 
 

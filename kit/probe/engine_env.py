@@ -8,6 +8,7 @@ metadata read by the engine's interpreter, and accepted flags from the launcher'
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import warnings
@@ -42,10 +43,13 @@ print(json.dumps({"version": sys.version.split()[0], "executable": sys.executabl
 """
 
 
-def run_quiet(cmd: list[str], timeout_s: float) -> tuple[int | None, str, str]:
-    """(return code, stdout, stderr); return code None when it could not start or timed out."""
+def run_quiet(
+    cmd: list[str], timeout_s: float, env: dict[str, str] | None = None
+) -> tuple[int | None, str, str]:
+    """(return code, stdout, stderr); return code None when it could not start or timed out.
+    `env`: the whole environment of the child (None: this process's)."""
     try:
-        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, env=env)
         return p.returncode, p.stdout, p.stderr
     except subprocess.TimeoutExpired:
         return None, "", f"timed out after {timeout_s:.0f} s: {' '.join(cmd)}"
@@ -53,30 +57,37 @@ def run_quiet(cmd: list[str], timeout_s: float) -> tuple[int | None, str, str]:
         return None, "", f"cannot run {cmd[0]}: {e}"
 
 
-def interpreter_facts(python: Path, timeout_s: float = 60) -> dict[str, Any]:
+def interpreter_facts(
+    python: Path, timeout_s: float = 60, env: dict[str, str] | None = None
+) -> dict[str, Any]:
     """Python version, prefix and package versions of `python`, or an `error`."""
     if not Path(python).exists():
         return {"error": f"{python} does not exist"}
-    rc, out, err = run_quiet([str(python), "-c", _FACTS % (PACKAGES,)], timeout_s)
+    rc, out, err = run_quiet([str(python), "-c", _FACTS % (PACKAGES,)], timeout_s, env)
     if rc != 0:
         return {"error": f"{python} does not run: {(err or out).strip()[-300:]}"}
     return json.loads(out.strip().splitlines()[-1])
 
 
-def pip_check(python: Path, timeout_s: float = 60) -> dict[str, Any]:
+def pip_check(python: Path, timeout_s: float = 60, env: dict[str, str] | None = None) -> dict[str, Any]:
     """Whether `python -m pip --version` works, with its output or the error."""
-    rc, out, err = run_quiet([str(python), "-m", "pip", "--version"], timeout_s)
+    rc, out, err = run_quiet([str(python), "-m", "pip", "--version"], timeout_s, env)
     return {"ok": rc == 0, "output": (out if rc == 0 else err or out).strip()[-300:]}
 
 
 def launcher_help(
-    python: Path, name: str, version: str, cache_dir: Path | None, timeout_s: float = 180
+    python: Path,
+    name: str,
+    version: str,
+    cache_dir: Path | None,
+    timeout_s: float = 180,
+    env: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     """The launcher's `--help`, read once per interpreter and install, with a copy in `cache_dir`."""
     fl = flavor(name)
-    launcher = discover(python, fl, copy_to=cache_dir)
+    launcher = discover(python, fl, copy_to=cache_dir, env=env)
     if launcher is None:
-        _, err = read_help(python, fl, timeout_s=timeout_s)
+        _, err = read_help(python, fl, env=env, timeout_s=timeout_s)
         return {"error": err or f"`-m {fl.launcher} --help` could not be read"}
     return {"cached": launcher.help_path, **_launcher_facts(launcher), "from_cache": launcher.from_cache}
 
@@ -121,17 +132,27 @@ def planned_command(params: Any) -> list[str] | None:
 
 
 def inspect_engine_env(
-    python: Path, name: str, cache_dir: Path | None, planned: list[str] | None = None
+    python: Path,
+    name: str,
+    cache_dir: Path | None,
+    planned: list[str] | None = None,
+    extra_env: dict[str, str] | None = None,
 ) -> dict[str, Any]:
-    """Facts about the engine interpreter: version, pip, uv, packages, launcher flags vs the planned ones."""
+    """Facts about the engine interpreter: version, pip, uv, packages, launcher flags vs the planned ones.
+
+    `extra_env`: the variables the server is started with (the flavor's and `engine.env`, such as a
+    PYTHONPATH that holds the engine's packages): the interpreter is read as the server will run."""
     facts: dict[str, Any] = {"python": str(python), "flavor": name, "uv": shutil.which("uv")}
-    facts["interpreter"] = interpreter_facts(python)
+    env = {**os.environ, **extra_env} if extra_env else None
+    if extra_env:
+        facts["env"] = sorted(extra_env)
+    facts["interpreter"] = interpreter_facts(python, env=env)
     if "error" in facts["interpreter"]:
         return facts
-    facts["pip"] = pip_check(python)
+    facts["pip"] = pip_check(python, env=env)
     version = engine_version(facts["interpreter"]["packages"], name)
     if flavor(name).launcher and version:
-        facts["launcher"] = launcher_help(python, name, version, cache_dir)
+        facts["launcher"] = launcher_help(python, name, version, cache_dir, env=env)
         if planned is not None and "flags" in facts["launcher"]:
             facts["planned_flags"] = command_flags(planned)
             facts["missing_flags"] = missing_flags(facts["planned_flags"], set(facts["launcher"]["flags"]))

@@ -8,6 +8,7 @@ from typing import Any
 
 from kit.arch import ModelArch, arch_from_config
 from kit.errors import ModelDirError
+from kit.modelshape import shape_of
 from kit.probe import tokenizer_check
 from kit.probe.weights import is_mtp_tensor, read_index, summarize_headers
 
@@ -96,8 +97,10 @@ def mtp_status(
     index: dict[str, Any] | None,
     headers: dict[str, Any],
     separate: list[str],
+    shape_only: bool = False,
 ) -> dict[str, Any]:
-    """present / declared_missing / absent_from_architecture, with the evidence for it."""
+    """present / declared_missing / absent_from_architecture, with the evidence for it. A shape-only
+    folder's declared MTP layers count as present: the engine builds them with random weights."""
     text = (raw or {}).get("text_config") if isinstance((raw or {}).get("text_config"), dict) else raw or {}
     key = next((k for k in ("mtp_num_hidden_layers", "num_nextn_predict_layers") if text.get(k)), None)
     declared = arch.mtp_layers if arch else 0
@@ -114,7 +117,9 @@ def mtp_status(
         f"separate file {s}" + ("" if s in indexed_files or not index else " (not in the index)")
         for s in separate
     ]
-    found = bool(in_index or in_headers or separate)
+    if shape_only and declared:
+        evidence.append("shape only: the engine builds the MTP layers with random weights (accept length ~1)")
+    found = bool(in_index or in_headers or separate or (shape_only and declared))
     status = "present" if found else ("declared_missing" if declared else "absent_from_architecture")
     unindexed = [s for s in separate if index and s not in indexed_files]
     return {
@@ -158,5 +163,6 @@ def inspect_model_dir(path: str | Path, load_tokenizer: bool = True) -> dict[str
     )
     info["tokenizer"] = _tokenizer(model_dir, load_tokenizer)
     info["generation_config"] = _generation_config(model_dir)
-    info["mtp"] = mtp_status(arch, raw, index, headers, separate)
+    info["shape_only"] = shape_of(model_dir)
+    info["mtp"] = mtp_status(arch, raw, index, headers, separate, shape_only=info["shape_only"] is not None)
     return info

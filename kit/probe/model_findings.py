@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from kit.artifacts import Finding
+from kit.modelshape import MEANING
 from kit.probe.findings import finding
 
 
@@ -141,6 +142,18 @@ def _weights_findings(info: dict[str, Any]) -> list[Finding]:
         out.append(
             _f("shards", "ok", len(index["shards"]), f"all {len(index['shards'])} indexed shards present")
         )
+    elif not st["files"] and info.get("shape_only"):
+        shape = info["shape_only"]
+        return out + [
+            _f(
+                "weights",
+                "warn",
+                shape.get("shape"),
+                f"{MEANING}: a {shape.get('source') or 'published'} config without weights "
+                "(kit model-shape); the engine loads random weights (--load-format dummy)",
+                "measure speed and memory here; generate real text only with the real weights",
+            )
+        ]
     elif not st["files"]:
         return out + [
             _f(

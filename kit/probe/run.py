@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from kit.artifacts import ProbeReport
-from kit.engines.flavors import flavor
+from kit.engines.flavors import flavor, server_env
 from kit.engines.launcher import parse_help
 from kit.probe.checks import ProbeInputs, build_report
 from kit.probe.engine_env import planned_command
@@ -29,6 +29,7 @@ def inputs_from_params(params: RunParams, folder: RunFolder) -> ProbeInputs:
         engine_python=params.engine_python,
         flavor=e.flavor,
         cache_dir=folder.logs,
+        engine_env=server_env(params),
         context_len=e.context_length or params.probe.context_length,
         mem_fraction=e.mem_fraction_static or params.probe.mem_fraction,
         measure_gpu=params.probe.measure_gpu,

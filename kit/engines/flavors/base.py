@@ -11,10 +11,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from kit.engines.arms import Algorithm, Arm, resolve_algorithm
 from kit.errors import EngineError
+from kit.modelshape import shape_of
 
 if TYPE_CHECKING:  # annotations only: the flavors load without pydantic (benchmarks/probe_gpu.py)
     from kit.params import EngineParams, RunParams, SamplingParams, SpeculativeParams
@@ -69,6 +71,9 @@ class Flavor:
     """What it lowers its running requests to under speculation when the flag is unset."""
     spec_metrics: tuple[str, ...] = ()
     """The `/metrics` series its speculative decoding shows up in (`kit.engines.spec_metrics`)."""
+    dummy_weights_args: tuple[str, ...] = ()
+    """The flags that load random weights for a config (a shape-only model folder, kit.modelshape);
+    empty: it cannot serve such a folder."""
 
     @property
     def can_speculate(self) -> bool:
@@ -78,6 +83,19 @@ class Flavor:
     def command(self, params: RunParams, port: int) -> list[str]:
         """The argv that starts its server on `port`."""
         raise EngineError(f"flavor {self.name!r} runs no command: the kit talks to engine.base_url as it is.")
+
+    def shape_only_args(self, model_path: str | Path) -> list[str]:
+        """Its dummy-weight flags when `model_path` is a shape-only folder (kit.modelshape), else none."""
+        shape = shape_of(model_path)
+        if shape is None:
+            return []
+        if not self.dummy_weights_args:
+            raise EngineError(
+                f"{model_path} is shape only ({shape.get('shape')}: a config without weights) and "
+                f"{self.title} cannot load random weights: serve it with flavor sglang or vllm "
+                "(--load-format dummy), or point model.path at the real weights"
+            )
+        return list(self.dummy_weights_args)
 
     def env(self, eng: EngineParams) -> dict[str, str]:
         """Environment variables of its own for the server process (`engine.env` is added over them)."""

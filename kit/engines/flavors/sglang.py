@@ -62,6 +62,7 @@ class SGLang(Flavor):
             cmd.append("--enable-metrics")
         cmd += opt("--context-length", eng.context_length)
         cmd += parsers.launch_flags(parsers.resolve(self, eng, params.model.path), [])
+        cmd += self.shape_only_args(params.model.path)
         return cmd + list(eng.extra_args)
 
     def needs_gpu(self, device: str, packages: Mapping[str, str | None] | None) -> bool:
@@ -115,4 +116,5 @@ FLAVOR = SGLang(
     capacity_flag="--max-running-requests",
     spec_max_running=SPEC_MAX_RUNNING,
     spec_metrics=(ACCEPT_LENGTH,),
+    dummy_weights_args=("--load-format", "dummy"),
 )

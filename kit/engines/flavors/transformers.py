@@ -48,6 +48,7 @@ class Transformers(Flavor):
                 "transformers serve has no tensor / data parallelism: tp_size and dp_size are ignored",
                 stacklevel=3,
             )
+        self.shape_only_args(params.model.path)  # refuses a folder without weights, saying why
         cmd = cli(params.engine_python) + ["serve", str(params.model.path), "--continuous-batching"]
         cmd += ["--device", eng.device, "--host", eng.host, "--port", str(port)]
         if eng.device == "cpu":

@@ -75,6 +75,7 @@ class VLLM(Flavor):
             warnings.warn("engine.mamba_strategy has no vLLM flag and is ignored for vllm", stacklevel=3)
         chosen = parsers.resolve(self, eng, params.model.path)
         cmd += parsers.launch_flags(chosen, ["--enable-auto-tool-choice"])
+        cmd += self.shape_only_args(params.model.path)
         return cmd + list(eng.extra_args)
 
     def env(self, eng: EngineParams) -> dict[str, str]:
@@ -195,4 +196,5 @@ FLAVOR = VLLM(
     attention_backends=True,
     capacity_flag="--max-num-seqs",
     spec_metrics=(DRAFTS, DRAFT_TOKENS, ACCEPTED, PER_POSITION),
+    dummy_weights_args=("--load-format", "dummy"),
 )

@@ -114,6 +114,9 @@ def parse() -> argparse.Namespace:
         "--mamba-radix-cache-strategy",
         "--tool-call-parser",
         "--reasoning-parser",
+        "--load-format",
+        "--sampling-backend",
+        "--grammar-backend",
     ):
         p.add_argument(flag)
     p.add_argument("--enable-metrics", action="store_true")
@@ -146,11 +149,15 @@ def main() -> None:
     @app.get("/server_info")
     def server_info() -> dict:
         return {
-            "max_running_requests": running,
+            # as SGLang 0.5.16 on the H200: the argument as launched (48 once speculation lowered it,
+            # null when unset), what the scheduler runs in internal_states
+            "max_running_requests": args.max_running_requests or (running if k else None),
             "dp_size": args.dp_size or 1,
             "speculative_algorithm": args.speculative_algorithm,
             "version": "0.0.2-fake",
-            "internal_states": [{"avg_spec_accept_length": ACCEPT.get(k)}],
+            "internal_states": [
+                {"avg_spec_accept_length": ACCEPT.get(k), "effective_max_running_requests_per_dp": running}
+            ],
         }
 
     @app.get("/metrics")

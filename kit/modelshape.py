@@ -1,0 +1,182 @@
+"""Shape-only model folders: a real architecture's `config.json` and a tokenizer, no weights.
+
+An engine that loads random weights for a config (SGLang and vLLM: `--load-format dummy`) runs such
+a folder at the real model's speed and memory: step times, KV-cache capacity and the speculative
+arms' costs are the real model's, the text is noise. A user can so measure stage 2's decision on
+their own GPU before downloading 54 GB of weights:
+
+    kit model-shape qwen3-8b /models/qwen3-8b-shape      # then model.path: /models/qwen3-8b-shape
+
+This module holds the shapes and reads the marker (the probe and the flavors ask it); the folder is
+written by kit.demo.shape_model, beside the demo model's builder, whose tokenizer it reuses.
+
+The folder is marked (`kit_shape.json`): the probe says "shape only: timings real, text meaningless",
+and the flavors that can load dummy weights add their flag (`Flavor.shape_only_args`). Configs are the
+published ones (the `source` of each shape names its Hugging Face repository). The tokenizer is a small
+byte-level BPE with a plain ChatML template, padded to the config's vocabulary so that every token id a
+random model emits decodes to some text (an id outside the tokenizer would decode to nothing, and an
+empty answer is no completion); the template has no thinking and no tools, so no parser is started
+for answers that cannot hold them.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+MARKER = "kit_shape.json"
+"""The file that marks a folder as shape only (its content says which shape, and why no weights)."""
+MEANING = "shape only: timings real, text meaningless"
+
+CHATML = (
+    "{%- for message in messages %}"
+    "{{- '<|im_start|>' + message.role + '\\n' + (message.content if message.content is string else '')"
+    " + '<|im_end|>\\n' }}"
+    "{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
+)
+
+_QWEN3 = {
+    "attention_bias": False,
+    "attention_dropout": 0.0,
+    "bos_token_id": 151643,
+    "eos_token_id": 151645,
+    "head_dim": 128,
+    "hidden_act": "silu",
+    "initializer_range": 0.02,
+    "max_position_embeddings": 40960,
+    "rms_norm_eps": 1e-06,
+    "rope_scaling": None,
+    "rope_theta": 1000000,
+    "sliding_window": None,
+    "tie_word_embeddings": False,
+    "torch_dtype": "bfloat16",
+    "use_cache": True,
+    "use_sliding_window": False,
+    "vocab_size": 151936,
+}
+
+
+@dataclass(frozen=True)
+class Shape:
+    """One architecture the kit can write: its published config and where it was published."""
+
+    name: str
+    source: str
+    config: dict[str, Any] = field(repr=False)
+
+    @property
+    def params_b(self) -> float:
+        from kit.arch import arch_from_config
+
+        return arch_from_config(self.config).param_counts()[0] / 1e9
+
+
+SHAPES: dict[str, Shape] = {
+    s.name: s
+    for s in (
+        Shape(
+            "qwen3-8b",
+            "Qwen/Qwen3-8B",
+            _QWEN3
+            | {
+                "architectures": ["Qwen3ForCausalLM"],
+                "model_type": "qwen3",
+                "hidden_size": 4096,
+                "intermediate_size": 12288,
+                "max_window_layers": 36,
+                "num_attention_heads": 32,
+                "num_hidden_layers": 36,
+                "num_key_value_heads": 8,
+            },
+        ),
+        Shape(
+            "qwen3-32b",
+            "Qwen/Qwen3-32B",
+            _QWEN3
+            | {
+                "architectures": ["Qwen3ForCausalLM"],
+                "model_type": "qwen3",
+                "hidden_size": 5120,
+                "intermediate_size": 25600,
+                "max_window_layers": 64,
+                "num_attention_heads": 64,
+                "num_hidden_layers": 64,
+                "num_key_value_heads": 8,
+            },
+        ),
+        Shape(
+            "qwen3-30b-a3b",
+            "Qwen/Qwen3-30B-A3B",
+            _QWEN3
+            | {
+                "architectures": ["Qwen3MoeForCausalLM"],
+                "model_type": "qwen3_moe",
+                "decoder_sparse_step": 1,
+                "hidden_size": 2048,
+                "intermediate_size": 6144,
+                "max_window_layers": 48,
+                "mlp_only_layers": [],
+                "moe_intermediate_size": 768,
+                "norm_topk_prob": True,
+                "num_attention_heads": 32,
+                "num_experts": 128,
+                "num_experts_per_tok": 8,
+                "num_hidden_layers": 48,
+                "num_key_value_heads": 4,
+                "output_router_logits": False,
+                "router_aux_loss_coef": 0.001,
+            },
+        ),
+        Shape(
+            "llama-3.1-8b",
+            "meta-llama/Llama-3.1-8B-Instruct",
+            {
+                "architectures": ["LlamaForCausalLM"],
+                "model_type": "llama",
+                "attention_bias": False,
+                "attention_dropout": 0.0,
+                "bos_token_id": 128000,
+                "eos_token_id": [128001, 128008, 128009],
+                "head_dim": 128,
+                "hidden_act": "silu",
+                "hidden_size": 4096,
+                "initializer_range": 0.02,
+                "intermediate_size": 14336,
+                "max_position_embeddings": 131072,
+                "mlp_bias": False,
+                "num_attention_heads": 32,
+                "num_hidden_layers": 32,
+                "num_key_value_heads": 8,
+                "pretraining_tp": 1,
+                "rms_norm_eps": 1e-05,
+                "rope_scaling": {
+                    "factor": 8.0,
+                    "low_freq_factor": 1.0,
+                    "high_freq_factor": 4.0,
+                    "original_max_position_embeddings": 8192,
+                    "rope_type": "llama3",
+                },
+                "rope_theta": 500000.0,
+                "tie_word_embeddings": False,
+                "torch_dtype": "bfloat16",
+                "use_cache": True,
+                "vocab_size": 128256,
+            },
+        ),
+    )
+}
+
+
+def shape_of(model_dir: str | Path) -> dict[str, Any] | None:
+    """The marker of a shape-only folder (`{"shape": ..., "source": ...}`), or None for a real one."""
+    path = Path(model_dir).expanduser() / MARKER
+    if not path.is_file():
+        return None
+    try:
+        marker = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError):
+        return {"shape": "unknown", "source": None, "error": f"{path} is not valid JSON"}
+    return marker if isinstance(marker, dict) else {"shape": "unknown", "source": None}
