@@ -279,3 +279,30 @@ def test_min_p_under_vllm_speculation_is_refused() -> None:
     (problem,) = vllm.sampling_problems(s, speculative=True)
     assert problem.startswith("generate.sampling.min_p: vLLM rejects min_p under speculative decoding")
     assert vllm.sampling_problems(s) == [] and sglang.sampling_problems(s, speculative=True) == []
+
+
+def test_capacity_from_server_info_as_sglang_0_5_16_answers_it() -> None:
+    """/server_info as the real SGLang 0.5.16 answered on the H200 (docs/h200/sglang): the argument
+    when the launch set it; null when not, the scheduler's own choice then in internal_states."""
+    from kit.engines.capacity import server_info_capacity
+
+    launched = {
+        "max_running_requests": 256,
+        "dp_size": 1,
+        "internal_states": [{"effective_max_running_requests_per_dp": 256}],
+    }
+    unset = {
+        "max_running_requests": None,
+        "dp_size": 1,
+        "internal_states": [{"effective_max_running_requests_per_dp": 4096}],
+    }
+    dp2 = {
+        "max_running_requests": None,
+        "dp_size": 2,
+        "internal_states": [{"effective_max_running_requests_per_dp": 100}] * 2,
+    }
+    assert server_info_capacity([launched]).total == 256
+    chosen = server_info_capacity([unset, dp2])
+    assert chosen.total == 4096 + 200 and "effective_max_running_requests_per_dp" in chosen.source
+    assert server_info_capacity([{"max_running_requests": None, "internal_states": [{}]}]) is None
+    assert server_info_capacity([launched, None]) is None

@@ -35,10 +35,35 @@ def launched_capacity(eng: EngineParams, distribution: str | None, gpus: Callabl
 
 
 def server_info_capacity(infos: list[dict[str, Any] | None]) -> Capacity | None:
-    """SGLang's own figure: `max_running_requests` x `dp_size` summed over its servers' /server_info."""
-    total = 0
+    """SGLang's own figure, summed over its servers' /server_info: `max_running_requests` x `dp_size`
+    where the launch set it, else what its schedulers chose (`internal_states[].
+    effective_max_running_requests_per_dp`: SGLang 0.5.16 on an H200 left the argument null and ran
+    4,096, docs/h200/sglang)."""
+    total, chosen = 0, False
     for info in infos:
-        if not info or not info.get("max_running_requests"):
+        running = _running(info) if info else None
+        if not running:
             return None
-        total += int(info["max_running_requests"]) * int(info.get("dp_size") or 1)
-    return Capacity(total, "the server's /server_info (max_running_requests x dp_size)") if total else None
+        total += running[0]
+        chosen = chosen or running[1]
+    if not total:
+        return None
+    source = (
+        "scheduler's effective_max_running_requests_per_dp" if chosen else "max_running_requests x dp_size"
+    )
+    return Capacity(total, f"the server's /server_info ({source})")
+
+
+def _running(info: dict[str, Any]) -> tuple[int, bool] | None:
+    """(requests one server runs at once, whether its schedulers chose the figure), or None."""
+    dp = int(info.get("dp_size") or 1)
+    if info.get("max_running_requests"):
+        return int(info["max_running_requests"]) * dp, False
+    ranks = [
+        int(s["effective_max_running_requests_per_dp"])
+        for s in info.get("internal_states") or []
+        if isinstance(s, dict) and s.get("effective_max_running_requests_per_dp")
+    ]
+    if not ranks:
+        return None
+    return (sum(ranks) if len(ranks) == dp else ranks[0] * dp), True
