@@ -95,6 +95,35 @@ def test_seed_case_no_mtp_weights_on_eight_rtx_pro_6000(qwen36_without_mtp: Path
     assert spec1["predicted_tok_s"] > 1.5 * plain1["predicted_tok_s"]
 
 
+def test_a_gap_far_beyond_the_assumed_noise_counts_when_measured_once() -> None:
+    """The H200 sweep of docs/h200/sglang: a time budget allowed one round; n-gram k=2 made 0.34x of
+    plain decoding at 256 concurrent, which the reasons once called "no measurable difference"."""
+    sweep = _sweep(
+        [
+            ("plain", 0, 1, 190.0, None, "ok", ""),
+            ("plain", 0, 256, 14319.0, None, "ok", ""),
+            ("spec_k2", 2, 1, 150.0, 1.0, "ok", ""),
+            ("spec_k2", 2, 256, 4906.0, 1.0, "ok", ""),
+        ]
+    )
+    d = decide_measured(sweep, DecideParams(concurrencies=[1, 256], spec_steps=[2], repetitions=1))
+    assert decision_arm(d).name == "plain" and d["measured_difference"] is True
+    text = " ".join(d["reasons"])
+    assert (
+        "/ plain = 0.34x" in text and "outside the noise" in text and "no measurable difference" not in text
+    )
+    assert "±10% on each arm (±14% pooled)" in text
+    runs = sweep[1]
+    ends = pd.DataFrame([dict(runs[runs.concurrency == 256].iloc[0], phase=p, output_tok_s=v) for p, v in
+                         (("start", 13320.0), ("end", 14595.0))])  # fmt: skip
+    d = decide_measured(
+        (sweep[0], pd.concat([runs, ends])),
+        DecideParams(concurrencies=[1, 256], spec_steps=[2], repetitions=1),
+    )
+    drift = next(r for r in d["reasons"] if "at the start of the sweep" in r)
+    assert "+10%" in drift and "±10%" in drift and "changed under the sweep" not in drift, drift
+
+
 def test_measured_sweep_decides_and_carries_skips() -> None:
     sweep = _sweep(
         [

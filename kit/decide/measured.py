@@ -9,6 +9,7 @@ say so with the figures.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -228,6 +229,8 @@ def drift_check(runs: pd.DataFrame, sweep: pd.DataFrame) -> Drift | None:
     c = int(start.concurrency.iloc[0])
     level = sweep[(sweep.arm == start.arm.iloc[0]) & (sweep.concurrency == c)]
     noise = float(level.noise_pct.iloc[0]) / 100 if len(level) and pd.notna(level.noise_pct.iloc[0]) else 0.0
+    if len(level) and int(level.repetitions.iloc[0]) < 2:  # measured once: its noise is the assumed one
+        noise = max(noise, UNMEASURED_NOISE)
     seen = bool(flags(pd.concat([start, end]).disturbed).any())
     return Drift(c, float(start.output_tok_s.iloc[0]), float(end.output_tok_s.iloc[0]), noise, seen)
 
@@ -240,9 +243,11 @@ def noise_sentences(noise: dict[str, Any] | None) -> list[str]:
     fewest = noise.get("repetitions_min", reps)
     per_level = f"{fewest}-{reps}" if fewest != reps else f"{reps}"
     if noise["noise_pct"] is None:
+        pooled = 100 * math.hypot(UNMEASURED_NOISE, UNMEASURED_NOISE)
         out = [
             f"each level was measured {reps} time(s): the noise could not be measured, so a lead must "
-            f"exceed ±{100 * UNMEASURED_NOISE:.0f}% to count (set decide.repetitions to 3 or more)"
+            f"exceed ±{100 * UNMEASURED_NOISE:.0f}% on each arm (±{pooled:.0f}% pooled) to count "
+            "(set decide.repetitions to 3 or more)"
         ]
     else:
         out = [
