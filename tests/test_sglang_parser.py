@@ -157,3 +157,22 @@ def test_the_parser_refuses_what_the_kit_adapts_away(example: RunParams, launche
     assert not raw_result["ok"] and "ambiguous" in " ".join(raw_result["error"])
     assert adapted_result["ok"]
     assert not bad["ok"] and launcher.check_choice("--tool-call-parser", "no_such_parser")
+
+
+def test_the_h200_params_and_a_shape_only_model_parse(launcher: Launcher, tmp_path: Path) -> None:
+    """params/h200-sglang.yaml (what ran on the H200 with SGLang 0.5.16) over a shape-only folder:
+    `--load-format dummy` and the sampling / grammar backends are flags SGLang's parser takes."""
+    from kit.demo.shape_model import write_shape_model
+
+    shape = write_shape_model("qwen3-8b", tmp_path / "qwen3-8b")
+    p = load_params(REPO / "params" / "h200-sglang.yaml")
+    p = p.model_copy(update={"model": p.model.model_copy(update={"path": shape}), "output_dir": tmp_path})
+    p = with_engine(p, python=SGLANG_PYTHON)
+    plain, ngram = (
+        kit_command(p.model_copy(update={"engine": arm_engine(p, arm, hybrid=False)}), launcher)
+        for arm in (Arm(0), Arm(2, "NGRAM"))
+    )
+    assert plain[plain.index("--load-format") + 1] == "dummy"
+    parsed = sglang_parse([plain, ngram])
+    assert all(r["ok"] for r in parsed), parsed
+    assert parsed[1]["speculative_algorithm"] == "NGRAM" and parsed[1]["max_running_requests"] == 256

@@ -1,0 +1,524 @@
+"""The kit on a real SGLang on the lent H200, in phases that fit the device tool's 10-minute calls.
+
+    bash benchmarks/h200_pack_sglang.sh            # here, once: SGLang 0.5.16 -> .device/sgl/site.tar.xz
+    # on the H200 (device tool, carry [".device/sgl"]; calls back to back keep /tmp/site and the caches):
+    python3 benchmarks/h200_sglang.py --out $OUT setup probe decide
+    python3 benchmarks/h200_sglang.py --out $OUT setup generate analyse ceiling
+    python3 benchmarks/h200_sglang.py --out $OUT setup faults demo           # carry .cache/demo too
+    # here: unpack what came back into docs/h200/sglang/ (benchmarks/h200_collect.py)
+
+Phases (each a subprocess of the kit's own commands, as a user runs them, under a time limit):
+- setup: unpack the bundle to /tmp/site, check the imports, write the shape-only models
+  (`kit model-shape`) and the fixture data (400 rows per source);
+- probe / decide / generate / analyse: `kit <stage> params/h200-sglang.yaml` (Qwen3-8B shape);
+- decide32: `kit decide` on the Qwen3-32B shape, same ladder;
+- ceiling: one SGLang server with stage 3's flags; `kit generate` against it (flavor external)
+  interleaved with SGLang's own `bench_serving` on the same prompts and lengths, two rounds each;
+  then `bench_offline_throughput` (no HTTP) on them; the kit's CPU seconds per 1,000 requests, and
+  the largest `#running-req` SGLang logged against the capacity the kit read;
+- faults: `kit generate` with the kit's own server, whose scheduler process is killed (-9) and whose
+  HTTP process is then frozen (SIGSTOP) mid-run; every id once at the end;
+- demo: the kit's demo model on SGLang (real text: its parsers, a real n-gram accept length).
+
+Everything lands in $OUT: log.txt (every command, its return code and wall time), phases.json, and
+one run-<name>.tar.xz per run folder (the tool brings back at most 8 files of 16 MiB).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tarfile
+import time
+import urllib.request
+from pathlib import Path
+
+import yaml
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))  # the kit of this checkout, imported by the ceiling phase
+PARAMS = REPO / "params" / "h200-sglang.yaml"
+BUNDLE = REPO / ".device" / "sgl" / "site.tar.xz"
+SITE = Path("/tmp/site")
+OUTPUTS = REPO / "outputs"
+SHAPES = REPO / ".cache" / "shapes"
+DATA = REPO / ".cache" / "h200" / "data"
+DEMO_MODEL = REPO / ".cache" / "demo" / "model"
+DERIVED = REPO / "outputs" / "h200-params"
+NO_MULTICAST = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
+
+
+class Session:
+    """The phases' shared state: where results go, what each phase did, the environment of the kit."""
+
+    def __init__(self, out: Path, site: Path, engine_python: str | None, budget_s: float = 1e9) -> None:
+        self.out, self.site = out, site
+        self.deadline = time.monotonic() + budget_s
+        self.engine_python = engine_python
+        out.mkdir(parents=True, exist_ok=True)
+        self.log = open(out / "log.txt", "a", buffering=1)
+        self.phases: dict[str, dict] = {}
+        self.env = {**os.environ, **NO_MULTICAST, "PYTHONUNBUFFERED": "1", "HF_HUB_OFFLINE": "1"}
+        self.env["PYTHONPATH"] = os.pathsep.join([str(site), str(REPO)])
+        self.touched: set[str] = set()
+
+    def say(self, line: str) -> None:
+        stamp = time.strftime("%H:%M:%S")
+        print(f"[{stamp}] {line}", flush=True)
+        self.log.write(f"[{stamp}] {line}\n")
+
+    def run(self, cmd: list[str], timeout: float, name: str, **kw) -> tuple[int, float, str]:
+        """Run `cmd` with the kit's environment; (return code, seconds, the output's tail). The time
+        limit is cut to what is left of the call's budget (--budget), so that results still land."""
+        timeout = max(10.0, min(timeout, self.deadline - time.monotonic()))
+        self.say(f"$ {' '.join(map(str, cmd))}  (limit {timeout:.0f} s)")
+        t = time.monotonic()
+        try:
+            p = subprocess.run(
+                cmd,
+                cwd=REPO,
+                env=kw.pop("env", self.env),
+                capture_output=True,
+                text=True,
+                timeout=timeout,
+                **kw,
+            )
+            rc, text = p.returncode, p.stdout + p.stderr
+        except subprocess.TimeoutExpired as e:
+            rc, text = 124, f"{e.stdout or ''}{e.stderr or ''} [timed out after {timeout:.0f} s]"
+            text = text if isinstance(text, str) else text.decode(errors="replace")
+        wall = time.monotonic() - t
+        self.say(f"  -> rc {rc} in {wall:.1f} s; tail:\n{text[-2500:]}")
+        return rc, wall, text
+
+    def kit(self, stage: str, params: Path, timeout: float, *extra: str) -> dict:
+        rc, wall, text = self.run(
+            [sys.executable, "-m", "kit.cli", stage, str(params), *extra], timeout, stage
+        )
+        return {"rc": rc, "wall_s": round(wall, 1), "tail": text[-1500:]}
+
+    def done(self, phase: str, result: dict) -> None:
+        self.phases[phase] = result
+        (self.out / "phases.json").write_text(json.dumps(self.phases, indent=1, default=str))
+        for run in sorted(self.touched):
+            pack_run(self.out, OUTPUTS / run)
+
+
+def pack_run(out: Path, run_dir: Path) -> None:
+    """run-<name>.tar.xz of a run folder (its generations included: shape-only text compresses)."""
+    if run_dir.is_dir():
+        with tarfile.open(out / f"run-{run_dir.name}.tar.xz", "w:xz") as tar:
+            tar.add(run_dir, arcname=run_dir.name)
+
+
+def derived(name: str, update: dict, base: Path = PARAMS) -> Path:
+    """A params file beside the outputs: `base` with `update` merged in (paths kept absolute)."""
+    p = yaml.safe_load(base.read_text())
+    for s in p["data"]["sources"]:
+        s["data_files"] = [str((base.parent / f).resolve()) for f in s["data_files"]]
+    p["model"]["path"] = str((base.parent / p["model"]["path"]).resolve())
+    p["output_dir"] = str(OUTPUTS)
+    merge(p, update)
+    DERIVED.mkdir(parents=True, exist_ok=True)
+    path = DERIVED / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(p, sort_keys=False))
+    return path
+
+
+def merge(base: dict, over: dict) -> None:
+    for k, v in over.items():
+        if isinstance(v, dict) and isinstance(base.get(k), dict):
+            merge(base[k], v)
+        else:
+            base[k] = v
+
+
+def main_params(s: Session) -> Path:
+    """params/h200-sglang.yaml as it is where its interpreter exists; else the same with this one."""
+    p = yaml.safe_load(PARAMS.read_text())
+    if Path(p["engine"]["python"]).exists() and not s.engine_python:
+        return PARAMS
+    env = {**p["engine"]["env"], "PYTHONPATH": str(s.site)}
+    return derived(
+        p["run"], {"run": p["run"], "engine": {"python": s.engine_python or sys.executable, "env": env}}
+    )
+
+
+# ---- phases -------------------------------------------------------------------------------------
+def setup(s: Session) -> dict:
+    r: dict = {}
+    if not (s.site / "sglang").is_dir() and BUNDLE.is_file():
+        t = time.monotonic()
+        subprocess.run(["tar", "-xJf", str(BUNDLE), "-C", str(s.site.parent)], check=True)
+        r["unpack_s"] = round(time.monotonic() - t, 1)
+    extra = REPO / ".device" / "extra"  # files a trimmed bundle lacked, laid over it
+    if extra.is_dir():
+        shutil.copytree(extra, s.site, dirs_exist_ok=True)
+    for wheel in sorted((REPO / ".device" / "whl").glob("*.whl")):  # the kit's own needs the image lacks
+        subprocess.run([sys.executable, "-m", "zipfile", "-e", str(wheel), str(s.site)], check=True)
+    code = (
+        "import importlib.metadata as m, json\n"
+        "out = {}\n"
+        "for n in ('sglang', 'sglang-kernel', 'flashinfer-python', 'torch', 'transformers',\n"
+        "          'pydantic', 'datasets'):\n"
+        "    try: out[n] = m.version(n)\n"
+        "    except Exception as e: out[n] = None\n"
+        "import kit.cli, datasets, pydantic\n"
+        "print(json.dumps(out))\n"
+    )
+    rc, _, text = s.run([sys.executable, "-c", code], 120, "imports")
+    r["imports_rc"], r["versions"] = rc, text.strip().splitlines()[-1] if rc == 0 else text[-800:]
+    for shape in ("qwen3-8b", "qwen3-32b"):
+        if not (SHAPES / shape / "config.json").is_file():
+            s.run([sys.executable, "-m", "kit.cli", "model-shape", shape, str(SHAPES / shape)], 120, "shape")
+    if not (DATA / "hermes_fc.jsonl").is_file():
+        code = f"from kit.demo.fixtures import write_fixtures; write_fixtures({str(DATA)!r}, 400)"
+        s.run([sys.executable, "-c", code], 120, "fixtures")
+    if shutil.which("nvidia-smi"):
+        _, _, smi = s.run(["nvidia-smi", "--query-gpu=name,memory.total,driver_version,clocks.max.sm",
+                           "--format=csv"], 30, "smi")  # fmt: skip
+        r["gpu"] = smi.strip().splitlines()[-1:]
+    return r
+
+
+def stage(name: str, timeout: float):
+    def phase(s: Session) -> dict:
+        params = main_params(s)
+        s.touched.add(yaml.safe_load(params.read_text())["run"])
+        return s.kit(name, params, timeout)
+
+    return phase
+
+
+def decide32(s: Session) -> dict:
+    run = "h200-sglang-qwen3-32b"
+    s.touched.add(run)
+    params = derived(run, {"run": run, "model": {"path": str(SHAPES / "qwen3-32b")}, **engine_override(s)})
+    probe = s.kit("probe", params, 240)
+    return {"probe": probe, "decide": s.kit("decide", params, 560)}
+
+
+def engine_override(s: Session) -> dict:
+    p = yaml.safe_load(PARAMS.read_text())
+    if Path(p["engine"]["python"]).exists() and not s.engine_python:
+        return {}
+    return {
+        "engine": {
+            "python": s.engine_python or sys.executable,
+            "env": {**p["engine"]["env"], "PYTHONPATH": str(s.site)},
+        }
+    }
+
+
+def ceiling(s: Session, rounds: int = 2, limit: int = 1000) -> dict:
+    """Stage 3 against SGLang's own benchmarks on one server with stage 3's flags."""
+    from kit.engines.flavors import flavor, server_command, server_env
+    from kit.engines.launcher import adapt_flags, discover
+    from kit.engines.settings import Arm, arm_engine
+    from kit.params import load_params
+
+    base = load_params(main_params(s))
+    params = base.model_copy(update={"engine": arm_engine(base, Arm(0), hybrid=False)})
+    port = 31000
+    env = {**s.env, **server_env(params)}
+    launcher = discover(params.engine_python, flavor(params.engine.flavor), env=env)
+    cmd, _ = adapt_flags(server_command(params, port), launcher)  # as stage 3 starts it
+    log = OUTPUTS / "h200-ceiling" / "server.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    s.touched.add("h200-ceiling")
+    s.say(f"server: {' '.join(cmd)}")
+    server = subprocess.Popen(
+        cmd, env=env, stdout=open(log, "ab"), stderr=subprocess.STDOUT, start_new_session=True
+    )
+    r: dict = {"server_cmd": cmd, "rounds": []}
+    try:
+        r["ready_s"] = wait_ready(port, 600, alive=lambda: server.poll() is None)
+        r["server_info"] = get_json(port, "/server_info")
+        prompts = export_prompts(base, limit, OUTPUTS / "h200-ceiling")
+        for i in range(rounds):
+            r["rounds"].append(ceiling_round(s, base, port, i, prompts, limit))
+        r["running_req_max"] = running_req_max(log)
+    finally:
+        stop(server)
+    r["offline"] = offline(s, params, prompts, limit)
+    return r
+
+
+def ceiling_round(s: Session, base, port: int, i: int, prompts: Path, limit: int) -> dict:
+    run = f"h200-ceiling-kit-{i}"
+    s.touched.add(run)
+    shutil.rmtree(OUTPUTS / run, ignore_errors=True)
+    params = derived(run, {
+        "run": run,
+        "engine": {"flavor": "external", "base_url": f"http://127.0.0.1:{port}"},
+        "generate": {"limit": limit, "use_decision": False, "order": "plan"},
+    })  # fmt: skip
+    t0 = os.times()
+    kit = s.kit("generate", params, 400)
+    t1 = os.times()
+    kit["cpu_s"] = round((t1.children_user - t0.children_user) + (t1.children_system - t0.children_system), 2)
+    manifest = OUTPUTS / run / "manifest.json"
+    kit["manifest"] = json.loads(manifest.read_text()) if manifest.is_file() else None
+    bench_file = OUTPUTS / "h200-ceiling" / f"bench_serving-{i}.jsonl"
+    capacity = (kit["manifest"] or {}).get("engine_capacity") or 256
+    rc, wall, text = s.run([
+        sys.executable, "-m", "sglang.bench_serving", "--backend", "sglang-oai-chat",
+        "--base-url", f"http://127.0.0.1:{port}",
+        "--dataset-name", "sharegpt", "--dataset-path", str(prompts),
+        "--num-prompts", str(limit), "--sharegpt-output-len", "256", "--max-concurrency", str(capacity),
+        "--tokenizer", str(base.model.path), "--output-file", str(bench_file), "--disable-tqdm",
+        "--temperature", "0.7", "--top-p", "0.95",
+    ], 400, "bench_serving")  # fmt: skip
+    bench = json.loads(bench_file.read_text().splitlines()[-1]) if bench_file.is_file() else None
+    return {
+        "kit": kit,
+        "bench_serving": {"rc": rc, "wall_s": round(wall, 1), "result": bench, "tail": text[-1500:]},
+    }
+
+
+def offline(s: Session, params, prompts: Path, limit: int) -> dict:
+    """`bench_offline_throughput`: SGLang's engine in-process, the same prompts, flags and lengths."""
+    eng = params.engine
+    result = OUTPUTS / "h200-ceiling" / "bench_offline.jsonl"
+    cmd = [
+        sys.executable, "-m", "sglang.bench_offline_throughput", "--model-path", str(params.model.path),
+        "--load-format", "dummy", "--attention-backend", str(eng.attention_backend),
+        "--mem-fraction-static", str(eng.mem_fraction_static),
+        "--max-running-requests", str(eng.max_running_requests),
+        "--cuda-graph-max-bs", str(eng.cuda_graph_max_bs), "--context-length", str(eng.context_length),
+        "--dataset-name", "sharegpt", "--dataset-path", str(prompts), "--num-prompts", str(limit),
+        "--sharegpt-output-len", "256", "--apply-chat-template", "--result-filename", str(result),
+        *eng.extra_args,
+    ]  # fmt: skip
+    rc, wall, text = s.run(cmd, 400, "bench_offline")
+    res = json.loads(result.read_text().splitlines()[-1]) if result.is_file() else None
+    return {"rc": rc, "wall_s": round(wall, 1), "result": res, "tail": text[-1500:]}
+
+
+def export_prompts(params, limit: int, where: Path) -> Path:
+    """The plan's first `limit` prompts as a ShareGPT file for SGLang's benchmarks (system + user text)."""
+    import pandas as pd
+
+    plan = pd.read_parquet(OUTPUTS / params.run / "prompts.parquet")
+    rows = []
+    for messages in plan["messages"].head(limit):
+        msgs = json.loads(messages) if isinstance(messages, str) else list(messages)
+        text = "\n\n".join(str(m["content"]) for m in msgs if m["role"] in ("system", "user"))
+        rows.append({"conversations": [{"from": "human", "value": text}, {"from": "gpt", "value": "ok ok"}]})
+    path = where / "prompts.sharegpt.json"
+    path.write_text(json.dumps(rows))
+    return path
+
+
+def faults(s: Session, limit: int = 1200) -> dict:
+    """kill -9 of the scheduler, then SIGSTOP of the HTTP server, during one `kit generate`."""
+    import psutil
+
+    run = "h200-faults"
+    s.touched.add(run)
+    shutil.rmtree(OUTPUTS / run, ignore_errors=True)
+    params = derived(run, {
+        "run": run, **engine_override(s),
+        "engine": {**engine_override(s).get("engine", {}), "speculative": {"algorithm": None}},
+        "generate": {"limit": limit, "use_decision": False, "shard_seconds": 5, "hang_timeout_s": 30},
+    })  # fmt: skip
+    events: list[dict] = []
+    t0 = time.monotonic()
+
+    def event(what: str, **kw) -> None:
+        events.append({"t_s": round(time.monotonic() - t0, 1), "what": what, **kw})
+        s.say(f"fault: {what} {kw}")
+
+    cmd = [sys.executable, "-m", "kit.cli", "generate", str(params)]
+    out = open(OUTPUTS / f"{run}.kit.log", "w")
+    kit = subprocess.Popen(cmd, cwd=REPO, env=s.env, stdout=out, stderr=subprocess.STDOUT)
+
+    def alive() -> bool:
+        return kit.poll() is None
+
+    def new_server(old: int):
+        return lambda: (lambda p: p if p and p.pid != old else None)(sglang_server(psutil, kit.pid))
+
+    try:
+        server = wait_for(lambda: sglang_server(psutil, kit.pid), 600, alive=alive)
+        event("server up", pid=server.pid)
+        wait_for(lambda: rows_on_disk(OUTPUTS / run) >= 200 or None, 300, alive=alive)
+        sched = [
+            c for c in server.children(recursive=True) if "scheduler" in " ".join(c.cmdline() + [c.name()])
+        ]
+        victim = sched[0] if sched else server
+        event(
+            "kill -9",
+            pid=victim.pid,
+            process=" ".join(victim.cmdline())[:80],
+            rows=rows_on_disk(OUTPUTS / run),
+        )
+        victim.send_signal(signal.SIGKILL)
+        again = wait_for(new_server(server.pid), 400, alive=alive)
+        event("server restarted", pid=again.pid)
+        before = rows_on_disk(OUTPUTS / run)
+        wait_for(lambda: rows_on_disk(OUTPUTS / run) >= before + 200 or None, 300, alive=alive)
+        event("SIGSTOP", pid=again.pid, rows=rows_on_disk(OUTPUTS / run))
+        again.send_signal(signal.SIGSTOP)
+        third = wait_for(new_server(again.pid), 400, alive=alive)
+        event("server restarted", pid=third.pid)
+        rc = kit.wait(timeout=600)
+        event("kit generate exited", rc=rc)
+    except Exception as e:  # a benchmark reports what it saw
+        event("error", error=repr(e))
+        kit.kill()
+        rc = None
+    out.close()
+    shutil.copy(OUTPUTS / f"{run}.kit.log", OUTPUTS / run / "kit.log") if (OUTPUTS / run).is_dir() else None
+    ids = ids_on_disk(OUTPUTS / run)
+    return {"rc": rc, "events": events, "rows": len(ids), "unique_ids": len(set(ids)), "limit": limit}
+
+
+def demo(s: Session) -> dict:
+    """The demo model on SGLang: its parsers on real answers, a real n-gram accept length."""
+    run = "h200-sglang-demo"
+    s.touched.add(run)
+    counts = {"infinity_instruct": 40, "webinstructsub": 40, "codefeedback": 40, "metamathqa": 40,
+              "hermes_fc": 40, "agentinstruct": 20}  # fmt: skip
+    p = yaml.safe_load(PARAMS.read_text())
+    sources = [dict(src, count=counts[src["name"]]) for src in p["data"]["sources"]]
+    params = derived(run, {
+        "run": run, **engine_override(s), "model": {"path": str(DEMO_MODEL)},
+        "engine": {**engine_override(s).get("engine", {}), "context_length": 2048,
+                   "mem_fraction_static": 0.5},
+        "probe": {"context_length": 2048},
+        "decide": {"concurrencies": [1, 16, 64], "num_prompts": 64, "max_tokens": 96, "spec_steps": [3],
+                   "repetitions": 2, "level_s": 4, "time_budget_s": 240},
+        "data": {"max_prompt_tokens": 1536, "sources": sources},
+        "generate": {"sampling": {"max_tokens": 192, "temperature": 0.7, "top_p": 0.95, "seed": 0}},
+    })  # fmt: skip
+    return {
+        stage_: s.kit(stage_, params, t)
+        for stage_, t in (("decide", 300), ("generate", 240), ("analyse", 120))
+    }
+
+
+PHASES = {
+    "setup": setup,
+    "probe": stage("probe", 240),
+    "decide": stage("decide", 540),
+    "generate": stage("generate", 400),
+    "analyse": stage("analyse", 180),
+    "decide32": decide32,
+    "ceiling": ceiling,
+    "faults": faults,
+    "demo": demo,
+}
+
+
+# ---- helpers ------------------------------------------------------------------------------------
+def wait_ready(port: int, timeout: float, alive=None) -> float:
+    t = time.monotonic()
+    wait_for(lambda: get_json(port, "/health", raw=True), timeout, alive=alive)
+    return round(time.monotonic() - t, 1)
+
+
+def get_json(port: int, path: str, raw: bool = False):
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=10) as r:
+            body = r.read()
+            return True if raw else json.loads(body)
+    except Exception:
+        return None
+
+
+def wait_for(probe, timeout: float, every: float = 1.0, alive=None):
+    """The first true answer of `probe()` within `timeout` s; `alive()` false stops the wait early."""
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        got = probe()
+        if got:
+            return got
+        if alive is not None and not alive():
+            raise RuntimeError("the process watched has exited")
+        time.sleep(every)
+    raise TimeoutError(f"nothing after {timeout:.0f} s")
+
+
+def sglang_server(psutil, kit_pid: int):
+    """The SGLang HTTP process among the descendants of `kit generate` (not its reaper)."""
+    try:
+        kids = psutil.Process(kit_pid).children(recursive=True)
+    except psutil.NoSuchProcess:
+        return None
+    for p in kids:
+        try:
+            argv = p.cmdline()
+        except psutil.Error:
+            continue
+        if (
+            len(argv) > 2
+            and argv[1:3] == ["-m", "sglang.launch_server"]
+            and p.status() != psutil.STATUS_STOPPED
+        ):
+            return p
+    return None
+
+
+def rows_on_disk(run_dir: Path) -> int:
+    return len(ids_on_disk(run_dir))
+
+
+def ids_on_disk(run_dir: Path) -> list[str]:
+    import pyarrow.parquet as pq
+
+    ids: list[str] = []
+    for f in sorted((run_dir / "generations").glob("part-*.parquet")):
+        try:
+            ids += pq.read_table(f, columns=["id"]).column("id").to_pylist()
+        except Exception:
+            continue
+    return ids
+
+
+def running_req_max(log: Path) -> int | None:
+    found = [int(m) for m in re.findall(r"#running-req: (\d+)", log.read_text(errors="replace"))]
+    return max(found) if found else None
+
+
+def stop(proc: subprocess.Popen) -> None:
+    with_group = os.getpgid(proc.pid)
+    for sig, wait in ((signal.SIGTERM, 30), (signal.SIGKILL, 10)):
+        try:
+            os.killpg(with_group, sig)
+            proc.wait(timeout=wait)
+            return
+        except (ProcessLookupError, subprocess.TimeoutExpired):
+            continue
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("phases", nargs="+", choices=sorted(PHASES))
+    ap.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "/tmp/h200-out")))
+    ap.add_argument("--site", type=Path, default=SITE, help="the engine's packages (PYTHONPATH)")
+    ap.add_argument("--engine-python", help="the engine's interpreter (default: the params file's)")
+    ap.add_argument("--budget", type=float, default=1e9, help="seconds this call may take in all")
+    args = ap.parse_args()
+    s = Session(args.out, args.site, args.engine_python, args.budget)
+    sys.path.insert(1, str(args.site))  # the kit's own imports (pydantic, datasets) that the image lacks
+    for name in args.phases:
+        t = time.monotonic()
+        s.say(f"== phase {name}")
+        try:
+            result = PHASES[name](s)
+        except Exception as e:  # one phase failing must not lose the others' results
+            result = {"error": repr(e)}
+        result["phase_s"] = round(time.monotonic() - t, 1)
+        s.say(f"== phase {name} done in {result['phase_s']} s")
+        s.done(name, result)
+
+
+if __name__ == "__main__":
+    main()
