@@ -15,11 +15,12 @@ At the session's end two checks fail the run (exit code 1, each finding printed)
   the suite's tools name theirs (`TOOL_TEMP_NAMES`). Other work on a shared machine writes caches
   into that HOME too, so deeper folders are not compared here: tests/test_isolation.py runs the
   suite's tests of each tool with a HOME and temp folder nobody else writes, and finds them empty.
-A passing session's folder is removed; a failing one's is kept and named.
+A passing session's folder is removed when the process exits; a failing one's is kept and named.
 """
 
 from __future__ import annotations
 
+import atexit
 import fnmatch
 import os
 import shutil
@@ -65,6 +66,14 @@ class Session:
     started: float = field(default_factory=time.time)
     home_before: set[str] = field(default_factory=set)
     tmp_before: set[str] = field(default_factory=set)
+    passed: bool = False
+    """Set at the session's end: the folder is then removed when the process exits."""
+
+    def remove_if_passed(self) -> None:
+        """At exit, after the handlers of what the tests loaded (registered later, run first: IPython
+        writes its history into the session's HOME at exit)."""
+        if self.passed:
+            shutil.rmtree(self.root, ignore_errors=True)
 
 
 def isolate() -> Session:
@@ -108,7 +117,9 @@ def isolate() -> Session:
     for name in ("RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH", "RAY_ADDRESS"):
         os.environ.pop(name, None)  # the suite makes its own Ray token and cluster
     tempfile.tempdir = None  # recomputed from TMPDIR: pytest's tmp_path lands inside too
-    return Session(root, home, tmp, original_home, original_tmp)
+    session = Session(root, home, tmp, original_home, original_tmp)
+    atexit.register(session.remove_if_passed)
+    return session
 
 
 def tagged_processes(tag: str) -> list[psutil.Process]:
@@ -204,7 +215,6 @@ class Guard:
             say(f"error: {problem}", red=True)
         if problems:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
-        if session.exitstatus == 0:
-            shutil.rmtree(self.s.root, ignore_errors=True)
-        else:
+        self.s.passed = session.exitstatus == 0
+        if not self.s.passed:
             say(f"the session's HOME and temp folder are kept for a look: {self.s.root}")
