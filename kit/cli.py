@@ -129,9 +129,11 @@ def generate(
     Exit code: 0 complete, 3 incomplete (rows left: rerun to retry them), 2 error, 130 / 143 / 129
     interrupted by SIGINT / SIGTERM / SIGHUP (finished rows saved)."""
     from kit import stages as st
+    from kit.generate.verdict import session_sentence
 
-    manifest = st.generate(_load(params, run), fresh=fresh, shard=shard, retry_failures=retry_failures)
-    _print(manifest.to_json())
+    p = _load(params, run)
+    manifest = st.generate(p, fresh=fresh, shard=shard, retry_failures=retry_failures)
+    _say(session_sentence(st.run_folder(p).root, manifest))  # the details: manifest.json
     raise typer.Exit(manifest.exit_code)
 
 
@@ -287,6 +289,31 @@ EXIT_INCOMPLETE = 3  # kit.generate.run.EXIT_INCOMPLETE, kept here so that `kit 
 INTERRUPTED = "interrupted by {}: finished work is saved; rerun the same command to resume"
 
 
+def _say(line: str) -> None:
+    """One line on stdout; a closed stdout loses only the line, as `_print` does."""
+    try:
+        typer.echo(line)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        _silence(sys.stdout)
+
+
+class _LogLines(logging.Formatter):
+    """The kit's normal information as plain lines; WARNING and above labelled with their level."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        if record.levelno == logging.INFO:
+            return record.getMessage()
+        return f"{record.levelname} {record.name}: {super().format(record)}"
+
+
+def _log_to_stderr() -> None:
+    handler = logging.StreamHandler()
+    handler.setFormatter(_LogLines())
+    logging.basicConfig(level=logging.WARNING, handlers=[handler])
+    logging.getLogger("kit").setLevel(logging.INFO)
+
+
 def main() -> None:
     """Entry point. Exit codes: 0 done, 2 error (one message, no traceback), 3 incomplete (rows left),
     4 `kit probe` NO-GO, 128 + signal when interrupted (130 Ctrl-C, 143 SIGTERM, 129 SIGHUP) with
@@ -295,7 +322,7 @@ def main() -> None:
     # (the kit's and the libraries'), warnings and log lines write through this, and stop writing
     # once the pipe is closed. The exit code and the run folder still say everything.
     sys.stderr = SafeStream(sys.stderr)  # type: ignore[assignment]
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    _log_to_stderr()
     try:
         # Without standalone mode, typer returns an exit code (130 for Ctrl-C) instead of exiting.
         with stop_signals():

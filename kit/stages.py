@@ -199,7 +199,7 @@ def generate(
     decision = folder.read_decision() if params.generate.use_decision else None
     if decision is not None:
         params, applied = apply_decision(params, decision)
-        log.warning("engine settings from %s: %s", folder.decision, applied)
+        log.info("engine settings from %s: %s", folder.decision, applied)
     check_sampling(params)
     return run_generation(
         params,

@@ -5,9 +5,13 @@ from __future__ import annotations
 
 import html
 import json
+import shutil
+import subprocess
+import sys
 
 import pyarrow.parquet as pq
 import pytest
+import yaml
 
 pytestmark = pytest.mark.slow
 ROW_COLUMNS = {
@@ -87,3 +91,25 @@ def test_report_reads_well(demo_run):
     assert top["answers"] == 6 and top["bottom"] <= 800, top
     shots = screenshots([report / "index.html", report / "02_decide_mtp.html"], "demo")
     assert all(p.stat().st_size > 20_000 for p in shots)
+
+
+def test_a_finished_generate_rerun_says_one_sentence(demo_run, tmp_path):
+    """A new user's rerun of `kit generate` on a finished run got an 80-line manifest and normal
+    information labelled WARNING (issue 33): now one sentence, and the log lines unlabelled."""
+    shutil.copytree(demo_run, tmp_path / "outputs" / "demo")  # the session's run stays as it is
+    params = yaml.safe_load((demo_run / "params.yaml").read_text())
+    params["output_dir"] = str(tmp_path / "outputs")
+    (tmp_path / "demo.yaml").write_text(yaml.safe_dump(params))
+    done = subprocess.run(
+        [sys.executable, "-m", "kit.cli", "generate", str(tmp_path / "demo.yaml")],
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    rows = json.loads((demo_run / "manifest.json").read_text())["rows"]
+    run = tmp_path / "outputs" / "demo"
+    assert done.stdout.splitlines() == [
+        f"{run}: complete, {rows} of {rows} rows; nothing was left to generate."
+    ]
+    assert f"engine settings from {run / 'decision.json'}: " in done.stderr  # information, not a warning
+    assert not [line for line in done.stderr.splitlines() if line.startswith("WARNING")], done.stderr

@@ -4,6 +4,7 @@ planned, failures by reason, throughput, where the data is and how to load it.""
 from __future__ import annotations
 
 from collections import Counter
+from pathlib import Path
 
 from kit.artifacts import Health, Manifest, Summary
 from kit.display import Answer, is_number, number, seconds
@@ -115,3 +116,17 @@ def load_snippet(folder: RunFolder) -> str:
     form first copies every row into the Hugging Face cache (~4.6x the shards; docs/bench_scale.md)."""
     where = folder.generations.resolve()
     return f'datasets.load_dataset("parquet", data_files="{where}/*.parquet", streaming=True)'
+
+
+def session_sentence(root: Path, manifest: Manifest) -> str:
+    """What `kit generate` prints at its end: one sentence (the details are in manifest.json)."""
+    rows, left = int(manifest.rows or 0), int(manifest.left or 0)
+    head = f"{root}: {'complete' if manifest.complete else 'not complete'}, {rows:,} of {rows + left:,} rows"
+    made = int(manifest.rows_this_session or 0)
+    if manifest.complete:
+        tail = "nothing was left to generate" if made == 0 else f"{made:,} made in this session"
+        return f"{head}; {tail}."
+    return (
+        f"{head} ({made:,} made in this session), {left:,} left: failures.jsonl says why; "
+        "rerun the same command to retry them."
+    )
