@@ -15,6 +15,7 @@ import warnings
 from pathlib import Path
 
 import pytest
+import yaml
 from engines import SGLANG_PYTHON, engine_python
 from fixtures_models import qwen36_like
 
@@ -165,9 +166,13 @@ def test_the_h200_params_and_a_shape_only_model_parse(launcher: Launcher, tmp_pa
     from kit.demo.shape_model import write_shape_model
 
     shape = write_shape_model("qwen3-8b", tmp_path / "qwen3-8b")
-    p = load_params(REPO / "params" / "h200-sglang.yaml")
-    p = p.model_copy(update={"model": p.model.model_copy(update={"path": shape}), "output_dir": tmp_path})
-    p = with_engine(p, python=SGLANG_PYTHON)
+    raw = yaml.safe_load((REPO / "params" / "h200-sglang.yaml").read_text())
+    raw["model"]["path"], raw["output_dir"] = str(shape), str(tmp_path)  # where the benchmark writes it
+    raw["engine"]["python"] = str(SGLANG_PYTHON)
+    for src in raw["data"]["sources"]:
+        src["data_files"] = [str((REPO / "params" / f).resolve()) for f in src["data_files"]]
+    (tmp_path / "h200.yaml").write_text(yaml.safe_dump(raw))
+    p = load_params(tmp_path / "h200.yaml")
     plain, ngram = (
         kit_command(p.model_copy(update={"engine": arm_engine(p, arm, hybrid=False)}), launcher)
         for arm in (Arm(0), Arm(2, "NGRAM"))
