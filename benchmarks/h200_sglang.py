@@ -141,13 +141,11 @@ def merge(base: dict, over: dict) -> None:
 
 def main_params(s: Session) -> Path:
     """params/h200-sglang.yaml as it is where its interpreter exists; else the same with this one."""
-    p = yaml.safe_load(PARAMS.read_text())
-    if Path(p["engine"]["python"]).exists() and not s.engine_python:
+    override = engine_override(s)
+    if not override:
         return PARAMS
-    env = {**p["engine"]["env"], "PYTHONPATH": str(s.site)}
-    return derived(
-        p["run"], {"run": p["run"], "engine": {"python": s.engine_python or sys.executable, "env": env}}
-    )
+    run = yaml.safe_load(PARAMS.read_text())["run"]
+    return derived(run, {"run": run, **override})
 
 
 # ---- phases -------------------------------------------------------------------------------------
@@ -205,15 +203,12 @@ def decide32(s: Session) -> dict:
 
 
 def engine_override(s: Session) -> dict:
+    """{} where the params file's interpreter exists; else its engine on this one (a dry run)."""
     p = yaml.safe_load(PARAMS.read_text())
     if Path(p["engine"]["python"]).exists() and not s.engine_python:
         return {}
-    return {
-        "engine": {
-            "python": s.engine_python or sys.executable,
-            "env": {**p["engine"]["env"], "PYTHONPATH": str(s.site)},
-        }
-    }
+    env = {**p["engine"]["env"], "PYTHONPATH": str(s.site)}
+    return {"engine": {"python": s.engine_python or sys.executable, "env": env}}
 
 
 def ceiling(s: Session, rounds: int = 2, limit: int = 1000) -> dict:
@@ -324,7 +319,7 @@ def faults(s: Session, limit: int = 1200) -> dict:
     s.touched.add(run)
     shutil.rmtree(OUTPUTS / run, ignore_errors=True)
     params = derived(run, {
-        "run": run, **engine_override(s),
+        "run": run,
         "engine": {**engine_override(s).get("engine", {}), "speculative": {"algorithm": None}},
         "generate": {"limit": limit, "use_decision": False, "shard_seconds": 5, "hang_timeout_s": 30},
     })  # fmt: skip
@@ -389,7 +384,7 @@ def demo(s: Session) -> dict:
     p = yaml.safe_load(PARAMS.read_text())
     sources = [dict(src, count=counts[src["name"]]) for src in p["data"]["sources"]]
     params = derived(run, {
-        "run": run, **engine_override(s), "model": {"path": str(DEMO_MODEL)},
+        "run": run, "model": {"path": str(DEMO_MODEL)},
         "engine": {**engine_override(s).get("engine", {}), "context_length": 2048,
                    "mem_fraction_static": 0.5},
         "probe": {"context_length": 2048},

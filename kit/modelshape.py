@@ -26,6 +26,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from kit.arch import arch_from_config
+
 MARKER = "kit_shape.json"
 """The file that marks a folder as shape only (its content says which shape, and why no weights)."""
 MEANING = "shape only: timings real, text meaningless"
@@ -69,8 +71,6 @@ class Shape:
 
     @property
     def params_b(self) -> float:
-        from kit.arch import arch_from_config
-
         return arch_from_config(self.config).param_counts()[0] / 1e9
 
 
