@@ -253,7 +253,9 @@ def write_run(root: Path, *, old_shard: bool = True) -> RunFolder:
     return folder
 
 
-def made_row(prompt: dict[str, Any], completion: str = "an answer", tokens: int = 3) -> dict[str, Any]:
+def made_row(
+    prompt: dict[str, Any], completion: str = "an answer", tokens: int = 3, finish: str = "stop"
+) -> dict[str, Any]:
     """A generated row for a planned prompt (a row of prompts.parquet), as stage 3 writes it: for
     tests that put rows on disk without an engine."""
     return {
@@ -264,7 +266,7 @@ def made_row(prompt: dict[str, Any], completion: str = "an answer", tokens: int 
         "messages": prompt["messages"],
         "tools": prompt["tools"],
         "completion": completion,
-        "finish_reason": "stop",
+        "finish_reason": finish,
         "prompt_tokens": prompt["prompt_tokens"],
         "completion_tokens": tokens,
         "latency_s": 0.1,

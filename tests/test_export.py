@@ -15,7 +15,7 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 from datasets.info import DatasetInfosDict
-from fixtures_outputs import NEW_SCHEMA, write_run
+from fixtures_outputs import NEW_SCHEMA, made_row, write_run
 from huggingface_hub import DatasetCard, DatasetCardData
 
 from kit.artifacts import Manifest
@@ -26,25 +26,6 @@ from kit.prompts.plan import build_plan
 from kit.runfolder import RunFolder
 
 REPO = Path(__file__).resolve().parent.parent
-
-
-def made_row(prompt: dict, completion: str = "an answer", finish: str = "stop") -> dict:
-    return {
-        "id": prompt["id"],
-        "prompt_id": prompt["id"],
-        "sample_index": 0,
-        "source": prompt["source"],
-        "messages": prompt["messages"],
-        "tools": prompt["tools"],
-        "completion": completion,
-        "finish_reason": finish,
-        "prompt_tokens": prompt["prompt_tokens"],
-        "completion_tokens": 5,
-        "latency_s": 0.1,
-        "engine": json.dumps({"flavor": "transformers"}),
-        "sampling": json.dumps({"max_tokens": 16}),
-        "sampling_hash": "h",
-    }
 
 
 def planned_run(root: Path, fixture_data: Path, complete: bool = True) -> tuple[RunFolder, dict[str, str]]:
