@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 import os
 import time
+from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -32,7 +33,7 @@ from kit.engines.launcher import discover
 from kit.engines.parsers import chat_template
 from kit.engines.request_fields import thinking_problem
 from kit.errors import ModelDirError, ParamsError
-from kit.params import RunParams, dump_params
+from kit.params import RunParams, SamplingParams, dump_params
 from kit.probe import run_probe
 from kit.runfolder import RunFolder, read_json, required, write_text_atomic
 
@@ -200,7 +201,7 @@ def generate(
     if decision is not None:
         params, applied = apply_decision(params, decision)
         log.info("engine settings from %s: %s", folder.decision, applied)
-    check_sampling(params)
+    problems = check_sampling(params)
     return run_generation(
         params,
         folder,
@@ -210,19 +211,25 @@ def generate(
         from_decision=applied,
         accepted=lambda: save_params(given, folder),
         tail_base=given.engine.speculative,
+        sampling_problems=problems,
     )
 
 
-def check_sampling(params: RunParams) -> None:
-    """Refuse, before any request, sampling settings the engine would reject, ignore or crash on."""
+def check_sampling(params: RunParams) -> Callable[[SamplingParams], list[str]]:
+    """Refuse, before any request, sampling settings the engine would reject, ignore or crash on;
+    the same check for other settings (a batch line's own: stage 3 asks it of each once planned)."""
     eng = params.engine
     fl = flavor(eng.flavor)
     launcher = discover(params.engine_python, fl, env={**os.environ, **server_env(params)})
-    problems = fl.sampling_problems(
-        params.generate.sampling,
-        speculative=eng.speculative.algorithm is not None,
-        distribution=launcher.distribution if launcher else None,
-    )
+
+    def check(sampling: SamplingParams) -> list[str]:
+        return fl.sampling_problems(
+            sampling,
+            speculative=eng.speculative.algorithm is not None,
+            distribution=launcher.distribution if launcher else None,
+        )
+
+    problems = check(params.generate.sampling)
     thinking = thinking_problem(params.generate.sampling, chat_template(params.model.path))
     if thinking:
         problems.append(thinking)
@@ -231,6 +238,7 @@ def check_sampling(params: RunParams) -> None:
         raise ParamsError(
             f"{where}: the {eng.flavor} engine cannot take these settings:\n  - " + "\n  - ".join(problems)
         )
+    return check
 
 
 def analyse(params: RunParams, *, rerun: bool = True) -> Analysis:

@@ -1,10 +1,12 @@
 """OpenAI batch files in (`adapter: openai_batch`) and out (`kit export --format openai_batch`).
 
 In: the lines of a real batch file through the real plan (datasets' text loader): `custom_id` kept as
-the row's source id, a malformed line named by its number and every other line kept, what the kit
-cannot send refused. Out: every input line answered once, rows as chat completions and the rest as
-errors, read back by the `openai` package's own types. The round trip through a real engine (the
-demo model on transformers serve) is the slow test at the end.
+the row's id, a malformed line named by its file and number and every other line kept, what the kit
+cannot send refused, a custom_id on two lines stopping the plan with both named. Out: every input line
+answered once, rows as chat completions and the rest as errors, read back by the `openai` package's
+own types. The round trip through a real engine (the demo model on transformers serve) is the slow
+test at the end: each line's own sampling sent and recorded, a changed line refused on resume, a
+setting the engine refuses named by its line before any request.
 """
 
 from __future__ import annotations
@@ -45,11 +47,15 @@ def request(custom_id: str, content: str, **body: object) -> str:
     )
 
 
+OWN_BUDGET = 3  # max_tokens of line q-0 (the others ask for 16)
+
+
 def batch_file(fixture_data: Path, out: Path, n: int = 8) -> list[str]:
     """A batch file of the fixture's MetaMathQA questions, one line not JSON and one asking for a
-    stream; the custom_ids of the good lines."""
+    stream; the custom_ids of the good lines. Line q-0 asks for its own budget and seed."""
     queries = [json.loads(line)["query"] for line in (fixture_data / "metamathqa.jsonl").open()][:n]
     lines = [request(f"q-{i}", q, max_tokens=16, temperature=0.7) for i, q in enumerate(queries)]
+    lines[0] = request("q-0", queries[0], max_completion_tokens=OWN_BUDGET, temperature=0.0, seed=7)
     lines.insert(BAD_LINE - 1, '{"custom_id": "broken", "method": ')
     lines.append(request("streamed", "hello there", stream=True))
     out.write_text("\n".join(lines) + "\n")
@@ -64,12 +70,16 @@ def test_lines_keep_their_custom_id_and_a_bad_line_is_named(fixture_data, tmp_pa
     ids = batch_file(fixture_data, tmp_path / "in.jsonl")
     data = DataParams(sources=[batch_source(tmp_path / "in.jsonl")])
     result = build_plan(data, None, tmp_path / "prompts.parquet", tmp_path / "plan.json", progress=False)
-    prompts = pq.read_table(tmp_path / "prompts.parquet").to_pylist()
-    assert sorted(p["source_row_id"] for p in prompts) == sorted(ids)  # nothing else lost
-    meta = json.loads(prompts[0]["metadata"])
+    prompts = {p["id"]: p for p in pq.read_table(tmp_path / "prompts.parquet").to_pylist()}
+    assert sorted(prompts) == sorted(ids)  # the custom_id is the row's id; nothing else lost
+    assert all(p["source_row_id"] == i for i, p in prompts.items())
+    meta = json.loads(prompts["q-1"]["metadata"])
     assert meta["body_sampling"] == {"max_tokens": 16, "temperature": 0.7} and meta["body_model"] == "any"
+    assert meta["line"] == "in.jsonl line 2"
+    own = json.loads(prompts["q-0"]["metadata"])["body_sampling"]  # max_completion_tokens read as max_tokens
+    assert own == {"max_tokens": OWN_BUDGET, "temperature": 0.0, "seed": 7}
     details = result.dropped_rows["detail"].tolist()
-    assert any(f"line {BAD_LINE}: not valid JSON" in d for d in details)
+    assert any(f"in.jsonl line {BAD_LINE}: not valid JSON" in d for d in details)
     assert any("body.stream = True: the kit cannot give streaming" in d for d in details)
     assert any(
         "2 line(s) of its file cannot be sent" in w and f"line {BAD_LINE}" in w for w in result.warnings
@@ -86,11 +96,82 @@ def test_lines_keep_their_custom_id_and_a_bad_line_is_named(fixture_data, tmp_pa
         (json.dumps({"custom_id": "a", "body": {"messages": []}}), "body has no messages"),
         (request("a", "x", n=2), "n > 1"),
         (request("a", "x", logprobs=True), "logprobs"),
+        (request("a", "x", logit_bias={"1": 5}), "body.logit_bias: not a field the kit sends"),
     ],
 )
 def test_what_the_kit_cannot_send_is_refused(line: str, message: str) -> None:
     with pytest.raises(DataError, match=message):
         parse_line(line)
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        ({"temperature": 3}, "body.temperature = 3: input should be less than or equal to 2"),
+        ({"top_p": 0}, "body.top_p = 0: input should be greater than 0"),
+        ({"max_tokens": 0}, "body.max_tokens = 0: input should be greater than or equal to 1"),
+        ({"max_tokens": 8, "max_completion_tokens": 9}, "differ: keep one"),
+        ({"stop": [1]}, "body.stop = "),
+    ],
+)
+def test_sampling_out_of_range_is_refused_with_the_file_and_line(tmp_path, body, message) -> None:
+    (tmp_path / "a.jsonl").write_text(request("a-0", "hello") + "\n" + request("a-1", "hi", **body) + "\n")
+    (tmp_path / "b.jsonl").write_text(request("b-0", "what is two and two") + "\n")
+    source = {
+        **batch_source(tmp_path / "a.jsonl"),
+        "data_files": [str(tmp_path / f) for f in ("a.jsonl", "b.jsonl")],
+    }
+    data = DataParams(sources=[source])
+    result = build_plan(data, None, tmp_path / "p.parquet", tmp_path / "plan.json", progress=False)
+    assert sorted(pq.read_table(tmp_path / "p.parquet").column("id").to_pylist()) == ["a-0", "b-0"]
+    (detail,) = result.dropped_rows["detail"].tolist()
+    assert "a.jsonl line 2: " in detail and message in detail, detail
+
+
+def test_a_custom_id_on_two_lines_stops_the_plan_naming_both(tmp_path) -> None:
+    lines = [request("x", "one"), request("y", "two"), request("x", "three")]
+    (tmp_path / "in.jsonl").write_text("\n".join(lines) + "\n")
+    data = DataParams(sources=[batch_source(tmp_path / "in.jsonl")])
+    with pytest.raises(
+        DataError, match=r"custom_id 'x' is on two lines, in.jsonl line 1 and in.jsonl line 3"
+    ):
+        build_plan(data, None, tmp_path / "p.parquet", tmp_path / "plan.json", progress=False)
+
+
+def test_a_custom_id_in_two_sources_stops_the_plan_naming_both(tmp_path) -> None:
+    (tmp_path / "a.jsonl").write_text(request("same", "one") + "\n")
+    (tmp_path / "b.jsonl").write_text(request("other", "two") + "\n" + request("same", "three") + "\n")
+    data = DataParams(sources=[{**batch_source(tmp_path / n), "name": n[0]} for n in ("a.jsonl", "b.jsonl")])
+    with pytest.raises(
+        DataError, match=r"'same' is on two prompts, source 'a' a.jsonl line 1 and source 'b' b.jsonl line 2"
+    ):
+        build_plan(data, None, tmp_path / "p.parquet", tmp_path / "plan.json", progress=False)
+
+
+def test_ids_of_their_own_beside_hash_ids_in_a_spilled_plan(fixture_data, tmp_path, monkeypatch) -> None:
+    """Past the spill buffer the rows go to bucket files: custom_ids (not hex) beside another source's
+    hash ids, every row once, the hash ids first in id order."""
+    import kit.prompts.plan as plan
+
+    monkeypatch.setattr(plan, "SPILL_BUFFER_ROWS", 4)
+    lines = [request(f"Req-{i:03d}", f"question number {i}") for i in range(40)]
+    (tmp_path / "in.jsonl").write_text("\n".join(lines) + "\n")
+    math = {
+        "name": "metamathqa",
+        "adapter": "metamathqa",
+        "dataset": "json",
+        "count": 10,
+        "data_files": [str(fixture_data / "metamathqa.jsonl")],
+    }
+    data = DataParams(sources=[batch_source(tmp_path / "in.jsonl"), math])
+    build_plan(data, None, tmp_path / "p.parquet", tmp_path / "plan.json", progress=False)
+    table = pq.read_table(tmp_path / "p.parquet")
+    ids, sources = table.column("id").to_pylist(), table.column("source").to_pylist()
+    assert sorted(i for i, s in zip(ids, sources, strict=True) if s == "batch") == [
+        f"Req-{i:03d}" for i in range(40)
+    ]
+    hashed = [i for i, s in zip(ids, sources, strict=True) if s == "metamathqa"]
+    assert len(hashed) == 10 and hashed == sorted(hashed) and ids[:10] == hashed
 
 
 def test_neutral_values_and_text_parts_are_taken() -> None:
@@ -173,3 +254,36 @@ def test_round_trip_through_the_demo_engine(fixture_data, write_params, tmp_path
     for completion in answers.values():
         assert completion.choices[0].finish_reason in ("stop", "length")
         assert completion.usage is not None and completion.usage.completion_tokens > 0
+    # each line's own sampling was sent and is recorded in its row, under its custom_id
+    rows = {r["id"]: r for r in pq.read_table(run / "generations").to_pylist()}
+    assert sorted(rows) == sorted(ids)
+    own, other = json.loads(rows["q-0"]["sampling"]), json.loads(rows["q-1"]["sampling"])
+    assert (own["max_tokens"], own["temperature"], own["seed"]) == (OWN_BUDGET, 0.0, 7)
+    assert (other["max_tokens"], other["temperature"], other["seed"]) == (16, 0.7, 0)  # the params' seed
+    assert 0 < rows["q-0"]["completion_tokens"] <= OWN_BUDGET < rows["q-1"]["completion_tokens"]
+    assert rows["q-0"]["sampling_hash"] != rows["q-1"]["sampling_hash"]
+    assert answers["q-0"].usage.completion_tokens <= OWN_BUDGET
+    # a line changed since its row was made: the resume is refused, naming the file
+    text = (tmp_path / "in.jsonl").read_text()
+    (tmp_path / "in.jsonl").write_text(text.replace('"temperature": 0.7', '"temperature": 0.9', 1))
+    done = subprocess.run([*kit, "generate", str(params)], capture_output=True, text=True, cwd=REPO)
+    assert done.returncode != 0 and "Traceback" not in done.stderr
+    assert "holds rows made from other contents of" in done.stderr and "in.jsonl" in done.stderr
+    # a line's setting the engine refuses (transformers serve ignores presence_penalty): named by
+    # its line once planned, before any server starts
+    (tmp_path / "in.jsonl").write_text(text.replace('"temperature": 0.7', '"presence_penalty": 0.5', 1))
+    raw["run"] = "refused"
+    params.write_text(__import__("yaml").safe_dump(raw))
+    done = subprocess.run([*kit, "generate", str(params)], capture_output=True, text=True, cwd=REPO)
+    assert done.returncode != 0 and "Traceback" not in done.stderr
+    assert "in.jsonl line 2: body.presence_penalty: transformers serve ignores it" in done.stderr
+    assert not list((Path(raw["output_dir"]) / "refused" / "logs").glob("server-*"))  # nothing sent
+
+
+def test_the_same_prompt_on_two_lines_is_two_requests(tmp_path) -> None:
+    """data.dedup drops repeated prompts of datasets; a batch file's lines are requests, each answered."""
+    lines = [request("a", "the same question", seed=1), request("b", "the same question", seed=2)]
+    (tmp_path / "in.jsonl").write_text("\n".join(lines) + "\n")
+    data = DataParams(sources=[batch_source(tmp_path / "in.jsonl")])
+    build_plan(data, None, tmp_path / "p.parquet", tmp_path / "plan.json", progress=False)
+    assert sorted(pq.read_table(tmp_path / "p.parquet").column("id").to_pylist()) == ["a", "b"]

@@ -30,6 +30,8 @@ from kit.generate.completions import not_a_completion
 from kit.generate.metrics import Timeline
 from kit.generate.pool import ServerPool
 from kit.generate.premises import PremiseCheck
+from kit.generate.rowsampling import RowSampling
+from kit.generate.rowsampling import identity as row_identity
 from kit.generate.store import FailureLog, ShardWriter, now_utc, shard_rows_for
 from kit.generate.tailswitch import TailSwitch
 from kit.params import GenerateParams
@@ -94,6 +96,8 @@ class GenerationLoop:
     """Fields added to requests that offer tools (`kit.engines.request_fields.tool_request_fields`)."""
     max_tokens_by_source: dict[str, int] = field(default_factory=dict)
     """Output budgets of the sources that set their own (`data.sources[].max_tokens`)."""
+    row_sampling: RowSampling | None = None
+    """Fields of rows with sampling of their own (a batch line's body: `item["sampling"]`)."""
     grow_when_starved: bool = True
     """Send more at once when the engine idles for want of requests (False: `generate.concurrency`
     was set, and is kept; the loop then only says, once, that the engine could take more)."""
@@ -285,17 +289,18 @@ class GenerationLoop:
             await asyncio.sleep(min(30.0, 0.5 * 2**attempt) * (0.5 + random.random()))
 
     async def _send(self, client: Any, item: dict[str, Any]) -> Any:
-        s = self.params.sampling
-        fields = self.fields
+        s, fields = self.params.sampling, self.fields
+        max_tokens = self.max_tokens_by_source.get(item["source"], s.max_tokens)
+        own = item.get("sampling")
+        if own is not None and self.row_sampling is not None:  # the line's own settings over the run's
+            fields, s = self.row_sampling.resolve(own)
+            max_tokens = s.max_tokens if "max_tokens" in own else max_tokens
         if s.seed is not None:
             fields = {**fields, "seed": s.seed + item["sample_index"]}
         if item["tools_list"] and self.tool_fields:
             fields = {**fields, **self.tool_fields}
         return await client.chat(
-            item["messages"],
-            tools=item["tools_list"],
-            max_tokens=self.max_tokens_by_source.get(item["source"], s.max_tokens),
-            fields=fields,
+            item["messages"], tools=item["tools_list"], max_tokens=max_tokens, fields=fields
         )
 
     def _row(self, item: dict[str, Any], r: Any, engine_json: str) -> dict[str, Any]:
@@ -317,10 +322,21 @@ class GenerationLoop:
             "ttft_s": r.ttft_s,
             "accept_length": r.accept_length,
             "engine": engine_json,
-            "sampling": self.sampling_json,
-            "sampling_hash": self.sampling_hash,
+            **self._sampling_of(item),
             "finished_at": now_utc(),
         }
+
+    def _sampling_of(self, item: dict[str, Any]) -> dict[str, str]:
+        """The row's `sampling` and `sampling_hash`: the run's, or the merged settings of a row with its
+        own (and its source's max_tokens where the row set none, as sent)."""
+        own = item.get("sampling")
+        if own is None or self.row_sampling is None:
+            return {"sampling": self.sampling_json, "sampling_hash": self.sampling_hash}
+        _, s = self.row_sampling.resolve(own)
+        if "max_tokens" not in own and item["source"] in self.max_tokens_by_source:
+            s = s.model_copy(update={"max_tokens": self.max_tokens_by_source[item["source"]]})
+        text, digest = row_identity(s)
+        return {"sampling": text, "sampling_hash": digest}
 
     def _rejected(self, item: dict[str, Any], e: RequestRejected, attempts: int) -> None:
         """A 4xx answer: permanent once the engine has accepted a request of this session; before

@@ -23,6 +23,7 @@ from kit.generate.order import LengthModel, done_lengths, longest_first
 from kit.generate.pool import ServerPool
 from kit.generate.premises import PremiseCheck
 from kit.generate.raydriver import RayJob
+from kit.generate.rowsampling import check_row_sampling
 from kit.generate.session import (
     Session,
     build_loop,
@@ -44,9 +45,9 @@ from kit.generate.work import (
     record_identity,
     select_rows,
 )
-from kit.params import RunParams, SpeculativeParams
+from kit.params import RunParams, SamplingParams, SpeculativeParams
 from kit.prompts.plan import read_prompts
-from kit.prompts.prompt_set import data_hash, ensure_plan, read_prompt_ids
+from kit.prompts.prompt_set import batch_file_digests, data_hash, ensure_plan, read_prompt_ids
 from kit.runfolder import RunFolder, ShardView, disk_full_is_a_message
 
 log = logging.getLogger(__name__)
@@ -65,6 +66,7 @@ def run_generation(
     from_decision: dict[str, Any] | None = None,
     accepted: Callable[[], None] | None = None,
     tail_base: SpeculativeParams | None = None,
+    sampling_problems: Callable[[SamplingParams], list[str]] | None = None,
 ) -> Manifest:
     """Generate every planned (prompt, sample) not yet done; write the manifest when finished.
 
@@ -73,6 +75,8 @@ def run_generation(
     settings (stage 3 saves params.yaml there, so a refused run leaves the folder's own).
     `tail_base`: the params' own speculative section (algorithm, draft model) before the decision
     applied its arm: what `generate.tail_speculation` switches to, with the decision's k.
+    `sampling_problems`: what the engine refuses of a sampling setting (`Flavor.sampling_problems`),
+    asked of the rows' own settings (batch lines) once the plan exists, before any request.
     The manifest's `exit_code` (EXIT_COMPLETE or EXIT_INCOMPLETE) is what `kit generate` exits with.
     """
     shard_i, shard_n = parse_shard(shard)
@@ -82,7 +86,7 @@ def run_generation(
         if fresh and (archived := archive_outputs(folder)):
             log.warning("earlier outputs archived in %s", archived)
         session = _open(params, files, (shard_i, shard_n), accepted)
-        return _generate(session, retry_failures, from_decision, tail_base)
+        return _generate(session, retry_failures, from_decision, tail_base, sampling_problems)
 
 
 def _open(
@@ -92,6 +96,8 @@ def _open(
     folder = files.folder
     sampling_json, sampling_hash = sampling_identity(params.generate)
     identity = {**engine_identity(params), "sampling_hash": sampling_hash, "data_hash": data_hash(params)}
+    if files_made_with := batch_file_digests(params):
+        identity["batch_files"] = files_made_with  # a line changed: its rows are not this file's
     check_identity(folder, identity)
     if accepted is not None:
         accepted()
@@ -106,9 +112,12 @@ def _generate(
     retry_failures: bool,
     from_decision: dict[str, Any] | None,
     tail_base: SpeculativeParams | None,
+    sampling_problems: Callable[[SamplingParams], list[str]] | None = None,
 ) -> Manifest:
     params, folder, failures = session.params, session.folder, session.failures
     prompts_path = ensure_plan(params, folder)
+    if sampling_problems is not None:
+        check_row_sampling(prompts_path, params, sampling_problems)
     record_identity(folder, session.identity)
     session.files.manifest.unlink(missing_ok=True)  # present again only once this run completes
 

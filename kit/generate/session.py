@@ -22,6 +22,7 @@ from kit.errors import ModelDirError
 from kit.generate.loop import MAX_IN_FLIGHT, GenerationLoop
 from kit.generate.metrics import Timeline
 from kit.generate.pool import Replica, ServerPool
+from kit.generate.rowsampling import RowSampling
 from kit.generate.store import FailureLog
 from kit.params import GenerateParams, RunParams
 from kit.probe.gpu import nvml_gpus
@@ -165,6 +166,9 @@ def build_loop(
         fields=run_request_fields(params),
         tool_fields=tool_request_fields(params),
         max_tokens_by_source={src.name: src.max_tokens for src in params.data.sources if src.max_tokens},
+        row_sampling=RowSampling(params)
+        if any(s.adapter == "openai_batch" for s in params.data.sources)
+        else None,
         grow_when_starved=grow,
         **extra,
     )

@@ -19,6 +19,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from kit.errors import ParamsError, RunFolderError
+from kit.generate.rowsampling import item_sampling
 from kit.generate.store import ROW_SCHEMA_VERSION, row_id
 from kit.params import RunParams
 from kit.runfolder import RunFolder, read_json, stamp, write_json_atomic
@@ -66,6 +67,15 @@ def check_identity(folder: RunFolder, identity: dict[str, Any]) -> None:
         return
     old = read_json(path)
     changed = [k for k in identity if old.get(k) != identity[k]]
+    if "batch_files" in changed:
+        was, now = old.get("batch_files") or {}, identity["batch_files"] or {}
+        files = sorted(p for p in {*was, *now} if was.get(p) != now.get(p))
+        raise RunFolderError(
+            f"{folder.root} holds rows made from other contents of {', '.join(files)} (a line's prompt or "
+            "sampling changed since, or a file was added or removed): its rows are not the file's now. "
+            "Put the file back as it was to resume, or use a new run name, or pass --fresh to archive "
+            "the earlier outputs and start anew."
+        )
     if "row_schema" in changed:
         raise RunFolderError(
             f"{folder.root} holds rows of another row schema (version {old.get('row_schema') or 1}; "
@@ -166,4 +176,5 @@ def iter_items(prompts: pa.Table, work: list[tuple[int, int]], batch: int = 512)
                 "tools": tools,
                 "tools_list": (json.loads(tools) or None) if tools else None,  # "[]": no tools
                 "prompt_tokens": row.get("prompt_tokens"),
+                "sampling": item_sampling(row.get("metadata")),  # a batch line's own, or None
             }

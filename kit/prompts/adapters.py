@@ -38,6 +38,9 @@ class PromptRow:
     tools: str | None
     source_row_id: str
     metadata: str
+    id: str | None = None
+    """The row's own id, kept as the prompt id (an OpenAI batch line's `custom_id`); None: the
+    kit's hash (`kit.prompts.dedup.prompt_id`)."""
 
 
 @dataclass(frozen=True)
@@ -63,7 +66,9 @@ class Adapter:
     language_columns: tuple[str, ...] = ()
     doc: str = ""
     lines: bool = False
-    """Rows are the lines of a file (`dataset: text`): errors name line `index + 1`."""
+    """Rows are the lines of a file (`dataset: text`): errors name the file and line."""
+    own_ids: bool = False
+    """The row function's `row_id` is the prompt id itself (unique in the plan), not hashed."""
 
     def check_columns(self, source: str, found: Sequence[str]) -> None:
         """Raise `DataError` when the dataset lacks a column this adapter needs."""
@@ -80,19 +85,24 @@ class Adapter:
         """The column this source's language is read from, if the dataset has one."""
         return next((c for c in self.language_columns if c in found), None)
 
-    def __call__(self, row: Mapping[str, Any], index: int, source: str = "?") -> PromptRow:
-        """Adapt one row; `index` is its position in the loaded split (the id when it has none)."""
+    def __call__(
+        self, row: Mapping[str, Any], index: int, source: str = "?", where: str | None = None
+    ) -> PromptRow:
+        """Adapt one row; `index` is its position in the loaded split (the id when it has none);
+        `where`: the file and line it came from, for a file of lines (kept in its metadata as `line`)."""
+        where = where or (f"line {index + 1}" if self.lines else f"row {index}")
         try:
             out = self.fn(row)
         except DataError as e:
-            where = f"line {index + 1}" if self.lines else f"row {index}"
             raise DataError(f"source '{source}' {where}: {e}") from None
         row_id = out.row_id if out.row_id is not None else row.get(self.id_column) if self.id_column else None
+        meta = {**out.meta, "line": where} if self.lines else out.meta
         return PromptRow(
             messages=out.messages,
             tools=out.tools,
             source_row_id=str(index if row_id is None else row_id),
-            metadata=_META_JSON.encode(out.meta),
+            metadata=_META_JSON.encode(meta),
+            id=str(row_id) if self.own_ids and row_id is not None else None,
         )
 
 
@@ -108,6 +118,7 @@ def adapter(
     id_column: str | None = None,
     language: Sequence[str] = (),
     lines: bool = False,
+    own_ids: bool = False,
 ) -> Callable[[Callable[[Mapping[str, Any]], Adapted]], Callable[[Mapping[str, Any]], Adapted]]:
     """Register `fn` as the adapter `name` for datasets with `columns`."""
 
@@ -115,7 +126,7 @@ def adapter(
         if name in _REGISTRY:
             raise ValueError(f"adapter '{name}' is registered twice")
         doc = (fn.__doc__ or "").strip().splitlines()[0] if fn.__doc__ else ""
-        _REGISTRY[name] = Adapter(name, fn, tuple(columns), id_column, tuple(language), doc, lines)
+        _REGISTRY[name] = Adapter(name, fn, tuple(columns), id_column, tuple(language), doc, lines, own_ids)
         return fn
 
     return register

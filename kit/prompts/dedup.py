@@ -31,22 +31,28 @@ class Deduplicator:
     """Remembers the normalised text of every kept prompt and which id first held it.
 
     Holders are prompt ids (16 hex digits, see `prompt_id`), kept as ints: at 2M prompts that is
-    ~60 MB less than the strings, and `first_holder` gives back the same 16 digits.
+    ~60 MB less than the strings, and `first_holder` gives back the same 16 digits. A row's own id
+    (a batch line's custom_id) is kept as it is.
     """
 
     def __init__(self) -> None:
-        self._seen: dict[bytes, int] = {}
+        self._seen: dict[bytes, int | str] = {}
 
     def first_holder(self, key: bytes) -> str | None:
         """The id that already holds this text, or None when the text is new."""
         holder = self._seen.get(key)
-        return None if holder is None else f"{holder:016x}"
+        return holder if holder is None or isinstance(holder, str) else f"{holder:016x}"
 
     def __contains__(self, key: bytes) -> bool:
         return key in self._seen
 
     def add(self, key: bytes, holder: str) -> None:
-        self._seen.setdefault(key, int(holder, 16))
+        self._seen.setdefault(key, int(holder, 16) if is_hash_id(holder) else holder)
 
     def __len__(self) -> int:
         return len(self._seen)
+
+
+def is_hash_id(value: str) -> bool:
+    """Whether `value` has the shape of `prompt_id`'s ids: 16 lowercase hex digits."""
+    return len(value) == 16 and all(c in "0123456789abcdef" for c in value)

@@ -7,12 +7,15 @@
 The file is read as lines (`dataset: text`), so a line that is not JSON, or not a chat-completion
 request the kit can send, is dropped as `malformed` with its line number (plan.json names the first
 few) and every other line is kept; `kit export --format openai_batch` answers it with an `error`
-line. A line's `custom_id` is the row's `source_row_id` (and the output's `custom_id`); its `body`
-gives the messages and tools. The body's sampling settings are kept in the row's metadata
-(`body_sampling`), not sent: the run sends its own `generate.sampling` to every row (per-line
-sampling is not built). What the kit cannot give a line is refused with the line named: a method
-other than POST, another endpoint, `n` > 1, streaming, logprobs, a response format, content that
-is not text.
+line. A line's `custom_id` is its row's id (the prompt id, the generation row's `id` and the output's
+`custom_id`; also `source_row_id`): two lines of one file with the same `custom_id` stop the plan,
+both named. Its `body` gives the messages and tools, and its sampling settings (`temperature`,
+`max_tokens`, `seed`, `stop`, ...), kept in the row's metadata (`body_sampling`), which stage 3 sends
+for that row over `generate.sampling` (kit.generate.rowsampling). What the kit cannot give a line is
+refused with the file and line named: a method other than POST, another endpoint, `n` > 1,
+streaming, logprobs, a response format, content that is not text, a body field it does not know, a
+sampling value out of range (the ranges of `generate.sampling`); what the run's engine would refuse
+(a flavor's refused fields) is refused by stage 3 before any request, the line named.
 """
 
 from __future__ import annotations
@@ -21,7 +24,10 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from pydantic import ValidationError
+
 from kit.errors import DataError
+from kit.params import SamplingParams
 from kit.prompts.adapters import ROLES, Adapted, _short, adapter, tools_json
 
 ENDPOINTS = ("/v1/chat/completions", "/chat/completions")
@@ -52,9 +58,10 @@ REFUSED = {
 NEUTRAL = {"stream": (False, None), "logprobs": (False, None), "n": (1, None), "modalities": (["text"], None)}
 IGNORED = ("model", "user", "metadata", "store", "tool_choice", "parallel_tool_calls")
 """Body fields read and left aside (the run's model and tool settings apply)."""
+KNOWN = frozenset({"messages", "tools", *SAMPLING_FIELDS, *REFUSED, *IGNORED})
 
 
-@adapter("openai_batch", columns=("text",), lines=True)
+@adapter("openai_batch", columns=("text",), lines=True, own_ids=True)
 def openai_batch(row: Mapping[str, Any]) -> Adapted:
     """OpenAI batch input (.jsonl, read with `dataset: text`): `custom_id`, `method`, `url`, `body`."""
     line = parse_line(row["text"])
@@ -62,7 +69,7 @@ def openai_batch(row: Mapping[str, Any]) -> Adapted:
     messages = [_message(m) for m in body["messages"]]
     if not any(m["role"] == "user" for m in messages):
         raise DataError("body.messages holds no user message")
-    sampling = {k: body[k] for k in SAMPLING_FIELDS if body.get(k) is not None}
+    sampling = line_sampling(body)
     meta = {"custom_id": line["custom_id"], "body_sampling": sampling}
     meta.update({f"body_{k}": body[k] for k in IGNORED if k in body and isinstance(body[k], str)})
     return Adapted(messages, tools_json(body.get("tools")), meta, row_id=line["custom_id"])
@@ -95,7 +102,39 @@ def parse_line(text: Any) -> dict[str, Any]:
         if key in body and body[key] not in NEUTRAL.get(key, (None,)):
             value = _short(body[key], 40)
             raise DataError(f"custom_id {custom_id!r}: body.{key} = {value}: the kit cannot give {why}")
+    unknown = sorted(set(body) - KNOWN)
+    if unknown:
+        raise DataError(
+            f"custom_id {custom_id!r}: body.{unknown[0]}: not a field the kit sends (it takes messages, "
+            f"tools and {', '.join(SAMPLING_FIELDS)}); remove it"
+        )
     return line
+
+
+def line_sampling(body: Mapping[str, Any]) -> dict[str, Any]:
+    """The body's sampling settings in `generate.sampling`'s terms (`max_completion_tokens` as
+    `max_tokens`, a `stop` string as a list), checked against its ranges; `DataError` naming the
+    field otherwise."""
+    out = {k: body[k] for k in SAMPLING_FIELDS if body.get(k) is not None}
+    if "max_completion_tokens" in out:
+        limit = out.pop("max_completion_tokens")
+        if out.setdefault("max_tokens", limit) != limit:
+            raise DataError(
+                f"body.max_tokens = {out['max_tokens']} and body.max_completion_tokens = {limit} differ: "
+                "keep one"
+            )
+    if isinstance(out.get("stop"), str):
+        out["stop"] = [out["stop"]]
+    try:
+        checked = SamplingParams.model_validate(out)
+    except ValidationError as e:
+        err = e.errors()[0]
+        key = ".".join(str(p) for p in err["loc"][:1]) or "?"
+        value = _short(out.get(key), 40)
+        raise DataError(
+            f"body.{key} = {value}: {err['msg'].lower()} (the ranges of generate.sampling)"
+        ) from None
+    return {k: getattr(checked, k) for k in out}  # as validated: a seed of "7" becomes 7
 
 
 def _message(m: Any) -> dict[str, str]:

@@ -15,15 +15,20 @@ splits them into buckets by the first hex digits of the id (ids are sha256 digit
 even), holds up to `SPILL_BUFFER_ROWS` as Arrow and, past that, appends them to one parquet file
 per bucket in a temporary folder beside `prompts.parquet`. Writing then sorts one bucket at a time,
 in id order: the same rows in the same order as sorting everything at once, without holding
-everything. A source's dataset, and its ids, are let go once it is walked.
+everything. Rows with an id of their own (an OpenAI batch line's custom_id, any text) go to as many
+buckets again, by a crc32 of the id, written after the others (each sorted): the order is fixed,
+sorted within each part. An id on two rows (two sources' custom_ids) stops the plan, naming both.
+A source's dataset, and its ids, are let go once it is walked.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import shutil
 import tempfile
+import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -171,6 +176,8 @@ class PromptSpill:
         self.folder: Path | None = None
         self.digits = BUCKET_DIGITS
         self._prefixes = pa.array([f"{b:0{self.digits}x}" for b in range(16**self.digits)])
+        self.buckets = 2 * len(self._prefixes)
+        """Hash ids' buckets by prefix, then as many for ids of their own, by crc32."""
         self._parts: dict[int, list[pa.Table]] = {}
         """Rows not spilled yet, per bucket, in the order they came."""
         self._buffered = 0
@@ -191,12 +198,16 @@ class PromptSpill:
         table = pa.Table.from_pylist(rows, schema=PROMPTS_SCHEMA)
         prefix = pc.utf8_slice_codeunits(table.column("id"), 0, self.digits)
         bucket = pc.index_in(prefix, value_set=self._prefixes)
-        if bucket.null_count:
-            raise ValueError("a prompt id does not start with hex digits")
-        buckets = bucket.to_numpy()
+        own = pc.invert(pc.match_substring_regex(table.column("id"), "^[0-9a-f]{16}$"))
+        buckets = bucket.fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)
+        if pc.any(own).as_py():  # ids of their own: a bucket by crc32, after the hash ids' buckets
+            at = np.flatnonzero(own.to_numpy(zero_copy_only=False))
+            ids = table.column("id").take(pa.array(at)).to_pylist()
+            half = len(self._prefixes)
+            buckets[at] = [half + zlib.crc32(i.encode()) % half for i in ids]
         table = table.take(np.argsort(buckets, kind="stable"))  # stable: a bucket keeps the order
         start = 0
-        for b, n in enumerate(np.bincount(buckets, minlength=len(self._prefixes)).tolist()):
+        for b, n in enumerate(np.bincount(buckets, minlength=self.buckets).tolist()):
             if n:
                 self._parts.setdefault(b, []).append(table.slice(start, n))
                 start += n
@@ -245,12 +256,12 @@ class PromptSpill:
         for writer in self._writers.values():
             writer.close()
         group: list[pa.Table] = []
-        for b in range(len(self._prefixes)):
+        for b in range(self.buckets):
             parts = [pq.read_table(self._path(b))] if b in self._writers else []
             parts += self._parts.pop(b, [])
             if not parts:
                 continue
-            group.append(_sort_by_id(pa.concat_tables(parts)))
+            group.append(_unique_ids(_sort_by_id(pa.concat_tables(parts))))
             if sum(t.num_rows for t in group) >= ROWS_PER_GROUP:
                 yield pa.concat_tables(group)
                 group = []
@@ -273,6 +284,29 @@ class PromptSpill:
 
 def _sort_by_id(table: pa.Table) -> pa.Table:
     return table.take(pc.sort_indices(table, [("id", "ascending")]))
+
+
+def _unique_ids(table: pa.Table) -> pa.Table:
+    """`table` (sorted by id) when no id is on two rows; else `DataError` naming both (their source and
+    line): one id means one answer, and a row's own id (a custom_id) is never renamed."""
+    ids = table.column("id")
+    if table.num_rows < 2:
+        return table
+    same = pc.equal(ids.slice(1), ids.slice(0, table.num_rows - 1))
+    if not pc.any(same).as_py():
+        return table
+    at = int(np.flatnonzero(same.to_numpy(zero_copy_only=False))[0])
+    a, b = table.slice(at, 2).to_pylist()
+
+    def where(row: dict[str, Any]) -> str:
+        line = json.loads(row["metadata"] or "{}").get("line") if row["metadata"] else None
+        return f"source '{row['source']}'" + (f" {line}" if line else f" row {row['source_row_id']}")
+
+    raise DataError(
+        f"the id {a['id']!r} is on two prompts, {where(a)} and {where(b)}: every request needs its own id "
+        "(an OpenAI batch line's custom_id is its row's id, also across files and sources). To fix: give "
+        "one of them another custom_id, or remove the repeat."
+    )
 
 
 FILTER_FIXES = {

@@ -17,6 +17,7 @@ import pyarrow.parquet as pq
 
 from kit.errors import RunFolderError
 from kit.params import RunParams
+from kit.prompts.datafiles import local_files
 from kit.prompts.plan import build_plan, read_prompts
 from kit.runfolder import RunFolder
 
@@ -24,8 +25,11 @@ log = logging.getLogger(__name__)
 
 
 def data_hash(params: RunParams) -> str:
-    """A short hash of the params' data section: the same section plans the same prompts."""
-    text = json.dumps(params.data.model_dump(mode="json"), sort_keys=True)
+    """A short hash of the params' data section (and of the batch files' contents, where a source
+    is one: a line that changes changes the plan): the same section plans the same prompts."""
+    data = params.data.model_dump(mode="json")
+    files = batch_file_digests(params)
+    text = json.dumps({**data, "batch_files": files} if files else data, sort_keys=True)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
@@ -64,3 +68,35 @@ def read_prompt_ids(path: Path) -> pa.ChunkedArray:
     except (OSError, pa.ArrowException, KeyError):
         read_prompts(path)  # raises the DataError saying what is wrong with the file
         raise
+
+
+def batch_file_digests(params: RunParams) -> dict[str, str] | None:
+    """sha256 (16 digits) of each file of the params' batch sources, by path; None without any.
+
+    Part of the run's identity and of the plan's stamp: a line's prompt or sampling that changes
+    changes the file's digest."""
+    out: dict[str, str] = {}
+    for source in params.data.sources:
+        if source.adapter != "openai_batch":
+            continue
+        for path in local_files(source):
+            out[str(path)] = _digest(path)
+    return out or None
+
+
+_DIGESTS: dict[tuple[str, int, int], str] = {}
+
+
+def _digest(path: Path) -> str:
+    try:
+        st = path.stat()
+    except OSError:
+        return "missing"
+    key = (str(path.resolve()), st.st_size, st.st_mtime_ns)
+    if key not in _DIGESTS:
+        h = hashlib.sha256()
+        with path.open("rb") as f:
+            while chunk := f.read(1 << 22):
+                h.update(chunk)
+        _DIGESTS[key] = h.hexdigest()[:16]
+    return _DIGESTS[key]

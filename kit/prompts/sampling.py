@@ -15,7 +15,7 @@ from kit.errors import DataError
 from kit.params import DataParams, SourceParams
 from kit.progress import progress as progress_bar
 from kit.prompts.adapters import PromptRow, get_adapter
-from kit.prompts.datafiles import file_problem_after_load, file_problem_before_load
+from kit.prompts.datafiles import file_problem_after_load, file_problem_before_load, local_files
 from kit.prompts.dedup import Deduplicator, dedup_key, prompt_id
 from kit.prompts.tokens import TEMPLATE_ERROR, TokenCounter
 
@@ -161,6 +161,45 @@ class DroppedRows:
         return len(self.reasons)
 
 
+class LineIndex:
+    """Where row `index` of a file-of-lines source (`dataset: text`) came from: `in.jsonl line 3`.
+
+    Lines are counted per file as datasets' text loader splits them (on newlines); when the counts do
+    not add up to the rows loaded (a remote file, a pattern), a row is named by its position alone.
+    """
+
+    def __init__(self, names: list[str], starts: list[int]) -> None:
+        self.names, self.starts = names, starts
+
+    @classmethod
+    def of(cls, source: SourceParams, rows: int) -> LineIndex | None:
+        files = [p for p in local_files(source) if p.is_file()]
+        if not files:
+            return None
+        counts = [_count_lines(p) for p in files]
+        if sum(counts) != rows:
+            return None
+        names = [p.name for p in files]
+        if len(set(names)) < len(names):
+            names = [str(p) for p in files]
+        return cls(names, np.cumsum([0, *counts]).tolist()[:-1])
+
+    def where(self, index: int) -> str:
+        f = int(np.searchsorted(self.starts, index, side="right")) - 1
+        return f"{self.names[f]} line {index - self.starts[f] + 1}"
+
+
+def _count_lines(path: Path) -> int:
+    """Lines of a text file as datasets' text loader reads them: one per newline, and a last one
+    without a newline."""
+    n, last = 0, b"\n"
+    with path.open("rb") as f:
+        while chunk := f.read(1 << 20):
+            n += chunk.count(b"\n")
+            last = chunk[-1:]
+    return n + (last != b"\n")
+
+
 KeptSink = Callable[[list[dict[str, Any]]], None]
 """Takes a batch of kept rows (dicts with the `prompts.parquet` columns), in the order kept."""
 
@@ -205,6 +244,9 @@ class SourcePlan:
         """Values of the language column in the rows the filter looked at."""
         self._ids: set[int] = set()
         """This source's kept ids, as ints (a repeated id is a duplicate even with dedup off)."""
+        self._own: dict[str, int] = {}
+        """An adapter with its own ids (`Adapter.own_ids`): each id taken, and the row it came from."""
+        self._lines = LineIndex.of(source, self.available) if self.adapter.lines else None
 
     def run(self, progress: bool = True) -> SourcePlan:
         """Process chunks of the shuffled order until the target is met or rows run out."""
@@ -234,7 +276,7 @@ class SourcePlan:
         """Let go of the dataset, the dedup table and this source's ids once the walk is done (counts
         and dropped rows stay)."""
         self.dataset, self.dedup = None, None
-        self._ids = set()
+        self._ids, self._own = set(), {}
 
     def _full(self) -> bool:
         return self.target is not None and self.kept_count >= self.target
@@ -267,7 +309,9 @@ class SourcePlan:
         return [n for counts in pending for n in counts.result()]
 
     def _key(self, item: PromptRow | tuple[str, str]) -> bytes | None:
-        if self.dedup is None or not isinstance(item, PromptRow):
+        # a row with its own id (a batch line) is a request to answer: the same text twice is two
+        # requests (two seeds, two samples), never a duplicate to drop
+        if self.dedup is None or not isinstance(item, PromptRow) or item.id is not None:
             return None
         return dedup_key(item.messages, item.tools)
 
@@ -278,8 +322,9 @@ class SourcePlan:
             self.languages_seen[str(lang)] += 1
             if str(lang).lower() != str(self.source.language).lower():
                 return ("language", f"{self.language_column}={lang!r}")
+        where = self._lines.where(index) if self._lines is not None else None
         try:
-            return self.adapter(row, index, self.source.name)
+            return self.adapter(row, index, self.source.name, where)
         except DataError as e:
             return ("malformed", str(e))
 
@@ -315,10 +360,12 @@ class SourcePlan:
     ) -> None:
         if not isinstance(item, PromptRow):
             return self._drop(self._row_id(row, index), *item)
-        pid = prompt_id(self.source.name, item.source_row_id, item.messages, item.tools)
+        if item.id is not None:
+            self._take_own_id(item.id, index)
+        pid = item.id or prompt_id(self.source.name, item.source_row_id, item.messages, item.tools)
         holder = self.dedup.first_holder(key) if self.dedup is not None and key is not None else None
-        number = int(pid, 16)
-        if holder is not None or number in self._ids:
+        number = int(pid, 16) if item.id is None else None
+        if holder is not None or (number is not None and number in self._ids):
             return self._drop(item.source_row_id, "duplicate", f"same text as {holder or pid}")
         if tokens == TEMPLATE_ERROR:
             return self._drop(
@@ -329,7 +376,8 @@ class SourcePlan:
             return self._drop(item.source_row_id, "too_long", f"{tokens} tokens > {limit}")
         if self.dedup is not None and key is not None:
             self.dedup.add(key, pid)
-        self._ids.add(number)
+        if number is not None:
+            self._ids.add(number)
         self.kept_count += 1
         self.kept.append(
             {
@@ -344,6 +392,18 @@ class SourcePlan:
         )
         if self.sink is not None and len(self.kept) >= self.spill_rows:
             self.flush()
+
+    def _take_own_id(self, own: str, index: int) -> None:
+        """Note a row's own id (a batch line's custom_id); the same id on two rows stops the plan,
+        both named: their answers could not be told apart."""
+        first = self._own.setdefault(own, index)
+        if first != index:
+            a, b = (self._lines.where(i) if self._lines else f"row {i}" for i in sorted((first, index)))
+            raise DataError(
+                f"source '{self.source.name}': custom_id {own!r} is on two lines, {a} and {b}: "
+                "every request of a batch file needs its own custom_id (the answers are matched by it). "
+                "To fix: give one of them another custom_id, or remove the repeat."
+            )
 
     def _drop(self, row_id: str, reason: str, detail: str) -> None:
         self.dropped.add(row_id, reason, detail)
