@@ -3,12 +3,15 @@
     .venv/bin/python benchmarks/bench_export.py --rows 200000 --out /tmp/bench_export
     .venv/bin/python benchmarks/bench_export.py --rows 2000000 --out /tmp/bench_export --no-near
     .venv/bin/python benchmarks/bench_export.py --rows 20000 --out /tmp/bench_export   # a quick check
+    .venv/bin/python benchmarks/bench_export.py --rows 200000 --out /tmp/bench_export --stage4-scan
 
 Writes a run folder as stage 3 leaves it (shards of 20,000 rows in the row schema, ~1.3 KB of text
 a row: a prompt, a `<think>` block and an answer; 1% empty answers, 2% cut by max_tokens, 0.5% exact
 copies; a complete manifest; params.yaml with `analyse.near_duplicates` on, or off with --no-near),
 then runs `export_run` in a fresh child process: wall and CPU time, peak RSS (`ru_maxrss`), the files
-written and their sizes. Results: `<out>/bench_export-<rows>.json` (docs/export.md).
+written and their sizes. `--stage4-scan` hands the export the run as stage 4 reads it (`read_run`,
+what notebook 04 does and what the near-duplicate rules need) instead of its own flat first pass
+(kit.export.facts). Results: `<out>/bench_export-<rows>[-stage4].json` (docs/export.md).
 """
 
 from __future__ import annotations
@@ -90,11 +93,19 @@ def write_params(root: Path, near: bool) -> None:
     RunFolder(root).params.write_text(dump_params(params))
 
 
-def child(run: Path, to: Path) -> dict:
+def child(run: Path, to: Path, stage4: bool) -> dict:
     from kit.export import ExportOptions, export_run
 
     t0, c0 = time.perf_counter(), time.process_time()
-    result = export_run(run, ExportOptions(to=to, overwrite=True), progress=False)
+    data = None
+    if stage4:
+        from kit.analyse.run import read_run
+        from kit.params import saved_params
+        from kit.runfolder import RunFolder
+
+        folder = RunFolder(run)
+        data = read_run(folder, saved_params(folder.params).analyse, progress=False)
+    result = export_run(run, ExportOptions(to=to, overwrite=True), progress=False, data=data)
     return {
         "wall_s": round(time.perf_counter() - t0, 1),
         "cpu_s": round(time.process_time() - c0, 1),
@@ -112,10 +123,13 @@ def main() -> None:
     ap.add_argument(
         "--no-near", action="store_true", help="analyse.near_duplicates: false in the run's params"
     )
+    ap.add_argument(
+        "--stage4-scan", action="store_true", help="export the run as stage 4 reads it (read_run)"
+    )
     ap.add_argument("--child", nargs=2, type=Path, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
-        print(json.dumps(child(*args.child)))
+        print(json.dumps(child(*args.child, args.stage4_scan)))
         return
     run = args.out / f"run-{args.rows}"
     t0 = time.perf_counter()
@@ -132,6 +146,7 @@ def main() -> None:
         "--child",
         str(run),
         str(args.out / f"export-{args.rows}"),
+        *(["--stage4-scan"] if args.stage4_scan else []),
     ]
     done = subprocess.run(cmd, capture_output=True, text=True)
     if done.returncode != 0:
@@ -139,12 +154,14 @@ def main() -> None:
     result = {
         "rows": args.rows,
         "near_duplicates": not args.no_near,
+        "first_pass": "stage 4's scan (read_run)" if args.stage4_scan else "kit.export.facts",
         "run_made_s": made_s,
         **json.loads(done.stdout.strip().splitlines()[-1]),
     }
     shards = sorted((run / "generations").glob("part-*.parquet"))
     result["run_shards_mb"] = round(sum(p.stat().st_size for p in shards) / 2**20, 1)
-    path = args.out / f"bench_export-{args.rows}{'-no-near' if args.no_near else ''}.json"
+    tags = ("-no-near" if args.no_near else "") + ("-stage4" if args.stage4_scan else "")
+    path = args.out / f"bench_export-{args.rows}{tags}.json"
     path.write_text(json.dumps(result, indent=2))
     print(json.dumps(result))
 

@@ -248,3 +248,30 @@ def test_a_folder_without_rows_is_a_message(tmp_path) -> None:
     with pytest.raises(ExportError, match="holds no generated rows .*run `kit generate PARAMS` first"):
         export_run(tmp_path / "empty", ExportOptions(to=tmp_path / "out"), progress=False)
     assert not (tmp_path / "out").exists()
+
+
+def test_the_flat_first_pass_judges_each_row_as_stage_4_does(run) -> None:
+    """kit.export.facts keeps a few numbers a row where stage 4's scan keeps its facts: the same rows
+    (a copied shard's repeated ids left out), the same reasons under every rule but the near ones."""
+    import shutil
+
+    from kit.analyse.run import read_run
+    from kit.export.drops import drop_reasons
+    from kit.export.facts import export_facts
+    from kit.params import AnalyseParams
+
+    folder, _ = run
+    shutil.copy(folder.generations / "part-00000.parquet", folder.generations / "part-00002.parquet")
+    rows = pq.read_table(folder.generations / "part-00001.parquet").to_pylist()
+    rows[0]["completion"] = "I'm sorry, but I can't help with that."
+    rows[1]["finish_reason"] = "length"
+    pq.write_table(pa.Table.from_pylist(rows, schema=NEW_SCHEMA), folder.generations / "part-00001.parquet")
+    rules = parse_drop("default,refusal,repeats_prompt")
+    data, reasons = export_facts(folder, AnalyseParams(), rules, progress=False)
+    full = read_run(folder, AnalyseParams(near_duplicates=False), progress=False)
+    assert reasons.tolist() == drop_reasons(full.df, full.flags, rules).tolist()
+    assert {"refusal", "truncated", "duplicate", "empty"} <= set(reasons.tolist())
+    assert data.df[["shard", "row"]].to_dict("list") == full.df[["shard", "row"]].to_dict("list")
+    assert data.df["source"].astype(str).tolist() == full.df["source"].astype(str).tolist()
+    assert sorted(data.failures["id"]) == sorted(full.failures["id"]) and len(data.failures) == 2
+    assert any("repeat the id of a row in another shard" in g for g in data.gaps)

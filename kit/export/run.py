@@ -3,11 +3,13 @@ opens and `huggingface_hub` pushes as it is.
 
     result = export_run(Path("outputs/demo"), ExportOptions(to=Path("/tmp/demo-data")))
 
-Two passes over the shards: stage 4's scan (kit.analyse.read_run: each row's facts, flags and
-near-duplicate clusters, no text) decides each row's drop reason (kit.export.drops); then the
-shards are read again batch by batch and each row is written, in the format asked
-(kit.export.rows), to `data/train-*` or `data/rejected-*`, a new file every `max_file_bytes` of
-Arrow data (500 MB: the Hub's advice for parquet files). Memory holds the facts and one batch.
+Two passes over the shards: the first decides each row's drop reason (kit.export.drops) from
+stage 4's judgement of each batch, keeping a few numbers a row (kit.export.facts: ~30 bytes, flat
+at 2M rows), or, for the near-duplicate rules, stage 4's whole scan with its clusters
+(kit.analyse.read_run: memory grows with the rows); then the shards are read again batch by batch
+and each row is written, in the format asked (kit.export.rows), to `data/train-*` or
+`data/rejected-*`, a new file every `max_file_bytes` of Arrow data (500 MB: the Hub's advice for
+parquet files). Memory holds those numbers and one batch.
 Everything is written into a hidden folder beside DIR and renamed into place at the end, so an
 error (or Ctrl-C) leaves DIR as it was; an existing DIR is replaced only with `overwrite`.
 """
@@ -34,6 +36,7 @@ from kit.decide.verdict import decision_answer
 from kit.errors import ExportError
 from kit.export import card as cards
 from kit.export.drops import DEFAULT_DROP, NEAR_RULES, drop_reasons
+from kit.export.facts import export_facts
 from kit.export.openai_batch import write_batch_output
 from kit.export.result import ExportResult
 from kit.export.rows import Format, Reasoning, convert, export_schema, shard_batches
@@ -191,9 +194,12 @@ def export_run(
     check_target(options.to, folder.root, options.overwrite)
     params = saved_params(folder.params)
     needs_near = any(r in NEAR_RULES for r in options.drop)
-    if data is None or needs_near and (not _looked(params) or "answer_cluster" not in data.df.columns):
-        data = read_run(folder, analyse_params(params, options.drop), progress)
-    reasons = drop_reasons(data.df, data.flags, options.drop)
+    if data is None and not needs_near:  # flat memory: a few numbers a row (kit.export.facts)
+        data, reasons = export_facts(folder, analyse_params(params, options.drop), options.drop, progress)
+    else:
+        if data is None or needs_near and (not _looked(params) or "answer_cluster" not in data.df.columns):
+            data = read_run(folder, analyse_params(params, options.drop), progress)
+        reasons = drop_reasons(data.df, data.flags, options.drop)
     with staged(options.to) as tmp:
         if options.fmt == "openai_batch":
             result = write_batch_output(folder, data, params, tmp, progress)
