@@ -26,7 +26,11 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """Before any test module is imported: the session's own HOME, TMPDIR and caches, and its guard."""
+    """Before any test module is imported: the session's own HOME, TMPDIR and caches, and its guard.
+    A pytest-xdist worker was started by a controller that did this: it keeps the controller's
+    environment (tag included), and the controller's guard checks the whole session."""
+    if hasattr(config, "workerinput"):  # an xdist worker (not a pytest that a test starts in it)
+        return
     config.pluginmanager.register(isolation.Guard(isolation.isolate()), "kit-isolation")
 
 

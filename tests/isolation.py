@@ -16,6 +16,8 @@ At the session's end two checks fail the run (exit code 1, each finding printed)
   into that HOME too, so deeper folders are not compared here: tests/test_isolation.py runs the
   suite's tests of each tool with a HOME and temp folder nobody else writes, and finds them empty.
 A passing session's folder is removed when the process exits; a failing one's is kept and named.
+Under pytest-xdist (`-n 2`) the controller does all of it: its workers inherit its environment
+(conftest.py does not isolate them again) and run inside its session.
 """
 
 from __future__ import annotations
@@ -201,8 +203,11 @@ class Guard:
         self.s.home_before = home_entries(self.s.original_home)
         self.s.tmp_before = temp_entries(self.s.original_tmp)
 
-    @pytest.hookimpl(trylast=True)
-    def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
+    @pytest.hookimpl(wrapper=True)
+    def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int):
+        """After every other plugin's session end: under pytest-xdist the workers (which carry this
+        session's tag) have exited by then."""
+        result = yield
         say = session.config.get_terminal_writer().line
         problems = [
             f"still alive at the session's end (killed now): {p}"
@@ -218,3 +223,4 @@ class Guard:
         self.s.passed = session.exitstatus == 0
         if not self.s.passed:
             say(f"the session's HOME and temp folder are kept for a look: {self.s.root}")
+        return result
