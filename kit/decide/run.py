@@ -56,26 +56,90 @@ TOGETHER_SHARE = 0.6
 """Servers run side by side only while they need less than this share of the memory free."""
 
 
-def servers_together(params: RunParams, probe: ProbeReport, weight_bytes: float) -> tuple[bool, str]:
-    """Whether the sweep keeps every arm's server up at once, and why (decide.servers: auto)."""
+GPU_SERVER_OVERHEAD_BYTES = 4 * GIB
+"""GPU memory one server takes besides its weights and its KV cache: the CUDA context, CUDA graphs,
+activations and sampling buffers (SGLang's slack outside `mem_fraction_static` covers the rest)."""
+KV_HEADROOM = 1.25
+"""The KV cache a server side by side is given over what the sweep's top level needs."""
+
+
+def sweep_kv_tokens(params: RunParams, prompts: list[dict[str, Any]]) -> int:
+    """KV-cache tokens one arm's server needs for the sweep's top level: that many sequences of the
+    sweep's mean prompt (the sum over a few hundred sampled prompts is close to its mean times their
+    count) plus `decide.max_tokens` and the drafted tokens, with `KV_HEADROOM`."""
+    d = params.decide
+    lens = [int(p["prompt_tokens"]) for p in prompts if p.get("prompt_tokens")]
+    mean = sum(lens) / len(lens) if lens else params.data.max_prompt_tokens
+    per_seq = mean + d.max_tokens + max(d.spec_steps, default=0) + 1
+    return int(KV_HEADROOM * max(d.concurrencies) * per_seq)
+
+
+def servers_together(
+    params: RunParams,
+    probe: ProbeReport,
+    weight_bytes: float,
+    kv_tokens: int | None = None,
+    kv_bytes_per_token: int | None = None,
+) -> tuple[bool, str, list[str]]:
+    """Whether the sweep keeps every arm's server up at once, why (decide.servers: auto), and the
+    flags that cap each server's KV cache when they share a GPU (else [])."""
     mode = params.decide.servers
-    if mode != "auto":
-        return mode == "together", f"decide.servers is {mode}"
     eng = params.engine
     arms = 1 + len(params.decide.spec_steps)
     fl = flavor(eng.flavor)
+    if mode == "one_at_a_time":
+        return False, f"decide.servers is {mode}", []
     if not fl.can_speculate:
-        return False, f"{eng.flavor} runs one server (it has no speculative arms)"
+        return False, f"{eng.flavor} runs one server (it has no speculative arms)", []
     if probe.gpus.devices:
-        return False, "each arm's server takes the GPUs' memory, so the arms run one at a time"
+        return _together_on_gpu(params, probe, weight_bytes, kv_tokens, kv_bytes_per_token)
+    if mode == "together":
+        return True, f"decide.servers is {mode}", []
     apart = fl.apart_on_cpu(eng)
     if apart:
-        return False, apart
+        return False, apart, []
     need = arms * (weight_bytes + fl.cpu_cache_gib(eng) * GIB + SERVER_OVERHEAD_BYTES)
     free = psutil.virtual_memory().available
     if need > TOGETHER_SHARE * free:
-        return False, f"{arms} servers would need {need / GIB:.1f} GiB of the {free / GIB:.1f} GiB free"
-    return True, f"{arms} servers fit side by side ({need / GIB:.1f} of {free / GIB:.1f} GiB free)"
+        return False, f"{arms} servers would need {need / GIB:.1f} GiB of the {free / GIB:.1f} GiB free", []
+    return True, f"{arms} servers fit side by side ({need / GIB:.1f} of {free / GIB:.1f} GiB free)", []
+
+
+def _together_on_gpu(
+    params: RunParams,
+    probe: ProbeReport,
+    weight_bytes: float,
+    kv_tokens: int | None,
+    kv_bytes_per_token: int | None,
+) -> tuple[bool, str, list[str]]:
+    """On one GPU the arms' servers can share it when each is given a KV cache of its own size
+    (`Flavor.kv_cap_args`: an engine left alone sizes its cache from the memory free when it starts,
+    and the second server would find none) and weights plus caches fit under the memory fraction."""
+    eng = params.engine
+    mode = params.decide.servers
+    arms = 1 + len(params.decide.spec_steps)
+    one_at_a_time = "each arm's server takes the GPUs' memory, so the arms run one at a time"
+    if eng.tp_size > 1 or eng.dp_size > 1 or eng.replicas > 1:
+        return False, f"{one_at_a_time} (a server spans several GPUs)", []
+    cap = flavor(eng.flavor).kv_cap_args(kv_tokens) if kv_tokens else None
+    if cap and cap[0] in eng.extra_args:  # the user's own cap: kept, and the sizes read from it
+        i = eng.extra_args.index(cap[0])
+        kv_tokens, cap = int(eng.extra_args[i + 1]), []
+    memory = probe.gpus.devices[0].get("memory_total_bytes")
+    if cap is None or not memory or not kv_bytes_per_token or not kv_tokens:
+        why = f"{eng.flavor} has no flag the kit knows to cap a server's KV cache" if cap is None else ""
+        return False, f"{one_at_a_time}{f' ({why})' if why else ''}", []
+    frac = eng.mem_fraction_static or params.probe.mem_fraction
+    per = weight_bytes + kv_tokens * kv_bytes_per_token + GPU_SERVER_OVERHEAD_BYTES
+    have = frac * memory
+    sizes = f"{arms} x {per / GIB:.1f} GiB (weights, {kv_tokens:,} tokens of KV cache, overhead)"
+    if arms * per > have:
+        if mode == "together":
+            log.warning(
+                "decide.servers is together, but %s exceed %.0f GiB: one at a time", sizes, have / GIB
+            )
+        return False, f"{one_at_a_time}: {sizes} would exceed {have / GIB:.0f} GiB", []
+    return True, f"the arms share the GPU: {sizes} fit in {have / GIB:.0f} GiB", cap or []
 
 
 def _hardware(
@@ -141,9 +205,15 @@ def run_decision(params: RunParams, folder: RunFolder, probe: ProbeReport) -> De
     arch = load_arch(params.model.path)
     mtp = probe.mtp_status
     prompts = sweep_prompts(params, folder)
-    together, why_together = servers_together(params, probe, cm.weight_bytes(arch))
-    side_by_side: dict[str, Any] = {}
-    sweep = run_sweep(params, folder, prompts, mtp, arch.is_hybrid, together, side_by_side)
+    together, why_together, cap = servers_together(
+        params, probe, cm.weight_bytes(arch), sweep_kv_tokens(params, prompts), arch.kv_bytes_per_token()
+    )
+    side_by_side: dict[str, Any] = {"servers_kv_cap_args": cap} if cap else {}
+    sweep_params = params
+    if cap:  # the sweep's servers only: stage 3 runs the engine at its own capacity
+        capped = params.engine.model_copy(update={"extra_args": [*params.engine.extra_args, *cap]})
+        sweep_params = params.model_copy(update={"engine": capped})
+    sweep = run_sweep(sweep_params, folder, prompts, mtp, arch.is_hybrid, together, side_by_side)
     runs = pd.read_parquet(folder.sweep_runs) if folder.sweep_runs.exists() else None
     hw, profile, n_gpus, profile_plan = _hardware(params, folder, probe)
     lens = [p["prompt_tokens"] for p in prompts if p.get("prompt_tokens")]

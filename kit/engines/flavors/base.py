@@ -74,6 +74,10 @@ class Flavor:
     dummy_weights_args: tuple[str, ...] = ()
     """The flags that load random weights for a config (a shape-only model folder, kit.modelshape);
     empty: it cannot serve such a folder."""
+    speculative_modules: Mapping[str, tuple[str, tuple[str, ...]]] = field(default_factory=dict)
+    """Python modules its server imports only once a speculative algorithm starts: module ->
+    (the distribution that installs it, the `--speculative-algorithm` values that import it). The
+    probe looks for them, so that a missing one is said before stage 2's arms fail to start."""
 
     @property
     def can_speculate(self) -> bool:
@@ -152,6 +156,11 @@ class Flavor:
 
     def apart_on_cpu(self, eng: EngineParams) -> str | None:
         """Why its servers cannot run side by side on a CPU, or None."""
+        return None
+
+    def kv_cap_args(self, tokens: int) -> list[str] | None:
+        """Flags that give a server a KV cache of `tokens` tokens whatever memory is free when it
+        starts (so that several can share one GPU), or None when the kit knows none."""
         return None
 
     def cpu_cache_gib(self, eng: EngineParams) -> float:

@@ -103,6 +103,7 @@ def parse() -> argparse.Namespace:
         "--speculative-eagle-topk",
         "--speculative-num-draft-tokens",
         "--speculative-ngram-max-bfs-breadth",
+        "--max-total-tokens",
     ):
         p.add_argument(flag, type=int)
     for flag in ("--mem-fraction-static",):

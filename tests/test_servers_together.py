@@ -1,0 +1,86 @@
+"""Whether stage 2's arms share one GPU (kit.decide.run.servers_together): each server then gets a
+KV cache of its own size through the flavor's cap flag, sized for the sweep's top level, and only
+while weights plus caches fit under the memory fraction."""
+
+from __future__ import annotations
+
+import pytest
+
+from kit.artifacts import GpuSection, ProbeReport
+from kit.decide.run import GIB, servers_together, sweep_kv_tokens
+from kit.params import RunParams
+
+H200 = {"name": "NVIDIA H200", "memory_total_bytes": 143771 * 2**20, "index": 0}
+QWEN3_8B_WEIGHTS, QWEN3_8B_KV = 16.4e9, 147456  # bytes; KV bytes per token
+
+
+def params(tmp_path, flavor="sglang", **over) -> RunParams:
+    eng = {"flavor": flavor, "mem_fraction_static": 0.85, **over.pop("engine", {})}
+    decide = {
+        "concurrencies": [1, 16, 64, 256],
+        "spec_steps": [1, 2, 3],
+        "max_tokens": 128,
+        **over.pop("decide", {}),
+    }
+    return RunParams.model_validate({"run": "t", "output_dir": tmp_path, "model": {"path": tmp_path},
+                                     "engine": eng, "decide": decide})  # fmt: skip
+
+
+def probe(gpus=(H200,)) -> ProbeReport:
+    return ProbeReport(gpus=GpuSection(devices=list(gpus)))
+
+
+def test_kv_tokens_cover_the_top_level_at_the_mean_prompt(tmp_path):
+    p = params(tmp_path)
+    prompts = [{"prompt_tokens": n} for n in range(100, 401)]  # mean 250
+    assert sweep_kv_tokens(p, prompts) == int(1.25 * 256 * (250 + 128 + 3 + 1))
+
+
+def test_an_8b_model_shares_the_h200_with_a_cap_per_server(tmp_path):
+    three_arms = params(tmp_path, decide={"spec_steps": [1, 3]})
+    together, why, cap = servers_together(three_arms, probe(), QWEN3_8B_WEIGHTS, 120_000, QWEN3_8B_KV)
+    assert together and cap == ["--max-total-tokens", "120000"], why
+    assert why.startswith("the arms share the GPU: 3 x") and "120,000 tokens" in why
+    # four arms of 165K tokens each (42 GiB a server) do not fit in 0.85 of 140 GiB
+    together, why, cap = servers_together(params(tmp_path), probe(), QWEN3_8B_WEIGHTS, 165_000, QWEN3_8B_KV)
+    assert not together and not cap and "4 x 41.9 GiB" in why and "would exceed 119 GiB" in why
+
+
+def test_too_big_to_share_runs_one_at_a_time_and_says_by_how_much(tmp_path):
+    together, why, cap = servers_together(params(tmp_path), probe(), 54e9, 165_000, QWEN3_8B_KV)
+    assert not together and not cap and "would exceed 119 GiB" in why, why
+
+
+def test_the_users_own_cap_is_kept_and_sizes_the_check(tmp_path):
+    p = params(tmp_path, engine={"extra_args": ["--max-total-tokens", "2000000"]})
+    together, why, cap = servers_together(p, probe(), QWEN3_8B_WEIGHTS, 165_000, QWEN3_8B_KV)
+    assert not together and cap == [] and "2,000,000 tokens" in why  # 4 x 295 GB does not fit
+    p = params(tmp_path, engine={"extra_args": ["--max-total-tokens", "50000"]})
+    together, why, cap = servers_together(p, probe(), QWEN3_8B_WEIGHTS, 165_000, QWEN3_8B_KV)
+    assert together and cap == [], why
+
+
+@pytest.mark.parametrize(
+    ("over", "said"),
+    [
+        ({"engine": {"tp_size": 2}}, "a server spans several GPUs"),
+        ({"decide": {"servers": "one_at_a_time"}}, "decide.servers is one_at_a_time"),
+    ],
+)
+def test_what_keeps_the_arms_apart_on_a_gpu(tmp_path, over, said):
+    together, why, cap = servers_together(
+        params(tmp_path, **over), probe(), QWEN3_8B_WEIGHTS, 1000, QWEN3_8B_KV
+    )
+    assert not together and not cap and said in why
+
+
+def test_an_engine_without_a_cap_flag_does_not_share(tmp_path):
+    together, why, _ = servers_together(
+        params(tmp_path, "vllm"), probe(), QWEN3_8B_WEIGHTS, 1000, QWEN3_8B_KV
+    )
+    assert not together and "vllm has no flag the kit knows to cap a server's KV cache" in why
+
+
+def test_on_a_cpu_nothing_changes(tmp_path):
+    together, why, cap = servers_together(params(tmp_path), probe(gpus=()), 1 * GIB, 1000, QWEN3_8B_KV)
+    assert cap == [] and isinstance(together, bool) and why
