@@ -127,3 +127,23 @@ def test_which_engines_need_a_gpu(tmp_path: Path) -> None:
     assert needs_gpu(inp("sglang"), {}) and needs_gpu(inp("vllm"), cuda_vllm)
     assert needs_gpu(inp("transformers", "cuda"), {}) and not needs_gpu(inp("transformers"), {})
     assert not needs_gpu(inp("external"), {})
+
+
+def test_a_module_the_speculative_arm_imports_at_start_is_looked_for(
+    tmp_path: Path, fake_sglang: Path
+) -> None:
+    """SGLang 0.5.16 imports deep_gemm when an EAGLE draft captures its CUDA graphs (seen on the
+    H200: every EAGLE arm exited at start); the probe says so before stage 2 meets it."""
+    planned = [sys.executable, "-m", "sglang.launch_server", "--model-path", "m", "--speculative-algorithm"]
+    eagle = inspect_engine_env(Path(sys.executable), "sglang", tmp_path / "logs", [*planned, "EAGLE3"])
+    assert eagle["interpreter"]["modules"] == {"deep_gemm": False}
+    f = by_name(engine_findings(eagle))["module deep_gemm"]
+    assert f["status"] == "warn" and "every EAGLE3 arm would fail to start" in f["reason"]
+    assert "sgl-deep-gemm" in f["action"]
+    ngram = inspect_engine_env(Path(sys.executable), "sglang", tmp_path / "logs", [*planned, "NGRAM"])
+    assert "module deep_gemm" not in by_name(engine_findings(ngram))  # n-gram never imports it
+    (fake_sglang / "deep_gemm").mkdir()
+    (fake_sglang / "deep_gemm" / "__init__.py").write_text("")
+    found = inspect_engine_env(Path(sys.executable), "sglang", tmp_path / "logs", [*planned, "EAGLE3"])
+    assert found["interpreter"]["modules"] == {"deep_gemm": True}
+    assert "module deep_gemm" not in by_name(engine_findings(found))

@@ -28,18 +28,26 @@ PACKAGES = (
     "sgl-kernel",
 )
 """Packages whose versions the probe reads: every flavor's distributions, then what they run on."""
+MODULES = tuple(sorted({m for fl in FLAVORS.values() for m in fl.speculative_modules}))
+"""Modules the probe looks for (`Flavor.speculative_modules`), without importing them."""
 RENAMES = {a: b for a, b in RENAMED_FLAGS} | {b: a for a, b in RENAMED_FLAGS}
 """Flags renamed between engine versions, both ways: the old name suggests the new and back."""
 
 _FACTS = r"""
-import json, sys, importlib.metadata as md
+import json, sys, importlib.metadata as md, importlib.util
 def v(n):
     try:
         return md.version(n)
     except md.PackageNotFoundError:
         return None
+def found(m):
+    try:
+        return importlib.util.find_spec(m) is not None
+    except (ImportError, ValueError):
+        return False
 print(json.dumps({"version": sys.version.split()[0], "executable": sys.executable, "prefix": sys.prefix,
-                  "base_prefix": sys.base_prefix, "packages": {n: v(n) for n in %r}}))
+                  "base_prefix": sys.base_prefix, "packages": {n: v(n) for n in %r},
+                  "modules": {m: found(m) for m in %r}}))
 """
 
 
@@ -63,7 +71,7 @@ def interpreter_facts(
     """Python version, prefix and package versions of `python`, or an `error`."""
     if not Path(python).exists():
         return {"error": f"{python} does not exist"}
-    rc, out, err = run_quiet([str(python), "-c", _FACTS % (PACKAGES,)], timeout_s, env)
+    rc, out, err = run_quiet([str(python), "-c", _FACTS % (PACKAGES, MODULES)], timeout_s, env)
     if rc != 0:
         return {"error": f"{python} does not run: {(err or out).strip()[-300:]}"}
     return json.loads(out.strip().splitlines()[-1])
@@ -153,6 +161,8 @@ def inspect_engine_env(
     version = engine_version(facts["interpreter"]["packages"], name)
     if flavor(name).launcher and version:
         facts["launcher"] = launcher_help(python, name, version, cache_dir, env=env)
+        if planned is not None:
+            facts["planned"] = planned
         if planned is not None and "flags" in facts["launcher"]:
             facts["planned_flags"] = command_flags(planned)
             facts["missing_flags"] = missing_flags(facts["planned_flags"], set(facts["launcher"]["flags"]))
@@ -212,6 +222,34 @@ def engine_findings(facts: dict[str, Any]) -> list[Finding]:
     else:
         out.append(f("packages", "ok", pkgs, ", ".join(f"{k} {v}" for k, v in pkgs.items()) or "none"))
     out.extend(_launcher_findings(f, facts))
+    out.extend(_speculative_module_findings(f, facts))
+    return out
+
+
+def _speculative_module_findings(f: Any, facts: dict[str, Any]) -> list[Finding]:
+    """A module the planned speculative algorithm imports at start, absent from the engine's
+    environment: every speculative arm would fail to start (plain decoding is unaffected)."""
+    planned = facts.get("planned") or []
+    algo = (
+        planned[planned.index("--speculative-algorithm") + 1]
+        if "--speculative-algorithm" in planned
+        else None
+    )
+    found = facts["interpreter"].get("modules") or {}
+    out = []
+    for module, (dist, algorithms) in flavor(facts["flavor"]).speculative_modules.items():
+        if algo in algorithms and found.get(module) is False:
+            out.append(
+                f(
+                    f"module {module}",
+                    "warn",
+                    None,
+                    f"{flavor(facts['flavor']).title} imports {module} when {algo} starts, and "
+                    f"{facts['python']} cannot import it: every {algo} arm would fail to start",
+                    f"install {dist} in the engine's environment at its pin ({facts['python']} -m pip "
+                    f"install {dist}, or add its wheel to the engine's PYTHONPATH)",
+                )
+            )
     return out
 
 
