@@ -268,12 +268,19 @@ def model_shape(
 
     if list_shapes or not name:
         for s in SHAPES.values():
-            typer.echo(f"{s.name:16} {s.params_b:6.1f} B params  {s.source}")
+            role = f"  (draft head for {s.draft_of})" if s.draft_of else ""
+            typer.echo(f"{s.name:16} {s.params_b:6.1f} B params  {s.source}{role}")
         return
     if out is None:
         raise typer.BadParameter("give the folder to write the shape in: kit model-shape NAME DIR")
     path = write_shape_model(name, out, overwrite=force)
-    typer.echo(f"{path}: shape {name}, no weights; set model.path to it and serve it with sglang or vllm")
+    draft_of = SHAPES[name].draft_of
+    where = (
+        f"engine.speculative.draft_model_path (with model.path a {draft_of} shape)"
+        if draft_of
+        else "model.path"
+    )
+    typer.echo(f"{path}: shape {name}, no weights; set {where} to it and serve it with sglang or vllm")
 
 
 @app.command()

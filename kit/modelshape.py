@@ -6,6 +6,11 @@ arms' costs are the real model's, the text is noise. A user can so measure stage
 their own GPU before downloading 54 GB of weights:
 
     kit model-shape qwen3-8b /models/qwen3-8b-shape      # then model.path: /models/qwen3-8b-shape
+    kit model-shape qwen3-8b-eagle3 /models/eagle3-shape  # engine.speculative.draft_model_path
+
+A draft head's shape (EAGLE-3) measures the pure cost of speculating: random draft weights are
+almost never accepted (accept length ~1), so the arm pays k draft passes and a wider verify step for
+nothing, which is the cost the cost model prices.
 
 This module holds the shapes and reads the marker (the probe and the flavors ask it); the folder is
 written by kit.demo.shape_model, beside the demo model's builder, whose tokenizer it reuses.
@@ -68,9 +73,16 @@ class Shape:
     name: str
     source: str
     config: dict[str, Any] = field(repr=False)
+    draft_of: str | None = None
+    """For a draft head (EAGLE-3): the shape it drafts for (`engine.speculative.draft_model_path`)."""
 
     @property
     def params_b(self) -> float:
+        if self.draft_of:  # one decoder layer, its fc over three target layers and a draft vocabulary
+            c = self.config
+            h, i, v = c["hidden_size"], c["intermediate_size"], c.get("draft_vocab_size", c["vocab_size"])
+            kv = c["num_key_value_heads"] * c["head_dim"]
+            return (3 * h * h + 2 * h * (h + 2 * kv) + h * h + 3 * h * i + h * v) / 1e9
         return arch_from_config(self.config).param_counts()[0] / 1e9
 
 
@@ -129,6 +141,32 @@ SHAPES: dict[str, Shape] = {
                 "output_router_logits": False,
                 "router_aux_loss_coef": 0.001,
             },
+        ),
+        Shape(
+            "qwen3-8b-eagle3",
+            "SpecForge's qwen3-8B-eagle3 draft config (the shape of Tengyunw/qwen3_8b_eagle3)",
+            {
+                "architectures": ["LlamaForCausalLMEagle3"],
+                "model_type": "llama",
+                "bos_token_id": 151643,
+                "eos_token_id": 151645,
+                "head_dim": 128,
+                "hidden_act": "silu",
+                "hidden_size": 4096,
+                "intermediate_size": 12288,
+                "max_position_embeddings": 40960,
+                "num_attention_heads": 32,
+                "num_hidden_layers": 1,
+                "num_key_value_heads": 8,
+                "rms_norm_eps": 1e-06,
+                "rope_theta": 1000000,
+                "tie_word_embeddings": False,
+                "torch_dtype": "bfloat16",
+                "use_cache": True,
+                "vocab_size": 151936,
+                "draft_vocab_size": 32000,
+            },
+            draft_of="qwen3-8b",
         ),
         Shape(
             "llama-3.1-8b",
