@@ -25,7 +25,7 @@ pip download -q --no-deps $PLAT -d "$W/dl" \
   pydantic==2.14.4 pydantic-core==2.50.5 python-multipart==0.0.34 pyzmq==27.3.0 referencing==0.37.0 \
   rpds-py==2026.9.1 setproctitle==1.3.8 sniffio==1.3.1 soundfile==0.14.0 starlette==1.10.0 \
   traitlets==5.16.1 typing-inspection==0.4.5 uvicorn==0.54.0 xgrammar==0.2.1 torch_memory_saver==0.0.10 \
-  datasets==4.8.5 multiprocess==0.70.18
+  datasets==4.8.5 multiprocess==0.70.18 sgl-deep-gemm==0.1.4.post1
 rm -rf "$B/site"; mkdir -p "$B/site"
 pip install -q --no-deps --no-compile --target "$B/site" --python-version 3.12 --implementation cp \
   --only-binary=:all: "$W"/dl/*.whl "$W"/flashinfer_python-0.6.14-py3-none-any.whl \

@@ -5,6 +5,7 @@
     python3 benchmarks/h200_sglang.py --out $OUT setup probe decide
     python3 benchmarks/h200_sglang.py --out $OUT setup generate analyse ceiling
     python3 benchmarks/h200_sglang.py --out $OUT setup faults demo           # carry .cache/demo too
+    python3 benchmarks/h200_sglang.py --out $OUT setup eagle                 # .device/whl: sgl-deep-gemm
     # here: unpack what came back into docs/h200/sglang/ (benchmarks/h200_collect.py)
 
 Phases (each a subprocess of the kit's own commands, as a user runs them, under a time limit):
@@ -12,6 +13,8 @@ Phases (each a subprocess of the kit's own commands, as a user runs them, under 
   (`kit model-shape`) and the fixture data (400 rows per source);
 - probe / decide / generate / analyse: `kit <stage> params/h200-sglang.yaml` (Qwen3-8B shape);
 - decide32: `kit decide` on the Qwen3-32B shape, same ladder;
+- eagle: `kit decide` with EAGLE-3 over a shape-only draft head (k = 1, 3), the arms' servers side by
+  side on the GPU (`decide.servers: together`, each with its own KV cache) for three rounds;
 - ceiling: one SGLang server with stage 3's flags; `kit generate` against it (flavor external)
   interleaved with SGLang's own `bench_serving` on the same prompts and lengths, two rounds each;
   then `bench_offline_throughput` (no HTTP) on them; the kit's CPU seconds per 1,000 requests, and
@@ -172,7 +175,7 @@ def setup(s: Session) -> dict:
     )
     rc, _, text = s.run([sys.executable, "-c", code], 120, "imports")
     r["imports_rc"], r["versions"] = rc, text.strip().splitlines()[-1] if rc == 0 else text[-800:]
-    for shape in ("qwen3-8b", "qwen3-32b"):
+    for shape in ("qwen3-8b", "qwen3-32b", "qwen3-8b-eagle3"):
         if not (SHAPES / shape / "config.json").is_file():
             s.run([sys.executable, "-m", "kit.cli", "model-shape", shape, str(SHAPES / shape)], 120, "shape")
     if not (DATA / "hermes_fc.jsonl").is_file():
@@ -200,6 +203,22 @@ def decide32(s: Session) -> dict:
     params = derived(run, {"run": run, "model": {"path": str(SHAPES / "qwen3-32b")}, **engine_override(s)})
     probe = s.kit("probe", params, 240)
     return {"probe": probe, "decide": s.kit("decide", params, 560)}
+
+
+def eagle(s: Session) -> dict:
+    """`kit decide` with EAGLE-3 over a shape-only draft head (accept length ~1: the pure cost of
+    speculating, k = 1 and 3) against plain, the three servers side by side on the GPU (each with its
+    own KV cache, `decide.servers: together`), so that three interleaved rounds fit in one call."""
+    run = "h200-sglang-eagle3"
+    s.touched.add(run)
+    over = engine_override(s).get("engine", {})
+    params = derived(run, {
+        "run": run,
+        "engine": {**over, "speculative": {"algorithm": "EAGLE3",
+                                           "draft_model_path": str(SHAPES / "qwen3-8b-eagle3")}},
+        "decide": {"spec_steps": [1, 3], "servers": "together", "repetitions": 2, "time_budget_s": 190},
+    })  # fmt: skip
+    return {"decide": s.kit("decide", params, 520)}  # it probes first (probe.json in its folder)
 
 
 def engine_override(s: Session) -> dict:
@@ -340,10 +359,20 @@ def faults(s: Session, limit: int = 1200) -> dict:
     def new_server(old: int):
         return lambda: (lambda p: p if p and p.pid != old else None)(sglang_server(psutil, kit.pid))
 
+    log = OUTPUTS / run / "logs" / "server-0.log"
+
+    def decoding(seen: int):
+        """True once the server logged a decode batch after `seen` of them, or rows landed: mid-run.
+        (Rows alone do not say it: at SGLang's capacity every request is in flight at once and all
+        of them finish together, so nothing lands on disk until the run is over.)"""
+        return lambda: decode_lines(log) > seen or (seen == 0 and rows_on_disk(OUTPUTS / run) > 0)
+
     try:
         server = wait_for(lambda: sglang_server(psutil, kit.pid), 600, alive=alive)
         event("server up", pid=server.pid)
-        wait_for(lambda: rows_on_disk(OUTPUTS / run) >= 200 or None, 300, alive=alive)
+        wait_for(decoding(0), 600, every=0.5, alive=alive)
+        time.sleep(2)
+        server = sglang_server(psutil, kit.pid) or server
         sched = [
             c for c in server.children(recursive=True) if "scheduler" in " ".join(c.cmdline() + [c.name()])
         ]
@@ -353,13 +382,15 @@ def faults(s: Session, limit: int = 1200) -> dict:
             pid=victim.pid,
             process=" ".join(victim.cmdline())[:80],
             rows=rows_on_disk(OUTPUTS / run),
+            decode_lines=decode_lines(log),
         )
         victim.send_signal(signal.SIGKILL)
         again = wait_for(new_server(server.pid), 400, alive=alive)
         event("server restarted", pid=again.pid)
-        before = rows_on_disk(OUTPUTS / run)
-        wait_for(lambda: rows_on_disk(OUTPUTS / run) >= before + 200 or None, 300, alive=alive)
-        event("SIGSTOP", pid=again.pid, rows=rows_on_disk(OUTPUTS / run))
+        seen = decode_lines(log)
+        wait_for(decoding(seen), 600, every=0.5, alive=alive)
+        time.sleep(2)
+        event("SIGSTOP", pid=again.pid, rows=rows_on_disk(OUTPUTS / run), decode_lines=decode_lines(log))
         again.send_signal(signal.SIGSTOP)
         third = wait_for(new_server(again.pid), 400, alive=alive)
         event("server restarted", pid=third.pid)
@@ -382,7 +413,14 @@ def demo(s: Session) -> dict:
     counts = {"infinity_instruct": 40, "webinstructsub": 40, "codefeedback": 40, "metamathqa": 40,
               "hermes_fc": 40, "agentinstruct": 20}  # fmt: skip
     p = yaml.safe_load(PARAMS.read_text())
-    sources = [dict(src, count=counts[src["name"]]) for src in p["data"]["sources"]]
+    sources = [  # absolute: the derived file lives elsewhere (outputs/h200-params/)
+        dict(
+            src,
+            count=counts[src["name"]],
+            data_files=[str((PARAMS.parent / f).resolve()) for f in src["data_files"]],
+        )
+        for src in p["data"]["sources"]
+    ]
     params = derived(run, {
         "run": run, "model": {"path": str(DEMO_MODEL)},
         "engine": {**engine_override(s).get("engine", {}), "context_length": 2048,
@@ -406,6 +444,7 @@ PHASES = {
     "generate": stage("generate", 400),
     "analyse": stage("analyse", 180),
     "decide32": decide32,
+    "eagle": eagle,
     "ceiling": ceiling,
     "faults": faults,
     "demo": demo,
@@ -455,10 +494,19 @@ def sglang_server(psutil, kit_pid: int):
         if (
             len(argv) > 2
             and argv[1:3] == ["-m", "sglang.launch_server"]
+            and "--help" not in argv  # the kit reads the launcher's flags first (kit.engines.launcher)
             and p.status() != psutil.STATUS_STOPPED
         ):
             return p
     return None
+
+
+def decode_lines(log: Path) -> int:
+    """SGLang's "Decode batch" log lines so far (it writes one every 40 decode steps)."""
+    try:
+        return log.read_text(errors="replace").count("Decode batch")
+    except OSError:
+        return 0
 
 
 def rows_on_disk(run_dir: Path) -> int:
