@@ -85,6 +85,12 @@ class EngineParams(_Strict):
     `dp_size` is usually simpler: one server, N replicas behind one port)."""
     gpus_per_replica: int | None = Field(default=None, ge=1)
     """With `replicas > 1`: GPUs each server gets through CUDA_VISIBLE_DEVICES (default tp_size)."""
+    replica_gpus: list[str] | None = None
+    """With `replicas > 1`: each server's CUDA_VISIBLE_DEVICES, one entry per replica, where the
+    contiguous groups of `gpus_per_replica` do not fit: `["0,1", "4,5"]` skips busy GPUs, `["0", "0"]`
+    puts two servers on one GPU (each then needs a KV cache of its own size in `extra_args`, e.g.
+    SGLang's `--max-total-tokens`: an engine sizes its cache from the memory free at its start).
+    The local executor only: on Ray each actor is given its GPUs by Ray."""
     speculative: SpeculativeParams = SpeculativeParams()
     extra_args: list[str] = []
     """Flags passed through verbatim to the launcher, after the kit's own."""
@@ -99,6 +105,26 @@ class EngineParams(_Strict):
     def _external_needs_url(self) -> EngineParams:
         if not FLAVORS[self.flavor].started and not self.base_url:
             raise ValueError(f"flavor {self.flavor!r} needs engine.base_url (the server's URL)")
+        return self
+
+    @model_validator(mode="after")
+    def _one_gpu_group_per_replica(self) -> EngineParams:
+        groups = self.replica_gpus
+        if groups is None:
+            return self
+        if len(groups) != self.replicas:
+            raise ValueError(
+                f"engine.replica_gpus names {len(groups)} GPU group(s) for {self.replicas} replica(s): "
+                "give one CUDA_VISIBLE_DEVICES value per replica, or set engine.replicas to match"
+            )
+        seen = [g.strip() for group in groups for g in group.split(",")]
+        cap = FLAVORS[self.flavor].kv_cap_args(1)
+        if len(seen) != len(set(seen)) and cap and cap[0] not in self.extra_args:
+            raise ValueError(
+                f"engine.replica_gpus puts two servers on one GPU ({groups}), and {self.flavor} sizes its KV "
+                f"cache from the memory free when it starts, so the later one would find none: add "
+                f"{cap[0]} N to engine.extra_args (N tokens of KV cache each, small enough for all to fit)"
+            )
         return self
 
     @model_validator(mode="after")

@@ -204,3 +204,25 @@ def test_what_the_kit_makes_may_be_absent_below_an_existing_folder(tmp_path):
     assert p.run_dir == tmp_path.resolve() / "runs" / "out" / "run" and not (tmp_path / "runs").exists()
     f = write(tmp_path, "model: {path: m}\nengine: {flavor: external, base_url: 'http://127.0.0.1:9'}\n")
     assert load_params(f).model.path == tmp_path.resolve() / "m"  # a server of someone else's: not read here
+
+
+def test_replica_gpus_name_each_servers_gpus_and_a_shared_gpu_needs_a_kv_cap(tmp_path):
+    """engine.replica_gpus: one CUDA_VISIBLE_DEVICES per replica (two servers on one H200 for the
+    one-GPU part of the data-parallel issue); a GPU shared without a KV cap per server is refused,
+    since SGLang sizes its cache from the memory free at its start and the later server finds none."""
+    from kit.generate.session import replica_params
+
+    (tmp_path / "m").mkdir()
+    base = "model: {path: m}\nengine: {flavor: sglang, replicas: 2, "
+    params = load_params(write(tmp_path, base + "replica_gpus: ['0,1', '4,5']}\n"))
+    assert [replica_params(params, i).engine.env["CUDA_VISIBLE_DEVICES"] for i in (0, 1)] == ["0,1", "4,5"]
+    with pytest.raises(ParamsError, match="names 3 GPU group.s. for 2 replica"):
+        load_params(write(tmp_path, base + "replica_gpus: ['0', '1', '2']}\n"))
+    with pytest.raises(
+        ParamsError, match="two servers on one GPU.*add --max-total-tokens N to engine.extra_args"
+    ):
+        load_params(write(tmp_path, base + "replica_gpus: ['0', '0']}\n"))
+    shared = load_params(
+        write(tmp_path, base + "replica_gpus: ['0', '0'], extra_args: [--max-total-tokens, '200000']}\n")
+    )
+    assert [replica_params(shared, i).engine.env["CUDA_VISIBLE_DEVICES"] for i in (0, 1)] == ["0", "0"]

@@ -72,8 +72,11 @@ def replica_params(params: RunParams, index: int) -> RunParams:
     eng = params.engine
     if eng.replicas == 1:
         return params
-    per = eng.gpus_per_replica or eng.tp_size
-    gpus = ",".join(str(g) for g in range(index * per, (index + 1) * per))
+    if eng.replica_gpus is not None:
+        gpus = eng.replica_gpus[index]
+    else:
+        per = eng.gpus_per_replica or eng.tp_size
+        gpus = ",".join(str(g) for g in range(index * per, (index + 1) * per))
     new_eng = eng.model_copy(update={"env": {**eng.env, "CUDA_VISIBLE_DEVICES": gpus}})
     return params.model_copy(update={"engine": new_eng})
 
