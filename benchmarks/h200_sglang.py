@@ -21,7 +21,9 @@ Phases (each a subprocess of the kit's own commands, as a user runs them, under 
   the largest `#running-req` SGLang logged against the capacity the kit read;
 - faults: `kit generate` with the kit's own server, whose scheduler process is killed (-9) and whose
   HTTP process is then frozen (SIGSTOP) mid-run; every id once at the end;
-- demo: the kit's demo model on SGLang (real text: its parsers, a real n-gram accept length).
+- demo: the kit's demo model on SGLang (real text: its parsers, a real n-gram accept length);
+- replicas: `engine.replicas: 2` sharing the one GPU (`replica_gpus: ["0", "0"]`, a KV cap each),
+  a skewed mix of output lengths, one replica's scheduler killed mid-run (issue 35's one-GPU part).
 
 Everything lands in $OUT: log.txt (every command, its return code and wall time), phases.json, and
 one run-<name>.tar.xz per run folder (the tool brings back at most 8 files of 16 MiB).
@@ -406,6 +408,77 @@ def faults(s: Session, limit: int = 1200) -> dict:
     return {"rc": rc, "events": events, "rows": len(ids), "unique_ids": len(set(ids)), "limit": limit}
 
 
+def replicas(s: Session, limit: int = 2400) -> dict:
+    """Issue 35's one-GPU part: `engine.replicas: 2` on the one H200 (`replica_gpus: ["0", "0"]`,
+    each with its own KV cache), a skewed mix of output lengths, and one replica's scheduler killed
+    (-9) mid-run: the other keeps going, every id once; requests per replica from their logs."""
+    import psutil
+
+    run = "h200-replicas"
+    s.touched.add(run)
+    shutil.rmtree(OUTPUTS / run, ignore_errors=True)
+    over = engine_override(s).get("engine", {})
+    lengths = {"infinity_instruct": 512, "webinstructsub": 64, "codefeedback": 384, "metamathqa": 64,
+               "hermes_fc": 32, "agentinstruct": 256}  # fmt: skip
+    p = yaml.safe_load(PARAMS.read_text())
+    sources = [
+        dict(src, max_tokens=lengths[src["name"]],
+             data_files=[str((PARAMS.parent / f).resolve()) for f in src["data_files"]])
+        for src in p["data"]["sources"]
+    ]  # fmt: skip
+    params = derived(run, {
+        "run": run,
+        "engine": {**over, "speculative": {"algorithm": None}, "replicas": 2, "replica_gpus": ["0", "0"],
+                   "extra_args": [*p["engine"]["extra_args"], "--max-total-tokens", "300000"]},
+        "data": {"sources": sources},
+        "generate": {"limit": limit, "use_decision": False, "shard_seconds": 5, "hang_timeout_s": 30},
+    })  # fmt: skip
+    events: list[dict] = []
+    t0 = time.monotonic()
+    out = open(OUTPUTS / f"{run}.kit.log", "w")
+    kit = subprocess.Popen([sys.executable, "-m", "kit.cli", "generate", str(params)], cwd=REPO, env=s.env,
+                           stdout=out, stderr=subprocess.STDOUT)  # fmt: skip
+    log1 = OUTPUTS / run / "logs" / "server-1.log"
+    try:
+        wait_for(lambda: decode_lines(log1) > 0 or rows_on_disk(OUTPUTS / run) > 0, 600, every=0.5,
+                 alive=lambda: kit.poll() is None)  # fmt: skip
+        servers = [p for p in psutil.Process(kit.pid).children(recursive=True) if _is_server(p)]
+        victim = servers[-1]  # either: each replica's log says what it served
+        sched = [
+            c for c in victim.children(recursive=True) if "scheduler" in " ".join(c.cmdline() + [c.name()])
+        ]
+        target = sched[0] if sched else victim
+        events.append({"t_s": round(time.monotonic() - t0, 1), "what": "kill -9", "pid": target.pid,
+                       "rows": rows_on_disk(OUTPUTS / run)})  # fmt: skip
+        s.say(f"replicas: kill -9 {target.pid}")
+        target.send_signal(signal.SIGKILL)
+        rc = kit.wait(timeout=max(30.0, s.deadline - time.monotonic() - 20))
+    except Exception as e:  # a benchmark reports what it saw
+        events.append({"what": "error", "error": repr(e)})
+        kit.kill()
+        rc = None
+    out.close()
+    ids = ids_on_disk(OUTPUTS / run)
+    logs = {i: OUTPUTS / run / "logs" / f"server-{i}.log" for i in (0, 1)}
+    served = {
+        f"server-{i}": f.read_text(errors="replace").count("POST /v1/chat")
+        for i, f in logs.items()
+        if f.is_file()
+    }
+    manifest = OUTPUTS / run / "manifest.json"
+    return {"rc": rc, "events": events, "rows": len(ids), "unique_ids": len(set(ids)), "limit": limit,
+            "requests_per_server": served,
+            "manifest": json.loads(manifest.read_text()) if manifest.is_file() else None}  # fmt: skip
+
+
+def _is_server(p) -> bool:
+    try:
+        argv = p.cmdline()
+    except Exception:
+        return False
+    return len(argv) > 2 and argv[1:3] == ["-m", "sglang.launch_server"] and "--help" not in argv
+
+
 def demo(s: Session) -> dict:
     """The demo model on SGLang: its parsers on real answers, a real n-gram accept length."""
     run = "h200-sglang-demo"
@@ -448,6 +521,7 @@ PHASES = {
     "ceiling": ceiling,
     "faults": faults,
     "demo": demo,
+    "replicas": replicas,
 }
 
 
