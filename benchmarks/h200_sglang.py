@@ -472,6 +472,7 @@ def replicas(s: Session, limit: int = 2400) -> dict:
 
 
 def _is_server(p) -> bool:
+    """An SGLang launcher process that serves (the kit reads the launcher's `--help` first)."""
     try:
         argv = p.cmdline()
     except Exception:
@@ -562,16 +563,10 @@ def sglang_server(psutil, kit_pid: int):
         return None
     for p in kids:
         try:
-            argv = p.cmdline()
+            if _is_server(p) and p.status() != psutil.STATUS_STOPPED:
+                return p
         except psutil.Error:
             continue
-        if (
-            len(argv) > 2
-            and argv[1:3] == ["-m", "sglang.launch_server"]
-            and "--help" not in argv  # the kit reads the launcher's flags first (kit.engines.launcher)
-            and p.status() != psutil.STATUS_STOPPED
-        ):
-            return p
     return None
 
 

@@ -118,12 +118,12 @@ class EngineParams(_Strict):
                 "give one CUDA_VISIBLE_DEVICES value per replica, or set engine.replicas to match"
             )
         seen = [g.strip() for group in groups for g in group.split(",")]
-        cap = FLAVORS[self.flavor].kv_cap_args(1)
-        if len(seen) != len(set(seen)) and cap and cap[0] not in self.extra_args:
+        cap = FLAVORS[self.flavor].kv_cap_flag
+        if len(seen) != len(set(seen)) and cap and cap not in self.extra_args:
             raise ValueError(
                 f"engine.replica_gpus puts two servers on one GPU ({groups}), and {self.flavor} sizes its KV "
                 f"cache from the memory free when it starts, so the later one would find none: add "
-                f"{cap[0]} N to engine.extra_args (N tokens of KV cache each, small enough for all to fit)"
+                f"{cap} N to engine.extra_args (N tokens of KV cache each, small enough for all to fit)"
             )
         return self
 

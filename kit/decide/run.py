@@ -92,7 +92,7 @@ def servers_together(
     if not fl.can_speculate:
         return False, f"{eng.flavor} runs one server (it has no speculative arms)", []
     if probe.gpus.devices:
-        return _together_on_gpu(params, probe, weight_bytes, kv_tokens, kv_bytes_per_token)
+        return _together_on_gpu(params, probe, arms, weight_bytes, kv_tokens, kv_bytes_per_token)
     if mode == "together":
         return True, f"decide.servers is {mode}", []
     apart = fl.apart_on_cpu(eng)
@@ -108,6 +108,7 @@ def servers_together(
 def _together_on_gpu(
     params: RunParams,
     probe: ProbeReport,
+    arms: int,
     weight_bytes: float,
     kv_tokens: int | None,
     kv_bytes_per_token: int | None,
@@ -116,15 +117,13 @@ def _together_on_gpu(
     (`Flavor.kv_cap_args`: an engine left alone sizes its cache from the memory free when it starts,
     and the second server would find none) and weights plus caches fit under the memory fraction."""
     eng = params.engine
-    mode = params.decide.servers
-    arms = 1 + len(params.decide.spec_steps)
     one_at_a_time = "each arm's server takes the GPUs' memory, so the arms run one at a time"
     if eng.tp_size > 1 or eng.dp_size > 1 or eng.replicas > 1:
         return False, f"{one_at_a_time} (a server spans several GPUs)", []
+    flag = flavor(eng.flavor).kv_cap_flag
     cap = flavor(eng.flavor).kv_cap_args(kv_tokens) if kv_tokens else None
-    if cap and cap[0] in eng.extra_args:  # the user's own cap: kept, and the sizes read from it
-        i = eng.extra_args.index(cap[0])
-        kv_tokens, cap = int(eng.extra_args[i + 1]), []
+    if flag in eng.extra_args:  # the user's own cap: kept, and the sizes read from it
+        kv_tokens, cap = int(eng.extra_args[eng.extra_args.index(flag) + 1]), []
     memory = probe.gpus.devices[0].get("memory_total_bytes")
     if cap is None or not memory or not kv_bytes_per_token or not kv_tokens:
         why = f"{eng.flavor} has no flag the kit knows to cap a server's KV cache" if cap is None else ""
@@ -134,7 +133,7 @@ def _together_on_gpu(
     have = frac * memory
     sizes = f"{arms} x {per / GIB:.1f} GiB (weights, {kv_tokens:,} tokens of KV cache, overhead)"
     if arms * per > have:
-        if mode == "together":
+        if params.decide.servers == "together":
             log.warning(
                 "decide.servers is together, but %s exceed %.0f GiB: one at a time", sizes, have / GIB
             )

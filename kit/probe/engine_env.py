@@ -161,8 +161,8 @@ def inspect_engine_env(
     version = engine_version(facts["interpreter"]["packages"], name)
     if flavor(name).launcher and version:
         facts["launcher"] = launcher_help(python, name, version, cache_dir, env=env)
-        if planned is not None:
-            facts["planned"] = planned
+        if planned is not None and "--speculative-algorithm" in planned:
+            facts["planned_algorithm"] = planned[planned.index("--speculative-algorithm") + 1]
         if planned is not None and "flags" in facts["launcher"]:
             facts["planned_flags"] = command_flags(planned)
             facts["missing_flags"] = missing_flags(facts["planned_flags"], set(facts["launcher"]["flags"]))
@@ -229,12 +229,7 @@ def engine_findings(facts: dict[str, Any]) -> list[Finding]:
 def _speculative_module_findings(f: Any, facts: dict[str, Any]) -> list[Finding]:
     """A module the planned speculative algorithm imports at start, absent from the engine's
     environment: every speculative arm would fail to start (plain decoding is unaffected)."""
-    planned = facts.get("planned") or []
-    algo = (
-        planned[planned.index("--speculative-algorithm") + 1]
-        if "--speculative-algorithm" in planned
-        else None
-    )
+    algo = facts.get("planned_algorithm")
     found = facts["interpreter"].get("modules") or {}
     out = []
     for module, (dist, algorithms) in flavor(facts["flavor"]).speculative_modules.items():

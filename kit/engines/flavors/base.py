@@ -74,6 +74,9 @@ class Flavor:
     dummy_weights_args: tuple[str, ...] = ()
     """The flags that load random weights for a config (a shape-only model folder, kit.modelshape);
     empty: it cannot serve such a folder."""
+    kv_cap_flag: str | None = None
+    """The launch flag that sizes a server's KV cache in tokens, whatever memory is free when it
+    starts (`kv_cap_args`); None: the kit knows none, and its servers never share a GPU."""
     speculative_modules: Mapping[str, tuple[str, tuple[str, ...]]] = field(default_factory=dict)
     """Python modules its server imports only once a speculative algorithm starts: module ->
     (the distribution that installs it, the `--speculative-algorithm` values that import it). The
@@ -161,7 +164,7 @@ class Flavor:
     def kv_cap_args(self, tokens: int) -> list[str] | None:
         """Flags that give a server a KV cache of `tokens` tokens whatever memory is free when it
         starts (so that several can share one GPU), or None when the kit knows none."""
-        return None
+        return [self.kv_cap_flag, str(tokens)] if self.kv_cap_flag else None
 
     def cpu_cache_gib(self, eng: EngineParams) -> float:
         """GiB of KV cache one of its servers takes on a CPU."""

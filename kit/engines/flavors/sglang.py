@@ -75,12 +75,6 @@ class SGLang(Flavor):
             return {}
         return {"num_steps": arm.k, "eagle_topk": 1, "num_draft_tokens": arm.k + 1}
 
-    def kv_cap_args(self, tokens: int) -> list[str] | None:
-        """`--max-total-tokens`: SGLang sizes its cache from the memory free at start less a slack of
-        (1 - mem_fraction_static) of it, so a second server on the same GPU finds none unless the
-        first took only this many (0.5.16: mem_cache/kv_cache_configurator.py)."""
-        return ["--max-total-tokens", str(tokens)]
-
     def accept_gauge_ranks(self, eng: EngineParams) -> int:
         return eng.dp_size * eng.replicas
 
@@ -123,6 +117,10 @@ FLAVOR = SGLang(
     spec_max_running=SPEC_MAX_RUNNING,
     spec_metrics=(ACCEPT_LENGTH,),
     dummy_weights_args=("--load-format", "dummy"),
+    # it sizes its cache from the memory free at start less (1 - mem_fraction_static) of it, so a
+    # second server on the same GPU finds none unless the first took only this many tokens
+    # (0.5.16: mem_cache/kv_cache_configurator.py)
+    kv_cap_flag="--max-total-tokens",
     # 0.5.16 on CUDA: the EAGLE draft's CUDA-graph capture imports the DSA attention backend, which
     # imports deep_gemm (speculative/eagle_worker_v2.py); seen on the H200 (docs/h200/sglang/)
     speculative_modules={"deep_gemm": ("sgl-deep-gemm", ("EAGLE", "EAGLE3", "NEXTN"))},
