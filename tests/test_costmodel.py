@@ -29,9 +29,12 @@ from published_tables import (
     HELD_OUT_TOLERANCE,
     KNOWN_MISSES,
     TABLES,
+    h200_eagle3_steps,
+    h200_eagle3_table,
     held_out_record,
     predicted,
     refit_fixed_costs,
+    sglang_h200_costs,
     vllm_costs_from_20780,
     with_kernel_factors_only,
 )
@@ -93,7 +96,8 @@ def test_held_out_table_within_25_percent_and_trend_right_or_a_listed_miss(table
     worst = max(abs(r["error"]) for r in rows)
     misses = {"error": worst > HELD_OUT_TOLERANCE, "trend": len(rows) > 1 and not _trend_right(rows)}
     expected = KNOWN_MISSES.get(table.name, (None, ""))[0]
-    assert {kind for kind, missed in misses.items() if missed} == ({expected} if expected else set()), (
+    kinds = set(expected.split("+")) if expected else set()
+    assert {kind for kind, missed in misses.items() if missed} == kinds, (
         table.name,
         [(r["label"], round(r["error"], 3)) for r in rows],
     )
@@ -159,7 +163,7 @@ def test_fixed_cost_defaults_are_the_fit_on_the_fitted_tables_only() -> None:
 
 
 def test_engine_family_costs_come_from_their_sources() -> None:
-    """SGLang's are the defaults (fitted on the fitted tables); vLLM's re-derive from issue #20780."""
+    """SGLang's are the defaults (measured on the H200, below); vLLM's re-derive from issue #20780."""
     sglang, vllm = cm.engine_costs("sglang"), cm.engine_costs("vllm")
     d = cm.DEFAULT_EFFICIENCY
     assert (sglang.draft_pass_s, sglang.spec_iter_s, sglang.spec_seq_s) == (
@@ -173,6 +177,39 @@ def test_engine_family_costs_come_from_their_sources() -> None:
     assert "#20780" in vllm.source and vllm.gpu and vllm.version
     assert cm.engine_costs("transformers") is sglang
     assert cm.with_engine(d, "vllm").draft_pass_s == vllm.draft_pass_s
+    assert cm.engine_costs("sglang", "fa3") is sglang and cm.engine_costs("vllm", "triton") is vllm
+    assert cm.with_engine(d, "sglang", "triton").spec_seq_s == cm.engine_costs("sglang", "triton").spec_seq_s
+
+
+def test_sglang_costs_re_derive_from_the_committed_h200_logs() -> None:
+    """engines.py's SGLang figures are costs_from_step_table on SGLang 0.5.16's own step times
+    (docs/h200/sglang/eagle3/server-*.log through benchmarks/sglang_step_times.py): a constant cannot
+    drift from its source. The default leaves the per-sequence term out (the triton backend's)."""
+    got = sglang_h200_costs()
+    sglang, triton = cm.engine_costs("sglang"), cm.engine_costs("sglang", "triton")
+    for c in (sglang, triton):
+        assert c.draft_pass_s == pytest.approx(got.draft_pass_s, abs=2e-6)
+        assert c.spec_iter_s == pytest.approx(got.spec_iter_s, rel=0.02)
+        assert "0.5.16" in c.version and c.gpu == "H200" and "triton" in c.source
+    assert triton.spec_seq_s == pytest.approx(got.spec_seq_s, rel=0.02)
+    assert sglang.spec_seq_s == 0.0
+    # three numbers carry the eight points: what the model's kernels leave is flat in k and a line in B
+    assert max(abs(m) for m in got.misfit_s.values()) < 1.5e-3, got.misfit_s
+    assert got.residual_s[(3, 256)] == pytest.approx(got.residual_s[(1, 256)], rel=0.05)
+    plain, spec = h200_eagle3_steps()  # the brief's table, as the logs give it
+    assert round(1e3 * plain[1], 2) == 4.99 and round(1e3 * spec[1][256], 2) == 68.94
+    assert round(1e3 * spec[3][256], 2) == 83.59
+
+
+def test_h200_eagle3_table_at_the_triton_costs() -> None:
+    """The table the SGLang costs came from (fitted): with `sglang/triton` every speculative step is
+    within 20% of SGLang's own (the plain step's offset, 1.1-2.2 ms short in the model, included); at
+    the default (no per-sequence term) those at 64 and 256 are less than half of what was measured."""
+    triton = h200_eagle3_table(cm.with_engine(cm.DEFAULT_EFFICIENCY, "sglang", "triton"))
+    for r in (r for r in triton if r["k"]):
+        assert r["predicted_step_ms"] == pytest.approx(r["step_ms"], rel=0.2), r
+    default = h200_eagle3_table()
+    assert all(r["predicted_step_ms"] < 0.5 * r["step_ms"] for r in default if r["k"] and r["B"] >= 64)
 
 
 def test_kernel_defaults_are_the_h200_profile_calibration() -> None:

@@ -50,8 +50,9 @@ class Efficiency:
     sharpness) are `calibrate_many` of the H200 profiles of Qwen3-32B and Llama-3.1-8B
     (docs/h200/); `overhead_s`, `layer_s` and `allreduce_s` are set from measurements; SGLang's
     speculative fixed costs (`draft_pass_s`, `spec_iter_s`, `spec_seq_s`; other engine families:
-    kit.decide.costmodel.engines) and `verify_kv_bw` are fitted on two of the seven published tables
-    (SGLang's GB300 cookbook and MagicDec); the other five are held out. `calibrate`
+    kit.decide.costmodel.engines) are measured on SGLang 0.5.16 on the H200 (docs/h200/sglang/eagle3/);
+    `verify_kv_bw` is fitted on two of the seven published tables (SGLang's GB300 cookbook and
+    MagicDec); the other five are held out. `calibrate`
     (kit.decide.profile.profiler) and `fit_to_sweep` (kit.decide.costmodel.fit) refit them for a
     device or an engine.
     """
@@ -77,14 +78,14 @@ class Efficiency:
     spec_seq_s: float = 0.0
     """Host bookkeeping per running sequence in a speculative iteration (accept / reject, KV slots),
     which engines do not overlap with the GPU as they do a plain step's scheduling."""
-    spec_iter_s: float = 0.0
+    spec_iter_s: float = 9.3e-4
     """Per speculative iteration, whatever the batch: what an engine adds to a verify step beyond its
     kernels and the draft passes (rejection sampling, the draft's input preparation, the extra host
     sync); kit.decide.costmodel.engines gives it per engine family."""
     ngram_seq_s: float = 5e-6
     """Host time of an n-gram (prompt lookup) proposal per sequence and iteration (not fitted on any
     published table: none measures n-gram; the CPU sweep refits it, docs/cpu_validation.md)."""
-    verify_kv_bw: float = 0.598
+    verify_kv_bw: float = 0.607
     """Fraction of the decode kernels' KV bandwidth that attention reaches when each sequence brings
     q > 1 query tokens (verify): engines send those to prefill-type kernels, which do not split a
     long context across thread blocks the way decode kernels do."""
@@ -98,7 +99,7 @@ class Efficiency:
     moe_tile_tokens: float = 16.0
     """Rows of one grouped-GEMM tile (fused-MoE BLOCK_SIZE_M: 16 in SGLang's and vLLM's tuned configs
     for small batches): an active expert computes whole tiles, however few tokens it got."""
-    draft_pass_s: float = 2.32e-4
+    draft_pass_s: float = 3.3e-5
     """Fixed cost of one draft forward pass beyond its kernels' bytes and FLOPs: the launches, the
     sampling of the drafted token and the sync before the next pass (a chain of k drafts runs k
     passes, one after the other)."""

@@ -36,11 +36,11 @@ class HeldOut:
 
 
 HELD_OUT: tuple[HeldOut, ...] = (
-    HeldOut("sglang_eagle3_h100", "Hopper", False, "eagle3", "sglang", 9, 0.108, 0.430, True),
-    HeldOut("vllm_eagle3_rtx3090", "Ampere", False, "eagle3", "vllm", 8, -0.046, 0.150),
-    HeldOut("sglang_dsv3_mtp_h200", "Hopper", True, "mtp", "sglang", 2, -0.252, -0.141, True),
-    HeldOut("specforge_qwen3_moe_h100", "Hopper", True, "eagle3", "sglang", 2, 0.011, 0.182, True),
-    HeldOut("magicdec_llama2_selfspec", "Ampere", False, "self_spec", "sglang", 3, -0.088, 0.102),
+    HeldOut("sglang_eagle3_h100", "Hopper", False, "eagle3", "sglang", 9, 0.083, 0.383, True),
+    HeldOut("vllm_eagle3_rtx3090", "Ampere", False, "eagle3", "vllm", 8, -0.044, 0.151),
+    HeldOut("sglang_dsv3_mtp_h200", "Hopper", True, "mtp", "sglang", 2, -0.378, -0.163, True),
+    HeldOut("specforge_qwen3_moe_h100", "Hopper", True, "eagle3", "sglang", 2, -0.024, 0.105, True),
+    HeldOut("magicdec_llama2_selfspec", "Ampere", False, "self_spec", "sglang", 3, -0.085, 0.099),
 )
 """tests/published_tables.py's held-out tables at the kit's defaults (errors rounded to 0.001)."""
 
@@ -76,7 +76,7 @@ class ErrorBand:
 
     @property
     def label(self) -> str:
-        """'held-out error -25% to +43% (24 points)'."""
+        """'held-out error -38% to +38% (24 points)'."""
         return f"held-out error {100 * self.lo:+.0f}% to {100 * self.hi:+.0f}% ({self.points} points)"
 
     @property
