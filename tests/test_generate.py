@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import os
 import re
@@ -264,8 +265,13 @@ def test_two_replicas_share_the_work(write_params):
     manifest = stages.generate(params)
     assert manifest["complete"] and manifest["rows"] + manifest["failures"] == 12
     logs = RunFolder(params.run_dir).logs
-    served = [(logs / f"server-{i}.log").read_text().count("POST /v1/chat/completions") for i in (0, 1)]
+    texts = [(logs / f"server-{i}.log").read_text() for i in (0, 1)]
+    served = [t.count("POST /v1/chat/completions") for t in texts]
     assert min(served) >= 2, f"requests per replica: {served}"
+    # launched side by side (kit.engines.all_started), not each after the one before was ready:
+    # a transformers server takes well over 3 s to import torch and answer
+    started = [dt.datetime.fromisoformat(re.search(r"==== kit (\S+): start", t)[1]) for t in texts]
+    assert abs((started[1] - started[0]).total_seconds()) <= 3, started
 
 
 def test_a_writer_clears_only_its_own_stale_temporary_files(tmp_path):

@@ -27,6 +27,7 @@ _WHERE = {
     "server_env": "flavors",
     "adapt_flags": "launcher",
     "ExternalServer": "process",
+    "all_started": "process",
     "ServerProcess": "process",
     "start_server": "process",
 }

@@ -20,6 +20,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from types import TracebackType
 
@@ -405,3 +406,21 @@ def start_server(
         engine = params.engine
         return ExternalServer(str(engine.base_url), engine.startup_timeout_s, name, engine.api_key())
     return ServerProcess(params, log_dir, name, launcher)
+
+
+@contextlib.contextmanager
+def all_started(
+    servers: list[ServerProcess | ExternalServer],
+) -> Iterator[list[ServerProcess | ExternalServer]]:
+    """Launch every server, then wait for each: replicas load side by side, so a machine's start-up
+    is its slowest server's, not the sum (on the H200, two SGLang replicas started in turn waited
+    57 s + 65 s before the first request). A server that fails to start stops them all."""
+    try:
+        for server in servers:
+            server.start()
+        for server in servers:
+            server.wait_ready()
+        yield servers
+    finally:
+        for server in servers:
+            server.stop()

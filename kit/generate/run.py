@@ -15,7 +15,7 @@ import pyarrow as pa
 
 from kit.artifacts import Manifest, TailNote
 from kit.asyncrun import run_coroutine, stop_signals
-from kit.engines import start_server
+from kit.engines import all_started, start_server
 from kit.generate.lock import RunLock
 from kit.generate.loop import LoopStats, sampling_identity
 from kit.generate.metrics import Timeline, load_timeline
@@ -259,10 +259,14 @@ def _run_loop(
     params, folder = session.params, session.folder
     api_key = params.engine.api_key()  # before any server starts: a key named but not set stops here
     with ExitStack() as stack:
-        servers = [
-            stack.enter_context(start_server(replica_params(params, i), folder.logs, name=f"server-{i}"))
-            for i in range(params.engine.replicas)
-        ]
+        servers = stack.enter_context(
+            all_started(
+                [
+                    start_server(replica_params(params, i), folder.logs, name=f"server-{i}")
+                    for i in range(params.engine.replicas)
+                ]
+            )
+        )
 
         async def main() -> LoopStats:
             pool = ServerPool(
