@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 import shutil
+import time
 from pathlib import Path
 
 import pandas as pd
@@ -220,6 +221,34 @@ def test_the_sweep_measures_a_disturbed_level_once_more_with_every_arm() -> None
     ]  # fmt: skip
     calm = [dict(r, disturbed=False, foreign_cpu=0.0) for r in rows]
     assert redo_slots(calm, arms, together=True, next_round=3) == []
+
+
+def test_measuring_again_counts_the_server_starts_it_takes(tmp_path: Path) -> None:
+    """Servers one at a time, a Qwen3-32B as on the H200 (starts of ~95 s, levels of ~11 s): the
+    disturbed top level measured again with both arms, then the end check, takes three restarts
+    (spec -> plain -> spec -> plain), so it does not fit a 420 s budget with 291 s spent, though
+    its levels alone would. Side by side (no restarts) it fits; with 120 s spent it fits."""
+    from types import SimpleNamespace
+
+    from kit.decide.sweep import ArmServers, Slot, SweepLog, _fits
+    from kit.engines.arms import Arm
+
+    plain, spec = Arm(0), Arm(2, "NGRAM")
+    redo = [Slot(2, plain, 256), Slot(2, spec, 256)]
+    end = [Slot(1, plain, 256, "end")]
+    one_at_a_time = SimpleNamespace(together=False, failed={}, last=spec.name, start_s=[95.0, 95.0])
+    assert ArmServers.starts_for(one_at_a_time, redo + end) == 3
+    assert ArmServers.starts_for(one_at_a_time, [Slot(2, spec, 256)]) == 0
+    one_at_a_time.starts_for = lambda slots: ArmServers.starts_for(one_at_a_time, slots)
+    log = SweepLog(tmp_path / "sweep.log")
+    rows = [{}] * 9
+    now = time.monotonic()
+    assert not _fits(rows, 420.0, now - 291.0, redo, end, one_at_a_time, log)
+    assert "not measured again (about 3" in log.path.read_text()  # 3 x 11 s + 3 x 95 s
+    side_by_side = SimpleNamespace(start_s=[95.0], starts_for=lambda slots: 0)
+    assert _fits(rows, 420.0, now - 291.0, redo, end, side_by_side, log)
+    assert _fits(rows[:2], 420.0, now - 120.0, redo[:1], [], one_at_a_time, log)  # a level and a start
+    assert _fits(rows, None, now - 10_000.0, redo, end, one_at_a_time, log)
 
 
 def test_drift_is_caught() -> None:

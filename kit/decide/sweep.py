@@ -285,9 +285,14 @@ class ArmServers:
         self.idle_cpu: float | None = None
         """Share of the machine the servers took between them while idle, side by side."""
         self.held = False
+        self.start_s: list[float] = []
+        """Seconds each server start took (launch to answering, warm-up included)."""
+        self.last: str | None = None
+        """The arm whose server answered `get` last (one at a time: the one up now)."""
 
     def start_all(self, arms: list[Arm]) -> None:
         """Start every arm's server at once, then wait for each (they load side by side)."""
+        started = time.monotonic()
         starting = {}
         for arm in arms:
             server = start_server(self.arm_params[arm.name], self.folder.logs, name=f"sweep-{arm.name}")
@@ -302,6 +307,7 @@ class ArmServers:
             except EngineError as e:
                 server.stop()
                 self._failed(name, e)
+        self.start_s.append(time.monotonic() - started)
         if len(self.up) > 1:
             self.idle_cpu = idle_cpu(self.pids())
             self.held = self.idle_cpu > DISTURBED_CPU
@@ -317,13 +323,24 @@ class ArmServers:
             if not self.together:
                 self.stop_all()
             server = start_server(self.arm_params[arm.name], self.folder.logs, name=f"sweep-{arm.name}")
+            started = time.monotonic()
             try:
                 self.up[arm.name] = server.__enter__()
                 self._warm(arm.name)
             except EngineError as e:
                 self._failed(arm.name, e)
                 return None
+            self.start_s.append(time.monotonic() - started)
+        self.last = arm.name
         return self.up[arm.name]
+
+    def starts_for(self, slots: list[Slot]) -> int:
+        """How many server starts measuring `slots` in order takes from now: none when the servers
+        run side by side; one at a time, one for each change of arm (the one up now counts)."""
+        if self.together:
+            return 0
+        names = [s.arm.name for s in slots if s.arm.name not in self.failed]
+        return sum(1 for before, now in zip([self.last, *names], names, strict=False) if before != now)
 
     def _warm(self, name: str) -> None:
         """A few requests before the first measurement (first requests pay one-off costs)."""
@@ -425,7 +442,7 @@ def run_sweep(
                 )
         measured = _run_slots(slots[:-1], servers, prompts, bar, sweep_log, d.time_budget_s, t0)
         redo = redo_slots(measured, runnable, together, d.repetitions)
-        if redo and _fits(measured, d.time_budget_s, t0, len(redo), sweep_log):
+        if redo and _fits(measured, d.time_budget_s, t0, redo, slots[-1:], servers, sweep_log):
             bar.total += len(redo)
             sweep_log.line(f"measuring {len({s.concurrency for s in redo})} disturbed level(s) once more")
             measured += _run_slots(redo, servers, prompts, bar, sweep_log, None, t0)
@@ -463,14 +480,32 @@ def redo_slots(rows: list[dict[str, Any]], arms: list[Arm], together: bool, next
     return [Slot(next_round, arm, c) for arm in order for c in hit]
 
 
-def _fits(rows: list[dict[str, Any]], budget: float | None, t0: float, n: int, sweep_log: SweepLog) -> bool:
-    """Whether `n` more measurements fit in the time budget (at the sweep's pace so far)."""
+def _fits(
+    rows: list[dict[str, Any]],
+    budget: float | None,
+    t0: float,
+    redo: list[Slot],
+    end: list[Slot],
+    servers: ArmServers,
+    sweep_log: SweepLog,
+) -> bool:
+    """Whether measuring `redo` again, then the end check, fits in the time budget, at the sweep's
+    pace so far: its levels' mean time, plus a server start (their mean so far) for each change of
+    arm when the servers run one at a time. On the H200 a Qwen3-32B server took ~95 s to start and
+    a level ~11 s: two disturbed levels cost three restarts, not two levels' time."""
     if budget is None or not rows:
         return True
     elapsed = time.monotonic() - t0
-    if elapsed + n * elapsed / len(rows) <= budget:
+    starting = sum(servers.start_s)
+    per_level = max(elapsed - starting, 0.0) / len(rows)
+    per_start = starting / len(servers.start_s) if servers.start_s else 0.0
+    with_redo = (len(redo) + len(end)) * per_level + servers.starts_for(redo + end) * per_start
+    if elapsed + with_redo <= budget:
         return True
-    sweep_log.line(f"time budget {budget:g} s: the disturbed levels are not measured again")
+    sweep_log.line(
+        f"time budget {budget:g} s: the disturbed levels are not measured again "
+        f"(about {with_redo:.0f} s more with the end check, {elapsed:.0f} s spent)"
+    )
     return False
 
 
