@@ -84,3 +84,21 @@ def test_an_engine_without_a_cap_flag_does_not_share(tmp_path):
 def test_on_a_cpu_nothing_changes(tmp_path):
     together, why, cap = servers_together(params(tmp_path), probe(gpus=()), 1 * GIB, 1000, QWEN3_8B_KV)
     assert cap == [] and isinstance(together, bool) and why
+
+
+def test_the_sweeps_servers_run_without_a_prefix_cache_and_stage_3s_keep_theirs(tmp_path):
+    """The sweep sends its prompts again at every level (stage 3 sends each once): its servers get
+    the flavor's prefix cache off, and the KV cap when the arms share a GPU; stage 3's params are
+    not touched, and a user's own prefix-cache flag is kept as it is."""
+    from kit.decide.run import sweep_server_params
+
+    sglang = params(tmp_path)
+    sweep, added = sweep_server_params(sglang, ["--max-total-tokens", "91052"])
+    assert added == ["--max-total-tokens", "91052", "--disable-radix-cache"]
+    assert sweep.engine.extra_args == added and sglang.engine.extra_args == []
+    vllm, added = sweep_server_params(params(tmp_path, "vllm"), None)
+    assert added == ["--no-enable-prefix-caching"] and vllm.engine.extra_args == added
+    embedded = params(tmp_path, "transformers")
+    assert sweep_server_params(embedded, None) == (embedded, [])
+    own = params(tmp_path, "vllm", engine={"extra_args": ["--enable-prefix-caching"]})
+    assert sweep_server_params(own, None) == (own, [])

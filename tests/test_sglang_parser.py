@@ -19,6 +19,7 @@ import yaml
 from engines import SGLANG_PYTHON, engine_python
 from fixtures_models import qwen36_like
 
+from kit.decide.run import sweep_server_params
 from kit.engines.arms import ALGORITHMS, Arm
 from kit.engines.flavors import flavor, server_command
 from kit.engines.launcher import Launcher, adapt_flags, choice_problems, discover
@@ -49,7 +50,8 @@ for argv in json.load(sys.stdin):
             a = prepare_server_args(argv)
         out.append({"ok": True, "speculative_algorithm": a.speculative_algorithm,
                     "max_running_requests": a.max_running_requests, "tool_call_parser": a.tool_call_parser,
-                    "reasoning_parser": a.reasoning_parser, "attention_backend": a.attention_backend})
+                    "reasoning_parser": a.reasoning_parser, "attention_backend": a.attention_backend,
+                    "disable_radix_cache": a.disable_radix_cache, "max_total_tokens": a.max_total_tokens})
     except SystemExit:
         out.append({"ok": False, "error": err.getvalue().strip().splitlines()[-1:]})
 print(json.dumps(out))
@@ -115,6 +117,7 @@ def test_every_command_the_kit_builds_parses(example: RunParams, launcher: Launc
             "draft_model_path": "/models/draft" if algo.draft == "model" else None,
         }
         p = with_engine(example, speculative=example.engine.speculative.model_copy(update=spec))
+        p, _ = sweep_server_params(p, ["--max-total-tokens", "91052"])  # the arms side by side
         for k in (0, 1, 2, 3):
             arm_params = p.model_copy(update={"engine": arm_engine(p, Arm(k, algo.name), hybrid=True)})
             named[f"sweep {algo.name} k={k}"] = kit_command(arm_params, launcher)
@@ -139,6 +142,9 @@ def test_every_command_the_kit_builds_parses(example: RunParams, launcher: Launc
     assert results["example"]["reasoning_parser"] == "qwen3"
     assert results["sweep MTP k=3"]["speculative_algorithm"] == "EAGLE"
     assert results["sweep NGRAM k=2"]["speculative_algorithm"] == "NGRAM"
+    sweep = [r for n, r in results.items() if n.startswith("sweep ")]
+    assert {(r["disable_radix_cache"], r["max_total_tokens"]) for r in sweep} == {(True, 91052)}
+    assert results["example"]["disable_radix_cache"] is False, "stage 3 keeps its prefix cache"
     assert results["decision applied spec_k3"]["max_running_requests"] == 96, "what memory holds, not 48"
     assert results["decision applied plain"]["max_running_requests"] is None, "the engine's own capacity"
     assert {r["attention_backend"] for n, r in results.items() if n.startswith("backend")} == set(BACKENDS)

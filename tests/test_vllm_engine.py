@@ -117,6 +117,8 @@ def test_stage2_measures_plain_and_ngram_for_real(vllm_run: Path) -> None:
     argv = (vllm_run / "logs" / "sweep-spec_k3.log").read_text().splitlines()[0]
     assert '"method": "ngram", "num_speculative_tokens": 3' in argv
     assert "--enable-auto-tool-choice --tool-call-parser hermes" in argv
+    assert argv.endswith("--no-enable-prefix-caching"), "the sweep sends its prompts again: no cache"
+    assert decision["noise"]["sweep_extra_args"] == ["--no-enable-prefix-caching"]
 
 
 def test_stage3_uses_the_decision_and_completes_every_source(vllm_run: Path) -> None:
@@ -129,6 +131,7 @@ def test_stage3_uses_the_decision_and_completes_every_source(vllm_run: Path) -> 
     assert applied["chosen_arm"] == chosen and "max_running_requests" not in applied
     argv = (vllm_run / "logs" / "server-0.log").read_text().splitlines()[0]
     assert "--max-num-seqs" not in argv, "stage 3 runs vLLM at its own capacity"
+    assert "prefix-caching" not in argv, "stage 3 keeps the engine's prefix cache"
     assert manifest["engine_capacity"] == 128 and "CPU build" in manifest["capacity_source"]
     planned = manifest["planned_prompts"] * manifest["samples_per_prompt"]
     assert manifest["concurrency"] == min(256, planned), "the capacity and a queue as deep again"

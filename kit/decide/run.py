@@ -199,6 +199,27 @@ def _gpu_hardware(gpus: GpuSection) -> cm.Hardware:
     )
 
 
+PREFIX_CACHE_WORDS = ("prefix-caching", "radix-cache")
+"""A user's own extra_args naming one of these chose the prefix cache: the sweep keeps that choice."""
+
+
+def sweep_server_params(params: RunParams, kv_cap: list[str] | None) -> tuple[RunParams, list[str]]:
+    """The params of the sweep's servers and the flags added to stage 3's for them: the KV cap that
+    lets arms share a GPU (`servers_together`), and the prefix cache off (`Flavor.no_prefix_cache_args`).
+    The sweep sends its prompts again at every level while stage 3 sends each once, so with the cache
+    a level's tokens/s depends on what its server served before: on the H200 a Qwen3-32B server
+    measured plain at 256 concurrent at 4.1K tok/s fresh and 6.1K after three lower levels of the
+    same prompts. Stage 3's servers are left as they are."""
+    eng = params.engine
+    added = list(kv_cap or [])
+    if not any(w in a for a in eng.extra_args for w in PREFIX_CACHE_WORDS):
+        added += flavor(eng.flavor).no_prefix_cache_args
+    if not added:
+        return params, []
+    engine = eng.model_copy(update={"extra_args": [*eng.extra_args, *added]})
+    return params.model_copy(update={"engine": engine}), added
+
+
 def run_decision(params: RunParams, folder: RunFolder, probe: ProbeReport) -> Decision:
     """Run the sweep, predict, decide; write decision.json and return it."""
     arch = load_arch(params.model.path)
@@ -208,10 +229,9 @@ def run_decision(params: RunParams, folder: RunFolder, probe: ProbeReport) -> De
         params, probe, cm.weight_bytes(arch), sweep_kv_tokens(params, prompts), arch.kv_bytes_per_token()
     )
     side_by_side: dict[str, Any] = {"servers_kv_cap_args": cap} if cap else {}
-    sweep_params = params
-    if cap:  # the sweep's servers only: stage 3 runs the engine at its own capacity
-        capped = params.engine.model_copy(update={"extra_args": [*params.engine.extra_args, *cap]})
-        sweep_params = params.model_copy(update={"engine": capped})
+    sweep_params, added = sweep_server_params(params, cap)
+    if added:
+        side_by_side["sweep_extra_args"] = added
     sweep = run_sweep(sweep_params, folder, prompts, mtp, arch.is_hybrid, together, side_by_side)
     runs = pd.read_parquet(folder.sweep_runs) if folder.sweep_runs.exists() else None
     hw, profile, n_gpus, profile_plan = _hardware(params, folder, probe)

@@ -77,6 +77,10 @@ class Flavor:
     kv_cap_flag: str | None = None
     """The launch flag that sizes a server's KV cache in tokens, whatever memory is free when it
     starts (`kv_cap_args`); None: the kit knows none, and its servers never share a GPU."""
+    no_prefix_cache_args: tuple[str, ...] = ()
+    """The flags that turn its prefix cache off: the sweep's servers get them, since the sweep sends
+    its prompts again at every level and stage 3 sends each prompt once (a cached prompt skips its
+    prefill, so a level's tokens/s would depend on what the server measured before it)."""
     speculative_modules: Mapping[str, tuple[str, tuple[str, ...]]] = field(default_factory=dict)
     """Python modules its server imports only once a speculative algorithm starts: module ->
     (the distribution that installs it, the `--speculative-algorithm` values that import it). The

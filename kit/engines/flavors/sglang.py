@@ -121,6 +121,7 @@ FLAVOR = SGLang(
     # second server on the same GPU finds none unless the first took only this many tokens
     # (0.5.16: mem_cache/kv_cache_configurator.py)
     kv_cap_flag="--max-total-tokens",
+    no_prefix_cache_args=("--disable-radix-cache",),
     # 0.5.16 on CUDA: the EAGLE draft's CUDA-graph capture imports the DSA attention backend, which
     # imports deep_gemm (speculative/eagle_worker_v2.py); seen on the H200 (docs/h200/sglang/)
     speculative_modules={"deep_gemm": ("sgl-deep-gemm", ("EAGLE", "EAGLE3", "NEXTN"))},

@@ -197,4 +197,5 @@ FLAVOR = VLLM(
     capacity_flag="--max-num-seqs",
     spec_metrics=(DRAFTS, DRAFT_TOKENS, ACCEPTED, PER_POSITION),
     dummy_weights_args=("--load-format", "dummy"),
+    no_prefix_cache_args=("--no-enable-prefix-caching",),
 )

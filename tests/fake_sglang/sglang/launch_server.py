@@ -121,6 +121,7 @@ def parse() -> argparse.Namespace:
     ):
         p.add_argument(flag)
     p.add_argument("--enable-metrics", action="store_true")
+    p.add_argument("--disable-radix-cache", action="store_true")
     return p.parse_args()
 
 
