@@ -6,7 +6,7 @@
     python3 benchmarks/h200_sglang.py --out $OUT setup generate analyse ceiling
     python3 benchmarks/h200_sglang.py --out $OUT setup faults demo           # carry .cache/demo too
     python3 benchmarks/h200_sglang.py --out $OUT setup eagle                 # .device/whl: sgl-deep-gemm
-    # here: unpack what came back into docs/h200/sglang/ (benchmarks/h200_collect.py)
+    # here: unpack the run-*.tar.xz that came back; the files docs/h200/sglang/ keeps are listed in its README
 
 Phases (each a subprocess of the kit's own commands, as a user runs them, under a time limit):
 - setup: unpack the bundle to /tmp/site, check the imports, write the shape-only models
