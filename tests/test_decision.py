@@ -282,6 +282,29 @@ def test_speculation_chosen_sets_explicit_running_cap_and_extra_buffer() -> None
     assert any("lowers it to 48" in r for r in d["reasons"]), "not the sweep's top level: what memory holds"
 
 
+def test_the_prediction_prices_speculation_at_the_engines_own_fixed_costs() -> None:
+    """The speculative fixed costs are the engine family's (kit.decide.costmodel.engines), and its
+    backend's where that was measured apart: SGLang with triton pays the per-sequence cost seen on
+    the H200, so its predicted speculative arm falls behind SGLang's default at 64 concurrent."""
+    from kit.decide.costmodel import engine_costs
+
+    arch = load_arch_from("qwen3_6_27b")
+    params = DecideParams(concurrencies=[1, 64], spec_steps=[3], accept_lengths={3: 3.2})
+
+    def spec(flavor: str, backend: str | None = None) -> tuple[dict, dict]:
+        d = decide(Scenario(arch, H200), None, params, "present", flavor, attention_backend=backend)
+        return d["efficiency"], {r["concurrency"]: r["predicted_tok_s"] for r in d["table"] if r["spec_k"]}
+
+    for flavor, backend in (("sglang", None), ("sglang", "triton"), ("vllm", None)):
+        eff, _ = spec(flavor, backend)
+        costs = engine_costs(flavor, backend)
+        assert (eff["draft_pass_s"], eff["spec_iter_s"], eff["spec_seq_s"]) == (
+            costs.draft_pass_s, costs.spec_iter_s, costs.spec_seq_s
+        )  # fmt: skip
+    default, triton = spec("sglang")[1], spec("sglang", "triton")[1]
+    assert triton[64] < 0.9 * default[64] and triton[1] == pytest.approx(default[1], rel=0.05)
+
+
 def test_transformers_flavor_has_no_speculation() -> None:
     arch = load_arch_from("qwen3_32b")
     d = decide(

@@ -25,6 +25,7 @@ from kit.decide.costmodel import (
     iteration_shares,
     predict_ladder,
     weight_bytes,
+    with_engine,
     with_ratio,
     workload_dict,
 )
@@ -317,6 +318,8 @@ def decide(
     measurement, for leads paired by round); predictions explain."""
     if profile is not None:
         s = replace(s, eff=calibrate(profile, s.arch, s.hw))
+    # the speculative fixed costs of this engine (and backend, where measured apart): issue 32
+    s = replace(s, eff=with_engine(s.eff, engine_flavor, attention_backend))
     work, ks = s.work, list(params.spec_steps)
     accept = {
         **{int(k): float(v) for k, v in params.accept_lengths.items()},
