@@ -79,6 +79,30 @@ def test_run_probe_writes_probe_json_that_renders_elsewhere(
     assert md.startswith("## GO") and "--attention-backend fa3" in md and "--speculative-num-steps 3" in md
 
 
+def test_fa3_is_not_recommended_where_its_kernel_library_was_trimmed_away(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The bundle that fits the lent H200's carry leaves out sgl_kernel/flash_ops (FA3's 1.1 GB):
+    the probe looks for the file (without importing sgl_kernel) and recommends the next backend of
+    sm_90's order; asked for fa3, it fails saying why. With the library there, fa3 again."""
+    site = install_fake_sglang(tmp_path / "site", monkeypatch)
+    (site / "sgl_kernel").mkdir()
+    (site / "sgl_kernel" / "__init__.py").write_text("raise ImportError('the probe must not import me')\n")
+    m = dense_qwen3(tmp_path / "model")
+    p = params(tmp_path, m.path, flavor="sglang", python=sys.executable)
+    report = run_probe(p, RunFolder(p.run_dir).ensure(), gpus=[H200])
+    assert report["engine_env"]["interpreter"]["files"] == {"sgl_kernel/flash_ops*": False}
+    assert report["recommended"]["attention_backend"] == "flashinfer"
+    fa3 = next(v for v in report["backends"] if v["backend"] == "fa3")
+    assert fa3["status"] == "fail" and "no flash_ops*" in fa3["reason"] and "sglang-kernel" in fa3["reason"]
+    asked = params(tmp_path, m.path, flavor="sglang", python=sys.executable, attention_backend="fa3")
+    f = names(run_probe(asked, RunFolder(asked.run_dir).ensure(), gpus=[H200]))["backends/requested"]
+    assert f["status"] == "fail" and "flash_ops" in f["reason"] and "flashinfer" in f["action"]
+    (site / "sgl_kernel" / "flash_ops.abi3.so").write_bytes(b"")
+    again = run_probe(p, RunFolder(p.run_dir).ensure(), gpus=[H200])
+    assert again["recommended"]["attention_backend"] == "fa3"
+
+
 def test_invalid_config_fails_but_every_other_check_runs(tmp_path: Path) -> None:
     m = dense_qwen3(tmp_path / "model")
     (m.path / "config.json").write_text("{not json")

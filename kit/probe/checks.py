@@ -209,6 +209,13 @@ def build_report(inp: ProbeInputs, gpus: list[gpu.GpuFacts] | None = None) -> Pr
     sheet = gpu_sec.datasheet or {}
     smem = (first.smem_per_block_optin or sheet.get("smem_per_block_bytes")) if first else None
     verdicts = backends.backend_verdicts(first.sm if first else None, smem, traits)
+    lacking = engine_env.missing_backends(engine) if engine.get("flavor") else {}
+    verdicts = [
+        {**v, "status": "fail", "reason": lacking[v["backend"]]}
+        if v["backend"] in lacking and v["status"] != "fail"
+        else v
+        for v in verdicts
+    ]
     rec_backend = backends.recommend_backend(first.sm if first else None, verdicts, traits)
     findings += mf + ef + memf
     if flavor(inp.flavor).attention_backends and on_gpu:  # a GPU engine's attention backend

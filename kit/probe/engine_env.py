@@ -30,6 +30,8 @@ PACKAGES = (
 """Packages whose versions the probe reads: every flavor's distributions, then what they run on."""
 MODULES = tuple(sorted({m for fl in FLAVORS.values() for m in fl.speculative_modules}))
 """Modules the probe looks for (`Flavor.speculative_modules`), without importing them."""
+FILES = tuple(sorted({(pkg, glob) for fl in FLAVORS.values() for pkg, glob, _ in fl.backend_files.values()}))
+"""(package, file glob) pairs the probe looks for (`Flavor.backend_files`), without importing them."""
 RENAMES = {a: b for a, b in RENAMED_FLAGS} | {b: a for a, b in RENAMED_FLAGS}
 """Flags renamed between engine versions, both ways: the old name suggests the new and back."""
 
@@ -45,9 +47,19 @@ def found(m):
         return importlib.util.find_spec(m) is not None
     except (ImportError, ValueError):
         return False
+def has_file(pkg, pattern):
+    import glob, os
+    try:
+        spec = importlib.util.find_spec(pkg)
+    except (ImportError, ValueError):
+        return None
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return any(glob.glob(os.path.join(d, pattern)) for d in spec.submodule_search_locations)
 print(json.dumps({"version": sys.version.split()[0], "executable": sys.executable, "prefix": sys.prefix,
                   "base_prefix": sys.base_prefix, "packages": {n: v(n) for n in %r},
-                  "modules": {m: found(m) for m in %r}}))
+                  "modules": {m: found(m) for m in %r},
+                  "files": {p + "/" + g: has_file(p, g) for p, g in %r}}))
 """
 
 
@@ -71,7 +83,7 @@ def interpreter_facts(
     """Python version, prefix and package versions of `python`, or an `error`."""
     if not Path(python).exists():
         return {"error": f"{python} does not exist"}
-    rc, out, err = run_quiet([str(python), "-c", _FACTS % (PACKAGES, MODULES)], timeout_s, env)
+    rc, out, err = run_quiet([str(python), "-c", _FACTS % (PACKAGES, MODULES, FILES)], timeout_s, env)
     if rc != 0:
         return {"error": f"{python} does not run: {(err or out).strip()[-300:]}"}
     return json.loads(out.strip().splitlines()[-1])
@@ -167,6 +179,20 @@ def inspect_engine_env(
             facts["planned_flags"] = command_flags(planned)
             facts["missing_flags"] = missing_flags(facts["planned_flags"], set(facts["launcher"]["flags"]))
     return facts
+
+
+def missing_backends(facts: dict[str, Any]) -> dict[str, str]:
+    """Attention backends whose own library the engine's environment lacks: backend -> why. A
+    backend whose package is absent altogether is not listed (the engine's install says the rest)."""
+    files = (facts.get("interpreter") or {}).get("files") or {}
+    out = {}
+    for backend, (pkg, glob, dist) in flavor(facts["flavor"]).backend_files.items():
+        if files.get(f"{pkg}/{glob}") is False:
+            out[backend] = (
+                f"{pkg} in {facts['python']}'s environment has no {glob} (a trimmed {dist}): "
+                f"{backend} cannot load its kernels"
+            )
+    return out
 
 
 def engine_version(packages: dict[str, str | None], name: str) -> str | None:

@@ -77,6 +77,10 @@ class Flavor:
     kv_cap_flag: str | None = None
     """The launch flag that sizes a server's KV cache in tokens, whatever memory is free when it
     starts (`kv_cap_args`); None: the kit knows none, and its servers never share a GPU."""
+    backend_files: Mapping[str, tuple[str, str, str]] = field(default_factory=dict)
+    """Attention backends that load a library of their own: backend -> (the package holding it, a
+    glob of its file there, the distribution that ships it). The probe looks for the file without
+    importing the package; a trimmed install without it cannot run that backend."""
     no_prefix_cache_args: tuple[str, ...] = ()
     """The flags that turn its prefix cache off: the sweep's servers get them, since the sweep sends
     its prompts again at every level and stage 3 sends each prompt once (a cached prompt skips its

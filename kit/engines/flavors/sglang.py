@@ -122,6 +122,9 @@ FLAVOR = SGLang(
     # (0.5.16: mem_cache/kv_cache_configurator.py)
     kv_cap_flag="--max-total-tokens",
     no_prefix_cache_args=("--disable-radix-cache",),
+    # fa3 imports sgl_kernel.flash_ops (1.1 GB of FA3 kernels, sgl_kernel/flash_attn.py); a bundle
+    # trimmed to fit a small carry leaves it out (benchmarks/h200_pack_sglang.sh)
+    backend_files={"fa3": ("sgl_kernel", "flash_ops*", "sglang-kernel")},
     # 0.5.16 on CUDA: the EAGLE draft's CUDA-graph capture imports the DSA attention backend, which
     # imports deep_gemm (speculative/eagle_worker_v2.py); seen on the H200 (docs/h200/sglang/)
     speculative_modules={"deep_gemm": ("sgl-deep-gemm", ("EAGLE", "EAGLE3", "NEXTN"))},
