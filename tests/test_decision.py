@@ -251,6 +251,25 @@ def test_measuring_again_counts_the_server_starts_it_takes(tmp_path: Path) -> No
     assert _fits(rows, None, now - 10_000.0, redo, end, one_at_a_time, log)
 
 
+def test_a_rounds_pace_leaves_out_the_first_server_start(tmp_path: Path) -> None:
+    """Three servers side by side took 170 s to come up on the H200, then a round ~110 s: at the
+    second round's start (280 s in), a 400 s budget has room for it (280 + 110), which a pace that
+    counted the start (280 per round) refused."""
+    from kit.decide.sweep import Slot, SweepLog, _within_budget
+    from kit.engines.arms import Arm
+
+    slots = [Slot(0, Arm(0), 256), Slot(1, Arm(0), 256), Slot(1, Arm(0), 256, "end")]
+    t0 = time.monotonic() - 280.0
+    log = SweepLog(tmp_path / "sweep.log")
+
+    def rounds(first_start: float | None) -> list[int]:
+        got = _within_budget(slots, t0, 400.0, {0: 0.0}, log, first_start and (lambda: first_start))
+        return [s.round for s in got if s.phase == "sweep"]
+
+    assert rounds(170.0) == [0, 1]
+    assert rounds(None) == [0], "the start counted in the pace: one round"
+
+
 def test_drift_is_caught() -> None:
     params = DecideParams(concurrencies=[16], spec_steps=[1])
     d = decide_measured(measured(NOISY, drift=(2400.0, 1000.0)), params, flavor="vllm")
