@@ -1,5 +1,7 @@
-"""Shared fixtures: the embedded demo model (built once per machine), params files in tmp, and one
-shrunk `kit run` of the demo params per session (the pipeline and JupyterLab tests read the same run).
+"""Shared fixtures: the embedded demo model (built once per machine), params files in tmp, one
+shrunk `kit run` of the demo params per session (the pipeline and JupyterLab tests read the same run),
+and one real vLLM server for the tests that only need one running (`vllm_server`: they run one after
+the other, and it is stopped after the last of them).
 
 Before anything else, the session gets its own HOME, caches and temp folder, and its end is checked
 for processes left alive and files written outside those folders and the checkout (tests/isolation.py).
@@ -10,11 +12,13 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import isolation
 import pytest
 import yaml
+from engines import SharedVllm
 
 REPO = Path(__file__).resolve().parent.parent
 DEMO_MODEL = REPO / ".cache" / "demo" / "model"
@@ -124,3 +128,42 @@ def demo_run(tmp_path_factory, demo_model) -> Path:
     done = subprocess.run([sys.executable, "-m", "kit.cli", "run", str(path)], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr[-3000:]
     return tmp / "outputs" / "demo"
+
+
+SHARED_VLLM = "vllm_server"
+
+
+@pytest.fixture(scope="session")
+def vllm_server(tmp_path_factory, demo_model) -> Iterator[SharedVllm]:
+    """The session's one real vLLM server for tests that only need one running (tests/engines.py):
+    call `.ready()` for the running server; each test writes its own run folder."""
+    shared = SharedVllm(demo_model, tmp_path_factory.mktemp("shared-vllm"))
+    _shared_vllm.append(shared)
+    try:
+        yield shared
+    finally:
+        shared.stop()
+        _shared_vllm.remove(shared)
+
+
+_shared_vllm: list[SharedVllm] = []
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The tests that use the shared vLLM server run one after the other, where the first of them
+    was: it runs (and spins, idle) only while they do."""
+    users = [i for i in items if SHARED_VLLM in getattr(i, "fixturenames", ())]
+    if len(users) < 2:
+        return
+    first = items.index(users[0])
+    rest = [i for i in items[first:] if SHARED_VLLM not in getattr(i, "fixturenames", ())]
+    items[first:] = users + rest
+
+
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
+    """After the last of a row of tests that use the shared vLLM server: stop it (a later test that
+    asks starts it again)."""
+    if nextitem is None or SHARED_VLLM not in getattr(nextitem, "fixturenames", ()):
+        for shared in _shared_vllm:
+            shared.stop()

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from engines import VLLM_PYTHON, engine_python
+from engines import vllm_engine
 
 from kit.demo import fixture_text as text
 from kit.demo.fixtures import is_long, write_fixtures
@@ -165,63 +165,67 @@ def reasoning_of(message: dict) -> str | None:
     return message.get("reasoning") or message.get("reasoning_content")
 
 
-def chat(server, messages, tools=None, **fields) -> dict:
+def chat(server, messages, tools=None, api_key: str | None = None, **fields) -> dict:
     """One greedy chat completion's first choice."""
     body = {"model": str(server.params.model.path), "messages": messages, "max_tokens": 200, "temperature": 0}
     body |= {"tools": tools} if tools else {}
-    r = httpx.post(f"{server.base_url}/v1/chat/completions", json=body | fields, timeout=120)
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    r = httpx.post(f"{server.base_url}/v1/chat/completions", json=body | fields, headers=headers, timeout=120)
     assert r.status_code == 200, r.text
     return r.json()["choices"][0]
 
 
 @pytest.fixture(scope="module")
-def vllm_answers(demo_model, tmp_path_factory) -> dict[str, dict]:
+def vllm_answers(demo_model, tmp_path_factory, vllm_server) -> dict[str, dict]:
     """The same greedy requests to vLLM with its parsers on (`auto`: from the chat template), then off.
 
+    The parsed answers come from the session's shared server (tests/engines.py: the same command
+    line, and an API key the requests send). The server without parsers is this fixture's own: no
+    other test asks the kit for one outside `kit generate`; it starts beside the shared one.
     Without a tool-call parser vLLM refuses `tools` unless tool_choice is none; the prompt is the same."""
     from kit.engines import start_server
     from kit.params import RunParams
 
-    python = engine_python(VLLM_PYTHON, "engine-vllm")
     data = tmp_path_factory.mktemp("vllm-prompts")
     math = [m for m, _ in fixture_prompts(data, "metamathqa", 3)]
     hermes = [p for p in fixture_prompts(data, "hermes_fc", 8) if p[0][-1]["role"] == "user"][:4]
     logs = tmp_path_factory.mktemp("vllm-logs")
     answers: dict[str, dict] = {"hermes_tools": {f"hermes{i}": tools for i, (_, tools) in enumerate(hermes)}}
-    for mode, parsers in (("parsed", {}), ("plain", {"tool_call_parser": None, "reasoning_parser": None})):
-        engine = {
-            "flavor": "vllm",
-            "python": str(python),
-            "context_length": 2048,
-            "startup_timeout_s": 600,
-            "extra_args": ["--dtype", "float32", "--enforce-eager"],
-            "env": {"VLLM_CPU_KVCACHE_SPACE": "1"},
-            **parsers,
-        }
-        params = RunParams.model_validate({"run": "t", "model": {"path": str(demo_model)}, "engine": engine})
-        tool_choice = {} if mode == "parsed" else {"tool_choice": "none"}
-        with start_server(params, logs, name=mode) as server:
-            got = {f"math{i}": chat(server, m) for i, m in enumerate(math)}
+    engine = vllm_engine(tool_call_parser=None, reasoning_parser=None)
+    params = RunParams.model_validate({"run": "t", "model": {"path": str(demo_model)}, "engine": engine})
+    plain = start_server(params, logs, name="plain")
+    vllm_server.launch()  # both start at once: on two cores that beats one after the other
+    plain.start()
+    try:
+        for mode, key in (("parsed", vllm_server.api_key), ("plain", None)):
+            server = vllm_server.ready() if mode == "parsed" else plain.wait_ready()
+            tool_choice = {} if mode == "parsed" else {"tool_choice": "none"}
+            got = {f"math{i}": chat(server, m, api_key=key) for i, m in enumerate(math)}
             got |= {
-                f"off{i}": chat(server, m, chat_template_kwargs={"enable_thinking": False})
+                f"off{i}": chat(server, m, api_key=key, chat_template_kwargs={"enable_thinking": False})
                 for i, m in enumerate(math)
             }
-            got |= {f"hermes{i}": chat(server, m, t, **tool_choice) for i, (m, t) in enumerate(hermes)}
+            got |= {
+                f"hermes{i}": chat(server, m, t, api_key=key, **tool_choice)
+                for i, (m, t) in enumerate(hermes)
+            }
             if mode == "parsed":
                 got["kit"] = asyncio.run(
-                    kit_client_answers(server, math[:2] + [m for m, _ in hermes], hermes)
+                    kit_client_answers(server, math[:2] + [m for m, _ in hermes], hermes, key)
                 )
-        got["argv"] = (logs / f"{mode}.log").read_text().splitlines()[0]
-        answers[mode] = got
+            got["argv"] = server.log_path.read_text().splitlines()[0]
+            answers[mode] = got
+    finally:
+        plain.stop()
     return answers
 
 
-async def kit_client_answers(server, messages: list, hermes: list) -> list[tuple]:
+async def kit_client_answers(server, messages: list, hermes: list, api_key: str | None) -> list[tuple]:
     """The kit's client on the same greedy requests, plain JSON then streamed: (plain, streamed) pairs."""
     from kit.engines.client import EngineClient
 
     tools = [None] * (len(messages) - len(hermes)) + [t for _, t in hermes]
-    async with EngineClient(server.base_url, "vllm") as client:
+    async with EngineClient(server.base_url, "vllm", api_key=api_key) as client:
         return [
             tuple(
                 [

@@ -18,7 +18,6 @@ import ast
 import contextlib
 import json
 import re
-import secrets
 import signal
 import subprocess
 import sys
@@ -33,7 +32,7 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 from conftest import REPO
-from engines import VLLM_PYTHON, engine_python
+from engines import SHARED_VLLM_KEY, VLLM_PYTHON, SharedVllm, engine_python
 
 from kit.decide.decision import decision_arm
 
@@ -409,30 +408,26 @@ SENT = {"top_k": 20, "min_p": 0.05, "presence_penalty": 0.5, "repetition_penalty
 """Sampling controls of the plain run, as vLLM's request log writes them back (SamplingParams)."""
 
 
-SERVER_KEY = "kit-test-" + secrets.token_hex(12)
-"""The API key the hand-started server wants (vLLM guards /v1/*; /health and /metrics stay open)."""
 KEY_ENV = "KIT_TEST_SERVER_KEY"
 
 
 @pytest.fixture(scope="module")
-def hand_server(tmp_path_factory: pytest.TempPathFactory, demo_model: Path) -> Iterator[tuple[str, dict]]:
+def hand_server(
+    tmp_path_factory: pytest.TempPathFactory, demo_model: Path, vllm_server: SharedVllm
+) -> Iterator[tuple[str, dict]]:
     """A vLLM server started outside `kit generate` with the kit's plain-decoding flags and an API key
-    (VLLM_API_KEY), for runs of the external flavor: (base URL, the params it was started from). The
-    kit's runs find the key in KIT_TEST_SERVER_KEY, named by engine.api_key_env."""
-    from kit.engines import start_server
-    from kit.params import load_params
-
+    (VLLM_API_KEY), for runs of the external flavor: (base URL, the params of the runs). It is the
+    session's shared server (tests/engines.py), whose command line is that of params/demo-vllm.yaml
+    shrunk with `speculative: {}`. The kit's runs find the key in KIT_TEST_SERVER_KEY, named by
+    engine.api_key_env."""
     tmp = tmp_path_factory.mktemp("vllm-hand")
     path = demo_vllm(tmp, demo_model, "hand")
     params = yaml.safe_load(path.read_text())
     params["engine"]["speculative"] = {}
     path.write_text(yaml.safe_dump(params))
     with pytest.MonkeyPatch.context() as env:
-        env.setenv("VLLM_API_KEY", SERVER_KEY)  # the server inherits it: the key is in no command line
-        env.setenv(KEY_ENV, SERVER_KEY)
-        with start_server(load_params(path), tmp / "logs", name="hand") as server:
-            env.delenv("VLLM_API_KEY")
-            yield server.base_url, params
+        env.setenv(KEY_ENV, vllm_server.api_key)
+        yield vllm_server.ready().base_url, params
 
 
 def external(tmp: Path, server: tuple[str, dict], run: str, generate: dict) -> Path:
@@ -491,7 +486,7 @@ def test_a_server_that_wants_an_api_key(tmp_path: Path, hand_server: tuple[str, 
     manifest = json.loads((run / "manifest.json").read_text())
     assert manifest["complete"] and manifest["rows"] > 0, manifest
     files = [f for f in run.rglob("*") if f.is_file()]
-    assert files and not [f for f in files if SERVER_KEY.encode() in f.read_bytes()]
+    assert files and not [f for f in files if SHARED_VLLM_KEY.encode() in f.read_bytes()]
 
 
 @pytest.fixture(scope="module")
