@@ -267,11 +267,66 @@ def test_the_flat_first_pass_judges_each_row_as_stage_4_does(run) -> None:
     rows[1]["finish_reason"] = "length"
     pq.write_table(pa.Table.from_pylist(rows, schema=NEW_SCHEMA), folder.generations / "part-00001.parquet")
     rules = parse_drop("default,refusal,repeats_prompt")
-    data, reasons = export_facts(folder, AnalyseParams(), rules, progress=False)
+    facts = export_facts(folder, AnalyseParams(), rules, progress=False)
     full = read_run(folder, AnalyseParams(near_duplicates=False), progress=False)
+    reasons = facts.reasons()
     assert reasons.tolist() == drop_reasons(full.df, full.flags, rules).tolist()
     assert {"refusal", "truncated", "duplicate", "empty"} <= set(reasons.tolist())
-    assert data.df[["shard", "row"]].to_dict("list") == full.df[["shard", "row"]].to_dict("list")
-    assert data.df["source"].astype(str).tolist() == full.df["source"].astype(str).tolist()
-    assert sorted(data.failures["id"]) == sorted(full.failures["id"]) and len(data.failures) == 2
-    assert any("repeat the id of a row in another shard" in g for g in data.gaps)
+    assert facts.positions() == list(zip(full.df["shard"].tolist(), full.df["row"].tolist(), strict=True))
+    assert facts.sources == full.df["source"].astype(str).value_counts().to_dict()
+    assert sorted(facts.failures["id"]) == sorted(full.failures["id"]) and len(facts.failures) == 2
+    assert any("repeat the id of a row in another shard" in g for g in facts.gaps)
+    assert facts.counts() == {r: int((reasons == r).sum()) for r in rules}
+
+
+def test_the_partitioned_dedups_keep_the_first_row_as_pandas_did(tmp_path, monkeypatch) -> None:
+    """kit.export.facts dedups digests spilled to partition files, one partition at a time: the
+    same rows repeat as pandas' `duplicated(keep="first")` over all rows at once found (the old
+    first pass), ids first (a repeat is left out), then completions among the rows no earlier rule
+    dropped; a shard judged only in part adds nothing."""
+    import numpy as np
+    import pandas as pd
+
+    from kit.export import facts as F
+
+    monkeypatch.setattr(F, "PARTITIONS", 4)
+    monkeypatch.setattr(F, "CHUNK", 1000)  # the per-row file read in several chunks
+    rng = np.random.default_rng(0)
+    n = 5000
+    names = [f"r{k}" for k in rng.integers(0, 4500, n)]  # ~10% repeat
+    ids = F.id_digests(names)
+    hashes = rng.integers(0, 300, n).astype(np.uint64) * np.uint64(0xC2B2AE3D27D4EB4F)  # 0: no completion
+    bits = rng.integers(0, 64, n).astype(np.uint8) & rng.integers(0, 2, n).astype(np.uint8) * np.uint8(63)
+    src = rng.integers(0, 3, n).astype(np.uint32)
+    spill = F._Spill(tmp_path)
+    for start in range(0, n, 700):
+        stop = min(n, start + 700)
+        spill.add(ids[start:stop], hashes[start:stop], bits[start:stop], src[start:stop])
+        spill.commit()
+    spill.add(ids[:10], hashes[:10], bits[:10], src[:10])
+    spill.drop_pending()  # a shard that failed half-way
+    spill.close()
+    rules = parse_drop("default,refusal")
+    failures = pd.DataFrame({"id": ["a", names[1234], "b"], "source": "s"})  # the second has a row
+    codes, outstanding, repeated = F._codes(spill, rules, failures)
+    first = ~pd.Series(ids).duplicated(keep="first").to_numpy()  # the old first pass
+    assert repeated == int((~first).sum()) > 0 and len(codes) == n
+    assert np.array_equal(codes == F.SKIP_CODE, ~first)
+    reason = np.full(int(first.sum()), None, dtype=object)
+    kept_bits, kept_hashes = bits[first], hashes[first]
+    for rule in rules:
+        free = pd.isna(reason)
+        if rule == "duplicate":
+            rows = np.flatnonzero(free & (kept_hashes != 0))
+            hit = np.zeros(len(reason), dtype=bool)
+            hit[rows[pd.Series(kept_hashes[rows]).duplicated(keep="first").to_numpy()]] = True
+        elif rule in F.BIT_RULES:
+            hit = (kept_bits >> np.uint8(F.BIT_RULES.index(rule))) & 1 == 1
+        else:
+            continue
+        reason[free & hit] = rule
+    labels = np.full(256, None, dtype=object)
+    labels[1 : 1 + len(rules)] = list(rules)
+    assert labels[codes[first]].tolist() == reason.tolist()
+    assert {"duplicate", "empty", "refusal"} <= set(reason.tolist())
+    assert outstanding["id"].tolist() == ["a", "b"]  # as load.outstanding_failures leaves them

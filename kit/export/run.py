@@ -4,12 +4,13 @@ opens and `huggingface_hub` pushes as it is.
     result = export_run(Path("outputs/demo"), ExportOptions(to=Path("/tmp/demo-data")))
 
 Two passes over the shards: the first decides each row's drop reason (kit.export.drops) from
-stage 4's judgement of each batch, keeping a few numbers a row (kit.export.facts: ~30 bytes, flat
-at 2M rows), or, for the near-duplicate rules, stage 4's whole scan with its clusters
-(kit.analyse.read_run: memory grows with the rows); then the shards are read again batch by batch
-and each row is written, in the format asked (kit.export.rows), to `data/train-*` or
+stage 4's judgement of each batch, keeping one byte a row in memory (kit.export.facts: the dedups
+run on digests spilled to disk, a partition at a time), or, for the near-duplicate rules, stage 4's
+whole scan with its clusters (kit.analyse.read_run: memory grows with the rows); then the shards
+are read again batch by batch and each row is written, in the format asked (kit.export.rows), to
+`data/train-*` or
 `data/rejected-*`, a new file every `max_file_bytes` of Arrow data (500 MB: the Hub's advice for
-parquet files). Memory holds those numbers and one batch.
+parquet files). Memory holds those codes and one batch.
 Everything is written into a hidden folder beside DIR and renamed into place at the end, so an
 error (or Ctrl-C) leaves DIR as it was; an existing DIR is replaced only with `overwrite`.
 """
@@ -25,7 +26,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -36,7 +36,7 @@ from kit.decide.verdict import decision_answer
 from kit.errors import ExportError
 from kit.export import card as cards
 from kit.export.drops import DEFAULT_DROP, NEAR_RULES, drop_reasons
-from kit.export.facts import export_facts
+from kit.export.facts import SKIP_CODE, ExportFacts, export_facts, facts_from_run, failure_samples
 from kit.export.openai_batch import write_batch_output
 from kit.export.result import ExportResult
 from kit.export.rows import Format, Reasoning, convert, export_schema, shard_batches
@@ -47,8 +47,11 @@ from kit.runfolder import RunFolder
 MAX_FILE_BYTES = 500 * 2**20
 SPLITS = ("train", "rejected")
 BATCH_ROWS = 1024
+ROW_GROUP_ROWS = 4096
+ROW_GROUP_BYTES = 16 * 2**20
+"""A split's rows are written in row groups of about this many rows (or Arrow bytes)."""
 SKIP = "\0skip"
-"""The reason of a shard row stage 4 left out (its id repeats a row of another shard): not exported."""
+"""The reason of a shard row left out (its id repeats a row of another shard): not exported."""
 DATA = "data"
 CARD = "README.md"
 
@@ -69,7 +72,10 @@ class ExportOptions:
 class SplitWriter:
     """One split's rows as `data/<split>-NNNNN-of-MMMMM.parquet`, a new file once `max_bytes` of
     Arrow data went into the current one. An empty split gets no file (and the card no entry for
-    it): `datasets` cannot load a split of no rows."""
+    it): `datasets` cannot load a split of no rows. Rows are held until `ROW_GROUP_ROWS` (or
+    `ROW_GROUP_BYTES`) of them make a row group: a batch's few rejected rows written as a row group
+    of their own made 2,000 row groups in a 2M-row run's `rejected` file, whose metadata the writer
+    keeps until the file closes (RSS grew ~35 bytes a row written)."""
 
     def __init__(self, root: Path, split: str, schema: pa.Schema, max_bytes: int) -> None:
         self.root, self.split, self.schema, self.max_bytes = root, split, schema, max_bytes
@@ -78,17 +84,31 @@ class SplitWriter:
         self.nbytes = 0
         self._writer: pq.ParquetWriter | None = None
         self._in_file = 0
+        self._pending: list[pa.Table] = []
+        self._pending_rows = self._pending_bytes = 0
 
     def write(self, table: pa.Table) -> None:
         if not table.num_rows:
             return
+        self._pending.append(table)
+        self._pending_rows += table.num_rows
+        self._pending_bytes += table.nbytes
+        self.rows += table.num_rows
+        self.nbytes += table.nbytes
+        full = self._pending_rows >= ROW_GROUP_ROWS or self._pending_bytes >= ROW_GROUP_BYTES
+        if full or self._in_file + self._pending_bytes >= self.max_bytes:  # the file's limit as before
+            self._flush()
+
+    def _flush(self) -> None:
+        if not self._pending:
+            return
         if self._writer is None or self._in_file >= self.max_bytes:
             self._open()
         assert self._writer is not None
-        self._writer.write_table(table)
-        self.rows += table.num_rows
-        self.nbytes += table.nbytes
-        self._in_file += table.nbytes
+        table = pa.concat_tables(self._pending)
+        self._writer.write_table(table, row_group_size=table.num_rows)
+        self._in_file += self._pending_bytes
+        self._pending, self._pending_rows, self._pending_bytes = [], 0, 0
 
     def _open(self) -> None:
         if self._writer is not None:
@@ -101,6 +121,7 @@ class SplitWriter:
 
     def close(self) -> list[Path]:
         """Close the last file and name every file `-NNNNN-of-MMMMM` (the Hub's split naming)."""
+        self._flush()
         if self._writer is None:
             return []
         self._writer.close()
@@ -194,20 +215,23 @@ def export_run(
     check_target(options.to, folder.root, options.overwrite)
     params = saved_params(folder.params)
     needs_near = any(r in NEAR_RULES for r in options.drop)
-    if data is None and not needs_near:  # flat memory: a few numbers a row (kit.export.facts)
-        data, reasons = export_facts(folder, analyse_params(params, options.drop), options.drop, progress)
+    if data is None and not needs_near:  # flat memory: a one-byte code a row (kit.export.facts)
+        facts = export_facts(folder, analyse_params(params, options.drop), options.drop, progress)
     else:
         if data is None or needs_near and (not _looked(params) or "answer_cluster" not in data.df.columns):
             data = read_run(folder, analyse_params(params, options.drop), progress)
-        reasons = drop_reasons(data.df, data.flags, options.drop)
+        facts = facts_from_run(data, drop_reasons(data.df, data.flags, options.drop), options.drop)
+        del data
     with staged(options.to) as tmp:
         if options.fmt == "openai_batch":
-            result = write_batch_output(folder, data, params, tmp, progress)
+            result = write_batch_output(folder, facts, params, tmp, progress)
         else:
-            result = write_splits(folder, data, reasons, options, tmp, progress)
+            result = write_splits(folder, facts, options, tmp, progress)
             result.complete = complete
             result.card = tmp / CARD
-            result.card.write_text(str(cards.dataset_card(card_facts(folder, data, params, result, options))))
+            result.card.write_text(
+                str(cards.dataset_card(card_facts(folder, facts, params, result, options)))
+            )
     final = options.to.resolve()
     result.folder = final
     result.files = [final / p.relative_to(tmp) for p in result.files]
@@ -216,46 +240,34 @@ def export_run(
     return result
 
 
-def _positions(data: RunData, reasons: np.ndarray) -> dict[int, tuple[np.ndarray, np.ndarray]]:
-    """Per shard: the row positions stage 4 kept and their drop reasons."""
-    df = data.df
-    shard, row = df["shard"].to_numpy(), df["row"].to_numpy()
-    out = {}
-    for s in np.unique(shard):
-        at = np.flatnonzero(shard == s)
-        out[int(s)] = (row[at], reasons[at])
-    return out
-
-
 def write_splits(
-    folder: RunFolder, data: RunData, reasons: np.ndarray, options: ExportOptions, root: Path, progress: bool
+    folder: RunFolder, facts: ExportFacts, options: ExportOptions, root: Path, progress: bool
 ) -> ExportResult:
     """Every row into `train` or `rejected`; failed requests into `rejected` when `failed` drops."""
     fmt = options.fmt if options.fmt != "openai_batch" else "messages"
     schema = export_schema(fmt, options.reasoning)
     writers = {s: SplitWriter(root, s, schema, options.max_file_bytes) for s in SPLITS}
     by_source: dict[str, Counter[str]] = {}
-    positions = _positions(data, reasons)
-    bar = progress_bar(total=len(data.df), desc="export", unit="row", disable=not progress)
+    labels = facts.labels()
+    labels[SKIP_CODE] = SKIP
+    bar = progress_bar(total=facts.exported(), desc="export", unit="row", disable=not progress)
     with bar:
-        for index, path in enumerate(data.paths):
-            if index not in positions:
+        for index, path in enumerate(facts.paths):
+            codes = facts.shard_codes(index)
+            if codes is None:
                 continue
-            rows_at, why_at = positions[index]
-            shard_reason = np.full(int(rows_at.max()) + 1 if len(rows_at) else 0, SKIP, dtype=object)
-            shard_reason[rows_at] = why_at
             start = 0
             for rows in shard_batches(path):
-                why = shard_reason[start : start + len(rows)].tolist()
+                why = labels[codes[start : start + len(rows)]].tolist()
                 why += [SKIP] * (len(rows) - len(why))
                 start += len(rows)
                 _write_batch(rows, why, writers, fmt, options.reasoning, by_source)
                 bar.update(sum(1 for w in why if w != SKIP))
         if "failed" in options.drop:
-            for rows in failed_rows(folder, data.failures):
+            for rows in failed_rows(folder, facts.failures):
                 _write_batch(rows, ["failed"] * len(rows), writers, fmt, options.reasoning, by_source)
     files = [p for w in writers.values() for p in w.close()]
-    counts = Counter(r for r in reasons.tolist() if r is not None)
+    counts = facts.counts()
     counts["failed"] = sum(c["failed"] for c in by_source.values())
     return ExportResult(
         folder=root,
@@ -263,7 +275,7 @@ def write_splits(
         reasons={r: int(counts.get(r, 0)) for r in options.drop},
         files=files,
         complete=True,
-        sources=_source_counts(data, by_source),
+        sources=_source_counts(facts, by_source),
     )
 
 
@@ -292,9 +304,9 @@ def failed_rows(folder: RunFolder, failures: pd.DataFrame) -> Iterator[list[dict
     prompts.parquet, a batch at a time."""
     if failures.empty or "id" not in failures.columns or not folder.prompts.exists():
         return
-    wanted: dict[str, list[str]] = {}
-    for fid in failures["id"].astype(str):
-        wanted.setdefault(fid.split(".")[0], []).append(fid)
+    wanted: dict[str, list[tuple[str, int]]] = {}
+    for fid, (pid, index) in zip(failures["id"].astype(str), failure_samples(failures), strict=True):
+        wanted.setdefault(pid, []).append((fid, index))
     columns = ["id", "source", "messages", "tools", "prompt_tokens"]
     pf = pq.ParquetFile(folder.prompts)
     keys = pa.array(list(wanted))
@@ -303,21 +315,22 @@ def failed_rows(folder: RunFolder, failures: pd.DataFrame) -> Iterator[list[dict
         table = table.filter(pc.is_in(table.column("id"), value_set=keys))
         rows = []
         for prompt in table.to_pylist():
-            for fid in wanted[prompt["id"]]:
-                index = int(fid.split(".")[1]) if "." in fid else 0
+            for fid, index in wanted[prompt["id"]]:
                 rows.append({**prompt, "id": fid, "prompt_id": prompt["id"], "sample_index": index})
         if rows:
             yield rows
 
 
-def _source_counts(data: RunData, by_source: dict[str, Counter[str]]) -> dict[str, dict[str, int | None]]:
+def _source_counts(
+    facts: ExportFacts, by_source: dict[str, Counter[str]]
+) -> dict[str, dict[str, int | None]]:
     planned: dict[str, int | None] = {}
-    for entry in (data.plan or {}).get("sources") or []:
+    for entry in (facts.plan or {}).get("sources") or []:
         if isinstance(entry, dict) and entry.get("source"):
             planned[str(entry["source"])] = entry.get("kept")
-    planned = planned or {k: v for k, v in data.prompt_counts.items()}
-    generated = data.df["source"].astype(str).value_counts().to_dict()
-    failed = data.failures["source"].astype(str).value_counts().to_dict() if len(data.failures) else {}
+    planned = planned or {k: v for k, v in facts.prompt_counts.items()}
+    generated = facts.sources
+    failed = facts.failures["source"].astype(str).value_counts().to_dict() if len(facts.failures) else {}
     names = sorted(set(planned) | set(generated) | set(by_source) | set(failed))
     return {
         s: {
@@ -339,10 +352,14 @@ def engine_packages(engine_env: dict[str, Any]) -> dict[str, str]:
 
 
 def card_facts(
-    folder: RunFolder, data: RunData, params: RunParams | None, result: ExportResult, options: ExportOptions
+    folder: RunFolder,
+    facts: ExportFacts,
+    params: RunParams | None,
+    result: ExportResult,
+    options: ExportOptions,
 ) -> cards.CardFacts:
     """What the card states, from the run folder and what the export wrote."""
-    manifest = data.manifest
+    manifest = facts.manifest
     decision = folder.read_decision(lenient=True)
     answer = decision_answer(decision) if decision is not None else None
     probe = folder.read_probe(lenient=True)
@@ -371,5 +388,5 @@ def card_facts(
         decision_text=f"{answer.headline}. {answer.detail}" if answer else None,
         engine=engine,
         sampling=sampling,
-        gaps=list(data.gaps),
+        gaps=list(facts.gaps),
     )
