@@ -287,3 +287,78 @@ def test_the_same_prompt_on_two_lines_is_two_requests(tmp_path) -> None:
     data = DataParams(sources=[batch_source(tmp_path / "in.jsonl")])
     build_plan(data, None, tmp_path / "p.parquet", tmp_path / "plan.json", progress=False)
     assert sorted(pq.read_table(tmp_path / "p.parquet").column("id").to_pylist()) == ["a", "b"]
+
+
+def test_a_custom_id_that_is_another_lines_sample_id_is_refused_when_n_is_above_1(
+    tmp_path, monkeypatch
+) -> None:
+    """With generate.sampling.n = 2 sample 1 of line 'x' is row 'x.1': a line whose own custom_id
+    is 'x.1' would share its row id (one answer passing for the other), so the plan is refused,
+    naming both; with n = 1 (or no such pair) the same ids plan."""
+    from kit.prompts import prompt_set
+    from kit.prompts.prompt_set import ensure_plan, sample_id_clashes
+
+    def no_tokenizer(data, _model_dir, prompts, plan):  # no model here: no prompt token filter
+        return build_plan(data, None, prompts, plan, progress=False)
+
+    monkeypatch.setattr(prompt_set, "build_plan", no_tokenizer)
+    lines = [request("x", "one"), request("x.1", "two"), request("v1.2", "three"), request("y.01", "four")]
+    (tmp_path / "in.jsonl").write_text("\n".join(lines) + "\n")
+
+    def params(n: int) -> RunParams:
+        return RunParams(
+            run="run",
+            model={"path": str(tmp_path / "m")},
+            data={"sources": [batch_source(tmp_path / "in.jsonl")]},
+            generate={"sampling": {"n": n}},
+        )
+
+    folder = RunFolder(tmp_path / "run").ensure()
+    with pytest.raises(
+        DataError, match=r"n = 2 .* 'x.1' is also sample 1 of 'x'.*custom_id that does not end"
+    ):
+        ensure_plan(params(2), folder)
+    assert ensure_plan(params(1), folder) == folder.prompts  # the plan itself is fine
+    with pytest.raises(DataError, match=r"1 prompt id\(s\)"):  # a reused plan is checked too
+        ensure_plan(params(2), folder)
+    ids = pa.array(["x", "x.1", "x.2", "a.b", "a.b.1", "y.01", "y", "z.3"])
+    assert sample_id_clashes(ids, 3) == [("x.1", "x", 1), ("x.2", "x", 2), ("a.b.1", "a.b", 1)]
+    assert sample_id_clashes(ids, 1) == []
+
+
+def test_a_dotted_custom_id_that_failed_is_answered_with_its_failure(tmp_path) -> None:
+    """A failure record names its prompt and sample (stage 3 writes prompt_id and sample_index): a
+    custom_id with a dot ('req.7') is not read as sample 7 of 'req'. The failed line gets its error
+    line, the messages export keeps its prompt in `rejected`; a line repeated after the plan is
+    answered as a repeat of the first."""
+    import datasets
+
+    lines = [request("req.7", "one"), request("ok.1", "two"), request("plain", "three")]
+    (tmp_path / "in.jsonl").write_text("\n".join(lines) + "\n")
+    folder = RunFolder(tmp_path / "run").ensure()
+    params = RunParams(
+        run="run",
+        model={"path": str(tmp_path / "m")},
+        data={"sources": [batch_source(tmp_path / "in.jsonl")]},
+    )
+    folder.params.write_text(dump_params(params))
+    build_plan(params.data, None, folder.prompts, folder.plan, progress=False)
+    prompts = {p["id"]: p for p in pq.read_table(folder.prompts).to_pylist()}
+    rows = [made_row(prompts[i], f"answer {i}") for i in ("ok.1", "plain")]
+    pq.write_table(pa.Table.from_pylist(rows, schema=NEW_SCHEMA), folder.generations / "part-00000.parquet")
+    record = {"id": "req.7", "prompt_id": "req.7", "sample_index": 0, "source": "batch"}
+    folder.failures.write_text(json.dumps({**record, "reason": "http_500", "error": "boom"}) + "\n")
+    folder.shard(0, 1).write_manifest(Manifest(run="run", complete=True, status="complete"))
+    with (tmp_path / "in.jsonl").open("a") as f:  # the file changed after its plan
+        f.write(request("plain", "again") + "\n")
+    export_run(folder.root, ExportOptions(to=tmp_path / "out", fmt="openai_batch"), progress=False)
+    lines = [json.loads(t) for t in (tmp_path / "out" / "output.jsonl").read_text().splitlines()]
+    assert sorted(t["custom_id"] for t in lines if t["error"] is None) == ["ok.1", "plain"]
+    errors = [(t["custom_id"], BatchError.model_validate(t["error"])) for t in lines if t["error"]]
+    assert [(c, e.code) for c, e in errors] == [("req.7", "http_500"), ("plain", "duplicate_custom_id")]
+    assert "the request failed: boom" in errors[0][1].message
+    assert errors[1][1].message == "in.jsonl line 4: custom_id repeats in.jsonl line 3"
+    result = export_run(folder.root, ExportOptions(to=tmp_path / "data"), progress=False)
+    rejected = datasets.load_dataset(str(tmp_path / "data"))["rejected"]
+    assert rejected["id"] == ["req.7"] and rejected["drop_reason"] == ["failed"]
+    assert result.reasons["failed"] == 1

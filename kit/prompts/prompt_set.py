@@ -13,9 +13,10 @@ import logging
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from kit.errors import RunFolderError
+from kit.errors import DataError, RunFolderError
 from kit.params import RunParams
 from kit.prompts.datafiles import local_files
 from kit.prompts.plan import build_plan, read_prompts
@@ -45,6 +46,7 @@ def ensure_plan(params: RunParams, folder: RunFolder) -> Path:
     wanted = data_hash(params)
     stamped = stamp.read_text().strip() if stamp.exists() else None
     if folder.prompts.exists() and stamped == wanted:
+        check_sample_ids(folder.prompts, params.generate.sampling.n)
         return folder.prompts
     if folder.shard_paths():
         if stamped != wanted:
@@ -58,7 +60,55 @@ def ensure_plan(params: RunParams, folder: RunFolder) -> Path:
     stamp.unlink(missing_ok=True)  # a plan that fails half-way leaves no stamp claiming it
     build_plan(params.data, Path(params.model.path), folder.prompts, folder.plan)
     stamp.write_text(wanted)
+    check_sample_ids(folder.prompts, params.generate.sampling.n)
     return folder.prompts
+
+
+SAMPLE_SUFFIX = r"^(?P<base>.+)\.(?P<k>[1-9][0-9]*)$"
+"""A row id of sample k > 0 of a prompt: `<prompt id>.<k>` (kit.generate.store.row_id)."""
+
+
+def sample_id_clashes(ids: pa.Array | pa.ChunkedArray, n: int) -> list[tuple[str, str, int]]:
+    """(prompt id, other prompt id, k) where a prompt's own id (a batch line's custom_id, any text)
+    is also the row id `<other>.<k>` of sample k of another prompt, k < n: their rows, failures and
+    output lines would share one id. None with n = 1 (sample 0's row id is its prompt id)."""
+    if n <= 1 or not len(ids):
+        return []
+    ids = ids.combine_chunks() if isinstance(ids, pa.ChunkedArray) else ids
+    parts = pc.extract_regex(ids, SAMPLE_SUFFIX)
+    matched = pc.is_valid(parts)
+    if not pc.any(matched).as_py():
+        return []
+    parts = parts.filter(matched)
+    own = ids.filter(matched)
+    base, k = pc.struct_field(parts, "base"), pc.struct_field(parts, "k")
+    small = pc.less(pc.utf8_length(k), 10)  # no overflow; n is far below 10**9
+    base, k, own = base.filter(small), k.filter(small), own.filter(small)
+    hit = pc.and_(pc.less(pc.cast(k, pa.int64()), n), pc.is_in(base, value_set=ids))
+    return [
+        (a, b, int(c))
+        for a, b, c in zip(
+            own.filter(hit).to_pylist(), base.filter(hit).to_pylist(), k.filter(hit).to_pylist(), strict=True
+        )
+    ]
+
+
+def check_sample_ids(prompts: Path, n: int) -> None:
+    """Refuse a plan in which a prompt's id is another prompt's sample row id under `n` samples."""
+    if n <= 1:
+        return
+    clashes = sample_id_clashes(read_prompt_ids(prompts), n)
+    if not clashes:
+        return
+    named = "; ".join(f"{a!r} is also sample {k} of {b!r}" for a, b, k in clashes[:3])
+    more = f" (and {len(clashes) - 3} more)" if len(clashes) > 3 else ""
+    raise DataError(
+        f"generate.sampling.n = {n} gives sample k of prompt X the row id 'X.k', and {len(clashes)} "
+        f"prompt id(s) of the plan already have that shape: {named}{more}. Their rows, failures and "
+        "batch output lines would share one id (one would pass for the other's answer). To fix: give "
+        "those batch lines a custom_id that does not end in '.<number>' (or not one of another line's "
+        "plus '.1' ... '.n-1'), or set generate.sampling.n = 1 and send one line per sample."
+    )
 
 
 def read_prompt_ids(path: Path) -> pa.ChunkedArray:
