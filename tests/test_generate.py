@@ -26,6 +26,8 @@ pytestmark = pytest.mark.slow
 KIT = [sys.executable, "-m", "kit.cli"]
 # Long enough (about 60 requests one at a time) to be interrupted mid-run on a fast machine too.
 LONGER = {s: 10 for s in ("infinity_instruct", "webinstructsub", "codefeedback", "metamathqa", "hermes_fc")}
+# Eight at once: 25 requests leave 8 in flight and more queued when the first shard lands (3 rows).
+MID_RUN = {s: 5 for s in LONGER}
 SLOW = {"shard_rows": 3, "shard_seconds": 2, "concurrency": 1, "sampling": {"max_tokens": 96, "seed": 0}}
 
 
@@ -141,7 +143,7 @@ def assert_exactly_once(folder: RunFolder) -> None:
 
 def test_server_killed_mid_run_at_concurrency_8_is_restarted(write_params):
     """kill -9 of the server with 8 requests in flight: they wait for the restart and are retried."""
-    params_file = write_params("crash", counts=LONGER, generate={**SLOW, "concurrency": 8})
+    params_file = write_params("crash", counts=MID_RUN, generate={**SLOW, "concurrency": 8})
     folder = RunFolder(load_params(params_file).run_dir)
     proc = kit_generate(params_file)
     wait_for(lambda: len(folder.shard_paths()) >= 1 or proc.poll() is not None, 300, "a first shard")
@@ -161,7 +163,7 @@ def test_frozen_server_is_noticed_and_restarted(write_params):
     """SIGSTOP of the server, never lifted: the watchdog restarts it; no request is written off."""
     params_file = write_params(
         "hang",
-        counts=LONGER,
+        counts=MID_RUN,
         generate={**SLOW, "concurrency": 8, "request_timeout_s": 30, "hang_timeout_s": 8, "retries": 1},
     )
     folder = RunFolder(load_params(params_file).run_dir)
