@@ -205,6 +205,8 @@ def test_a_driver_without_the_token_is_told_how_to_get_it(
 
 
 def test_real_vllm_replicas_as_ray_actors(tmp_path: Path, demo_model: Path, ray_address: str) -> None:
+    """A Ray actor starts a real vLLM replica and, when the job ends, leaves none of its processes.
+    Its own server, not the shared one: the actor's starting and stopping it is what is tested."""
     from test_vllm_engine import demo_vllm
 
     generate_section = {"executor": "ray", "ray": {"actors": 1, "block_rows": 8}, "use_decision": False}

@@ -75,6 +75,10 @@ def kit(*args: str) -> subprocess.CompletedProcess:
 
 @pytest.fixture(scope="module")
 def vllm_run(tmp_path_factory: pytest.TempPathFactory, demo_model: Path) -> Path:
+    """`kit run` of params/demo-vllm.yaml, shrunk: the module's one measured sweep (plain, n-gram k=1
+    and k=3, servers side by side) and stage 3 with the decided settings, read by the tests below.
+    Its own servers, not the shared one: `kit run` starts, pauses and stops the arms it measures and
+    starts stage 3's from the decision; starting them is what is tested."""
     tmp = tmp_path_factory.mktemp("vllm")
     done = kit("run", str(demo_vllm(tmp, demo_model, "demo-vllm")))
     assert done.returncode == 0, done.stderr[-4000:]
@@ -218,7 +222,8 @@ def test_a_cpu_hog_is_caught_and_does_not_flip_the_decision(
     """The sweep again, from scratch, with CPU hogs through one repetition of plain decoding and
     through the end of the drift check: the kit sees what they took, a measurement they took much of
     is disturbed and set aside (while two calm ones remain), the drift check says its end was
-    disturbed, and the decision is the one the calm sweep made."""
+    disturbed, and the decision is the one the calm sweep made. Its own sweep (and so its servers):
+    the shared sweep is the calm one it is compared with."""
     path = demo_vllm(tmp_path, demo_model, "hogged")
     params = yaml.safe_load(path.read_text())
     params["decide"]["spec_steps"] = [1]  # plain and one speculative arm: the calm sweep's leader is plain
@@ -317,7 +322,8 @@ def test_parsers_split_reasoning_and_tool_calls_out_of_real_answers(vllm_run: Pa
 
 @pytest.fixture(scope="module")
 def ngram_run(tmp_path_factory: pytest.TempPathFactory, demo_model: Path) -> Path:
-    """Stage 3 with n-gram speculation on (no decision) and thinking off, then stage 4."""
+    """Stage 3 with n-gram speculation on (no decision) and thinking off, then stage 4. Its own
+    server: `kit generate` starts it with speculation on, which no other test's server has."""
     tmp = tmp_path_factory.mktemp("vllm-ngram")
     path = demo_vllm(
         tmp,
@@ -360,6 +366,10 @@ def test_thinking_off_reaches_the_chat_template(ngram_run: Path) -> None:
 
 
 def test_bad_engine_input_is_one_clear_message_and_loses_nothing(ngram_run: Path, tmp_path: Path) -> None:
+    """Each bad input to `kit generate` (a parser vLLM does not offer, no vLLM, a seed under
+    speculation, min_p under speculation, speculation the model cannot run) ends in one message and
+    leaves the shards as they were. The servers it starts are its own: the errors come from starting
+    them, or from the server `kit generate` started with that input."""
     run = ngram_run.parent / "outputs" / "ngram"
     shards = sorted((run / "generations").glob("part-*.parquet"))
     shards[-1].rename(tmp_path / shards[-1].name)  # rows left to do, so a server must start
@@ -492,7 +502,9 @@ def test_a_server_that_wants_an_api_key(tmp_path: Path, hand_server: tuple[str, 
 @pytest.fixture(scope="module")
 def plain_run(tmp_path_factory: pytest.TempPathFactory, demo_model: Path) -> Path:
     """Stages 3 and 4 with no parsers and no speculation, the sampling controls of Qwen's model
-    cards set, and vLLM logging every request it receives and every answer it gives."""
+    cards set, and vLLM logging every request it receives and every answer it gives. Its own
+    server: the test reads the command line `kit generate` built without parsers, and vLLM's log of
+    this run's requests alone."""
     tmp = tmp_path_factory.mktemp("vllm-plain")
     path = demo_vllm(tmp, demo_model, "no-parsers")
     params = yaml.safe_load(path.read_text())
@@ -509,7 +521,8 @@ def plain_run(tmp_path_factory: pytest.TempPathFactory, demo_model: Path) -> Pat
 
 def test_a_server_that_cannot_start_says_which_setting_to_change(tmp_path: Path, demo_model: Path) -> None:
     """vLLM's CPU build without an explicit KV cache size reserves engine.mem_fraction_static of the
-    machine's memory and refuses to start when less is free: one sentence says what to change."""
+    machine's memory and refuses to start when less is free: one sentence says what to change.
+    Its own server, by nature: the one that fails to start."""
     path = demo_vllm(tmp_path, demo_model, "no-memory")
     params = yaml.safe_load(path.read_text())
     params["engine"]["env"] = {}  # no VLLM_CPU_KVCACHE_SPACE
