@@ -201,8 +201,8 @@ def read_output(path: Path) -> tuple[dict[str, ChatCompletion], dict[str | None,
     return answers, errors
 
 
-def test_every_input_line_is_answered_once(fixture_data, tmp_path) -> None:
-    ids = batch_file(fixture_data, tmp_path / "in.jsonl")
+def planned_run(tmp_path: Path) -> RunFolder:
+    """A run folder whose params read `tmp_path/in.jsonl` as a batch source, its prompts planned."""
     folder = RunFolder(tmp_path / "run").ensure()
     params = RunParams(
         run="run",
@@ -211,6 +211,12 @@ def test_every_input_line_is_answered_once(fixture_data, tmp_path) -> None:
     )
     folder.params.write_text(dump_params(params))
     build_plan(params.data, None, folder.prompts, folder.plan, progress=False)
+    return folder
+
+
+def test_every_input_line_is_answered_once(fixture_data, tmp_path) -> None:
+    ids = batch_file(fixture_data, tmp_path / "in.jsonl")
+    folder = planned_run(tmp_path)
     prompts = pq.read_table(folder.prompts).to_pylist()
     failed = prompts[0]
     rows = [made_row(p, f"The answer is {i}.") for i, p in enumerate(prompts[1:])]
@@ -335,14 +341,7 @@ def test_a_dotted_custom_id_that_failed_is_answered_with_its_failure(tmp_path) -
 
     lines = [request("req.7", "one"), request("ok.1", "two"), request("plain", "three")]
     (tmp_path / "in.jsonl").write_text("\n".join(lines) + "\n")
-    folder = RunFolder(tmp_path / "run").ensure()
-    params = RunParams(
-        run="run",
-        model={"path": str(tmp_path / "m")},
-        data={"sources": [batch_source(tmp_path / "in.jsonl")]},
-    )
-    folder.params.write_text(dump_params(params))
-    build_plan(params.data, None, folder.prompts, folder.plan, progress=False)
+    folder = planned_run(tmp_path)
     prompts = {p["id"]: p for p in pq.read_table(folder.prompts).to_pylist()}
     rows = [made_row(prompts[i], f"answer {i}") for i in ("ok.1", "plain")]
     pq.write_table(pa.Table.from_pylist(rows, schema=NEW_SCHEMA), folder.generations / "part-00000.parquet")
