@@ -236,7 +236,7 @@ def test_measuring_again_counts_the_server_starts_it_takes(tmp_path: Path) -> No
     plain, spec = Arm(0), Arm(2, "NGRAM")
     redo = [Slot(2, plain, 256), Slot(2, spec, 256)]
     end = [Slot(1, plain, 256, "end")]
-    one_at_a_time = SimpleNamespace(together=False, failed={}, last=spec.name, start_s=[95.0, 95.0])
+    one_at_a_time = SimpleNamespace(together=False, failed={}, up={spec.name: None}, start_s=[95.0, 95.0])
     assert ArmServers.starts_for(one_at_a_time, redo + end) == 3
     assert ArmServers.starts_for(one_at_a_time, [Slot(2, spec, 256)]) == 0
     one_at_a_time.starts_for = lambda slots: ArmServers.starts_for(one_at_a_time, slots)

@@ -287,8 +287,6 @@ class ArmServers:
         self.held = False
         self.start_s: list[float] = []
         """Seconds each server start took (launch to answering, warm-up included)."""
-        self.last: str | None = None
-        """The arm whose server answered `get` last (one at a time: the one up now)."""
 
     def start_all(self, arms: list[Arm]) -> None:
         """Start every arm's server at once, then wait for each (they load side by side)."""
@@ -331,16 +329,17 @@ class ArmServers:
                 self._failed(arm.name, e)
                 return None
             self.start_s.append(time.monotonic() - started)
-        self.last = arm.name
         return self.up[arm.name]
 
     def starts_for(self, slots: list[Slot]) -> int:
         """How many server starts measuring `slots` in order takes from now: none when the servers
-        run side by side; one at a time, one for each change of arm (the one up now counts)."""
+        run side by side; one at a time, one for each change of arm (the one up now counts: one at a
+        time, `up` holds it alone)."""
         if self.together:
             return 0
         names = [s.arm.name for s in slots if s.arm.name not in self.failed]
-        return sum(1 for before, now in zip([self.last, *names], names, strict=False) if before != now)
+        up_now = next(iter(self.up), None)
+        return sum(1 for before, now in zip([up_now, *names], names, strict=False) if before != now)
 
     def _warm(self, name: str) -> None:
         """A few requests before the first measurement (first requests pay one-off costs)."""
