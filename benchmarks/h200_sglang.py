@@ -15,6 +15,8 @@ Phases (each a subprocess of the kit's own commands, as a user runs them, under 
 - decide32: `kit decide` on the Qwen3-32B shape, same ladder;
 - eagle: `kit decide` with EAGLE-3 over a shape-only draft head (k = 1, 3), the arms' servers side by
   side on the GPU (`decide.servers: together`, each with its own KV cache) for three rounds;
+- eagle_fi: the same with SGLang's flashinfer attention backend (is the per-sequence cost triton's?);
+- moe: `kit decide` on Qwen3-30B-A3B's layer (16 of its 48 layers), plain against n-gram k = 1, 3;
 - ceiling: one SGLang server with stage 3's flags; `kit generate` against it (flavor external)
   interleaved with SGLang's own `bench_serving` on the same prompts and lengths, two rounds each;
   then `bench_offline_throughput` (no HTTP) on them; the kit's CPU seconds per 1,000 requests, and
@@ -177,9 +179,15 @@ def setup(s: Session) -> dict:
     )
     rc, _, text = s.run([sys.executable, "-c", code], 120, "imports")
     r["imports_rc"], r["versions"] = rc, text.strip().splitlines()[-1] if rc == 0 else text[-800:]
-    for shape in ("qwen3-8b", "qwen3-32b", "qwen3-8b-eagle3"):
+    for shape in ("qwen3-8b", "qwen3-32b", "qwen3-8b-eagle3", "qwen3-30b-a3b"):
         if not (SHAPES / shape / "config.json").is_file():
             s.run([sys.executable, "-m", "kit.cli", "model-shape", shape, str(SHAPES / shape)], 120, "shape")
+    cut = SHAPES / f"qwen3-30b-a3b-l{MOE_LAYERS}"
+    if not (cut / "config.json").is_file():  # the same folder with fewer layers (the marker says so)
+        shutil.copytree(SHAPES / "qwen3-30b-a3b", cut, dirs_exist_ok=True)
+        config = json.loads((cut / "config.json").read_text())
+        config["num_hidden_layers"] = config["max_window_layers"] = MOE_LAYERS
+        (cut / "config.json").write_text(json.dumps(config, indent=2) + "\n")
     if not (DATA / "hermes_fc.jsonl").is_file():
         code = f"from kit.demo.fixtures import write_fixtures; write_fixtures({str(DATA)!r}, 400)"
         s.run([sys.executable, "-c", code], 120, "fixtures")
@@ -207,21 +215,43 @@ def decide32(s: Session) -> dict:
     return {"probe": probe, "decide": s.kit("decide", params, 560)}
 
 
-def eagle(s: Session) -> dict:
+def eagle(s: Session, backend: str = "triton") -> dict:
     """`kit decide` with EAGLE-3 over a shape-only draft head (accept length ~1: the pure cost of
     speculating, k = 1 and 3) against plain, the three servers side by side on the GPU (each with its
     own KV cache, `decide.servers: together`): started in ~170 s, then two interleaved rounds of ~110 s
-    fit the 400 s budget (the third session measured one, under 190 s)."""
-    run = "h200-sglang-eagle3"
+    fit the 400 s budget (the third session measured one, under 190 s). `backend` is SGLang's
+    attention backend (eagle_fi: flashinfer, whose kernels nvcc compiles at the first start)."""
+    run = "h200-sglang-eagle3" + ("" if backend == "triton" else f"-{backend}")
     s.touched.add(run)
     over = engine_override(s).get("engine", {})
     params = derived(run, {
         "run": run,
-        "engine": {**over, "speculative": {"algorithm": "EAGLE3",
-                                           "draft_model_path": str(SHAPES / "qwen3-8b-eagle3")}},
+        "engine": {**over, "attention_backend": backend,
+                   "speculative": {"algorithm": "EAGLE3",
+                                   "draft_model_path": str(SHAPES / "qwen3-8b-eagle3")}},
         "decide": {"spec_steps": [1, 3], "servers": "together", "repetitions": 2, "time_budget_s": 400},
     })  # fmt: skip
     return {"decide": s.kit("decide", params, 520)}  # it probes first (probe.json in its folder)
+
+
+MOE_LAYERS = 16  # of Qwen3-30B-A3B's 48: the same layer, a third of the weights, so three servers fit
+
+
+def moe(s: Session) -> dict:
+    """`kit decide` on a Qwen3-30B-A3B shape cut to MOE_LAYERS layers (every layer as published: 128
+    experts, 8 per token): plain against n-gram k = 1 and 3, whose verify step runs 2 and 4 tokens
+    per sequence through the experts (random weights: accept length ~1, so the step SGLang logs is
+    the pure verify cost, issue 32's MoE term). Three servers side by side, two rounds in 400 s."""
+    run = "h200-sglang-qwen3-30b-a3b"
+    s.touched.add(run)
+    over = engine_override(s).get("engine", {})
+    params = derived(run, {
+        "run": run,
+        "model": {"path": str(SHAPES / f"qwen3-30b-a3b-l{MOE_LAYERS}")},
+        "engine": {**over, "speculative": {"algorithm": "NGRAM"}},
+        "decide": {"spec_steps": [1, 3], "servers": "together", "repetitions": 2, "time_budget_s": 400},
+    })  # fmt: skip
+    return {"decide": s.kit("decide", params, 520)}
 
 
 def engine_override(s: Session) -> dict:
@@ -520,6 +550,8 @@ PHASES = {
     "analyse": stage("analyse", 180),
     "decide32": decide32,
     "eagle": eagle,
+    "eagle_fi": lambda s: eagle(s, "flashinfer"),
+    "moe": moe,
     "ceiling": ceiling,
     "faults": faults,
     "demo": demo,
