@@ -5,6 +5,7 @@ shows some; `kit export --drop near_duplicate` keeps one row of each cluster."""
 from __future__ import annotations
 
 import random
+import tracemalloc
 from pathlib import Path
 
 import datasets
@@ -92,6 +93,36 @@ def test_shingles_short_and_empty_texts() -> None:
     settings = NearDupSettings()
     sig, has_text = signatures(["Yes.", "yes!", "", "", "No."], settings)
     assert clusters(band_digests(sig, has_text, settings)).tolist() == [0, 0, -1, -1, -1]
+
+
+def traced_peak(texts: list[str], settings: NearDupSettings) -> tuple[int, np.ndarray, np.ndarray]:
+    """The peak of Python's allocations (tracemalloc: numpy's too) while signing `texts`."""
+    tracemalloc.start()
+    try:
+        sig, has_text = signatures(iter(texts), settings)
+        return tracemalloc.get_traced_memory()[1], sig, has_text
+    finally:
+        tracemalloc.stop()
+
+
+def test_signatures_hold_one_texts_word_ngrams_at_a_time() -> None:
+    """A batch's shingle lists held together took ~12 times its text (123 MB for the 10 MB of one
+    shard of tests/test_analyse_scale.py, stage 4's peak: issue 33); one text's at a time, the
+    peak is one text's work (its shingles, datasketch's permuted hashes) however many texts there
+    are, and the signatures are the same."""
+    rng = random.Random(3)
+    texts = [text(rng, n=2_000) for _ in range(60)]
+    settings = NearDupSettings()
+    few, _, _ = traced_peak(texts[:5], settings)
+    peak, sig, has_text = traced_peak(texts, settings)
+    assert peak < 1.5 * few, f"{peak / 2**20:.1f} MB at peak for 60 texts, {few / 2**20:.1f} MB for 5"
+    one_by_one = [MinHash(num_perm=128, seed=1) for _ in texts]
+    for m, t in zip(one_by_one, texts, strict=True):
+        m.update_batch(shingles(t, settings.ngram))
+    assert (sig == np.array([m.hashvalues for m in one_by_one], dtype=np.uint32)).all()
+    assert has_text.all() and sig.shape == (60, 128)
+    empty, none = signatures([], settings)
+    assert empty.shape == (0, 128) and none.shape == (0,)
 
 
 def test_a_higher_threshold_finds_fewer() -> None:

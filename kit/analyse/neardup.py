@@ -68,11 +68,23 @@ def shingles(text: str, n: int) -> list[bytes]:
 
 
 def signatures(texts: Iterable[str], settings: NearDupSettings) -> tuple[np.ndarray, np.ndarray]:
-    """(MinHash values, one row per text as uint32; whether the text had any word)."""
-    sets = [shingles(t or "", settings.ngram) for t in texts]
-    hashes = MinHash.bulk(sets, num_perm=settings.num_perm, seed=settings.seed, scheme=settings.scheme)
-    sig = np.array([m.hashvalues for m in hashes], dtype=np.uint32).reshape(len(sets), settings.num_perm)
-    return sig, np.array([bool(s) for s in sets], dtype=bool)
+    """(MinHash values, one row per text as uint32; whether the text had any word).
+
+    One text's shingles at a time: a batch's shingle lists held together took ~12 times its text
+    (a bytes object of ~70 bytes a word), 123 MB for the 250 rows of 40,000 characters of a shard of
+    tests/test_analyse_scale.py, which was stage 4's peak (issue 33)."""
+    has_text: list[bool] = []
+
+    def sets() -> Iterable[list[bytes]]:
+        for t in texts:
+            words = shingles(t or "", settings.ngram)
+            has_text.append(bool(words))
+            yield words
+
+    hashes = MinHash.generator(sets(), num_perm=settings.num_perm, seed=settings.seed, scheme=settings.scheme)
+    values = [m.hashvalues for m in hashes]
+    sig = np.array(values, dtype=np.uint32).reshape(len(values), settings.num_perm)
+    return sig, np.array(has_text, dtype=bool)
 
 
 def band_digests(sig: np.ndarray, has_text: np.ndarray, settings: NearDupSettings) -> np.ndarray:
