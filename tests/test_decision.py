@@ -279,6 +279,16 @@ def test_drift_is_caught() -> None:
     assert any("the machine changed under the sweep" in r for r in d["reasons"])
 
 
+def test_a_drift_against_a_noise_under_one_percent_prints_that_noise() -> None:
+    """The H200's EAGLE-3 sweep (docs/h200/sglang/eagle3-rounds2/): plain at 256 measured 12,197 then
+    12,413 tok/s against a level noise of 0.14%; the reason said "beyond its ±0% noise"."""
+    from kit.decide.noise import Drift
+
+    sentence = Drift(256, 12_197, 12_413, 0.0014).sentence()
+    assert "(+2%, beyond its ±0.1% noise)" in sentence and "the machine changed" in sentence
+    assert "within its ±4% noise" in Drift(256, 100, 101, 0.04).sentence()
+
+
 def test_a_measured_fall_caps_the_batch_and_nothing_else_does() -> None:
     falls = {("plain", 0, 8): [3000.0, 2900.0, 3100.0], ("plain", 0, 64): [2000.0, 1900.0, 2050.0]}
     d = decide_measured(measured(falls), DecideParams(concurrencies=[8, 64], spec_steps=[1]), flavor="vllm")

@@ -8,9 +8,13 @@ is also started for real in tests/test_vllm_engine.py.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from kit.engines.start_failures import explain_start_failure
+
+H200_FLASHINFER = Path(__file__).parent.parent / "docs/h200/sglang/eagle3-flashinfer/server-spec_k1-tail.log"
 
 VLLM_CPU = (
     "(VllmWorker-0 pid=3739) ERROR 12-01 09:54:58 [multiproc_executor.py:953] ValueError: Available memory "
@@ -68,3 +72,12 @@ def test_each_known_start_failure_names_the_setting_to_change(log: str, says: li
 
 def test_an_unknown_failure_is_left_to_the_log_tail() -> None:
     assert explain_start_failure("Traceback ...\nRuntimeError: something new\n") is None
+
+
+def test_sglangs_flashinfer_workspace_overflow_names_the_graph_batch_to_lower() -> None:
+    """The log of a real SGLang 0.5.16 EAGLE-3 server on the H200 (flashinfer backend, Qwen3-8B shape)
+    that died capturing its CUDA graphs: the kit had said only "exited with code 137"."""
+    sentence = explain_start_failure(H200_FLASHINFER.read_text())
+    assert sentence is not None
+    for part in ("512 MiB", "542 MiB", "--cuda-graph-max-bs", "engine.attention_backend"):
+        assert part in sentence, (part, sentence)

@@ -124,6 +124,12 @@ def sweep_noise(intervals: Sequence[Interval]) -> float | None:
     return float(np.median(widths)) if widths else None
 
 
+def _pct(fraction: float) -> str:
+    """A relative figure as a percentage that never reads 0% for a noise that is not zero."""
+    pct = 100 * fraction
+    return f"{pct:.0f}%" if pct >= 1 or pct == 0 else f"{pct:.1g}%"
+
+
 @dataclass(frozen=True)
 class Drift:
     """Plain decoding at one level, measured at the sweep's start and at its end."""
@@ -152,8 +158,8 @@ class Drift:
         seen = "; other processes were seen at the start or the end" if self.disturbed else ""
         if self.drifted:
             changed = "the machine changed under the sweep"
-            return f"{head}, beyond its ±{100 * self.noise:.0f}% noise{seen}): {changed}"
-        return f"{head}, within its ±{100 * self.noise:.0f}% noise{seen}): no drift"
+            return f"{head}, beyond its ±{_pct(self.noise)} noise{seen}): {changed}"
+        return f"{head}, within its ±{_pct(self.noise)} noise{seen}): no drift"
 
     def as_dict(self) -> dict[str, object]:
         return {**asdict(self), "change_pct": 100 * self.change, "drifted": self.drifted}

@@ -93,6 +93,20 @@ FAILURES: tuple[StartFailure, ...] = (
         ),
     ),
     StartFailure(
+        "flashinfer_workspace",
+        re.compile(
+            r"Buffer overflow when allocating memory for (?P<buffer>\w+) with size (?P<want>\d+) "
+            r"and alignment \d+, but only (?P<have>\d+) bytes available in AlignedAllocator"
+        ),
+        lambda m: (
+            f"FlashInfer's workspace ({int(m['have']) / 2**20:.0f} MiB) is too small for the CUDA graph of "
+            f"the largest batch ({m['buffer']} needs {int(m['want']) / 2**20:.0f} MiB; speculation's verify "
+            "step needs the most, and SGLang fixes the workspace at 512 MiB for Qwen2/Qwen3 whatever "
+            "SGLANG_FLASHINFER_WORKSPACE_SIZE says): add [--cuda-graph-max-bs, 128] to engine.extra_args "
+            "(larger batches then run without a graph), or set engine.attention_backend to triton or fa3"
+        ),
+    ),
+    StartFailure(
         "cuda_oom",
         re.compile(r"CUDA out of memory|torch\.OutOfMemoryError|OutOfMemoryError: CUDA"),
         lambda m: (
