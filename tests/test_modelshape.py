@@ -75,6 +75,17 @@ def test_the_probe_says_shape_only_and_go(qwen3_8b: Path) -> None:
     ]
 
 
+def test_the_probe_says_an_moe_shape_routes_unlike_the_trained_model(qwen3_8b: Path, tmp_path: Path) -> None:
+    """On the H200 a Qwen3-30B-A3B shape stepped faster than reading its experts allows: the random
+    router concentrates tokens on few experts, so its timings above batch 1 are a lower bound."""
+    moe = write_shape_model("qwen3-30b-a3b", tmp_path / "moe")
+    weights = {f.name: f for f in model_findings(inspect_model_dir(moe))}["weights"]
+    assert weights.status == "warn" and "a random router does not pick experts" in weights.reason
+    assert "lower bound" in weights.action
+    dense = {f.name: f for f in model_findings(inspect_model_dir(qwen3_8b))}["weights"]
+    assert "router" not in dense.reason and "lower bound" not in dense.action
+
+
 def test_declared_mtp_layers_of_a_shape_count_as_present(tmp_path: Path) -> None:
     folder = tmp_path / "q36"
     folder.mkdir()

@@ -8,6 +8,13 @@ from kit.artifacts import Finding
 from kit.modelshape import MEANING
 from kit.probe.findings import finding
 
+MOE_ROUTING = (
+    "; a mixture of experts: a random router does not pick experts as the trained one does (on the "
+    "H200 a Qwen3-30B-A3B shape's batch of 64 stepped in less time than reading the experts that real "
+    "routing touches takes: docs/h200/sglang/README.md), so its step times above batch 1 can be "
+    "faster than the real model's"
+)
+
 
 def weight_bytes(info: dict[str, Any]) -> tuple[int | None, int, str]:
     """(main weight bytes, MTP bytes, source): headers, else the index, else (None, 0, 'config')."""
@@ -144,14 +151,17 @@ def _weights_findings(info: dict[str, Any]) -> list[Finding]:
         )
     elif not st["files"] and info.get("shape_only"):
         shape = info["shape_only"]
+        moe = (info.get("config") or {}).get("is_moe")
         return out + [
             _f(
                 "weights",
                 "warn",
                 shape.get("shape"),
                 f"{MEANING}: a {shape.get('source') or 'published'} config without weights "
-                "(kit model-shape); the engine loads random weights (--load-format dummy)",
-                "measure speed and memory here; generate real text only with the real weights",
+                "(kit model-shape); the engine loads random weights (--load-format dummy)"
+                + (MOE_ROUTING if moe else ""),
+                "measure speed and memory here; generate real text only with the real weights"
+                + ("; take an MoE's steps above batch 1 as a lower bound" if moe else ""),
             )
         ]
     elif not st["files"]:
