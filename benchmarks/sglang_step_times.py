@@ -60,7 +60,7 @@ def read_log(path: Path) -> dict[int, dict]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("logs", nargs="+", type=Path)
-    ap.add_argument("--min-intervals", type=int, default=2, help="levels with fewer steady lines are left out")
+    ap.add_argument("--min-intervals", type=int, default=2, help="levels with fewer steady lines left out")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
     out = {

@@ -127,8 +127,10 @@ def recording_server() -> Iterator[tuple[str, list[dict]]]:
     try:
         yield f"http://127.0.0.1:{port}", seen
     finally:
+        asyncio.run_coroutine_threadsafe(runner.cleanup(), loop).result(5)
         loop.call_soon_threadsafe(loop.stop)
         thread.join(5)
+        loop.close()
 
 
 @pytest.mark.parametrize("order", ["longest_first", "plan"])

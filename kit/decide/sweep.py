@@ -95,6 +95,10 @@ COLUMNS = [*LEVEL_COLUMNS, "output_tok_s_lo", "output_tok_s_hi", "repetitions", 
 MAX_ERROR_SHARE = 0.1
 """A level where more than this share of requests failed is not a measurement of the arm."""
 WARMUP_REQUESTS = 4
+WARMUP_BURST_TOKENS = 2
+"""Tokens each request of the warm-up burst asks for: the burst is for the prefill of the top level's
+prompts all at once (full chunks: kernels an engine compiles or captures at first use; on the H200,
+FlashInfer's first 8,192-token prefill chunk took 8 s), and its first large-batch decode steps."""
 
 
 @dataclass(frozen=True)
@@ -277,8 +281,18 @@ class ArmServers:
     When the idle servers take more than `DISTURBED_CPU` of the machine between them (`idle_cpu`,
     read once all are up), the others are paused (SIGSTOP) while one arm is measured (`held`)."""
 
-    def __init__(self, params: RunParams, folder: RunFolder, arms: list[Arm], hybrid: bool, together: bool):
+    def __init__(
+        self,
+        params: RunParams,
+        folder: RunFolder,
+        arms: list[Arm],
+        hybrid: bool,
+        together: bool,
+        prompts: list[dict] | None = None,
+    ):
         self.params, self.folder, self.hybrid, self.together = params, folder, hybrid, together
+        self.prompts = prompts or []
+        """The sweep's prompts: the warm-up sends the top level's worth of them at once."""
         self.up: dict[str, Any] = {}
         self.failed: dict[str, str] = {}
         self.arm_params = {a.name: arm_params(params, a, hybrid) for a in arms}
@@ -342,14 +356,25 @@ class ArmServers:
         return sum(1 for before, now in zip([up_now, *names], names, strict=False) if before != now)
 
     def _warm(self, name: str) -> None:
-        """A few requests before the first measurement (first requests pay one-off costs)."""
+        """Requests before the first measurement (first requests pay one-off costs): a few of the
+        sweep's length, then the top level's count of the sweep's prompts at once, each asking for
+        `WARMUP_BURST_TOKENS` (so the first level measured, the drift check's, is not the one that
+        pays for the engine's first large prefill)."""
         p = self.arm_params[name]
+        top = max(p.decide.concurrencies)
+        burst = [self.prompts[i % len(self.prompts)] for i in range(top)] if self.prompts else []
 
         async def warm() -> None:
             async with _client(p, self.up[name]) as client:
                 hello = [{"role": "user", "content": "Hello"}]
                 await asyncio.gather(
                     *(client.chat(hello, max_tokens=p.decide.max_tokens) for _ in range(WARMUP_REQUESTS))
+                )
+                await asyncio.gather(
+                    *(
+                        client.chat(q["messages"], max_tokens=WARMUP_BURST_TOKENS, temperature=0.0)
+                        for q in burst
+                    )
                 )
 
         with contextlib.suppress(EngineError):
@@ -428,7 +453,7 @@ def run_sweep(
     sweep_log = SweepLog(folder.logs / "sweep.log")
     folder.logs.mkdir(parents=True, exist_ok=True)
     sweep_log.line(f"sweep of {len(runnable)} arm(s), {d.repetitions} round(s), servers together: {together}")
-    servers = ArmServers(params, folder, runnable, hybrid, together)
+    servers = ArmServers(params, folder, runnable, hybrid, together, prompts)
     bar = progress(total=len(slots), desc="sweep", unit="level")
     t0 = time.monotonic()
     try:
