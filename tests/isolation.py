@@ -11,8 +11,9 @@ At the session's end two checks fail the run (exit code 1, each finding printed)
 - a process that carries this session's tag is still alive after a grace period (it is then
   killed, so that the machine is left clean);
 - the suite wrote where it should not: a new top-level entry in the HOME it was started with, a
-  file in its `~/.ray` (Ray's token), or a new top-level entry of the system temp folder named as
-  the suite's tools name theirs (`TOOL_TEMP_NAMES`). Other work on a shared machine writes caches
+  file in its `~/.ray` (Ray's token), or a new top-level folder of this user's in the system temp
+  folder named as the suite's tools name theirs (`TOOL_TEMP_NAMES`; a file of such a name, another
+  job's log, is only noted). Other work on a shared machine writes caches
   into that HOME too, so deeper folders are not compared here: tests/test_isolation.py runs the
   suite's tests of each tool with a HOME and temp folder nobody else writes, and finds them empty.
 A passing session's folder is removed when the process exits; a failing one's is kept and named.
@@ -27,6 +28,7 @@ import fnmatch
 import os
 import shutil
 import signal
+import stat
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -51,7 +53,10 @@ TOOL_TEMP_NAMES = (
     "vllm*",
     "jupyter*",
 )
-"""Top-level names in the system temp folder that the suite's tools make when TMPDIR is theirs."""
+"""Top-level folders in the system temp folder that the suite's tools make there when a process of the
+suite loses its TMPDIR. Only folders owned by this user count: a file of that name (another job's
+`/tmp/vllm_test.log`), or a folder another user made, is not something the suite's tools make, and
+is printed as a note, not a failure (on a shared machine other work writes there too)."""
 GRACE_S = float(os.environ.get("KIT_TEST_GRACE_S", "15"))
 """How long a process of the suite may take to exit after the last test (a server being stopped)."""
 
@@ -171,13 +176,30 @@ def home_entries(home: Path) -> set[str]:
 
 
 def temp_entries(tmp: Path) -> set[str]:
+    """Names in `tmp` that match TOOL_TEMP_NAMES (folders or not, anyone's)."""
     return {p.name for p in tmp.iterdir() if any(fnmatch.fnmatch(p.name, n) for n in TOOL_TEMP_NAMES)}
+
+
+def made_by_a_tool(path: Path) -> bool:
+    """A folder of this user's: what Ray, pytest, torch, vLLM, Jupyter and Chromium make in a temp folder."""
+    try:
+        st = path.lstat()
+    except OSError:
+        return False
+    return stat.S_ISDIR(st.st_mode) and st.st_uid == os.getuid()
+
+
+def new_temp_entries(s: Session) -> tuple[list[Path], list[Path]]:
+    """New tool-named entries of the system temp folder since the session began: (the tools' folders,
+    the rest: files and other users' folders, which the suite's tools do not make)."""
+    new = sorted(s.original_tmp / n for n in temp_entries(s.original_tmp) - s.tmp_before)
+    return [p for p in new if made_by_a_tool(p)], [p for p in new if not made_by_a_tool(p)]
 
 
 def writes_outside(s: Session) -> list[str]:
     """What appeared outside the session's folder since it began: new entries of the original HOME
-    (top level, and files in its WATCHED folders), files of those folders changed, new tool names in
-    the system temp folder."""
+    (top level, and files in its WATCHED folders), files of those folders changed, new tool folders
+    in the system temp folder."""
     now = home_entries(s.original_home)
     found = [s.original_home / rel for rel in now - s.home_before]
     for rel in now & s.home_before:
@@ -187,7 +209,7 @@ def writes_outside(s: Session) -> list[str]:
                 found.append(path)
         except OSError:
             continue
-    found += [s.original_tmp / n for n in temp_entries(s.original_tmp) - s.tmp_before]
+    found += new_temp_entries(s)[0]
     return sorted(str(p) for p in found)
 
 
@@ -218,6 +240,8 @@ class Guard:
         ]
         for problem in problems:
             say(f"error: {problem}", red=True)
+        for path in new_temp_entries(self.s)[1]:
+            say(f"note: {path} appeared during the session; not a folder of this user's, so not the suite's")
         if problems:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
         self.s.passed = session.exitstatus == 0

@@ -82,6 +82,32 @@ def test_a_write_into_the_original_home_fails_the_run(tmp_path: Path) -> None:
     assert "the session's HOME and temp folder are kept for a look" in done.stdout
 
 
+def test_a_tool_folder_in_the_system_temp_folder_fails_the_run_another_jobs_file_does_not(
+    tmp_path: Path,
+) -> None:
+    """A `ray` folder in the temp folder the session started with is what Ray makes when a process of
+    the suite lost its TMPDIR: the run fails. A file named like a tool's (another job's
+    `/tmp/vllm_test.log` on a shared machine failed a fresh-clone run once) is only noted."""
+    body = (
+        "import os, pathlib\n"
+        "def test_another_job_writes_a_log():\n"
+        "    (pathlib.Path(os.environ['KIT_TEST_ORIGINAL_TMPDIR']) / 'vllm_test.log').write_text('x')\n"
+    )
+    (first := tmp_path / "file").mkdir()
+    done, _ = inner_session(first, body)
+    assert done.returncode == 0, done.stdout[-2000:]
+    assert f"note: {first / 'vllm_test.log'} appeared during the session" in done.stdout
+    body = (
+        "import os, pathlib\n"
+        "def test_ray_without_its_tmpdir():\n"
+        "    (pathlib.Path(os.environ['KIT_TEST_ORIGINAL_TMPDIR']) / 'ray').mkdir()\n"
+    )
+    (second := tmp_path / "folder").mkdir()
+    done, _ = inner_session(second, body)
+    assert done.returncode == 1, done.stdout[-2000:]
+    assert f"written outside the session's folders and the checkout: {second / 'ray'}" in done.stdout
+
+
 def test_a_clean_session_passes_and_removes_its_folder(tmp_path: Path) -> None:
     body = (
         "import os, pathlib, subprocess, sys\n"
