@@ -15,7 +15,9 @@ Phases (each a subprocess of the kit's own commands, as a user runs them, under 
 - decide32: `kit decide` on the Qwen3-32B shape, same ladder;
 - eagle: `kit decide` with EAGLE-3 over a shape-only draft head (k = 1, 3), the arms' servers side by
   side on the GPU (`decide.servers: together`, each with its own KV cache) for three rounds;
-- eagle_fi: the same with SGLang's flashinfer attention backend (is the per-sequence cost triton's?);
+- eagle_fi: the same with SGLang's flashinfer attention backend (is the per-sequence cost triton's?),
+  CUDA graphs up to 128 sequences (flashinfer's workspace on Qwen3 is too small for 256);
+- mtp27: `kit decide` on the Qwen3.6-27B shape, plain against MTP k=3 over its own random MTP layer;
 - moe: `kit decide` on Qwen3-30B-A3B's layer (16 of its 48 layers), plain against n-gram k = 1, 3;
 - ceiling: one SGLang server with stage 3's flags; `kit generate` against it (flavor external)
   interleaved with SGLang's own `bench_serving` on the same prompts and lengths, two rounds each;
@@ -179,7 +181,7 @@ def setup(s: Session) -> dict:
     )
     rc, _, text = s.run([sys.executable, "-c", code], 120, "imports")
     r["imports_rc"], r["versions"] = rc, text.strip().splitlines()[-1] if rc == 0 else text[-800:]
-    for shape in ("qwen3-8b", "qwen3-32b", "qwen3-8b-eagle3", "qwen3-30b-a3b"):
+    for shape in ("qwen3-8b", "qwen3-32b", "qwen3-8b-eagle3", "qwen3-30b-a3b", "qwen3.6-27b"):
         if not (SHAPES / shape / "config.json").is_file():
             s.run([sys.executable, "-m", "kit.cli", "model-shape", shape, str(SHAPES / shape)], 120, "shape")
     cut = SHAPES / f"qwen3-30b-a3b-l{MOE_LAYERS}"
@@ -224,14 +226,38 @@ def eagle(s: Session, backend: str = "triton") -> dict:
     run = "h200-sglang-eagle3" + ("" if backend == "triton" else f"-{backend}")
     s.touched.add(run)
     over = engine_override(s).get("engine", {})
+    base = yaml.safe_load(PARAMS.read_text())["engine"]["extra_args"]
+    # flashinfer: SGLang 0.5.16 gives it a 512 MiB workspace on Qwen3, and the EAGLE verify graph for
+    # 256 sequences needs 542 MiB (the fourth session's start failure): graphs up to 128 sequences
+    extra = [
+        *over.get("extra_args", base),
+        *(["--cuda-graph-max-bs", "128"] if backend == "flashinfer" else []),
+    ]
     params = derived(run, {
         "run": run,
-        "engine": {**over, "attention_backend": backend,
+        "engine": {**over, "attention_backend": backend, "extra_args": extra,
                    "speculative": {"algorithm": "EAGLE3",
                                    "draft_model_path": str(SHAPES / "qwen3-8b-eagle3")}},
         "decide": {"spec_steps": [1, 3], "servers": "together", "repetitions": 2, "time_budget_s": 400},
     })  # fmt: skip
     return {"decide": s.kit("decide", params, 520)}  # it probes first (probe.json in its folder)
+
+
+def mtp27(s: Session) -> dict:
+    """`kit decide` on the Qwen3.6-27B shape (the seed's model: 48 Gated DeltaNet and 16 full-attention
+    layers, one MTP layer): plain against MTP k=3 (`--speculative-algorithm EAGLE` over the model's
+    own MTP layer, topk 1, 4 draft tokens, the cookbook's setting), random weights, so accept length
+    ~1: the pure cost of MTP on this architecture. 55 GB of weights: the servers run one at a time."""
+    run = "h200-sglang-qwen3.6-27b"
+    s.touched.add(run)
+    over = engine_override(s).get("engine", {})
+    params = derived(run, {
+        "run": run,
+        "model": {"path": str(SHAPES / "qwen3.6-27b")},
+        "engine": {**over, "speculative": {"algorithm": "MTP"}},
+        "decide": {"spec_steps": [3], "repetitions": 1, "time_budget_s": 440},
+    })  # fmt: skip
+    return {"decide": s.kit("decide", params, 570)}
 
 
 MOE_LAYERS = 16  # of Qwen3-30B-A3B's 48: the same layer, a third of the weights, so three servers fit
@@ -552,6 +578,7 @@ PHASES = {
     "eagle": eagle,
     "eagle_fi": lambda s: eagle(s, "flashinfer"),
     "moe": moe,
+    "mtp27": mtp27,
     "ceiling": ceiling,
     "faults": faults,
     "demo": demo,

@@ -66,6 +66,24 @@ _QWEN3 = {
 }
 
 
+_QWEN36_TAGS = {
+    "<|vision_start|>": 248053,
+    "<|vision_end|>": 248054,
+    "<|image_pad|>": 248056,
+    "<|video_pad|>": 248057,
+}
+"""The vision tags of Qwen3.5 / 3.6's tokenizer and their ids (the processor and the config name them)."""
+_QWEN_VL_PROCESSOR = {
+    "processor_class": "Qwen3VLProcessor",
+    "patch_size": 16,
+    "temporal_patch_size": 2,
+    "merge_size": 2,
+    "image_mean": [0.5, 0.5, 0.5],
+    "image_std": [0.5, 0.5, 0.5],
+    "size": {"shortest_edge": 65536, "longest_edge": 16777216},
+}
+
+
 @dataclass(frozen=True)
 class Shape:
     """One architecture the kit can write: its published config and where it was published."""
@@ -75,6 +93,16 @@ class Shape:
     config: dict[str, Any] = field(repr=False)
     draft_of: str | None = None
     """For a draft head (EAGLE-3): the shape it drafts for (`engine.speculative.draft_model_path`)."""
+    extra_files: dict[str, dict] = field(default_factory=dict, repr=False)
+    """More JSON files of the folder (a multimodal model's image and video processor configs: SGLang
+    loads the processor of such an architecture at start, whether or not a request holds an image)."""
+    tags: tuple[str, ...] = ()
+    """Special tokens the tokenizer must hold beyond the chat ones (a processor looks its tags up)."""
+
+    @property
+    def text(self) -> dict[str, Any]:
+        """The language model's settings: `text_config` of a multimodal config, else the config."""
+        return self.config.get("text_config", self.config)
 
     @property
     def params_b(self) -> float:
@@ -141,6 +169,87 @@ SHAPES: dict[str, Shape] = {
                 "output_router_logits": False,
                 "router_aux_loss_coef": 0.001,
             },
+        ),
+        Shape(
+            "qwen3.6-27b",
+            "Qwen/Qwen3.6-27B (the text model as published; the vision tower, which a text-only job never"
+            " runs, at transformers' Qwen3.5 defaults)",
+            {
+                "architectures": ["Qwen3_5ForConditionalGeneration"],
+                "model_type": "qwen3_5",
+                "image_token_id": _QWEN36_TAGS["<|image_pad|>"],
+                "video_token_id": _QWEN36_TAGS["<|video_pad|>"],
+                "vision_start_token_id": _QWEN36_TAGS["<|vision_start|>"],
+                "vision_end_token_id": _QWEN36_TAGS["<|vision_end|>"],
+                "tie_word_embeddings": False,
+                "text_config": {
+                    "model_type": "qwen3_5_text",
+                    "attention_bias": False,
+                    "attention_dropout": 0.0,
+                    "attn_output_gate": True,
+                    "bos_token_id": None,
+                    "dtype": "bfloat16",
+                    "eos_token_id": 248046,
+                    "full_attention_interval": 4,
+                    "head_dim": 256,
+                    "hidden_act": "silu",
+                    "hidden_size": 5120,
+                    "initializer_range": 0.02,
+                    "intermediate_size": 17408,
+                    "layer_types": [
+                        "linear_attention",
+                        "linear_attention",
+                        "linear_attention",
+                        "full_attention",
+                    ]
+                    * 16,
+                    "linear_conv_kernel_dim": 4,
+                    "linear_key_head_dim": 128,
+                    "linear_num_key_heads": 16,
+                    "linear_num_value_heads": 48,
+                    "linear_value_head_dim": 128,
+                    "max_position_embeddings": 262144,
+                    "mtp_num_hidden_layers": 1,
+                    "mtp_use_dedicated_embeddings": False,
+                    "num_attention_heads": 24,
+                    "num_hidden_layers": 64,
+                    "num_key_value_heads": 4,
+                    "rms_norm_eps": 1e-06,
+                    "rope_parameters": {
+                        "mrope_interleaved": True,
+                        "mrope_section": [11, 11, 10],
+                        "partial_rotary_factor": 0.25,
+                        "rope_theta": 10000000,
+                        "rope_type": "default",
+                    },
+                    "tie_word_embeddings": False,
+                    "use_cache": True,
+                    "vocab_size": 248320,
+                },
+                "vision_config": {
+                    "model_type": "qwen3_5",
+                    "deepstack_visual_indexes": [],
+                    "depth": 27,
+                    "hidden_act": "gelu_pytorch_tanh",
+                    "hidden_size": 1152,
+                    "in_channels": 3,
+                    "initializer_range": 0.02,
+                    "intermediate_size": 4304,
+                    "num_heads": 16,
+                    "num_position_embeddings": 2304,
+                    "out_hidden_size": 5120,
+                    "patch_size": 16,
+                    "spatial_merge_size": 2,
+                    "temporal_patch_size": 2,
+                },
+            },
+            extra_files={
+                "preprocessor_config.json": _QWEN_VL_PROCESSOR
+                | {"image_processor_type": "Qwen2VLImageProcessorFast"},
+                "video_preprocessor_config.json": _QWEN_VL_PROCESSOR
+                | {"video_processor_type": "Qwen3VLVideoProcessor"},
+            },
+            tags=tuple(_QWEN36_TAGS),
         ),
         Shape(
             "qwen3-8b-eagle3",

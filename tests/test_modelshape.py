@@ -36,12 +36,32 @@ def test_every_shape_is_its_published_size() -> None:
         "qwen3-30b-a3b": 30.5,
         "llama-3.1-8b": 8.03,
         "qwen3-8b-eagle3": 0.40,
-    }  # fmt: skip; the draft: 811 MB in bf16, as EAGLE3-LLaMA3.1-8B
+        "qwen3.6-27b": 26.9,
+    }  # fmt: skip; the draft: 811 MB in bf16, as EAGLE3-LLaMA3.1-8B; the 27B: its text model and MTP layer
     assert set(SHAPES) == set(expect_b)
     for name, b in expect_b.items():
         assert SHAPES[name].params_b == pytest.approx(b, rel=0.01), name
     moe = arch_from_config(SHAPES["qwen3-30b-a3b"].config)
     assert moe.is_moe and moe.param_counts()[1] / 1e9 == pytest.approx(3.3, rel=0.05)  # "A3B"
+
+
+def test_a_multimodal_shape_holds_its_processor_and_its_tags_at_their_ids(tmp_path: Path) -> None:
+    """Qwen3.6-27B is a vision-language architecture: SGLang loads its processor at start (image and
+    video processor configs, the vision tags looked up by name), whether or not a request holds an
+    image. The tags sit at the ids the config gives them; every other id still decodes to text."""
+    out = write_shape_model("qwen3.6-27b", tmp_path / "q36")
+    config = json.loads((out / "config.json").read_text())
+    assert config["text_config"]["mtp_num_hidden_layers"] == 1
+    for name in ("preprocessor_config.json", "video_preprocessor_config.json"):
+        assert json.loads((out / name).read_text())["processor_class"] == "Qwen3VLProcessor"
+    tok = AutoTokenizer.from_pretrained(out)
+    assert len(tok) == config["text_config"]["vocab_size"] == 248320
+    for tag, key in (("<|image_pad|>", "image_token_id"), ("<|vision_start|>", "vision_start_token_id")):
+        assert tok.convert_tokens_to_ids(tag) == config[key]
+    for i in (3, 2048, 248055, 248058, 248319):
+        assert tok.decode([i]).strip(), i
+    info = inspect_model_dir(out)
+    assert info["mtp"]["status"] == "present" and info["shape_only"]["shape"] == "qwen3.6-27b"
 
 
 def test_the_folder_holds_config_tokenizer_and_marker(qwen3_8b: Path) -> None:

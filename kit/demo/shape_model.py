@@ -26,30 +26,45 @@ def write_shape_model(name: str, out: str | Path, *, overwrite: bool = False) ->
         shutil.rmtree(out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "config.json").write_text(json.dumps(shape.config, indent=2) + "\n")
-    eos = shape.config["eos_token_id"]
-    (out / "generation_config.json").write_text(
-        json.dumps({"bos_token_id": shape.config["bos_token_id"], "eos_token_id": eos}, indent=2) + "\n"
-    )
-    padded_tokenizer(shape.config["vocab_size"]).save_pretrained(out)
+    text = shape.text
+    generation = {"bos_token_id": text["bos_token_id"], "eos_token_id": text["eos_token_id"]}
+    (out / "generation_config.json").write_text(json.dumps(generation, indent=2) + "\n")
+    for name, content in shape.extra_files.items():
+        (out / name).write_text(json.dumps(content, indent=2) + "\n")
+    tags = {t: shape.config[f"{key}_token_id"] for t, key in VISION_TAGS.items() if t in shape.tags}
+    padded_tokenizer(text["vocab_size"], tags).save_pretrained(out)
     marker = {"shape": shape.name, "source": shape.source, "weights": "none", "meaning": MEANING}
     (out / MARKER).write_text(json.dumps(marker, indent=2) + "\n")
     return out
 
 
-def padded_tokenizer(vocab_size: int):
-    """A byte-level BPE (kit.demo.tokenizer) with filler tokens up to `vocab_size` ids."""
+VISION_TAGS = {"<|vision_start|>": "vision_start", "<|vision_end|>": "vision_end", "<|image_pad|>": "image",
+               "<|video_pad|>": "video"}  # fmt: skip
+"""A multimodal shape's tags and the `<key>_token_id` of its config that names each one's id."""
+
+
+def padded_tokenizer(vocab_size: int, fixed: dict[str, int] | None = None):
+    """A byte-level BPE (kit.demo.tokenizer) with filler tokens up to `vocab_size` ids; `fixed`: more
+    tokens at the ids their config gives them (a multimodal model's vision tags, which its processor
+    looks up by name)."""
     from tokenizers import Tokenizer
     from transformers import PreTrainedTokenizerFast
 
+    fixed = fixed or {}
     small = train_tokenizer(fixture_corpus(), vocab_size=2048)
     spec = json.loads(small.backend_tokenizer.to_str())
     vocab: dict[str, int] = spec["model"]["vocab"]
-    # the added tags (not in the BPE vocabulary) go to the top ids, as in Qwen's tokenizers; filler
-    # tokens take every id between, each decoding to " w<n>": any id a random model emits is text
+    # the added tags (not in the BPE vocabulary) go to the top ids, as in Qwen's tokenizers; the fixed
+    # ones are vocabulary entries at their config's ids (the tokenizers library numbers added tokens
+    # after the vocabulary, whatever id they are given); filler tokens take every id left, each
+    # decoding to " w<n>": any id a random model emits is text
     tags = [t for t in spec["added_tokens"] if t["content"] not in vocab]
     for top, tag in enumerate(reversed(tags)):
         tag["id"] = vocab_size - 1 - top
-    for n, i in enumerate(range(len(vocab), vocab_size - len(tags))):
+    vocab.update(fixed)
+    taken = set(vocab.values()) | {t["id"] for t in tags}
+    filler = (i for i in range(vocab_size) if i not in taken)
+    for n, i in enumerate(filler):
         vocab[f"\u0120w{n}"] = i
     fast = PreTrainedTokenizerFast(
         tokenizer_object=Tokenizer.from_str(json.dumps(spec)),
