@@ -164,6 +164,7 @@ def setup(s: Session) -> dict:
         t = time.monotonic()
         subprocess.run(["tar", "-xJf", str(BUNDLE), "-C", str(s.site.parent)], check=True)
         r["unpack_s"] = round(time.monotonic() - t, 1)
+    patch_qwen2_5_vl(s.site)
     extra = REPO / ".device" / "extra"  # files a trimmed bundle lacked, laid over it
     if extra.is_dir():
         shutil.copytree(extra, s.site, dirs_exist_ok=True)
@@ -207,6 +208,38 @@ def stage(name: str, timeout: float):
         return s.kit(name, params, timeout)
 
     return phase
+
+
+ROTARY_IMPORT = """from transformers.models.qwen2_5_vl.modeling_qwen2_5_vl import (
+    Qwen2_5_VisionPatchEmbed,
+    Qwen2_5_VisionRotaryEmbedding,
+)
+"""
+ROTARY_SHIM = """from transformers.models.qwen2_5_vl.modeling_qwen2_5_vl import Qwen2_5_VisionPatchEmbed
+
+try:
+    from transformers.models.qwen2_5_vl.modeling_qwen2_5_vl import Qwen2_5_VisionRotaryEmbedding
+except ImportError:  # transformers > 5.12 (the H200's 5.17) dropped it; 5.12.1's, for the kit's bundle
+
+    class Qwen2_5_VisionRotaryEmbedding(torch.nn.Module):
+        def __init__(self, dim: int, theta: float = 10000.0) -> None:
+            super().__init__()
+            inv_freq = 1.0 / (theta ** (torch.arange(0, dim, 2, dtype=torch.float) / dim))
+            self.register_buffer("inv_freq", inv_freq, persistent=False)
+
+        def forward(self, seqlen: int) -> torch.Tensor:
+            seq = torch.arange(seqlen, device=self.inv_freq.device, dtype=self.inv_freq.dtype)
+            return torch.outer(seq, self.inv_freq)
+"""
+
+
+def patch_qwen2_5_vl(site: Path) -> None:
+    """SGLang 0.5.16 (pinned to transformers 5.12.1) imports `Qwen2_5_VisionRotaryEmbedding`, which the
+    device's transformers 5.17 no longer has: every Qwen-VL family model (Qwen3.5 / 3.6 included, whose
+    multimodal processor module imports it) then finds "No processor registered". Define it there."""
+    path = site / "sglang" / "srt" / "models" / "qwen2_5_vl.py"
+    if path.is_file() and ROTARY_IMPORT in (text := path.read_text()):
+        path.write_text(text.replace(ROTARY_IMPORT, ROTARY_SHIM))
 
 
 def decide32(s: Session) -> dict:
@@ -255,9 +288,9 @@ def mtp27(s: Session) -> dict:
         "run": run,
         "model": {"path": str(SHAPES / "qwen3.6-27b")},
         "engine": {**over, "speculative": {"algorithm": "MTP"}},
-        "decide": {"spec_steps": [3], "repetitions": 1, "time_budget_s": 440},
+        "decide": {"spec_steps": [3], "repetitions": 1, "time_budget_s": 380},
     })  # fmt: skip
-    return {"decide": s.kit("decide", params, 570)}
+    return {"decide": s.kit("decide", params, 470)}
 
 
 MOE_LAYERS = 16  # of Qwen3-30B-A3B's 48: the same layer, a third of the weights, so three servers fit
