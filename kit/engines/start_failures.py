@@ -102,8 +102,10 @@ FAILURES: tuple[StartFailure, ...] = (
             f"FlashInfer's workspace ({int(m['have']) / 2**20:.0f} MiB) is too small for the CUDA graph of "
             f"the largest batch ({m['buffer']} needs {int(m['want']) / 2**20:.0f} MiB; speculation's verify "
             "step needs the most, and SGLang fixes the workspace at 512 MiB for Qwen2/Qwen3 whatever "
-            "SGLANG_FLASHINFER_WORKSPACE_SIZE says): add [--cuda-graph-max-bs, 128] to engine.extra_args "
-            "(larger batches then run without a graph), or set engine.attention_backend to triton or fa3"
+            "SGLANG_FLASHINFER_WORKSPACE_SIZE says): set engine.attention_backend to fa3 or triton, or add "
+            "[--cuda-graph-max-bs, 128] to engine.extra_args, which every arm and stage 3 then run with: "
+            "larger batches run without a graph (on an H200, Qwen3-8B, plain decoding at 256 running "
+            "took 31.6 ms a step so, against 11.1 ms with a graph)"
         ),
     ),
     StartFailure(
