@@ -15,6 +15,7 @@ import pytest
 from kit.engines.start_failures import explain_start_failure
 
 H200_FLASHINFER = Path(__file__).parent.parent / "docs/h200/sglang/eagle3-flashinfer/server-spec_k1-tail.log"
+H200_QWEN36 = Path(__file__).parent.parent / "docs/h200/sglang/qwen3.6-27b/sweep-plain-tail.log"
 
 VLLM_CPU = (
     "(VllmWorker-0 pid=3739) ERROR 12-01 09:54:58 [multiproc_executor.py:953] ValueError: Available memory "
@@ -80,4 +81,13 @@ def test_sglangs_flashinfer_workspace_overflow_names_the_graph_batch_to_lower() 
     sentence = explain_start_failure(H200_FLASHINFER.read_text())
     assert sentence is not None
     for part in ("512 MiB", "542 MiB", "--cuda-graph-max-bs", "engine.attention_backend"):
+        assert part in sentence, (part, sentence)
+
+
+def test_sglangs_missing_multimodal_processor_names_the_import_that_failed() -> None:
+    """A real SGLang 0.5.16 on the H200 (transformers 5.17, the Qwen3.6-27B shape): it exited with code
+    1 and "No processor registered"; the cause is an import error logged a hundred lines before."""
+    sentence = explain_start_failure(H200_QWEN36.read_text())
+    assert sentence is not None
+    for part in ("Qwen3_5ForConditionalGeneration", "module qwen_vl failed", "Qwen2_5_VisionRotaryEmbedding"):
         assert part in sentence, (part, sentence)

@@ -51,6 +51,24 @@ def _vllm_kv_too_small(m: re.Match[str]) -> str:
     )
 
 
+def _no_mm_processor(m: re.Match[str]) -> str:
+    """SGLang registers its multimodal processors by importing each module and skips one that fails;
+    the import error, logged earlier, is the cause (SGLang 0.5.16 on transformers 5.17: the Qwen-VL
+    family's module, Qwen3.5 / 3.6 included, lacks `Qwen2_5_VisionRotaryEmbedding`)."""
+    failed = re.findall(
+        r"Ignore import error when loading sglang\.srt\.multimodal\.processors\.(\w+): ([^\n]+)", m.string
+    )
+    arch = m["arch"].lower()
+    # the module of this architecture's family (qwen_vl for Qwen3_5...), else one that transformers broke
+    ranked = sorted(failed, key=lambda f: (f[0][:4] not in arch, "transformers" not in f[1]))
+    why = f" (its module {ranked[0][0]} failed to import: {ranked[0][1].strip()[:160]})" if ranked else ""
+    return (
+        f"SGLang found no multimodal processor for {m['arch']}{why}, which it loads at start even for "
+        "text-only use: the engine's transformers is likely not the version this SGLang pins (`pip show "
+        "sglang` lists it); install that version in engine.python's environment"
+    )
+
+
 FAILURES: tuple[StartFailure, ...] = (
     StartFailure(
         "vllm_cpu_free_memory",
@@ -132,6 +150,11 @@ FAILURES: tuple[StartFailure, ...] = (
             f"the installed engine does not know {m['flags'].strip()}: remove it from engine.extra_args, "
             "or update the engine (`kit probe` lists the flags this version accepts)"
         ),
+    ),
+    StartFailure(
+        "no_mm_processor",
+        re.compile(r"No processor registered for architecture: \[?'?(?P<arch>\w+)"),
+        _no_mm_processor,
     ),
     StartFailure(
         "missing_module",
