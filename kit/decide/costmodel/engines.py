@@ -65,12 +65,13 @@ ENGINE_COSTS: dict[str, EngineCosts] = {
         spec_iter_s=9.3e-4,
         spec_seq_s=0.0,
         source=(
-            SGLANG_H200 + ". spec_seq_s is left at 0 here: the 0.19 ms a sequence is the triton "
-            "backend's target verify on CUDA (the serial-prefix extend kernel, one program per sequence "
-            "and head; SGLang PRs #27382, #39316), which the fa3 / flashinfer backends do not run; in the "
-            "default it would put the published SGLang tables 26-43% low at their largest batches "
-            "(EAGLE-3 on the H100 -43% at 64, the GB300 cookbook -26%, MagicDec -31%); `sglang/triton` "
-            "carries it"
+            SGLANG_H200 + ". spec_seq_s is left at 0 here, a choice, not a measurement: the 0.19 ms a "
+            "sequence was read as the triton backend's target verify (the serial-prefix extend kernel, "
+            "one program per sequence and head; SGLang PRs #27382, #39316), but flashinfer too grows "
+            "0.13 ms a sequence over plain from 16 to 64 running on the same shape (one round, "
+            "docs/h200/sglang/eagle3-flashinfer-graphs128/), and fa3 is unmeasured; in the default the "
+            "0.19 ms would put the published SGLang tables 26-43% low at their largest batches (EAGLE-3 "
+            "on the H100 -43% at 64, the GB300 cookbook -26%, MagicDec -31%); `sglang/triton` carries it"
         ),
     ),
     "sglang/triton": EngineCosts(
