@@ -291,9 +291,9 @@ def mtp27(s: Session) -> dict:
         "run": run,
         "model": {"path": str(SHAPES / "qwen3.6-27b")},
         "engine": {**over, "speculative": {"algorithm": "MTP"}},
-        "decide": {"spec_steps": [3], "repetitions": 1, "time_budget_s": 270},
+        "decide": {"spec_steps": [3], "repetitions": 1, "time_budget_s": 170},
     })  # fmt: skip
-    return {"decide": s.kit("decide", params, 350)}
+    return {"decide": s.kit("decide", params, 230)}
 
 
 MOE_LAYERS = 16  # of Qwen3-30B-A3B's 48: the same layer, a third of the weights, so three servers fit

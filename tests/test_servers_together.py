@@ -51,6 +51,24 @@ def test_too_big_to_share_runs_one_at_a_time_and_says_by_how_much(tmp_path):
     assert not together and not cap and "would exceed 119 GiB" in why, why
 
 
+def test_a_hybrid_models_recurrent_state_counts(tmp_path):
+    """Qwen3.6-27B on the H200: two servers of its weights and the sweep's KV cache alone fit in 0.85
+    of the GPU, so the kit put them side by side, and both died at start for want of memory (SGLang
+    0.5.16, docs/h200/sglang/qwen3.6-27b-together/). Each also holds ~147 MiB of recurrent state per
+    running sequence: 256 running is 37 GiB a server."""
+    from kit.arch import arch_from_config
+    from kit.decide import costmodel as cm
+    from kit.modelshape import SHAPES
+
+    arch = arch_from_config(SHAPES["qwen3.6-27b"].config)
+    two_arms = params(tmp_path, decide={"spec_steps": [3]})
+    args = (two_arms, probe(), cm.weight_bytes(arch), 91_052, arch.kv_bytes_per_token())
+    together, why, _ = servers_together(*args)
+    assert together, why  # what the kit did before it counted the state
+    together, why, cap = servers_together(*args, arch.state_bytes_per_seq())
+    assert not together and not cap and "GiB of recurrent state" in why and "would exceed" in why, why
+
+
 def test_the_users_own_cap_is_kept_and_sizes_the_check(tmp_path):
     p = params(tmp_path, engine={"extra_args": ["--max-total-tokens", "2000000"]})
     together, why, cap = servers_together(p, probe(), QWEN3_8B_WEIGHTS, 165_000, QWEN3_8B_KV)

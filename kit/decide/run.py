@@ -80,9 +80,11 @@ def servers_together(
     weight_bytes: float,
     kv_tokens: int | None = None,
     kv_bytes_per_token: int | None = None,
+    state_bytes_per_seq: int = 0,
 ) -> tuple[bool, str, list[str]]:
     """Whether the sweep keeps every arm's server up at once, why (decide.servers: auto), and the
-    flags that cap each server's KV cache when they share a GPU (else [])."""
+    flags that cap each server's KV cache when they share a GPU (else []). `state_bytes_per_seq`: a
+    hybrid model's recurrent state, which the engine holds for each running sequence besides the KV."""
     mode = params.decide.servers
     eng = params.engine
     arms = 1 + len(params.decide.spec_steps)
@@ -92,7 +94,9 @@ def servers_together(
     if not fl.can_speculate:
         return False, f"{eng.flavor} runs one server (it has no speculative arms)", []
     if probe.gpus.devices:
-        return _together_on_gpu(params, probe, arms, weight_bytes, kv_tokens, kv_bytes_per_token)
+        return _together_on_gpu(
+            params, probe, arms, weight_bytes, kv_tokens, kv_bytes_per_token, state_bytes_per_seq
+        )
     if mode == "together":
         return True, f"decide.servers is {mode}", []
     apart = fl.apart_on_cpu(eng)
@@ -112,6 +116,7 @@ def _together_on_gpu(
     weight_bytes: float,
     kv_tokens: int | None,
     kv_bytes_per_token: int | None,
+    state_bytes_per_seq: int = 0,
 ) -> tuple[bool, str, list[str]]:
     """On one GPU the arms' servers can share it when each is given a KV cache of its own size
     (`Flavor.kv_cap_args`: an engine left alone sizes its cache from the memory free when it starts,
@@ -129,9 +134,11 @@ def _together_on_gpu(
         why = f"{eng.flavor} has no flag the kit knows to cap a server's KV cache" if cap is None else ""
         return False, f"{one_at_a_time}{f' ({why})' if why else ''}", []
     frac = eng.mem_fraction_static or params.probe.mem_fraction
-    per = weight_bytes + kv_tokens * kv_bytes_per_token + GPU_SERVER_OVERHEAD_BYTES
+    state = max(params.decide.concurrencies) * state_bytes_per_seq
+    per = weight_bytes + kv_tokens * kv_bytes_per_token + state + GPU_SERVER_OVERHEAD_BYTES
     have = frac * memory
-    sizes = f"{arms} x {per / GIB:.1f} GiB (weights, {kv_tokens:,} tokens of KV cache, overhead)"
+    held = f", {state / GIB:.1f} GiB of recurrent state" if state else ""
+    sizes = f"{arms} x {per / GIB:.1f} GiB (weights, {kv_tokens:,} tokens of KV cache{held}, overhead)"
     if arms * per > have:
         if params.decide.servers == "together":
             log.warning(
@@ -226,7 +233,12 @@ def run_decision(params: RunParams, folder: RunFolder, probe: ProbeReport) -> De
     mtp = probe.mtp_status
     prompts = sweep_prompts(params, folder)
     together, why_together, cap = servers_together(
-        params, probe, cm.weight_bytes(arch), sweep_kv_tokens(params, prompts), arch.kv_bytes_per_token()
+        params,
+        probe,
+        cm.weight_bytes(arch),
+        sweep_kv_tokens(params, prompts),
+        arch.kv_bytes_per_token(),
+        arch.state_bytes_per_seq(),
     )
     side_by_side: dict[str, Any] = {"servers_kv_cap_args": cap} if cap else {}
     sweep_params, added = sweep_server_params(params, cap)
