@@ -147,3 +147,32 @@ def test_a_module_the_speculative_arm_imports_at_start_is_looked_for(
     found = inspect_engine_env(Path(sys.executable), "sglang", tmp_path / "logs", [*planned, "EAGLE3"])
     assert found["interpreter"]["modules"] == {"deep_gemm": True}
     assert "module deep_gemm" not in by_name(engine_findings(found))
+
+
+def test_an_engines_exact_pins_that_its_environment_breaks_are_a_warning(
+    tmp_path: Path, fake_sglang: Path
+) -> None:
+    """SGLang 0.5.16 pins transformers==5.12.1; on the H200's 5.17 it started and then found no
+    processor for Qwen3.6 (docs/h200/sglang/qwen3.6-27b/). The probe reads the engine's own pins in its
+    interpreter: a pin of a package that is there at another version warns; one absent, or under a
+    marker, is left to the engine's install."""
+    import transformers
+
+    (fake_sglang / "sglang-0.0.1.dist-info" / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: sglang\nVersion: 0.0.1\n"
+        "Requires-Dist: transformers==5.12.1\n"
+        "Requires-Dist: no-such-package==1.0\n"
+        'Requires-Dist: pytest==0.0.1; extra == "test"\n'
+    )
+    facts = inspect_engine_env(Path(sys.executable), "sglang", tmp_path / "logs")
+    assert facts["interpreter"]["pins"] == {"sglang": {"transformers": ["5.12.1", transformers.__version__]}}
+    f = by_name(engine_findings(facts))["pins of sglang"]
+    assert f["status"] == "warn" and f"transformers==5.12.1 (has {transformers.__version__})" in f["reason"]
+    assert "'transformers==5.12.1'" in f["action"]
+    (fake_sglang / "sglang-0.0.1.dist-info" / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: sglang\nVersion: 0.0.1\n"
+        f"Requires-Dist: transformers=={transformers.__version__}\n"
+    )
+    held = inspect_engine_env(Path(sys.executable), "sglang", tmp_path / "logs")
+    assert held["interpreter"]["pins"] == {"sglang": {}}
+    assert "pins of sglang" not in by_name(engine_findings(held))

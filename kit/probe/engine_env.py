@@ -56,11 +56,26 @@ def has_file(pkg, pattern):
     if spec is None or not spec.submodule_search_locations:
         return None
     return any(glob.glob(os.path.join(d, pattern)) for d in spec.submodule_search_locations)
+def pins(dist):
+    # exact pins without a marker (`name==x`), with what this environment has of each
+    out = {}
+    for req in md.requires(dist) or []:
+        if ";" in req or "==" not in req:
+            continue
+        name, _, want = req.partition("==")
+        name = name.split("[")[0].strip()
+        have = v(name)
+        if have is not None and have != want.strip():
+            out[name] = [want.strip(), have]
+    return out
 print(json.dumps({"version": sys.version.split()[0], "executable": sys.executable, "prefix": sys.prefix,
                   "base_prefix": sys.base_prefix, "packages": {n: v(n) for n in %r},
                   "modules": {m: found(m) for m in %r},
-                  "files": {p + "/" + g: has_file(p, g) for p, g in %r}}))
+                  "files": {p + "/" + g: has_file(p, g) for p, g in %r},
+                  "pins": {d: pins(d) for d in %r if v(d)}}))
 """
+ENGINES = tuple(d for fl in FLAVORS.values() if fl.launcher for d in fl.distributions)
+"""The engines whose exact pins the probe compares with what their environment holds."""
 
 
 def run_quiet(
@@ -83,7 +98,9 @@ def interpreter_facts(
     """Python version, prefix and package versions of `python`, or an `error`."""
     if not Path(python).exists():
         return {"error": f"{python} does not exist"}
-    rc, out, err = run_quiet([str(python), "-c", _FACTS % (PACKAGES, MODULES, FILES)], timeout_s, env)
+    rc, out, err = run_quiet(
+        [str(python), "-c", _FACTS % (PACKAGES, MODULES, FILES, ENGINES)], timeout_s, env
+    )
     if rc != 0:
         return {"error": f"{python} does not run: {(err or out).strip()[-300:]}"}
     return json.loads(out.strip().splitlines()[-1])
@@ -249,6 +266,32 @@ def engine_findings(facts: dict[str, Any]) -> list[Finding]:
         out.append(f("packages", "ok", pkgs, ", ".join(f"{k} {v}" for k, v in pkgs.items()) or "none"))
     out.extend(_launcher_findings(f, facts))
     out.extend(_speculative_module_findings(f, facts))
+    out.extend(_pin_findings(f, facts))
+    return out
+
+
+def _pin_findings(f: Any, facts: dict[str, Any]) -> list[Finding]:
+    """An engine's exact pins that its environment does not hold (another version installed): it may
+    start and still fail later in what imports the pinned package. Seen on the H200: SGLang 0.5.16
+    (transformers==5.12.1) on transformers 5.17 could not serve any Qwen-VL-family model, Qwen3.5 /
+    3.6 included, because a processor module's import of a class 5.17 dropped failed."""
+    out = []
+    for dist, off in (facts["interpreter"].get("pins") or {}).items():
+        if not off:
+            continue
+        listed = ", ".join(f"{n}=={want} (has {have})" for n, (want, have) in sorted(off.items()))
+        out.append(
+            f(
+                f"pins of {dist}",
+                "warn",
+                off,
+                f"{dist} pins {listed}: a module of the engine that imports one of these may fail at start "
+                "or at first use (SGLang 0.5.16 on transformers 5.17 lost every Qwen-VL-family model)",
+                f"install the pinned versions in the engine's environment ({facts['python']} -m pip install "
+                + " ".join(f"'{n}=={want}'" for n, (want, _) in sorted(off.items()))
+                + "), or an engine release pinned to what is there",
+            )
+        )
     return out
 
 
