@@ -9,8 +9,10 @@
     # here: unpack the run-*.tar.xz that came back; the files docs/h200/sglang/ keeps are listed in its README
 
 Phases (each a subprocess of the kit's own commands, as a user runs them, under a time limit):
-- setup: unpack the bundle to /tmp/site, check the imports, write the shape-only models
-  (`kit model-shape`) and the fixture data (400 rows per source);
+- setup: unpack the bundle to /tmp/site (and define the transformers class SGLang 0.5.16's Qwen-VL
+  module imports, gone from the device's transformers 5.17), check the imports, write the shape-only
+  models (`kit model-shape`; `H200_SHAPES=qwen3.6-27b` writes only those named) and the fixture data
+  (400 rows per source);
 - probe / decide / generate / analyse: `kit <stage> params/h200-sglang.yaml` (Qwen3-8B shape);
 - decide32: `kit decide` on the Qwen3-32B shape, same ladder;
 - eagle: `kit decide` with EAGLE-3 over a shape-only draft head (k = 1, 3), the arms' servers side by
