@@ -156,6 +156,7 @@ def test_an_engines_exact_pins_that_its_environment_breaks_are_a_warning(
     processor for Qwen3.6 (docs/h200/sglang/qwen3.6-27b/). The probe reads the engine's own pins in its
     interpreter: a pin of a package that is there at another version warns; one absent, or under a
     marker, is left to the engine's install."""
+    import torch
     import transformers
 
     (fake_sglang / "sglang-0.0.1.dist-info" / "METADATA").write_text(
@@ -171,7 +172,8 @@ def test_an_engines_exact_pins_that_its_environment_breaks_are_a_warning(
     assert "'transformers==5.12.1'" in f["action"]
     (fake_sglang / "sglang-0.0.1.dist-info" / "METADATA").write_text(
         "Metadata-Version: 2.1\nName: sglang\nVersion: 0.0.1\n"
-        f"Requires-Dist: transformers=={transformers.__version__}\n"
+        f"Requires-Dist: transformers=={transformers.__version__.rsplit('.', 1)[0]}.*\n"
+        f"Requires-Dist: torch=={torch.__version__.split('+')[0]}\n"  # this venv's 2.13.0+cpu holds it
     )
     held = inspect_engine_env(Path(sys.executable), "sglang", tmp_path / "logs")
     assert held["interpreter"]["pins"] == {"sglang": {}}

@@ -64,9 +64,12 @@ def pins(dist):
             continue
         name, _, want = req.partition("==")
         name = name.split("[")[0].strip()
-        have = v(name)
-        if have is not None and have != want.strip():
-            out[name] = [want.strip(), have]
+        have, want = v(name), want.strip()
+        if have is None:
+            continue
+        bare = have.split("+")[0]  # PEP 440: a pin without a local label matches 2.13.0+cpu
+        if not (bare.startswith(want[:-1]) if want.endswith(".*") else bare == want):
+            out[name] = [want, have]
     return out
 print(json.dumps({"version": sys.version.split()[0], "executable": sys.executable, "prefix": sys.prefix,
                   "base_prefix": sys.base_prefix, "packages": {n: v(n) for n in %r},
