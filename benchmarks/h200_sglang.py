@@ -188,11 +188,9 @@ def setup(s: Session) -> dict:
     for shape in os.environ.get("H200_SHAPES", ",".join(shapes)).split(","):  # 6-10 s each
         if not (SHAPES / shape / "config.json").is_file():
             s.run([sys.executable, "-m", "kit.cli", "model-shape", shape, str(SHAPES / shape)], 120, "shape")
-    cut = SHAPES / f"qwen3-30b-a3b-l{MOE_LAYERS}"
-    if (
-        not (cut / "config.json").is_file() and (SHAPES / "qwen3-30b-a3b").is_dir()
-    ):  # the same folder with fewer layers (the marker says so)
-        shutil.copytree(SHAPES / "qwen3-30b-a3b", cut, dirs_exist_ok=True)
+    whole, cut = SHAPES / "qwen3-30b-a3b", SHAPES / f"qwen3-30b-a3b-l{MOE_LAYERS}"
+    if whole.is_dir() and not (cut / "config.json").is_file():  # the same with fewer layers (marked)
+        shutil.copytree(whole, cut, dirs_exist_ok=True)
         config = json.loads((cut / "config.json").read_text())
         config["num_hidden_layers"] = config["max_window_layers"] = MOE_LAYERS
         (cut / "config.json").write_text(json.dumps(config, indent=2) + "\n")

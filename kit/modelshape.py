@@ -96,8 +96,9 @@ class Shape:
     extra_files: dict[str, dict] = field(default_factory=dict, repr=False)
     """More JSON files of the folder (a multimodal model's image and video processor configs: SGLang
     loads the processor of such an architecture at start, whether or not a request holds an image)."""
-    tags: tuple[str, ...] = ()
-    """Special tokens the tokenizer must hold beyond the chat ones (a processor looks its tags up)."""
+    tags: dict[str, int] = field(default_factory=dict, repr=False)
+    """Tokens the tokenizer must hold beyond the chat ones, at the ids the config gives them (a
+    processor looks its tags up by name)."""
 
     @property
     def text(self) -> dict[str, Any]:
@@ -249,7 +250,7 @@ SHAPES: dict[str, Shape] = {
                 "video_preprocessor_config.json": _QWEN_VL_PROCESSOR
                 | {"video_processor_type": "Qwen3VLVideoProcessor"},
             },
-            tags=tuple(_QWEN36_TAGS),
+            tags=_QWEN36_TAGS,
         ),
         Shape(
             "qwen3-8b-eagle3",

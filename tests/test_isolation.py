@@ -88,24 +88,24 @@ def test_a_tool_folder_in_the_system_temp_folder_fails_the_run_another_jobs_file
     """A `ray` folder in the temp folder the session started with is what Ray makes when a process of
     the suite lost its TMPDIR: the run fails. A file named like a tool's (another job's
     `/tmp/vllm_test.log` on a shared machine failed a fresh-clone run once) is only noted."""
-    body = (
-        "import os, pathlib\n"
-        "def test_another_job_writes_a_log():\n"
-        "    (pathlib.Path(os.environ['KIT_TEST_ORIGINAL_TMPDIR']) / 'vllm_test.log').write_text('x')\n"
-    )
-    (first := tmp_path / "file").mkdir()
-    done, _ = inner_session(first, body)
+
+    def in_the_original_temp(where: str, action: str) -> subprocess.CompletedProcess:
+        body = (
+            "import os, pathlib\n"
+            "def test_writes_into_the_original_temp_folder():\n"
+            "    tmp = pathlib.Path(os.environ['KIT_TEST_ORIGINAL_TMPDIR'])\n"
+            f"    {action}\n"
+        )
+        (tmp_path / where).mkdir()
+        return inner_session(tmp_path / where, body)[0]
+
+    done = in_the_original_temp("file", "(tmp / 'vllm_test.log').write_text('x')")
     assert done.returncode == 0, done.stdout[-2000:]
-    assert f"note: {first / 'vllm_test.log'} appeared during the session" in done.stdout
-    body = (
-        "import os, pathlib\n"
-        "def test_ray_without_its_tmpdir():\n"
-        "    (pathlib.Path(os.environ['KIT_TEST_ORIGINAL_TMPDIR']) / 'ray').mkdir()\n"
-    )
-    (second := tmp_path / "folder").mkdir()
-    done, _ = inner_session(second, body)
+    assert f"note: {tmp_path / 'file' / 'vllm_test.log'} appeared during the session" in done.stdout
+    done = in_the_original_temp("folder", "(tmp / 'ray').mkdir()")
     assert done.returncode == 1, done.stdout[-2000:]
-    assert f"written outside the session's folders and the checkout: {second / 'ray'}" in done.stdout
+    folder = tmp_path / "folder" / "ray"
+    assert f"written outside the session's folders and the checkout: {folder}" in done.stdout
 
 
 def test_a_clean_session_passes_and_removes_its_folder(tmp_path: Path) -> None:

@@ -31,16 +31,10 @@ def write_shape_model(name: str, out: str | Path, *, overwrite: bool = False) ->
     (out / "generation_config.json").write_text(json.dumps(generation, indent=2) + "\n")
     for name, content in shape.extra_files.items():
         (out / name).write_text(json.dumps(content, indent=2) + "\n")
-    tags = {t: shape.config[f"{key}_token_id"] for t, key in VISION_TAGS.items() if t in shape.tags}
-    padded_tokenizer(text["vocab_size"], tags).save_pretrained(out)
+    padded_tokenizer(text["vocab_size"], shape.tags).save_pretrained(out)
     marker = {"shape": shape.name, "source": shape.source, "weights": "none", "meaning": MEANING}
     (out / MARKER).write_text(json.dumps(marker, indent=2) + "\n")
     return out
-
-
-VISION_TAGS = {"<|vision_start|>": "vision_start", "<|vision_end|>": "vision_end", "<|image_pad|>": "image",
-               "<|video_pad|>": "video"}  # fmt: skip
-"""A multimodal shape's tags and the `<key>_token_id` of its config that names each one's id."""
 
 
 def padded_tokenizer(vocab_size: int, fixed: dict[str, int] | None = None):
