@@ -290,10 +290,14 @@ def mtp27(s: Session) -> dict:
     # a start takes ~170 s here, so ~520 s covers two starts, the levels and the end check)
     budget = max(150.0, min(520.0, s.deadline - time.monotonic() - 15))
     over = engine_override(s).get("engine", {})
+    base = yaml.safe_load(PARAMS.read_text())["engine"]["extra_args"]
+    # no prefill graphs: their capture took 101 s of the fifth session's 169 s start, twice a sweep,
+    # and both arms decode with their graphs as before (the sweep times decoding, not prefill)
+    extra = [*over.get("extra_args", base), "--disable-prefill-cuda-graph"]
     params = derived(run, {
         "run": run,
         "model": {"path": str(SHAPES / "qwen3.6-27b")},
-        "engine": {**over, "speculative": {"algorithm": "MTP"}},
+        "engine": {**over, "extra_args": extra, "speculative": {"algorithm": "MTP"}},
         "decide": {"spec_steps": [3], "repetitions": 1, "time_budget_s": round(budget - 80)},
     })  # fmt: skip
     return {"decide": s.kit("decide", params, budget)}
