@@ -120,3 +120,37 @@ def test_the_sweeps_servers_run_without_a_prefix_cache_and_stage_3s_keep_theirs(
     assert sweep_server_params(embedded, None) == (embedded, [])
     own = params(tmp_path, "vllm", engine={"extra_args": ["--enable-prefix-caching"]})
     assert sweep_server_params(own, None) == (own, [])
+
+
+def test_a_speculative_arm_of_a_hybrid_model_is_capped_to_what_its_state_leaves(tmp_path):
+    """SGLang 0.5.16 reserves, for a hybrid model under speculation, max running requests x (1 +
+    draft tokens) recurrent states before the KV cache: the Qwen3.6-27B shape's MTP k=3 server at 256
+    asked for 183 GiB, and did not start (the H200, docs/h200/sglang/qwen3.6-27b-mtp/). What that
+    server saw there: 139.09 GiB free at start, 51.05 GiB of weights, 5.53 GiB of MTP draft (its
+    layer and an embedding and LM head of its own), so 61.65 GiB for pools under 0.85. The kit's cap
+    must fit in that, state and KV of the sweep's sequences together, and not waste half of it."""
+    from kit.arch import arch_from_config
+    from kit.decide.run import spec_running_caps
+    from kit.engines.arms import Arm
+    from kit.engines.settings import arm_engine
+    from kit.modelshape import SHAPES
+
+    arch = arch_from_config(SHAPES["qwen3.6-27b"].config)
+    p = params(tmp_path, decide={"spec_steps": [1, 3]}, engine={"speculative": {"algorithm": "MTP"}})
+    prompts = [{"prompt_tokens": 150}] * 256
+    caps = spec_running_caps(p, probe(), arch, prompts)
+    assert set(caps) == {1, 3} and caps[1] > caps[3], caps
+    state, kv = arch.state_bytes_per_seq(), arch.kv_bytes_per_token()
+    for k, cap in caps.items():
+        need = cap * ((k + 2) * state + (150 + 128 + k + 1) * kv)
+        assert cap % 8 == 0 and 0.75 * 61.65 * GIB < need <= 61.65 * GIB, (k, cap, need / GIB)
+    mtp3 = arm_engine(p, Arm(3, "MTP"), True, caps[3])
+    assert mtp3.max_running_requests == caps[3] and mtp3.cuda_graph_max_bs == caps[3]
+    assert arm_engine(p, Arm(0), True, None).max_running_requests == 256  # plain keeps the top level
+    # the user's own limit is theirs; a dense model, or an engine that grows its pools, is not capped
+    mine = params(tmp_path, decide={"spec_steps": [3]}, engine={"max_running_requests": 200})
+    assert spec_running_caps(mine, probe(), arch, prompts) == {}
+    assert spec_running_caps(params(tmp_path, flavor="vllm"), probe(), arch, prompts) == {}
+    dense = arch_from_config(SHAPES["qwen3-8b"].config)
+    assert spec_running_caps(p, probe(), dense, prompts) == {}
+    assert spec_running_caps(p, probe(gpus=()), arch, prompts) == {}  # no GPU: no plan

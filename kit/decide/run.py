@@ -23,12 +23,13 @@ import pyarrow.parquet as pq
 from kit.arch import arch_from_config, load_arch
 from kit.artifacts import Decision, GpuSection, ProbeReport
 from kit.decide import costmodel as cm
-from kit.decide.decision import decide, with_gpus
+from kit.decide.decision import decide, speculation_label, with_gpus
 from kit.decide.profile.budget import ProfilePlan, plan_cpu_profile
 from kit.decide.profile.profiler import ProfileGrid, load_profile, profile_steps
 from kit.decide.sweep import run_sweep
 from kit.engines.flavors import flavor
 from kit.errors import CostModelError
+from kit.memoryplan import memory_plan
 from kit.params import RunParams
 from kit.prompts.plan import take_prompts
 from kit.prompts.prompt_set import ensure_plan
@@ -72,6 +73,78 @@ def sweep_kv_tokens(params: RunParams, prompts: list[dict[str, Any]]) -> int:
     mean = sum(lens) / len(lens) if lens else params.data.max_prompt_tokens
     per_seq = mean + d.max_tokens + max(d.spec_steps, default=0) + 1
     return int(KV_HEADROOM * max(d.concurrencies) * per_seq)
+
+
+def _draft_weight_bytes(params: RunParams, arch: Any) -> int:
+    """Draft weights a speculative server holds when it sizes its pools: a separate draft model's
+    (EAGLE / STANDALONE, from its config), else the target's MTP layers with the embedding and LM
+    head of their own that SGLang 0.5.16 builds before sharing the target's (Qwen3.6-27B shape on
+    the H200: 5.53 GiB loaded, of which the layer is 0.71), and nothing for n-gram."""
+    spec = params.engine.speculative
+    if spec.draft_model_path:
+        return int(load_arch(spec.draft_model_path).param_counts()[0] * arch.dtype_bytes)
+    if (spec.algorithm or "").upper() in ("NGRAM", "LOOKAHEAD") or not arch.mtp_layers:
+        return 0
+    heads = arch.vocab_size * arch.hidden_size * (1 if arch.tie_embeddings else 2)
+    return int((arch.mtp_layers * arch.layer_params + heads) * arch.dtype_bytes)
+
+
+RUNNING_CAP_STEP = 8
+"""A capped arm's running requests are rounded down to a multiple of this (CUDA-graph batch sizes)."""
+RUNNING_CAP_MARGIN = 0.9
+"""The share of the memory plan's sequences a capped arm is given: on the H200 the plan's weights
+(from the config) ran 2% under what SGLang loaded, and its budget is a share of the GPU's memory
+where SGLang's is of the memory free when it starts (1% less): the plan's 151 sequences for the
+Qwen3.6-27B shape's MTP k=1 would have asked 64 GiB of the 61.65 that server had."""
+
+
+def spec_running_caps(
+    params: RunParams, probe: ProbeReport, arch: Any, prompts: list[dict[str, Any]]
+) -> dict[int, int]:
+    """k -> the running requests a speculative arm's server is started with, for the arms whose
+    GPU memory cannot hold the sweep's top level (none when the params set max_running_requests).
+
+    An engine that reserves a hybrid model's recurrent state up front (`Flavor.spec_state_up_front`)
+    keeps, per running request, its state and one more for each draft token, before the KV cache
+    gets any: the Qwen3.6-27B shape under MTP k=3 at 256 asked 183 GiB of the H200's 62 left after
+    the weights, and its server did not start. The cap is the memory plan's (kit.memoryplan) at the
+    sweep's context, so the arm is measured as it can run; its levels above the cap queue."""
+    eng = params.engine
+    d = params.decide
+    devices = probe.gpus.devices if probe.gpus else []
+    if eng.max_running_requests or not arch.is_hybrid or not flavor(eng.flavor).spec_state_up_front:
+        return {}
+    if not devices or not devices[0].get("memory_total_bytes"):
+        return {}
+    lens = [int(p["prompt_tokens"]) for p in prompts if p.get("prompt_tokens")]
+    mean = sum(lens) / len(lens) if lens else params.data.max_prompt_tokens
+    top = max(d.concurrencies)
+    caps = {}
+    for k in d.spec_steps:
+        plan = memory_plan(
+            arch,
+            int(devices[0]["memory_total_bytes"]),
+            eng.mem_fraction_static or params.probe.mem_fraction,
+            int(mean + d.max_tokens + k + 1),
+            weight_bytes=int(cm.weight_bytes(arch)),
+            spec_draft_tokens=k + 1,
+            draft_weight_bytes=_draft_weight_bytes(params, arch),
+            tp_size=eng.tp_size,
+        )
+        fits = int(RUNNING_CAP_MARGIN * plan.max_seqs_spec)
+        if 0 < fits < top:
+            caps[k] = max(fits // RUNNING_CAP_STEP * RUNNING_CAP_STEP, min(fits, RUNNING_CAP_STEP))
+    return caps
+
+
+def running_cap_sentence(caps: dict[int, int], top: int, name: str) -> str:
+    """The reason line of the capped arms (`name`: what the speculative arms are called)."""
+    arms = ", ".join(f"k={k} at {c}" for k, c in sorted(caps.items()))
+    return (
+        f"{name} ran at most {arms} requests at once (of the sweep's top level {top}): the engine "
+        f"reserves each running request's recurrent state and one more per draft token before its KV "
+        f"cache, and memory holds no more; its levels above that queue, as they would in stage 3"
+    )
 
 
 def servers_together(
@@ -244,7 +317,10 @@ def run_decision(params: RunParams, folder: RunFolder, probe: ProbeReport) -> De
     sweep_params, added = sweep_server_params(params, cap)
     if added:
         side_by_side["sweep_extra_args"] = added
-    sweep = run_sweep(sweep_params, folder, prompts, mtp, arch.is_hybrid, together, side_by_side)
+    caps = spec_running_caps(params, probe, arch, prompts)
+    if caps:
+        side_by_side["spec_running_caps"] = {str(k): c for k, c in caps.items()}
+    sweep = run_sweep(sweep_params, folder, prompts, mtp, arch.is_hybrid, together, side_by_side, caps)
     runs = pd.read_parquet(folder.sweep_runs) if folder.sweep_runs.exists() else None
     hw, profile, n_gpus, profile_plan = _hardware(params, folder, probe)
     lens = [p["prompt_tokens"] for p in prompts if p.get("prompt_tokens")]
@@ -276,6 +352,9 @@ def run_decision(params: RunParams, folder: RunFolder, probe: ProbeReport) -> De
     if noise is not None:
         extra = {**noise.extra, **side_by_side}
         noise = replace(noise, servers_together=together, servers_why=why_together, extra=extra)
+    if caps:
+        line = running_cap_sentence(caps, max(params.decide.concurrencies), speculation_label(params))
+        decision = replace(decision, reasons=[*decision.reasons, line])
     decision = replace(decision, noise=noise, mtp_status=mtp, **_profile_notes(decision, profile_plan))
     folder.write_decision(decision)
     return decision

@@ -128,9 +128,9 @@ def schedule(arms: list[Arm], levels: list[int], rounds: int, together: bool) ->
     return [*slots, Slot(rounds - 1, plain, top, "end")]
 
 
-def arm_params(params: RunParams, arm: Arm, hybrid: bool) -> RunParams:
+def arm_params(params: RunParams, arm: Arm, hybrid: bool, running_cap: int | None = None) -> RunParams:
     """The run's params with the engine of one arm (see `kit.engines.settings.arm_engine`)."""
-    return params.model_copy(update={"engine": arm_engine(params, arm, hybrid)})
+    return params.model_copy(update={"engine": arm_engine(params, arm, hybrid, running_cap)})
 
 
 def skip_reason(params: RunParams, arm: Arm, mtp_status: str | None) -> str | None:
@@ -289,13 +289,15 @@ class ArmServers:
         hybrid: bool,
         together: bool,
         prompts: list[dict] | None = None,
+        running_caps: dict[int, int] | None = None,
     ):
         self.params, self.folder, self.hybrid, self.together = params, folder, hybrid, together
         self.prompts = prompts or []
         """The sweep's prompts: the warm-up sends the top level's worth of them at once."""
         self.up: dict[str, Any] = {}
         self.failed: dict[str, str] = {}
-        self.arm_params = {a.name: arm_params(params, a, hybrid) for a in arms}
+        caps = running_caps or {}
+        self.arm_params = {a.name: arm_params(params, a, hybrid, caps.get(a.k)) for a in arms}
         self.idle_cpu: float | None = None
         """Share of the machine the servers took between them while idle, side by side."""
         self.held = False
@@ -437,10 +439,12 @@ def run_sweep(
     hybrid: bool = False,
     together: bool = False,
     notes: dict[str, Any] | None = None,
+    running_caps: dict[int, int] | None = None,
 ) -> pd.DataFrame:
     """Measure every arm in interleaved rounds; write `sweep_runs.parquet` (every measurement) and
     `sweep.parquet` (per arm and level, with intervals); return the per-level table. `notes` receives
-    how the servers ran side by side (`servers_idle_cpu_pct`, `servers_held`)."""
+    how the servers ran side by side (`servers_idle_cpu_pct`, `servers_held`); `running_caps` (k ->
+    requests) caps the servers of arms that memory cannot give the top level."""
     d = params.decide
     arms = sweep_arms(params)
     runnable = [a for a in arms if not skip_reason(params, a, mtp_status)]
@@ -453,7 +457,7 @@ def run_sweep(
     sweep_log = SweepLog(folder.logs / "sweep.log")
     folder.logs.mkdir(parents=True, exist_ok=True)
     sweep_log.line(f"sweep of {len(runnable)} arm(s), {d.repetitions} round(s), servers together: {together}")
-    servers = ArmServers(params, folder, runnable, hybrid, together, prompts)
+    servers = ArmServers(params, folder, runnable, hybrid, together, prompts, running_caps)
     bar = progress(total=len(slots), desc="sweep", unit="level")
     t0 = time.monotonic()
     try:

@@ -92,17 +92,20 @@ def engine_unavailable_reason(eng: EngineParams, mtp_status: str | None) -> str 
 
 
 # ---- the engine of one arm, and the settings a decision hands to stage 3 ---------------------
-def arm_engine(params: RunParams, arm: Arm, hybrid: bool) -> EngineParams:
+def arm_engine(params: RunParams, arm: Arm, hybrid: bool, running_cap: int | None = None) -> EngineParams:
     """Engine params of one sweep arm. Max running requests is always explicit: SGLang lowers it to
-    48 under speculation when it is unset, which would cap the concurrency ladder silently."""
+    48 under speculation when it is unset, which would cap the concurrency ladder silently. An arm
+    whose server cannot hold the top level (`running_cap`, `kit.decide.run.spec_running_caps`) is
+    started with that cap when the params set none: the levels above it queue, as stage 3 would."""
     eng = params.engine
     fl = flavors.flavor(eng.flavor)
     if not fl.can_speculate:
         return eng
     top = max(params.decide.concurrencies)
+    running = eng.max_running_requests or min(top, running_cap or top)
     update: dict[str, Any] = {
-        "max_running_requests": eng.max_running_requests or top,
-        "cuda_graph_max_bs": eng.cuda_graph_max_bs or min(top, 512),
+        "max_running_requests": running,
+        "cuda_graph_max_bs": eng.cuda_graph_max_bs or min(running, 512),
         "speculative": speculative_params(arm, fl, eng.speculative),
     }
     if arm.speculative and hybrid:

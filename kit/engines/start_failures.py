@@ -103,6 +103,19 @@ FAILURES: tuple[StartFailure, ...] = (
         _vllm_kv_too_small,
     ),
     StartFailure(
+        "sglang_no_pool_memory",
+        re.compile(r"Loaded weights leave no GPU memory for the KV cache under --mem-fraction-static=(?P<f>[\d.]+)"),
+        lambda m: (
+            f"the weights (target and draft) left no memory for the KV cache under mem_fraction_static "
+            f"{m['f']}. With speculation on a hybrid model (recurrent-state layers: Qwen3.5 / 3.6, Qwen3-"
+            "Next) SGLang first reserves each running request's state once, and once more per draft "
+            "token, so the number of running requests is what to lower (SGLang's own hint, to raise the "
+            "fraction, cannot help when it is already above the figure it names): set "
+            "engine.max_running_requests to what `kit probe` gives speculation (memory, max_seqs_spec) "
+            "or fewer, or fewer draft tokens, or add GPUs (engine.tp_size)"
+        ),
+    ),
+    StartFailure(
         "no_kv_memory",
         re.compile(r"No available memory for the cache blocks|Not enough memory\. Please try to increase"),
         lambda m: (

@@ -85,6 +85,10 @@ class Flavor:
     """The flags that turn its prefix cache off: the sweep's servers get them, since the sweep sends
     its prompts again at every level and stage 3 sends each prompt once (a cached prompt skips its
     prefill, so a level's tokens/s would depend on what the server measured before it)."""
+    spec_state_up_front: bool = False
+    """Whether, for a hybrid (recurrent-state) model under speculation, it reserves at start the
+    state of every running request and of each of its draft tokens (so a server asked to run more
+    requests than that fits does not start), rather than growing into its pool as requests come."""
     speculative_modules: Mapping[str, tuple[str, tuple[str, ...]]] = field(default_factory=dict)
     """Python modules its server imports only once a speculative algorithm starts: module ->
     (the distribution that installs it, the `--speculative-algorithm` values that import it). The

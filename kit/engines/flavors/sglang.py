@@ -122,6 +122,9 @@ FLAVOR = SGLang(
     # (0.5.16: mem_cache/kv_cache_configurator.py)
     kv_cap_flag="--max-total-tokens",
     no_prefix_cache_args=("--disable-radix-cache",),
+    # 0.5.16, mem_cache/kv_cache_configurator.py (_handle_max_mamba_cache): max running requests x
+    # (1 + draft tokens) recurrent states, before the KV cache gets any (the H200, Qwen3.6-27B shape)
+    spec_state_up_front=True,
     # fa3 imports sgl_kernel.flash_ops (1.1 GB of FA3 kernels, sgl_kernel/flash_attn.py); a bundle
     # trimmed to fit a small carry leaves it out (benchmarks/h200_pack_sglang.sh)
     backend_files={"fa3": ("sgl_kernel", "flash_ops*", "sglang-kernel")},
