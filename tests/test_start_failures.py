@@ -97,7 +97,7 @@ def test_sglangs_spec_state_reservation_names_the_running_requests_to_lower() ->
     """The Qwen3.6-27B shape's MTP k=3 server at 256 running requests on the H200 (SGLang 0.5.16):
     SGLang's own hint (raise the fraction above 0.408) cannot help at 0.85; the state per request
     and per draft token is what filled it."""
-    log = (Path(__file__).parent.parent / "docs/h200/sglang/qwen3.6-27b-mtp-256/sweep-spec_k3-tail.log").read_text()
-    sentence = explain_start_failure(log)
+    log = Path(__file__).parent.parent / "docs/h200/sglang/qwen3.6-27b-mtp-256/sweep-spec_k3-tail.log"
+    sentence = explain_start_failure(log.read_text())
     assert sentence and "mem_fraction_static 0.85" in sentence, sentence
     assert "engine.max_running_requests" in sentence and "per draft token" in sentence

@@ -104,7 +104,9 @@ FAILURES: tuple[StartFailure, ...] = (
     ),
     StartFailure(
         "sglang_no_pool_memory",
-        re.compile(r"Loaded weights leave no GPU memory for the KV cache under --mem-fraction-static=(?P<f>[\d.]+)"),
+        re.compile(
+            r"Loaded weights leave no GPU memory for the KV cache under --mem-fraction-static=(?P<f>[\d.]+)"
+        ),
         lambda m: (
             f"the weights (target and draft) left no memory for the KV cache under mem_fraction_static "
             f"{m['f']}. With speculation on a hybrid model (recurrent-state layers: Qwen3.5 / 3.6, Qwen3-"
