@@ -5,6 +5,7 @@ single-process run's, each id once, through a killed actor and a killed driver."
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -39,6 +40,27 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def stop_own_ray() -> None:
+    """Stop this session's Ray cluster, and no other: every process whose arguments name the
+    session's Ray temp folder (tests/isolation.py gives each session its own), with their children.
+    `ray stop --force` stops every Ray process of the user on the machine: a second suite running
+    beside this one lost its cluster mid-test that way ("Failed to connect to GCS")."""
+    own = os.environ.get("RAY_TMPDIR") or os.environ["TMPDIR"]
+    procs: dict[int, psutil.Process] = {}
+    for p in psutil.process_iter(["cmdline"]):
+        if any(own in a for a in p.info["cmdline"] or ()):
+            with contextlib.suppress(psutil.Error):
+                procs |= {c.pid: c for c in [p, *p.children(recursive=True)]}
+    for p in procs.values():
+        with contextlib.suppress(psutil.Error):
+            p.terminate()
+    _, alive = psutil.wait_procs(list(procs.values()), timeout=20)
+    for p in alive:
+        with contextlib.suppress(psutil.Error):
+            p.kill()
+    psutil.wait_procs(alive, timeout=10)
+
+
 @pytest.fixture(scope="module")
 def ray_address(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A one-node Ray cluster (head only, 4 logical CPUs: two actors and one in place of a dead one),
@@ -56,14 +78,14 @@ def ray_address(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         done = subprocess.run(start, capture_output=True, text=True, env=env, timeout=300)
         if done.returncode == 0:
             break
-        subprocess.run([str(RAY), "stop", "--force"], capture_output=True, timeout=120)
+        stop_own_ray()
     assert done.returncode == 0, done.stderr[-3000:]
     # the address the head says to join by (its node's IP, not 127.0.0.1: Ray checks that it matches)
     (address,) = set(re.findall(r"--address='([^']+)'", done.stdout + done.stderr))
     try:
         yield address
     finally:
-        subprocess.run([str(RAY), "stop", "--force"], capture_output=True, timeout=120)
+        stop_own_ray()
 
 
 def generate(
@@ -234,3 +256,19 @@ def test_real_vllm_replicas_as_ray_actors(tmp_path: Path, demo_model: Path, ray_
     (actor,) = manifest["ray"]["actors"]
     assert actor["engine_capacity"] and actor["rows"] == len(ids)
     assert json.loads(pq.read_table(run / "generations").column("engine")[0].as_py())["flavor"] == "vllm"
+
+
+def test_the_suite_stops_its_own_ray_processes_and_no_one_elses() -> None:
+    """`stop_own_ray` picks processes by the session's Ray temp folder in their arguments: a process
+    naming another folder (a second suite's cluster beside this one) is left running."""
+    own = os.environ.get("RAY_TMPDIR") or os.environ["TMPDIR"]
+    sleep = [sys.executable, "-c", "import time, sys; time.sleep(120)"]
+    ours = subprocess.Popen([*sleep, f"--session-dir={own}/ray/session_x"])
+    theirs = subprocess.Popen([*sleep, "--session-dir=/tmp/kit-t-another-suite/tmp/ray/session_y"])
+    try:
+        stop_own_ray()
+        assert ours.wait(timeout=30) is not None and theirs.poll() is None
+    finally:
+        for p in (ours, theirs):
+            p.kill()
+            p.wait()
