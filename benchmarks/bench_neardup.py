@@ -9,6 +9,8 @@ batch by batch as stage 4 reads them (1,024 at a time, never all held):
 
 - `exact`: the hash stage 4 flags exact duplicates with (kit.analyse.scan.completion_hash), per batch;
 - `near`: kit.analyse.neardup as stage 4 runs it (MinHash band digests per batch, then clusters);
+- `near_sha1`: the same with the signatures made as before (datasketch's SHA-1 of each shingle's
+  bytes): the baseline of `near`'s speed and recall, in the same run;
 - `minhashlsh`: datasketch's MinHashLSH itself, every signature inserted (the index this replaces);
   left out with --skip-lsh (at 2M rows it would need several GB).
 
@@ -94,6 +96,21 @@ def jaccard(a: str, b: str, n: int = 5) -> float:
     return len(x & y) / len(x | y) if x | y else 1.0
 
 
+def sha1_signatures(texts: list[str], settings) -> tuple[np.ndarray, np.ndarray]:
+    """Signatures as stage 4 made them before numpy hashed the n-grams: datasketch's MinHash over
+    each shingle's bytes (SHA-1), one text at a time."""
+    from datasketch import MinHash
+
+    from kit.analyse.neardup import shingles
+
+    sets = [shingles(t, settings.ngram) for t in texts]
+    hashes = MinHash.generator(
+        iter(sets), num_perm=settings.num_perm, seed=settings.seed, scheme=settings.scheme
+    )
+    sig = np.array([m.hashvalues for m in hashes], dtype=np.uint32).reshape(len(texts), settings.num_perm)
+    return sig, np.array([bool(x) for x in sets], dtype=bool)
+
+
 def measure(mode: str, corpus: str, rows: int) -> dict:
     """One measurement, in this (child) process."""
     import pandas as pd
@@ -123,6 +140,11 @@ def measure(mode: str, corpus: str, rows: int) -> dict:
         elif mode == "near":
             sig, has_text = signatures(texts, settings)
             parts.append(band_digests(sig, has_text, settings))
+        elif (
+            mode == "near_sha1"
+        ):  # the baseline: datasketch's SHA-1 of each shingle's bytes (until 2026-12-03)
+            sig, has_text = sha1_signatures(texts, settings)
+            parts.append(band_digests(sig, has_text, settings))
         else:
             sig, _ = signatures(texts, settings)
             for i, s in enumerate(sig):
@@ -136,7 +158,7 @@ def measure(mode: str, corpus: str, rows: int) -> dict:
         dup = h.duplicated(keep=False) & h.ne(0)
         out["rows_flagged"] = int(dup.sum())
         found = np.zeros(0)
-    elif mode == "near":
+    elif mode.startswith("near"):
         labels = clusters(np.concatenate(parts))
         out["rows_in_clusters"] = int((labels >= 0).sum())
         out["clusters"] = int(len(np.unique(labels[labels >= 0])))
@@ -148,7 +170,7 @@ def measure(mode: str, corpus: str, rows: int) -> dict:
     out["cpu_s"] = round(time.process_time() - cpu0, 2)
     out["peak_rss_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
     out["share_found"] = round(out.get("rows_in_clusters", out.get("rows_flagged", 0)) / max(first, 1), 4)
-    if corpus == "planted" and mode == "near":
+    if corpus == "planted" and mode.startswith("near"):
         planted_rows = {r for a, b, _ in pairs for r in (a, b)}
         out["planted_pairs"] = len(pairs)
         out["recall"] = {
@@ -191,7 +213,7 @@ def main() -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     results = []
     for corpus in args.corpus.split(","):
-        for mode in ("exact", "near") + (() if args.skip_lsh else ("minhashlsh",)):
+        for mode in ("exact", "near", "near_sha1") + (() if args.skip_lsh else ("minhashlsh",)):
             cmd = [
                 sys.executable,
                 __file__,

@@ -19,7 +19,7 @@ from scipy.sparse import coo_matrix
 from scipy.sparse.csgraph import connected_components
 
 from kit.analyse import read_run, run_analysis, sample_browser
-from kit.analyse.neardup import NearDupSettings, band_digests, clusters, shingles, signatures
+from kit.analyse.neardup import NearDupSettings, band_digests, clusters, ngram_hashes, shingles, signatures
 from kit.analyse.view import analysis_tables
 from kit.artifacts import Manifest
 from kit.export import ExportOptions, export_run
@@ -86,6 +86,20 @@ def test_clusters_are_datasketch_minhashlsh_candidates_connected() -> None:
     assert (ours[40:200] < 0).all()  # the unrelated texts stay alone
 
 
+def test_ngram_hashes_are_the_shingles_hashed() -> None:
+    """One hash per shingle, equal where the shingles are equal, and (here) nowhere else."""
+    rng = random.Random(5)
+    for t in [text(rng, n=300), "One two three", "one, TWO three!", "a b c d e a b c d e a b c d e"]:
+        grams, hv = shingles(t, 5), ngram_hashes(t, 5)
+        assert len(grams) == len(hv) and hv.dtype == np.uint32
+        by_gram: dict[bytes, set[int]] = {}
+        for g, h in zip(grams, hv.tolist(), strict=True):
+            by_gram.setdefault(g, set()).add(h)
+        assert all(len(v) == 1 for v in by_gram.values()) and len(set(hv.tolist())) == len(by_gram)
+    assert ngram_hashes("One two three", 5).tolist() == ngram_hashes("one, TWO three!", 5).tolist()
+    assert ngram_hashes("  !! ", 5).size == 0
+
+
 def test_shingles_short_and_empty_texts() -> None:
     assert shingles("One two three", 5) == [b"one two three"]
     assert shingles("  ", 5) == [] and shingles("!!", 5) == []
@@ -116,9 +130,10 @@ def test_signatures_hold_one_texts_word_ngrams_at_a_time() -> None:
     few, _, _ = traced_peak(texts[:5], settings)
     peak, sig, has_text = traced_peak(texts, settings)
     assert peak < 1.5 * few, f"{peak / 2**20:.1f} MB at peak for 60 texts, {few / 2**20:.1f} MB for 5"
-    one_by_one = [MinHash(num_perm=128, seed=1) for _ in texts]
+    # datasketch's own MinHash over the same n-gram hashes (identity hashfunc) holds the same values
+    one_by_one = [MinHash(num_perm=128, seed=1, hashfunc=int) for _ in texts]
     for m, t in zip(one_by_one, texts, strict=True):
-        m.update_batch(shingles(t, settings.ngram))
+        m.update_batch(ngram_hashes(t, settings.ngram).tolist())
     assert (sig == np.array([m.hashvalues for m in one_by_one], dtype=np.uint32)).all()
     assert has_text.all() and sig.shape == (60, 128)
     empty, none = signatures([], settings)

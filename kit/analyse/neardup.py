@@ -1,7 +1,8 @@
 """Near-duplicates: rows whose prompts, or whose answers, are near copies of another row's.
 
 MinHash LSH (datasketch): each text becomes its set of word n-grams (`ngram`, 5 by default, words
-lower-cased), a MinHash signature of `num_perm` values (datasketch's `MinHash.bulk`), cut into
+lower-cased), hashed in numpy from its words' hashes (`ngram_hashes`), a MinHash signature of
+`num_perm` values (datasketch's permutations and scheme, `minhash_values`), cut into
 `b` bands of `r` values, (b, r) chosen by datasketch's own optimiser for the Jaccard `threshold`
 (`datasketch.lsh._optimal_param`, the one `MinHashLSH` uses), weighing a missed near copy 9 times
 a false one (`MinHashLSH(weights=(0.1, 0.9))`): at 0.85 and 128 permutations 11 bands of 11, which
@@ -20,6 +21,7 @@ shorter n-grams call unrelated short answers near copies).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import re
 from collections.abc import Iterable
@@ -28,6 +30,7 @@ from dataclasses import dataclass
 import numpy as np
 from datasketch import MinHash
 from datasketch.lsh import _optimal_param
+from datasketch.minhash import _fmix
 from scipy.sparse import coo_matrix
 from scipy.sparse.csgraph import connected_components
 
@@ -58,7 +61,8 @@ class NearDupSettings:
 
 
 def shingles(text: str, n: int) -> list[bytes]:
-    """The word n-grams of a text (lower-cased words); a text of fewer words is one shingle."""
+    """The word n-grams of a text (lower-cased words) as text; a text of fewer words is one shingle.
+    What a shingle is; `signatures` hashes the same n-grams from the words' hashes instead."""
     words = WORD.findall(text.lower())
     if not words:
         return []
@@ -67,23 +71,86 @@ def shingles(text: str, n: int) -> list[bytes]:
     return [" ".join(words[i : i + n]).encode() for i in range(len(words) - n + 1)]
 
 
+WORD_CACHE = 1 << 20
+"""Words whose 64-bit hash is kept between texts (cleared when full): a run's vocabulary is small."""
+_word_hashes: dict[str, int] = {}
+NGRAM_MUL = np.uint64(0x9E3779B97F4A7C15)
+"""Odd 64-bit multiplier of the n-gram hash (`h = h * NGRAM_MUL ^ word`, in order)."""
+PERM_CHUNK = 4096
+"""Shingles permuted at once: a text's work is at most this many rows of `num_perm` values."""
+
+
+def _fmix64(h: np.ndarray) -> np.ndarray:
+    """MurmurHash3's 64-bit finalizer (wrapping uint64 arithmetic)."""
+    h = h ^ (h >> np.uint64(33))
+    h = h * np.uint64(0xFF51AFD7ED558CCD)
+    h = h ^ (h >> np.uint64(33))
+    h = h * np.uint64(0xC4CEB9FE1A85EC53)
+    return h ^ (h >> np.uint64(33))
+
+
+def word_hashes(words: list[str]) -> np.ndarray:
+    """A stable 64-bit hash (blake2b) of each word, as uint64; each distinct word hashed once."""
+    cache = _word_hashes
+    if len(cache) > WORD_CACHE:
+        cache.clear()
+    for w in set(words).difference(cache):
+        cache[w] = int.from_bytes(hashlib.blake2b(w.encode(), digest_size=8).digest(), "little")
+    return np.fromiter(map(cache.__getitem__, words), dtype=np.uint64, count=len(words))
+
+
+def ngram_hashes(text: str, n: int) -> np.ndarray:
+    """32-bit hashes of the text's word n-grams, the same n-grams as `shingles` (a text of n words
+    or fewer: one, of all its words), computed from the words' hashes with numpy: hashing each
+    n-gram's bytes (datasketch's SHA-1 per shingle) took 62 of the 157 s stage 4 spent on 229 MB
+    of text, and the whole signing 148 s."""
+    words = WORD.findall(text.lower())
+    if not words:
+        return np.zeros(0, dtype=np.uint32)
+    w = word_hashes(words)
+    m = max(len(w) - n + 1, 1)
+    h = np.zeros(m, dtype=np.uint64)
+    for j in range(min(n, len(w))):
+        h = (h * NGRAM_MUL) ^ w[j : j + m]
+    return (_fmix64(h) >> np.uint64(32)).astype(np.uint32)
+
+
+@functools.lru_cache(maxsize=8)
+def _permutations(num_perm: int, seed: int, scheme: str) -> tuple[np.ndarray, np.ndarray]:
+    """datasketch's own affine permutations (a, b) for these settings."""
+    a, b = MinHash(num_perm=num_perm, seed=seed, scheme=scheme).permutations
+    return a, b
+
+
+def minhash_values(hv: np.ndarray, settings: NearDupSettings) -> np.ndarray:
+    """The MinHash signature of a set of 32-bit hashes, exactly what datasketch's `MinHash`
+    (scheme affine32) holds after `update_batch` of the same values through an identity hashfunc:
+    its pre-mix, `a * h + b` per permutation (uint32, wrapping), the minimum of each."""
+    if settings.scheme != "affine32":
+        raise ValueError(f"near-duplicate signatures are computed for scheme affine32, not {settings.scheme}")
+    a, b = _permutations(settings.num_perm, settings.seed, settings.scheme)
+    out = np.full(settings.num_perm, np.iinfo(np.uint32).max, dtype=np.uint32)
+    hv = _fmix(np.unique(hv), 32)  # a set: a repeated n-gram changes no minimum
+    for i in range(0, len(hv), PERM_CHUNK):
+        out = np.minimum(out, (hv[i : i + PERM_CHUNK, None] * a + b).min(axis=0))
+    return out
+
+
 def signatures(texts: Iterable[str], settings: NearDupSettings) -> tuple[np.ndarray, np.ndarray]:
     """(MinHash values, one row per text as uint32; whether the text had any word).
 
-    One text's shingles at a time: a batch's shingle lists held together took ~12 times its text
-    (a bytes object of ~70 bytes a word), 123 MB for the 250 rows of 40,000 characters of a shard of
-    tests/test_analyse_scale.py, which was stage 4's peak (issue 33)."""
+    One text at a time, its n-grams as one uint32 array and its permuted values at most
+    `PERM_CHUNK` rows: a batch's shingle lists held together had taken ~12 times its text (123 MB for
+    the 250 rows of 40,000 characters of a shard of tests/test_analyse_scale.py: issue 33)."""
+    rows: list[np.ndarray] = []
     has_text: list[bool] = []
-
-    def sets() -> Iterable[list[bytes]]:
-        for t in texts:
-            words = shingles(t or "", settings.ngram)
-            has_text.append(bool(words))
-            yield words
-
-    hashes = MinHash.generator(sets(), num_perm=settings.num_perm, seed=settings.seed, scheme=settings.scheme)
-    values = [m.hashvalues for m in hashes]
-    sig = np.array(values, dtype=np.uint32).reshape(len(values), settings.num_perm)
+    for t in texts:
+        hv = ngram_hashes(t or "", settings.ngram)
+        has_text.append(len(hv) > 0)
+        rows.append(
+            minhash_values(hv, settings) if len(hv) else np.full(settings.num_perm, 2**32 - 1, np.uint32)
+        )
+    sig = np.array(rows, dtype=np.uint32).reshape(len(rows), settings.num_perm)
     return sig, np.array(has_text, dtype=bool)
 
 
