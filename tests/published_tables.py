@@ -449,6 +449,41 @@ def h200_eagle3_markdown(rows: list[dict]) -> str:
     return "\n".join(out)
 
 
+H200_QWEN36_MTP = ROOT / "docs" / "h200" / "sglang" / "qwen3.6-27b-mtp"
+"""SGLang 0.5.16 on the H200 (2026-12-03): the Qwen3.6-27B shape (48 Gated DeltaNet and 16 attention
+layers) plain and MTP k=3 over its own random MTP layer, attention backend triton, accept length 1,
+MTP capped at 80 running by its recurrent state (`kit.decide.run.spec_running_caps`)."""
+H200_QWEN36_LEVELS = {0: (1, 16, 64, 255), 3: (1, 16, 64, 79)}
+"""The levels SGLang logged steady steps at (plain at 256 ran 255; MTP at 256 ran its cap of 80)."""
+
+
+def h200_qwen36_mtp_table(eff: cm.Efficiency = cm.DEFAULT_EFFICIENCY) -> list[dict]:
+    """Predicted beside measured step times of the 27B MTP run, held out: nothing in the cost model was
+    fitted on it (its costs came from the 8B EAGLE-3 run; its hybrid terms, the recurrent state read
+    and written and the intermediate states a verify writes, from the architecture alone)."""
+    from kit.modelshape import SHAPES
+
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from sglang_step_times import read_log
+
+    s = Scenario(
+        arch_from_config(SHAPES["qwen3.6-27b"].config), H200, eff, Workload(150, 128, 0.85), cm.Draft("mtp")
+    )
+    rows = []
+    for k, levels in H200_QWEN36_LEVELS.items():
+        logged = read_log(H200_QWEN36_MTP / f"sweep-{'plain' if k == 0 else f'spec_k{k}'}.log")
+        for B in levels:
+            rows.append(
+                {
+                    "k": k,
+                    "B": B,
+                    "step_ms": logged[B]["step_ms"],
+                    "predicted_step_ms": 1e3 * iteration_time(s, B, k),
+                }
+            )
+    return rows
+
+
 def held_out_record() -> list[tuple[str, int, float, float, bool]]:
     """(name, points, smallest error, largest error, known miss) per held-out table at the defaults:
     what kit.decide.costmodel.validation.HELD_OUT records."""
