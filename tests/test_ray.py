@@ -40,12 +40,12 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def stop_own_ray() -> None:
+def stop_own_ray(own: str | None = None) -> None:
     """Stop this session's Ray cluster, and no other: every process whose arguments name the
-    session's Ray temp folder (tests/isolation.py gives each session its own), with their children.
-    `ray stop --force` stops every Ray process of the user on the machine: a second suite running
-    beside this one lost its cluster mid-test that way ("Failed to connect to GCS")."""
-    own = os.environ.get("RAY_TMPDIR") or os.environ["TMPDIR"]
+    session's Ray temp folder (`own`; tests/isolation.py gives each session its own), with their
+    children. `ray stop --force` stops every Ray process of the user on the machine: a second suite
+    running beside this one lost its cluster mid-test that way ("Failed to connect to GCS")."""
+    own = (own or os.environ.get("RAY_TMPDIR") or os.environ["TMPDIR"]).rstrip("/") + "/"
     procs: dict[int, psutil.Process] = {}
     for p in psutil.process_iter(["cmdline"]):
         if any(own in a for a in p.info["cmdline"] or ()):
@@ -54,7 +54,7 @@ def stop_own_ray() -> None:
     for p in procs.values():
         with contextlib.suppress(psutil.Error):
             p.terminate()
-    _, alive = psutil.wait_procs(list(procs.values()), timeout=20)
+    _, alive = psutil.wait_procs(list(procs.values()), timeout=5)  # what ray stop gives them, then --force
     for p in alive:
         with contextlib.suppress(psutil.Error):
             p.kill()
@@ -73,7 +73,18 @@ def ray_address(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     assert not token.exists()  # nothing left by an earlier run can help
     made = subprocess.run([str(RAY), "get-auth-token", "--generate"], capture_output=True, text=True, env=env)
     assert made.returncode == 0 and token.read_text() == made.stdout, made.stderr[-2000:]
-    start = [str(RAY), "start", "--head", f"--port={port}", "--num-cpus=4", "--include-dashboard=false"]
+    # ports of its own beside a second suite's cluster on the same machine: Ray's defaults fix the
+    # dashboard agent's 52365, which starts without a dashboard too (GCS: `port`; the rest pick free ones)
+    own_ports = [f"--dashboard-agent-listen-port={free_port()}"]
+    start = [
+        str(RAY),
+        "start",
+        "--head",
+        f"--port={port}",
+        *own_ports,
+        "--num-cpus=4",
+        "--include-dashboard=false",
+    ]
     for _ in range(2):  # on a loaded machine the head's first start can time out: once more, clean
         done = subprocess.run(start, capture_output=True, text=True, env=env, timeout=300)
         if done.returncode == 0:
@@ -258,15 +269,14 @@ def test_real_vllm_replicas_as_ray_actors(tmp_path: Path, demo_model: Path, ray_
     assert json.loads(pq.read_table(run / "generations").column("engine")[0].as_py())["flavor"] == "vllm"
 
 
-def test_the_suite_stops_its_own_ray_processes_and_no_one_elses() -> None:
-    """`stop_own_ray` picks processes by the session's Ray temp folder in their arguments: a process
-    naming another folder (a second suite's cluster beside this one) is left running."""
-    own = os.environ.get("RAY_TMPDIR") or os.environ["TMPDIR"]
+def test_the_suite_stops_its_own_ray_processes_and_no_one_elses(tmp_path: Path) -> None:
+    """`stop_own_ray` picks processes by their session's Ray temp folder in their arguments: a process
+    naming another folder (a second suite's cluster beside this one, here `a-b`) is left running."""
     sleep = [sys.executable, "-c", "import time, sys; time.sleep(120)"]
-    ours = subprocess.Popen([*sleep, f"--session-dir={own}/ray/session_x"])
-    theirs = subprocess.Popen([*sleep, "--session-dir=/tmp/kit-t-another-suite/tmp/ray/session_y"])
+    ours = subprocess.Popen([*sleep, f"--session-dir={tmp_path}/a/ray/session_x"])
+    theirs = subprocess.Popen([*sleep, f"--session-dir={tmp_path}/a-b/ray/session_y"])
     try:
-        stop_own_ray()
+        stop_own_ray(str(tmp_path / "a"))
         assert ours.wait(timeout=30) is not None and theirs.poll() is None
     finally:
         for p in (ours, theirs):
