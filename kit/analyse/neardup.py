@@ -71,8 +71,9 @@ def shingles(text: str, n: int) -> list[bytes]:
     return [" ".join(words[i : i + n]).encode() for i in range(len(words) - n + 1)]
 
 
-WORD_CACHE = 1 << 20
-"""Words whose 64-bit hash is kept between texts (cleared when full): a run's vocabulary is small."""
+WORD_CACHE = 1 << 17
+"""Words whose 64-bit hash is kept between texts, cleared when full (~120 bytes a word: ~16 MB at
+most, against stage 4's bounded memory); a run's answers reuse a vocabulary of that order."""
 _word_hashes: dict[str, int] = {}
 NGRAM_MUL = np.uint64(0x9E3779B97F4A7C15)
 """Odd 64-bit multiplier of the n-gram hash (`h = h * NGRAM_MUL ^ word`, in order)."""
