@@ -42,13 +42,18 @@ def free_port() -> int:
 
 def stop_own_ray(own: str | None = None) -> None:
     """Stop this session's Ray cluster, and no other: every process whose arguments name the
-    session's Ray temp folder (`own`; tests/isolation.py gives each session its own), with their
+    session's Ray temp folder (`own`; tests/isolation.py gives each session its own) followed by
+    Ray's `ray/` (a `kit generate` whose params lie in that temp folder is not Ray's), with their
     children. `ray stop --force` stops every Ray process of the user on the machine: a second suite
     running beside this one lost its cluster mid-test that way ("Failed to connect to GCS")."""
-    own = (own or os.environ.get("RAY_TMPDIR") or os.environ["TMPDIR"]).rstrip("/") + "/"
+    ray = (own or os.environ.get("RAY_TMPDIR") or os.environ["TMPDIR"]).rstrip("/") + "/ray"
+
+    def ours(arg: str) -> bool:  # Ray's folder under it (its sessions, sockets), not the test's files
+        return ray + "/" in arg or arg.endswith(ray)
+
     procs: dict[int, psutil.Process] = {}
     for p in psutil.process_iter(["cmdline"]):
-        if any(own in a for a in p.info["cmdline"] or ()):
+        if any(ours(a) for a in p.info["cmdline"] or ()):
             with contextlib.suppress(psutil.Error):
                 procs |= {c.pid: c for c in [p, *p.children(recursive=True)]}
     for p in procs.values():
