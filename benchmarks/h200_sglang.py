@@ -262,13 +262,9 @@ def eagle(s: Session, backend: str = "triton") -> dict:
     run = "h200-sglang-eagle3" + ("" if backend == "triton" else f"-{backend}")
     s.touched.add(run)
     over = engine_override(s).get("engine", {})
-    base = yaml.safe_load(PARAMS.read_text())["engine"]["extra_args"]
     # flashinfer: SGLang 0.5.16 gives it a 512 MiB workspace on Qwen3, and the EAGLE verify graph for
     # 256 sequences needs 542 MiB (the fourth session's start failure): graphs up to 128 sequences
-    extra = [
-        *over.get("extra_args", base),
-        *(["--cuda-graph-max-bs", "128"] if backend == "flashinfer" else []),
-    ]
+    extra = extra_args(over, *(["--cuda-graph-max-bs", "128"] if backend == "flashinfer" else []))
     params = derived(run, {
         "run": run,
         "engine": {**over, "attention_backend": backend, "extra_args": extra,
@@ -291,10 +287,9 @@ def mtp27(s: Session) -> dict:
     # for the end check), the levels and the check: ~520 s, so up to 560 when the call has it)
     budget = max(150.0, min(560.0, s.deadline - time.monotonic() - 15))
     over = engine_override(s).get("engine", {})
-    base = yaml.safe_load(PARAMS.read_text())["engine"]["extra_args"]
     # no prefill graphs: their capture took 101 s of the fifth session's 169 s start, twice a sweep,
     # and both arms decode with their graphs as before (the sweep times decoding, not prefill)
-    extra = [*over.get("extra_args", base), "--disable-prefill-cuda-graph"]
+    extra = extra_args(over, "--disable-prefill-cuda-graph")
     params = derived(run, {
         "run": run,
         "model": {"path": str(SHAPES / "qwen3.6-27b")},
@@ -322,6 +317,11 @@ def moe(s: Session) -> dict:
         "decide": {"spec_steps": [1, 3], "servers": "together", "repetitions": 2, "time_budget_s": 400},
     })  # fmt: skip
     return {"decide": s.kit("decide", params, 520)}
+
+
+def extra_args(over: dict, *more: str) -> list[str]:
+    """The engine's extra_args (the override's, else the params file's) with `more` after them."""
+    return [*over.get("extra_args", yaml.safe_load(PARAMS.read_text())["engine"]["extra_args"]), *more]
 
 
 def engine_override(s: Session) -> dict:

@@ -380,14 +380,20 @@ H200_EAGLE3_LEVELS = (1, 16, 64, 256)
 """The sweep's concurrency levels; the logs hold a few other running counts (ramps), left out."""
 
 
-def h200_eagle3_steps() -> tuple[dict[int, float], dict[int, dict[int, float]]]:
-    """SGLang's own step seconds per running level from the committed server logs
-    (benchmarks/sglang_step_times.py): plain {B: s}, speculative {k: {B: s}}."""
+def logged_levels(path: Path) -> dict[int, dict]:
+    """SGLang's own step times per running count in one server log (benchmarks/sglang_step_times.py)."""
     sys.path.insert(0, str(ROOT / "benchmarks"))
     from sglang_step_times import read_log
 
+    return read_log(path)
+
+
+def h200_eagle3_steps() -> tuple[dict[int, float], dict[int, dict[int, float]]]:
+    """SGLang's own step seconds per running level from the committed server logs: plain {B: s},
+    speculative {k: {B: s}}."""
+
     def steps(name: str) -> dict[int, float]:
-        levels = read_log(H200_EAGLE3 / f"server-{name}.log")
+        levels = logged_levels(H200_EAGLE3 / f"server-{name}.log")
         return {B: levels[B]["step_ms"] * 1e-3 for B in H200_EAGLE3_LEVELS}
 
     return steps("plain"), {k: steps(f"spec_k{k}") for k in (1, 3)}
@@ -463,15 +469,12 @@ def h200_qwen36_mtp_table(eff: cm.Efficiency = cm.DEFAULT_EFFICIENCY) -> list[di
     and written and the intermediate states a verify writes, from the architecture alone)."""
     from kit.modelshape import SHAPES
 
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    from sglang_step_times import read_log
-
     s = Scenario(
         arch_from_config(SHAPES["qwen3.6-27b"].config), H200, eff, Workload(150, 128, 0.85), cm.Draft("mtp")
     )
     rows = []
     for k, levels in H200_QWEN36_LEVELS.items():
-        logged = read_log(H200_QWEN36_MTP / f"sweep-{'plain' if k == 0 else f'spec_k{k}'}.log")
+        logged = logged_levels(H200_QWEN36_MTP / f"sweep-{'plain' if k == 0 else f'spec_k{k}'}.log")
         for B in levels:
             rows.append(
                 {

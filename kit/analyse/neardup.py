@@ -148,9 +148,7 @@ def signatures(texts: Iterable[str], settings: NearDupSettings) -> tuple[np.ndar
     for t in texts:
         hv = ngram_hashes(t or "", settings.ngram)
         has_text.append(len(hv) > 0)
-        rows.append(
-            minhash_values(hv, settings) if len(hv) else np.full(settings.num_perm, 2**32 - 1, np.uint32)
-        )
+        rows.append(minhash_values(hv, settings))  # no n-gram: every value stays at its maximum
     sig = np.array(rows, dtype=np.uint32).reshape(len(rows), settings.num_perm)
     return sig, np.array(has_text, dtype=bool)
 

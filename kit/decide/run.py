@@ -64,14 +64,18 @@ KV_HEADROOM = 1.25
 """The KV cache a server side by side is given over what the sweep's top level needs."""
 
 
+def mean_prompt_tokens(params: RunParams, prompts: list[dict[str, Any]]) -> float:
+    """The sweep's mean prompt length in tokens (`data.max_prompt_tokens` when none was counted)."""
+    lens = [int(p["prompt_tokens"]) for p in prompts if p.get("prompt_tokens")]
+    return sum(lens) / len(lens) if lens else params.data.max_prompt_tokens
+
+
 def sweep_kv_tokens(params: RunParams, prompts: list[dict[str, Any]]) -> int:
     """KV-cache tokens one arm's server needs for the sweep's top level: that many sequences of the
     sweep's mean prompt (the sum over a few hundred sampled prompts is close to its mean times their
     count) plus `decide.max_tokens` and the drafted tokens, with `KV_HEADROOM`."""
     d = params.decide
-    lens = [int(p["prompt_tokens"]) for p in prompts if p.get("prompt_tokens")]
-    mean = sum(lens) / len(lens) if lens else params.data.max_prompt_tokens
-    per_seq = mean + d.max_tokens + max(d.spec_steps, default=0) + 1
+    per_seq = mean_prompt_tokens(params, prompts) + d.max_tokens + max(d.spec_steps, default=0) + 1
     return int(KV_HEADROOM * max(d.concurrencies) * per_seq)
 
 
@@ -116,8 +120,8 @@ def spec_running_caps(
         return {}
     if not devices or not devices[0].get("memory_total_bytes"):
         return {}
-    lens = [int(p["prompt_tokens"]) for p in prompts if p.get("prompt_tokens")]
-    mean = sum(lens) / len(lens) if lens else params.data.max_prompt_tokens
+    mean = mean_prompt_tokens(params, prompts)
+    weights, draft = int(cm.weight_bytes(arch)), _draft_weight_bytes(params, arch)
     top = max(d.concurrencies)
     caps = {}
     for k in d.spec_steps:
@@ -126,9 +130,9 @@ def spec_running_caps(
             int(devices[0]["memory_total_bytes"]),
             eng.mem_fraction_static or params.probe.mem_fraction,
             int(mean + d.max_tokens + k + 1),
-            weight_bytes=int(cm.weight_bytes(arch)),
+            weight_bytes=weights,
             spec_draft_tokens=k + 1,
-            draft_weight_bytes=_draft_weight_bytes(params, arch),
+            draft_weight_bytes=draft,
             tp_size=eng.tp_size,
         )
         fits = int(RUNNING_CAP_MARGIN * plan.max_seqs_spec)
