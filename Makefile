@@ -61,11 +61,16 @@ demo-vllm: $(BIN)/kit engine-vllm
 # The three environments are built side by side (their installs wait on the disk and the index as
 # much as on the CPU), then the demo model, once, outside pytest: under load its build took 11 min
 # and ran into the 10-minute limit of the first test that asked for it. KIT_REQUIRE_ENGINES turns
-# "engine environment missing" skips into failures: CI must run them.
+# "engine environment missing" skips into failures: CI must run them. Two pytest-xdist workers, each
+# taking whole units of work (a test file, or the files that share the session's demo run or its vLLM
+# server: `units` in tests/conftest.py), those with the most slow tests first: in one process the
+# suite keeps about one of two cores busy (vLLM's CPU build binds its engine to one core, the fault
+# tests wait out timeouts). TEST_WORKERS=0 runs it in one process.
+TEST_WORKERS ?= 2
 test:
 	$(MAKE) -j3 venv engine-vllm engine-sglang
 	$(BIN)/kit demo-assets
-	KIT_REQUIRE_ENGINES=1 $(BIN)/python -m pytest -q --durations=15
+	KIT_REQUIRE_ENGINES=1 $(BIN)/python -m pytest -q --durations=15 -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
 lint: $(BIN)/kit
 	$(BIN)/ruff check kit tests benchmarks

@@ -10,6 +10,7 @@ for processes left alive and files written outside those folders and the checkou
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -149,10 +150,63 @@ def vllm_server(tmp_path_factory, demo_model) -> Iterator[SharedVllm]:
 _shared_vllm: list[SharedVllm] = []
 
 
-@pytest.hookimpl(trylast=True)
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The tests that use the shared vLLM server run one after the other, where the first of them
-    was: it runs (and spins, idle) only while they do."""
+SHARED_SESSION = ("demo_run", SHARED_VLLM)
+"""Session fixtures too costly to build once per pytest-xdist worker (a `kit run`, a vLLM server): the
+test files that name one run on the same worker (`units`)."""
+
+
+def units() -> dict[str, str]:
+    """{test file: its unit of work under pytest-xdist}: each file its own unit (its module fixtures,
+    real servers among them, are built once), and the files that name a fixture of `SHARED_SESSION`
+    one unit. A file that uses one without naming it would only build it once more."""
+    here = Path(__file__).parent
+    files = sorted(p.name for p in here.glob("test_*.py"))
+    unit = {f: f for f in files}
+
+    def root(f: str) -> str:
+        while unit[f] != f:
+            f = unit[f]
+        return f
+
+    for name in SHARED_SESSION:
+        users = [f for f in files if re.search(rf"\b{name}\b", (here / f).read_text())]
+        for f in users[1:]:
+            unit[root(f)] = root(users[0])
+    return {f: root(f) for f in files}
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log):  # noqa: ANN201
+    """`make test` runs `-n 2 --dist loadfile`: each worker takes whole units (`units`), not files."""
+    if config.getoption("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    of = units()
+
+    class ByUnit(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            path = nodeid.split("::", 1)[0]
+            return of.get(Path(path).name, path)
+
+    return ByUnit(config, log)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """In a pytest-xdist worker, the units with the most slow tests first (the scheduler hands them
+    out in this order, so the two workers finish at about the same time). Then the tests that use the
+    shared vLLM server run one after the other, where the first of them was: it runs (and spins,
+    idle) only while they do."""
+    if hasattr(config, "workerinput"):
+        of = units()
+        unit = [of.get(i.path.name, i.path.name) for i in items]
+        slow, first = {}, {}
+        for n, (u, i) in enumerate(zip(unit, items, strict=True)):
+            slow[u] = slow.get(u, 0) + (i.get_closest_marker("slow") is not None)
+            first.setdefault(u, n)
+        order = sorted(range(len(items)), key=lambda n: (-slow[unit[n]], first[unit[n]], n))
+        items[:] = [items[n] for n in order]
     users = [i for i in items if SHARED_VLLM in getattr(i, "fixturenames", ())]
     if len(users) < 2:
         return

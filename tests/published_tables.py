@@ -515,7 +515,54 @@ def with_kernel_factors_only() -> cm.Efficiency:
     )
 
 
+def grid(
+    spec_seq_s: tuple[float, ...] = (0.0, 3e-5, 6e-5, 9e-5, 1.3e-4),
+    layer_s: tuple[float, ...] = (0.0, 3e-5),
+    moe_layer_s: tuple[float, ...] = (0.0, 4.9e-5),
+) -> list[dict]:
+    """Every table's smallest and largest error with SGLang's per-sequence cost and the plain step's
+    per-layer costs set to each combination (`verify_kv_bw` refitted on the fitted tables each time, as
+    for the defaults): whether any setting brings the known misses in without a constant of a table's
+    own (docs/costmodel.md, "What pricing it would do"). 0.13 ms and 0.19 ms a sequence are SGLang
+    0.5.16's measured flashinfer and triton figures, 30 us and 49 us its plain step's per-layer excess
+    on the dense 8B and the MoE shape."""
+    out = []
+    for seq in spec_seq_s:
+        for layer in layer_s:
+            for moe in moe_layer_s:
+                eff = refit_fixed_costs(
+                    replace(cm.DEFAULT_EFFICIENCY, spec_seq_s=seq, layer_s=layer, moe_layer_s=moe)
+                )
+                row = {
+                    "spec_seq_s": seq,
+                    "layer_s": layer,
+                    "moe_layer_s": moe,
+                    "verify_kv_bw": eff.verify_kv_bw,
+                }
+                for t in TABLES:
+                    errors = [r["error"] for r in predicted(t, eff)]
+                    row[t.name] = (min(errors), max(errors))
+                out.append(row)
+    return out
+
+
+def grid_markdown(rows: list[dict]) -> str:
+    names = [t.name for t in TABLES]
+    lines = [
+        "| spec_seq_s | layer_s | moe_layer_s | verify_kv_bw | " + " | ".join(names) + " |",
+        "|" + "---:|" * (4 + len(names)),
+    ]
+    for r in rows:
+        cells = [f"{r[n][0]:+.0%} .. {r[n][1]:+.0%}" for n in names]
+        us = [f"{1e6 * r[k]:.0f} us" for k in ("spec_seq_s", "layer_s", "moe_layer_s")]
+        lines.append("| " + " | ".join([*us, f"{r['verify_kv_bw']:.3f}", *cells]) + " |")
+    return "\n".join(lines)
+
+
 if __name__ == "__main__":
+    if sys.argv[1:] == ["--grid"]:
+        print(grid_markdown(grid()))
+        sys.exit()
     print(markdown())
     print("#### SGLang 0.5.16 on the H200, EAGLE-3 at accept length 1 (the SGLang costs' source: fitted)\n")
     print("At the defaults (`sglang`: no per-sequence term):\n")

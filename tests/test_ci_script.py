@@ -8,6 +8,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -55,3 +56,39 @@ def test_make_test_lists_the_15_slowest_tests() -> None:
     pytest_line = next(line for line in recipe.splitlines() if "-m pytest" in line)
     assert "--durations=15" in pytest_line.split()
     assert "make test" in (ROOT / ".ci" / "run").read_text()
+
+
+def test_make_test_runs_two_workers_that_take_whole_units() -> None:
+    """`make test` runs two pytest-xdist workers; each takes whole units of work (tests/conftest.py's
+    `units`): a file whole (its module fixtures built once), and the files that share the session's
+    demo run or its vLLM server together. Run here on two small files."""
+    from conftest import units
+
+    recipe = (ROOT / "Makefile").read_text().split("\ntest:\n", 1)[1].split("\n\n", 1)[0]
+    pytest_line = next(line for line in recipe.splitlines() if "-m pytest" in line).split()
+    assert "--dist" in pytest_line and pytest_line[pytest_line.index("--dist") + 1] == "loadfile"
+    assert pytest_line[pytest_line.index("-n") + 1] == "$(TEST_WORKERS)"
+    of = units()
+    assert of["test_vllm_engine.py"] == of["test_demo_model.py"]
+    assert of["test_pipeline.py"] == of["test_lab.py"] == of["test_export.py"]
+    assert of["test_ray.py"] == "test_ray.py" and of["test_plan.py"] == "test_plan.py"
+    files = ["tests/test_layout.py", "tests/test_plan.py"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "-v",
+        "-p",
+        "no:cacheprovider",
+        "-n",
+        "2",
+        "--dist",
+        "loadfile",
+        *files,
+    ]
+    done = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert done.returncode == 0, done.stdout[-3000:]
+    ran = re.findall(r"\[(gw\d)\] \[\s*\d+%\] PASSED (tests/\S+?)::", done.stdout)
+    assert {f for _, f in ran} == set(files), done.stdout[-3000:]
+    workers = {f: {w for w, g in ran if g == f} for f in files}
+    assert all(len(w) == 1 for w in workers.values()), workers

@@ -346,10 +346,11 @@ def ngram_run(tmp_path_factory: pytest.TempPathFactory, demo_model: Path) -> Pat
 
 def test_stage4_shows_the_accept_length_of_a_speculative_run(ngram_run: Path) -> None:
     run = ngram_run.parent / "outputs" / "ngram"
-    metrics = pd.read_parquet(run / "metrics.parquet")
-    assert metrics.accept_length.dropna().between(1.0, 4.0).all() and metrics.accept_length.notna().any()
+    accepts = pd.read_parquet(run / "metrics.parquet").accept_length.dropna()
+    assert len(accepts) and accepts.between(1.0, 4.0).all(), accepts
     summary = json.loads((run / "summary.json").read_text())
-    assert summary["health"]["accept_length_mean"] > 1.0
+    # what vLLM's counters gave (an interval whose sampled n-gram drafts were all rejected reads 1.0)
+    assert summary["health"]["accept_length_mean"] == pytest.approx(accepts.mean(), abs=1e-3)
     assert json.loads((run / "manifest.json").read_text())["failures"] == 0
 
 
