@@ -68,6 +68,7 @@ def test_make_test_runs_two_workers_that_take_whole_units() -> None:
     pytest_line = next(line for line in recipe.splitlines() if "-m pytest" in line).split()
     assert "--dist" in pytest_line and pytest_line[pytest_line.index("--dist") + 1] == "loadfile"
     assert pytest_line[pytest_line.index("-n") + 1] == "$(TEST_WORKERS)"
+    assert "--no-loadscope-reorder" in pytest_line  # the units in conftest's order, most slow tests first
     of = units()
     assert of["test_vllm_engine.py"] == of["test_demo_model.py"]
     assert of["test_pipeline.py"] == of["test_lab.py"] == of["test_export.py"]

@@ -145,6 +145,21 @@ def wait_for(what: Callable[[], object], timeout: float, proc: subprocess.Popen 
     pytest.fail(f"not seen within {timeout} s")
 
 
+def settled(count: Callable[[], int], quiet_s: float = 10.0, timeout: float = 180.0) -> int:
+    """`count()` once it has not changed for `quiet_s`: a killed driver's actors live on until Ray
+    sees their owner gone, and may land a shard or two meanwhile (on a loaded machine, seconds)."""
+    end = time.monotonic() + timeout
+    last, since = count(), time.monotonic()
+    while time.monotonic() < end:
+        time.sleep(0.5)
+        now = count()
+        if now != last:
+            last, since = now, time.monotonic()
+        elif time.monotonic() - since >= quiet_s:
+            return last
+    pytest.fail(f"rows still landing {timeout} s after the driver was killed")
+
+
 def _group_of(pid: int) -> int | None:
     try:
         return os.getpgid(pid)
@@ -220,7 +235,7 @@ def test_a_killed_driver_is_resumed_by_the_same_command(write_params, ray_addres
     wait_for(lambda: shards_of(run, 0) or shards_of(run, 1), 300, driver)
     driver.send_signal(signal.SIGKILL)
     driver.communicate(timeout=60)
-    before = len(ids_of(run))
+    before = settled(lambda: len(ids_of(run)))  # every row the killed session made, its actors' last too
     assert 0 < before < len(planned_ids(run))
     code, err = finish(generate(params, ray_address))
     assert code == 0, err[-3000:]
