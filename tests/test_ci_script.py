@@ -58,10 +58,11 @@ def test_make_test_lists_the_15_slowest_tests() -> None:
     assert "make test" in (ROOT / ".ci" / "run").read_text()
 
 
-def test_make_test_runs_two_workers_that_take_whole_units() -> None:
+def test_make_test_runs_two_workers_that_take_whole_units(tmp_path: Path) -> None:
     """`make test` runs two pytest-xdist workers; each takes whole units of work (tests/conftest.py's
     `units`): a file whole (its module fixtures built once), and the files that share the session's
-    demo run or its vLLM server together. Run here on two small files."""
+    demo run or its vLLM server together. Run here on two small files, as a session with a HOME and
+    temp folder of its own (the other worker's tests write into this session's)."""
     from conftest import units
 
     recipe = (ROOT / "Makefile").read_text().split("\ntest:\n", 1)[1].split("\n\n", 1)[0]
@@ -87,7 +88,9 @@ def test_make_test_runs_two_workers_that_take_whole_units() -> None:
         "loadfile",
         *files,
     ]
-    done = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=300)
+    (tmp_path / "home").mkdir()
+    env = {**os.environ, "HOME": str(tmp_path / "home"), "TMPDIR": str(tmp_path)}
+    done = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=env, timeout=300)
     assert done.returncode == 0, done.stdout[-3000:]
     ran = re.findall(r"\[(gw\d)\] \[\s*\d+%\] PASSED (tests/\S+?)::", done.stdout)
     assert {f for _, f in ran} == set(files), done.stdout[-3000:]
