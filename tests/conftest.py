@@ -201,11 +201,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if hasattr(config, "workerinput"):
         of = units()
         unit = [of.get(i.path.name, i.path.name) for i in items]
-        slow, first = {}, {}
+        slow, start = {}, {}
         for n, (u, i) in enumerate(zip(unit, items, strict=True)):
             slow[u] = slow.get(u, 0) + (i.get_closest_marker("slow") is not None)
-            first.setdefault(u, n)
-        order = sorted(range(len(items)), key=lambda n: (-slow[unit[n]], first[unit[n]], n))
+            start.setdefault(u, n)
+        order = sorted(range(len(items)), key=lambda n: (-slow[unit[n]], start[unit[n]], n))
         items[:] = [items[n] for n in order]
     users = [i for i in items if SHARED_VLLM in getattr(i, "fixturenames", ())]
     if len(users) < 2:

@@ -523,9 +523,9 @@ def grid(
     """Every table's smallest and largest error with SGLang's per-sequence cost and the plain step's
     per-layer costs set to each combination (`verify_kv_bw` refitted on the fitted tables each time, as
     for the defaults): whether any setting brings the known misses in without a constant of a table's
-    own (docs/costmodel.md, "What pricing it would do"). 0.13 ms and 0.19 ms a sequence are SGLang
-    0.5.16's measured flashinfer and triton figures, 30 us and 49 us its plain step's per-layer excess
-    on the dense 8B and the MoE shape."""
+    own (docs/costmodel.md, "What pricing it would do"). 130 us a sequence is SGLang 0.5.16's measured
+    flashinfer figure (triton's, 0.19 ms, is `sglang/triton`), 30 us and 49 us its plain step's
+    per-layer excess on the dense 8B and the MoE shape."""
     out = []
     for seq in spec_seq_s:
         for layer in layer_s:
