@@ -11,11 +11,12 @@ SGLANG_PIN  ?= sglang==0.5.23
 
 .PHONY: demo demo-vllm test venv engines engine-vllm engine-sglang lint clean-demo
 
-$(BIN)/kit: pyproject.toml
+# The kit's own dependencies at the versions CI tested (envs/kit.txt, constraints: torch is not in it).
+$(BIN)/kit: pyproject.toml envs/kit.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -c "import torch" 2>/dev/null || $(BIN)/python -m pip install -q "$(TORCH)"
-	$(BIN)/python -m pip install -q -e ".[dev,ray]"
+	$(BIN)/python -m pip install -q -c envs/kit.txt -e ".[dev,ray]"
 	touch $(BIN)/kit
 
 venv: $(BIN)/kit

@@ -57,7 +57,6 @@ def test_what_each_flavor_says_of_itself() -> None:
         None,
     )
     assert (sg.spec_max_running, vl.spec_max_running) == (48, None)
-    assert [f.stream_usage for f in (sg, vl, tf, ext)] == [True, True, False, True]
     assert [f.server_info for f in (sg, vl, tf, ext)] == [True, False, False, True]
     assert set(tf.refused_fields) == {"presence_penalty", "frequency_penalty"} and not vl.refused_fields
     assert sg.spec_metrics == ("sglang:spec_accept_length",)

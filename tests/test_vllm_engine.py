@@ -17,6 +17,7 @@ from __future__ import annotations
 import ast
 import contextlib
 import json
+import math
 import re
 import signal
 import subprocess
@@ -35,6 +36,8 @@ from conftest import REPO
 from engines import SHARED_VLLM_KEY, VLLM_PYTHON, SharedVllm, engine_python
 
 from kit.decide.decision import decision_arm
+from kit.decide.noise import UNMEASURED_NOISE, lead
+from kit.decide.sweep import per_round
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
 SIX = {"infinity_instruct", "webinstructsub", "codefeedback", "metamathqa", "hermes_fc", "agentinstruct"}
@@ -222,8 +225,9 @@ def test_a_cpu_hog_is_caught_and_does_not_flip_the_decision(
     """The sweep again, from scratch, with CPU hogs through one repetition of plain decoding and
     through the end of the drift check: the kit sees what they took, a measurement they took much of
     is disturbed and set aside (while two calm ones remain), the drift check says its end was
-    disturbed, and the decision is the one the calm sweep made. Its own sweep (and so its servers):
-    the shared sweep is the calm one it is compared with."""
+    disturbed, and the decision is the one the calm sweep made (or, where a lead near the noise
+    counted in one sweep only, the two measured the same ratio within their noise). Its own sweep (and
+    so its servers): the shared sweep is the calm one it is compared with."""
     path = demo_vllm(tmp_path, demo_model, "hogged")
     params = yaml.safe_load(path.read_text())
     params["decide"]["spec_steps"] = [1]  # plain and one speculative arm: the calm sweep's leader is plain
@@ -258,7 +262,21 @@ def test_a_cpu_hog_is_caught_and_does_not_flip_the_decision(
     if (1, "sweep", "plain", 8) in disturbed:
         said = "round 1 of plain at 8 concurrent ran while other processes took"
         assert any(said in r for r in hogged["reasons"]), hogged["reasons"]
-    assert hogged["arm"] == calm["arm"], (hogged["reasons"], calm["reasons"])
+    if hogged["arm"] != calm["arm"]:
+        # The two sweeps ran minutes apart beside the suite's other worker: a lead near the noise may
+        # count in one and not the other (CI, 2026-12-03: n-gram k=1 chosen at +14% or more over one or
+        # two calm rounds, plain kept by the calm sweep). The hogs must not be the cause: at the level
+        # the hogged sweep decided on, what its calm measurements give for n-gram k=1 / plain agrees
+        # with the calm sweep's figure within their pooled noise (at least the kit's figure for thin
+        # evidence). Counting the hogged repetition would move it by about the hogs' share (15-40%).
+        c = int(hogged["engine_settings"]["measured_at_concurrency"])
+        calm_runs = pd.read_parquet(vllm_run / "sweep_runs.parquet")
+        here, there = (lead(per_round(r, "spec_k1", c), per_round(r, "plain", c)) for r in (runs, calm_runs))
+        apart = abs(here.ratio.median / there.ratio.median - 1)
+        allowed = max(
+            math.hypot(here.pooled_noise, there.pooled_noise), math.hypot(UNMEASURED_NOISE, UNMEASURED_NOISE)
+        )
+        assert apart <= allowed, (c, here.as_dict(), there.as_dict(), hogged["reasons"], calm["reasons"])
 
 
 def test_the_report_shows_the_measured_arms(vllm_run: Path) -> None:

@@ -222,7 +222,7 @@ class EngineClient:
         body.update((k, v) for k, v in sampling.items() if v is not None)
         if tools:  # vLLM answers 400 to `"tools": []`: no tools means no field
             body["tools"] = tools
-        if stream and self._kind.stream_usage:
+        if stream:  # transformers serve sends the usage only when asked from 5.25 (5.5-5.24 ignore this)
             body["stream_options"] = {"include_usage": True}
         return {**body, **extra_body} if extra_body else body
 

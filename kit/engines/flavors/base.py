@@ -59,8 +59,6 @@ class Flavor:
     parser_names: Mapping[str, tuple[str | None, str | None]] = field(default_factory=dict)
     """(tool-call, reasoning) parser it launches with, per chat-template family
     (`kit.engines.parsers.family`); empty: it takes no parser flags."""
-    stream_usage: bool = True
-    """Whether a streamed answer can end with its usage (`stream_options.include_usage`)."""
     server_info: bool = False
     """Whether it may answer `/server_info` with its arguments and capacity (SGLang's own route)."""
     attention_backends: bool = False

@@ -103,5 +103,4 @@ FLAVOR = Transformers(
     distributions=("transformers",),
     no_speculation="transformers serve has no speculative decoding in its continuous-batching server",
     refused_fields=REFUSED,
-    stream_usage=False,
 )
