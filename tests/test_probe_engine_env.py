@@ -178,3 +178,26 @@ def test_an_engines_exact_pins_that_its_environment_breaks_are_a_warning(
     held = inspect_engine_env(Path(sys.executable), "sglang", tmp_path / "logs")
     assert held["interpreter"]["pins"] == {"sglang": {}}
     assert "pins of sglang" not in by_name(engine_findings(held))
+
+
+def test_an_engine_older_than_the_kit_works_with_is_a_fail(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """transformers serve before 5.5 answers 422 to the `stream_options` of every streamed request the
+    kit sends: a child interpreter that finds transformers 5.4.0 (its metadata ahead of the real one on
+    PYTHONPATH) fails the probe, saying what to install; the kit's own (envs/kit.txt) passes."""
+    dist = tmp_path / "site" / "transformers-5.4.0.dist-info"
+    dist.mkdir(parents=True)
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: transformers\nVersion: 5.4.0\n")
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path / "site"))
+    facts = inspect_engine_env(Path(sys.executable), "transformers", tmp_path / "logs")
+    assert facts["interpreter"]["packages"]["transformers"] == "5.4.0"
+    f = by_name(engine_findings(facts))["version"]
+    assert (
+        f["status"] == "fail" and "5.4.0 is older than 5.5" in f["reason"] and "stream_options" in f["reason"]
+    )
+    assert f["action"] == f"{sys.executable} -m pip install 'transformers>=5.5'"
+    monkeypatch.delenv("PYTHONPATH")
+    assert "version" not in by_name(
+        engine_findings(inspect_engine_env(Path(sys.executable), "transformers", None))
+    )

@@ -15,6 +15,8 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+from packaging.version import InvalidVersion, Version
+
 from kit.artifacts import Finding
 from kit.engines.flavors import FLAVORS, flavor, server_command
 from kit.engines.launcher import RENAMED_FLAGS, discover, read_help
@@ -215,6 +217,30 @@ def missing_backends(facts: dict[str, Any]) -> dict[str, str]:
     return out
 
 
+def _floor_findings(f: Any, facts: dict[str, Any], pkgs: dict[str, str]) -> list[Finding]:
+    """A fail when the engine is older than the oldest version the kit works with (`Flavor.min_version`)."""
+    fl, version = flavor(facts["flavor"]), engine_version(pkgs, facts["flavor"])
+    if fl.min_version is None or version is None:
+        return []
+    floor, why = fl.min_version
+    try:
+        old = Version(version) < Version(floor)
+    except InvalidVersion:
+        return []
+    if not old:
+        return []
+    dist = fl.distributions[0]
+    return [
+        f(
+            "version",
+            "fail",
+            version,
+            f"{fl.title} {version} is older than {floor}, the oldest the kit works with: {why}",
+            f"{facts['python']} -m pip install '{dist}>={floor}'",
+        )
+    ]
+
+
 def engine_version(packages: dict[str, str | None], name: str) -> str | None:
     """The installed version of the engine of flavor `name`, under any of its distribution names."""
     return next((packages[d] for d in flavor(name).distributions if packages.get(d)), None)
@@ -267,6 +293,7 @@ def engine_findings(facts: dict[str, Any]) -> list[Finding]:
         )
     else:
         out.append(f("packages", "ok", pkgs, ", ".join(f"{k} {v}" for k, v in pkgs.items()) or "none"))
+        out.extend(_floor_findings(f, facts, pkgs))
     out.extend(_launcher_findings(f, facts))
     out.extend(_speculative_module_findings(f, facts))
     out.extend(_pin_findings(f, facts))

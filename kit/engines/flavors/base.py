@@ -52,6 +52,8 @@ class Flavor:
     """What asks the launcher for every flag it takes, in the order tried."""
     distributions: tuple[str, ...] = ()
     """Package names it is installed under, its main one first."""
+    min_version: tuple[str, str] | None = None
+    """(oldest version the kit works with, what goes wrong before it); None: no floor known."""
     no_speculation: str | None = None
     """Why it cannot run speculative decoding; None when it can."""
     refused_fields: Mapping[str, str] = field(default_factory=dict)

@@ -101,6 +101,11 @@ FLAVOR = Transformers(
     name="transformers",
     title="transformers serve",
     distributions=("transformers",),
+    min_version=(
+        "5.5",
+        "before 5.5 it answers 422 to the `stream_options` the kit sends with every streamed request "
+        "(to read its token counts)",
+    ),
     no_speculation="transformers serve has no speculative decoding in its continuous-batching server",
     refused_fields=REFUSED,
 )
