@@ -230,7 +230,7 @@ def test_a_cpu_hog_is_caught_and_does_not_flip_the_decision(
     so its servers): the shared sweep is the calm one it is compared with."""
     path = demo_vllm(tmp_path, demo_model, "hogged")
     params = yaml.safe_load(path.read_text())
-    params["decide"]["spec_steps"] = [1]  # plain and one speculative arm: the calm sweep's leader is plain
+    params["decide"]["spec_steps"] = [1]  # plain and one speculative arm (n-gram k=1)
     path.write_text(yaml.safe_dump(params))
     done, shares = decide_while_hogging(path, tmp_path / "outputs" / "hogged", HOGGED)
     assert done.returncode == 0, done.stderr[-4000:]
