@@ -30,6 +30,7 @@ import psutil
 from kit.engines import launcher as launchers
 from kit.engines import reaper
 from kit.engines.client import auth_headers, is_loopback, key_refused
+from kit.engines.crashes import Crash, read_crash
 from kit.engines.flavors import flavor, server_command, server_env
 from kit.engines.start_failures import explain_start_failure
 from kit.errors import EngineError, EngineStartError, ModelDirError
@@ -128,6 +129,28 @@ class ServerProcess:
         if code is not None:
             self.exit_code = code
         return code is None
+
+    def serving(self) -> bool:
+        """Whether the engine's own process still runs: once it dies, the reaper outlives it by up to
+        its grace period while it takes down what the server left (vLLM's engine core), and a client
+        that waited for `alive()` would send that long to a closed port."""
+        if not self.alive():
+            return False
+        if self._server_pgid is None:
+            return True
+        try:
+            return psutil.Process(self._server_pgid).status() != psutil.STATUS_ZOMBIE
+        except psutil.Error:
+            return False
+
+    def crash(self, in_flight: int | None = None, wait_s: float = REAPER_GRACE_S + 5) -> Crash:
+        """What the server said as it died (kit.engines.crashes), once its reaper has exited (at most
+        `wait_s` seconds: its exit code is the server's)."""
+        if self._proc is not None:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self._proc.wait(wait_s)
+            self.alive()
+        return read_crash(self.log_since_start(), self.exit_code, in_flight, str(self.log_path))
 
     def start(self) -> ServerProcess:
         """Launch the server; returns at once (see `wait_ready`)."""

@@ -136,6 +136,14 @@ class Replica:
             self.saw_life()
 
 
+def exited(server: Any) -> str:
+    """Why a server the kit runs is gone, in the engine's own words where its log has them
+    (kit.engines.crashes: 'exited with code 1 while serving: RuntimeError: ... (raised in ...)')."""
+    if hasattr(server, "crash"):
+        return server.crash(wait_s=0).what()
+    return f"exited with code {getattr(server, 'exit_code', None)}"
+
+
 class ServerPool:
     """Started servers and their clients; `acquire()` gives the ready replica with the fewest requests out."""
 
@@ -191,7 +199,7 @@ class ServerPool:
             if replica.generation != generation:
                 return True
             if replica.process_exited():
-                await self._restart(replica, f"exited with code {getattr(replica.server, 'exit_code', None)}")
+                await self._restart(replica, exited(replica.server))
                 return True
         if await replica.healthy(self.probe_timeout_s):
             return False
@@ -219,8 +227,7 @@ class ServerPool:
             if not replica.ready.is_set():
                 continue
             if replica.process_exited():
-                code = getattr(replica.server, "exit_code", None)
-                await self._restart_if(replica, generation, f"exited with code {code}")
+                await self._restart_if(replica, generation, exited(replica.server))
                 continue
             left = replica.last_life + self.hang_timeout_s - time.monotonic()
             timeout = max(MIN_PROBE_S, min(self.probe_timeout_s, left))
