@@ -334,6 +334,28 @@ class LadderPoint(Record):
 
 
 @dataclass(frozen=True, kw_only=True)
+class ArmCrash(Record):
+    """decision.json's `crashes`: one measurement whose server died (kit.engines.crashes)."""
+
+    arm: str = ""
+    concurrency: int = 0
+    round: int = 0
+    exit_code: int | None = None
+    error: str | None = None
+    """The engine's own exception line, 'RuntimeError: ...' (None: it logged none)."""
+    where: str | None = None
+    """The file, line and function it was raised in."""
+    running: int | None = None
+    """The requests the engine last said it ran."""
+    in_flight: int | None = None
+    """The sweep's requests out when it saw the server gone."""
+    restarted: bool = False
+    """Whether the server was restarted and the level measured again (else the arm was given up)."""
+    reason: str = ""
+    """The whole sentence (kit.engines.crashes.Crash.sentence)."""
+
+
+@dataclass(frozen=True, kw_only=True)
 class Noise(Record):
     """decision.json's `noise`: the sweep's noise, repetitions, drift, what was set aside, how the arms'
     servers ran (kit.decide.measured.noise_section)."""
@@ -349,6 +371,10 @@ class Noise(Record):
     servers_why: str | None = optional()
 
 
+MEASURED = ("measured", "measured in part")
+"""`Decision.decided_by` when measured figures chose the arm."""
+
+
 @dataclass(frozen=True, kw_only=True)
 class Decision(Record):
     """decision.json: the arm chosen, measured or predicted, the engine settings stage 3 takes, the
@@ -357,7 +383,12 @@ class Decision(Record):
     arm: Arm | None = None
     """The arm chosen, stored once ({k, algorithm}); read from an earlier kit's spelling too."""
     decided_by: str | None = None
-    """measured or predicted."""
+    """measured, measured in part (some arm that could run was not measured: its server would not
+    start or kept dying, `unmeasured`), or predicted."""
+    unmeasured: dict[str, str] = field(default_factory=dict)
+    """Each arm the sweep could not measure, and why (skipped, failed to start, crashed)."""
+    crashes: list[ArmCrash] = field(default_factory=list)
+    """Every measurement whose server died, with the engine's own error."""
     measured_difference: bool | None = None
     measured: dict[str, JSONObject] = field(default_factory=dict)
     """Each measured arm's best level: concurrency, median and interval, repetitions."""
@@ -388,6 +419,11 @@ class Decision(Record):
         if decision.arm is None and decision.read_keys:
             object.__setattr__(decision, "arm", _legacy_arm(decision))
         return decision
+
+    @property
+    def by_measurement(self) -> bool:
+        """Whether the arm was chosen on measured figures (wholly or in part)."""
+        return self.decided_by in MEASURED
 
     @property
     def measured_at_concurrency(self) -> int | None:

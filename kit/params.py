@@ -180,6 +180,10 @@ class DecideParams(_Strict):
     and the decision compares the intervals of their medians (kit.decide.noise)."""
     time_budget_s: float | None = Field(default=None, gt=0)
     """Seconds the sweep may take: rounds that would overrun it are left out (at least one runs)."""
+    crash_restarts: int = Field(default=2, ge=0)
+    """Times an arm's server that dies while measured is restarted (and its level measured again)
+    over the whole sweep; one more crash and the arm is `crashed`, named in the decision with the
+    engine's own error, and not chosen."""
     servers: Literal["auto", "together", "one_at_a_time"] = "auto"
     """Keep every arm's server up side by side (a round costs requests, not restarts), or start each
     arm's server in turn every round. auto: together on a CPU when they fit in memory, else one at

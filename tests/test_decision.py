@@ -236,7 +236,9 @@ def test_measuring_again_counts_the_server_starts_it_takes(tmp_path: Path) -> No
     plain, spec = Arm(0), Arm(2, "NGRAM")
     redo = [Slot(2, plain, 256), Slot(2, spec, 256)]
     end = [Slot(1, plain, 256, "end")]
-    one_at_a_time = SimpleNamespace(together=False, failed={}, up={spec.name: None}, start_s=[95.0, 95.0])
+    one_at_a_time = SimpleNamespace(
+        together=False, failed={}, crashed={}, up={spec.name: None}, start_s=[95.0, 95.0]
+    )
     assert ArmServers.starts_for(one_at_a_time, redo + end) == 3
     assert ArmServers.starts_for(one_at_a_time, [Slot(2, spec, 256)]) == 0
     one_at_a_time.starts_for = lambda slots: ArmServers.starts_for(one_at_a_time, slots)
@@ -397,10 +399,27 @@ def test_a_decision_never_rests_on_nothing() -> None:
         ]
     )
     d = decide_measured(failed, params)
-    assert d["decided_by"] == "measured" and decision_arm(d).name == "plain"
+    assert d["decided_by"] == "measured in part" and decision_arm(d).name == "plain"
+    assert d["unmeasured"] == {"spec_k3": "failed: server 'sweep-spec_k3' exited with code 1"}
     assert any("spec_k3 could not be measured (server 'sweep-spec_k3' exited" in r for r in d["reasons"])
     row = [r for r in d["table"] if r["arm"] == "spec_k3" and r["concurrency"] == 64][0]
     assert row["status"] == "failed" and row["measured_tok_s"] is None
+
+    # an arm whose server kept dying: never chosen, its crash and what to try said whole
+    why = (
+        "spec_k3's server was killed by SIGKILL (exit 137) while serving: RuntimeError: The expanded size "
+        "(raised in sglang/srt/layers/attention/triton_backend.py:612 in _update_target_verify_buffers); "
+        "it died 2 times (decide.crash_restarts: 1), so the arm is not measured. What to try: another "
+        "attention backend (engine.attention_backend)"
+    )
+    crashed = _sweep(
+        [("plain", 0, 64, 1000.0, None, "ok", ""), ("spec_k3", 3, 64, None, None, "crashed", why)]
+    )
+    d = decide_measured(crashed, params)
+    assert d["decided_by"] == "measured in part" and decision_arm(d).name == "plain"
+    assert d["unmeasured"]["spec_k3"].startswith("crashed: spec_k3's server was killed by SIGKILL")
+    assert f"spec_k3 crashed and is not chosen: {why}" in d["reasons"]
+    assert not any("spec_k3 could not be measured" in r for r in d["reasons"])
 
 
 def ratio_at(d: dict, k: int, c: int) -> float:

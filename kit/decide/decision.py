@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 import pandas as pd
 
 from kit.artifacts import Decision, LadderPoint, Noise
+from kit.decide.arm_status import crash_sentences, crashes, decided_by, unmeasured, unmeasured_sentences
 from kit.decide.costmodel import (
     MODEL_ERROR,
     Efficiency,
@@ -161,11 +162,6 @@ def _reasons(
     name: str = "MTP",
 ) -> list[str]:
     out = [f"speculation is unavailable: {unavailable}"] if unavailable else []
-    for r in table[table.status == "skipped"].drop_duplicates("arm").itertuples():
-        out.append(f"{r.arm} was not measured: {r.reason}")
-    for r in table[table.status == "failed"].drop_duplicates("arm").itertuples():
-        first_line = str(r.reason).splitlines()[0] if r.reason else "unknown error"
-        out.append(f"{r.arm} could not be measured ({first_line}); its figures are predicted")
     col, how = ("measured_tok_s", "measured") if measured else ("predicted_tok_s", "predicted")
     p, s = _best_of(table, col, False), _best_of(table, col, True)
     if (
@@ -367,11 +363,14 @@ def decide(
     noise = noise_section(sweep, runs, measured) if _has_rows(sweep) else None
     reasons += noise_sentences(noise)
     reasons.append(_batch_sentence(settings, fall))
+    reasons += unmeasured_sentences(sweep) + crash_sentences(sweep, runs)
     reasons += _reasons(table, predicted, unavailable, work, ks, choice["source"] == "measured", name)
     reasons += gap_sentences(table, s, name)
     return Decision(
         arm=arm,
-        decided_by=choice["source"],
+        decided_by=decided_by(choice["source"], sweep),
+        unmeasured=unmeasured(sweep),
+        crashes=crashes(runs),
         measured_difference=None if measured is None else measured.measurable,
         measured={b.arm: b.as_dict() for b in measured.bests} if measured else {},
         noise=None if noise is None else Noise.from_json(noise),

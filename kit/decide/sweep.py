@@ -54,6 +54,18 @@ from kit.runfolder import RunFolder
 
 log = logging.getLogger(__name__)
 
+CRASH_COLUMNS = [
+    "crash_exit_code",
+    "crash_error",
+    "crash_where",
+    "crash_running",
+    "crash_in_flight",
+    "restarted",
+]
+"""Of a measurement whose server died (kit.engines.crashes.Crash), and whether the server was then
+restarted to measure the level again."""
+WATCH_S = 0.5
+"""How often a level looks at its server's process: a dead server stops the level at once."""
 LEVEL_COLUMNS = [
     "arm",
     "algorithm",
@@ -88,8 +100,10 @@ RUN_COLUMNS = [
     "neighbour_cpu",
     "slowdown",
     "disturbed",
+    *CRASH_COLUMNS,
 ]
-"""sweep_runs.parquet: every measurement (`phase` sweep, or start / end for the drift check)."""
+"""sweep_runs.parquet: every measurement (`phase` sweep, or start / end for the drift check); one
+whose server died is `crashed`, with what the engine said (`CRASH_COLUMNS`)."""
 COLUMNS = [*LEVEL_COLUMNS, "output_tok_s_lo", "output_tok_s_hi", "repetitions", "set_aside", "noise_pct"]
 """sweep.parquet: per (arm, level) the median of its repetitions and the interval of that median."""
 MAX_ERROR_SHARE = 0.1
@@ -178,18 +192,32 @@ async def _level(
     fields: dict[str, Any] | None = None,
     tool_fields: dict[str, Any] | None = None,
     min_s: float = 0.0,
+    serving: Callable[[], bool] | None = None,
 ) -> dict[str, Any]:
     """A closed loop of `c` clients (greedy; `fields`: the run's chat-template switches, so the sweep
     thinks as stage 3 will) that sends at least `n` requests and keeps sending until `min_s`
     seconds have passed; tokens/s over the successful ones. A level of a fraction of a second is
-    one hiccup of a shared machine away from a 3x error (docs/decide_noise.md)."""
+    one hiccup of a shared machine away from a 3x error (docs/decide_noise.md).
+
+    `serving()` says whether the server's process still runs: looked at every `WATCH_S` and after
+    each failed request, so a server that dies stops the level at once (status `crashed`, with the
+    requests that were out, `crash_in_flight`) rather than after thousands of refused connections
+    (on the H200 a dead MTP server was sent 21,612 of them in one level)."""
     results: list[Any] = []
     errors: list[str] = []
     answers: dict[str, dict[str, Any]] = {}
-    sent = 0
+    sent = out = 0
+    died: list[int] = []  # the requests out when the server was seen gone
+
+    def dead() -> bool:
+        if not died and serving is not None and not serving():
+            died.append(out)
+        return bool(died)
 
     async def one(i: int) -> None:
+        nonlocal out
         p = prompts[i % len(prompts)]
+        out += 1
         try:
             r = await client.chat(
                 p["messages"],
@@ -201,21 +229,40 @@ async def _level(
             )
         except EngineError as e:
             errors.append(str(e))
+            dead()
             return
+        finally:
+            out -= 1
         results.append(r)
         if "id" in p:
             answers.setdefault(p["id"], _answer(p, r))
 
     async def worker() -> None:
         nonlocal sent
-        while sent < n or time.perf_counter() - t0 < min_s:
+        while (sent < n or time.perf_counter() - t0 < min_s) and not dead():
             sent += 1
             await one(sent - 1)
 
+    async def watch() -> None:
+        while not dead():
+            await asyncio.sleep(WATCH_S)
+
     before = await _spec_scrape(client)
     t0 = time.perf_counter()
-    await asyncio.gather(*(worker() for _ in range(c)))
+    await _until_done_or_dead([asyncio.ensure_future(worker()) for _ in range(c)], watch)
     dt = time.perf_counter() - t0
+    if died:
+        return {
+            "concurrency": c,
+            "requests": sent,
+            "errors": len(errors),
+            "output_tokens": sum(r.completion_tokens or 0 for r in results),
+            "duration_s": dt,
+            "output_tok_s": None,
+            "status": "crashed",
+            "crash_in_flight": died[0],
+            "answers": [],
+        }
     after = await _spec_scrape(client)
     lat = [r.latency_s for r in results]
     tokens = sum(r.completion_tokens or 0 for r in results)
@@ -240,6 +287,21 @@ async def _level(
         "reason": f"{len(errors)} of {sent} requests failed; first: {errors[0][:400]}" if errors else "",
         "answers": list(answers.values()),
     }
+
+
+async def _until_done_or_dead(workers: list[asyncio.Future], watch: Callable[[], Any]) -> None:
+    """Wait for the workers, or stop them the moment `watch()` returns (their server died)."""
+    watcher = asyncio.ensure_future(watch())
+    everyone = asyncio.gather(*workers)
+    try:
+        await asyncio.wait([everyone, watcher], return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in (*workers, watcher):
+            task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await everyone
+        with contextlib.suppress(asyncio.CancelledError):
+            await watcher
 
 
 async def _spec_scrape(client: EngineClient) -> tuple[SpecCounters | None, float | None]:
@@ -296,6 +358,10 @@ class ArmServers:
         """The sweep's prompts: the warm-up sends the top level's worth of them at once."""
         self.up: dict[str, Any] = {}
         self.failed: dict[str, str] = {}
+        self.crashed: dict[str, str] = {}
+        """Arms whose server kept dying: the last crash, in a sentence with what to try."""
+        self.crashes: dict[str, int] = {}
+        """Crashes seen per arm."""
         caps = running_caps or {}
         self.arm_params = {a.name: arm_params(params, a, hybrid, caps.get(a.k)) for a in arms}
         self.idle_cpu: float | None = None
@@ -327,8 +393,9 @@ class ArmServers:
             self.held = self.idle_cpu > DISTURBED_CPU
 
     def get(self, arm: Arm) -> Any | None:
-        """The arm's running server (started now when servers run one at a time); None if it failed."""
-        if arm.name in self.failed:
+        """The arm's running server (started now when servers run one at a time, or after a crash);
+        None if it failed to start or kept crashing."""
+        if arm.name in self.failed or arm.name in self.crashed:
             return None
         if self.held and arm.name in self.up:  # the others rest while this one is measured
             pause([getattr(self.up[arm.name], "pid", None)], paused=False, roots_too=False)
@@ -347,13 +414,34 @@ class ArmServers:
             self.start_s.append(time.monotonic() - started)
         return self.up[arm.name]
 
+    def crash(self, arm: Arm, in_flight: int | None) -> tuple[Any, bool]:
+        """The arm's server died while measured: (what it said, kit.engines.crashes.Crash; whether it
+        is to be restarted and the level measured again). Past `decide.crash_restarts` crashes of the
+        arm the arm is given up (`crashed`); either way the dead server is cleaned away."""
+        server = self.up.pop(arm.name)
+        crash = server.crash(in_flight) if hasattr(server, "crash") else None
+        server.stop()
+        n = self.crashes[arm.name] = self.crashes.get(arm.name, 0) + 1
+        limit = self.params.decide.crash_restarts
+        if n > limit:
+            what = crash.sentence(f"{arm.name}'s server") if crash else f"{arm.name}'s server died"
+            advice = crash.advice(arm.speculative) if crash else ""
+            self.crashed[arm.name] = (
+                f"{what}; it died {n} times (decide.crash_restarts: {limit}), so the arm is not measured"
+                + (f". What to try: {advice}" if advice else "")
+            )
+            log.warning("sweep arm %s crashed: %s", arm.name, self.crashed[arm.name])
+        return crash, n <= limit
+
     def starts_for(self, slots: list[Slot]) -> int:
         """How many server starts measuring `slots` in order takes from now: none when the servers
         run side by side; one at a time, one for each change of arm (the one up now counts: one at a
         time, `up` holds it alone)."""
         if self.together:
             return 0
-        names = [s.arm.name for s in slots if s.arm.name not in self.failed]
+        names = [
+            s.arm.name for s in slots if s.arm.name not in self.failed and s.arm.name not in self.crashed
+        ]
         up_now = next(iter(self.up), None)
         return sum(1 for before, now in zip([up_now, *names], names, strict=False) if before != now)
 
@@ -417,7 +505,15 @@ async def _measure(params: RunParams, server: Any, prompts: list[dict], c: int) 
     async with _client(params, server) as client:
         n = d.requests_per_level or 2 * c
         tools = tool_request_fields(params)
-        return await _level(client, prompts, n, c, d.max_tokens, template, tools, d.level_s)
+        return await _level(client, prompts, n, c, d.max_tokens, template, tools, d.level_s, _serving(server))
+
+
+def _serving(server: Any) -> Callable[[], bool] | None:
+    """How to see that a server the kit runs has died (None for one it does not run: an external
+    server's process is not ours to watch, and its requests' errors say enough)."""
+    if not getattr(server, "restartable", False):
+        return None
+    return getattr(server, "serving", None) or server.alive
 
 
 @dataclass
@@ -483,11 +579,33 @@ def run_sweep(
     for name, error in servers.failed.items():
         arm = next(a for a in runnable if a.name == name)
         rows += [_head(arm, c) | {"status": "failed", "reason": error} for c in d.concurrencies]
+    for name, error in servers.crashed.items():  # the levels it never reached
+        arm = next(a for a in runnable if a.name == name)
+        reached = {r["concurrency"] for r in rows if r.get("arm") == name and r.get("phase") == "sweep"}
+        rows += [
+            _head(arm, c) | {"status": "crashed", "reason": error}
+            for c in d.concurrencies
+            if c not in reached
+        ]
     save_answers(rows, folder.sweep_answers)
     runs = flag_slow(pd.DataFrame(rows).reindex(columns=RUN_COLUMNS))
     runs.to_parquet(folder.sweep_runs, index=False)
-    table = summarise(runs)
+    table = given_up(summarise(runs), servers.crashed)
     table.to_parquet(folder.sweep, index=False)
+    return table
+
+
+def given_up(table: pd.DataFrame, crashed: dict[str, str]) -> pd.DataFrame:
+    """The per-level table with every level of an arm whose server kept dying marked `crashed` (its
+    reason: the last crash and what to try) and no figure: such an arm is never chosen, whatever
+    levels it ran before it died, since stage 3 would meet the same crash at full load (what those
+    levels measured stays in sweep_runs.parquet)."""
+    table = table.copy()
+    for name, why in crashed.items():
+        mine = table.arm == name
+        table.loc[mine, "status"] = "crashed"
+        table.loc[mine, "reason"] = why
+        table.loc[mine, ["output_tok_s", "output_tok_s_lo", "output_tok_s_hi"]] = None
     return table
 
 
@@ -551,29 +669,58 @@ def _run_slots(
     first_start = (lambda: servers.start_s[0] if servers.start_s else 0.0) if budget is not None else None
     for slot in _within_budget(slots, t0, budget, round_started, sweep_log, first_start):
         bar.update(1)
-        server = servers.get(slot.arm)
-        if server is None:
-            continue
-        p = servers.arm_params[slot.arm.name]
-        what = f"round {slot.round} {slot.phase} {slot.arm.name} at {slot.concurrency}"
-        sweep_log.line(f"start {what}")
-        near = servers.neighbours(slot.arm)
-        before = MachineReading.now(servers.pids(), near)
-        started = time.monotonic() - t0
-        try:
-            measured = run_coroutine(_measure(p, server, prompts, slot.concurrency))
-        except EngineError as e:  # the server died under the level: the arm's measurement failed
-            measured = {"status": "failed", "reason": str(e)[:2000], "concurrency": slot.concurrency}
-        seen = interference(before, servers.pids(), near)
-        row = {**_head(slot.arm, slot.concurrency), **measured, "round": slot.round, "phase": slot.phase}
-        rows.append({**row, "started_s": started, **seen.as_dict()})
-        tok_s = measured.get("output_tok_s")
-        sweep_log.line(
-            f"end {what}: {tok_s or 0:.0f} tok/s, others took {100 * seen.foreign_cpu:.0f}% of the CPU, "
-            f"the other arms' servers {100 * seen.neighbour_cpu:.0f}%, CPU canary {seen.canary_ms:.1f} ms"
-            + (" (disturbed)" if seen.disturbed else "")
-        )
+        while (server := servers.get(slot.arm)) is not None:
+            row = _run_slot(slot, server, servers, prompts, sweep_log, t0)
+            rows.append(row)
+            if row["status"] != "crashed":
+                break
+            crash, again = servers.crash(slot.arm, row.get("crash_in_flight"))
+            row.update(_crash_fields(crash), restarted=again)
+            row["reason"] = crash.sentence(f"{slot.arm.name}'s server") if crash else "the server died"
+            sweep_log.line(
+                f"crashed round {slot.round} {slot.phase} {slot.arm.name} at {slot.concurrency}: "
+                + f"{row['reason']}; "
+                + ("restarting it to measure the level again" if again else "the arm is given up")
+            )
     return rows
+
+
+def _run_slot(
+    slot: Slot, server: Any, servers: ArmServers, prompts: list[dict], sweep_log: SweepLog, t0: float
+) -> dict[str, Any]:
+    """One measurement, bracketed by what else the machine did."""
+    p = servers.arm_params[slot.arm.name]
+    what = f"round {slot.round} {slot.phase} {slot.arm.name} at {slot.concurrency}"
+    sweep_log.line(f"start {what}")
+    near = servers.neighbours(slot.arm)
+    before = MachineReading.now(servers.pids(), near)
+    started = time.monotonic() - t0
+    try:
+        measured = run_coroutine(_measure(p, server, prompts, slot.concurrency))
+    except EngineError as e:  # no answer to the level's scrapes: the arm's measurement failed
+        measured = {"status": "failed", "reason": str(e)[:2000], "concurrency": slot.concurrency}
+    seen = interference(before, servers.pids(), near)
+    row = {**_head(slot.arm, slot.concurrency), **measured, "round": slot.round, "phase": slot.phase}
+    tok_s = measured.get("output_tok_s")
+    sweep_log.line(
+        f"end {what}: {tok_s or 0:.0f} tok/s, others took {100 * seen.foreign_cpu:.0f}% of the CPU, "
+        f"the other arms' servers {100 * seen.neighbour_cpu:.0f}%, CPU canary {seen.canary_ms:.1f} ms"
+        + (" (disturbed)" if seen.disturbed else "")
+        + (" (its server died)" if measured.get("status") == "crashed" else "")
+    )
+    return {**row, "started_s": started, **seen.as_dict()}
+
+
+def _crash_fields(crash: Any) -> dict[str, Any]:
+    """The `CRASH_COLUMNS` of a crash (kit.engines.crashes.Crash; None: a server with no log)."""
+    if crash is None:
+        return {}
+    return {
+        "crash_exit_code": crash.exit_code,
+        "crash_error": crash.error,
+        "crash_where": crash.where,
+        "crash_running": crash.running,
+    }
 
 
 def _within_budget(

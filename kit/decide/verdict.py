@@ -21,10 +21,29 @@ def _not_measured(decision: Decision) -> str | None:
     if not spec or any(r.status == "ok" and is_number(r.measured_tok_s) for r in spec):
         return None
     why = decision.speculation_unavailable_reason
+    if not why and any(r.status == "crashed" for r in spec):
+        return None  # `_crashed` names the engine's error
     if not why:
         failed = [str(r.reason).splitlines() for r in spec if r.reason]
         why = failed[0][0] if failed and failed[0] else "the sweep did not run its arms"
     return f"Speculation could not be measured: {why}."
+
+
+def _crashed(decision: Decision) -> str | None:
+    """The arms whose server kept dying, with the engine's own error (the decision page says what to
+    try), or None when none did."""
+    dead = [arm for arm, why in decision.unmeasured.items() if why.startswith("crashed")]
+    if not dead:
+        return None
+    said = []
+    for arm in dead:
+        last = [c for c in decision.crashes if c.arm == arm][-1:]
+        error = last[0].error if last and last[0].error else "no error in its log"
+        where = f" in {last[0].where}" if last and last[0].where else ""
+        said.append(f"{arm} ({error}{where})")
+    return (
+        f"The engine crashed on {', '.join(said)}: not chosen, and not measured; see the decision's reasons."
+    )
 
 
 def _chosen_row(decision: Decision, col: str) -> LadderPoint | None:
@@ -62,7 +81,7 @@ def decision_answer(decision: Decision | None, name: str = "MTP", worth: str | N
     if decision is None or arm is None:
         why = "decision.json is missing: stage 2 has not run (`kit decide PARAMS` writes it)."
         return Answer("Decision", "not decided", why, "missing")
-    measured = decision.decided_by == "measured"
+    measured = decision.by_measurement
     col = "measured_tok_s" if measured else "predicted_tok_s"
     k = arm.k
     label = arm_label(k, name)
@@ -74,6 +93,7 @@ def decision_answer(decision: Decision | None, name: str = "MTP", worth: str | N
         text = f"{how}: {tok_s} output tok/s at concurrency {int(win.concurrency)}. "
         runs = not decision.speculation_unavailable_reason
         text += _lead(win, _best(decision.table, col, k == 0), col, label, name, runs)
-    text = " ".join(t for t in (text.strip(), _not_measured(decision), worth) if t)
-    headline = f"{label} ({'measured' if measured else 'predicted only'})"
-    return Answer("Decision", headline, text, "ok" if measured else "warn")
+    crashed = _crashed(decision)
+    text = " ".join(t for t in (text.strip(), _not_measured(decision), crashed, worth) if t)
+    headline = f"{label} ({decision.decided_by if measured else 'predicted only'})"
+    return Answer("Decision", headline, text, "ok" if measured and not crashed else "warn")
