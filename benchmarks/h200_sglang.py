@@ -38,6 +38,7 @@ one run-<name>.tar.xz per run folder (the tool brings back at most 8 files of 16
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
@@ -294,7 +295,7 @@ def mtp27(s: Session) -> dict:
         "run": run,
         "model": {"path": str(SHAPES / "qwen3.6-27b")},
         "engine": {**over, "extra_args": extra, "speculative": {"algorithm": "MTP"}},
-        "decide": {"spec_steps": [3], "repetitions": 1, "time_budget_s": round(budget - 80)},
+        "decide": {"spec_steps": [3], "repetitions": 1, "time_budget_s": round(budget - 80), "crash_restarts": 1},
     })  # fmt: skip
     return {"decide": s.kit("decide", params, budget)}
 
@@ -334,7 +335,13 @@ def engine_override(s: Session) -> dict:
 
 
 def ceiling(s: Session, rounds: int = 2, limit: int = 1000) -> dict:
-    """Stage 3 against SGLang's own benchmarks on one server with stage 3's flags."""
+    """Stage 3 against SGLang's own client and its offline engine, like for like (issue 45): one server
+    with stage 3's flags; the same prompts as the kit renders them (its messages and tools, sent as
+    such by bench_serving's `openai` dataset; the chat template applied once for the offline engine,
+    which takes text); the same sampling (the params' temperature and top-p, EOS respected: the
+    kit's requests never set ignore_eos); the prefix cache flushed before every run; the kit and
+    bench_serving interleaved (ABBA), after one warm-up run that pays the sampler's first-use compile.
+    The offline engine starts cold (a new engine, an empty cache) with the same flags and sampling."""
     from kit.engines.flavors import flavor, server_command, server_env
     from kit.engines.launcher import adapt_flags, discover
     from kit.engines.settings import Arm, arm_engine
@@ -346,28 +353,78 @@ def ceiling(s: Session, rounds: int = 2, limit: int = 1000) -> dict:
     env = {**s.env, **server_env(params)}
     launcher = discover(params.engine_python, flavor(params.engine.flavor), env=env)
     cmd, _ = adapt_flags(server_command(params, port), launcher)  # as stage 3 starts it
-    log = OUTPUTS / "h200-ceiling" / "server.log"
-    log.parent.mkdir(parents=True, exist_ok=True)
+    where = OUTPUTS / "h200-ceiling"
+    log = where / "server.log"
+    where.mkdir(parents=True, exist_ok=True)
     s.touched.add("h200-ceiling")
     s.say(f"server: {' '.join(cmd)}")
+    body = request_body(base)
+    requests_file, rendered = export_prompts(base, limit, where, body)
     server = subprocess.Popen(
         cmd, env=env, stdout=open(log, "ab"), stderr=subprocess.STDOUT, start_new_session=True
     )
-    r: dict = {"server_cmd": cmd, "rounds": []}
+    r: dict = {"server_cmd": cmd, "sampling": body, "runs": []}
     try:
         r["ready_s"] = wait_ready(port, 600, alive=lambda: server.poll() is None)
         r["server_info"] = get_json(port, "/server_info")
-        prompts = export_prompts(base, limit, OUTPUTS / "h200-ceiling")
+        r["warmup"] = bench_serving(s, base, port, requests_file, min(300, limit), "warmup")
         for i in range(rounds):
-            r["rounds"].append(ceiling_round(s, base, port, i, prompts, limit))
+            for who in ("kit", "bench") if i % 2 == 0 else ("bench", "kit"):
+                flush_cache(port)
+                run = (
+                    kit_round(s, port, i, limit)
+                    if who == "kit"
+                    else bench_serving(s, base, port, requests_file, limit, i)
+                )
+                r["runs"].append({"round": i, "who": who, **run})
         r["running_req_max"] = running_req_max(log)
     finally:
         stop(server)
-    r["offline"] = offline(s, params, prompts, limit)
+    native = {k: v for k, v in body.items() if k in NATIVE_SAMPLING}
+    native.update({"sampling_seed": body["seed"]} if "seed" in body else {})
+    r["offline"] = offline(s, params, rendered, limit, native)
+    r["summary"] = ceiling_summary(r)
     return r
 
 
-def ceiling_round(s: Session, base, port: int, i: int, prompts: Path, limit: int) -> dict:
+NATIVE_SAMPLING = ("temperature", "top_p", "top_k", "min_p", "repetition_penalty", "presence_penalty",
+                   "frequency_penalty", "stop")  # fmt: skip
+"""The request fields SGLang's offline engine takes under the same names (the seed: sampling_seed)."""
+
+
+def request_body(params) -> dict:
+    """The fields the kit's stage 3 sends with every request (kit.engines.request_fields, and the
+    seed the loop adds per sample when the params set one)."""
+    from kit.engines.request_fields import run_request_fields
+
+    body = run_request_fields(params)
+    if params.generate.sampling.seed is not None:
+        body["seed"] = params.generate.sampling.seed
+    return body
+
+
+def ceiling_summary(r: dict) -> dict:
+    """Output tok/s of each run and the kit's ratios to bench_serving (same round) and offline."""
+    kit = {x["round"]: x.get("output_tok_s") for x in r["runs"] if x["who"] == "kit"}
+    bench = {x["round"]: x.get("output_tok_s") for x in r["runs"] if x["who"] == "bench"}
+    offline = ((r.get("offline") or {}).get("result") or {}).get("output_throughput")
+    out: dict = {"kit": kit, "bench_serving": bench, "offline": offline}
+    out["kit_over_bench"] = {i: round(k / bench[i], 3) for i, k in kit.items() if k and bench.get(i)}
+    out["kit_over_offline"] = {i: round(k / offline, 3) for i, k in kit.items() if k and offline}
+    return out
+
+
+def flush_cache(port: int) -> None:
+    """SGLang's POST /flush_cache: every run starts with an empty prefix cache."""
+    req = urllib.request.Request(f"http://127.0.0.1:{port}/flush_cache", data=b"", method="POST")
+    with contextlib.suppress(Exception), urllib.request.urlopen(req, timeout=30):
+        pass
+
+
+def kit_round(s: Session, port: int, i: int, limit: int) -> dict:
+    """`kit generate` (flavor external) on the server; output tok/s over its generating time."""
+    import pyarrow.parquet as pq
+
     run = f"h200-ceiling-kit-{i}"
     s.touched.add(run)
     shutil.rmtree(OUTPUTS / run, ignore_errors=True)
@@ -382,55 +439,88 @@ def ceiling_round(s: Session, base, port: int, i: int, prompts: Path, limit: int
     kit["cpu_s"] = round((t1.children_user - t0.children_user) + (t1.children_system - t0.children_system), 2)
     manifest = OUTPUTS / run / "manifest.json"
     kit["manifest"] = json.loads(manifest.read_text()) if manifest.is_file() else None
-    bench_file = OUTPUTS / "h200-ceiling" / f"bench_serving-{i}.jsonl"
-    capacity = (kit["manifest"] or {}).get("engine_capacity") or 256
+    parts = sorted((OUTPUTS / run / "generations").glob("part-*.parquet"))
+    tokens = sum(
+        sum(v or 0 for v in pq.read_table(f, columns=["completion_tokens"]).column(0).to_pylist())
+        for f in parts
+    )
+    seconds = (kit["manifest"] or {}).get("generating_s")
+    kit["output_tokens"] = tokens
+    kit["output_tok_s"] = round(tokens / seconds, 1) if seconds else None
+    return kit
+
+
+def bench_serving(s: Session, base, port: int, requests_file: Path, limit: int, i) -> dict:
+    """SGLang's own client on the same requests (its `openai` dataset: messages, tools, sampling as
+    the kit sends them), as many in flight as the kit read the engine's capacity to be, EOS respected."""
+    out = OUTPUTS / "h200-ceiling" / f"bench_serving-{i}.jsonl"
+    info = get_json(port, "/server_info") or {}
+    capacity = info.get("max_running_requests") or 256
     rc, wall, text = s.run([
         sys.executable, "-m", "sglang.bench_serving", "--backend", "sglang-oai-chat",
-        "--base-url", f"http://127.0.0.1:{port}",
-        "--dataset-name", "sharegpt", "--dataset-path", str(prompts),
-        "--num-prompts", str(limit), "--sharegpt-output-len", "256", "--max-concurrency", str(capacity),
-        "--tokenizer", str(base.model.path), "--output-file", str(bench_file), "--disable-tqdm",
-        "--temperature", "0.7", "--top-p", "0.95",
+        "--base-url", f"http://127.0.0.1:{port}", "--dataset-name", "openai",
+        "--dataset-path", str(requests_file), "--num-prompts", str(limit),
+        "--max-concurrency", str(capacity), "--disable-ignore-eos", "--tokenizer", str(base.model.path),
+        "--output-file", str(out), "--disable-tqdm",
     ], 400, "bench_serving")  # fmt: skip
-    bench = json.loads(bench_file.read_text().splitlines()[-1]) if bench_file.is_file() else None
-    return {
-        "kit": kit,
-        "bench_serving": {"rc": rc, "wall_s": round(wall, 1), "result": bench, "tail": text[-1500:]},
-    }
+    result = json.loads(out.read_text().splitlines()[-1]) if out.is_file() else None
+    tok_s = (result or {}).get("output_throughput")
+    return {"rc": rc, "wall_s": round(wall, 1), "output_tok_s": tok_s, "result": result, "tail": text[-1500:]}
 
 
-def offline(s: Session, params, prompts: Path, limit: int) -> dict:
-    """`bench_offline_throughput`: SGLang's engine in-process, the same prompts, flags and lengths."""
+def offline(s: Session, params, rendered: Path, limit: int, body: dict) -> dict:
+    """`bench_offline_throughput`: SGLang's engine in-process (no HTTP), cold, the same flags, the
+    prompts as the server renders them, the same sampling, EOS respected."""
     eng = params.engine
     result = OUTPUTS / "h200-ceiling" / "bench_offline.jsonl"
     cmd = [
         sys.executable, "-m", "sglang.bench_offline_throughput", "--model-path", str(params.model.path),
         "--load-format", "dummy", "--attention-backend", str(eng.attention_backend),
         "--mem-fraction-static", str(eng.mem_fraction_static),
-        "--max-running-requests", str(eng.max_running_requests),
-        "--cuda-graph-max-bs", str(eng.cuda_graph_max_bs), "--context-length", str(eng.context_length),
-        "--dataset-name", "sharegpt", "--dataset-path", str(prompts), "--num-prompts", str(limit),
-        "--sharegpt-output-len", "256", "--apply-chat-template", "--result-filename", str(result),
-        *eng.extra_args,
+        *(["--max-running-requests", str(eng.max_running_requests)] if eng.max_running_requests else []),
+        "--context-length", str(eng.context_length),
+        "--dataset-name", "sharegpt", "--dataset-path", str(rendered), "--num-prompts", str(limit),
+        "--sharegpt-output-len", str(params.generate.sampling.max_tokens), "--disable-ignore-eos",
+        "--extra-request-body", json.dumps(body), "--result-filename", str(result), *eng.extra_args,
     ]  # fmt: skip
     rc, wall, text = s.run(cmd, 400, "bench_offline")
     res = json.loads(result.read_text().splitlines()[-1]) if result.is_file() else None
     return {"rc": rc, "wall_s": round(wall, 1), "result": res, "tail": text[-1500:]}
 
 
-def export_prompts(params, limit: int, where: Path) -> Path:
-    """The plan's first `limit` prompts as a ShareGPT file for SGLang's benchmarks (system + user text)."""
+def export_prompts(params, limit: int, where: Path, body: dict) -> tuple[Path, Path]:
+    """The plan's first `limit` prompts: as the kit's requests (OpenAI JSONL: messages, tools, max_tokens
+    and sampling, for bench_serving's `openai` dataset), and rendered by the model's chat template as
+    the server renders them (ShareGPT, for the offline engine, which takes text)."""
     import pandas as pd
+    from transformers import AutoTokenizer
 
-    plan = pd.read_parquet(OUTPUTS / params.run / "prompts.parquet")
-    rows = []
-    for messages in plan["messages"].head(limit):
-        msgs = json.loads(messages) if isinstance(messages, str) else list(messages)
-        text = "\n\n".join(str(m["content"]) for m in msgs if m["role"] in ("system", "user"))
-        rows.append({"conversations": [{"from": "human", "value": text}, {"from": "gpt", "value": "ok ok"}]})
-    path = where / "prompts.sharegpt.json"
-    path.write_text(json.dumps(rows))
-    return path
+    tok = AutoTokenizer.from_pretrained(str(params.model.path))
+    plan = pd.read_parquet(OUTPUTS / params.run / "prompts.parquet").head(limit)
+    requests, rendered = [], []
+    for row in plan.to_dict("records"):
+        msgs = json.loads(row["messages"]) if isinstance(row["messages"], str) else list(row["messages"])
+        tools = row.get("tools")
+        tools = (
+            json.loads(tools)
+            if isinstance(tools, str) and tools
+            else (list(tools) if tools is not None and len(tools) else None)
+        )
+        req = {"messages": msgs, "max_tokens": params.generate.sampling.max_tokens, **body}
+        if tools:
+            req["tools"] = tools
+        requests.append(json.dumps(req))
+        kwargs = body.get("chat_template_kwargs") or {}
+        text = tok.apply_chat_template(
+            msgs, tools=tools, add_generation_prompt=True, tokenize=False, **kwargs
+        )
+        rendered.append(
+            {"conversations": [{"from": "human", "value": text}, {"from": "gpt", "value": "ok ok"}]}
+        )
+    requests_file, rendered_file = where / "requests.openai.jsonl", where / "prompts.rendered.sharegpt.json"
+    requests_file.write_text("\n".join(requests) + "\n")
+    rendered_file.write_text(json.dumps(rendered))
+    return requests_file, rendered_file
 
 
 def faults(s: Session, limit: int = 1200) -> dict:
