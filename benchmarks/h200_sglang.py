@@ -295,7 +295,8 @@ def mtp27(s: Session) -> dict:
         "run": run,
         "model": {"path": str(SHAPES / "qwen3.6-27b")},
         "engine": {**over, "extra_args": extra, "speculative": {"algorithm": "MTP"}},
-        "decide": {"spec_steps": [3], "repetitions": 1, "time_budget_s": round(budget - 80), "crash_restarts": 1},
+        "decide": {"spec_steps": [3], "repetitions": 1, "time_budget_s": round(budget - 80),
+                   "crash_restarts": 1},
     })  # fmt: skip
     return {"decide": s.kit("decide", params, budget)}
 
@@ -495,17 +496,18 @@ def export_prompts(params, limit: int, where: Path, body: dict) -> tuple[Path, P
     import pandas as pd
     from transformers import AutoTokenizer
 
+    from kit.prompts.plan import build_plan
+
     tok = AutoTokenizer.from_pretrained(str(params.model.path))
-    plan = pd.read_parquet(OUTPUTS / params.run / "prompts.parquet").head(limit)
+    planned = where / "plan"
+    if not (planned / "prompts.parquet").is_file():  # the plan stage 3 makes from the same params
+        planned.mkdir(parents=True, exist_ok=True)
+        build_plan(params.data, Path(params.model.path), planned / "prompts.parquet", planned / "plan.json")
+    plan = pd.read_parquet(planned / "prompts.parquet").head(limit)
     requests, rendered = [], []
     for row in plan.to_dict("records"):
         msgs = json.loads(row["messages"]) if isinstance(row["messages"], str) else list(row["messages"])
-        tools = row.get("tools")
-        tools = (
-            json.loads(tools)
-            if isinstance(tools, str) and tools
-            else (list(tools) if tools is not None and len(tools) else None)
-        )
+        tools = json.loads(row["tools"]) if isinstance(row.get("tools"), str) and row["tools"] else None
         req = {"messages": msgs, "max_tokens": params.generate.sampling.max_tokens, **body}
         if tools:
             req["tools"] = tools
