@@ -281,7 +281,8 @@ def mtp27(s: Session) -> dict:
     layers, one MTP layer): plain against MTP k=3 (`--speculative-algorithm EAGLE` over the model's
     own MTP layer, topk 1, 4 draft tokens, the cookbook's setting), random weights, so accept length
     ~1: the pure cost of MTP on this architecture. 55 GB of weights: the servers run one at a time."""
-    run = "h200-sglang-qwen3.6-27b"
+    backend = os.environ.get("H200_BACKEND")  # another attention backend than the params file's
+    run = "h200-sglang-qwen3.6-27b" + (f"-{backend}" if backend else "")
     s.touched.add(run)
     # what the call's --budget leaves (the fifth session's last call had 230 s: cut before a level;
     # three starts here (plain 175 s the first time, its graphs' kernels compiled; MTP; plain again
@@ -294,7 +295,8 @@ def mtp27(s: Session) -> dict:
     params = derived(run, {
         "run": run,
         "model": {"path": str(SHAPES / "qwen3.6-27b")},
-        "engine": {**over, "extra_args": extra, "speculative": {"algorithm": "MTP"}},
+        "engine": {**over, "extra_args": extra, "speculative": {"algorithm": "MTP"},
+                   **({"attention_backend": backend} if backend else {})},
         "decide": {"spec_steps": [3], "repetitions": 1, "time_budget_s": round(budget - 80),
                    "crash_restarts": 1},
     })  # fmt: skip
