@@ -205,6 +205,31 @@ def test_hermes_prompts_get_tool_calls_naming_a_listed_tool(model, tokenizer, tm
     assert sum(valid) >= 7, outs
 
 
+def test_the_demo_params_give_the_models_answers_room(model, tokenizer, tmp_path) -> None:
+    """The demo's max_tokens against the answers the model writes to the demo's sources, thinking on
+    (the demo's default): at least 90% end within the budget (at 64, half were cut and `kit export`
+    dropped them), and the budget leaves the prompts the demo plans their room in the context."""
+    import torch
+    import yaml
+
+    folder = Path(__file__).resolve().parent.parent / "params"
+    params = [yaml.safe_load((folder / name).read_text()) for name in ("demo.yaml", "demo-vllm.yaml")]
+    budget = min(p["generate"]["sampling"]["max_tokens"] for p in params)
+    for p in params:
+        room = model.config.max_position_embeddings
+        assert p["data"]["max_prompt_tokens"] + p["generate"]["sampling"]["max_tokens"] <= room
+    sources = {s["adapter"] for p in params for s in p["data"]["sources"]}
+    prompts = [p for source in sorted(sources) for p in fixture_prompts(tmp_path, source, 3)]
+    texts = [render(tokenizer, m, tools=t) for m, t in prompts]
+    tokenizer.padding_side = "left"
+    batch = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False)
+    torch.manual_seed(0)
+    out = model.generate(**batch, max_new_tokens=budget, do_sample=True, temperature=0.7, top_p=0.95)
+    answers = out[:, batch["input_ids"].shape[1] :]
+    ended = (answers == tokenizer.eos_token_id).any(dim=1)
+    assert ended.float().mean() >= 0.9, tokenizer.batch_decode(answers[~ended])
+
+
 # --- the real vLLM: the parsers the chat template calls for, then none -----------------------------
 
 
