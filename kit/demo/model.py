@@ -2,7 +2,7 @@
 
 `ensure_demo_model(path)` trains a byte-level BPE tokenizer with Qwen3's chat template and
 reasoning / tool-call tags (see kit.demo.tokenizer) and a ~0.5M-parameter Qwen3 model on a
-generated chat corpus (see kit.demo.corpus) for about a minute of CPU time. Its completions
+generated chat corpus (see kit.demo.corpus) in about 80 s of one CPU core. Its completions
 read like words and follow Qwen3's shapes: a `<think>` block first when thinking is on,
 `<tool_call>` JSON when the request offers tools, so real engines' reasoning and tool-call
 parsers have something to parse. It saves as an ordinary Hugging Face model directory that
