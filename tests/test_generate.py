@@ -34,10 +34,10 @@ MARGIN = {"max_prompt_tokens": 1024}
 (SLOW's 96 new tokens fit beside any of them). The fixture files' ordinary prompts reach ~810 tokens
 with the demo tokenizer; each planted long one, 1 row in 50, is past 2,000. Without a limit the plans
 of MID_RUN and LONGER hold three of those (2,056, 2,057 and 2,646 tokens), written off before sending
-as `context_overflow`: two within 0.5% of the context, on one side of it or the other as the
-tokenizer's merges fall, and a prompt sent with too little room is refused by a transformers that
-checks (5.25: HTTP 400), which before the session's first row is a failure to retry, not a final one:
-the run ends incomplete. With MARGIN the plan examines further rows instead, and nothing is written off."""
+as `context_overflow` in every run: two within 0.5% of the context, where a few tokens more or less
+(another tokenizer build, another chat template) decide whether a prompt is written off by the kit or
+sent to an engine that may refuse it (transformers from 5.25: HTTP 400). Tests of restarts must not
+hang on that: with MARGIN the plan examines further rows instead, and nothing is written off."""
 CONTEXT = 2048
 
 
