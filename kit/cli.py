@@ -246,12 +246,16 @@ def export(
 def demo_assets(
     root: Annotated[Path, typer.Option(help="where to build them")] = Path(".cache/demo"),
 ) -> None:
-    """Build the embedded demo model and the fixture data (no download)."""
-    from kit.demo.fixtures import write_fixtures
-    from kit.demo.model import ensure_demo_model
+    """Build the embedded demo model and the fixture data (no download); print the sha256 of the model
+    and tokenizer files, which the model folder's marker records (the same on every build)."""
+    from kit.demo.fixtures import ensure_demo_fixtures
+    from kit.demo.model import MARKER, ensure_demo_model, read_marker
 
-    typer.echo(f"model: {ensure_demo_model(root / 'model')}")
-    typer.echo(f"data: {root / 'data'} ({len(write_fixtures(root / 'data'))} sources)")
+    model = ensure_demo_model(root / "model")
+    typer.echo(f"model: {model} (sha256 recorded in {MARKER})")
+    for name, digest in (read_marker(model) or {}).get("files", {}).items():
+        typer.echo(f"  {digest}  {name}")
+    typer.echo(f"data: {root / 'data'} ({len(ensure_demo_fixtures(root / 'data'))} sources)")
 
 
 @app.command("model-shape")

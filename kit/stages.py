@@ -26,7 +26,7 @@ import pandas as pd
 
 from kit.artifacts import Decision, Manifest, ProbeReport
 from kit.decide.apply import apply_decision
-from kit.demo.fixtures import write_fixtures
+from kit.demo.fixtures import ensure_demo_fixtures
 from kit.demo.model import ensure_demo_model
 from kit.engines.flavors import flavor, server_env
 from kit.engines.launcher import discover
@@ -83,10 +83,9 @@ def _ensure_model(params: RunParams) -> None:
 
 
 def _ensure_demo_data(params: RunParams) -> None:
-    """Write the fixture datasets where `data.demo_fixtures` points, when none are there yet."""
-    where = params.data.demo_fixtures
-    if where is not None and not any(Path(where).glob("*.jsonl")):
-        write_fixtures(Path(where))
+    """Write the fixture datasets where `data.demo_fixtures` points, unless the current ones are there."""
+    if params.data.demo_fixtures is not None:
+        ensure_demo_fixtures(Path(params.data.demo_fixtures))
 
 
 ARTIFACTS = {"probe": "probe", "decide": "decision", "generate": "manifest", "analyse": "summary"}

@@ -1,6 +1,8 @@
 """The embedded demo model speaks Qwen3's shapes: think blocks, Hermes tool calls, its chat template.
 
-Fast tests check the tokenizer and the chat template; sampling tests check that the trained
+Its build is deterministic: the files match the hashes its marker recorded, and two short builds in
+two processes with other thread settings give the same bytes. Fast tests check the tokenizer and
+the chat template; sampling tests check that the trained
 model writes well-formed `<think>` blocks and `<tool_call>` JSON on the fixture prompts (seeded);
 the slow tests send the same greedy requests to the real vLLM with the reasoning and tool-call
 parsers the chat template calls for, then without parsers, and check what comes back (and what
@@ -10,8 +12,13 @@ the kit's client reads from the same answers, plain and streamed).
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
+import os
 import re
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import httpx
@@ -20,6 +27,7 @@ from engines import vllm_engine
 
 from kit.demo import fixture_text as text
 from kit.demo.fixtures import is_long, write_fixtures
+from kit.demo.model import MARKER, read_marker, verify_demo_model
 from kit.demo.tokenizer import MARKUP_TOKENS
 from kit.prompts.adapters import get_adapter
 
@@ -39,6 +47,46 @@ def tokenizer(demo_model):
 
 def render(tokenizer, messages, **kwargs) -> str:
     return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True, **kwargs)
+
+
+# --- the build: recorded hashes, the same bytes every time ---------------------------------------
+
+
+def sha256_of(path: Path) -> dict[str, str]:
+    return {f.name: hashlib.sha256(f.read_bytes()).hexdigest() for f in path.iterdir() if f.name != MARKER}
+
+
+def test_the_build_records_the_hashes_of_its_files(demo_model, tmp_path) -> None:
+    recorded = read_marker(demo_model)["files"]
+    assert {"model.safetensors", "tokenizer.json", "config.json", "tokenizer_config.json"} <= set(recorded)
+    assert recorded == sha256_of(demo_model) and verify_demo_model(demo_model) == []
+    copy = shutil.copytree(demo_model, tmp_path / "model")
+    weights = bytearray((copy / "model.safetensors").read_bytes())
+    weights[-1] ^= 1
+    (copy / "model.safetensors").write_bytes(weights)
+    assert [p.split(":")[0] for p in verify_demo_model(copy)] == ["model.safetensors"]
+
+
+BUILD = (
+    "import sys; from kit.demo.model import ensure_demo_model; "
+    "ensure_demo_model(sys.argv[1], train_steps=4, quiet=True)"
+)
+
+
+@pytest.mark.slow
+def test_two_builds_in_two_processes_give_the_same_bytes(tmp_path) -> None:
+    """Short builds (4 steps: every part of a build, tokenizer, corpus, init and training, in little
+    time), side by side, one with torch's default threads and one told to use two."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    settings = [{}, {"OMP_NUM_THREADS": "2", "TOKENIZERS_PARALLELISM": "true"}]
+    builds = [
+        subprocess.Popen([sys.executable, "-c", BUILD, str(tmp_path / f"m{i}")], env=env | extra)
+        for i, extra in enumerate(settings)
+    ]
+    assert [b.wait(timeout=300) for b in builds] == [0, 0]
+    first, second = (tmp_path / "m0", tmp_path / "m1")
+    assert read_marker(first)["files"] == read_marker(second)["files"] == sha256_of(first)
+    assert sha256_of(second) == sha256_of(first)
 
 
 # --- tokenizer and chat template ------------------------------------------------------------------
@@ -155,6 +203,31 @@ def test_hermes_prompts_get_tool_calls_naming_a_listed_tool(model, tokenizer, tm
     answers = [(a.group(2) if a else "") if thinking else a for a in answers]
     valid = [tool_call_is_valid(a, tools) for a, (_, tools) in zip(answers, prompts, strict=True)]
     assert sum(valid) >= 7, outs
+
+
+def test_the_demo_params_give_the_models_answers_room(model, tokenizer, tmp_path) -> None:
+    """The demo's max_tokens against the answers the model writes to the demo's sources, thinking on
+    (the demo's default): at least 90% end within the budget (at 64, half were cut and `kit export`
+    dropped them), and the budget leaves the prompts the demo plans their room in the context."""
+    import torch
+    import yaml
+
+    folder = Path(__file__).resolve().parent.parent / "params"
+    params = [yaml.safe_load((folder / name).read_text()) for name in ("demo.yaml", "demo-vllm.yaml")]
+    budget = min(p["generate"]["sampling"]["max_tokens"] for p in params)
+    for p in params:
+        room = model.config.max_position_embeddings
+        assert p["data"]["max_prompt_tokens"] + p["generate"]["sampling"]["max_tokens"] <= room
+    sources = {s["adapter"] for p in params for s in p["data"]["sources"]}
+    prompts = [p for source in sorted(sources) for p in fixture_prompts(tmp_path, source, 3)]
+    texts = [render(tokenizer, m, tools=t) for m, t in prompts]
+    tokenizer.padding_side = "left"
+    batch = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False)
+    torch.manual_seed(0)
+    out = model.generate(**batch, max_new_tokens=budget, do_sample=True, temperature=0.7, top_p=0.95)
+    answers = out[:, batch["input_ids"].shape[1] :]
+    ended = (answers == tokenizer.eos_token_id).any(dim=1)
+    assert ended.float().mean() >= 0.9, tokenizer.batch_decode(answers[~ended])
 
 
 # --- the real vLLM: the parsers the chat template calls for, then none -----------------------------

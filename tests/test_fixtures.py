@@ -1,4 +1,5 @@
-"""Synthetic fixtures: real schemas, deterministic bytes, planted duplicates, long and Chinese rows."""
+"""Synthetic fixtures: real schemas, deterministic bytes, planted duplicates, long and Chinese rows;
+the demo's fixture folder gives each demo source its count."""
 
 from __future__ import annotations
 
@@ -7,8 +8,18 @@ from pathlib import Path
 
 import datasets
 import pytest
+import yaml
 
-from kit.demo.fixtures import SOURCES, duplicate_of, is_chinese, is_duplicate, is_long, write_fixtures
+from kit.demo.fixtures import (
+    DEMO_ROWS_PER_SOURCE,
+    SOURCES,
+    duplicate_of,
+    ensure_demo_fixtures,
+    is_chinese,
+    is_duplicate,
+    is_long,
+    write_fixtures,
+)
 
 N = 60
 COLUMNS = {
@@ -84,3 +95,39 @@ def test_long_rows_and_chinese_rows(files: dict[str, Path]) -> None:
     for r in zh:
         human = [t["value"] for t in r["conversations"] if t["from"] == "human"]
         assert all(any("\u4e00" <= ch <= "\u9fff" for ch in text) for text in human)
+
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@pytest.mark.parametrize("params_file", ["demo.yaml", "demo-vllm.yaml"])
+def test_the_demo_fixtures_give_every_demo_source_its_count(params_file, demo_model, tmp_path) -> None:
+    """The demo's sources, planned as the demo plans them (its filters, its prompt limit, the demo
+    model's tokenizer) from the fixture files the demo writes: every count met, no warning."""
+    from kit.params import DataParams
+    from kit.prompts.plan import build_plan
+
+    data = yaml.safe_load((REPO / "params" / params_file).read_text())["data"]
+    files = ensure_demo_fixtures(tmp_path / "data")
+    for source in data["sources"]:
+        source["data_files"] = [str(files[source["adapter"]])]
+    data["demo_fixtures"] = str(tmp_path / "data")
+    out = (tmp_path / "p.parquet", tmp_path / "plan.json")
+    plan = build_plan(DataParams.model_validate(data), demo_model, *out, progress=False)
+    assert plan.warnings == []
+    counts = {s["name"]: s["count"] for s in data["sources"]}
+    assert plan.table.set_index("source")["kept"].to_dict() == counts
+    assert plan.table["dropped_language"].sum() > 0 and plan.table["dropped_duplicate"].sum() > 0
+
+
+def test_demo_fixtures_are_rewritten_only_when_written_with_other_settings(tmp_path) -> None:
+    old = write_fixtures(tmp_path, rows_per_source=24)  # as a kit before the marker wrote them
+    (tmp_path / "mine.jsonl").write_text('{"prompt": "kept"}\n')
+    files = ensure_demo_fixtures(tmp_path)
+    assert files == old and len(_rows(files["metamathqa"])) == DEMO_ROWS_PER_SOURCE
+    again = write_fixtures(tmp_path / "fresh", rows_per_source=DEMO_ROWS_PER_SOURCE)
+    assert all(files[name].read_bytes() == again[name].read_bytes() for name in SOURCES)
+    stamps = {name: files[name].stat().st_mtime_ns for name in SOURCES}
+    assert ensure_demo_fixtures(tmp_path) == files
+    assert {name: files[name].stat().st_mtime_ns for name in SOURCES} == stamps
+    assert (tmp_path / "mine.jsonl").read_text() == '{"prompt": "kept"}\n'

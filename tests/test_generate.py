@@ -29,6 +29,16 @@ LONGER = {s: 10 for s in ("infinity_instruct", "webinstructsub", "codefeedback",
 # Eight at once: 25 requests leave 8 in flight and more queued when the first shard lands (3 rows).
 MID_RUN = {s: 5 for s in LONGER}
 SLOW = {"shard_rows": 3, "shard_seconds": 2, "concurrency": 1, "sampling": {"max_tokens": 96, "seed": 0}}
+MARGIN = {"max_prompt_tokens": 1024}
+"""Prompts planned with a clear margin: at most 1,024 tokens, half the demo model's context of 2,048
+(SLOW's 96 new tokens fit beside any of them). The fixture files' ordinary prompts reach ~810 tokens
+with the demo tokenizer; each planted long one, 1 row in 50, is past 2,000. Without a limit the plans
+of MID_RUN and LONGER hold three of those (2,056, 2,057 and 2,646 tokens), written off before sending
+as `context_overflow` in every run: two within 0.5% of the context, where a few tokens more or less
+(another tokenizer build, another chat template) decide whether a prompt is written off by the kit or
+sent to an engine that may refuse it (transformers from 5.25: HTTP 400). Tests of restarts must not
+hang on that: with MARGIN the plan examines further rows instead, and nothing is written off."""
+CONTEXT = 2048
 
 
 def _sigint_default() -> None:
@@ -86,7 +96,7 @@ def test_kill9_at_several_points_then_resume_exactly_once(write_params):
     lock does not block the next run. The kills come one request at a time (slow enough to land
     mid-run); the resume that finishes the run sends 8 at once (concurrency is no part of the rows'
     identity), so the forty-odd rows left take seconds, not minutes."""
-    params_file = write_params("kill", counts=LONGER, generate=SLOW)
+    params_file = write_params("kill", counts=LONGER, generate=SLOW, data=MARGIN)
     folder = RunFolder(load_params(params_file).run_dir)
     for new_shards in (1, 2):
         proc = kit_generate(params_file)
@@ -122,9 +132,8 @@ def test_kill9_at_several_points_then_resume_exactly_once(write_params):
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     ids = rows_of(folder)
     manifest = json.loads(folder.manifest.read_text())
-    permanent = failed_ids(folder)
-    assert len(ids) == len(set(ids)), "an id was written twice"
-    assert set(ids) | permanent == planned_ids(folder), "an id is missing"
+    assert_planned_with_margin(folder)
+    assert_exactly_once(folder)
     assert manifest["complete"] and manifest["rows"] == len(ids) and len(ids) > done_before
 
 
@@ -134,16 +143,22 @@ def server_processes(kit_pid: int) -> list[psutil.Process]:
     return [p for p in procs if "serve" in " ".join(p.cmdline()) and "reaper.py" not in " ".join(p.cmdline())]
 
 
+def assert_planned_with_margin(folder: RunFolder, max_tokens: int = 96) -> None:
+    """Every planned prompt and its new tokens fill at most half the context."""
+    longest = max(pq.read_table(folder.prompts, columns=["prompt_tokens"]).column(0).to_pylist())
+    assert longest + max_tokens <= CONTEXT // 2, longest
+
+
 def assert_exactly_once(folder: RunFolder) -> None:
     ids = rows_of(folder)
     assert len(ids) == len(set(ids)), "an id was written twice"
-    assert set(ids) | failed_ids(folder) == planned_ids(folder), "an id is missing"
-    assert all(f["reason"] == "context_overflow" for f in failure_records(folder)), "a row was written off"
+    assert set(ids) == planned_ids(folder), "an id is missing"
+    assert not failure_records(folder), f"a row was written off: {failure_records(folder)}"
 
 
 def test_server_killed_mid_run_at_concurrency_8_is_restarted(write_params):
     """kill -9 of the server with 8 requests in flight: they wait for the restart and are retried."""
-    params_file = write_params("crash", counts=MID_RUN, generate={**SLOW, "concurrency": 8})
+    params_file = write_params("crash", counts=MID_RUN, generate={**SLOW, "concurrency": 8}, data=MARGIN)
     folder = RunFolder(load_params(params_file).run_dir)
     proc = kit_generate(params_file)
     wait_for(lambda: len(folder.shard_paths()) >= 1 or proc.poll() is not None, 300, "a first shard")
@@ -160,20 +175,25 @@ def test_server_killed_mid_run_at_concurrency_8_is_restarted(write_params):
 
 
 def test_frozen_server_is_noticed_and_restarted(write_params):
-    """SIGSTOP of the server, never lifted: the watchdog restarts it; no request is written off."""
+    """SIGSTOP of the server, never lifted: the watchdog restarts it; no request is written off.
+    The freeze is caught by hang_timeout_s; request_timeout_s is far above anything a loaded machine
+    takes for a request, so that a slow answer of the restarted server never counts against it."""
     params_file = write_params(
         "hang",
         counts=MID_RUN,
-        generate={**SLOW, "concurrency": 8, "request_timeout_s": 30, "hang_timeout_s": 8, "retries": 1},
+        generate={**SLOW, "concurrency": 8, "request_timeout_s": 300, "hang_timeout_s": 8, "retries": 1},
+        data=MARGIN,
     )
     folder = RunFolder(load_params(params_file).run_dir)
     proc = kit_generate(params_file)
     wait_for(lambda: len(folder.shard_paths()) >= 1 or proc.poll() is not None, 300, "a first shard")
+    assert_planned_with_margin(folder)
     frozen = server_processes(proc.pid)
     assert frozen, "no server process found under the kit"
     for p in frozen:
         p.suspend()  # SIGSTOP: the process exists, but answers nothing
-    assert proc.wait(timeout=400) == 0, params_file.with_suffix(".log").read_text()[-3000:]
+    code = proc.wait(timeout=400)
+    assert code == 0, (failure_records(folder), params_file.with_suffix(".log").read_text()[-3000:])
     manifest = json.loads(folder.manifest.read_text())
     assert manifest["server_restarts"] >= 1 and manifest["complete"]
     assert_exactly_once(folder)

@@ -8,6 +8,7 @@ very long prompts (for the token filter) and, in Infinity-Instruct, Chinese rows
 
     from kit.demo.fixtures import write_fixtures
     files = write_fixtures(Path("/tmp/fx"), rows_per_source=24)   # {"metamathqa": Path(...), ...}
+    ensure_demo_fixtures(Path(".cache/demo/data"))                 # the demo's: enough for its counts
 """
 
 from __future__ import annotations
@@ -29,6 +30,14 @@ LONG_EVERY = 50
 """Row i with i % 50 == 19 holds a very long prompt (a document of ~1,500 words)."""
 ZH_EVERY = 6
 """Infinity-Instruct row i with i % 6 == 4 is Chinese (`langdetect: zh`)."""
+
+DEMO_ROWS_PER_SOURCE = 40
+"""Rows per source of the demo's fixture files: params/demo.yaml asks 20 of a source, and what
+the plan removes of 40 rows (at most 6 Chinese, 3 planted duplicates, 1 very long) leaves 30.
+With 24, Infinity-Instruct's English rows were 17 (4 Chinese, 2 duplicates, 1 too long), and every
+demo run warned that the source gave 17 of 20."""
+DEMO_MARKER = ".kit-demo-data.json"
+"""Written last in the demo's fixture folder: the rows per source and seed its files were written with."""
 
 SOURCES = ("infinity_instruct", "webinstructsub", "codefeedback", "metamathqa", "hermes_fc", "agentinstruct")
 
@@ -66,6 +75,23 @@ def write_fixtures(out_dir: Path, rows_per_source: int = 24, seed: int = 0) -> d
         with open(path, "w", encoding="utf-8") as f:
             f.writelines(json.dumps(r, ensure_ascii=False) + "\n" for r in rows)
         paths[name] = path
+    return paths
+
+
+def ensure_demo_fixtures(out_dir: Path, rows_per_source: int = DEMO_ROWS_PER_SOURCE) -> dict[str, Path]:
+    """The demo's fixture files in `out_dir`: written when absent, or when an older kit wrote them with
+    other settings (its marker differs); other files in the folder are left alone."""
+    out_dir = Path(out_dir)
+    settings = {"rows_per_source": rows_per_source, "seed": 0}
+    marker = out_dir / DEMO_MARKER
+    paths = {name: out_dir / f"{name}.jsonl" for name in SOURCES}
+    try:
+        current = json.loads(marker.read_text()) == settings and all(p.is_file() for p in paths.values())
+    except (OSError, ValueError):
+        current = False
+    if not current:
+        paths = write_fixtures(out_dir, rows_per_source=rows_per_source)
+        marker.write_text(json.dumps(settings) + "\n")
     return paths
 
 

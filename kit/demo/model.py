@@ -2,19 +2,22 @@
 
 `ensure_demo_model(path)` trains a byte-level BPE tokenizer with Qwen3's chat template and
 reasoning / tool-call tags (see kit.demo.tokenizer) and a ~0.5M-parameter Qwen3 model on a
-generated chat corpus (see kit.demo.corpus) for about a minute of CPU time. Its completions
+generated chat corpus (see kit.demo.corpus) in about 80 s of one CPU core. Its completions
 read like words and follow Qwen3's shapes: a `<think>` block first when thinking is on,
 `<tool_call>` JSON when the request offers tools, so real engines' reasoning and tool-call
 parsers have something to parse. It saves as an ordinary Hugging Face model directory that
-`transformers serve` and vLLM load like any other. Everything is seeded; the directory is built
-in a temporary folder and renamed into place, with a marker file written last, so an
-interrupted build is simply redone.
+`transformers serve` and vLLM load like any other. Everything is seeded and deterministic (one torch
+thread, deterministic algorithms): the same code and packages build the same bytes. The directory
+is built in a temporary folder and renamed into place, with a marker file written last that records
+the sha256 of every file built and the package versions that built them (`verify_demo_model`
+checks a folder against it), so an interrupted build is simply redone.
 
     python -m kit.demo.model .cache/demo/model     # build (or reuse) the demo model
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 import sys
@@ -24,7 +27,7 @@ from pathlib import Path
 
 from kit.demo.corpus import examples, tokenizer_texts
 from kit.demo.tokenizer import train_tokenizer
-from kit.demo.training import encode, pack, train
+from kit.demo.training import TRAIN_THREADS, deterministic, encode, pack, train
 
 MARKER = ".kit-demo-model.json"
 MODEL_SHAPE = dict(
@@ -37,7 +40,7 @@ MODEL_SHAPE = dict(
     max_position_embeddings=2048,
     tie_word_embeddings=True,
 )
-VERSION = 4
+VERSION = 5
 TRAINING = dict(corpus=4000, tokenizer_examples=1500, window=384, row_length=512, batch=4, lr=5e-3)
 """Corpus size, the examples the BPE learns from (more changes its merges little and costs seconds),
 prompt window and packed row length in tokens, rows per step, peak learning rate."""
@@ -45,13 +48,40 @@ PROMPT_WEIGHT = 0.2
 """Loss weight of prompt tokens (completion tokens: 1)."""
 
 
+PACKAGES = ("torch", "transformers", "tokenizers", "safetensors")
+"""Whose versions the marker records: the bytes built are the same for the same versions."""
+
+
 def is_demo_model(path: Path) -> bool:
     """True when `path` holds a completely built demo model of the current version."""
-    marker = Path(path) / MARKER
+    return (read_marker(path) or {}).get("version") == VERSION
+
+
+def read_marker(path: Path) -> dict | None:
+    """The marker of a built demo model (version, seed, file hashes, ...), or None."""
     try:
-        return json.loads(marker.read_text()).get("version") == VERSION
+        return json.loads((Path(path) / MARKER).read_text())
     except (OSError, json.JSONDecodeError):
-        return False
+        return None
+
+
+def file_hashes(path: Path) -> dict[str, str]:
+    """sha256 of every file of a model folder but the marker, by name."""
+    files = sorted(f for f in Path(path).iterdir() if f.is_file() and f.name != MARKER)
+    return {f.name: hashlib.sha256(f.read_bytes()).hexdigest() for f in files}
+
+
+def verify_demo_model(path: Path) -> list[str]:
+    """What differs between a built demo model's files and the hashes its marker recorded (empty: none)."""
+    recorded = (read_marker(path) or {}).get("files")
+    if not recorded:
+        return [f"{Path(path) / MARKER} records no file hashes"]
+    found = file_hashes(path)
+    return [
+        f"{name}: recorded {recorded.get(name, 'absent')[:12]}, found {found.get(name, 'absent')[:12]}"
+        for name in sorted(set(recorded) | set(found))
+        if recorded.get(name) != found.get(name)
+    ]
 
 
 def ensure_demo_model(path: Path, *, train_steps: int = 400, seed: int = 0, quiet: bool = False) -> Path:
@@ -63,6 +93,7 @@ def ensure_demo_model(path: Path, *, train_steps: int = 400, seed: int = 0, quie
     with tempfile.TemporaryDirectory(prefix=".demo-model-", dir=path.parent) as tmp:
         build = Path(tmp) / "model"
         info = _build(build, train_steps=train_steps, seed=seed, quiet=quiet)
+        info["files"] = file_hashes(build)
         (build / MARKER).write_text(json.dumps(info, indent=2))
         if path.exists():
             shutil.rmtree(path)
@@ -72,11 +103,9 @@ def ensure_demo_model(path: Path, *, train_steps: int = 400, seed: int = 0, quie
 
 def _build(out: Path, *, train_steps: int, seed: int, quiet: bool) -> dict:
     """Train the tokenizer and the model on the seeded corpus and save both into `out`."""
-    import torch
     from transformers import GenerationConfig, Qwen3Config, Qwen3ForCausalLM
 
     started = time.perf_counter()
-    torch.manual_seed(seed)
     corpus = examples(TRAINING["corpus"], seed)
     tokenizer = train_tokenizer(
         tokenizer_texts(corpus[: TRAINING["tokenizer_examples"]]), individual_digits=True
@@ -91,9 +120,11 @@ def _build(out: Path, *, train_steps: int, seed: int, quiet: bool) -> dict:
         bos_token_id=None,
         **MODEL_SHAPE,
     )
-    model = Qwen3ForCausalLM(config)
-    loss = train(model, inputs, weights, steps=train_steps, seed=seed, batch=TRAINING["batch"],
-                 lr=TRAINING["lr"], desc="training demo model", quiet=quiet)  # fmt: skip
+    config._attn_implementation = "sdpa"  # fixed, not whatever this install would pick
+    with deterministic(seed):
+        model = Qwen3ForCausalLM(config).float()
+        loss = train(model, inputs, weights, steps=train_steps, seed=seed, batch=TRAINING["batch"],
+                     lr=TRAINING["lr"], desc="training demo model", quiet=quiet)  # fmt: skip
     model.eval()
     model.save_pretrained(out, safe_serialization=True)
     tokenizer.save_pretrained(out)
@@ -107,7 +138,18 @@ def _build(out: Path, *, train_steps: int, seed: int, quiet: bool) -> dict:
         "final_loss": round(loss, 4),
         "build_seconds": round(time.perf_counter() - started, 1),
         "parameters": sum(p.numel() for p in model.parameters()),
+        "threads": TRAIN_THREADS,
+        "packages": {name: _version(name) for name in PACKAGES},
     }
+
+
+def _version(package: str) -> str | None:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(package)
+    except PackageNotFoundError:
+        return None
 
 
 if __name__ == "__main__":
