@@ -59,6 +59,25 @@ def test_model_path_missing(tmp_path: Path):
     assert_clear_error(kit("generate", str(f)), "no-such-model does not exist", "model.demo: true")
 
 
+def test_missing_inputs_stop_the_command_before_the_demo_model_is_trained(tmp_path: Path):
+    """A copied demo params file with a wrong data path: one message naming every missing input, exit
+    2, and no demo model trained where its paths point (the copy once trained one)."""
+    f = tmp_path / "p.yaml"
+    f.write_text(
+        "model: {path: cache/model, demo: true}\ndata: {sources: ["
+        "{name: a, adapter: prompt_column, dataset: json, data_files: [a.jsonl]},"
+        f"{{name: b, adapter: prompt_column, dataset: parquet, data_files: [{tmp_path / 'b.parquet'}]}}]}}\n"
+    )
+    done = kit("generate", str(f))
+    assert_clear_error(
+        done,
+        f"{f}: paths that are not where they should be:",
+        f"data.sources[0].data_files[0]: {tmp_path.resolve() / 'a.jsonl'} does not exist",
+        f"data.sources[1].data_files[0]: {tmp_path / 'b.parquet'} does not exist",
+    )
+    assert "demo model" not in done.stderr and not (tmp_path / "cache").exists()
+
+
 def test_model_path_not_a_model(tmp_path: Path):
     (tmp_path / "empty").mkdir()
     f = tmp_path / "p.yaml"

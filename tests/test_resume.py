@@ -152,10 +152,13 @@ def test_damaged_state_between_runs_is_set_aside_and_rebuilt(write_params, tmp_p
     engine = {"flavor": "sglang", "startup_timeout_s": 120, "env": {"PYTHONPATH": str(FAKE)}}
     gen = {"concurrency": 4, "shard_rows": 5, "sampling": {"max_tokens": 64, "seed": 0}}
 
-    # A plan that fails (a missing file) binds the folder to nothing: the corrected params run.
-    broken = write_params("damaged", data={"sources": [source(tmp_path / "nowhere.jsonl")]}, engine=engine)
+    # A plan that fails (an empty file: a missing one stops the params as they load) binds the folder
+    # to nothing: the corrected params run.
+    (tmp_path / "empty.jsonl").write_text("")
+    broken = write_params("damaged", data={"sources": [source(tmp_path / "empty.jsonl")]}, engine=engine)
     failed = kit_generate(broken)
-    assert failed.returncode == 2 and "nowhere.jsonl" in failed.stderr and "Traceback" not in failed.stderr
+    assert failed.returncode == 2 and "empty.jsonl is empty" in failed.stderr
+    assert "Traceback" not in failed.stderr
     params_file = write_params("damaged", data={"sources": [source(data)]}, engine=engine, generate=gen)
     folder = RunFolder(load_params(params_file).run_dir)
     first = kit_generate(params_file)
