@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -9,6 +10,7 @@ from pathlib import Path
 import pytest
 
 KIT = [sys.executable, "-m", "kit.cli"]
+REPO = Path(__file__).resolve().parent.parent
 
 
 def kit(*args: str) -> subprocess.CompletedProcess:
@@ -135,3 +137,38 @@ def test_an_output_dir_that_is_a_file_is_a_message(tmp_path: Path, write_params)
     blocker.write_text("x")
     done = kit("generate", str(write_params("blocked", output_dir=str(blocker))))
     assert_clear_error(done, f"{blocker} is a file, not a folder", "output_dir")
+
+
+def test_version_names_the_package_and_the_checkout():
+    from kit import __version__
+
+    done = kit("--version")
+    assert done.returncode == 0 and done.stderr == "", done.stderr
+    head = subprocess.run(
+        ["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True, text=True
+    ).stdout.strip()
+    assert done.stdout.startswith(f"kit {__version__} (git {head}")
+
+
+def test_help_reads_as_users_know_it_at_80_columns():
+    """Usage `kit generate [OPTIONS] PARAMS`, flags without a `<bool>` beside them or a `--no-` twin,
+    and every option's name whole in an 80-column terminal."""
+    import typer.main
+
+    from kit.cli import app
+
+    group = typer.main.get_command(app)
+    env = {**os.environ, "COLUMNS": "80", "TERM": "dumb"}
+    for name, command in group.commands.items():
+        done = subprocess.run([*KIT, name, "--help"], capture_output=True, text=True, env=env, timeout=120)
+        assert done.returncode == 0, done.stderr
+        text = done.stdout
+        assert "<bool>" not in text and "…" not in text and "--no-" not in text.replace("--no-browser", "")
+        for option in (o for p in command.params for o in p.opts if o.startswith("--")):
+            assert option in text, (name, option)
+        arguments = [p for p in command.params if p.param_type_name == "argument"]
+        usage = next(line for line in text.splitlines() if "Usage:" in line)
+        assert "{" not in usage, usage
+        for p in arguments:
+            assert (p.metavar if p.required else f"[{p.metavar}]") in usage, usage
+    assert "Usage: python -m kit.cli generate [OPTIONS] PARAMS" in kit("generate", "--help").stdout
