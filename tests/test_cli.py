@@ -172,3 +172,27 @@ def test_help_reads_as_users_know_it_at_80_columns():
         for p in arguments:
             assert (p.metavar if p.required else f"[{p.metavar}]") in usage, usage
     assert "Usage: python -m kit.cli generate [OPTIONS] PARAMS" in kit("generate", "--help").stdout
+
+
+def test_report_files_are_readable_as_the_umask_says(tmp_path: Path):
+    """`kit report` writes its pages through the atomic writer: mode 0666 less the umask, as any
+    file the user writes (mkstemp alone made them 0600)."""
+    import nbformat
+    from test_analyse_fixture import build_run
+
+    run = build_run(tmp_path / "run")
+    run.notebooks.mkdir(parents=True, exist_ok=True)
+    nb = nbformat.v4.new_notebook()
+    nb.cells.append(nbformat.v4.new_markdown_cell("# Stage 4"))
+    nbformat.write(nb, run.notebooks / "04_analyse_outputs.ipynb")
+    for umask, mode in ((0o022, 0o644), (0o027, 0o640)):
+        done = subprocess.run(
+            [*KIT, "report", str(run.root)],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            preexec_fn=lambda umask=umask: os.umask(umask),
+        )
+        assert done.returncode == 0, done.stderr[-2000:]
+        files = [p for p in (run.root / "report").rglob("*") if p.is_file()]
+        assert files and {p.name: p.stat().st_mode & 0o777 for p in files} == {p.name: mode for p in files}
