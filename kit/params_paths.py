@@ -31,6 +31,16 @@ if TYPE_CHECKING:
 
 LOCAL_BUILDERS = ("json", "parquet", "csv", "text")
 """`dataset` values whose data_files are local files (datasets' packaged builders)."""
+FIXTURE_SOURCES = (
+    "infinity_instruct",
+    "webinstructsub",
+    "codefeedback",
+    "metamathqa",
+    "hermes_fc",
+    "agentinstruct",
+)
+"""The sources whose fixture files (`<source>.jsonl`) kit.demo.fixtures writes in `data.demo_fixtures`
+(named here: the params are checked without importing kit.demo)."""
 
 
 def _relative(value: Path | None) -> bool:
@@ -72,9 +82,7 @@ def _fixture(params: RunParams, base: Path, path: Path) -> bool:
 def _data_file_problems(params: RunParams, base: Path) -> list[str]:
     """One line per glob pattern of a local source that matches no file, and per file named in
     `data.demo_fixtures` that is none of the fixture files the kit writes there."""
-    from kit.demo.fixtures import SOURCES  # kit.demo.fixtures imports kit.params
-
-    fixture_names = {f"{name}.jsonl" for name in SOURCES}
+    fixture_names = {f"{name}.jsonl" for name in FIXTURE_SOURCES}
     problems = []
     for i, source in enumerate(params.data.sources):
         if source.dataset not in LOCAL_BUILDERS:

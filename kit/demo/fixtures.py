@@ -22,6 +22,7 @@ from typing import Any
 from kit.demo import fixture_text as text
 from kit.demo.fixture_text import between, pick
 from kit.params import SourceParams
+from kit.params_paths import FIXTURE_SOURCES
 
 DUP_EVERY = 12
 """Row i with i % 12 == 11 repeats the prompt of row i - 5 (i - 6 when that one is long)."""
@@ -30,7 +31,8 @@ LONG_EVERY = 50
 ZH_EVERY = 6
 """Infinity-Instruct row i with i % 6 == 4 is Chinese (`langdetect: zh`)."""
 
-SOURCES = ("infinity_instruct", "webinstructsub", "codefeedback", "metamathqa", "hermes_fc", "agentinstruct")
+SOURCES = FIXTURE_SOURCES
+"""The six seed sources, one fixture file each (`<source>.jsonl`)."""
 
 
 def is_duplicate(i: int) -> bool:

@@ -25,8 +25,9 @@ from pathlib import Path
 from kit.demo.corpus import examples, tokenizer_texts
 from kit.demo.tokenizer import train_tokenizer
 from kit.demo.training import encode, pack, train
+from kit.modelshape import DEMO_MARKER
 
-MARKER = ".kit-demo-model.json"
+MARKER = DEMO_MARKER
 MODEL_SHAPE = dict(
     hidden_size=128,
     intermediate_size=384,

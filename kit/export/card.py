@@ -24,8 +24,8 @@ from datasets.info import DatasetInfosDict
 from huggingface_hub import DatasetCard, DatasetCardData
 
 from kit.artifacts import Decision, Manifest
-from kit.demo.model import MARKER as DEMO_MARKER
 from kit.export.drops import RULES
+from kit.modelshape import DEMO_MARKER
 from kit.params import RunParams
 
 SIZE_CATEGORIES = [
