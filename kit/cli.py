@@ -5,6 +5,7 @@ kit probe|decide|generate|analyse params/demo.yaml
 kit report outputs/demo               # re-render the HTML report of a run
 kit lab outputs/demo                  # JupyterLab on the run's notebooks (they open, not re-run)
 kit demo-assets                       # build the embedded demo model, its draft and fixture data
+kit --version                         # the kit's version (and a checkout's git commit)
 
 `kit --help` loads typer and the light modules imported below only: each command imports what it
 needs (stages, params, run folder, notebooks, report) when it runs (README, "Deferred imports").
@@ -20,19 +21,93 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
+from typer.core import TyperCommand, TyperGroup
 
 from kit.asyncrun import stop_signal_received, stop_signals
 from kit.errors import DISK_FULL, KitError, RunFolderError, disk_full_message
 from kit.progress import SafeStream
 
+
+class _PlainHelp:
+    """`--help` shown as the plain flag it is (typer shows a type, `<bool>`, beside every flag)."""
+
+    def get_help_option(self, ctx: typer.Context) -> Any:
+        option = super().get_help_option(ctx)  # type: ignore[misc]
+        if option is not None:
+            option.metavar = ""
+        return option
+
+
+class KitGroup(_PlainHelp, TyperGroup):
+    """The `kit` group, its `--help` a plain flag."""
+
+
+class KitCommand(_PlainHelp, TyperCommand):
+    """A command whose usage line reads as users know it, `kit generate [OPTIONS] PARAMS`: an
+    argument by its metavar, bare when required, [bracketed] when not (typer writes `{params}`)."""
+
+    def collect_usage_pieces(self, ctx: typer.Context) -> list[str]:
+        pieces = [self.options_metavar] if self.options_metavar else []
+        for param in self.get_params(ctx):
+            if param.param_type_name != "argument":
+                pieces += param.get_usage_pieces(ctx)
+                continue
+            name = param.metavar or (param.name or "").upper()
+            name = name if param.required else f"[{name}]"
+            pieces.append(name + ("..." if param.nargs != 1 else ""))
+        return pieces
+
+
 app = typer.Typer(
-    add_completion=False, no_args_is_help=True, help="Batch inference and the MTP decision, stage by stage."
+    cls=KitGroup,
+    add_completion=False,
+    no_args_is_help=True,
+    help="Batch inference and the MTP decision, stage by stage.",
 )
-ParamsArg = Annotated[Path, typer.Argument(help="params YAML file, e.g. params/demo.yaml")]
-RunOpt = Annotated[str | None, typer.Option("--run", help="run name (default: the one in the params file)")]
+
+
+def command(name: str | None = None, **kwargs: Any) -> Any:
+    """`app.command` with `KitCommand`."""
+    return app.command(name, cls=KitCommand, **kwargs)
+
+
+def flag(*names: str, help: str) -> Any:
+    """A plain on/off flag (`--fresh`): no `--no-` twin, no type shown, no default printed."""
+    return typer.Option(*names, help=help, metavar="", show_default=False)
+
+
+ParamsArg = Annotated[Path, typer.Argument(metavar="PARAMS", help="params YAML file, e.g. params/demo.yaml")]
+RunDirArg = Annotated[Path, typer.Argument(metavar="RUN_DIR", help="a run folder, e.g. outputs/demo")]
+RunOpt = Annotated[
+    str | None, typer.Option("--run", metavar="NAME", help="run name (default: the one in the params file)")
+]
+
+
+def _show_version(value: bool) -> None:
+    if value:
+        from kit.version import version_text
+
+        typer.echo(version_text())
+        raise typer.Exit()
+
+
+@app.callback()
+def _kit(
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version",
+            callback=_show_version,
+            is_eager=True,
+            metavar="",
+            help="print the kit's version and exit",
+        ),
+    ] = False,
+) -> None:
+    """Batch inference and the MTP decision, stage by stage."""
 
 
 def _load(path: Path, run: str | None):
@@ -58,12 +133,13 @@ def _silence(stream: object) -> None:
         os.dup2(devnull, stream.fileno())  # type: ignore[attr-defined]
 
 
-@app.command()
+@command()
 def run(
     params: ParamsArg,
     run: RunOpt = None,
     stages: Annotated[
-        str | None, typer.Option(help="comma-separated subset: probe,decide,generate,analyse")
+        str | None,
+        typer.Option(metavar="STAGES", help="comma-separated subset: probe,decide,generate,analyse"),
     ] = None,
 ) -> None:
     """Execute the stage notebooks headless into outputs/<run>/notebooks/ and render the report;
@@ -87,7 +163,7 @@ def run(
         raise typer.Exit(EXIT_INCOMPLETE)
 
 
-@app.command()
+@command()
 def probe(params: ParamsArg, run: RunOpt = None) -> None:
     """Stage 1: probe GPUs, the engine's environment and the model directory (probe.json).
 
@@ -103,7 +179,7 @@ def probe(params: ParamsArg, run: RunOpt = None) -> None:
         raise typer.Exit(NO_GO_EXIT_CODE)
 
 
-@app.command()
+@command()
 def decide(params: ParamsArg, run: RunOpt = None) -> None:
     """Stage 2: measured sweep plus cost model; decide on speculative decoding (decision.json)."""
     from kit import stages as st
@@ -112,16 +188,16 @@ def decide(params: ParamsArg, run: RunOpt = None) -> None:
     _print({k: decision.get(k) for k in ("arm", "engine_settings", "reasons")})
 
 
-@app.command()
+@command()
 def generate(
     params: ParamsArg,
     run: RunOpt = None,
-    fresh: Annotated[bool, typer.Option(help="archive this run's earlier outputs and start anew")] = False,
+    fresh: Annotated[bool, flag("--fresh", help="archive this run's earlier outputs and start anew")] = False,
     shard: Annotated[
-        str | None, typer.Option(help="static shard I/N of the prompt set (merge by id)")
+        str | None, typer.Option(metavar="I/N", help="static shard I/N of the prompt set (merge by id)")
     ] = None,
     retry_failures: Annotated[
-        bool, typer.Option(help="also retry prompts the server rejected before")
+        bool, flag("--retry-failures", help="also retry prompts the server rejected before")
     ] = False,
 ) -> None:
     """Stage 3: plan the prompts and generate every completion; rerun to resume.
@@ -137,7 +213,7 @@ def generate(
     raise typer.Exit(manifest.exit_code)
 
 
-@app.command()
+@command()
 def analyse(params: ParamsArg, run: RunOpt = None) -> None:
     """Stage 4: summary.json and figures for a run's outputs."""
     from kit import stages as st
@@ -146,10 +222,10 @@ def analyse(params: ParamsArg, run: RunOpt = None) -> None:
     _print({k: summary.get(k) for k in ("rows", "failures", "gaps", "figures") if k in summary})
 
 
-@app.command()
+@command()
 def report(
-    run_dir: Annotated[Path, typer.Argument(help="a run folder, e.g. outputs/demo")],
-    show_code: Annotated[bool, typer.Option(help="keep code cells in the HTML")] = False,
+    run_dir: RunDirArg,
+    show_code: Annotated[bool, flag("--show-code", help="keep code cells in the HTML")] = False,
 ) -> None:
     """Render a run's executed notebooks to self-contained HTML (report/index.html)."""
     from kit.report import render_report
@@ -157,12 +233,14 @@ def report(
     typer.echo(f"report: {render_report(run_dir, hide_code=not show_code)}")
 
 
-@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+@command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
 def lab(
     ctx: typer.Context,
-    run_dir: Annotated[Path, typer.Argument(help="a run folder, e.g. outputs/demo")],
-    port: Annotated[int | None, typer.Option(help="port (default: 8888 or the next free)")] = None,
-    browser: Annotated[bool, typer.Option(help="open a browser tab (--no-browser on a remote box)")] = True,
+    run_dir: RunDirArg,
+    port: Annotated[
+        int | None, typer.Option(metavar="PORT", help="port (default: 8888 or the next free)")
+    ] = None,
+    no_browser: Annotated[bool, flag("--no-browser", help="open no browser tab (on a remote box)")] = False,
 ) -> None:
     """Open JupyterLab on a run's notebooks: run again there, each opens the artifacts the run left
     (no engine started); set `rerun = True` in a notebook's parameters to redo its stage. Options
@@ -173,7 +251,7 @@ def lab(
     where = prepare_lab(RunFolder(run_dir.resolve()))
     cmd = [sys.executable, "-m", "jupyterlab", f"--ServerApp.root_dir={where}"]
     cmd += [f"--port={port}"] if port else []
-    cmd += [] if browser else ["--no-browser"]
+    cmd += ["--no-browser"] if no_browser else []
     cmd += ["--allow-root"] if os.geteuid() == 0 else []  # containers and cloud boxes often run as root
     cmd += list(ctx.args)
     typer.echo(f"JupyterLab on {where} (Ctrl-C to stop)")
@@ -181,11 +259,13 @@ def lab(
         raise typer.Exit(subprocess.call(cmd))
 
 
-@app.command()
+@command()
 def compare(
-    run_a: Annotated[Path, typer.Argument(help="first run folder, e.g. outputs/plain")],
-    run_b: Annotated[Path, typer.Argument(help="second run folder, e.g. outputs/mtp")],
-    out: Annotated[Path | None, typer.Option(help="folder for the overlaid figures (PNG)")] = None,
+    run_a: Annotated[Path, typer.Argument(metavar="RUN_A", help="first run folder, e.g. outputs/plain")],
+    run_b: Annotated[Path, typer.Argument(metavar="RUN_B", help="second run folder, e.g. outputs/mtp")],
+    out: Annotated[
+        Path | None, typer.Option(metavar="DIR", help="folder for the overlaid figures (PNG)")
+    ] = None,
 ) -> None:
     """Two runs side by side (e.g. the MTP and the plain arm): a table of differences, figures."""
     from kit.analyse import compare_runs
@@ -200,22 +280,34 @@ def compare(
     typer.echo(f"figures: {out}")
 
 
-@app.command("export")
+@command("export")
 def export(
-    run_dir: Annotated[Path, typer.Argument(help="a run folder, e.g. outputs/demo")],
+    run_dir: RunDirArg,
     to: Annotated[
-        Path, typer.Option("--to", help="the dataset folder to write (must not exist, or be empty)")
+        Path,
+        typer.Option("--to", metavar="DIR", help="the dataset folder to write (must not exist, or be empty)"),
     ],
     drop: Annotated[
-        str, typer.Option(help="rules that move a row to `rejected`, comma-separated (docs/export.md)")
+        str,
+        typer.Option(
+            metavar="RULES", help="rules that move a row to `rejected`, comma-separated (docs/export.md)"
+        ),
     ] = "default",
-    fmt: Annotated[str, typer.Option("--format", help="messages | raw | openai_batch")] = "messages",
+    fmt: Annotated[
+        str, typer.Option("--format", metavar="FORMAT", help="messages | raw | openai_batch")
+    ] = "messages",
     reasoning: Annotated[
-        str, typer.Option(help="field (reasoning_content) | inline (<think> block)")
+        str, typer.Option(metavar="WHERE", help="field (reasoning_content) | inline (<think> block)")
     ] = "field",
-    allow_incomplete: Annotated[bool, typer.Option(help="export an unfinished run's rows")] = False,
-    overwrite: Annotated[bool, typer.Option(help="replace --to once the export has succeeded")] = False,
-    push: Annotated[str | None, typer.Option(help="then upload the folder to this Hub dataset repo")] = None,
+    allow_incomplete: Annotated[
+        bool, flag("--allow-incomplete", help="export an unfinished run's rows")
+    ] = False,
+    overwrite: Annotated[
+        bool, flag("--overwrite", help="replace --to once the export has succeeded")
+    ] = False,
+    push: Annotated[
+        str | None, typer.Option(metavar="REPO", help="then upload the folder to this Hub dataset repo")
+    ] = None,
 ) -> None:
     """A run as training data: train / rejected parquet splits and a dataset card (README.md) that
     `datasets.load_dataset(DIR)` opens, or an OpenAI batch output file (`--format openai_batch`)."""
@@ -242,9 +334,9 @@ def export(
         typer.echo(f"pushed: {push_folder(result.folder, push)}")
 
 
-@app.command("demo-assets")
+@command("demo-assets")
 def demo_assets(
-    root: Annotated[Path, typer.Option(help="where to build them")] = Path(".cache/demo"),
+    root: Annotated[Path, typer.Option(metavar="DIR", help="where to build them")] = Path(".cache/demo"),
 ) -> None:
     """Build the embedded demo model and the fixture data (no download); print the sha256 of the model
     and tokenizer files, which the model folder's marker records (the same on every build)."""
@@ -258,12 +350,12 @@ def demo_assets(
     typer.echo(f"data: {root / 'data'} ({len(ensure_demo_fixtures(root / 'data'))} sources)")
 
 
-@app.command("model-shape")
+@command("model-shape")
 def model_shape(
-    name: Annotated[str, typer.Argument(help="the shape to write (see --list)")] = "",
-    out: Annotated[Path | None, typer.Argument(help="the folder to write it in")] = None,
-    list_shapes: Annotated[bool, typer.Option("--list", help="list the shapes and stop")] = False,
-    force: Annotated[bool, typer.Option(help="replace a shape-only folder that is there")] = False,
+    name: Annotated[str, typer.Argument(metavar="NAME", help="the shape to write (see --list)")] = "",
+    out: Annotated[Path | None, typer.Argument(metavar="DIR", help="the folder to write it in")] = None,
+    list_shapes: Annotated[bool, flag("--list", help="list the shapes and stop")] = False,
+    force: Annotated[bool, flag("--force", help="replace a shape-only folder that is there")] = False,
 ) -> None:
     """Write a shape-only model folder (a real config.json and a tokenizer, no weights): SGLang and vLLM
     serve it with random weights, at the real model's speed and memory (text meaningless)."""
@@ -287,7 +379,7 @@ def model_shape(
     typer.echo(f"{path}: shape {name}, no weights; set {where} to it and serve it with sglang or vllm")
 
 
-@app.command()
+@command()
 def adapters() -> None:
     """List the dataset adapters the prompt plan can use."""
     from kit.prompts.adapters import adapter_names

@@ -36,6 +36,10 @@ from kit.arch import arch_from_config
 MARKER = "kit_shape.json"
 """The file that marks a folder as shape only (its content says which shape, and why no weights)."""
 MEANING = "shape only: timings real, text meaningless"
+DEMO_MARKER = ".kit-demo-model.json"
+"""The file kit.demo.model writes last in the demo model's folder (its version, seed, loss): named
+here, beside the shape marker, so that runtime code (the dataset card) knows a kit-made model
+without importing kit.demo."""
 
 CHATML = (
     "{%- for message in messages %}"

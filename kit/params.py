@@ -2,9 +2,9 @@
 
 Relative paths in a params file are resolved against the directory that holds the file, so
 `params/demo.yaml` can say `model: {path: ../.cache/demo/model}` and work from any working
-directory (the shell, JupyterLab's `notebooks/`, papermill). A relative input that does not exist,
-or a folder to make that would start a new tree at the filesystem root, is refused with the key
-named (kit.params_paths).
+directory (the shell, JupyterLab's `notebooks/`, papermill). Every input path that does not exist
+(relative or absolute), and a folder to make that would start a new tree at the filesystem root,
+is refused with its key named, all of them in one error (kit.params_paths).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from kit.engines.flavors import FLAVORS
 from kit.errors import ParamsError
-from kit.params_paths import relative_path_problems
+from kit.params_paths import path_problems
 
 
 class _Strict(BaseModel):
@@ -458,10 +458,12 @@ class _UniqueKeyLoader(yaml.SafeLoader):
         return super().construct_mapping(node, deep=deep)
 
 
-def load_params(path: str | Path, run: str | None = None) -> RunParams:
+def load_params(path: str | Path, run: str | None = None, *, check_paths: bool = True) -> RunParams:
     """Read and validate a params file; `run` overrides the run name in it.
 
-    Raises `ParamsError` naming the file and every bad key with what is allowed.
+    Raises `ParamsError` naming the file and every bad key with what is allowed, and (`check_paths`)
+    every input path that does not exist (kit.params_paths), before anything is built or launched.
+    A run folder's saved copy is read without that check: its inputs may have moved since it ran.
     """
     path = Path(path).expanduser()
     if not path.is_file():
@@ -484,7 +486,7 @@ def load_params(path: str | Path, run: str | None = None) -> RunParams:
     except ValidationError as e:
         problems = "\n  - ".join(_describe(err, RunParams) for err in e.errors())
         raise ParamsError(f"{path}: invalid params:\n  - {problems}") from None
-    if problems := relative_path_problems(params, path.resolve().parent):
+    if check_paths and (problems := path_problems(params, path.resolve().parent)):
         raise ParamsError(
             f"{path}: " + "\n  - ".join(["paths that are not where they should be:", *problems])
         )
@@ -496,7 +498,7 @@ def saved_params(path: Path) -> RunParams | None:
     """The params a run folder saved (its params.yaml), or None when it is absent or no longer valid
     (an earlier kit's, with a key this one does not know): a view then says what it cannot tell."""
     try:
-        return load_params(path)
+        return load_params(path, check_paths=False)
     except ParamsError:
         return None
 

@@ -26,9 +26,12 @@ R = TypeVar("R", bound=Record)
 
 @contextmanager
 def atomic_path(target: Path) -> Iterator[Path]:
-    """Yield a temporary path next to `target`; on success rename it over `target`."""
+    """Yield a temporary path next to `target`; on success rename it over `target`. The file gets the
+    mode any file the user writes gets (0666 less the umask): mkstemp makes it 0600, which left
+    reports and results unreadable to a colleague or a web server."""
     target.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    os.fchmod(fd, 0o666 & ~current_umask())
     os.close(fd)
     tmp_path = Path(tmp)
     try:
@@ -38,6 +41,20 @@ def atomic_path(target: Path) -> Iterator[Path]:
         os.replace(tmp_path, target)
     finally:
         tmp_path.unlink(missing_ok=True)
+
+
+def current_umask() -> int:
+    """The process's umask, read from /proc where Linux gives it (setting it to read it back, the
+    only other way, would race with other threads creating files)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 def write_text_atomic(target: Path, text: str) -> None:

@@ -27,7 +27,7 @@ import pandas as pd
 from kit.artifacts import Decision, Manifest, ProbeReport
 from kit.decide.apply import apply_decision
 from kit.demo.fixtures import ensure_demo_fixtures
-from kit.demo.model import ensure_demo_model
+from kit.demo.model import build_notice, ensure_demo_model
 from kit.engines.flavors import flavor, server_env
 from kit.engines.launcher import discover
 from kit.engines.parsers import chat_template
@@ -73,6 +73,8 @@ def save_params(params: RunParams, folder: RunFolder) -> None:
 def _ensure_model(params: RunParams) -> None:
     path = Path(params.model.path)
     if params.model.demo:
+        if notice := build_notice(path, params.source_file):
+            log.info(notice)
         ensure_demo_model(path)
     elif flavor(params.engine.flavor).started and not (path / "config.json").is_file():
         what = "does not exist" if not path.exists() else "has no config.json"

@@ -11,6 +11,7 @@ from kit.demo.fixture_text import AGENT_INSTRUCTIONS
 from kit.demo.fixtures import SOURCES, write_fixtures
 from kit.errors import DataError
 from kit.prompts import adapter_names, get_adapter
+from kit.prompts.adapters import sharegpt_prompt, tools_in_one_place
 
 N = 24
 
@@ -58,12 +59,21 @@ def test_infinity_maps_roles_and_cuts_last_assistant(rows: dict[str, list[dict]]
     assert multi, "fixtures should hold multi-turn rows"
 
 
-def test_hermes_keeps_system_prompt_and_tools(rows: dict[str, list[dict]]) -> None:
+def without_listing(system: str) -> str:
+    """The Hermes system prompt without its `<tools>` block of schemas, cut by hand."""
+    before, _, rest = system.partition("<tools>\n")
+    return (before + rest.partition("\n</tools>")[2]).strip()
+
+
+def test_hermes_keeps_system_prompt_without_its_tool_listing_and_tools(rows: dict[str, list[dict]]) -> None:
     adapt = get_adapter("hermes_fc")
     ends_with_tool = 0
     for i, row in enumerate(rows["hermes_fc"]):
         out = adapt(row, i)
-        assert out.messages[0] == {"role": "system", "content": row["conversations"][0]["value"]}
+        system = row["conversations"][0]["value"]
+        assert out.messages[0] == {"role": "system", "content": without_listing(system)}
+        assert "<tools></tools> XML tags" in out.messages[0]["content"] and "<tool_call>" in system
+        assert out.messages[1:] == sharegpt_prompt(row["conversations"])[0][1:]
         assert json.loads(out.tools) == json.loads(row["tools"])
         assert out.source_row_id == row["id"]
         ends_with_tool += out.messages[-1]["role"] == "tool"
@@ -147,3 +157,31 @@ def test_bad_tools_json_is_a_data_error() -> None:
     row = {"id": "a", "conversations": [{"from": "human", "value": "Q"}], "tools": "{not json"}
     with pytest.raises(DataError, match="tools is not valid JSON"):
         get_adapter("hermes_fc")(row, 0, "fc")
+
+
+def test_the_chat_template_renders_each_tool_schema_once(rows: dict[str, list[dict]], demo_model) -> None:
+    """The engine's prompt: the demo model's chat template (Qwen3's tool block) over what the adapter
+    sends; the source's system prompt as it was would list every schema a second time."""
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(demo_model)
+    for i, row in enumerate(rows["hermes_fc"]):
+        out, tools = get_adapter("hermes_fc")(row, i), json.loads(row["tools"])
+        as_sent = tok.apply_chat_template(
+            out.messages, tools=tools, tokenize=False, add_generation_prompt=True
+        )
+        as_source = sharegpt_prompt(row["conversations"])[0]
+        before = tok.apply_chat_template(as_source, tools=tools, tokenize=False, add_generation_prompt=True)
+        for tool in tools:
+            schema = json.dumps(tool["function"]["parameters"])
+            assert as_sent.count(schema) == 1 and before.count(schema) == 2, tool["function"]["name"]
+
+
+def test_tools_in_one_place_leaves_rows_without_tools_and_other_system_text() -> None:
+    listing = 'Use them well.\n<tools>\n[{"type": "function"}]\n</tools>\nAnswer in French.'
+    msgs = [{"role": "system", "content": listing}, {"role": "user", "content": "<tools>x</tools>"}]
+    assert tools_in_one_place(msgs, None) == msgs  # no tools passed: the listing is the only one
+    kept = tools_in_one_place(msgs, '[{"type": "function"}]')
+    assert kept == [{"role": "system", "content": "Use them well.\n\nAnswer in French."}, msgs[1]]
+    only = [{"role": "system", "content": "<tools>[1]</tools>"}, msgs[1]]
+    assert tools_in_one_place(only, "[1]") == [msgs[1]]  # a system prompt that was only the listing

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -9,6 +10,7 @@ from pathlib import Path
 import pytest
 
 KIT = [sys.executable, "-m", "kit.cli"]
+REPO = Path(__file__).resolve().parent.parent
 
 
 def kit(*args: str) -> subprocess.CompletedProcess:
@@ -57,6 +59,25 @@ def test_model_path_missing(tmp_path: Path):
     f = tmp_path / "p.yaml"
     f.write_text("model: {path: no-such-model}\n")
     assert_clear_error(kit("generate", str(f)), "no-such-model does not exist", "model.demo: true")
+
+
+def test_missing_inputs_stop_the_command_before_the_demo_model_is_trained(tmp_path: Path):
+    """A copied demo params file with a wrong data path: one message naming every missing input, exit
+    2, and no demo model trained where its paths point (the copy once trained one)."""
+    f = tmp_path / "p.yaml"
+    f.write_text(
+        "model: {path: cache/model, demo: true}\ndata: {sources: ["
+        "{name: a, adapter: prompt_column, dataset: json, data_files: [a.jsonl]},"
+        f"{{name: b, adapter: prompt_column, dataset: parquet, data_files: [{tmp_path / 'b.parquet'}]}}]}}\n"
+    )
+    done = kit("generate", str(f))
+    assert_clear_error(
+        done,
+        f"{f}: paths that are not where they should be:",
+        f"data.sources[0].data_files[0]: {tmp_path.resolve() / 'a.jsonl'} does not exist",
+        f"data.sources[1].data_files[0]: {tmp_path / 'b.parquet'} does not exist",
+    )
+    assert "demo model" not in done.stderr and not (tmp_path / "cache").exists()
 
 
 def test_model_path_not_a_model(tmp_path: Path):
@@ -116,3 +137,62 @@ def test_an_output_dir_that_is_a_file_is_a_message(tmp_path: Path, write_params)
     blocker.write_text("x")
     done = kit("generate", str(write_params("blocked", output_dir=str(blocker))))
     assert_clear_error(done, f"{blocker} is a file, not a folder", "output_dir")
+
+
+def test_version_names_the_package_and_the_checkout():
+    from kit import __version__
+
+    done = kit("--version")
+    assert done.returncode == 0 and done.stderr == "", done.stderr
+    head = subprocess.run(
+        ["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True, text=True
+    ).stdout.strip()
+    assert done.stdout.startswith(f"kit {__version__} (git {head}")
+
+
+def test_help_reads_as_users_know_it_at_80_columns():
+    """Usage `kit generate [OPTIONS] PARAMS`, flags without a `<bool>` beside them or a `--no-` twin,
+    and every option's name whole in an 80-column terminal."""
+    import typer.main
+
+    from kit.cli import app
+
+    group = typer.main.get_command(app)
+    env = {**os.environ, "COLUMNS": "80", "TERM": "dumb"}
+    for name, command in group.commands.items():
+        done = subprocess.run([*KIT, name, "--help"], capture_output=True, text=True, env=env, timeout=120)
+        assert done.returncode == 0, done.stderr
+        text = done.stdout
+        assert "<bool>" not in text and "…" not in text and "--no-" not in text.replace("--no-browser", "")
+        for option in (o for p in command.params for o in p.opts if o.startswith("--")):
+            assert option in text, (name, option)
+        arguments = [p for p in command.params if p.param_type_name == "argument"]
+        usage = next(line for line in text.splitlines() if "Usage:" in line)
+        assert "{" not in usage, usage
+        for p in arguments:
+            assert (p.metavar if p.required else f"[{p.metavar}]") in usage, usage
+    assert "Usage: python -m kit.cli generate [OPTIONS] PARAMS" in kit("generate", "--help").stdout
+
+
+def test_report_files_are_readable_as_the_umask_says(tmp_path: Path):
+    """`kit report` writes its pages through the atomic writer: mode 0666 less the umask, as any
+    file the user writes (mkstemp alone made them 0600)."""
+    import nbformat
+    from test_analyse_fixture import build_run
+
+    run = build_run(tmp_path / "run")
+    run.notebooks.mkdir(parents=True, exist_ok=True)
+    nb = nbformat.v4.new_notebook()
+    nb.cells.append(nbformat.v4.new_markdown_cell("# Stage 4"))
+    nbformat.write(nb, run.notebooks / "04_analyse_outputs.ipynb")
+    for umask, mode in ((0o022, 0o644), (0o027, 0o640)):
+        done = subprocess.run(
+            [*KIT, "report", str(run.root)],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            preexec_fn=lambda umask=umask: os.umask(umask),
+        )
+        assert done.returncode == 0, done.stderr[-2000:]
+        files = [p for p in (run.root / "report").rglob("*") if p.is_file()]
+        assert files and {p.name: p.stat().st_mode & 0o777 for p in files} == {p.name: mode for p in files}

@@ -4,9 +4,11 @@ with `datasets.load_dataset` and its card with `huggingface_hub.DatasetCard`."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import subprocess
 import sys
+from datetime import datetime, timezone
 from pathlib import Path
 
 import datasets
@@ -18,19 +20,24 @@ from datasets.info import DatasetInfosDict
 from fixtures_outputs import NEW_SCHEMA, made_row, write_run
 from huggingface_hub import DatasetCard, DatasetCardData
 
+import kit
 from kit.artifacts import Manifest
 from kit.errors import ExportError
 from kit.export import DEFAULT_DROP, ExportOptions, export_run, parse_drop, push_folder
 from kit.params import DataParams, RunParams, dump_params
+from kit.prompts.adapters import sharegpt_prompt
 from kit.prompts.plan import build_plan
 from kit.runfolder import RunFolder
 
 REPO = Path(__file__).resolve().parent.parent
 
 
-def planned_run(root: Path, fixture_data: Path, complete: bool = True) -> tuple[RunFolder, dict[str, str]]:
+def planned_run(
+    root: Path, fixture_data: Path, complete: bool = True, refusals: tuple[int, ...] = ()
+) -> tuple[RunFolder, dict[str, str]]:
     """A run folder with a real plan of three fixture sources, rows for all prompts but two (failed),
-    one empty answer, one cut by max_tokens, one duplicate pair; the planted reason of each id."""
+    one empty answer, one cut by max_tokens, one duplicate pair, and a refusal at each of `refusals`
+    (kept: not a default rule); the planted reason of each id."""
     folder = RunFolder(root).ensure()
     sources = [
         {
@@ -61,6 +68,9 @@ def planned_run(root: Path, fixture_data: Path, complete: bool = True) -> tuple[
         elif i in (3, 4):
             rows.append(made_row(p, "the very same answer, twice over"))
             planted[p["id"]] = "duplicate" if i == 4 else "kept"
+        elif i in refusals:
+            rows.append(make_row_refusal(p, i))
+            planted[p["id"]] = "kept"
         else:
             rows.append(made_row(p, f"answer number {i} about {p['source']}"))
             planted[p["id"]] = "kept"
@@ -86,6 +96,10 @@ def planned_run(root: Path, fixture_data: Path, complete: bool = True) -> tuple[
         )
     )
     return folder, planted
+
+
+def make_row_refusal(prompt: dict, i: int) -> dict:
+    return made_row(prompt, f"I'm sorry, I cannot help with request {i}.")
 
 
 @pytest.fixture
@@ -330,3 +344,104 @@ def test_the_partitioned_dedups_keep_the_first_row_as_pandas_did(tmp_path, monke
     assert labels[codes[first]].tolist() == reason.tolist()
     assert {"duplicate", "empty", "refusal"} <= set(reason.tolist())
     assert outstanding["id"].tolist() == ["a", "b"]  # as load.outstanding_failures leaves them
+
+
+def test_the_card_says_license_origins_date_version_and_the_flags_kept(tmp_path, fixture_data) -> None:
+    """What a trainer needs of the card: the license (or that none was given), where each source came
+    from, when and with which kit, the rules applied and the rows of `train` meeting the others (here
+    two refusals, the same through the flat first pass and through stage 4's scan), the model named
+    once and without its local path."""
+    folder, planted = planned_run(tmp_path / "run", fixture_data, refusals=(5, 9))
+    out = tmp_path / "card"
+    export_run(folder.root, ExportOptions(to=out), progress=False)
+    card = DatasetCard.load(out / "README.md")
+    assert card.data.license == "unknown"
+    assert "- **License**: none was given (`export.license` is not set in the params)" in card.text
+    for s in ("webinstructsub", "metamathqa", "codefeedback"):
+        f = fixture_data / f"{s}.jsonl"
+        sha = hashlib.sha256(f.read_bytes()).hexdigest()
+        assert f"- `{s}`: local json file `{f}` (sha256 `{sha}`)" in card.text
+    today = datetime.now(timezone.utc).strftime("%Y-%m-%d")
+    assert f"- **Created**: exported {today} " in card.text and f"with kit {kit.__version__}" in card.text
+    assert "- **Model**: `model` (" in card.text and str(folder.root / "model") not in card.text
+    assert "| `refusal` | 2 | the answer matches analyse.refusal_patterns |" in card.text
+    assert "| `repeats_prompt` | 0 |" in card.text and "| `near_duplicate` | not looked for |" in card.text
+    assert "| `refusal` | 0 |" not in card.text and f"| `truncated` | {1:,} |" in card.text  # applied
+
+    near = tmp_path / "near"  # stage 4's scan, with its clusters
+    export_run(folder.root, ExportOptions(to=near, drop=(*DEFAULT_DROP, "near_duplicate")), progress=False)
+    near_card = (near / "README.md").read_text()
+    assert "| `refusal` | 2 |" in near_card and "| `near_duplicate_prompt` | 0 |" in near_card
+
+    params = RunParams(**{**yaml.safe_load(folder.params.read_text()), "export": {"license": "cc-by-4.0"}})
+    folder.params.write_text(dump_params(params))
+    licensed = tmp_path / "licensed"
+    export_run(folder.root, ExportOptions(to=licensed), progress=False)
+    card = DatasetCard.load(licensed / "README.md")
+    assert card.data.license == "cc-by-4.0" and "- **License**: `cc-by-4.0` (`export.license`" in card.text
+    assert sum(v == "kept" for v in planted.values()) == len(
+        datasets.load_dataset(str(licensed), split="train")
+    )
+
+
+def test_a_plan_without_origins_gets_them_from_the_params_and_says_so(run, tmp_path, fixture_data) -> None:
+    folder, _ = run
+    plan = json.loads(folder.plan.read_text())
+    assert set(plan["origins"]) == {"webinstructsub", "metamathqa", "codefeedback"}
+    folder.plan.write_text(json.dumps({k: v for k, v in plan.items() if k != "origins"}))  # an older plan
+    export_run(folder.root, ExportOptions(to=tmp_path / "old"), progress=False)
+    text = (tmp_path / "old" / "README.md").read_text()
+    assert "Where each source's rows came from (read at export: this run's plan.json does not record" in text
+    assert f"- `metamathqa`: local json file `{fixture_data / 'metamathqa.jsonl'}` (sha256 `" in text
+
+
+def hermes_run(root: Path, fixture_data: Path) -> RunFolder:
+    """A run of the fixture's function-calling rows: half of them as planned now (the adapter took the
+    tool listing out of the system prompt), half as a run planned before held them (the source's
+    system prompt, listing every schema), with answers that call a tool."""
+    folder = RunFolder(root).ensure()
+    source = {"name": "hermes_fc", "adapter": "hermes_fc", "dataset": "json",
+              "data_files": [str(fixture_data / "hermes_fc.jsonl")], "count": 10}  # fmt: skip
+    params = RunParams(run=root.name, model={"path": str(root / "model")}, data={"sources": [source]})
+    folder.params.write_text(dump_params(params))
+    build_plan(DataParams(sources=[source]), None, folder.prompts, folder.plan, progress=False)
+    by_id = {str(r["id"]): r for r in map(json.loads, (fixture_data / "hermes_fc.jsonl").open())}
+    rows = []
+    for i, p in enumerate(pq.read_table(folder.prompts).to_pylist()):
+        if i % 2:
+            p = {**p, "messages": sharegpt_prompt(by_id[p["source_row_id"]]["conversations"])[0]}
+        name = json.loads(p["tools"])[0]["function"]["name"]
+        rows.append(made_row(p, f'<tool_call>\n{{"name": "{name}", "arguments": {{}}}}\n</tool_call>'))
+    pq.write_table(pa.Table.from_pylist(rows, schema=NEW_SCHEMA), folder.generations / "part-00000.parquet")
+    folder.failures.write_text("")
+    folder.shard(0, 1).write_manifest(
+        Manifest(run=root.name, complete=True, status="complete", rows=len(rows))
+    )
+    return folder
+
+
+def test_function_calling_rows_reload_and_render_each_tool_list_once(
+    tmp_path, fixture_data, demo_model
+) -> None:
+    """TRL's conversational format: `messages` and `tools` (JSON text, decoded) into the chat template,
+    after a reload with `datasets`: every tool schema once, from the `tools` field, for the rows planned
+    now and for those of a run planned while the system prompt listed them too."""
+    from transformers import AutoTokenizer
+
+    folder = hermes_run(tmp_path / "run", fixture_data)
+    export_run(folder.root, ExportOptions(to=tmp_path / "fc", drop=()), progress=False)
+    tok = AutoTokenizer.from_pretrained(demo_model)
+    train = datasets.load_dataset(str(tmp_path / "fc"), split="train")
+    assert len(train) == 10
+    for row in train:
+        tools = json.loads(row["tools"])
+        text = tok.apply_chat_template(row["messages"], tools=tools, tokenize=False)
+        for tool in tools:
+            assert text.count(json.dumps(tool["function"]["parameters"])) == 1, (row["id"], tool)
+        system = next(m["content"] for m in row["messages"] if m["role"] == "system")
+        assert "<tools></tools> XML tags" in system and tools[0]["function"]["name"] not in system
+        assert row["messages"][-1]["tool_calls"][0]["function"]["name"] == tools[0]["function"]["name"]
+    assert (
+        "The offered tools are in one place, the `tools` column"
+        in (tmp_path / "fc" / "README.md").read_text()
+    )

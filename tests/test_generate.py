@@ -268,7 +268,7 @@ def test_changed_sampling_refuses_to_mix_and_fresh_archives(write_params):
         update={"generate": params.generate.model_copy(update={"sampling": sampling})}
     )
     saved = folder.params.read_text()
-    with pytest.raises(RunFolderError, match="sampling_hash.*--fresh"):
+    with pytest.raises(RunFolderError, match=r"generate\.sampling\.temperature: 0\.7 -> 0\.1\)\. .*--fresh"):
         stages.generate(changed)
     assert folder.params.read_text() == saved, "a refused run left its params as the folder's own"
     assert not folder.earlier_params()

@@ -2,11 +2,12 @@
 
 from pathlib import Path
 
+import pandas as pd
 import pytest
 from pydantic import ValidationError
 
 from kit.errors import ParamsError
-from kit.params import dump_params, load_params
+from kit.params import dump_params, load_params, saved_params
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -27,7 +28,7 @@ def test_demo_params_load_and_resolve_paths():
 
 
 def test_example_gpu_params_are_valid():
-    p = load_params(REPO / "params" / "sglang-8gpu.example.yaml")
+    p = load_params(REPO / "params" / "sglang-8gpu.example.yaml", check_paths=False)
     assert p.engine.flavor == "sglang" and p.engine.dp_size == 8
 
 
@@ -189,7 +190,7 @@ def test_relative_inputs_that_do_not_exist_are_refused_naming_the_key(tmp_path):
         ("data.sources[0].data_files[0]", "a.jsonl"),
     ):
         assert f"{key}: {tmp_path.resolve() / name} does not exist ('{name}' in the file;" in msg, key
-    assert "data_files[1]" not in msg  # a pattern is the plan's to match
+    assert f"data_files[1]: the pattern {tmp_path.resolve() / '*.jsonl'} matches no file" in msg
     (tmp_path / "no-model").mkdir()
     (tmp_path / "a.jsonl").write_text("{}\n")
     (tmp_path / "p.parquet").write_text("")
@@ -226,3 +227,85 @@ def test_replica_gpus_name_each_servers_gpus_and_a_shared_gpu_needs_a_kv_cap(tmp
         write(tmp_path, base + "replica_gpus: ['0', '0'], extra_args: [--max-total-tokens, '200000']}\n")
     )
     assert [replica_params(shared, i).engine.env["CUDA_VISIBLE_DEVICES"] for i in (0, 1)] == ["0", "0"]
+
+
+def test_every_missing_input_is_named_in_one_error_before_anything_is_built(tmp_path):
+    """Absolute paths too, every source's data files, patterns and the demo's fixture names: one
+    error lists them all when the file loads, so no demo model is trained before a data path fails."""
+    from kit.demo.fixtures import SOURCES, write_fixtures
+
+    there, model = tmp_path / "there.jsonl", tmp_path / "models" / "absent"
+    there.write_text('{"prompt": "hi"}\n')
+    f = write(
+        tmp_path,
+        f"model: {{path: {model}}}\n"
+        "engine: {speculative: {draft_model_path: /kit-t-absent/draft}}\n"
+        "data:\n  demo_fixtures: fx\n  sources:\n"
+        f"    - {{name: a, adapter: prompt_column, dataset: json, data_files: [{there}, gone.jsonl]}}\n"
+        f"    - {{name: b, adapter: prompt_column, dataset: parquet, data_files: [{tmp_path}/b.parquet]}}\n"
+        "    - {name: c, adapter: prompt_column, dataset: json, data_files: ['shards/*.jsonl']}\n"
+        "    - {name: d, adapter: hermes_fc, dataset: json,"
+        " data_files: [fx/hermes_fc.jsonl, fx/hermes.jsonl]}\n"
+        "    - {name: e, adapter: prompt_column, dataset: org/hub-set}\n",
+    )
+    with pytest.raises(ParamsError) as e:
+        load_params(f)
+    msg = str(e.value)
+    assert msg.startswith(f"{f}: paths that are not where they should be:")
+    expected = {
+        "model.path": f"{model} does not exist: correct the path, or set model.demo: true",
+        "engine.speculative.draft_model_path": "/kit-t-absent/draft does not exist",
+        "data.sources[0].data_files[1]": f"{tmp_path.resolve() / 'gone.jsonl'} does not exist ('gone.jsonl'",
+        "data.sources[1].data_files[0]": f"{tmp_path / 'b.parquet'} does not exist",
+        "data.sources[2].data_files[0]": f"the pattern {tmp_path.resolve()}/shards/*.jsonl matches no file",
+        "data.sources[3].data_files[1]": f"{tmp_path.resolve() / 'fx' / 'hermes.jsonl'} does not exist, and "
+        "data.demo_fixtures writes only agentinstruct.jsonl, codefeedback.jsonl, hermes_fc.jsonl,",
+    }
+    for key, text in expected.items():
+        assert f"{key}: {text}" in msg, key
+    assert msg.count("\n  - ") == len(expected)  # the existing file, the fixture to write, the Hub set: fine
+    assert not (tmp_path / "fx").exists() and not (tmp_path / "models").exists()  # nothing built
+
+    model.mkdir(parents=True)
+    pd.DataFrame({"prompt": ["hi"]}).to_parquet(tmp_path / "b.parquet")
+    (tmp_path / "gone.jsonl").write_text('{"prompt": "hi"}\n')
+    (tmp_path / "shards").mkdir()
+    (tmp_path / "shards" / "0.jsonl").write_text('{"prompt": "hi"}\n')
+    text = f.read_text().replace("/kit-t-absent/draft", str(model))
+    text = text.replace(", fx/hermes.jsonl", "")
+    p = load_params(write(tmp_path, text))
+    assert [s.name for s in p.data.sources] == ["a", "b", "c", "d", "e"]
+    assert set(write_fixtures(p.data.demo_fixtures)) == set(SOURCES)  # what the fixture check names
+
+
+def test_a_saved_params_file_opens_when_its_inputs_have_moved(tmp_path):
+    """A run folder's params.yaml is read back (views, export, JupyterLab) after the data moved."""
+    data = tmp_path / "a.jsonl"
+    data.write_text('{"prompt": "hi"}\n')
+    (tmp_path / "m").mkdir()
+    f = write(tmp_path, f"model: {{path: m}}\ndata: {{sources: [{{name: a, adapter: prompt_column, "
+              f"dataset: json, data_files: [{data}]}}]}}\n")  # fmt: skip
+    saved = tmp_path / "params.yaml"
+    saved.write_text(dump_params(load_params(f)))
+    data.unlink()
+    with pytest.raises(ParamsError, match="a.jsonl does not exist"):
+        load_params(saved)
+    assert saved_params(saved).data.sources[0].data_files == [data]
+
+
+def test_a_demo_model_outside_the_checkout_says_where_and_why_before_training(tmp_path, monkeypatch, caplog):
+    from kit import stages
+    from kit.demo.model import CHECKOUT_MODEL, is_demo_model
+
+    f = write(tmp_path, "output_dir: out\nmodel: {path: cache/model, demo: true}\n")
+    trained = []
+    monkeypatch.setattr(stages, "ensure_demo_model", lambda path: trained.append((path, caplog.messages[:])))
+    with caplog.at_level("INFO", logger="kit"):
+        stages.prepare(load_params(f), save=False)
+    ((path, said_before),) = trained
+    assert path == tmp_path.resolve() / "cache" / "model"
+    (line,) = [m for m in said_before if "demo model" in m]
+    assert line.startswith(f"building the demo model at {path} (model.demo: true and none there yet;")
+    assert f"model.path of {f.resolve()} points outside this checkout's {CHECKOUT_MODEL}" in line
+    assert ("point model.path there to skip this build" in line) == is_demo_model(CHECKOUT_MODEL)
+    assert CHECKOUT_MODEL == REPO / ".cache" / "demo" / "model"

@@ -152,10 +152,13 @@ def test_damaged_state_between_runs_is_set_aside_and_rebuilt(write_params, tmp_p
     engine = {"flavor": "sglang", "startup_timeout_s": 120, "env": {"PYTHONPATH": str(FAKE)}}
     gen = {"concurrency": 4, "shard_rows": 5, "sampling": {"max_tokens": 64, "seed": 0}}
 
-    # A plan that fails (a missing file) binds the folder to nothing: the corrected params run.
-    broken = write_params("damaged", data={"sources": [source(tmp_path / "nowhere.jsonl")]}, engine=engine)
+    # A plan that fails (an empty file: a missing one stops the params as they load) binds the folder
+    # to nothing: the corrected params run.
+    (tmp_path / "empty.jsonl").write_text("")
+    broken = write_params("damaged", data={"sources": [source(tmp_path / "empty.jsonl")]}, engine=engine)
     failed = kit_generate(broken)
-    assert failed.returncode == 2 and "nowhere.jsonl" in failed.stderr and "Traceback" not in failed.stderr
+    assert failed.returncode == 2 and "empty.jsonl is empty" in failed.stderr
+    assert "Traceback" not in failed.stderr
     params_file = write_params("damaged", data={"sources": [source(data)]}, engine=engine, generate=gen)
     folder = RunFolder(load_params(params_file).run_dir)
     first = kit_generate(params_file)
@@ -227,3 +230,44 @@ def test_a_full_disk_is_a_message_and_the_rerun_completes(write_params, tmp_path
     assert json.loads(folder.manifest.read_text())["rows_this_session"] < 200, (
         "rows of the first run were kept"
     )
+
+
+@pytest.mark.slow
+def test_a_refusal_over_changed_settings_names_each_setting_old_and_new(write_params, tmp_path):
+    """Not `sampling_hash: '51c1...' -> 'c3f9...'`: the params key and both values, from the
+    settings kept in `_run.json`, or for a folder made before they were kept, from its rows."""
+    data = tmp_path / "prompts.jsonl"
+    data.write_text("".join(json.dumps({"prompt": f"Question {i}?"}) + "\n" for i in range(6)))
+    engine = {"flavor": "sglang", "startup_timeout_s": 120, "env": {"PYTHONPATH": str(FAKE)}}
+    gen = {"sampling": {"max_tokens": 16, "temperature": 0.7, "seed": 0}}
+    params_file = write_params("changed", data={"sources": [source(data)]}, engine=engine, generate=gen)
+    first = kit_generate(params_file)
+    assert first.returncode == 0, first.stderr[-3000:]
+    folder = RunFolder(load_params(params_file).run_dir)
+    kept = json.loads(folder.identity.read_text())
+    assert kept["settings"]["generate.sampling.temperature"] == 0.7
+
+    hotter = {"sampling": {**gen["sampling"], "temperature": 0.9, "top_k": 20}}
+    moved = write_params(
+        "changed", data={"seed": 5, "sources": [source(data)]}, engine=engine, generate=hotter
+    )
+    refused = kit_generate(moved)
+    assert refused.returncode == 2 and "Traceback" not in refused.stderr
+    said = refused.stderr
+    for line in (
+        "generate.sampling.temperature: 0.7 -> 0.9",
+        "generate.sampling.top_k: None -> 20",
+        "data.seed: 0 -> 5",
+    ):
+        assert line in said, said
+    assert "sampling_hash" not in said and "data_hash" not in said and "max_tokens" not in said
+
+    # _run.json as a kit before this one wrote it: the rows still say what they were made with
+    folder.identity.write_text(json.dumps({k: v for k, v in kept.items() if k != "settings"}))
+    older = kit_generate(moved).stderr
+    assert (
+        "generate.sampling.temperature: 0.7 -> 0.9" in older
+        and "generate.sampling.top_k: None -> 20" in older
+    )
+    assert f"data_hash: {kept['data_hash']!r} -> " in older and "kept only its hash" in older
+    assert json.loads(folder.identity.read_text()) == {k: v for k, v in kept.items() if k != "settings"}

@@ -85,7 +85,7 @@ def example(tmp_path_factory: pytest.TempPathFactory) -> RunParams:
     """params/sglang-8gpu.example.yaml on a Qwen3.6-27B-shaped model dir with its chat template style."""
     model = qwen36_like(tmp_path_factory.mktemp("qwen36") / "model").path
     (model / "chat_template.jinja").write_text(QWEN36_TEMPLATE)
-    p = load_params(REPO / "params" / "sglang-8gpu.example.yaml")
+    p = load_params(REPO / "params" / "sglang-8gpu.example.yaml", check_paths=False)
     out = tmp_path_factory.mktemp("out")
     return p.model_copy(
         update={
@@ -169,14 +169,16 @@ def test_the_parser_refuses_what_the_kit_adapts_away(example: RunParams, launche
 def test_the_h200_params_and_a_shape_only_model_parse(launcher: Launcher, tmp_path: Path) -> None:
     """params/h200-sglang.yaml (what ran on the H200 with SGLang 0.5.16) over a shape-only folder:
     `--load-format dummy` and the sampling / grammar backends are flags SGLang's parser takes."""
+    from kit.demo.fixtures import write_fixtures
     from kit.demo.shape_model import write_shape_model
 
     shape = write_shape_model("qwen3-8b", tmp_path / "qwen3-8b")
     raw = yaml.safe_load((REPO / "params" / "h200-sglang.yaml").read_text())
     raw["model"]["path"], raw["output_dir"] = str(shape), str(tmp_path)  # where the benchmark writes it
     raw["engine"]["python"] = str(SGLANG_PYTHON)
+    data = write_fixtures(tmp_path / "data")  # the file's comment writes them before its runs
     for src in raw["data"]["sources"]:
-        src["data_files"] = [str((REPO / "params" / f).resolve()) for f in src["data_files"]]
+        src["data_files"] = [str(data[src["adapter"]])]
     (tmp_path / "h200.yaml").write_text(yaml.safe_dump(raw))
     p = load_params(tmp_path / "h200.yaml")
     plain, ngram = (

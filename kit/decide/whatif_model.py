@@ -222,7 +222,7 @@ class RunBasis:
         if not folder.params.is_file():
             raise KitError(f"{folder.params} not found: run the stages of this run first (kit run)")
         decision = required(folder.read_decision(), folder.decision)
-        params = load_params(folder.params)
+        params = load_params(folder.params, check_paths=False)
         draft = draft_for(params.decide, params.engine.speculative)
         name = speculation_label(params)
         return cls.from_decision(load_arch(params.model.path), decision, draft, name)
@@ -315,7 +315,7 @@ def band_for_run(folder: RunFolder) -> ErrorBand | None:
     if decision is None or "hardware" not in decision:
         return None
     try:
-        params = load_params(folder.params)
+        params = load_params(folder.params, check_paths=False)
         arch = load_arch(params.model.path)
         draft = draft_for(params.decide, params.engine.speculative)
     except (KitError, OSError, ValueError, KeyError, TypeError):

@@ -223,7 +223,7 @@ def worth_for_run(folder: RunFolder) -> WorthBand | None:
     """The band for a run folder (its params.yaml and decision.json), or None when the model or
     either file cannot be read (a run folder copied away from its model, a stage not run)."""
     try:
-        params, decision = load_params(folder.params), folder.read_decision()
+        params, decision = load_params(folder.params, check_paths=False), folder.read_decision()
         return None if decision is None else mtp_worth_band(params, decision)
     except (KitError, OSError, ValueError, KeyError, TypeError):
         return None

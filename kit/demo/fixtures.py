@@ -23,6 +23,7 @@ from typing import Any
 from kit.demo import fixture_text as text
 from kit.demo.fixture_text import between, pick
 from kit.params import SourceParams
+from kit.params_paths import FIXTURE_SOURCES
 
 DUP_EVERY = 12
 """Row i with i % 12 == 11 repeats the prompt of row i - 5 (i - 6 when that one is long)."""
@@ -39,7 +40,8 @@ demo run warned that the source gave 17 of 20."""
 DEMO_MARKER = ".kit-demo-data.json"
 """Written last in the demo's fixture folder: the rows per source and seed its files were written with."""
 
-SOURCES = ("infinity_instruct", "webinstructsub", "codefeedback", "metamathqa", "hermes_fc", "agentinstruct")
+SOURCES = FIXTURE_SOURCES
+"""The six seed sources, one fixture file each (`<source>.jsonl`)."""
 
 
 def is_duplicate(i: int) -> bool:

@@ -28,8 +28,9 @@ from pathlib import Path
 from kit.demo.corpus import examples, tokenizer_texts
 from kit.demo.tokenizer import train_tokenizer
 from kit.demo.training import TRAIN_THREADS, deterministic, encode, pack, train
+from kit.modelshape import DEMO_MARKER
 
-MARKER = ".kit-demo-model.json"
+MARKER = DEMO_MARKER
 MODEL_SHAPE = dict(
     hidden_size=128,
     intermediate_size=384,
@@ -46,6 +47,8 @@ TRAINING = dict(corpus=4000, tokenizer_examples=1500, window=384, row_length=512
 prompt window and packed row length in tokens, rows per step, peak learning rate."""
 PROMPT_WEIGHT = 0.2
 """Loss weight of prompt tokens (completion tokens: 1)."""
+CHECKOUT_MODEL = Path(__file__).resolve().parents[2] / ".cache" / "demo" / "model"
+"""Where this checkout's `params/demo.yaml` and `kit demo-assets` build the demo model."""
 
 
 PACKAGES = ("torch", "transformers", "tokenizers", "safetensors")
@@ -82,6 +85,22 @@ def verify_demo_model(path: Path) -> list[str]:
         for name in sorted(set(recorded) | set(found))
         if recorded.get(name) != found.get(name)
     ]
+
+
+def build_notice(path: Path, params_file: Path | None = None) -> str | None:
+    """The line to show before `ensure_demo_model(path)` trains a model (a few minutes of CPU): where,
+    and why there when it is not this checkout's `.cache/demo/model`; None when one is built already."""
+    path = Path(path)
+    if is_demo_model(path):
+        return None
+    line = f"building the demo model at {path} (model.demo: true and none there yet; a few minutes of CPU)"
+    if path.resolve() == CHECKOUT_MODEL:
+        return line
+    where = f"model.path of {params_file}" if params_file else "model.path"
+    line += f": {where} points outside this checkout's {CHECKOUT_MODEL}"
+    if is_demo_model(CHECKOUT_MODEL):
+        line += ", where one is built already: point model.path there to skip this build"
+    return line
 
 
 def ensure_demo_model(path: Path, *, train_steps: int = 400, seed: int = 0, quiet: bool = False) -> Path:

@@ -3,8 +3,11 @@
 The YAML header is made by the libraries that read it: `huggingface_hub.DatasetCardData` for the
 card's fields, `datasets.DatasetInfosDict.to_dataset_card_data` for `dataset_info` (features and
 split sizes, which `datasets.load_dataset` checks against the files), and `configs` naming each
-split's files. The body says how the data was made: model, engine, the decision, sampling,
-sources before and after filtering, each drop rule with its count, and how to load it.
+split's files. The body says how the data was made: model (named, never by a local path), engine,
+the decision, sampling, when and with which kit, the license (or that none was given), where each
+source came from (Hub commit, or local files and their sha256), sources before and after filtering,
+each drop rule with its count, the rules not applied with the rows of `train` that meet them, where
+the tools are, and how to load it.
 """
 
 from __future__ import annotations
@@ -21,6 +24,8 @@ from datasets.info import DatasetInfosDict
 from huggingface_hub import DatasetCard, DatasetCardData
 
 from kit.artifacts import Decision, Manifest
+from kit.export.drops import RULES
+from kit.modelshape import DEMO_MARKER
 from kit.params import RunParams
 
 SIZE_CATEGORIES = [
@@ -60,6 +65,15 @@ class CardFacts:
     engine: dict[str, Any] = field(default_factory=dict)
     sampling: dict[str, Any] = field(default_factory=dict)
     gaps: list[str] = field(default_factory=list)
+    origins: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """Per source, where its rows came from (plan.json's `origins`, kit.prompts.origin)."""
+    origins_note: str = ""
+    """How the origins were found, where not from the plan (an older plan.json lacks them)."""
+    kept_flags: dict[str, int | None] = field(default_factory=dict)
+    """Rows in `train` that meet a rule the export did not apply (ExportFacts.kept_flags)."""
+    created: str = ""
+    """When the export was made (UTC, ISO 8601)."""
+    kit_version: str = ""
 
 
 def stored(facts: CardFacts) -> list[str]:
@@ -112,23 +126,98 @@ def model_revision(params: RunParams | None) -> str:
     return "unknown (no config.json beside the model)"
 
 
+def model_name(params: RunParams | None, engine: dict[str, Any]) -> str:
+    """How the card names the model, never by a local path: the name it was served under, the repo
+    id of a Hub snapshot, the kit's demo model, else the model folder's name."""
+    if params is not None and params.model.served_name:
+        return params.model.served_name
+    path = Path(params.model.path if params is not None else str(engine.get("model") or "unknown"))
+    repo = next((p for p in reversed(path.parts) if p.startswith("models--")), None)
+    if repo is not None:
+        return repo.removeprefix("models--").replace("--", "/")
+    try:
+        demo = json.loads((path / DEMO_MARKER).read_text())
+    except (OSError, ValueError):
+        demo = None
+    if isinstance(demo, dict):
+        return f"kit demo model v{demo.get('version')} (a tiny model `kit demo-assets` trains)"
+    return path.name
+
+
 def _model_lines(facts: CardFacts) -> list[str]:
     params, engine = facts.params, facts.engine
-    name = engine.get("model") or (params.model.served_name if params else None)
-    if params is not None and not name:
-        name = Path(params.model.path).name
     versions = engine.get("versions") or {}
     version = ", ".join(f"{k} {v}" for k, v in versions.items()) if isinstance(versions, dict) else versions
     spec = engine.get("speculative") or "off"
     return [
-        f"- **Model**: `{name or 'unknown'}` ({model_revision(params)})"
-        + (f", from `{params.model.path}`" if params else ""),
+        f"- **Model**: `{model_name(params, engine)}` ({model_revision(params)})",
         f"- **Engine**: {engine.get('flavor', 'unknown')}"
         + (f" ({version})" if version else "")
         + f"; speculative decoding: `{json.dumps(spec) if isinstance(spec, dict) else spec}`",
         f"- **Decision** (stage 2): {facts.decision_text or 'not decided (no decision.json)'}",
         f"- **Sampling**: `{json.dumps(facts.sampling, sort_keys=True)}`",
+        f"- **Created**: {_created(facts)}, with {facts.kit_version or 'an unknown kit version'}",
+        f"- **License**: {_license_line(facts)}",
     ]
+
+
+def _created(facts: CardFacts) -> str:
+    made = f"exported {facts.created[:16].replace('T', ' ')} UTC" if facts.created else "export date unknown"
+    finished = facts.manifest.finished_at if facts.manifest is not None else None
+    return made + (f" (the generation finished {finished[:16].replace('T', ' ')} UTC)" if finished else "")
+
+
+def _license_line(facts: CardFacts) -> str:
+    given = facts.params.export.license if facts.params is not None else None
+    if given:
+        return (
+            f"`{given}` (`export.license` in the params), for these generated rows; the sources' "
+            "licenses and the model's terms of use still apply to them."
+        )
+    return (
+        "none was given (`export.license` is not set in the params), so the header says `unknown`: "
+        "nobody has stated the terms this data may be used under. Check the sources' licenses and "
+        "the model's terms of use before sharing it or training on it, then set `export.license` "
+        "(a Hub license id: `apache-2.0`, `cc-by-4.0`, `other`...) and export again."
+    )
+
+
+def _origin_lines(facts: CardFacts) -> list[str]:
+    lines = [f"- `{name}`: {_origin(o)}" for name, o in sorted(facts.origins.items())]
+    if not lines:
+        return ["Where the sources came from is unknown (no plan.json and no readable params.yaml).", ""]
+    note = f" ({facts.origins_note})" if facts.origins_note else ""
+    return [f"Where each source's rows came from{note}:", "", *lines, ""]
+
+
+def _origin(o: dict[str, Any]) -> str:
+    """One source's origin in words: the Hub id and its commit, or each local file and its sha256."""
+    if "hub" not in o:
+        files = [
+            f"`{f['path']}` (sha256 `{f['sha256']}`)" if f.get("sha256") else f"`{f['path']}` (missing)"
+            for f in o.get("files") or []
+        ]
+        return f"local {o.get('builder', '')} file{'s' if len(files) > 1 else ''} " + ", ".join(files)
+    where = f"Hub dataset `{o['hub']}`" + "".join(f", {k} `{o[k]}`" for k in ("config", "split") if o.get(k))
+    if o.get("data_files"):
+        where += ", data files " + ", ".join(f"`{f}`" for f in o["data_files"])
+    rev = o.get("revision")
+    return where + (f", revision `{rev}`" if rev else ", revision not recorded (the latest when planned)")
+
+
+def _kept_table(facts: CardFacts) -> list[str]:
+    if not facts.kept_flags:
+        return []
+    lines = [
+        "Rules this export did not apply: the rows of `train` that meet them were kept "
+        "(`--drop` adds a rule; docs/export.md):",
+        "",
+        "| rule | rows kept in `train` | the row |",
+        "|---|---:|---|",
+    ]
+    for rule, n in facts.kept_flags.items():
+        lines.append(f"| `{rule}` | {'not looked for' if n is None else f'{n:,}'} | {RULES[rule]} |")
+    return lines
 
 
 def _sources_table(facts: CardFacts) -> list[str]:
@@ -164,7 +253,10 @@ def card_body(facts: CardFacts) -> str:
             if facts.reasoning == "inline"
             else "(reasoning in `reasoning_content`)"
         )
-        + ", tool calls in the OpenAI shape, `tools` as JSON text"
+        + ", tool calls in the OpenAI shape, `tools` as JSON text. The offered tools are in one place, "
+        "the `tools` column (`json.loads` it and pass it to the chat template as `tools`, as TRL's "
+        "conversational format does); a `<tools>` listing of them in a system prompt was taken out, "
+        "so a template renders each schema once"
         if facts.fmt == "messages"
         else "`raw`: the run's own row schema (kit/generate/store.py)"
     )
@@ -186,18 +278,21 @@ def card_body(facts: CardFacts) -> str:
         "",
         "## Sources",
         "",
+        *_origin_lines(facts),
         "Prompts planned per source (after the plan's filters), rows generated, requests that failed,",
         "and where the rows went:",
         "",
         *_sources_table(facts),
         "",
-        "## What was dropped",
+        "## What was dropped and what was kept",
         "",
         "A row goes to `rejected` under the first of these rules it meets (its `drop_reason` column);",
         "for `duplicate` and `near_duplicate*` one row of each group stays in `train`:",
         "",
         *_reasons_table(facts),
         "",
+        *_kept_table(facts),
+        *([""] if facts.kept_flags else []),
         f"Row shape: {shape}.",
         "",
         "## Load it",

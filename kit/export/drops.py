@@ -81,3 +81,16 @@ def reason_counts(reasons: Iterable[str | None]) -> dict[str, int]:
     """Rows per drop reason (the rows kept left out)."""
     counts = pd.Series([r for r in reasons if r is not None], dtype=object).value_counts()
     return {str(k): int(v) for k, v in counts.items()}
+
+
+def kept_flag_counts(df: pd.DataFrame, flags: pd.DataFrame, rules: tuple[str, ...]) -> dict[str, int | None]:
+    """Of the rows kept (`df` and `flags` of those alone), how many meet each rule not in `rules`
+    (for `duplicate` and the near-duplicate ones: rows beyond the first of a group); None for a
+    near-duplicate rule whose clusters stage 4 did not make."""
+    out: dict[str, int | None] = {}
+    for rule in (r for r in RULES if r not in rules and r != "failed"):
+        if rule in NEAR_RULES and NEAR_RULES[rule] not in df.columns:
+            out[rule] = None
+        else:
+            out[rule] = int(pd.notna(drop_reasons(df, flags, (rule,))).sum())
+    return out

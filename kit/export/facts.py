@@ -35,7 +35,7 @@ from kit.analyse.load import KEPT_OUTPUTS, unreadable_gap
 from kit.analyse.run import RunData
 from kit.analyse.scan import READ_COLUMNS, _iter_batches, batch_facts
 from kit.artifacts import Manifest
-from kit.export.drops import NEAR_RULES
+from kit.export.drops import NEAR_RULES, RULES, kept_flag_counts
 from kit.params import AnalyseParams
 from kit.progress import progress as progress_bar
 from kit.runfolder import RunFolder
@@ -72,6 +72,9 @@ class ExportFacts:
     prompt_counts: dict[str, int]
     paths: list[Path]
     gaps: list[str] = field(default_factory=list)
+    kept_flags: dict[str, int | None] = field(default_factory=dict)
+    """Rows kept in `train` that meet a rule this export did not apply (refusals, answers that
+    repeat the prompt...), per such rule; None: not looked for (the near-duplicate rules)."""
 
     def labels(self) -> np.ndarray:
         """code -> drop reason (None: kept; `skip` for SKIP_CODE), an object array of 256."""
@@ -129,6 +132,7 @@ def facts_from_run(data: RunData, reasons: np.ndarray, rules: tuple[str, ...]) -
         spans[int(s)] = (start, start + len(part))
         parts.append(part)
         start += len(part)
+    kept = pd.isna(np.asarray(reasons, dtype=object))
     return ExportFacts(
         rules=rules,
         codes=np.concatenate(parts) if parts else np.zeros(0, dtype=np.uint8),
@@ -140,6 +144,7 @@ def facts_from_run(data: RunData, reasons: np.ndarray, rules: tuple[str, ...]) -
         prompt_counts=data.prompt_counts,
         paths=list(data.paths),
         gaps=list(data.gaps),
+        kept_flags=kept_flag_counts(df[kept], data.flags[kept], rules),
     )
 
 
@@ -261,6 +266,7 @@ def export_facts(
         gaps += load.older_schema_gap(older_rows, older_shards)
         failures, g_fail = load.load_failures(folder)
         codes, outstanding, repeated = _codes(spill, rules, failures)
+        kept_flags = _kept_flags(spill, codes, rules)
         counts = np.zeros(len(sources), dtype=np.int64)
         for start, rows in spill.row_chunks():
             once = codes[start : start + len(rows)] != SKIP_CODE
@@ -287,7 +293,25 @@ def export_facts(
         prompt_counts=prompt_counts,
         paths=paths,
         gaps=gaps,
+        kept_flags=kept_flags,
     )
+
+
+def _kept_flags(spill: _Spill, codes: np.ndarray, rules: tuple[str, ...]) -> dict[str, int | None]:
+    """`ExportFacts.kept_flags` from the spilled bits and completion hashes, a chunk (a partition)
+    at a time; the near-duplicate rules need stage 4's clusters: None."""
+    out: dict[str, int | None] = {r: 0 for r in RULES if r not in rules and r != "failed"}
+    for start, rows in spill.row_chunks():
+        kept = codes[start : start + len(rows)] == KEPT_CODE
+        for b, rule in enumerate(BIT_RULES):
+            if rule in out:
+                out[rule] = int(out[rule] or 0) + int(np.count_nonzero(kept & ((rows["bits"] >> b) & 1 == 1)))
+    if "duplicate" in out:
+        for p in range(PARTITIONS):
+            pairs = spill.pairs("hash", p)
+            pairs = pairs[(pairs["key"] != 0) & (codes[pairs["pos"]] == KEPT_CODE)]
+            out["duplicate"] = int(out["duplicate"] or 0) + len(_repeats(pairs))
+    return {r: (None if r in NEAR_RULES else n) for r, n in out.items()}
 
 
 def _judge_shard(

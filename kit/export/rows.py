@@ -8,7 +8,9 @@ for chat templates that render thinking from the text); tool calls in the OpenAI
 (`{id, type: function, function: {name, arguments}}`, arguments as JSON text), from the engine's
 parser or, where none ran, from the `<tool_call>` blocks of a function-calling row's answer (taken
 out of the content). `tools` stays JSON text: the schemas of different rows have different fields,
-which one Arrow type cannot hold.
+which one Arrow type cannot hold. The tools are in `tools` only: a `<tools>` listing of them in the
+system prompt is taken out, as the adapters do for the prompt sent (kit.prompts.adapters), so a chat
+template that renders `tools` shows each schema once.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import pyarrow.parquet as pq
 from kit.analyse.reasoning import split_row
 from kit.analyse.toolcalls import TOOL_CALL, is_function_calling, load_calls
 from kit.generate.store import ROW_SCHEMA
+from kit.prompts.adapters import tools_in_one_place
 
 Format = Literal["messages", "raw"]
 Reasoning = Literal["field", "inline"]
@@ -108,10 +111,11 @@ def assistant_turn(row: dict[str, Any], reasoning: Reasoning) -> dict[str, Any]:
     return turn
 
 
-def prompt_turns(messages: Any, reasoning: Reasoning) -> list[dict[str, Any]]:
-    """The prompt's messages with the fields the assistant turn adds, empty."""
+def prompt_turns(messages: Any, reasoning: Reasoning, tools: str | None = None) -> list[dict[str, Any]]:
+    """The prompt's messages with the fields the assistant turn adds, empty; with `tools`, the tool
+    listing out of the system prompt (a run planned before the adapters took it out held both)."""
     out = []
-    for m in list(messages) if messages is not None else []:
+    for m in tools_in_one_place(list(messages) if messages is not None else [], tools):
         turn = {"role": m.get("role"), "content": m.get("content"), "tool_calls": None}
         if reasoning == "field":
             turn["reasoning_content"] = None
@@ -122,7 +126,7 @@ def prompt_turns(messages: Any, reasoning: Reasoning) -> list[dict[str, Any]]:
 def message_row(row: dict[str, Any], reasoning: Reasoning, reason: str | None) -> dict[str, Any]:
     """One row in the `messages` format; a row without a completion (a failed request) keeps the
     prompt alone."""
-    messages = prompt_turns(row.get("messages"), reasoning)
+    messages = prompt_turns(row.get("messages"), reasoning, row.get("tools"))
     if row.get("completion") is not None or row.get("tool_calls") is not None:
         messages.append(assistant_turn(row, reasoning))
     out = {name: row.get(name) for name, _ in KEPT}

@@ -23,6 +23,7 @@ from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Literal
 
@@ -42,7 +43,9 @@ from kit.export.result import ExportResult
 from kit.export.rows import Format, Reasoning, convert, export_schema, shard_batches
 from kit.params import AnalyseParams, RunParams, saved_params
 from kit.progress import progress as progress_bar
+from kit.prompts.origin import source_origin
 from kit.runfolder import RunFolder
+from kit.version import version_text
 
 MAX_FILE_BYTES = 500 * 2**20
 SPLITS = ("train", "rejected")
@@ -370,6 +373,7 @@ def card_facts(
     if not sampling and params is not None:
         sampling = params.generate.sampling.model_dump(mode="json", exclude_defaults=False)
     schema = export_schema(options.fmt if options.fmt != "openai_batch" else "messages", options.reasoning)
+    origins, origins_note = source_origins(facts.plan, params)
     return cards.CardFacts(
         run=folder.root.name,
         schema=schema,
@@ -389,4 +393,23 @@ def card_facts(
         engine=engine,
         sampling=sampling,
         gaps=list(facts.gaps),
+        origins=origins,
+        origins_note=origins_note,
+        kept_flags=dict(facts.kept_flags),
+        created=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        kit_version=version_text(),
     )
+
+
+def source_origins(
+    plan: dict[str, Any] | None, params: RunParams | None
+) -> tuple[dict[str, dict[str, Any]], str]:
+    """(each source's origin, how it was found): plan.json's `origins`, recorded when the sources
+    were loaded; for a plan made before they were, from the saved params now (files hashed now)."""
+    recorded = (plan or {}).get("origins")
+    if isinstance(recorded, dict) and recorded:
+        return recorded, ""
+    if params is None:
+        return {}, ""
+    now = {s.name: source_origin(s) for s in params.data.sources}
+    return now, "read at export: this run's plan.json does not record them, so a file may have changed since"

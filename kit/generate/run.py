@@ -33,6 +33,7 @@ from kit.generate.session import (
     replica_of,
     replica_params,
 )
+from kit.generate.setting_changes import identity_settings
 from kit.generate.store import FailureLog, ShardCheck, ShardWriter, done_ids, now_utc
 from kit.generate.tailswitch import TailSwitch, switched_identity, tail_plan
 from kit.generate.work import (
@@ -98,7 +99,7 @@ def _open(
     identity = {**engine_identity(params), "sampling_hash": sampling_hash, "data_hash": data_hash(params)}
     if files_made_with := batch_file_digests(params):
         identity["batch_files"] = files_made_with  # a line changed: its rows are not this file's
-    check_identity(folder, identity)
+    check_identity(folder, identity, identity_settings(params))
     if accepted is not None:
         accepted()
     failures = FailureLog(folder.failures)
@@ -118,7 +119,7 @@ def _generate(
     prompts_path = ensure_plan(params, folder)
     if sampling_problems is not None:
         check_row_sampling(prompts_path, params, sampling_problems)
-    record_identity(folder, session.identity)
+    record_identity(folder, session.identity, identity_settings(params))
     session.files.manifest.unlink(missing_ok=True)  # present again only once this run completes
 
     ids = read_prompt_ids(prompts_path)  # what is left is decided on ids; the prompts are read if any is

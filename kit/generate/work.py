@@ -20,6 +20,7 @@ import pyarrow.compute as pc
 
 from kit.errors import ParamsError, RunFolderError
 from kit.generate.rowsampling import item_sampling
+from kit.generate.setting_changes import describe_changes
 from kit.generate.store import ROW_SCHEMA_VERSION, row_id
 from kit.params import RunParams
 from kit.runfolder import RunFolder, read_json, stamp, write_json_atomic
@@ -56,8 +57,9 @@ def archive_outputs(folder: RunFolder) -> Path | None:
     return dest
 
 
-def check_identity(folder: RunFolder, identity: dict[str, Any]) -> None:
-    """Refuse to mix rows from another model, engine, sampling or prompt plan into this run.
+def check_identity(folder: RunFolder, identity: dict[str, Any], settings: dict[str, Any]) -> None:
+    """Refuse to mix rows from another model, engine, sampling or prompt plan into this run, naming
+    each setting that changed with its old and new value (`settings`: this run's, behind the hashes).
 
     Only a folder that holds results (shards, failures) is bound to its identity: a run that
     stopped before its first row (a plan that failed, a server that never started) binds nothing.
@@ -84,20 +86,21 @@ def check_identity(folder: RunFolder, identity: dict[str, Any]) -> None:
             "outputs and start anew (they stay readable)."
         )
     if changed:
-        details = "; ".join(f"{k}: {old.get(k)!r} -> {identity[k]!r}" for k in changed)
+        details = "; ".join(describe_changes(folder, old, identity, settings))
         raise RunFolderError(
             f"{folder.root} already holds generations made with other settings ({details}). "
             "Use a new run name, or pass --fresh to archive the earlier outputs and start anew."
         )
 
 
-def record_identity(folder: RunFolder, identity: dict[str, Any]) -> None:
-    """Bind the run folder to `identity`; called once the prompt plan exists, before the first row."""
+def record_identity(folder: RunFolder, identity: dict[str, Any], settings: dict[str, Any]) -> None:
+    """Bind the run folder to `identity`, with the `settings` behind its hashes (which a refusal
+    names); called once the prompt plan exists, before the first row."""
     path = folder.identity
     if _holds_results(folder) and path.exists():
         return
     folder.generations.mkdir(parents=True, exist_ok=True)
-    write_json_atomic(path, identity)
+    write_json_atomic(path, {**identity, "settings": settings})
 
 
 def _holds_results(folder: RunFolder) -> bool:

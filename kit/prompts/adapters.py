@@ -9,6 +9,7 @@ The schemas, one per adapter, are in the docstrings of kit/prompts/sources.py.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -190,6 +191,30 @@ def tools_json(value: Any) -> str | None:
     if not isinstance(value, list):
         raise DataError(f"tools must be a JSON list of tool schemas, found {_short(value)}")
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+TOOL_LISTING = re.compile(r"<tools>(?!\s*</tools>).*?</tools>", re.DOTALL)
+"""A `<tools>...</tools>` block that lists tool schemas (`<tools></tools>` alone, as a sentence names
+the tags, is no listing)."""
+
+
+def tools_in_one_place(messages: list[dict[str, Any]], tools: str | None) -> list[dict[str, Any]]:
+    """`messages` with the tool listing taken out of the system prompt when the row passes `tools`:
+    the chat template renders `tools` (with its own instructions), so a listing left in the system
+    prompt would show every schema twice, to the engine and to a trainer. A system prompt that held
+    nothing else is dropped; without `tools`, the messages are returned as they are."""
+    if not tools:
+        return messages
+    out = []
+    for m in messages:
+        content = m.get("content")
+        if m.get("role") == "system" and isinstance(content, str) and TOOL_LISTING.search(content):
+            content = re.sub(r"\n{3,}", "\n\n", TOOL_LISTING.sub("", content)).strip()
+            if not content:
+                continue
+            m = {**m, "content": content}
+        out.append(m)
+    return out
 
 
 def user_prompt(text: Any, column: str) -> list[dict[str, str]]:

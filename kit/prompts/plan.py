@@ -45,6 +45,7 @@ from kit.params import DataParams
 from kit.prompts import sources as _sources  # noqa: F401  (fills the adapter registry)
 from kit.prompts.adapters import get_adapter
 from kit.prompts.dedup import Deduplicator
+from kit.prompts.origin import source_origin
 from kit.prompts.sampling import REASONS, SourcePlan, load_source, source_targets
 from kit.prompts.tokens import POOL_MIN, TokenCounter
 from kit.runfolder import atomic_path, write_json_atomic
@@ -110,14 +111,14 @@ def build_plan(
     counter = TokenCounter(tokenizer_dir, pool_min=pool_min) if tokenizer_dir is not None else None
     with PromptSpill(Path(out_prompts)) as spill:
         try:
-            plans, warnings = _run_sources(data, counter, progress, spill)
+            plans, origins, warnings = _run_sources(data, counter, progress, spill)
         finally:
             if counter is not None:
                 counter.close()
         kept, ids_sha256 = spill.write()
     dropped = _dropped_rows(plans)
     plan_json = _plan_json(data, tokenizer_dir, plans, kept, ids_sha256)
-    write_json_atomic(out_plan, {**plan_json, "warnings": warnings})
+    write_json_atomic(out_plan, {**plan_json, "origins": origins, "warnings": warnings})
     summary = pd.DataFrame([p.summary() for p in plans])
     return PlanResult(
         summary,
@@ -132,14 +133,16 @@ def build_plan(
 
 def _run_sources(
     data: DataParams, counter: TokenCounter | None, progress: bool, spill: PromptSpill
-) -> tuple[list[SourcePlan], list[str]]:
+) -> tuple[list[SourcePlan], dict[str, dict[str, Any]], list[str]]:
     """Plan every source, its kept rows to `spill`; a source left empty is a `DataError`, one left
-    short a warning. Each source's dataset is let go once it is walked."""
+    short a warning. Each source's dataset is let go once it is walked. Also each source's origin
+    (kit.prompts.origin: Hub commit, or files and their sha256)."""
     dedup = Deduplicator() if data.dedup else None
     targets = source_targets(data)
-    plans, warnings = [], []
+    plans, origins, warnings = [], {}, []
     for source in data.sources:
         dataset = load_source(source, progress)
+        origins[source.name] = source_origin(source, dataset)
         plan = SourcePlan(source, dataset, targets[source.name], data, counter, dedup, sink=spill.add)
         del dataset
         plans.append(plan.run(progress=progress))
@@ -150,7 +153,7 @@ def _run_sources(
         if short:
             log.warning(short)
             warnings.append(short)
-    return plans, warnings
+    return plans, origins, warnings
 
 
 def _dropped_rows(plans: list[SourcePlan]) -> pd.DataFrame:

@@ -1,6 +1,8 @@
 """The registered adapters: the six seed-plan datasets and three generic chat schemas.
 
-Importing this module fills the registry in `kit.prompts.adapters`.
+Importing this module fills the registry in `kit.prompts.adapters`. An adapter that passes `tools`
+takes their `<tools>` listing out of the system prompt (`tools_in_one_place`): the chat template
+renders `tools`, so each schema reaches the engine once.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from kit.prompts.adapters import (
     adapter,
     scalar_meta,
     sharegpt_prompt,
+    tools_in_one_place,
     tools_json,
     user_prompt,
 )
@@ -63,7 +66,8 @@ def metamathqa(row: Mapping[str, Any]) -> Adapted:
 
 @adapter("hermes_fc", columns=("conversations", "tools"), id_column="id")
 def hermes_fc(row: Mapping[str, Any]) -> Adapted:
-    """NousResearch/hermes-function-calling-v1: system prompt kept, `tools` passed as tools."""
+    """NousResearch/hermes-function-calling-v1: `tools` passed as tools, the system prompt kept without
+    its `<tools>` listing of the same schemas (the chat template renders `tools`: once)."""
     messages, reference = sharegpt_prompt(row["conversations"])
     meta = {
         "category": row.get("category"),
@@ -71,7 +75,8 @@ def hermes_fc(row: Mapping[str, Any]) -> Adapted:
         "task": row.get("task"),
         "reference": reference,
     }
-    return Adapted(messages, tools_json(row["tools"]), meta)
+    tools = tools_json(row["tools"])
+    return Adapted(tools_in_one_place(messages, tools), tools, meta)
 
 
 @adapter("agentinstruct", columns=("conversations",), id_column="id")
@@ -89,7 +94,8 @@ def prompt_column(row: Mapping[str, Any]) -> Adapted:
     if isinstance(system, str) and system.strip():
         messages = [{"role": "system", "content": system}, *messages]
     meta = scalar_meta(row, skip=("prompt", "system", "id", "tools"))
-    return Adapted(messages, tools_json(row.get("tools")), meta)
+    tools = tools_json(row.get("tools"))
+    return Adapted(tools_in_one_place(messages, tools), tools, meta)
 
 
 @adapter(
@@ -102,7 +108,8 @@ def openai_messages(row: Mapping[str, Any]) -> Adapted:
         raise DataError(f"every message needs text content, found {_short(turns)}")
     messages, reference = sharegpt_prompt(turns, keys=("role", "content"))
     meta = {**scalar_meta(row, skip=("messages", "id", "tools")), "reference": reference}
-    return Adapted(messages, tools_json(row.get("tools")), meta)
+    tools = tools_json(row.get("tools"))
+    return Adapted(tools_in_one_place(messages, tools), tools, meta)
 
 
 @adapter("sharegpt", columns=("conversations",), id_column="id", language=("language", "lang", "langdetect"))
@@ -110,4 +117,5 @@ def sharegpt(row: Mapping[str, Any]) -> Adapted:
     """ShareGPT: `conversations` of {from, value} (optional `tools`, `id`)."""
     messages, reference = sharegpt_prompt(row["conversations"])
     meta = {**scalar_meta(row, skip=("conversations", "id", "tools")), "reference": reference}
-    return Adapted(messages, tools_json(row.get("tools")), meta)
+    tools = tools_json(row.get("tools"))
+    return Adapted(tools_in_one_place(messages, tools), tools, meta)
