@@ -147,6 +147,26 @@ def test_a_closing_sample_a_split_second_after_the_last_is_no_peak(
     assert t["end_s"] == 130.2 and t["rows_in_tail"] == 12 and t["tok_s_tail"] == round(850 / 30.2, 3)
 
 
+def test_the_tail_sentence_says_no_share_over_full_and_no_idle_noise(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A full-load phase in which few rows finished reads slower than the tail (tokens count when a
+    row finishes): its share is not said. A drain of a second leaves nothing worth saying idle."""
+    short_full = [(0.0, 0, 0, 0), (10.0, 8, 0, 0), (20.0, 8, 2, 100)]
+    drain = [(30.0, 4, 6, 700), (40.0, 2, 8, 900), (50.0, 0, 10, 1000)]
+    t = entry_of(make_run(tmp_path / "short", monkeypatch, short_full + drain))
+    assert t["tok_s_tail"] == 30.0 and t["tok_s_full_load"] == 5.0  # kept in summary.json
+    assert "full-load tokens/s" not in t["sentence"] and "600%" not in t["sentence"]
+    assert ", leaving 0.6 GPU-minutes idle;" in t["sentence"]  # 17.5 s of 2 GPUs
+    quick = FULL + [(90.5, 4, 94, 9_020), (91.0, 0, 98, 9_040)]
+    t = entry_of(make_run(tmp_path / "quick", monkeypatch, quick))
+    assert 0 < t["idle_minutes"] < 0.05 and "idle" not in t["sentence"]
+    assert t["sentence"].startswith(
+        "The tail: the last 1.0 s (1% of the run) ran below capacity (8 requests) at 40% of full-load "
+        "tokens/s; what speculation"
+    )
+
+
 def test_a_session_that_ends_at_capacity_has_no_tail(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     folder = make_run(tmp_path / "run", monkeypatch, FULL)  # stopped (a SIGTERM) while still full
     t = entry_of(folder)
