@@ -208,6 +208,25 @@ def test_a_disturbed_repetition_is_set_aside_and_does_not_flip_the_decision() ->
     assert decision_arm(decide_measured(measured(short), params, flavor="vllm")) == Arm(0)
 
 
+def test_many_disturbed_repetitions_are_one_reason_with_their_count() -> None:
+    """A sweep on a busy machine: seven repetitions disturbed over two arms and two levels make one
+    line of the "Why" list, not seven (a 2-core machine's read ~25 "round N ... set aside" bullets)."""
+    hog = {
+        ("plain", 0, 4): [1000.0, -500.0, 1010.0, -400.0, 1020.0],
+        ("plain", 0, 16): [2000.0, -1000.0, 2010.0, 2030.0, 2020.0],
+        ("spec_k1", 1, 4): [1100.0, -600.0, 1110.0, -500.0, 1120.0],
+        ("spec_k1", 1, 16): [2100.0, -900.0, -800.0, 2110.0, 2120.0],
+    }
+    d = decide_measured(measured(hog), DecideParams(concurrencies=[4, 16], spec_steps=[1]), flavor="vllm")
+    assert len(d["noise"]["disturbed"]) == 7
+    folded = [r for r in d["reasons"] if "set aside" in r]
+    assert folded == [
+        "7 repetitions (plain at 4 x2, 16; spec_k1 at 4 x2, 16 x2) ran while other processes took 50% "
+        "of the CPU: set aside where two undisturbed repetitions remain"
+    ]
+    assert not any(r.startswith("round ") for r in d["reasons"])
+
+
 def test_the_sweep_measures_a_disturbed_level_once_more_with_every_arm() -> None:
     from kit.decide.sweep import redo_slots
     from kit.engines.arms import Arm
