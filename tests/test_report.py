@@ -436,6 +436,21 @@ def test_table_for_reading() -> None:
 NOTEBOOK_04 = Path(__file__).resolve().parents[1] / "notebooks" / "04_analyse_outputs.ipynb"
 
 
+def test_the_stage_notebooks_read_without_warnings() -> None:
+    """papermill validates each stage notebook as it reads it: a cell without an id printed nbformat's
+    MissingIDFieldWarning on every `kit run`; every cell has its own id."""
+    import warnings
+
+    for path in sorted(NOTEBOOK_04.parent.glob("*.ipynb")):
+        with warnings.catch_warnings(record=True) as seen:
+            warnings.simplefilter("always")
+            nb = nbformat.read(path, as_version=4)
+            nbformat.validate(nb)
+        assert [str(w.message)[:80] for w in seen] == [], path.name
+        ids = [c.get("id") for c in nb.cells]
+        assert all(ids) and len(set(ids)) == len(ids), path.name
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(not NOTEBOOK_04.exists(), reason="notebooks/04_analyse_outputs.ipynb not written yet")
 def test_notebook_04_through_papermill(tmp_path: Path) -> None:
