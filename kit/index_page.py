@@ -12,7 +12,8 @@ from pathlib import Path
 
 from matplotlib.figure import Figure
 
-from kit.artifacts import Summary
+from kit.analyse.view import fitness_answer
+from kit.artifacts import Fitness, Manifest, Summary
 from kit.decide.costmodel.validation import ErrorBand
 from kit.decide.decision import speculation_label
 from kit.decide.plots import throughput_alt, throughput_curves
@@ -20,6 +21,7 @@ from kit.decide.verdict import decision_answer
 from kit.decide.whatif_model import band_for_run
 from kit.decide.worth import worth_for_run
 from kit.display import Answer, timestamp
+from kit.export.run import CARD
 from kit.generate.verdict import (
     data_answer,
     failure_answer,
@@ -92,14 +94,46 @@ def run_answers(folder: RunFolder) -> list[Answer]:
     if decision is not None and not any(r.spec_k and r.status == "ok" for r in decision.table):
         band = worth_for_run(folder)
         worth = band.headline() if band else None
+    fitness = summary.fitness if summary is not None else None
     return [
+        _data(folder, manifest, fitness),
         probe_answer(folder.read_probe(lenient=True)),
         decision_answer(decision, speculation_label(saved_params(folder.params)), worth),
         generation_answer(folder, manifest),
-        failure_answer(failures_by_reason(folder, summary)),
+        _beside_fitness(failure_answer(failures_by_reason(folder, summary)), fitness),
         _with_tail(throughput_answer(summary, manifest), summary),
-        data_answer(folder, manifest),
     ]
+
+
+def _data(folder: RunFolder, manifest: Manifest | None, fitness: Fitness | None) -> Answer:
+    """The data first: the rows fit to train on and why the rest are not (stage 4), where the export
+    of them is, and where every row made is; without stage 4, where the rows are."""
+    made = data_answer(folder, manifest)
+    if fitness is None:
+        return made
+    answer = fitness_answer(fitness)
+    export = folder.dataset / CARD
+    where = (
+        f" Exported with those rules to {folder.dataset.resolve()}/ (`train` the usable rows, `rejected` "
+        "the rest with their reason; its card is README.md)."
+        if export.exists()
+        else " `kit export RUN --to DIR` writes them as a dataset."
+    )
+    every = f" Every row made: {made.headline} {made.detail}"
+    return dataclasses.replace(answer, detail=answer.detail + where + every)
+
+
+def _beside_fitness(answer: Answer, fitness: Fitness | None) -> Answer:
+    """ "Failures: none" must not read as "all is well" beside answers that are mostly unusable: with
+    rows left out of the data, it says how many, and takes the data's colour where that is worse."""
+    if fitness is None or fitness.usable >= fitness.rows or answer.status == "missing":
+        return answer
+    left = fitness.rows - fitness.usable
+    detail = (
+        f"{answer.detail} All the same, {left:,} answer(s) are not fit to keep (the first line says why)."
+    )
+    worse = fitness_answer(fitness).status != "ok" and answer.status == "ok"
+    return dataclasses.replace(answer, detail=detail, status="warn" if worse else answer.status)
 
 
 def _with_tail(answer: Answer, summary: Summary | None) -> Answer:
@@ -111,11 +145,18 @@ def _with_tail(answer: Answer, summary: Summary | None) -> Answer:
 def _answer_item(a: Answer, folder: RunFolder) -> str:
     detail = html.escape(a.detail)
     if a.topic == "Data" and a.status != "missing":
-        detail += f" Load them with:<code class='load'>{html.escape(load_snippet(folder))}</code>"
+        detail += f" Load them with:<code class='load'>{html.escape(_load_line(folder))}</code>"
     return (
         f"<li class='{a.status}'><span class='topic'>{html.escape(a.topic)}</span> "
         f"<b>{html.escape(a.headline)}</b>: {detail}</li>"
     )
+
+
+def _load_line(folder: RunFolder) -> str:
+    """The line that loads the export (the usable rows) where there is one, else every row made."""
+    if (folder.dataset / CARD).exists():
+        return f'datasets.load_dataset("{folder.dataset.resolve()}")'
+    return load_snippet(folder)
 
 
 def _key_figure(folder: RunFolder) -> str:

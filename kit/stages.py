@@ -242,16 +242,18 @@ def check_sampling(params: RunParams) -> Callable[[SamplingParams], list[str]]:
 
 
 def analyse(params: RunParams, *, rerun: bool = True) -> Analysis:
-    """Stage 4: summary.json and figures from the run folder; `.summary` and `.data` (the run as read).
+    """Stage 4: summary.json and figures from the run folder, with the rows `kit export` keeps by
+    default (`fitness`, kit.export.fitness); `.summary` and `.data` (the run as read).
 
     rerun=False: read summary.json when there is one; `.data` reads the shards on first use."""
     from kit.analyse import Analysis, run_analysis  # each stage's stack loads when it runs
+    from kit.export.fitness import with_fitness
 
     folder = run_folder(params)
     if _opens(folder, "analyse", rerun):
         return Analysis.opened(required(folder.read_summary(), folder.summary), folder, params.analyse)
     folder = prepare(params)
-    return run_analysis(folder, params.analyse)
+    return with_fitness(folder, run_analysis(folder, params.analyse))
 
 
 __all__ = [

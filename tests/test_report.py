@@ -332,6 +332,46 @@ def test_answers_from_every_json(tmp_path: Path) -> None:
     assert {a.topic: a for a in run_answers(run)}["Decision"].status == "missing"
 
 
+def test_the_index_leads_with_the_rows_kit_export_keeps(tmp_path: Path) -> None:
+    """A complete run with no failed request whose answers are half unusable (cut at max_tokens,
+    empty, repeated, a broken tool call): the index opens with the share `kit export` keeps, the
+    reasons for the rest and where the export is; "Failures: none" does not read as all well."""
+    from kit.analyse import run_analysis
+    from kit.export import ExportOptions, export_run
+    from kit.export.fitness import with_fitness
+    from kit.index_page import index_html, run_answers
+
+    run = build_run(tmp_path / "run", failures=False)
+    fitness = with_fitness(run, run_analysis(run, progress=False)).summary.fitness
+    assert run.read_summary().fitness == fitness  # written to summary.json
+    result = export_run(run.root, ExportOptions(to=run.dataset), progress=False)  # as notebook 04 does
+    assert fitness.usable == result.splits["train"] and fitness.rows == 20
+    assert fitness.dropped == {r: n for r, n in result.reasons.items() if n}
+    assert list(fitness.dropped)[0] == "truncated"  # most first
+
+    answers = run_answers(run)
+    data = answers[0]
+    share = f"{100 * result.splits['train'] / 20:.0f}%"
+    assert (data.topic, data.headline) == ("Data", f"{result.splits['train']} of 20 rows usable ({share})")
+    assert data.status == "warn" and "cut by max_tokens (finish_reason length)" in data.detail
+    assert f"Exported with those rules to {run.dataset.resolve()}/" in data.detail
+    assert "20 rows in 2 parquet shard(s)" in data.detail
+    failures = {a.topic: a for a in answers}["Failures"]
+    assert failures.headline == "none" and failures.status == "warn"
+    assert f"{20 - result.splits['train']} answer(s) are not fit to keep" in failures.detail
+    page = index_html(run, [])
+    assert page.index("rows usable") < page.index("Environment")  # the first answer on the page
+    assert f"datasets.load_dataset(&quot;{run.dataset.resolve()}&quot;)" in page
+    assert readability_problems(page) == []
+    from kit.analyse.view import analysis_verdict  # notebook 04 opens with the same
+
+    verdict = analysis_verdict(run.read_summary())
+    assert (
+        verdict.startswith(f"## Verdict: {data.headline}, ")
+        and f"**Fit to train on: {data.headline}.**" in verdict
+    )
+
+
 def test_index_of_a_run_with_no_stage_says_what_is_missing(tmp_path: Path) -> None:
     from kit.index_page import index_html, run_answers
     from kit.runfolder import RunFolder
