@@ -13,7 +13,7 @@ from pathlib import Path
 from matplotlib.figure import Figure
 
 from kit.analyse.view import fitness_answer
-from kit.artifacts import Fitness, Manifest, Summary
+from kit.artifacts import Decision, Fitness, Manifest, Summary
 from kit.decide.costmodel.validation import ErrorBand
 from kit.decide.decision import speculation_label
 from kit.decide.plots import throughput_alt, throughput_curves
@@ -166,13 +166,8 @@ def _key_figure(folder: RunFolder) -> str:
         why = "No decision yet: the measured vs predicted figure needs decision.json (stage 2)."
         return f"<figure><figcaption>{why}</figcaption></figure>"
     name = speculation_label(saved_params(folder.params))
-    fig = Figure(figsize=(6.4, 3.8))
     band = band_for_run(folder)
-    throughput_curves(decision, fig.subplots(), name, band)
-    fig.tight_layout()
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=100)
-    data = base64.b64encode(buf.getvalue()).decode()
+    data = base64.b64encode(key_figure_png(decision, name, band)).decode()
     return (
         f"<figure><img alt='{html.escape(throughput_alt(decision, name), quote=True)}' "
         f"src='data:image/png;base64,{data}'><figcaption>Output tokens/s per arm and concurrency: "
@@ -180,6 +175,16 @@ def _key_figure(folder: RunFolder) -> str:
         f"{html.escape(_band_caption(band))}"
         f"<a href='{folder.report_page(DECIDE_PAGE).name}'>Decision page</a>.</figcaption></figure>"
     )
+
+
+def key_figure_png(decision: Decision, name: str, band: ErrorBand | None) -> bytes:
+    """The index's figure as PNG, cut to what it draws (bbox_inches="tight"): its title, axes and the
+    legend under them all inside the image (a fixed canvas cut the title at both ends)."""
+    fig = Figure(figsize=(6.4, 3.8))
+    throughput_curves(decision, fig.subplots(), name, band)
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=100, bbox_inches="tight")
+    return buf.getvalue()
 
 
 def _band_caption(band: ErrorBand | None) -> str:

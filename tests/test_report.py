@@ -372,6 +372,42 @@ def test_the_index_leads_with_the_rows_kit_export_keeps(tmp_path: Path) -> None:
     )
 
 
+def test_the_key_figure_fits_its_title_and_names_every_line() -> None:
+    """The index's figure: its title inside the canvas (a long one was cut at both ends), the dotted
+    curves and the shading in the legend, and the legend under the axes, covering no point."""
+    import struct
+
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    from kit.artifacts import Decision
+    from kit.decide.costmodel.validation import ErrorBand
+    from kit.decide.plots import throughput_curves
+    from kit.index_page import key_figure_png
+
+    rows = [dict(r, predicted_before_tok_s=r["predicted_tok_s"] * 1.5) for r in SPEC_DECISION["table"]]
+    decision = Decision.from_json(
+        {**SPEC_DECISION, "table": rows, "efficiency": {"source": "fit to the sweep"}}
+    )
+    band = ErrorBand(-0.38, 0.38, 24)
+    fig = Figure(figsize=(6.4, 3.8))
+    ax = throughput_curves(decision, fig.subplots(), "MTP", band)
+    canvas = FigureCanvasAgg(fig)
+    canvas.draw()
+    renderer = canvas.get_renderer()
+    title = ax.title.get_window_extent(renderer)
+    assert title.x0 >= 0 and title.x1 <= fig.bbox.x1, (title, fig.bbox)
+    legend = ax.get_legend()
+    labels = [t.get_text() for t in legend.get_texts()]
+    assert "predicted before measuring (dotted)" in labels and f"shaded: {band.label}" in labels
+    dotted = [line for line in ax.get_lines() if line.get_linestyle() == ":"]
+    assert dotted and any(getattr(h, "get_linestyle", lambda: "")() == ":" for h in legend.legend_handles)
+    assert legend.get_window_extent(renderer).y1 < ax.get_window_extent(renderer).y0  # under the axes
+    png = key_figure_png(decision, "MTP", band)
+    width, height = struct.unpack(">II", png[16:24])
+    assert width >= title.width and height > 380  # the legend under the axes made the image taller
+
+
 def test_index_of_a_run_with_no_stage_says_what_is_missing(tmp_path: Path) -> None:
     from kit.index_page import index_html, run_answers
     from kit.runfolder import RunFolder
