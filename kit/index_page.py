@@ -17,7 +17,7 @@ from kit.artifacts import Decision, Fitness, Manifest, Summary
 from kit.decide.costmodel.validation import ErrorBand
 from kit.decide.decision import speculation_label
 from kit.decide.plots import throughput_alt, throughput_curves
-from kit.decide.verdict import decision_answer
+from kit.decide.verdict import decision_answer, measured_level
 from kit.decide.whatif_model import band_for_run
 from kit.decide.worth import worth_for_run
 from kit.display import Answer, timestamp
@@ -95,13 +95,14 @@ def run_answers(folder: RunFolder) -> list[Answer]:
         band = worth_for_run(folder)
         worth = band.headline() if band else None
     fitness = summary.fitness if summary is not None else None
+    name = speculation_label(saved_params(folder.params))
     return [
         _data(folder, manifest, fitness),
         probe_answer(folder.read_probe(lenient=True)),
-        decision_answer(decision, speculation_label(saved_params(folder.params)), worth),
+        decision_answer(decision, name, worth),
         generation_answer(folder, manifest),
         _beside_fitness(failure_answer(failures_by_reason(folder, summary)), fitness),
-        _with_tail(throughput_answer(summary, manifest), summary),
+        _with_tail(throughput_answer(summary, manifest, baseline=measured_level(decision, name)), summary),
     ]
 
 

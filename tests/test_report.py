@@ -328,6 +328,9 @@ def test_answers_from_every_json(tmp_path: Path) -> None:
         answers["Throughput"].headline.endswith("output tok/s")
         and "over 20.0 s" in answers["Throughput"].detail
     )
+    # beside the run's tokens/s, the sweep's figure for the arm it ran; no one-sample "peak"
+    assert "; stage 2 measured 120 tok/s for MTP k=3 at concurrency 16" in answers["Throughput"].detail
+    assert "; peak" not in answers["Throughput"].detail
     run.decision.write_text("{broken")
     assert {a.topic: a for a in run_answers(run)}["Decision"].status == "missing"
 

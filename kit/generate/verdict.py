@@ -78,11 +78,16 @@ def failure_answer(by_reason: dict[str, int] | None) -> Answer:
 
 
 def throughput_answer(
-    summary: Summary | None, manifest: Manifest | None, output_tokens: int | None = None
+    summary: Summary | None,
+    manifest: Manifest | None,
+    output_tokens: int | None = None,
+    baseline: str | None = None,
 ) -> Answer:
     """Output tokens/s and rows/s over the time spent generating: stage 4's figures, else the
     manifest's rows over its time generating (summed over sessions), with `output_tokens` (the
-    rows' completion tokens) for tokens/s."""
+    rows' completion tokens) for tokens/s; beside it `baseline`, what the sweep measured for the
+    arm the run used (kit.decide.verdict.measured_level). No peak: one timeline sample's rate (rows
+    and their tokens count when a row finishes) is no number to act on beside the mean."""
     health = summary.health if summary is not None else Health()
     tok_s, rows_s, duration = health.output_tok_s, health.rows_s, health.duration_s
     if duration is None and manifest is not None and manifest.generating_s:
@@ -95,8 +100,7 @@ def throughput_answer(
     parts = [f"over {seconds(duration)} of generation"]
     if is_number(rows_s):
         parts.insert(0, f"{number(float(rows_s))} rows/s")
-    peak = health.output_tok_s_peak
-    tail = f"; peak {number(float(peak), 0)} tok/s" if is_number(peak) else ""
+    tail = f"; stage 2 measured {baseline}" if baseline else ""
     head = f"{number(float(tok_s), 0)} output tok/s" if is_number(tok_s) else parts[0]
     return Answer("Throughput", head, " ".join(parts) + tail + ".")
 
