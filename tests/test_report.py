@@ -411,6 +411,25 @@ def test_the_key_figure_fits_its_title_and_names_every_line() -> None:
     assert width >= title.width and height > 380  # the legend under the axes made the image taller
 
 
+def test_a_plan_left_short_is_said_once_in_stage_3s_outcome(tmp_path: Path) -> None:
+    """The plan's warning (a source short of its count) is said where it matters, stage 3's outcome
+    and the index, from plan.json: not as a log warning on the page of whichever stage planned."""
+    from kit.generate.view import generation_verdict
+    from kit.index_page import run_answers
+    from kit.runfolder import write_json_atomic
+
+    run = build_run(tmp_path / "run")
+    warning = "source 'chat' gave 13 of 15 planned prompts; filter duplicate dropped 2 rows. To fix: ..."
+    write_json_atomic(run.plan, {**json.loads(run.plan.read_text()), "warnings": [warning]})
+    generation = {a.topic: a for a in run_answers(run)}["Generation"]
+    assert generation.status == "warn" and generation.headline == "20 of 20 rows"
+    assert generation.detail.endswith(
+        "The plan holds fewer prompts than asked: chat 13 of 15 (the Generate page says why)."
+    )
+    verdict = generation_verdict(run)
+    assert verdict.count(warning) == 1 and f"- **Plan:** {warning}" in verdict
+
+
 def test_index_of_a_run_with_no_stage_says_what_is_missing(tmp_path: Path) -> None:
     from kit.index_page import index_html, run_answers
     from kit.runfolder import RunFolder

@@ -9,7 +9,7 @@ from pathlib import Path
 from kit.artifacts import Health, Manifest, Summary
 from kit.display import Answer, is_number, number, seconds
 from kit.generate.store import FailureLog
-from kit.runfolder import RunFolder
+from kit.runfolder import RunFolder, read_json
 
 FAILURE_REASONS = {
     "context_overflow": "prompt longer than the model's context",
@@ -18,8 +18,39 @@ FAILURE_REASONS = {
 }
 
 
+def plan_warnings(folder: RunFolder) -> list[str]:
+    """What the prompt plan warned of (plan.json's warnings: a source left short of its count, with
+    the filter responsible and what to do); said once, in stage 3's outcome, not where it was built."""
+    plan = read_json(folder.plan) if folder.plan.exists() else {}
+    return [str(w) for w in plan.get("warnings") or []] if isinstance(plan, dict) else []
+
+
+def _short_sources(folder: RunFolder) -> str:
+    """'infinity_instruct 17 of 20': the sources the plan left short of their count."""
+    plan = read_json(folder.plan) if folder.plan.exists() else {}
+    sources = plan.get("sources") or [] if isinstance(plan, dict) else []
+    short = [
+        f"{e['source']} {e['kept']:,} of {e['requested']:,}"
+        for e in sources
+        if isinstance(e, dict)
+        and isinstance(e.get("requested"), int)
+        and (e.get("kept") or 0) < e["requested"]
+    ]
+    return ", ".join(short)
+
+
 def generation_answer(folder: RunFolder, manifest: Manifest | None) -> Answer:
-    """Rows generated against planned, and whether the run finished."""
+    """Rows generated against planned, whether the run finished, and the sources the plan left short
+    (the Generate page says why and what to do)."""
+    answer = _rows_answer(folder, manifest)
+    short = _short_sources(folder) if plan_warnings(folder) else ""
+    if not short or answer.status == "missing":
+        return answer
+    detail = f"{answer.detail} The plan holds fewer prompts than asked: {short} (the Generate page says why)."
+    return Answer(answer.topic, answer.headline, detail, "warn")
+
+
+def _rows_answer(folder: RunFolder, manifest: Manifest | None) -> Answer:
     if manifest is None:
         shards = folder.shard_paths()
         if not shards:

@@ -20,6 +20,7 @@ from kit.generate.verdict import (
     failure_answer,
     failures_by_reason,
     generation_answer,
+    plan_warnings,
     throughput_answer,
 )
 from kit.params import saved_params
@@ -159,7 +160,9 @@ def generation_verdict(folder: RunFolder) -> str:
     head = f"## Outcome: {answers[0].headline}, " + (
         "complete" if manifest is not None and manifest.complete else "not complete"
     )
-    return "\n".join([head, "", *(f"- **{a.topic}: {a.headline}.** {a.detail}" for a in answers)])
+    lines = [f"- **{a.topic}: {a.headline}.** {a.detail}" for a in answers]
+    lines += [f"- **Plan:** {w}" for w in plan_warnings(folder)]
+    return "\n".join([head, "", *lines])
 
 
 def generation_tables(folder: RunFolder) -> list[Table]:
