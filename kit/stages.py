@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 import pandas as pd
 
 from kit.artifacts import Decision, Manifest, ProbeReport
-from kit.decide.apply import apply_decision
+from kit.decide.apply import applied_words, apply_decision
 from kit.demo.fixtures import write_fixtures
 from kit.demo.model import ensure_demo_model
 from kit.engines.flavors import flavor, server_env
@@ -189,6 +189,7 @@ def generate(
 ) -> Manifest:
     """Stage 3: plan prompts, generate completions (resuming), write manifest.json; rerun=False:
     read manifest.json when there is one (no engine started, nothing resumed)."""
+    from kit.decide.decision import speculation_label
     from kit.generate.run import run_generation  # each stage's stack loads when it runs
 
     folder = run_folder(params)
@@ -200,7 +201,9 @@ def generate(
     decision = folder.read_decision() if params.generate.use_decision else None
     if decision is not None:
         params, applied = apply_decision(params, decision)
-        log.info("engine settings from %s: %s", folder.decision, applied)
+        log.info(
+            "engine settings from %s: %s", folder.decision, applied_words(applied, speculation_label(params))
+        )
     problems = check_sampling(params)
     return run_generation(
         params,

@@ -182,6 +182,22 @@ def test_a_lead_outside_the_noise_chooses_speculation() -> None:
     assert any("outside the noise" in r for r in d["reasons"])
 
 
+def test_the_settings_stage_3_takes_are_said_in_words(tmp_path: Path) -> None:
+    """`kit generate` says which settings it took from decision.json: the arm by its name and each
+    setting with its value, not the raw dict it printed."""
+    from kit.decide.apply import applied_words, apply_decision
+    from kit.params import EngineParams, ModelParams, RunParams
+
+    steady = {("plain", 0, 16): [2000.0, 1500.0, 2100.0], ("spec_k3", 3, 16): [2600.0, 1950.0, 2750.0]}
+    d = decide_measured(measured(steady), DecideParams(concurrencies=[16], spec_steps=[3]), flavor="sglang")
+    params = RunParams(run="x", model=ModelParams(path=tmp_path), engine=EngineParams(flavor="sglang"))
+    _, applied = apply_decision(params, d)
+    words = applied_words(applied, "MTP")
+    assert words.startswith("MTP k=3 (the decision's arm); ") and "{" not in words and "None" not in words
+    assert f"max_running_requests {applied['max_running_requests']}" in words
+    assert "speculative (algorithm MTP, num_steps 3, " in words
+
+
 def test_a_disturbed_repetition_is_set_aside_and_does_not_flip_the_decision() -> None:
     """k1 leads plain by 5% in every calm round; a CPU hog in round 1 of k1 halves that repetition.
     The sweep measures that level once more (round 3, both arms: kit.decide.sweep.redo_slots); the

@@ -111,5 +111,6 @@ def test_a_finished_generate_rerun_says_one_sentence(demo_run, tmp_path):
     assert done.stdout.splitlines() == [
         f"{run}: complete, {rows} of {rows} rows; nothing was left to generate."
     ]
-    assert f"engine settings from {run / 'decision.json'}: " in done.stderr  # information, not a warning
+    assert f"engine settings from {run / 'decision.json'}: plain decoding (the decision's arm)" in done.stderr
+    assert "{'" not in done.stderr  # said in words, not a raw dict
     assert not [line for line in done.stderr.splitlines() if line.startswith("WARNING")], done.stderr
