@@ -276,6 +276,23 @@ def test_the_predicted_saving_is_the_hand_computation(
     assert two["saved_s"] == pytest.approx(sum(_hand_saving(c / 2) for c in means), abs=1e-3)
 
 
+def test_a_saving_under_a_second_is_said_by_its_bound(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A drain of a second where speculation wins: '0.07 s (0.00 s to 2.4 s)' read as noise; the
+    sentence gives the most it could have saved."""
+    quick = FULL + [(90.5, 4, 94, 9_020), (91.0, 0, 98, 9_040)]
+    folder = make_run(tmp_path / "run", monkeypatch, quick)
+    write_json_atomic(
+        folder.decision, {"chosen_arm": "plain", "engine_settings": {}, "table": decision_table(LADDER)}
+    )
+    spec = entry_of(folder)["speculation"]
+    assert spec["status"] == "saves" and 0 < spec["saved_s"] < 1
+    sentence = tail.tail_sentence(entry_of(folder))
+    assert f"MTP k=2 there would have saved at most {seconds(spec['saved_high_s'])} (predicted" in sentence
+    assert seconds(spec["saved_s"]) not in sentence
+
+
 def test_a_predicted_win_inside_the_noise_is_said_to_be_no_switch(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

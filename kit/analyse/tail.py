@@ -406,6 +406,10 @@ MIN_IDLE_MINUTES = 0.05
 """Idle device time below this (3 s) is left unsaid: it rounds to nothing a reader could win back."""
 
 
+MIN_SAVED_S = 1.0
+"""A predicted saving below this is said by its upper bound only (a central 0.07 s is noise)."""
+
+
 def _minutes(x: float) -> str:
     return f"{x:.0f}" if x >= 10 else f"{x:.1f}"
 
@@ -448,6 +452,9 @@ def speculation_clause(spec: TailSpeculation | None) -> str:
             if rule and not rule.get("would_switch")
             else ""
         )
+        if (spec.saved_s or 0) < MIN_SAVED_S:  # "0.07 s (0.00 s to 2.4 s)": its bound is what to act on
+            most = seconds(spec.saved_high_s)
+            return f"{name} k={spec.spec_k} there would have saved at most {most} (predicted{were}{switch})"
         return (
             f"{name} k={spec.spec_k} there would have saved {seconds(spec.saved_s)} "
             f"({seconds(spec.saved_low_s)} to {seconds(spec.saved_high_s)}, predicted{were}{switch})"
