@@ -115,12 +115,11 @@ def _data(folder: RunFolder, manifest: Manifest | None, fitness: Fitness | None)
     answer = fitness_answer(fitness)
     export = folder.dataset / CARD
     where = (
-        f" Exported with those rules to {folder.dataset.resolve()}/ (`train` the usable rows, `rejected` "
-        "the rest with their reason; its card is README.md)."
+        f" Exported to {folder.dataset.resolve()}/ (`train`: these rows; `rejected`: the rest, with why)."
         if export.exists()
         else " `kit export RUN --to DIR` writes them as a dataset."
     )
-    every = f" Every row made: {made.headline} {made.detail}"
+    every = f" All rows made: {made.headline} {made.detail}"
     return dataclasses.replace(answer, detail=answer.detail + where + every)
 
 

@@ -157,6 +157,18 @@ NOISY = {  # the issue's case: plain and n-gram k=1 a few % apart, on a machine 
 }
 
 
+def test_arms_skipped_for_one_reason_are_one_line() -> None:
+    """transformers serve skips every speculative arm for the same reason: one line names them all."""
+    why = "transformers serve has no speculative decoding in its continuous-batching server"
+    rows = [("plain", 0, 1, 40.0, None, "ok", ""), ("plain", 0, 16, 400.0, None, "ok", "")]
+    rows += [(f"spec_k{k}", k, 1, None, None, "skipped", why) for k in (1, 2, 3)]
+    d = decide_measured(
+        _sweep(rows), DecideParams(concurrencies=[1, 16], spec_steps=[1, 2, 3], repetitions=1)
+    )
+    said = [r for r in d["reasons"] if why in r]
+    assert said == [f"spec_k1, spec_k2 and spec_k3 were not measured: {why}"], d["reasons"]
+
+
 def test_a_lead_inside_the_noise_keeps_the_simpler_arm_and_says_so() -> None:
     params = DecideParams(concurrencies=[16], spec_steps=[1, 3])
     d = decide_measured(measured(NOISY, drift=(2300.0, 2250.0)), params, flavor="vllm")
