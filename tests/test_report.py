@@ -356,7 +356,10 @@ def test_the_index_leads_with_the_rows_kit_export_keeps(tmp_path: Path) -> None:
     data = answers[0]
     share = f"{100 * result.splits['train'] / 20:.0f}%"
     assert (data.topic, data.headline) == ("Data", f"{result.splits['train']} of 20 rows usable ({share})")
-    assert data.status == "warn" and "cut by max_tokens (finish_reason length)" in data.detail
+    assert (
+        data.status == "warn"
+        and f"{fitness.dropped['truncated']} truncated: cut by max_tokens" in data.detail
+    )
     assert f"Exported to {run.dataset.resolve()}/ (`train`: these rows;" in data.detail
     assert "20 rows in 2 parquet shard(s)" in data.detail
     failures = {a.topic: a for a in answers}["Failures"]

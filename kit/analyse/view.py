@@ -156,32 +156,29 @@ BUDGET_RULES = {"truncated", "unterminated_think"}
 
 def fitness_answer(fitness: Fitness) -> Answer:
     """The rows fit to train on (what `kit export` keeps by default) against the rows made, the
-    reasons for the rest, most first, and what to change where one setting is the cause."""
+    reasons for the rest, most first, by the rule names `kit export --drop` takes, and what to change
+    where the output budget is the cause."""
     share = fitness.share
     head = f"{fitness.usable:,} of {fitness.rows:,} rows usable" + (
-        f" ({percent(share, 0)})" if share else ""
+        f" ({percent(share, 0)})" if share is not None else ""
     )
     left = fitness.rows - fitness.usable
     if not left:
-        detail = "`kit export` keeps every row made (its default drop rules leave none out)"
+        detail = "`kit export` keeps every row made (its default drop rules leave none out)."
     else:
-        reasons = ", ".join(
-            f"{n:,} {fitness.means.get(r, r.replace('_', ' '))}" for r, n in fitness.dropped.items()
-        )
-        detail = f"`kit export`'s default drop rules leave out {left:,}: {reasons}"
-        cut = sum(n for r, n in fitness.dropped.items() if r in BUDGET_RULES)
-        if cut >= left / 2:
-            detail += "; raise generate.sampling.max_tokens (or turn thinking off) and generate again"
+        reasons = "; ".join(f"{n:,} {r}: {fitness.means.get(r, r)}" for r, n in fitness.dropped.items())
+        detail = f"`kit export`'s default drop rules leave out {left:,}: {reasons}."
+        if sum(n for r, n in fitness.dropped.items() if r in BUDGET_RULES) >= left / 2:
+            detail += " Raise generate.sampling.max_tokens (or turn thinking off) and generate again."
     if fitness.failed:
-        detail += f"; {fitness.failed:,} more request(s) failed and have no row"
-    status = (
-        "ok"
-        if share is not None and share >= USABLE_OK
-        else "fail"
-        if not share or share < USABLE_POOR
-        else "warn"
-    )
-    return Answer("Data", head, detail + ".", status)
+        detail += f" {fitness.failed:,} more request(s) failed and have no row."
+    return Answer("Data", head, detail, _fitness_status(share))
+
+
+def _fitness_status(share: float | None) -> str:
+    if share is None or share < USABLE_POOR:
+        return "fail"
+    return "ok" if share >= USABLE_OK else "warn"
 
 
 def analysis_verdict(summary: Summary) -> str:
