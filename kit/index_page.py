@@ -113,14 +113,14 @@ def _data(folder: RunFolder, manifest: Manifest | None, fitness: Fitness | None)
     if fitness is None:
         return made
     answer = fitness_answer(fitness)
-    export = folder.dataset / CARD
-    where = (
-        f" Exported to {folder.dataset.resolve()}/ (`train`: these rows; `rejected`: the rest, with why)."
-        if export.exists()
-        else " `kit export RUN --to DIR` writes them as a dataset."
-    )
-    every = f" All rows made: {made.headline} {made.detail}"
-    return dataclasses.replace(answer, detail=answer.detail + where + every)
+    if (folder.dataset / CARD).exists():  # every row made is in the run folder the subtitle names
+        where = (
+            f"Exported to {folder.dataset.resolve()}/ (`train`: these rows; `rejected`: the rest, with why)."
+        )
+    else:
+        every = f"Every row made: {made.headline} {made.detail}"
+        where = f"`kit export RUN --to DIR` writes them as a dataset. {every}"
+    return dataclasses.replace(answer, detail=f"{answer.detail} {where}")
 
 
 def _beside_fitness(answer: Answer, fitness: Fitness | None) -> Answer:

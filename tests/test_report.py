@@ -356,12 +356,12 @@ def test_the_index_leads_with_the_rows_kit_export_keeps(tmp_path: Path) -> None:
     data = answers[0]
     share = f"{100 * result.splits['train'] / 20:.0f}%"
     assert (data.topic, data.headline) == ("Data", f"{result.splits['train']} of 20 rows usable ({share})")
+    left = 20 - fitness.usable  # the index names the rules; notebook 04 says what each means
     assert (
         data.status == "warn"
-        and f"{fitness.dropped['truncated']} truncated: cut by max_tokens" in data.detail
+        and f"leave out {left}: {fitness.dropped['truncated']} truncated, " in data.detail
     )
     assert f"Exported to {run.dataset.resolve()}/ (`train`: these rows;" in data.detail
-    assert "20 rows in 2 parquet shard(s)" in data.detail
     failures = {a.topic: a for a in answers}["Failures"]
     assert failures.headline == "none" and failures.status == "warn"
     assert f"{20 - result.splits['train']} answer(s) are not fit to keep" in failures.detail
@@ -376,6 +376,7 @@ def test_the_index_leads_with_the_rows_kit_export_keeps(tmp_path: Path) -> None:
         verdict.startswith(f"## Verdict: {data.headline}, ")
         and f"**Fit to train on: {data.headline}.**" in verdict
     )
+    assert f"{fitness.dropped['truncated']} truncated: cut by max_tokens (finish_reason length); " in verdict
 
 
 def test_the_key_figure_fits_its_title_and_names_every_line() -> None:

@@ -154,10 +154,11 @@ BUDGET_RULES = {"truncated", "unterminated_think"}
 """Drop rules a larger output budget cures."""
 
 
-def fitness_answer(fitness: Fitness) -> Answer:
+def fitness_answer(fitness: Fitness, explain: bool = False) -> Answer:
     """The rows fit to train on (what `kit export` keeps by default) against the rows made, the
-    reasons for the rest, most first, by the rule names `kit export --drop` takes, and what to change
-    where the output budget is the cause."""
+    reasons for the rest, most first, by the rule names `kit export --drop` takes (`explain`: with
+    what each means; the index, whose answers fit one screen, gives the names alone), and what to
+    change where the output budget is the cause."""
     share = fitness.share
     head = f"{fitness.usable:,} of {fitness.rows:,} rows usable" + (
         f" ({percent(share, 0)})" if share is not None else ""
@@ -166,7 +167,10 @@ def fitness_answer(fitness: Fitness) -> Answer:
     if not left:
         detail = "`kit export` keeps every row made (its default drop rules leave none out)."
     else:
-        reasons = "; ".join(f"{n:,} {r}: {fitness.means.get(r, r)}" for r, n in fitness.dropped.items())
+        reasons = ("; " if explain else ", ").join(
+            f"{n:,} {r}" + (f": {fitness.means.get(r, r)}" if explain else "")
+            for r, n in fitness.dropped.items()
+        )
         detail = f"`kit export`'s default drop rules leave out {left:,}: {reasons}."
         if sum(n for r, n in fitness.dropped.items() if r in BUDGET_RULES) >= left / 2:
             detail += " Raise generate.sampling.max_tokens (or turn thinking off) and generate again."
@@ -186,7 +190,7 @@ def analysis_verdict(summary: Summary) -> str:
     flags = {k: v for k, v in summary.flags.items() if v and k != "function_calling"}
     cut = summary.finish_reasons.get("length", 0.0)
     health = summary.health
-    fit = fitness_answer(summary.fitness) if summary.fitness is not None else None
+    fit = fitness_answer(summary.fitness, explain=True) if summary.fitness is not None else None
     lines = [
         f"## Verdict: {fit.headline if fit else f'{summary.rows:,} rows'}, {sum(flags.values()):,} quality "
         f"flags, {number(health.failures or 0)} failed",
