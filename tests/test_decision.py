@@ -253,6 +253,15 @@ def test_many_disturbed_repetitions_are_one_reason_with_their_count() -> None:
         "of the CPU: set aside where two undisturbed repetitions remain"
     ]
     assert not any(r.startswith("round ") for r in d["reasons"])
+    noisy_ends = _runs(hog, drift=(2000.0, 2010.0))
+    noisy_ends.loc[noisy_ends.phase != "sweep", ["foreign_cpu", "disturbed"]] = [[0.2, True], [0.7, True]]
+    d = decide_measured(
+        (summarise(noisy_ends), noisy_ends), DecideParams(concurrencies=[4, 16], spec_steps=[1])
+    )
+    drift = [r for r in d["reasons"] if r.startswith("the drift check")]
+    assert drift == [
+        "the drift check (start and end) at 16 concurrent ran while other processes took 20-70% of the CPU"
+    ]
 
 
 def test_the_sweep_measures_a_disturbed_level_once_more_with_every_arm() -> None:

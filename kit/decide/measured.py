@@ -266,9 +266,11 @@ def noise_sentences(noise: dict[str, Any] | None) -> list[str]:
         out.append(Drift(**{k: drift[k] for k in keys if k in drift}).sentence())
     disturbed = noise.get("disturbed") or []
     sweep = [d for d in disturbed if d["phase"] == "sweep"]
-    for d in disturbed:
-        if d["phase"] != "sweep":
-            out.append(f"the drift check at {d['concurrency']} concurrent ran while {_disturbance([d])}")
+    drift_check = [d for d in disturbed if d["phase"] != "sweep"]
+    if drift_check:  # its start and its end, said once
+        phases = " and ".join(dict.fromkeys(str(d["phase"]) for d in drift_check))
+        levels = "/".join(str(c) for c in sorted({int(d["concurrency"]) for d in drift_check}))
+        out.append(f"the drift check ({phases}) at {levels} concurrent ran while {_disturbance(drift_check)}")
     if len(sweep) == 1:
         d = sweep[0]
         out.append(
