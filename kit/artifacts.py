@@ -618,6 +618,29 @@ class TailSummary(Record):
 
 
 @dataclass(frozen=True, kw_only=True)
+class Fitness(Record):
+    """summary.json's `fitness`: the rows `kit export` keeps in `train` with its default rules,
+    against the rows made, and what left the others out (kit.export.fitness)."""
+
+    rules: list[str] = field(default_factory=list)
+    """The drop rules judged (kit.export.drops.DEFAULT_DROP), in judging order."""
+    rows: int = 0
+    """Rows made (each id once)."""
+    usable: int = 0
+    dropped: dict[str, int] = field(default_factory=dict)
+    """Rows per drop rule that dropped any, most first."""
+    means: dict[str, str] = field(default_factory=dict)
+    """What each of those rules means (kit.export.drops.RULES)."""
+    failed: int = 0
+    """Requests that failed for good (no row): `rejected` as well, beside the rows made."""
+
+    @property
+    def share(self) -> float | None:
+        """Usable rows over rows made (None: no row made)."""
+        return self.usable / self.rows if self.rows else None
+
+
+@dataclass(frozen=True, kw_only=True)
 class Summary(Record):
     """summary.json: stage 4's figures of a run, per source and in all (kit.analyse.run)."""
 
@@ -642,3 +665,5 @@ class Summary(Record):
     gaps: list[str] = field(default_factory=list)
     """Parts of the run that could not be read."""
     figures: list[str] = field(default_factory=list)
+    fitness: Fitness | None = optional()
+    """The rows fit to train on (kit.export.fitness): written by stage 4 through kit.stages."""

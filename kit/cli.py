@@ -219,7 +219,7 @@ def analyse(params: ParamsArg, run: RunOpt = None) -> None:
     from kit import stages as st
 
     summary = st.analyse(_load(params, run)).summary.to_json()
-    _print({k: summary.get(k) for k in ("rows", "failures", "gaps", "figures") if k in summary})
+    _print({k: summary.get(k) for k in ("rows", "fitness", "gaps", "figures") if k in summary})
 
 
 @command()

@@ -12,14 +12,16 @@ from pathlib import Path
 
 from matplotlib.figure import Figure
 
-from kit.artifacts import Summary
+from kit.analyse.view import fitness_answer
+from kit.artifacts import Decision, Fitness, Manifest, Summary
 from kit.decide.costmodel.validation import ErrorBand
 from kit.decide.decision import speculation_label
 from kit.decide.plots import throughput_alt, throughput_curves
-from kit.decide.verdict import decision_answer
+from kit.decide.verdict import decision_answer, measured_level
 from kit.decide.whatif_model import band_for_run
 from kit.decide.worth import worth_for_run
 from kit.display import Answer, timestamp
+from kit.export.run import CARD
 from kit.generate.verdict import (
     data_answer,
     failure_answer,
@@ -92,14 +94,46 @@ def run_answers(folder: RunFolder) -> list[Answer]:
     if decision is not None and not any(r.spec_k and r.status == "ok" for r in decision.table):
         band = worth_for_run(folder)
         worth = band.headline() if band else None
+    fitness = summary.fitness if summary is not None else None
+    name = speculation_label(saved_params(folder.params))
     return [
+        _data(folder, manifest, fitness),
         probe_answer(folder.read_probe(lenient=True)),
-        decision_answer(decision, speculation_label(saved_params(folder.params)), worth),
+        decision_answer(decision, name, worth),
         generation_answer(folder, manifest),
-        failure_answer(failures_by_reason(folder, summary)),
-        _with_tail(throughput_answer(summary, manifest), summary),
-        data_answer(folder, manifest),
+        _beside_fitness(failure_answer(failures_by_reason(folder, summary)), fitness),
+        _with_tail(throughput_answer(summary, manifest, baseline=measured_level(decision, name)), summary),
     ]
+
+
+def _data(folder: RunFolder, manifest: Manifest | None, fitness: Fitness | None) -> Answer:
+    """The data first: the rows fit to train on and why the rest are not (stage 4), where the export
+    of them is, and where every row made is; without stage 4, where the rows are."""
+    made = data_answer(folder, manifest)
+    if fitness is None:
+        return made
+    answer = fitness_answer(fitness)
+    if (folder.dataset / CARD).exists():  # every row made is in the run folder the subtitle names
+        where = (
+            f"Exported to {folder.dataset.resolve()}/ (`train`: these rows; `rejected`: the rest, with why)."
+        )
+    else:
+        every = f"Every row made: {made.headline} {made.detail}"
+        where = f"`kit export RUN --to DIR` writes them as a dataset. {every}"
+    return dataclasses.replace(answer, detail=f"{answer.detail} {where}")
+
+
+def _beside_fitness(answer: Answer, fitness: Fitness | None) -> Answer:
+    """ "Failures: none" must not read as "all is well" beside answers that are mostly unusable: with
+    rows left out of the data, it says how many, and takes the data's colour where that is worse."""
+    if fitness is None or fitness.usable >= fitness.rows or answer.status == "missing":
+        return answer
+    left = fitness.rows - fitness.usable
+    detail = (
+        f"{answer.detail} All the same, {left:,} answer(s) are not fit to keep (the first line says why)."
+    )
+    worse = fitness_answer(fitness).status != "ok" and answer.status == "ok"
+    return dataclasses.replace(answer, detail=detail, status="warn" if worse else answer.status)
 
 
 def _with_tail(answer: Answer, summary: Summary | None) -> Answer:
@@ -111,11 +145,18 @@ def _with_tail(answer: Answer, summary: Summary | None) -> Answer:
 def _answer_item(a: Answer, folder: RunFolder) -> str:
     detail = html.escape(a.detail)
     if a.topic == "Data" and a.status != "missing":
-        detail += f" Load them with:<code class='load'>{html.escape(load_snippet(folder))}</code>"
+        detail += f" Load them with:<code class='load'>{html.escape(_load_line(folder))}</code>"
     return (
         f"<li class='{a.status}'><span class='topic'>{html.escape(a.topic)}</span> "
         f"<b>{html.escape(a.headline)}</b>: {detail}</li>"
     )
+
+
+def _load_line(folder: RunFolder) -> str:
+    """The line that loads the export (the usable rows) where there is one, else every row made."""
+    if (folder.dataset / CARD).exists():
+        return f'datasets.load_dataset("{folder.dataset.resolve()}")'
+    return load_snippet(folder)
 
 
 def _key_figure(folder: RunFolder) -> str:
@@ -125,13 +166,8 @@ def _key_figure(folder: RunFolder) -> str:
         why = "No decision yet: the measured vs predicted figure needs decision.json (stage 2)."
         return f"<figure><figcaption>{why}</figcaption></figure>"
     name = speculation_label(saved_params(folder.params))
-    fig = Figure(figsize=(6.4, 3.8))
     band = band_for_run(folder)
-    throughput_curves(decision, fig.subplots(), name, band)
-    fig.tight_layout()
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=100)
-    data = base64.b64encode(buf.getvalue()).decode()
+    data = base64.b64encode(key_figure_png(decision, name, band)).decode()
     return (
         f"<figure><img alt='{html.escape(throughput_alt(decision, name), quote=True)}' "
         f"src='data:image/png;base64,{data}'><figcaption>Output tokens/s per arm and concurrency: "
@@ -139,6 +175,16 @@ def _key_figure(folder: RunFolder) -> str:
         f"{html.escape(_band_caption(band))}"
         f"<a href='{folder.report_page(DECIDE_PAGE).name}'>Decision page</a>.</figcaption></figure>"
     )
+
+
+def key_figure_png(decision: Decision, name: str, band: ErrorBand | None) -> bytes:
+    """The index's figure as PNG, cut to what it draws (bbox_inches="tight"): its title, axes and the
+    legend under them all inside the image (a fixed canvas cut the title at both ends)."""
+    fig = Figure(figsize=(6.4, 3.8))
+    throughput_curves(decision, fig.subplots(), name, band)
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=100, bbox_inches="tight")
+    return buf.getvalue()
 
 
 def _band_caption(band: ErrorBand | None) -> str:

@@ -26,6 +26,8 @@ import papermill as pm
 import papermill.iorw as pm_io
 import papermill.parameterize as pm_params
 import psutil
+from jupyter_core.paths import jupyter_runtime_dir
+from traitlets.config import Config
 
 from kit.asyncrun import Terminated
 from kit.errors import KitError
@@ -39,6 +41,21 @@ STAGES = {
     "generate": "03_generate",
     "analyse": "04_analyse_outputs",
 }
+
+
+SOCKET_PATH_MAX = 107
+"""Bytes of a Unix socket's path (Linux's sun_path, less its terminating NUL)."""
+
+
+def kernel_config() -> Config:
+    """The stage kernels talk to papermill over IPC (Unix sockets in Jupyter's runtime folder, which
+    only the user opens), not over TCP: ipykernel 7 warns on every kernel reached over TCP without
+    CurveZMQ keys ("[IPKernelApp] WARNING ... TCP without encryption"), four times a `kit run`, and
+    the user can do nothing about it. TCP where the runtime folder's path is too long for a socket."""
+    longest = len(os.fsencode(jupyter_runtime_dir())) + len(
+        "/kernel-00000000-0000-0000-0000-000000000000-ipc-65535"
+    )
+    return Config({"KernelManager": {"transport": "ipc" if longest <= SOCKET_PATH_MAX else "tcp"}})
 
 
 def notebooks_dir() -> Path:
@@ -70,6 +87,7 @@ def execute_stage(params: RunParams, stage: str, folder: RunFolder) -> Path:
                 stdout_file=sys.stdout,
                 stderr_file=sys.stderr,
                 parameters={"params_path": str(params.source_file), "run_name": params.run, "rerun": True},
+                config=kernel_config(),
             )
     except pm.PapermillExecutionError as e:
         if received:

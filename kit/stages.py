@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 import pandas as pd
 
 from kit.artifacts import Decision, Manifest, ProbeReport
-from kit.decide.apply import apply_decision
+from kit.decide.apply import applied_words, apply_decision
 from kit.demo.fixtures import ensure_demo_fixtures
 from kit.demo.model import build_notice, ensure_demo_model
 from kit.engines.flavors import flavor, server_env
@@ -190,6 +190,7 @@ def generate(
 ) -> Manifest:
     """Stage 3: plan prompts, generate completions (resuming), write manifest.json; rerun=False:
     read manifest.json when there is one (no engine started, nothing resumed)."""
+    from kit.decide.decision import speculation_label
     from kit.generate.run import run_generation  # each stage's stack loads when it runs
 
     folder = run_folder(params)
@@ -201,7 +202,9 @@ def generate(
     decision = folder.read_decision() if params.generate.use_decision else None
     if decision is not None:
         params, applied = apply_decision(params, decision)
-        log.info("engine settings from %s: %s", folder.decision, applied)
+        log.info(
+            "engine settings from %s: %s", folder.decision, applied_words(applied, speculation_label(params))
+        )
     problems = check_sampling(params)
     return run_generation(
         params,
@@ -243,16 +246,18 @@ def check_sampling(params: RunParams) -> Callable[[SamplingParams], list[str]]:
 
 
 def analyse(params: RunParams, *, rerun: bool = True) -> Analysis:
-    """Stage 4: summary.json and figures from the run folder; `.summary` and `.data` (the run as read).
+    """Stage 4: summary.json and figures from the run folder, with the rows `kit export` keeps by
+    default (`fitness`, kit.export.fitness); `.summary` and `.data` (the run as read).
 
     rerun=False: read summary.json when there is one; `.data` reads the shards on first use."""
     from kit.analyse import Analysis, run_analysis  # each stage's stack loads when it runs
+    from kit.export.fitness import with_fitness
 
     folder = run_folder(params)
     if _opens(folder, "analyse", rerun):
         return Analysis.opened(required(folder.read_summary(), folder.summary), folder, params.analyse)
     folder = prepare(params)
-    return run_analysis(folder, params.analyse)
+    return with_fitness(folder, run_analysis(folder, params.analyse))
 
 
 __all__ = [

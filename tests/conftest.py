@@ -128,6 +128,7 @@ def demo_run(tmp_path_factory, demo_model) -> Path:
     assert (base / "demo.yaml").exists()
     done = subprocess.run([sys.executable, "-m", "kit.cli", "run", str(path)], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr[-3000:]
+    (tmp / "kit-run.stderr").write_text(done.stderr)  # what the user saw (tests/test_pipeline.py)
     return tmp / "outputs" / "demo"
 
 

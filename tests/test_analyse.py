@@ -226,3 +226,29 @@ def test_resumed_run_counts_generating_time_not_the_night_between(tmp_path: Path
     manifest["generating_s"] = 31.5  # what the sessions' own clocks measured wins
     run.manifest.write_text(json.dumps(manifest))
     assert analyse_run(run, AnalyseParams())["health"]["duration_s"] == 31.5
+
+
+def test_no_legend_covers_a_bar(run: RunFolder) -> None:
+    """The finish-reason and flag bars of the fixture run, drawn and laid out as saved: no legend
+    overlaps a bar (inside the axes it hid a source's bar that reached 1.0)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    from kit.analyse import plots, read_run
+    from kit.analyse.flags import FLAGS, flag_counts
+
+    data = read_run(run, progress=False)
+    counts = flag_counts(data.df, data.flags, data.row_parts()).reindex(columns=list(FLAGS))
+    # the demo's shares: bars to 1.0 or near it at the top, the middle and the bottom
+    stops = {"agent": 20, "infinity": 10, "code": 20, "hermes": 15, "math": 1, "web": 2}
+    finish = [(s, "stop" if i < n else "length") for s, n in stops.items() for i in range(20)]
+    full = pd.DataFrame(finish, columns=["source", "finish_reason"]).astype({"source": "category"})
+    full["source"] = full["source"].cat.reorder_categories(list(stops))  # the plan's order, as read
+    drawn = (plots.finish_reasons(full), plots.finish_reasons(data.df), plots.counts_bar(counts, "flags"))
+    for fig in drawn:
+        canvas = FigureCanvasAgg(fig)
+        canvas.draw()
+        renderer = canvas.get_renderer()
+        ax = fig.axes[0]
+        legend = ax.get_legend().get_window_extent(renderer)
+        bars = [p.get_window_extent(renderer) for p in ax.patches if p.get_width() > 0]
+        assert bars and not [b for b in bars if b.overlaps(legend)], ax.get_title()

@@ -157,6 +157,18 @@ NOISY = {  # the issue's case: plain and n-gram k=1 a few % apart, on a machine 
 }
 
 
+def test_arms_skipped_for_one_reason_are_one_line() -> None:
+    """transformers serve skips every speculative arm for the same reason: one line names them all."""
+    why = "transformers serve has no speculative decoding in its continuous-batching server"
+    rows = [("plain", 0, 1, 40.0, None, "ok", ""), ("plain", 0, 16, 400.0, None, "ok", "")]
+    rows += [(f"spec_k{k}", k, 1, None, None, "skipped", why) for k in (1, 2, 3)]
+    d = decide_measured(
+        _sweep(rows), DecideParams(concurrencies=[1, 16], spec_steps=[1, 2, 3], repetitions=1)
+    )
+    said = [r for r in d["reasons"] if why in r]
+    assert said == [f"spec_k1, spec_k2 and spec_k3 were not measured: {why}"], d["reasons"]
+
+
 def test_a_lead_inside_the_noise_keeps_the_simpler_arm_and_says_so() -> None:
     params = DecideParams(concurrencies=[16], spec_steps=[1, 3])
     d = decide_measured(measured(NOISY, drift=(2300.0, 2250.0)), params, flavor="vllm")
@@ -180,6 +192,22 @@ def test_a_lead_outside_the_noise_chooses_speculation() -> None:
     assert decision_arm(d).name == "spec_k3" and d["measured_difference"] is True
     assert d["noise"]["comparison"]["lead_pct"] == pytest.approx(30.0)
     assert any("outside the noise" in r for r in d["reasons"])
+
+
+def test_the_settings_stage_3_takes_are_said_in_words(tmp_path: Path) -> None:
+    """`kit generate` says which settings it took from decision.json: the arm by its name and each
+    setting with its value, not the raw dict it printed."""
+    from kit.decide.apply import applied_words, apply_decision
+    from kit.params import EngineParams, ModelParams, RunParams
+
+    steady = {("plain", 0, 16): [2000.0, 1500.0, 2100.0], ("spec_k3", 3, 16): [2600.0, 1950.0, 2750.0]}
+    d = decide_measured(measured(steady), DecideParams(concurrencies=[16], spec_steps=[3]), flavor="sglang")
+    params = RunParams(run="x", model=ModelParams(path=tmp_path), engine=EngineParams(flavor="sglang"))
+    _, applied = apply_decision(params, d)
+    words = applied_words(applied, "MTP")
+    assert words.startswith("MTP k=3 (the decision's arm); ") and "{" not in words and "None" not in words
+    assert f"max_running_requests {applied['max_running_requests']}" in words
+    assert "speculative (algorithm MTP, num_steps 3, " in words
 
 
 def test_a_disturbed_repetition_is_set_aside_and_does_not_flip_the_decision() -> None:
@@ -206,6 +234,34 @@ def test_a_disturbed_repetition_is_set_aside_and_does_not_flip_the_decision() ->
     assert decision_arm(decide_measured((summarise(unseen), unseen), params, flavor="vllm")) == Arm(0)
     short = {k: v[:3] for k, v in hog.items()}  # no extra round: two calm pairs cannot carry a lead
     assert decision_arm(decide_measured(measured(short), params, flavor="vllm")) == Arm(0)
+
+
+def test_many_disturbed_repetitions_are_one_reason_with_their_count() -> None:
+    """A sweep on a busy machine: seven repetitions disturbed over two arms and two levels make one
+    line of the "Why" list, not seven (a 2-core machine's read ~25 "round N ... set aside" bullets)."""
+    hog = {
+        ("plain", 0, 4): [1000.0, -500.0, 1010.0, -400.0, 1020.0],
+        ("plain", 0, 16): [2000.0, -1000.0, 2010.0, 2030.0, 2020.0],
+        ("spec_k1", 1, 4): [1100.0, -600.0, 1110.0, -500.0, 1120.0],
+        ("spec_k1", 1, 16): [2100.0, -900.0, -800.0, 2110.0, 2120.0],
+    }
+    d = decide_measured(measured(hog), DecideParams(concurrencies=[4, 16], spec_steps=[1]), flavor="vllm")
+    assert len(d["noise"]["disturbed"]) == 7
+    folded = [r for r in d["reasons"] if "set aside" in r]
+    assert folded == [
+        "7 repetitions (plain at 4 x2, 16; spec_k1 at 4 x2, 16 x2) ran while other processes took 50% "
+        "of the CPU: set aside where two undisturbed repetitions remain"
+    ]
+    assert not any(r.startswith("round ") for r in d["reasons"])
+    noisy_ends = _runs(hog, drift=(2000.0, 2010.0))
+    noisy_ends.loc[noisy_ends.phase != "sweep", ["foreign_cpu", "disturbed"]] = [[0.2, True], [0.7, True]]
+    d = decide_measured(
+        (summarise(noisy_ends), noisy_ends), DecideParams(concurrencies=[4, 16], spec_steps=[1])
+    )
+    drift = [r for r in d["reasons"] if r.startswith("the drift check")]
+    assert drift == [
+        "the drift check (start and end) at 16 concurrent ran while other processes took 20-70% of the CPU"
+    ]
 
 
 def test_the_sweep_measures_a_disturbed_level_once_more_with_every_arm() -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import logging
 import os
 import re
 import signal
@@ -212,6 +213,7 @@ def test_overlong_prompt_is_a_failure_row_and_the_run_completes(write_params, tm
     rows = [{"prompt": "Say hello."}, {"prompt": f"Summarise: {words}"}, {"prompt": "Count to three."}]
     long_file.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
     source = {"name": "long", "adapter": "prompt_column", "dataset": "json", "data_files": [str(long_file)]}
+    caplog.set_level(logging.INFO, logger="kit")  # as kit.cli sets it
     params = load_params(write_params("long", data={"sources": [source]}))
     from kit import stages
 
@@ -222,6 +224,10 @@ def test_overlong_prompt_is_a_failure_row_and_the_run_completes(write_params, tm
     assert manifest["complete"] and manifest["rows"] == 2 and manifest["failures"] == 1
     assert manifest["never_generated"] == {"context_overflow": 1}
     assert "1 prompt(s) can never be generated as planned (1 context_overflow)" in caplog.text
+    said = [r.getMessage() for r in caplog.records if r.levelno >= logging.INFO]  # what `kit generate` prints
+    assert not [m for m in said if "is not checked because" in m or "capacity None" in m], said
+    assert any(m.startswith("transformers does not say how many requests it runs at once: ") for m in said)
+    assert all(p["why_not"] for p in manifest["premises"]["premises"].values())  # said there, once
     again = stages.generate(params)  # resume: nothing left, the rejected prompt is not retried
     assert again["rows_this_session"] == 0 and again["rows"] == 2
 

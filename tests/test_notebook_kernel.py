@@ -44,11 +44,26 @@ def stage_notebook(folder: Path, code: str) -> Path:
     return folder
 
 
-def run_stage(params_file: Path, notebooks: Path) -> subprocess.Popen:
+def run_stage(params_file: Path, notebooks: Path, stderr: int | None = None) -> subprocess.Popen:
     code = "import signal\n" + RUN_STAGE
     return subprocess.Popen(
-        [sys.executable, "-c", code, str(params_file), str(notebooks)], stdout=subprocess.PIPE, text=True
+        [sys.executable, "-c", code, str(params_file), str(notebooks)],
+        stdout=subprocess.PIPE,
+        stderr=stderr,
+        text=True,
     )
+
+
+def test_a_stage_kernel_prints_no_transport_warning(write_params, tmp_path):
+    """ipykernel 7 warns on every kernel reached over TCP without encryption (four lines a `kit run`,
+    nothing the user can act on): the stage kernels are reached over IPC instead."""
+    from kit.notebooks import kernel_config
+
+    assert kernel_config().KernelManager.transport == "ipc"
+    proc = run_stage(write_params("quiet"), stage_notebook(tmp_path / "nbs", "print('ran')"), subprocess.PIPE)
+    out, err = proc.communicate(timeout=180)
+    assert proc.returncode == 0, (out, err)
+    assert "ran" in out and "without encryption" not in err and "WARNING" not in err, err
 
 
 def test_sigterm_interrupts_the_kernel_so_the_stage_saves_its_work(write_params, tmp_path):

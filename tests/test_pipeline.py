@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import html
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -84,13 +85,24 @@ def test_report_reads_well(demo_run):
         "every planned row was generated; the run is complete",
         "no request failed",
         "output tok/s</b>",
-        'datasets.load_dataset("parquet", data_files=',
+        f'datasets.load_dataset("{demo_run.resolve() / "dataset"}")',  # the export notebook 04 made
     ):
         assert said in index, said
+    assert re.search(r"<span class='topic'>Data</span> <b>\d+ of \d+ rows usable \(\d+%\)</b>", index)
+    assert index.index("rows usable") < index.index("<span class='topic'>Environment")  # first
     top = first_screen(report / "index.html")
     assert top["answers"] == 6 and top["bottom"] <= 800, top
     shots = screenshots([report / "index.html", report / "02_decide_mtp.html"], "demo")
     assert all(p.stat().st_size > 20_000 for p in shots)
+
+
+def test_a_healthy_run_prints_no_warning(demo_run):
+    """What `kit run` printed beside its progress bars: no kernel transport warning, no nbformat
+    warning, no premise chatter, no 'capacity None', no raw dict (issue 46)."""
+    printed = (demo_run.parents[1] / "kit-run.stderr").read_text()
+    lines = [line for line in re.split(r"[\r\n]", printed) if line.strip() and not re.search(r"\d+%\|", line)]
+    noise = ("WARNING", "Warning", "without encryption", "is not checked because", "capacity None", "{'")
+    assert not [line for line in lines if any(n in line for n in noise)], lines
 
 
 def test_a_finished_generate_rerun_says_one_sentence(demo_run, tmp_path):
@@ -111,5 +123,6 @@ def test_a_finished_generate_rerun_says_one_sentence(demo_run, tmp_path):
     assert done.stdout.splitlines() == [
         f"{run}: complete, {rows} of {rows} rows; nothing was left to generate."
     ]
-    assert f"engine settings from {run / 'decision.json'}: " in done.stderr  # information, not a warning
+    assert f"engine settings from {run / 'decision.json'}: plain decoding (the decision's arm)" in done.stderr
+    assert "{'" not in done.stderr  # said in words, not a raw dict
     assert not [line for line in done.stderr.splitlines() if line.startswith("WARNING")], done.stderr

@@ -328,8 +328,110 @@ def test_answers_from_every_json(tmp_path: Path) -> None:
         answers["Throughput"].headline.endswith("output tok/s")
         and "over 20.0 s" in answers["Throughput"].detail
     )
+    # beside the run's tokens/s, the sweep's figure for the arm it ran; no one-sample "peak"
+    assert "; stage 2 measured 120 tok/s for MTP k=3 at concurrency 16" in answers["Throughput"].detail
+    assert "; peak" not in answers["Throughput"].detail
     run.decision.write_text("{broken")
     assert {a.topic: a for a in run_answers(run)}["Decision"].status == "missing"
+
+
+def test_the_index_leads_with_the_rows_kit_export_keeps(tmp_path: Path) -> None:
+    """A complete run with no failed request whose answers are half unusable (cut at max_tokens,
+    empty, repeated, a broken tool call): the index opens with the share `kit export` keeps, the
+    reasons for the rest and where the export is; "Failures: none" does not read as all well."""
+    from kit.analyse import run_analysis
+    from kit.export import ExportOptions, export_run
+    from kit.export.fitness import with_fitness
+    from kit.index_page import index_html, run_answers
+
+    run = build_run(tmp_path / "run", failures=False)
+    fitness = with_fitness(run, run_analysis(run, progress=False)).summary.fitness
+    assert run.read_summary().fitness == fitness  # written to summary.json
+    result = export_run(run.root, ExportOptions(to=run.dataset), progress=False)  # as notebook 04 does
+    assert fitness.usable == result.splits["train"] and fitness.rows == 20
+    assert fitness.dropped == {r: n for r, n in result.reasons.items() if n}
+    assert list(fitness.dropped)[0] == "truncated"  # most first
+
+    answers = run_answers(run)
+    data = answers[0]
+    share = f"{100 * result.splits['train'] / 20:.0f}%"
+    assert (data.topic, data.headline) == ("Data", f"{result.splits['train']} of 20 rows usable ({share})")
+    left = 20 - fitness.usable  # the index names the rules; notebook 04 says what each means
+    assert (
+        data.status == "warn"
+        and f"leave out {left}: {fitness.dropped['truncated']} truncated, " in data.detail
+    )
+    assert f"Exported to {run.dataset.resolve()}/ (`train`: these rows;" in data.detail
+    failures = {a.topic: a for a in answers}["Failures"]
+    assert failures.headline == "none" and failures.status == "warn"
+    assert f"{20 - result.splits['train']} answer(s) are not fit to keep" in failures.detail
+    page = index_html(run, [])
+    assert page.index("rows usable") < page.index("Environment")  # the first answer on the page
+    assert f"datasets.load_dataset(&quot;{run.dataset.resolve()}&quot;)" in page
+    assert readability_problems(page) == []
+    from kit.analyse.view import analysis_verdict  # notebook 04 opens with the same
+
+    verdict = analysis_verdict(run.read_summary())
+    assert (
+        verdict.startswith(f"## Verdict: {data.headline}, ")
+        and f"**Fit to train on: {data.headline}.**" in verdict
+    )
+    assert f"{fitness.dropped['truncated']} truncated: cut by max_tokens (finish_reason length); " in verdict
+
+
+def test_the_key_figure_fits_its_title_and_names_every_line() -> None:
+    """The index's figure: its title inside the canvas (a long one was cut at both ends), the dotted
+    curves and the shading in the legend, and the legend under the axes, covering no point."""
+    import struct
+
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    from kit.artifacts import Decision
+    from kit.decide.costmodel.validation import ErrorBand
+    from kit.decide.plots import throughput_curves
+    from kit.index_page import key_figure_png
+
+    rows = [dict(r, predicted_before_tok_s=r["predicted_tok_s"] * 1.5) for r in SPEC_DECISION["table"]]
+    decision = Decision.from_json(
+        {**SPEC_DECISION, "table": rows, "efficiency": {"source": "fit to the sweep"}}
+    )
+    band = ErrorBand(-0.38, 0.38, 24)
+    fig = Figure(figsize=(6.4, 3.8))
+    ax = throughput_curves(decision, fig.subplots(), "MTP", band)
+    canvas = FigureCanvasAgg(fig)
+    canvas.draw()
+    renderer = canvas.get_renderer()
+    title = ax.title.get_window_extent(renderer)
+    assert title.x0 >= 0 and title.x1 <= fig.bbox.x1, (title, fig.bbox)
+    legend = ax.get_legend()
+    labels = [t.get_text() for t in legend.get_texts()]
+    assert "predicted before measuring (dotted)" in labels and f"shaded: {band.label}" in labels
+    dotted = [line for line in ax.get_lines() if line.get_linestyle() == ":"]
+    assert dotted and any(getattr(h, "get_linestyle", lambda: "")() == ":" for h in legend.legend_handles)
+    assert legend.get_window_extent(renderer).y1 < ax.get_window_extent(renderer).y0  # under the axes
+    png = key_figure_png(decision, "MTP", band)
+    width, height = struct.unpack(">II", png[16:24])
+    assert width >= title.width and height > 380  # the legend under the axes made the image taller
+
+
+def test_a_plan_left_short_is_said_once_in_stage_3s_outcome(tmp_path: Path) -> None:
+    """The plan's warning (a source short of its count) is said where it matters, stage 3's outcome
+    and the index, from plan.json: not as a log warning on the page of whichever stage planned."""
+    from kit.generate.view import generation_verdict
+    from kit.index_page import run_answers
+    from kit.runfolder import write_json_atomic
+
+    run = build_run(tmp_path / "run")
+    warning = "source 'chat' gave 13 of 15 planned prompts; filter duplicate dropped 2 rows. To fix: ..."
+    write_json_atomic(run.plan, {**json.loads(run.plan.read_text()), "warnings": [warning]})
+    generation = {a.topic: a for a in run_answers(run)}["Generation"]
+    assert generation.status == "warn" and generation.headline == "20 of 20 rows"
+    assert generation.detail.endswith(
+        "The plan holds fewer prompts than asked: chat 13 of 15 (the Generate page says why)."
+    )
+    verdict = generation_verdict(run)
+    assert verdict.count(warning) == 1 and f"- **Plan:** {warning}" in verdict
 
 
 def test_index_of_a_run_with_no_stage_says_what_is_missing(tmp_path: Path) -> None:
@@ -436,6 +538,21 @@ def test_table_for_reading() -> None:
 NOTEBOOK_04 = Path(__file__).resolve().parents[1] / "notebooks" / "04_analyse_outputs.ipynb"
 
 
+def test_the_stage_notebooks_read_without_warnings() -> None:
+    """papermill validates each stage notebook as it reads it: a cell without an id printed nbformat's
+    MissingIDFieldWarning on every `kit run`; every cell has its own id."""
+    import warnings
+
+    for path in sorted(NOTEBOOK_04.parent.glob("*.ipynb")):
+        with warnings.catch_warnings(record=True) as seen:
+            warnings.simplefilter("always")
+            nb = nbformat.read(path, as_version=4)
+            nbformat.validate(nb)
+        assert [str(w.message)[:80] for w in seen] == [], path.name
+        ids = [c.get("id") for c in nb.cells]
+        assert all(ids) and len(set(ids)) == len(ids), path.name
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(not NOTEBOOK_04.exists(), reason="notebooks/04_analyse_outputs.ipynb not written yet")
 def test_notebook_04_through_papermill(tmp_path: Path) -> None:
@@ -461,8 +578,12 @@ def test_notebook_04_through_papermill(tmp_path: Path) -> None:
     assert summary["rows"] == 20 and summary["flags"]["tool_call_broken"] == 2
     page = (render_report(run.root).parent / f"{NOTEBOOK_04.stem}.html").read_text()
     images = re.findall(r"<img[^>]+src=\"([^\"]+)\"", page)
-    explorer = 2  # the filter section's default state: lengths and finish reasons of every row
-    assert len(images) == len(summary["figures"]) + explorer
+    assert len(images) == len(summary["figures"])  # each once: the filter section draws none again
+    from bs4 import BeautifulSoup
+
+    soup = BeautifulSoup(page, "html.parser")
+    alts = [img.get("alt") for img in soup.find_all("img")]
+    assert len(set(alts)) == len(alts) and len(soup.select("table.kit-samples")) == 1
     assert all(s.startswith("data:image/png") for s in images)
     assert "filters (source, flag, finish reason) are live when this notebook runs in JupyterLab" in page
     assert network_references(page) == []

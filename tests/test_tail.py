@@ -40,15 +40,19 @@ LADDER = {  # predicted tok/s: k=2 wins 2x at 1, 1.5x at 4, loses (0.75x) at 16;
 }
 
 
-def write_timeline(folder: RunFolder, monkeypatch: pytest.MonkeyPatch, points: list[tuple]) -> None:
-    """One session of samples through kit.generate.metrics.Timeline, at the clock times given."""
+def write_timeline(
+    folder: RunFolder, monkeypatch: pytest.MonkeyPatch, points: list[tuple], closing: bool = False
+) -> None:
+    """One session of samples through kit.generate.metrics.Timeline, at the clock times given;
+    `closing`: the last point is the sample the loop takes when it stops."""
     clock = [points[0][0]]
     monkeypatch.setattr(metrics, "time", SimpleNamespace(monotonic=lambda: clock[0]))
     monkeypatch.setattr(metrics, "now_utc", lambda: START + timedelta(seconds=clock[0]))
-    timeline = metrics.Timeline(folder.metrics, folder.metrics_log)
-    for t, in_flight, rows, tokens in points:
+    timeline = metrics.Timeline(folder.metrics, folder.metrics_log, interval_s=10.0)
+    for n, (t, in_flight, rows, tokens) in enumerate(points, 1):
         clock[0] = t
-        timeline.sample(SimpleNamespace(rows=rows, output_tokens=tokens, in_flight=in_flight, failures=0), {})
+        stats = SimpleNamespace(rows=rows, output_tokens=tokens, in_flight=in_flight, failures=0)
+        timeline.sample(stats, {}, closing=closing and n == len(points))
     timeline.close()
 
 
@@ -59,11 +63,12 @@ def make_run(
     capacity: int | None = 8,
     gpus: int = 2,
     speculative: dict | None = None,
+    closing: bool = False,
 ) -> RunFolder:
     """A run folder with a timeline, a manifest (capacity), params.yaml (SGLang, dp 2) and probe.json."""
     folder = RunFolder(root).ensure()
     if points:
-        write_timeline(folder, monkeypatch, points)
+        write_timeline(folder, monkeypatch, points, closing)
     manifest = {"engine": {"flavor": "sglang", "speculative": speculative}, "complete": True}
     if capacity is not None:
         manifest.update(engine_capacity=capacity, capacity_source="SGLang /server_info")
@@ -118,6 +123,47 @@ def test_a_known_tail_is_measured_exactly(tmp_path: Path, monkeypatch: pytest.Mo
         "The tail: the last 40.0 s (29% of the run) ran below capacity (8 requests) at 15% of full-load "
         "tokens/s, leaving 0.9 GPU-minutes idle; what speculation would have saved there is unknown: "
         "decision.json is absent (stage 2 has not run)."
+    )
+
+
+def test_a_closing_sample_a_split_second_after_the_last_is_no_peak(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The loop's last sample, 0.2 s after a tick, saw the last two rows finish (300 tokens): over
+    0.2 s that reads 1,500 tok/s, 15x the run's best interval. It keeps its counters (the tail counts
+    its rows and tokens) and has no rates, so it is neither the peak nor drawn as a spike."""
+    from kit.analyse import health, plots
+
+    closing = (130.2, 0, 112, 10_850)
+    folder = make_run(tmp_path / "run", monkeypatch, FULL + DRAIN[:-1] + [closing], closing=True)
+    m, _ = load_metrics(folder)
+    assert m["tok_s"].iloc[-2] == 10.0 and math.isnan(m["tok_s"].iloc[-1]) and m["rows_done"].iloc[-1] == 112
+    h = health.run_health(generation_frame().iloc[:0], m, pd.DataFrame(columns=["reason"]), None)
+    assert h.output_tok_s_peak == 100.0
+    fig = plots.throughput(health.throughput_timeline(m, pd.DataFrame()))
+    drawn = [y for ax in fig.axes for line in ax.get_lines() for y in line.get_ydata()]
+    assert max(drawn) == 100.0
+    t = entry_of(folder)
+    assert t["end_s"] == 130.2 and t["rows_in_tail"] == 12 and t["tok_s_tail"] == round(850 / 30.2, 3)
+
+
+def test_the_tail_sentence_says_no_share_over_full_and_no_idle_noise(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A full-load phase in which few rows finished reads slower than the tail (tokens count when a
+    row finishes): its share is not said. A drain of a second leaves nothing worth saying idle."""
+    short_full = [(0.0, 0, 0, 0), (10.0, 8, 0, 0), (20.0, 8, 2, 100)]
+    drain = [(30.0, 4, 6, 700), (40.0, 2, 8, 900), (50.0, 0, 10, 1000)]
+    t = entry_of(make_run(tmp_path / "short", monkeypatch, short_full + drain))
+    assert t["tok_s_tail"] == 30.0 and t["tok_s_full_load"] == 5.0  # kept in summary.json
+    assert "full-load tokens/s" not in t["sentence"] and "600%" not in t["sentence"]
+    assert ", leaving 0.6 GPU-minutes idle;" in t["sentence"]  # 17.5 s of 2 GPUs
+    quick = FULL + [(90.5, 4, 94, 9_020), (91.0, 0, 98, 9_040)]
+    t = entry_of(make_run(tmp_path / "quick", monkeypatch, quick))
+    assert 0 < t["idle_minutes"] < 0.05 and "idle" not in t["sentence"]
+    assert t["sentence"].startswith(
+        "The tail: the last 1.0 s (1% of the run) ran below capacity (8 requests) at 40% of full-load "
+        "tokens/s; what speculation"
     )
 
 
@@ -228,6 +274,23 @@ def test_the_predicted_saving_is_the_hand_computation(
     two = entry_of(folder)["speculation"]
     assert two["servers"] == 2
     assert two["saved_s"] == pytest.approx(sum(_hand_saving(c / 2) for c in means), abs=1e-3)
+
+
+def test_a_saving_under_a_second_is_said_by_its_bound(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A drain of a second where speculation wins: '0.07 s (0.00 s to 2.4 s)' read as noise; the
+    sentence gives the most it could have saved."""
+    quick = FULL + [(90.5, 4, 94, 9_020), (91.0, 0, 98, 9_040)]
+    folder = make_run(tmp_path / "run", monkeypatch, quick)
+    write_json_atomic(
+        folder.decision, {"chosen_arm": "plain", "engine_settings": {}, "table": decision_table(LADDER)}
+    )
+    spec = entry_of(folder)["speculation"]
+    assert spec["status"] == "saves" and 0 < spec["saved_s"] < 1
+    sentence = tail.tail_sentence(entry_of(folder))
+    assert f"MTP k=2 there would have saved at most {seconds(spec['saved_high_s'])} (predicted" in sentence
+    assert seconds(spec["saved_s"]) not in sentence
 
 
 def test_a_predicted_win_inside_the_noise_is_said_to_be_no_switch(

@@ -259,9 +259,11 @@ def test_a_cpu_hog_is_caught_and_does_not_flip_the_decision(
     if (2, "end", "plain", 8) in disturbed:  # the end of the drift check ran beside the hogs, and it says so
         assert hogged["noise"]["drift"]["disturbed"], hogged["noise"]["drift"]
         assert any("other processes were seen at the start or the end" in r for r in hogged["reasons"])
-    if (1, "sweep", "plain", 8) in disturbed:
-        said = "round 1 of plain at 8 concurrent ran while other processes took"
-        assert any(said in r for r in hogged["reasons"]), hogged["reasons"]
+    if (1, "sweep", "plain", 8) in disturbed:  # one such repetition is named, several are counted
+        said = ["round 1 of plain at 8 concurrent ran while other processes took", "plain at 8"]
+        assert any(any(s in r for s in said) and "other processes took" in r for r in hogged["reasons"]), (
+            hogged["reasons"]
+        )
     if hogged["arm"] != calm["arm"]:
         # The two sweeps ran minutes apart beside the suite's other worker: a lead near the noise may
         # count in one and not the other (CI, 2026-12-03: n-gram k=1 chosen at +14% or more over one or

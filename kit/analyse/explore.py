@@ -9,7 +9,8 @@ It works on each row's facts and flags (`RunData.df`, `RunData.flags`), never on
 only the rows of the sample list are read back from the shards (`RunData.rows`), so a run of
 millions of rows costs no more memory than stage 4 itself. As with kit.analyse.browser, a live
 kernel with ipywidgets gets a widget (three Dropdowns, a caption, an Output re-drawn on each change);
-reports show the default state (every row) as static HTML with inline PNG figures.
+reports show the default state (every row) as static HTML: its caption and a note, since notebook 04
+shows that state's figures and samples in sections of their own (`images` and `samples` hold them).
 """
 
 from __future__ import annotations
@@ -37,8 +38,10 @@ FILTERS = ("source", "flag", "finish")
 DEFAULTS = {"source": ALL, "flag": ANY_ROW, "finish": ALL}
 NO_MATCH = "no rows match"
 LIVE_NOTE = (
-    "The filters (source, flag, finish reason) are live when this notebook runs in JupyterLab; "
-    "this page shows every row."
+    "The filters (source, flag, finish reason) are live when this notebook runs in JupyterLab, where "
+    "they redraw the length and finish-reason figures and the sample list for the rows they select. "
+    "With every row selected, as on this page, those are the figures and samples it shows in their "
+    "own sections: they are not drawn twice."
 )
 LENGTH = "completion_tokens"
 """The column of the length distribution figure."""
@@ -155,8 +158,11 @@ class RunExplorer:
         self.filter()
         self.html = (
             f"<div class='kit-explore'><p>{self.caption_html}</p>"
-            f"<p class='kit-explore-note'>{html.escape(LIVE_NOTE)}</p>{self.body_html}</div>"
+            f"<p class='kit-explore-note'>{html.escape(LIVE_NOTE)}</p></div>"
         )
+        """The static view (reports, headless runs): the default state selects every row, whose length
+        and finish-reason figures and samples notebook 04 shows in its Figures and Samples sections;
+        drawn here too, a report showed each twice."""
 
     @property
     def caption_html(self) -> str:

@@ -33,6 +33,13 @@ def save_figure(fig: Figure, path: Path) -> Path:
     return path
 
 
+def legend_outside(ax: plt.Axes) -> None:
+    """The legend right of the axes, where it covers no bar (inside, it hid a bar that reached 1.0);
+    the figures are saved with bbox_inches="tight", which holds it."""
+    if ax.get_legend() is not None:
+        sns.move_legend(ax, "upper left", bbox_to_anchor=(1.01, 1), frameon=False)
+
+
 def length_distribution(
     df: pd.DataFrame, column: str = "completion_tokens", hue: str = "source"
 ) -> Figure | None:
@@ -47,6 +54,7 @@ def length_distribution(
         xlabel=f"{column.replace('_', ' ')} per request",
         ylabel=f"density (area 1 per {hue})",
     )
+    legend_outside(ax)
     return fig
 
 
@@ -63,6 +71,7 @@ def finish_reasons(df: pd.DataFrame, by: str = "source") -> Figure | None:
         xlabel="share of rows (0-1)",
         ylabel="",
     )
+    legend_outside(ax)
     return fig
 
 
@@ -88,6 +97,7 @@ def latency(df: pd.DataFrame, hue: str = "source") -> Figure | None:
     fig, ax = plt.subplots(figsize=(8, 4))
     sns.histplot(data=data, x="latency_s", hue=hue, element="step", stat="density", common_norm=False, ax=ax)
     ax.set(title="Request latency", xlabel="latency per request (s)", ylabel=f"density (area 1 per {hue})")
+    legend_outside(ax)
     return fig
 
 
@@ -115,6 +125,7 @@ def counts_bar(table: pd.DataFrame, title: str, xlabel: str = "rows") -> Figure 
     ax.set_xlabel(xlabel)
     ax.set_ylabel("")
     ax.set_title(title)
+    legend_outside(ax)
     return fig
 
 

@@ -10,8 +10,8 @@ import pandas as pd
 
 from kit.analyse.tables import summary_tables
 from kit.analyse.tail import speculation_clause
-from kit.artifacts import Health, Summary, TailSpeculation, TailSummary
-from kit.display import Table, file_image, number, percent, seconds, table
+from kit.artifacts import Fitness, Health, Summary, TailSpeculation, TailSummary
+from kit.display import Answer, Table, file_image, number, percent, seconds, table
 
 TITLES = {
     "per source": "Rows and tokens per source",
@@ -148,15 +148,58 @@ def analysis_tables(summary: Summary) -> list[Table]:
     return out
 
 
+USABLE_OK, USABLE_POOR = 0.9, 0.5
+"""A run whose rows `kit export` keeps at this share or more reads ok; below the second, a failure."""
+BUDGET_RULES = {"truncated", "unterminated_think"}
+"""Drop rules a larger output budget cures."""
+
+
+def fitness_answer(fitness: Fitness, explain: bool = False) -> Answer:
+    """The rows fit to train on (what `kit export` keeps by default) against the rows made, the
+    reasons for the rest, most first, by the rule names `kit export --drop` takes (`explain`: with
+    what each means; the index, whose answers fit one screen, gives the names alone), and what to
+    change where the output budget is the cause."""
+    share = fitness.share
+    head = f"{fitness.usable:,} of {fitness.rows:,} rows usable" + (
+        f" ({percent(share, 0)})" if share is not None else ""
+    )
+    left = fitness.rows - fitness.usable
+    if not left:
+        detail = "`kit export` keeps every row made (its default drop rules leave none out)."
+    else:
+        reasons = ("; " if explain else ", ").join(
+            f"{n:,} {r}" + (f": {fitness.means.get(r, r)}" if explain else "")
+            for r, n in fitness.dropped.items()
+        )
+        detail = f"`kit export`'s default drop rules leave out {left:,}: {reasons}."
+        if sum(n for r, n in fitness.dropped.items() if r in BUDGET_RULES) >= left / 2:
+            detail += " Raise generate.sampling.max_tokens (or turn thinking off) and generate again."
+    if fitness.failed:
+        detail += f" {fitness.failed:,} more request(s) failed and have no row."
+    return Answer("Data", head, detail, _fitness_status(share))
+
+
+def _fitness_status(share: float | None) -> str:
+    if share is None or share < USABLE_POOR:
+        return "fail"
+    return "ok" if share >= USABLE_OK else "warn"
+
+
 def analysis_verdict(summary: Summary) -> str:
     """Notebook 04's opening, as Markdown: rows analysed, truncation, flags, failures, gaps."""
     flags = {k: v for k, v in summary.flags.items() if v and k != "function_calling"}
     cut = summary.finish_reasons.get("length", 0.0)
     health = summary.health
+    fit = fitness_answer(summary.fitness, explain=True) if summary.fitness is not None else None
     lines = [
-        f"## Verdict: {summary.rows:,} rows, {sum(flags.values()):,} quality flags, "
-        f"{number(health.failures or 0)} failed",
+        f"## Verdict: {fit.headline if fit else f'{summary.rows:,} rows'}, {sum(flags.values()):,} quality "
+        f"flags, {number(health.failures or 0)} failed",
         "",
+        *(
+            [f"- **Fit to train on: {fit.headline}.** {fit.detail} The export below keeps them in `train`."]
+            if fit
+            else []
+        ),
         f"- **{summary.rows:,} rows analysed** from {len(summary.sources)} sources; "
         f"{percent(cut)} were cut at max_tokens"
         + (" (raise generate.sampling.max_tokens if that matters)." if cut > 0.05 else "."),

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from kit.artifacts import Decision
-from kit.engines.arms import Arm
+from kit.engines.arms import Arm, arm_label
 from kit.engines.settings import apply_settings
 from kit.params import RunParams
 
@@ -22,3 +22,22 @@ def apply_decision(params: RunParams, decision: Decision) -> tuple[RunParams, di
     new, applied = apply_settings(params, {**decision.engine_settings, **handoff})
     applied["chosen_arm"] = arm.name
     return new, applied
+
+
+def applied_words(applied: dict[str, Any], name: str = "MTP") -> str:
+    """The settings `apply_decision` took, as a line a person reads: 'plain decoding (the decision's
+    arm); dp_size 1, tp_size 1, mem_fraction_static 0.85' (it printed the raw dict); `name` labels
+    the speculative arm (MTP, n-gram, EAGLE...)."""
+    chosen = str(applied.get("chosen_arm") or "plain")
+    k = int(chosen.removeprefix("spec_k")) if chosen.startswith("spec_k") else 0
+    arm = arm_label(k, name)
+    spec = applied.get("speculative")
+    rest = [
+        f"{key} {value}"
+        for key, value in applied.items()
+        if key not in ("chosen_arm", "speculative") and value is not None
+    ]
+    if isinstance(spec, dict) and spec:
+        said = ", ".join(f"{key} {value}" for key, value in spec.items() if value is not None)
+        rest.append(f"speculative ({said})")
+    return f"{arm} (the decision's arm)" + (f"; {', '.join(rest)}" if rest else "")

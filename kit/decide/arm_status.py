@@ -87,8 +87,8 @@ def crash_sentences(sweep: pd.DataFrame | None, runs: pd.DataFrame | None) -> li
 
 
 def unmeasured_sentences(sweep: pd.DataFrame | None) -> list[str]:
-    """One line per arm the sweep could not measure, with the whole reason (a crash: the engine's own
-    error, where it was raised, and what to try)."""
+    """One line per arm the sweep could not measure for a failure (a crash: the engine's own error,
+    where it was raised, and what to try); arms skipped by design are said in the decision's reasons."""
     if sweep is None or sweep.empty:
         return []
     out = []
@@ -97,8 +97,8 @@ def unmeasured_sentences(sweep: pd.DataFrame | None) -> list[str]:
         full = sweep[(sweep.arm == arm) & (sweep.status == status)].reason
         text = _str(full.iloc[0]) if len(full) else None
         if status == "skipped":
-            out.append(f"{arm} was not measured: {_first_line(text)}")
-        elif status == "crashed":
+            continue  # said once per reason with the arms it kept out (kit.decide.decision)
+        if status == "crashed":
             out.append(f"{arm} crashed and is not chosen: {text}")
         else:
             out.append(f"{arm} could not be measured ({_first_line(text)}); its figures are predicted")

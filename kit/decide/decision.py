@@ -152,6 +152,22 @@ def _best_of(table: pd.DataFrame, col: str, spec: bool) -> pd.Series | None:
     return rows.loc[rows[col].astype(float).idxmax()] if len(rows) else None
 
 
+def _skipped_reasons(table: pd.DataFrame, unavailable: str | None) -> list[str]:
+    """Why speculation or its arms were not measured, each reason once with the arms it kept out
+    ("spec_k1 was not measured: X" three times over was three lines of the same sentence)."""
+    out = [f"speculation is unavailable: {unavailable}"] if unavailable else []
+    skipped = table[table.status == "skipped"].drop_duplicates("arm")
+    skipped = skipped.assign(reason=skipped["reason"].fillna("no reason recorded"))
+    for reason, arms in skipped.groupby("reason", sort=False)["arm"]:
+        names = list(arms)
+        listed = ", ".join(names[:-1]) + f" and {names[-1]}" if len(names) > 1 else names[0]
+        if reason == unavailable:
+            out[0] += f" (so {listed} {'were' if len(names) > 1 else 'was'} not measured)"
+        else:
+            out.append(f"{listed} {'were' if len(names) > 1 else 'was'} not measured: {reason}")
+    return out
+
+
 def _reasons(
     table: pd.DataFrame,
     predicted: pd.DataFrame,
@@ -161,7 +177,7 @@ def _reasons(
     measured: bool,
     name: str = "MTP",
 ) -> list[str]:
-    out = [f"speculation is unavailable: {unavailable}"] if unavailable else []
+    out = _skipped_reasons(table, unavailable)  # failed and crashed arms: kit.decide.arm_status
     col, how = ("measured_tok_s", "measured") if measured else ("predicted_tok_s", "predicted")
     p, s = _best_of(table, col, False), _best_of(table, col, True)
     if (

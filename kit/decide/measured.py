@@ -10,6 +10,7 @@ say so with the figures.
 from __future__ import annotations
 
 import math
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -263,20 +264,53 @@ def noise_sentences(noise: dict[str, Any] | None) -> list[str]:
     if drift:
         keys = ("concurrency", "start", "end", "noise", "disturbed")
         out.append(Drift(**{k: drift[k] for k in keys if k in drift}).sentence())
-    for d in noise.get("disturbed") or []:
-        what = "the drift check" if d["phase"] != "sweep" else f"round {d['round']} of {d['arm']}"
-        why = (
-            [f"other processes took {d['foreign_cpu_pct']:.0f}% of the CPU"]
-            if d["foreign_cpu_pct"] > 1
-            else []
-        )
-        if (d.get("neighbour_cpu_pct") or 0) > 1:
-            why.append(f"the other arms' servers took {d['neighbour_cpu_pct']:.0f}% of the CPU")
-        if (d.get("slowdown") or 1) > 1.05:
-            why.append(f"the CPU ran {d['slowdown']:.1f}x slower than usual (a canary of fixed work)")
+    disturbed = noise.get("disturbed") or []
+    sweep = [d for d in disturbed if d["phase"] == "sweep"]
+    drift_check = [d for d in disturbed if d["phase"] != "sweep"]
+    if drift_check:  # its start and its end, said once
+        phases = " and ".join(dict.fromkeys(str(d["phase"]) for d in drift_check))
+        levels = "/".join(str(c) for c in sorted({int(d["concurrency"]) for d in drift_check}))
+        out.append(f"the drift check ({phases}) at {levels} concurrent ran while {_disturbance(drift_check)}")
+    if len(sweep) == 1:
+        d = sweep[0]
         out.append(
-            f"{what} at {d['concurrency']} concurrent ran while "
-            + " and ".join(why or ["the machine was busy"])
-            + (": set aside where two undisturbed repetitions remain" if d["phase"] == "sweep" else "")
+            f"round {d['round']} of {d['arm']} at {d['concurrency']} concurrent ran while "
+            f"{_disturbance(sweep)}: {SET_ASIDE}"
         )
+    elif sweep:
+        out.append(f"{len(sweep)} repetitions ({_where(sweep)}) ran while {_disturbance(sweep)}: {SET_ASIDE}")
     return out
+
+
+SET_ASIDE = "set aside where two undisturbed repetitions remain"
+
+
+def _span(values: list[float], unit: str) -> str:
+    """'40%', or '12-60%' over several measurements."""
+    lo, hi = min(values), max(values)
+    return f"{lo:.0f}{unit}" if round(lo) == round(hi) else f"{lo:.0f}-{hi:.0f}{unit}"
+
+
+def _disturbance(disturbed: list[dict[str, Any]]) -> str:
+    """What disturbed these measurements, each cause with its range over them: one line for a
+    sweep of 25 disturbed rounds, not 25 (a shared machine's reasons list read ~40 bullets)."""
+    foreign = [d["foreign_cpu_pct"] for d in disturbed if d["foreign_cpu_pct"] > 1]
+    neighbour = [d["neighbour_cpu_pct"] for d in disturbed if (d.get("neighbour_cpu_pct") or 0) > 1]
+    slow = [d["slowdown"] for d in disturbed if (d.get("slowdown") or 1) > 1.05]
+    why = [f"other processes took {_span(foreign, '%')} of the CPU"] if foreign else []
+    if neighbour:
+        why.append(f"the other arms' servers took {_span(neighbour, '%')} of the CPU")
+    if slow:
+        why.append(f"the CPU ran up to {max(slow):.1f}x slower than usual (a canary of fixed work)")
+    return " and ".join(why or ["the machine was busy"])
+
+
+def _where(disturbed: list[dict[str, Any]]) -> str:
+    """Arms and levels of the disturbed repetitions: 'plain at 4 x2, 16; spec_k1 at 16'."""
+    by_arm: dict[str, Counter[int]] = {}
+    for d in disturbed:
+        by_arm.setdefault(str(d["arm"]), Counter())[int(d["concurrency"])] += 1
+    return "; ".join(
+        f"{arm} at " + ", ".join(f"{c} x{n}" if n > 1 else f"{c}" for c, n in sorted(levels.items()))
+        for arm, levels in by_arm.items()
+    )

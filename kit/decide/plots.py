@@ -9,6 +9,8 @@ from typing import Any
 import matplotlib.pyplot as plt
 import pandas as pd
 import seaborn as sns
+from matplotlib.lines import Line2D
+from matplotlib.patches import Patch
 
 from kit.artifacts import Decision
 from kit.decide.costmodel.validation import ErrorBand
@@ -100,16 +102,39 @@ def throughput_curves(
         )  # fmt: skip
     ax.set_xscale("log", base=2)
     ax.set_xticks(sorted(t.concurrency.unique()), [str(int(c)) for c in sorted(t.concurrency.unique())])
-    bars = " with their 90% intervals" if "measured_lo" in t and t.measured_lo.notna().any() else ""
-    before = "; dotted: before measuring" if "predicted_before_tok_s" in t else ""
     ax.set(
         xlabel="concurrent requests",
         ylabel="output tokens/s",
-        title=f"Measured (points{bars}) vs predicted (dashed{before}); chosen: {_chosen(decision, name)}",
+        title=f"Measured vs predicted output tokens/s\nchosen: {_chosen(decision, name)}",
     )
     ax.set_ylim(bottom=0)
-    ax.legend(fontsize="small", ncol=2)
+    _legend_below(ax, _key_entries(t, band, pred))
     return ax
+
+
+def _key_entries(t: pd.DataFrame, band: ErrorBand | None, pred: pd.DataFrame) -> list[Any]:
+    """Legend entries for what the lines' colours do not say: the dotted curves (the model before it
+    was fit to the sweep) and the shading (its known error), each drawn only where the figure has it."""
+    extra: list[Any] = []
+    if "predicted_before_tok_s" in t and t.predicted_before_tok_s.notna().any():
+        extra.append(Line2D([], [], ls=":", color="grey", label="predicted before measuring (dotted)"))
+    if band is not None and (pred.spec_k > 0).any():
+        extra.append(Patch(color="grey", alpha=0.12, lw=0, label=f"shaded: {band.label}"))
+    return extra
+
+
+def _legend_below(ax: Any, extra: list[Any]) -> None:
+    """The legend under the axes, where it covers no point or bar; the figure grows to hold it when
+    saved with bbox_inches="tight" (the index and notebook 02 save it so)."""
+    handles, _ = ax.get_legend_handles_labels()
+    ax.legend(
+        handles=handles + extra,
+        fontsize="small",
+        ncol=2,
+        loc="upper center",
+        bbox_to_anchor=(0.5, -0.2),
+        frameon=False,
+    )
 
 
 def _ratios(decision: Decision, name: str) -> pd.DataFrame:

@@ -7,7 +7,7 @@ from kit.artifacts import Decision, LadderPoint
 from kit.display import Answer, is_number, number
 from kit.engines.arms import Arm, arm_label
 
-__all__ = ["arm_label", "decision_answer"]
+__all__ = ["arm_label", "decision_answer", "measured_level"]
 
 
 def _best(rows: list[LadderPoint], col: str, spec: bool) -> LadderPoint | None:
@@ -53,6 +53,18 @@ def _chosen_row(decision: Decision, col: str) -> LadderPoint | None:
     mine = [r for r in decision.table if r.arm == arm and is_number(r.value(col))]
     at_level = [r for r in mine if r.concurrency == level]
     return at_level[0] if at_level else max(mine, key=lambda r: float(r.value(col)), default=None)
+
+
+def measured_level(decision: Decision | None, name: str = "MTP") -> str | None:
+    """What the sweep measured for the chosen arm where stage 3 runs it, as a baseline for the run's
+    own tokens/s: '141 tok/s for plain decoding at concurrency 16'; None when nothing was measured."""
+    if decision is None or decision.decided_by != "measured":
+        return None
+    row = _chosen_row(decision, "measured_tok_s")
+    if row is None:
+        return None
+    label = arm_label((decision.arm or Arm(0)).k, name)
+    return f"{number(float(row.measured_tok_s), 0)} tok/s for {label} at concurrency {int(row.concurrency)}"
 
 
 def _lead(win: LadderPoint, other: LadderPoint | None, col: str, label: str, name: str, runs: bool) -> str:

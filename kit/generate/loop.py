@@ -153,13 +153,13 @@ class GenerationLoop:
             for task in (work, *self._workers):
                 if task.done() and not task.cancelled():
                     task.exception()  # retrieved: asyncio would log it again at exit
-            self._sample(await self._engine_metrics())
+            self._sample(await self._engine_metrics(), closing=True)
             self.timeline.close()
         return self.stats
 
-    def _sample(self, engine: dict[str, float]) -> None:
+    def _sample(self, engine: dict[str, float], closing: bool = False) -> None:
         self.engine_last = engine
-        self.timeline.sample(self.stats, engine)
+        self.timeline.sample(self.stats, engine, closing)
 
     def _check_premises(self, sample: dict[str, Any]) -> None:
         """The decision's premises against this sample; not once the tail switch has begun (replicas

@@ -122,18 +122,22 @@ class Timeline:
         self._last = (self.t0, 0, 0)
         self._spec: tuple[float, float] | None = None
 
-    def sample(self, stats: Any, engine: dict[str, float]) -> None:
+    def sample(self, stats: Any, engine: dict[str, float], closing: bool = False) -> None:
+        """Take one sample; `closing`: the session's last, taken when the loop stops, whatever the
+        time since the previous one (see `_rates`)."""
         now = time.monotonic()
         t_prev, rows_prev, tok_prev = self._last
-        dt = max(now - t_prev, 1e-9)
+        rows_s, tok_s = self._rates(
+            now - t_prev, stats.rows - rows_prev, stats.output_tokens - tok_prev, closing
+        )
         row = {
             "session": self.session,
             "at": now_utc(),
             "t_s": now - self.t0,
             "rows_done": stats.rows,
             "output_tokens_done": stats.output_tokens,
-            "rows_s": (stats.rows - rows_prev) / dt,
-            "tok_s": (stats.output_tokens - tok_prev) / dt,
+            "rows_s": rows_s,
+            "tok_s": tok_s,
             "in_flight": stats.in_flight,
             "failures": stats.failures,
         }
@@ -145,6 +149,16 @@ class Timeline:
             row["accept_length"] = accept
         self.samples.append(row)
         self._last = (now, stats.rows, stats.output_tokens)
+
+    def _rates(self, dt: float, rows: int, tokens: int, closing: bool) -> tuple[float | None, float | None]:
+        """rows/s and tokens/s since the previous sample. A closing sample less than half an interval
+        after the previous one has no rates (None): rows and their tokens count when a row finishes,
+        so a few rows finishing in a split second read as a spike (1,123 tok/s beside a mean of 84)
+        that the throughput plot drew and summary.json called the peak. Its counters are kept."""
+        if closing and dt < self.interval_s / 2:
+            return None, None
+        dt = max(dt, 1e-9)
+        return rows / dt, tokens / dt
 
     def _counter_accept_length(self, engine: dict[str, float]) -> float | None:
         """vLLM's accept length since the previous sample, from its draft / accepted counters."""

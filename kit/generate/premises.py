@@ -530,7 +530,8 @@ class PremiseCheck:
 
     @property
     def unchecked(self) -> list[str]:
-        """Sentences for the premises that cannot be checked at all in this run (log them once)."""
+        """Sentences for the premises that cannot be checked at all in this run: debug lines (a
+        healthy run on an engine without speculation has three; the manifest keeps each why_not)."""
         return [f"premise {p.name} is not checked because {p.why_not}" for p in self.premises if p.why_not]
 
     def observe(self, sample: dict[str, Any]) -> list[str]:

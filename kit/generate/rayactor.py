@@ -188,7 +188,7 @@ class EngineActor:
             show_progress=False,
         )
         self._task = asyncio.get_running_loop().create_task(self.loop.run(self.feed, total, conc))
-        log.info("actor %d: engine capacity %s (%s), %d in flight", self.index, cap.total, cap.source, conc)
+        log.info("actor %d: %s, %d in flight", self.index, cap.words(), conc)
         info = {
             **self.where(),
             **cap.as_dict(),

@@ -194,7 +194,7 @@ class RayJob:
         finally:
             bar.close()
             if timeline is not None:
-                timeline.sample(stats, self._engine_sum())
+                timeline.sample(stats, self._engine_sum(), closing=True)
                 timeline.close()
             for a in self.actors.values():
                 ray.kill(a.handle, no_restart=True)

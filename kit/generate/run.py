@@ -278,10 +278,10 @@ def _run_loop(
             async with pool:
                 cap = await engine_capacity(pool, params, servers)
                 conc = min(loop_concurrency(params, cap.total), len(work))
-                log.info("engine capacity %s (%s): %d requests in flight", cap.total, cap.source, conc)
+                log.info("%s: %d requests in flight", cap.words(), conc)
                 premises = PremiseCheck.for_run(session.decision, params, cap, total=len(work))
-                for line in premises.unchecked:
-                    log.info(line)
+                for line in premises.unchecked:  # the manifest says why (its premises' why_not)
+                    log.debug(line)
                 loop = build_loop(
                     params,
                     pool,

@@ -9,7 +9,7 @@ from pathlib import Path
 from kit.artifacts import Health, Manifest, Summary
 from kit.display import Answer, is_number, number, seconds
 from kit.generate.store import FailureLog
-from kit.runfolder import RunFolder
+from kit.runfolder import RunFolder, read_json
 
 FAILURE_REASONS = {
     "context_overflow": "prompt longer than the model's context",
@@ -18,8 +18,39 @@ FAILURE_REASONS = {
 }
 
 
+def plan_warnings(folder: RunFolder) -> list[str]:
+    """What the prompt plan warned of (plan.json's warnings: a source left short of its count, with
+    the filter responsible and what to do); said once, in stage 3's outcome, not where it was built."""
+    plan = read_json(folder.plan) if folder.plan.exists() else {}
+    return [str(w) for w in plan.get("warnings") or []] if isinstance(plan, dict) else []
+
+
+def _short_sources(folder: RunFolder) -> str:
+    """'infinity_instruct 17 of 20': the sources the plan left short of their count."""
+    plan = read_json(folder.plan) if folder.plan.exists() else {}
+    sources = plan.get("sources") or [] if isinstance(plan, dict) else []
+    short = [
+        f"{e['source']} {e['kept']:,} of {e['requested']:,}"
+        for e in sources
+        if isinstance(e, dict)
+        and isinstance(e.get("requested"), int)
+        and (e.get("kept") or 0) < e["requested"]
+    ]
+    return ", ".join(short)
+
+
 def generation_answer(folder: RunFolder, manifest: Manifest | None) -> Answer:
-    """Rows generated against planned, and whether the run finished."""
+    """Rows generated against planned, whether the run finished, and the sources the plan left short
+    (the Generate page says why and what to do)."""
+    answer = _rows_answer(folder, manifest)
+    short = _short_sources(folder) if plan_warnings(folder) else ""
+    if not short or answer.status == "missing":
+        return answer
+    detail = f"{answer.detail} The plan holds fewer prompts than asked: {short} (the Generate page says why)."
+    return Answer(answer.topic, answer.headline, detail, "warn")
+
+
+def _rows_answer(folder: RunFolder, manifest: Manifest | None) -> Answer:
     if manifest is None:
         shards = folder.shard_paths()
         if not shards:
@@ -78,11 +109,16 @@ def failure_answer(by_reason: dict[str, int] | None) -> Answer:
 
 
 def throughput_answer(
-    summary: Summary | None, manifest: Manifest | None, output_tokens: int | None = None
+    summary: Summary | None,
+    manifest: Manifest | None,
+    output_tokens: int | None = None,
+    baseline: str | None = None,
 ) -> Answer:
     """Output tokens/s and rows/s over the time spent generating: stage 4's figures, else the
     manifest's rows over its time generating (summed over sessions), with `output_tokens` (the
-    rows' completion tokens) for tokens/s."""
+    rows' completion tokens) for tokens/s; beside it `baseline`, what the sweep measured for the
+    arm the run used (kit.decide.verdict.measured_level). No peak: one timeline sample's rate (rows
+    and their tokens count when a row finishes) is no number to act on beside the mean."""
     health = summary.health if summary is not None else Health()
     tok_s, rows_s, duration = health.output_tok_s, health.rows_s, health.duration_s
     if duration is None and manifest is not None and manifest.generating_s:
@@ -95,8 +131,7 @@ def throughput_answer(
     parts = [f"over {seconds(duration)} of generation"]
     if is_number(rows_s):
         parts.insert(0, f"{number(float(rows_s))} rows/s")
-    peak = health.output_tok_s_peak
-    tail = f"; peak {number(float(peak), 0)} tok/s" if is_number(peak) else ""
+    tail = f"; stage 2 measured {baseline}" if baseline else ""
     head = f"{number(float(tok_s), 0)} output tok/s" if is_number(tok_s) else parts[0]
     return Answer("Throughput", head, " ".join(parts) + tail + ".")
 

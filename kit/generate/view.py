@@ -11,6 +11,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from kit.decide.decision import speculation_label
+from kit.decide.verdict import measured_level
 from kit.display import Table, seconds, table, text, timestamp
 from kit.generate.store import FailureLog
 from kit.generate.verdict import (
@@ -18,8 +20,10 @@ from kit.generate.verdict import (
     failure_answer,
     failures_by_reason,
     generation_answer,
+    plan_warnings,
     throughput_answer,
 )
+from kit.params import saved_params
 from kit.runfolder import RunFolder, read_json
 
 
@@ -139,18 +143,26 @@ def _output_tokens(folder: RunFolder) -> int | None:
     return total
 
 
+def _baseline(folder: RunFolder) -> str | None:
+    """What stage 2 measured for the arm the run used, beside the run's own tokens/s."""
+    name = speculation_label(saved_params(folder.params))
+    return measured_level(folder.read_decision(lenient=True), name)
+
+
 def generation_verdict(folder: RunFolder) -> str:
     """Notebook 03's opening, as Markdown: rows against plan, completeness, failures, throughput."""
     manifest = folder.read_manifest()
     answers = (
         generation_answer(folder, manifest),
         failure_answer(failures_by_reason(folder, None)),
-        throughput_answer(None, manifest, _output_tokens(folder)),
+        throughput_answer(None, manifest, _output_tokens(folder), _baseline(folder)),
     )
     head = f"## Outcome: {answers[0].headline}, " + (
         "complete" if manifest is not None and manifest.complete else "not complete"
     )
-    return "\n".join([head, "", *(f"- **{a.topic}: {a.headline}.** {a.detail}" for a in answers)])
+    lines = [f"- **{a.topic}: {a.headline}.** {a.detail}" for a in answers]
+    lines += [f"- **Plan:** {w}" for w in plan_warnings(folder)]
+    return "\n".join([head, "", *lines])
 
 
 def generation_tables(folder: RunFolder) -> list[Table]:

@@ -35,6 +35,11 @@ class Capacity:
     def as_dict(self) -> dict[str, Any]:
         return {"engine_capacity": self.total, "capacity_source": self.source}
 
+    def words(self) -> str:
+        """The figure and where it came from, for a log line; where there is none, why (its source
+        says it: never "engine capacity None")."""
+        return f"engine capacity {self.total:,} ({self.source})" if self.total is not None else self.source
+
 
 @dataclass(frozen=True, eq=False)
 class Flavor:
