@@ -3,14 +3,17 @@ paused, and a measurement they disturb."""
 
 from __future__ import annotations
 
+import hashlib
+import statistics
 import subprocess
 import sys
+import threading
 import time
 
 import psutil
 import pytest
 
-from kit.decide.machine import DISTURBED_CPU, MachineReading, idle_cpu, interference, pause
+from kit.decide.machine import DISTURBED_CPU, MachineReading, canary_ms, idle_cpu, interference, pause
 
 SPIN = "import time\nwhile True:\n    time.perf_counter()\n"
 
@@ -71,3 +74,46 @@ def test_a_measurement_beside_a_busy_neighbour_is_disturbed(spinning_server):
         assert seen.neighbour_cpu < 0.02
     finally:
         pause([spinning_server], paused=False)
+
+
+@pytest.fixture
+def busy_threads():
+    """Two busy threads in this process: one holding the GIL (pure Python), one without it
+    (hashing a large buffer releases it), as the kit's own threads may be while a reading is taken."""
+    stop = threading.Event()
+    buf = b"x" * (4 << 20)
+
+    def python_loop() -> None:
+        while not stop.is_set():
+            sum(range(1000))
+
+    def native_loop() -> None:
+        while not stop.is_set():
+            hashlib.sha256(buf).digest()
+
+    threads = [threading.Thread(target=f, daemon=True) for f in (python_loop, native_loop)]
+    for t in threads:
+        t.start()
+    yield
+    stop.set()
+    for t in threads:
+        t.join()
+
+
+def test_the_canary_counts_its_own_thread_only(busy_threads):
+    """The kit's other threads busy beside it do not slow the canary (it used to be timed in the
+    whole process's CPU time, every thread's: the cause of false 'disturbed' flags)."""
+    p0, t0 = time.process_time(), time.thread_time()
+    beside = statistics.median(canary_ms() for _ in range(15))
+    # the premise: the other threads did take CPU time meanwhile (process time grew beyond ours)
+    assert time.process_time() - p0 > 1.2 * (time.thread_time() - t0)
+    assert beside < 1.3 * ALONE_CANARY_MS[0]
+
+
+ALONE_CANARY_MS: list[float] = []
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _alone_canary():
+    """The canary's median with no busy thread of ours, taken before any test starts one."""
+    ALONE_CANARY_MS.append(statistics.median(canary_ms() for _ in range(15)))
