@@ -200,6 +200,7 @@ def noise_section(
                 "neighbour_cpu_pct": round(100 * _or_zero(r.get("neighbour_cpu")), 1),
                 "slowdown": None if pd.isna(r.get("slowdown")) else round(float(r.slowdown), 2),
                 "output_tok_s": None if pd.isna(r.output_tok_s) else float(r.output_tok_s),
+                "why": r.get("why") if isinstance(r.get("why"), str) and r.get("why") else None,
             }
             for _, r in bad.iterrows()
         ]
@@ -265,18 +266,20 @@ def noise_sentences(noise: dict[str, Any] | None) -> list[str]:
         out.append(Drift(**{k: drift[k] for k in keys if k in drift}).sentence())
     for d in noise.get("disturbed") or []:
         what = "the drift check" if d["phase"] != "sweep" else f"round {d['round']} of {d['arm']}"
-        why = (
-            [f"other processes took {d['foreign_cpu_pct']:.0f}% of the CPU"]
-            if d["foreign_cpu_pct"] > 1
-            else []
-        )
-        if (d.get("neighbour_cpu_pct") or 0) > 1:
-            why.append(f"the other arms' servers took {d['neighbour_cpu_pct']:.0f}% of the CPU")
-        if (d.get("slowdown") or 1) > 1.05:
-            why.append(f"the CPU ran {d['slowdown']:.1f}x slower than usual (a canary of fixed work)")
+        why = [d["why"]] if d.get("why") else _old_why(d)  # the signals that flagged it (machine.judge)
         out.append(
             f"{what} at {d['concurrency']} concurrent ran while "
             + " and ".join(why or ["the machine was busy"])
             + (": set aside where two undisturbed repetitions remain" if d["phase"] == "sweep" else "")
         )
     return out
+
+
+def _old_why(d: dict[str, Any]) -> list[str]:
+    """What disturbed a measurement judged before sweep_runs had a `why` column, from its figures."""
+    why = [f"other processes took {d['foreign_cpu_pct']:.0f}% of the CPU"] if d["foreign_cpu_pct"] > 1 else []
+    if (d.get("neighbour_cpu_pct") or 0) > 1:
+        why.append(f"the other arms' servers took {d['neighbour_cpu_pct']:.0f}% of the CPU")
+    if (d.get("slowdown") or 1) > 1.05:
+        why.append(f"the CPU ran {d['slowdown']:.1f}x slower than usual (a canary of fixed work)")
+    return why
