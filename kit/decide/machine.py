@@ -524,10 +524,12 @@ def judge(signals: Mapping[str, Any], slowdown: float | None = None) -> str:
     foreign = _number(signals.get("foreign_cpu"))
     on_cores = _number(signals.get("engine_core_foreign_cpu"))
     cores = _number(signals.get("engine_cores"))
+    engine = f"{100 * on_cores:.0f}% of the engine's {cores or 0:.0f} core(s)" if on_cores is not None else ""
     if foreign is not None and foreign > DISTURBED_CPU:
-        out.append(f"other processes took {100 * foreign:.0f}% of the CPU")
-    if on_cores is not None and on_cores > DISTURBED_CPU:
-        out.append(f"other processes took {100 * on_cores:.0f}% of the engine's {cores or 0:.0f} core(s)")
+        both = on_cores is not None and on_cores > DISTURBED_CPU
+        out.append(f"other processes took {100 * foreign:.0f}% of the CPU" + (f", {engine}" if both else ""))
+    elif on_cores is not None and on_cores > DISTURBED_CPU:
+        out.append(f"other processes took {engine}")
     neighbour = _number(signals.get("neighbour_cpu"))
     if neighbour is not None and neighbour > DISTURBED_CPU:
         out.append(f"the other arms' servers took {100 * neighbour:.0f}% of the CPU")
