@@ -1,6 +1,7 @@
 """How often does the sweep's disturbance check flag a quiet machine, old check against new?
 
     python3 benchmarks/bench_disturbance.py --out DIR      # about 80 s; prints a JSON summary
+    python3 benchmarks/bench_disturbance.py --out DIR --rejudge docs/h200/sglang   # recorded sweeps
 
 Uses the kit of this checkout (kit.decide.machine; psutil, and nvidia-ml-py where the box has GPUs),
 no engine and no GPU work. A synthetic engine (a child process that computes one core's worth while
@@ -220,7 +221,17 @@ def share(rows: list[dict], key: str) -> float:
 
 def summary(rows: list[dict]) -> dict:
     foreign = [r["foreign_cpu"] for r in rows]
+    # the levels where no other process took the CPU: what either check flags there is a false alarm
+    calm = [
+        r
+        for r in rows
+        if r["foreign_cpu"] <= DISTURBED_CPU and (r["engine_core_foreign_cpu"] or 0) <= DISTURBED_CPU
+    ]
     return {
+        "calm_readings": len(calm),
+        "old_flagged_of_calm": share(calm, "old_disturbed"),
+        "new_flagged_of_calm": share(calm, "disturbed"),
+        "new_flagged_of_calm_with_cpu_box_rules": share(calm, "as_cpu_box"),
         "readings": len(rows),
         "old_flagged": share(rows, "old_disturbed"),
         "new_flagged": share(rows, "disturbed"),
@@ -272,6 +283,32 @@ def gpu_context() -> dict:
     return {"gpus": g.gpus, "foreign_processes": g.foreign, "sm_mhz": g.sm_mhz, "throttle_now": names}
 
 
+def rejudge(folder: Path) -> dict:
+    """Every sweep_runs.parquet under `folder` (measured on a box with GPUs) judged again: the
+    measurements flagged as recorded, and by the new judgement (needs pandas)."""
+    import pandas as pd
+
+    out: dict = {"sweeps": 0, "measurements": 0, "recorded_flagged": 0, "new_flagged": 0, "flagged": []}
+    for f in sorted(folder.rglob("sweep_runs.parquet")):
+        runs = pd.read_parquet(f)
+        recorded = runs.disturbed.fillna(False).astype(bool)
+        new = machine.judge_runs(runs.drop(columns=["why"], errors="ignore").assign(disturbed=False, gpus=1))
+        out["sweeps"] += 1
+        out["measurements"] += len(runs)
+        out["recorded_flagged"] += int(recorded.sum())
+        out["new_flagged"] += int(new.disturbed.sum())
+        for i in runs.index[recorded]:
+            out["flagged"].append(
+                {
+                    "sweep": str(f.relative_to(folder).parent),
+                    "slowdown": round(float(new.slowdown[i]), 2),
+                    "foreign_cpu_pct": round(100 * float(runs.foreign_cpu[i]), 1),
+                    "new_why": new.why[i],
+                }
+            )
+    return out
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", type=Path, required=True)
@@ -279,8 +316,14 @@ def main() -> int:
     ap.add_argument("--level-s", type=float, default=0.75, help="seconds of a synthetic level")
     ap.add_argument("--canary-rounds", type=int, default=12)
     ap.add_argument("--hog-readings", type=int, default=5)
+    ap.add_argument("--rejudge", type=Path, help="only judge again the sweep_runs.parquet under this folder")
     a = ap.parse_args()
     a.out.mkdir(parents=True, exist_ok=True)
+    if a.rejudge:
+        result = rejudge(a.rejudge)
+        (a.out / "rejudge.json").write_text(json.dumps(result, indent=2) + "\n")
+        print(json.dumps(result, indent=2))
+        return 0
     t0 = time.monotonic()
     load = os.getloadavg()
     result: dict = {
