@@ -1,21 +1,45 @@
-"""What else the machine did while the sweep measured: other processes' CPU, load, clock, GPUs.
+"""What else the machine did while the sweep measured: what can take from the engine, and a CPU canary.
 
 Each measurement of the sweep is bracketed by two `MachineReading`s; `Interference` between them
-says how much of the machine processes other than the kit and its servers took (CPU share of all
-cores), how much the other arms' servers took (idle, vLLM's CPU build still spins at about a
-quarter of a core each), the 1-minute load average, the CPU clock, and processes on the GPUs that
-are not the servers' (context: inside a container NVML may show the servers' own by other pids). A
-measurement that others or neighbours disturbed (`DISTURBED_CPU`) is set aside when enough
-undisturbed repetitions of its level remain (kit.decide.sweep).
+records the signals, each a column of sweep_runs.parquet:
+
+- `foreign_cpu`: the share of all cores that processes other than the kit and its servers took;
+- `engine_core_foreign_cpu`: the same on the cores the measured arm's server may run on (the union
+  of its processes' `cpu_affinity`; `engine_cores` of them): per-CPU busy time there, less what
+  the kit's own processes ran there (each in proportion to its own affinity's overlap);
+- `neighbour_cpu`: what the other arms' servers took (idle, vLLM's CPU build still spins at about a
+  quarter of a core each);
+- on a box with GPUs (NVML, `gpus`), on the GPUs the servers use: `gpu_foreign_seen`, compute
+  processes that are not the kit's and that this pid namespace can see (inside a container NVML
+  names processes by host pids: those it cannot see are unknown, not foreign;
+  `gpu_foreign_processes` keeps the raw count, context only); `gpu_throttle`, the clock-event
+  reasons at either reading and NVML's thermal / power violation counters over the measurement;
+  `gpu_throttle_s`, the seconds of thermal throttling during it; `gpu_sm_mhz`, the SM clock;
+- `canary_ms`: a fixed piece of pure-Python work timed in the CPU time of its own thread, the
+  slower of before and after (`slowdown`: over the sweep's median);
+- the 1-minute load average and the CPU clock, context only.
+
+`judge` turns them into a verdict and one `why` string naming the signals that flagged a
+measurement. Others above `DISTURBED_CPU` of all cores or of the engine's cores, the other arms'
+servers above it, a foreign process on the engine's GPU, or a thermal / hardware throttle
+(`FLAGGED_THROTTLES`) disturb a measurement anywhere. The canary's slowdown over `SLOW_CANARY`
+disturbs one on a CPU box, where the engine computes on the CPU it measures; on a box with GPUs the
+engine computes on the GPU, so the canary alone flags only past `SLOW_CANARY_GPU`, or past
+`SLOW_CANARY` when others also took `CORROBORATING_CPU` of the engine's cores (on the H200 it
+flagged 10 levels at 1.3-1.7x while other processes took at most 0.8% of the CPU: issue 45). A
+disturbed measurement is set aside when enough undisturbed repetitions of its level remain
+(kit.decide.sweep).
 """
 
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import time
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
 
 import psutil
 
@@ -30,23 +54,53 @@ disturbed. Calm measurements here saw at most 5%; two busy-looping processes tha
 of the demo engine to a third took 22% (docs/bench_decide.md)."""
 SLOW_CANARY = 1.3
 """A measurement whose CPU canary ran this much slower than the sweep's median canary ran on a
-slow machine (a neighbour on a shared host, a lower clock) and is disturbed."""
+slow machine (a neighbour on a shared host, a lower clock) and is disturbed (on a CPU box)."""
+SLOW_CANARY_GPU = 2.0
+"""On a box with GPUs, the canary's slowdown that disturbs a measurement with nothing else seen."""
+CORROBORATING_CPU = DISTURBED_CPU / 2
+"""On a box with GPUs, others' share of the engine's cores that makes a canary past `SLOW_CANARY`
+count."""
+FLAGGED_THROTTLES = {
+    0x8: "hw_slowdown",
+    0x20: "sw_thermal",
+    0x40: "hw_thermal",
+    0x80: "hw_power_brake",
+}
+"""NVML clock-event reasons that disturb a measurement: thermal, and the hardware's own slow-downs
+(an external power brake, a power supply or temperature alarm)."""
+RECORDED_THROTTLES = {0x4: "sw_power_cap", 0x200: "board_limit", 0x400: "reliability"}
+"""Reasons recorded but not flagged: the software power cap is the GPU's own limit under the load
+being measured (an H200 at its top levels reaches it), the same in every repetition: part of what
+is measured, not a disturbance; measuring again would meet it again."""
 CANARY_LOOPS = 100_000
+CANARY_SAMPLES = 5
+"""The canary's loops are timed in this many equal slices; the fastest slice counts (times the
+number of slices): a slice that a time-slice boundary, a page fault or the garbage collector hit
+is not the CPU's speed."""
 
 
-def canary_ms() -> float:
-    """CPU milliseconds a fixed piece of pure-Python work takes now (about 3 ms on this machine).
+def canary_ms(samples: int = CANARY_SAMPLES) -> float:
+    """CPU milliseconds a fixed piece of pure-Python work takes now (about 2 ms on this machine).
 
-    Counted in this process's CPU time, so a busy engine or a local process sharing the cores does
-    not slow it (time slices are not charged), while a slower CPU does: a neighbour on the host's
-    other hyperthread, a lower clock, a virtual CPU descheduled without steal accounting. Taken
-    before and after each measurement, when the engine is idle. A host-level slow-down that no
-    process of this machine shows was seen here at 1.7x for seconds at a time."""
-    t0 = time.process_time()
-    x = 0
-    for i in range(CANARY_LOOPS):
-        x += i
-    return 1000 * (time.process_time() - t0)
+    Counted in the CPU time of the calling thread only (`time.thread_time`), so a busy engine, a
+    local process sharing the cores, or another thread of the kit's own process does not slow it
+    (time slices are not charged), while a slower CPU does: a neighbour on the host's other
+    hyperthread, a lower clock, a virtual CPU descheduled without steal accounting. Taken before
+    and after each measurement, when the engine is idle. A host-level slow-down that no process
+    of this machine shows was seen here at 1.7x for seconds at a time.
+
+    It used to be timed with `time.process_time`, the CPU time of every thread of the process:
+    with one busy Python thread beside it (the GIL handed back and forth) the canary read 1.5x its
+    calm value here, though the CPU was no slower (benchmarks/bench_disturbance.py)."""
+    loops = max(CANARY_LOOPS // samples, 1)
+    best = float("inf")
+    for _ in range(samples):
+        t0 = time.thread_time()
+        x = 0
+        for i in range(loops):
+            x += i
+        best = min(best, time.thread_time() - t0)
+    return 1000 * best * samples
 
 
 def own_pids(server_pids: Iterable[int | None]) -> set[int]:
@@ -67,18 +121,191 @@ def tree_pids(roots: Iterable[int | None]) -> set[int]:
     return pids
 
 
-def _cpu_seconds(pids: set[int]) -> float:
-    total = 0.0
+def _cpu_times(pids: Iterable[int]) -> dict[int, float]:
+    """Each live process's CPU seconds so far (user + system)."""
+    out: dict[int, float] = {}
     for pid in pids:
         with contextlib.suppress(psutil.Error):
             t = psutil.Process(pid).cpu_times()
-            total += t.user + t.system
-    return total
+            out[pid] = t.user + t.system
+    return out
+
+
+def _cpu_seconds(pids: set[int]) -> float:
+    return sum(_cpu_times(pids).values())
+
+
+BUSY_FIELDS = ("user", "nice", "system", "irq", "softirq", "steal")
+
+
+def _busy(t: object) -> float:
+    return sum(getattr(t, f, 0.0) for f in BUSY_FIELDS)
 
 
 def _busy_seconds() -> float:
-    t = psutil.cpu_times()
-    return sum(getattr(t, f, 0.0) for f in ("user", "nice", "system", "irq", "softirq", "steal"))
+    return _busy(psutil.cpu_times())
+
+
+def _busy_per_cpu() -> tuple[float, ...]:
+    """Busy seconds of each CPU so far, by CPU number."""
+    with contextlib.suppress(Exception):
+        return tuple(_busy(t) for t in psutil.cpu_times(percpu=True))
+    return ()
+
+
+def _affinity(pid: int) -> frozenset[int] | None:
+    """The CPUs a process may run on (None: unknown, e.g. gone, or no affinity on this OS)."""
+    try:
+        return frozenset(psutil.Process(pid).cpu_affinity())
+    except (psutil.Error, AttributeError, OSError):
+        return None
+
+
+def engine_cores(pids: Iterable[int]) -> frozenset[int]:
+    """The CPUs the engine's processes may run on: the union of their affinities."""
+    cores: set[int] = set()
+    for pid in pids:
+        cores |= _affinity(pid) or set()
+    return frozenset(cores)
+
+
+@dataclass(frozen=True)
+class GpuReading:
+    """What NVML says of the GPUs the servers use (`watched`: their indices), at one moment."""
+
+    gpus: int
+    watched: tuple[int, ...] = ()
+    foreign: int | None = None
+    """Compute processes on any GPU whose pid is not the kit's (a container may show ours so)."""
+    foreign_seen: int | None = None
+    """Of those on the watched GPUs, the ones that are live processes of this pid namespace."""
+    reasons: int | None = None
+    """The clock-event (throttle) reasons of the watched GPUs, OR-ed."""
+    sm_mhz: float | None = None
+    """The lowest SM clock of the watched GPUs."""
+    thermal_ns: dict[int, int] = field(default_factory=dict)
+    """NVML's cumulative thermal violation time per watched GPU (where it is offered)."""
+    power_ns: dict[int, int] = field(default_factory=dict)
+    """The same for the power cap."""
+
+
+_nvml_state: dict[str, Any] = {}
+
+
+def _nvml() -> Any:
+    """The NVML module, initialised once per process (None: no nvidia-ml-py, no driver, no GPU)."""
+    module = nv
+    if module is None:
+        return None
+    if _nvml_state.get("module") is not module:
+        try:
+            module.nvmlInit()
+            ok = True
+        except Exception:  # no library, no driver: no GPU to read
+            ok = False
+        _nvml_state.update(module=module, ok=ok)
+    return module if _nvml_state["ok"] else None
+
+
+def _device_files() -> int:
+    """NVIDIA device files (/dev/nvidia0, ...): GPUs there even where NVML cannot be read."""
+    with contextlib.suppress(OSError):
+        return sum(n.startswith("nvidia") and n[6:].isdigit() for n in os.listdir("/dev"))
+    return 0
+
+
+def _uses_gpu(pid: int) -> bool:
+    """Whether a process of this pid namespace has the CUDA driver mapped (unreadable: assumed so).
+    A pid that NVML names from the host's namespace may be another process here."""
+    try:
+        with open(f"/proc/{pid}/maps", encoding="utf-8", errors="replace") as f:
+            maps = f.read()
+    except PermissionError:
+        return True
+    except OSError:
+        return False
+    return "libcuda.so" in maps or "/dev/nvidia" in maps
+
+
+def _visible(count: int) -> list[int]:
+    """The GPUs CUDA_VISIBLE_DEVICES names by index (all where it is unset or names them otherwise)."""
+    names = [v.strip() for v in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if v.strip()]
+    if names and all(n.isdigit() for n in names):
+        return [i for i in map(int, names) if i < count]
+    return list(range(count))
+
+
+def _try(call: Any, *args: Any) -> Any:
+    try:
+        return call(*args)
+    except Exception:  # not supported on this GPU, or refused (a container): unknown
+        return None
+
+
+def read_gpus(pids: set[int]) -> GpuReading | None:
+    """The GPUs as NVML sees them now (None: no NVML and no GPU device file; a `GpuReading` with only
+    `gpus` where device files show GPUs NVML cannot read). The GPUs watched are those that run one
+    of `pids`, else (a container, where NVML names them by host pids) those CUDA_VISIBLE_DEVICES
+    names, else all."""
+    m = _nvml()
+    count = _try(m.nvmlDeviceGetCount) if m is not None else None
+    if count is None:
+        files = _device_files()
+        return GpuReading(files) if files else None
+    handles = [_try(m.nvmlDeviceGetHandleByIndex, i) for i in range(count)]
+    procs = [None if h is None else _try(m.nvmlDeviceGetComputeRunningProcesses, h) for h in handles]
+    pid_lists = [None if ps is None else [int(p.pid) for p in ps] for ps in procs]
+    ours = [i for i, ps in enumerate(pid_lists) if ps and any(p in pids for p in ps)]
+    watched = ours or _visible(count)
+    foreign = (
+        None if any(ps is None for ps in pid_lists) else sum(p not in pids for ps in pid_lists for p in ps)
+    )
+    seen = None
+    if all(pid_lists[i] is not None for i in watched):
+        strangers = {p for i in watched for p in pid_lists[i] or [] if p not in pids}
+        seen = sum(psutil.pid_exists(p) and _uses_gpu(p) for p in strangers)
+    reason_call = getattr(m, "nvmlDeviceGetCurrentClocksEventReasons", None) or getattr(
+        m, "nvmlDeviceGetCurrentClocksThrottleReasons", None
+    )
+    masks = [
+        _try(reason_call, handles[i]) if reason_call and handles[i] is not None else None for i in watched
+    ]
+    known = [int(x) for x in masks if x is not None]
+    clock = getattr(m, "NVML_CLOCK_SM", 1)
+    clocks = [_try(m.nvmlDeviceGetClockInfo, handles[i], clock) for i in watched if handles[i] is not None]
+    known_clocks = [float(c) for c in clocks if c is not None]
+
+    def violations(policy: int) -> dict[int, int]:
+        out = {}
+        for i in watched:
+            v = _try(m.nvmlDeviceGetViolationStatus, handles[i], policy) if handles[i] is not None else None
+            if v is not None:
+                out[i] = int(v.violationTime)
+
+        return out
+
+    return GpuReading(
+        count,
+        tuple(watched),
+        foreign,
+        seen,
+        _or(known) if known else None,
+        min(known_clocks) if known_clocks else None,
+        violations(getattr(m, "NVML_PERF_POLICY_THERMAL", 1)),
+        violations(getattr(m, "NVML_PERF_POLICY_POWER", 0)),
+    )
+
+
+def _or(masks: list[int]) -> int:
+    out = 0
+    for x in masks:
+        out |= x
+    return out
+
+
+def throttle_names(mask: int) -> list[str]:
+    """The names of the flagged, then the recorded, reasons set in an NVML clock-event mask."""
+    return [n for b, n in {**FLAGGED_THROTTLES, **RECORDED_THROTTLES}.items() if mask & b]
 
 
 @dataclass(frozen=True)
@@ -91,26 +318,41 @@ class MachineReading:
     neighbour_s: float = 0.0
     """CPU seconds of the other arms' servers (`neighbours`) so far."""
     neighbour_pids: frozenset[int] = frozenset()
+    own_times: dict[int, float] = field(default_factory=dict)
+    """Each of the kit's own processes' CPU seconds so far."""
+    per_cpu: tuple[float, ...] = ()
+    """Busy seconds of each CPU so far."""
+    engine_pids: frozenset[int] = frozenset()
+    """The measured arm's server's processes (the servers that are not `neighbours`)."""
+    gpu: GpuReading | None = None
 
     @classmethod
     def now(cls, server_pids: Iterable[int | None], neighbours: Iterable[int | None] = ()) -> MachineReading:
+        server_pids, neighbours = list(server_pids), list(neighbours)
         canary = canary_ms()
         pids = own_pids(server_pids)
         near = tree_pids(neighbours)
+        engine = tree_pids([p for p in server_pids if p not in neighbours])
+        times = _cpu_times(pids)
+        gpu = read_gpus(pids)
         return cls(
             time.monotonic(),
             _busy_seconds(),
-            _cpu_seconds(pids),
+            sum(times.values()),
             frozenset(pids),
             canary,
             _cpu_seconds(near),
             frozenset(near),
+            times,
+            _busy_per_cpu(),
+            frozenset(engine),
+            gpu,
         )
 
 
 @dataclass(frozen=True)
 class Interference:
-    """Between two readings: others' share of the CPU, the load, the clock, foreign GPU processes."""
+    """Between two readings: what took from the engine, the canary, and context (load, clock)."""
 
     foreign_cpu: float
     load_1m: float
@@ -120,15 +362,34 @@ class Interference:
     """The slower of the CPU canaries before and after the measurement."""
     neighbour_cpu: float = 0.0
     """Share of all cores the other arms' servers took (their own, but not the measured arm's)."""
+    engine_cores: int | None = None
+    """How many CPUs the measured arm's server may run on (None: no server, or unknown)."""
+    engine_core_foreign_cpu: float | None = None
+    """Share of those CPUs that processes other than the kit's took."""
+    gpus: int | None = None
+    """GPUs on this box (NVML, else device files; None: none seen)."""
+    gpu_foreign_seen: int | None = None
+    """Compute processes on the engine's GPUs that are not the kit's, seen in this pid namespace."""
+    gpu_throttle: str | None = None
+    """The GPU clock-event reasons seen at either reading or counted during the measurement, by
+    name ('': none; None: not known), the flagged ones (`FLAGGED_THROTTLES`) first."""
+    gpu_throttle_s: float | None = None
+    """Seconds NVML counted the engine's GPUs thermally throttled during the measurement (the most
+    of any of them)."""
+    gpu_sm_mhz: float | None = None
+    """The engine's GPUs' lowest SM clock at the end of the measurement."""
+
+    @property
+    def why(self) -> str:
+        """What disturbed the measurement ('' when nothing did; the canary's verdict needs the
+        sweep's median: `judge_runs`)."""
+        return judge(self.signals())
 
     @property
     def disturbed(self) -> bool:
-        """Others, or the other arms' servers, took the CPU (the canary's verdict needs the sweep's
-        median: `flag_slow`). GPU processes are context only: in a container NVML names them by host
-        pids, not ours."""
-        return self.foreign_cpu > DISTURBED_CPU or self.neighbour_cpu > DISTURBED_CPU
+        return bool(self.why)
 
-    def as_dict(self) -> dict[str, float | int | None]:
+    def signals(self) -> dict[str, Any]:
         return {
             "foreign_cpu": round(self.foreign_cpu, 4),
             "load_1m": round(self.load_1m, 2),
@@ -136,8 +397,20 @@ class Interference:
             "gpu_foreign_processes": self.gpu_foreign_processes,
             "canary_ms": round(self.canary_ms, 3),
             "neighbour_cpu": round(self.neighbour_cpu, 4),
-            "disturbed": self.disturbed,
+            "engine_cores": self.engine_cores,
+            "engine_core_foreign_cpu": None
+            if self.engine_core_foreign_cpu is None
+            else round(self.engine_core_foreign_cpu, 4),
+            "gpus": self.gpus,
+            "gpu_foreign_seen": self.gpu_foreign_seen,
+            "gpu_throttle": self.gpu_throttle,
+            "gpu_throttle_s": None if self.gpu_throttle_s is None else round(self.gpu_throttle_s, 3),
+            "gpu_sm_mhz": self.gpu_sm_mhz,
         }
+
+    def as_dict(self) -> dict[str, Any]:
+        why = self.why
+        return {**self.signals(), "disturbed": bool(why), "why": why}
 
 
 def interference(
@@ -147,21 +420,160 @@ def interference(
     at either reading)."""
     after = MachineReading.now(server_pids, neighbours)
     wall = max(after.at - before.at - after.canary_ms / 1000, 1e-6)
-    cores = wall * (psutil.cpu_count() or 1)
-    own = _cpu_seconds(set(before.pids | after.pids))
+    ncpu = psutil.cpu_count() or 1
     # own CPU is read again over both readings' pids (a process that appeared in between counts whole)
-    own_delta = max(own - before.own_s, 0.0)
-    foreign = max(after.busy_s - before.busy_s - own_delta, 0.0) / cores
+    now = _cpu_times(before.pids | after.pids)
+    own_delta = {p: max(t - before.own_times.get(p, 0.0), 0.0) for p, t in now.items()}
+    if not before.own_times:  # a reading without per-process times: the total only
+        own_delta = {0: max(sum(now.values()) - before.own_s, 0.0)}
+    foreign = max(after.busy_s - before.busy_s - sum(own_delta.values()), 0.0) / (wall * ncpu)
     near = _cpu_seconds(set(before.neighbour_pids | after.neighbour_pids))
-    neighbour = max(near - before.neighbour_s, 0.0) / cores
+    neighbour = max(near - before.neighbour_s, 0.0) / (wall * ncpu)
+    cores = engine_cores(before.engine_pids | after.engine_pids)
+    on_cores = _foreign_on(cores, before.per_cpu, after.per_cpu, own_delta, wall, ncpu)
     freq = None
     with contextlib.suppress(Exception):
         f = psutil.cpu_freq()
         freq = round(f.current, 0) if f else None
     canary = max(before.canary_ms, after.canary_ms)
+    throttle, throttle_s = _throttle(before.gpu, after.gpu)
+    gpu = after.gpu
     return Interference(
-        min(foreign, 1.0), os.getloadavg()[0], freq, _gpu_foreign(after.pids), canary, min(neighbour, 1.0)
+        min(foreign, 1.0),
+        os.getloadavg()[0],
+        freq,
+        gpu.foreign if gpu else None,
+        canary,
+        min(neighbour, 1.0),
+        len(cores) if cores else None,
+        on_cores,
+        gpu.gpus if gpu else None,
+        _most(before.gpu.foreign_seen if before.gpu else None, gpu.foreign_seen if gpu else None),
+        throttle,
+        throttle_s,
+        gpu.sm_mhz if gpu else None,
     )
+
+
+def _foreign_on(
+    cores: frozenset[int],
+    before: tuple[float, ...],
+    after: tuple[float, ...],
+    own_delta: dict[int, float],
+    wall: float,
+    ncpu: int,
+) -> float | None:
+    """Share of `cores` that others took: their busy time less the kit's own processes' CPU time,
+    each counted on them in proportion to its affinity's overlap (a process free to run anywhere
+    counts |cores| / ncpu of its time here)."""
+    if not cores or not before or len(before) != len(after):
+        return None
+    on = [c for c in cores if c < len(after)]
+    if not on:
+        return None
+    busy = sum(after[c] - before[c] for c in on)
+    own = 0.0
+    for pid, spent in own_delta.items():
+        aff = _affinity(pid) if pid else None
+        own += spent * (len(aff & cores) / len(aff) if aff else len(on) / ncpu)
+    return min(max(busy - own, 0.0) / (wall * len(on)), 1.0)
+
+
+def _most(a: int | None, b: int | None) -> int | None:
+    known = [x for x in (a, b) if x is not None]
+    return max(known) if known else None
+
+
+def _throttle(before: GpuReading | None, after: GpuReading | None) -> tuple[str | None, float | None]:
+    """The clock-event reasons at either reading, plus 'thermal' / 'power_cap' where NVML's
+    violation counters grew in between; and the seconds of thermal violation (the most of any
+    watched GPU)."""
+    if after is None or (after.reasons is None and not after.thermal_ns and not after.power_ns):
+        return None, None
+    mask = ((before.reasons or 0) if before else 0) | (after.reasons or 0)
+    names = throttle_names(mask)
+    thermal = _grew(before.thermal_ns if before else {}, after.thermal_ns)
+    power = _grew(before.power_ns if before else {}, after.power_ns)
+    if thermal and "sw_thermal" not in names and "hw_thermal" not in names:
+        names.insert(0, "thermal")
+    if power and "sw_power_cap" not in names:
+        names.append("power_cap")
+    seconds = thermal / 1e9 if after.thermal_ns and before and before.thermal_ns else None
+    return ",".join(names), seconds
+
+
+def _grew(before: dict[int, int], after: dict[int, int]) -> int:
+    """The most any GPU's cumulative counter grew (ns) between two readings."""
+    return max((after[i] - before[i] for i in after if i in before), default=0)
+
+
+def _number(v: Any) -> float | None:
+    if v is None or isinstance(v, str):
+        return None
+    with contextlib.suppress(TypeError, ValueError):
+        x = float(v)
+        return None if math.isnan(x) else x
+    return None
+
+
+def judge(signals: Mapping[str, Any], slowdown: float | None = None) -> str:
+    """Why a measurement with these signals (a reading's columns) was disturbed: the signals that
+    flagged it, joined by ' and ' ('' when none did). `slowdown`: its canary over the sweep's
+    median, where known."""
+    out = []
+    foreign = _number(signals.get("foreign_cpu"))
+    on_cores = _number(signals.get("engine_core_foreign_cpu"))
+    cores = _number(signals.get("engine_cores"))
+    engine = f"{100 * on_cores:.0f}% of the engine's {cores or 0:.0f} core(s)" if on_cores is not None else ""
+    if foreign is not None and foreign > DISTURBED_CPU:
+        both = on_cores is not None and on_cores > DISTURBED_CPU
+        out.append(f"other processes took {100 * foreign:.0f}% of the CPU" + (f", {engine}" if both else ""))
+    elif on_cores is not None and on_cores > DISTURBED_CPU:
+        out.append(f"other processes took {engine}")
+    neighbour = _number(signals.get("neighbour_cpu"))
+    if neighbour is not None and neighbour > DISTURBED_CPU:
+        out.append(f"the other arms' servers took {100 * neighbour:.0f}% of the CPU")
+    strangers = _number(signals.get("gpu_foreign_seen"))
+    if strangers:
+        out.append(f"{strangers:.0f} other process(es) ran on the engine's GPU")
+    throttle = signals.get("gpu_throttle")
+    if isinstance(throttle, str) and throttle:
+        bad = [n for n in throttle.split(",") if n in FLAGGED_THROTTLES.values() or n == "thermal"]
+        if bad:
+            secs = _number(signals.get("gpu_throttle_s"))
+            during = f", {secs:.1f} s thermal during the measurement" if secs else ""
+            out.append(f"the GPU throttled ({', '.join(bad)}{during})")
+    if slowdown is not None and not math.isnan(slowdown) and slowdown > SLOW_CANARY:
+        gpu_box = (_number(signals.get("gpus")) or 0) > 0
+        took = max(foreign or 0.0, on_cores or 0.0)
+        if not gpu_box:
+            out.append(f"the CPU canary ran {slowdown:.1f}x slower than the sweep's median")
+        elif slowdown > SLOW_CANARY_GPU or took > CORROBORATING_CPU:
+            out.append(
+                f"the CPU canary ran {slowdown:.1f}x slower than the sweep's median"
+                + (
+                    f" while others took {100 * took:.0f}% of the engine's cores"
+                    if took > CORROBORATING_CPU
+                    else ""
+                )
+            )
+    return " and ".join(out)
+
+
+def judge_runs(runs: Any) -> Any:
+    """sweep_runs' rows (a DataFrame) judged: `slowdown`, each canary over the sweep's median canary;
+    `disturbed`, a measurement any signal flagged (or that was already flagged); `why`, what did."""
+    import pandas as pd  # the sweep's tables only; readings need no pandas
+
+    runs = runs.copy()
+    runs["slowdown"] = slowdowns([None if pd.isna(c) else float(c) for c in runs.canary_ms])
+    rows = runs.to_dict("records")
+    judged = [judge(r, s) for r, s in zip(rows, runs.slowdown, strict=True)]
+    earlier = [bool(r.get("disturbed")) if pd.notna(r.get("disturbed")) else False for r in rows]
+    runs["disturbed"] = [bool(w) or e for w, e in zip(judged, earlier, strict=True)]
+    before = [r.get("why") if isinstance(r.get("why"), str) else "" for r in rows]
+    runs["why"] = [w or b for w, b in zip(judged, before, strict=True)]
+    return runs
 
 
 def idle_cpu(roots: Iterable[int | None], seconds: float = 1.0) -> float:
@@ -192,23 +604,3 @@ def slowdowns(canaries: list[float]) -> list[float]:
         return [1.0 for _ in canaries]
     median = ok[len(ok) // 2]
     return [c / median if c and c > 0 else 1.0 for c in canaries]
-
-
-def _gpu_foreign(pids: frozenset[int]) -> int | None:
-    """Compute processes on the GPUs that are not ours (None without NVML)."""
-    if nv is None:
-        return None
-    try:
-        nv.nvmlInit()
-    except Exception:  # no library, no driver: no GPU to read
-        return None
-    try:
-        found = 0
-        for i in range(nv.nvmlDeviceGetCount()):
-            procs = nv.nvmlDeviceGetComputeRunningProcesses(nv.nvmlDeviceGetHandleByIndex(i))
-            found += sum(p.pid not in pids for p in procs)
-        return found
-    except Exception:  # NVML may refuse process queries in containers: unknown, not zero
-        return None
-    finally:
-        nv.nvmlShutdown()

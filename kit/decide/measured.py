@@ -201,6 +201,7 @@ def noise_section(
                 "neighbour_cpu_pct": round(100 * _or_zero(r.get("neighbour_cpu")), 1),
                 "slowdown": None if pd.isna(r.get("slowdown")) else round(float(r.slowdown), 2),
                 "output_tok_s": None if pd.isna(r.output_tok_s) else float(r.output_tok_s),
+                "why": r.get("why") if isinstance(r.get("why"), str) and r.get("why") else None,
             }
             for _, r in bad.iterrows()
         ]
@@ -302,6 +303,8 @@ def _disturbance(disturbed: list[dict[str, Any]]) -> str:
         why.append(f"the other arms' servers took {_span(neighbour, '%')} of the CPU")
     if slow:
         why.append(f"the CPU ran up to {max(slow):.1f}x slower than usual (a canary of fixed work)")
+    said = (d.get("why") or "" for d in disturbed)  # the signals kit.decide.machine.judge named
+    why += dict.fromkeys(part for w in said for part in w.split(" and ") if "GPU" in part)
     return " and ".join(why or ["the machine was busy"])
 
 

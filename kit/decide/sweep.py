@@ -34,12 +34,11 @@ import pandas as pd
 from kit.asyncrun import run_coroutine
 from kit.decide.machine import (
     DISTURBED_CPU,
-    SLOW_CANARY,
     MachineReading,
     idle_cpu,
     interference,
+    judge_runs,
     pause,
-    slowdowns,
 )
 from kit.decide.noise import median_interval
 from kit.engines import start_server
@@ -100,6 +99,14 @@ RUN_COLUMNS = [
     "neighbour_cpu",
     "slowdown",
     "disturbed",
+    "why",
+    "engine_cores",
+    "engine_core_foreign_cpu",
+    "gpus",
+    "gpu_foreign_seen",
+    "gpu_throttle",
+    "gpu_throttle_s",
+    "gpu_sm_mhz",
     *CRASH_COLUMNS,
 ]
 """sweep_runs.parquet: every measurement (`phase` sweep, or start / end for the drift check); one
@@ -705,7 +712,7 @@ def _run_slot(
     sweep_log.line(
         f"end {what}: {tok_s or 0:.0f} tok/s, others took {100 * seen.foreign_cpu:.0f}% of the CPU, "
         f"the other arms' servers {100 * seen.neighbour_cpu:.0f}%, CPU canary {seen.canary_ms:.1f} ms"
-        + (" (disturbed)" if seen.disturbed else "")
+        + (f" (disturbed: {seen.why})" if seen.disturbed else "")
         + (" (its server died)" if measured.get("status") == "crashed" else "")
     )
     return {**row, "started_s": started, **seen.as_dict()}
@@ -760,13 +767,9 @@ def flags(column: pd.Series) -> pd.Series:
 
 
 def flag_slow(runs: pd.DataFrame) -> pd.DataFrame:
-    """Mark the measurements whose CPU canary ran `SLOW_CANARY` times slower than the sweep's median
-    as disturbed too (`slowdown`: each canary over that median)."""
-    runs = runs.copy()
-    runs["slowdown"] = slowdowns([None if pd.isna(c) else float(c) for c in runs.canary_ms])
-    slow = runs.slowdown > SLOW_CANARY
-    runs["disturbed"] = flags(runs.disturbed) | slow
-    return runs
+    """Judge every measurement by its signals, the CPU canary's `slowdown` over the sweep's median
+    among them (kit.decide.machine.judge_runs): `disturbed`, and `why` names the signals that said so."""
+    return judge_runs(runs)
 
 
 def summarise(runs: pd.DataFrame) -> pd.DataFrame:
