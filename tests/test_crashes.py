@@ -21,7 +21,7 @@ from kit.params import RunParams
 
 SGLANG_LOG = """\
 [2026-12-03 14:02:11] Decode batch, #running-req: 12, #token: 9812, token usage: 0.14, cuda graph: True, gen throughput (token/s): 610.42, #queue-req: 0
-[2026-12-03 14:02:17] Prefill batch, #new-seq: 31, #new-token: 8192, #cached-token: 0, token usage: 0.31, #running-req: 43, #queue-req: 37
+[2026-12-03 14:02:17] Prefill batch, #new-seq: 31, #new-token: 8192, #cached-token: 0, token usage: 0.31, #running-req: 12, #queue-req: 37
 [2026-12-03 14:02:17] Scheduler hit an exception: Traceback (most recent call last):
   File "/tmp/site/sglang/srt/managers/scheduler.py", line 3087, in run_scheduler_process
     scheduler.event_loop_overlap()
@@ -56,7 +56,7 @@ def test_sglang_scheduler_crash_is_named_by_its_own_error() -> None:
         "RuntimeError: The expanded size of the tensor (2621440) must match the existing size (2622720)"
     )
     assert crash.where == "sglang/srt/layers/attention/triton_backend.py:612 in _update_target_verify_buffers"
-    assert crash.running == 43, "the last status line that counts running requests"
+    assert crash.running == 43, "the last status line: its 12 running and the 31 it added"
     line = crash.sentence("spec_k3's server")
     assert line.startswith("spec_k3's server was killed by SIGKILL (exit 137) while serving: RuntimeError")
     assert "the engine last reported 43 running requests" in line and "logs/sweep-spec_k3.log" in line

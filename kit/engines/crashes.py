@@ -30,7 +30,9 @@ EXCEPTION = re.compile(r"^(?P<type>[A-Za-z_][\w.]*)(?::\s*(?P<message>.*))?$")
 PREFIX = re.compile(r"^(?:\x1b\[[\d;]*m)*\([\w.-]+ pid=\d+\)\s?")
 """vLLM's prefix on each line its engine-core process writes: '(EngineCore_DP0 pid=1234) '."""
 RUNNING = (
-    re.compile(r"#running-req:\s*(?P<n>\d+)"),  # SGLang: "Decode batch, #running-req: 43, ..."
+    # SGLang: "Decode batch, #running-req: 43, ..."; a Prefill line counts the running requests
+    # before it adds its #new-seq, which run in the step after it
+    re.compile(r"(?:#new-seq:\s*(?P<new>\d+)[^\n]*?)?#running-req:\s*(?P<n>\d+)"),
     re.compile(r"Running:\s*(?P<n>\d+)\s*reqs?"),  # vLLM: "... Running: 4 reqs, Waiting: 0 reqs"
 )
 PACKAGE_ROOTS = ("site-packages/", "dist-packages/")
@@ -148,7 +150,8 @@ def last_running(log_text: str) -> int | None:
     for pattern in RUNNING:
         for m in pattern.finditer(log_text):
             if best is None or m.start() > best[0]:
-                best = (m.start(), int(m["n"]))
+                added = m.groupdict().get("new")
+                best = (m.start(), int(m["n"]) + (int(added) if added else 0))
     return None if best is None else best[1]
 
 
