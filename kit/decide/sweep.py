@@ -42,6 +42,7 @@ from kit.decide.machine import (
 )
 from kit.decide.noise import median_interval
 from kit.engines import start_server
+from kit.engines.answers import TransientEngineError
 from kit.engines.client import EngineClient
 from kit.engines.request_fields import run_request_fields, tool_request_fields
 from kit.engines.settings import Arm, arm_engine, engine_unavailable_reason, sweep_arms
@@ -236,7 +237,11 @@ async def _level(
             )
         except EngineError as e:
             errors.append(str(e))
-            dead()
+            if not dead() and isinstance(e, TransientEngineError) and e.status is None:
+                # no answer at all: a dying server refuses connections a moment before its process is
+                # gone (seen: 12 refusals in 0.2 s at concurrency 1), so wait for the watch, not send on
+                await asyncio.sleep(WATCH_S)
+                dead()
             return
         finally:
             out -= 1
