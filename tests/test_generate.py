@@ -357,8 +357,10 @@ def test_a_stop_signal_saves_finished_rows_and_stops_the_server(write_params, si
     folder = RunFolder(load_params(params_file).run_dir)
     proc = kit_generate(params_file)
     log = folder.logs / "server-0.log"
+    # The server logs an answer before the kit has made it a row: at concurrency 1 the kit is at most
+    # one answer behind (under two whole suites on two cores, 3 logged were 2 rows when the signal came).
     wait_for(
-        lambda: log.exists() and log.read_text().count("POST /v1/chat/completions") >= 3, 300, "3 requests"
+        lambda: log.exists() and log.read_text().count("POST /v1/chat/completions") >= 4, 300, "4 requests"
     )
     family = psutil.Process(proc.pid).children(recursive=True)
     assert not folder.shard_paths(), "nothing should be flushed before the interrupt"
@@ -366,7 +368,7 @@ def test_a_stop_signal_saves_finished_rows_and_stops_the_server(write_params, si
     proc.send_signal(sig)
     assert proc.wait(timeout=120) == 128 + sig
     ids = rows_of(folder)
-    assert len(ids) >= max(3, answered - 1) and len(ids) == len(set(ids))
+    assert len(ids) >= answered - 1 >= 3 and len(ids) == len(set(ids))
     said = params_file.with_suffix(".log").read_text()
     assert f"interrupted by {sig.name}: finished work is saved; rerun the same command to resume" in said
     wait_for(lambda: not [p for p in family if alive(p)], 30, "the server to stop")
