@@ -4,20 +4,18 @@ paused, and a measurement they disturb."""
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import os
 import shlex
 import statistics
 import subprocess
 import sys
-import threading
 import time
-from collections.abc import Iterator
 from types import SimpleNamespace
 
 import pandas as pd
 import psutil
 import pytest
+from conftest import REPO
 
 from kit.decide import machine
 from kit.decide.machine import DISTURBED_CPU, MachineReading, canary_ms, idle_cpu, interference, judge, pause
@@ -83,30 +81,13 @@ def test_a_measurement_beside_a_busy_neighbour_is_disturbed(spinning_server):
         pause([spinning_server], paused=False)
 
 
-@contextlib.contextmanager
-def busy_threads() -> Iterator[None]:
-    """Two busy threads in this process: one holding the GIL (pure Python), one without it
-    (hashing a large buffer releases it), as the kit's own threads may be while a reading is taken."""
-    stop = threading.Event()
-    buf = b"x" * (4 << 20)
+def busy_threads():
+    """Two busy threads in this process, one holding the GIL and one without it, as the kit's own
+    threads may be while a reading is taken: the benchmark's (benchmarks/bench_disturbance.py)."""
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    from bench_disturbance import busy_threads as busy
 
-    def python_loop() -> None:
-        while not stop.is_set():
-            sum(range(1000))
-
-    def native_loop() -> None:
-        while not stop.is_set():
-            hashlib.sha256(buf).digest()
-
-    threads = [threading.Thread(target=f, daemon=True) for f in (python_loop, native_loop)]
-    for t in threads:
-        t.start()
-    try:
-        yield
-    finally:
-        stop.set()
-        for t in threads:
-            t.join()
+    return busy(n_python=1, n_native=1)
 
 
 def test_the_canary_counts_its_own_thread_only():
@@ -257,6 +238,21 @@ def fake_nvml(monkeypatch):
     return use
 
 
+def stranger(code: str) -> int:
+    """A Python process of this namespace that is not a child of this one (its parent shell exits at
+    once), as another session's process is: the kit counts its own children as its own work."""
+    shell = f"{shlex.quote(sys.executable)} -c {shlex.quote(code)} >/dev/null 2>&1 & echo $!"
+    return int(subprocess.run(["sh", "-c", shell], capture_output=True, text=True, check=True).stdout)
+
+
+def kill_strangers(pids: list[int]) -> None:
+    for pid in pids:
+        with contextlib.suppress(psutil.Error):
+            p = psutil.Process(pid)
+            p.kill()
+            p.wait(5)
+
+
 @pytest.fixture
 def gpu_stranger(tmp_path):
     """Another process of this namespace, not a child of the kit's (its parent shell exits), with a
@@ -269,14 +265,12 @@ def gpu_stranger(tmp_path):
         "m = mmap.mmap(f.fileno(), 4096, prot=mmap.PROT_READ)\n"
         f"pathlib.Path({str(ready)!r}).touch()\ntime.sleep(60)"
     )
-    shell = f"{shlex.quote(sys.executable)} -c {shlex.quote(code)} >/dev/null 2>&1 & echo $!"
-    pid = int(subprocess.run(["sh", "-c", shell], capture_output=True, text=True, check=True).stdout)
+    pid = stranger(code)
     deadline = time.monotonic() + 10
     while not ready.exists() and time.monotonic() < deadline:
         time.sleep(0.02)
     yield pid
-    with contextlib.suppress(psutil.Error):
-        psutil.Process(pid).kill()
+    kill_strangers([pid])
 
 
 def test_the_engines_gpu_is_read_through_nvml(fake_nvml, spinning_server, gpu_stranger):
@@ -382,20 +376,20 @@ def engine_on_two_cores():
 
 def test_busy_loops_on_the_engines_cores_disturb_it(engine_on_two_cores):
     """Two busy-looping processes on the engine's cores: the reading around them is disturbed, and
-    its why says so (on the engine's cores, and of the whole CPU where they are a large share)."""
+    its why says so (on the engine's cores, and of the whole CPU where they are a large share).
+    They are not this process's children, which the kit counts as its own: as children they took
+    nothing foreign, and the test passed only where other sessions loaded the machine."""
     engine, cores = engine_on_two_cores
-    hogs = [subprocess.Popen([sys.executable, "-c", SPIN]) for _ in range(2)]
+    hogs = [stranger(SPIN) for _ in range(2)]
     try:
-        for h, c in zip(hogs, cores * 2, strict=False):
-            psutil.Process(h.pid).cpu_affinity([c])
+        for pid, c in zip(hogs, cores * 2, strict=False):
+            psutil.Process(pid).cpu_affinity([c])
         time.sleep(0.2)
         before = MachineReading.now([engine])
         time.sleep(1.5)
         seen = interference(before, [engine])
     finally:
-        for h in hogs:
-            h.kill()
-            h.wait()
+        kill_strangers(hogs)
     assert seen.engine_cores == len(cores)
     assert seen.engine_core_foreign_cpu is not None and seen.engine_core_foreign_cpu > DISTURBED_CPU
     assert seen.disturbed
