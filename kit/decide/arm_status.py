@@ -35,12 +35,13 @@ def unmeasured(sweep: pd.DataFrame | None) -> dict[str, str]:
     return out
 
 
-def decided_by(source: str, sweep: pd.DataFrame | None) -> str:
-    """'measured', 'measured in part' (an arm the engine could run was not measured), 'predicted'."""
+def decided_by(source: str, missing: dict[str, str]) -> str:
+    """'measured', 'measured in part' (an arm the engine could run was not measured: `missing`, the
+    sweep's `unmeasured`), 'predicted'."""
     if source != "measured":
         return source
-    missing = [why for why in unmeasured(sweep).values() if not why.startswith("skipped")]
-    return "measured in part" if missing else "measured"
+    failed = [why for why in missing.values() if not why.startswith("skipped")]
+    return "measured in part" if failed else "measured"
 
 
 def crashes(runs: pd.DataFrame | None) -> list[ArmCrash]:
@@ -65,16 +66,16 @@ def crashes(runs: pd.DataFrame | None) -> list[ArmCrash]:
     ]
 
 
-def crash_sentences(sweep: pd.DataFrame | None, runs: pd.DataFrame | None) -> list[str]:
-    """The reasons' lines on crashes: an arm given up (its last crash and what to try, said in the
-    unmeasured arms' lines), and an arm whose server died but came back (measured, with a warning
-    that stage 3 may meet it too)."""
-    given_up = {a for a, why in unmeasured(sweep).items() if why.startswith("crashed")}
+def crash_sentences(missing: dict[str, str], dead: list[ArmCrash]) -> list[str]:
+    """The reasons' lines on the crashes `dead` of arms whose server died but came back (measured, with
+    a warning that stage 3 may meet it too); an arm given up (`missing`, the sweep's `unmeasured`)
+    is said with its last crash and what to try in `unmeasured_sentences`."""
+    given_up = {a for a, why in missing.items() if why.startswith("crashed")}
     out = []
-    for arm in dict.fromkeys(c.arm for c in crashes(runs)):
+    for arm in dict.fromkeys(c.arm for c in dead):
         if arm in given_up:
             continue
-        mine = [c for c in crashes(runs) if c.arm == arm]
+        mine = [c for c in dead if c.arm == arm]
         first = mine[0]
         said = first.error or "no error in its log"
         out.append(
@@ -86,13 +87,13 @@ def crash_sentences(sweep: pd.DataFrame | None, runs: pd.DataFrame | None) -> li
     return out
 
 
-def unmeasured_sentences(sweep: pd.DataFrame | None) -> list[str]:
+def unmeasured_sentences(sweep: pd.DataFrame | None, missing: dict[str, str]) -> list[str]:
     """One line per arm the sweep could not measure for a failure (a crash: the engine's own error,
     where it was raised, and what to try); arms skipped by design are said in the decision's reasons."""
     if sweep is None or sweep.empty:
         return []
     out = []
-    for arm, why in unmeasured(sweep).items():
+    for arm, why in missing.items():
         status = why.split(":", 1)[0]
         full = sweep[(sweep.arm == arm) & (sweep.status == status)].reason
         text = _str(full.iloc[0]) if len(full) else None

@@ -379,14 +379,15 @@ def decide(
     noise = noise_section(sweep, runs, measured) if _has_rows(sweep) else None
     reasons += noise_sentences(noise)
     reasons.append(_batch_sentence(settings, fall))
-    reasons += unmeasured_sentences(sweep) + crash_sentences(sweep, runs)
+    missing, dead = unmeasured(sweep), crashes(runs)
+    reasons += unmeasured_sentences(sweep, missing) + crash_sentences(missing, dead)
     reasons += _reasons(table, predicted, unavailable, work, ks, choice["source"] == "measured", name)
     reasons += gap_sentences(table, s, name)
     return Decision(
         arm=arm,
-        decided_by=decided_by(choice["source"], sweep),
-        unmeasured=unmeasured(sweep),
-        crashes=crashes(runs),
+        decided_by=decided_by(choice["source"], missing),
+        unmeasured=missing,
+        crashes=dead,
         measured_difference=None if measured is None else measured.measurable,
         measured={b.arm: b.as_dict() for b in measured.bests} if measured else {},
         noise=None if noise is None else Noise.from_json(noise),
