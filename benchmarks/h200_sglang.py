@@ -384,6 +384,7 @@ def ceiling(s: Session, rounds: int = 2, limit: int = 1000) -> dict:
         r["running_req_max"] = running_req_max(log)
     finally:
         stop(server)
+    r["defaults"] = defaults_rounds(s, cmd, env, rounds, limit)
     native = {k: v for k, v in body.items() if k in NATIVE_SAMPLING}
     native.update({"sampling_seed": body["seed"]} if "seed" in body else {})
     r["offline"] = offline(s, params, rendered, limit, native)
@@ -407,6 +408,52 @@ def request_body(params) -> dict:
     return body
 
 
+RUNS_AT_ALL = ("--model-path", "--host", "--port", "--load-format", "--attention-backend")
+"""The flags of stage 3's command an engine started with its own defaults keeps: the model, where it
+listens, dummy weights (a shape-only model) and the attention backend the bundle can run (it leaves
+out FA3, SGLang's default on Hopper)."""
+
+
+def defaults_command(cmd: list[str]) -> list[str]:
+    """Stage 3's server command cut to what the engine needs to run here at all (RUNS_AT_ALL)."""
+    at = cmd.index("--model-path")
+    kept = cmd[:at]
+    for i in range(at, len(cmd)):  # every flag kept is followed by its value
+        if cmd[i] in RUNS_AT_ALL:
+            kept += cmd[i : i + 2]
+    return kept
+
+
+def defaults_rounds(s: Session, cmd: list[str], env: dict, rounds: int, limit: int) -> dict:
+    """`kit generate` against SGLang started with its own defaults (issue 45: stage 3's settings
+    against the engine's, same model, prompts and sampling, cache flushed before each round); the
+    ratio is the ceiling's kit rounds over these."""
+    plain = defaults_command(cmd)
+    where = OUTPUTS / "h200-ceiling"
+    s.say(f"defaults server: {' '.join(plain)}")
+    port = int(plain[plain.index("--port") + 1])
+    server = subprocess.Popen(
+        plain, env=env, stdout=open(where / "server-defaults.log", "ab"), stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )  # fmt: skip
+    r: dict = {"server_cmd": plain, "runs": []}
+    try:
+        r["ready_s"] = wait_ready(port, 600, alive=lambda: server.poll() is None)
+        r["server_info"] = {
+            k: v for k, v in (get_json(port, "/server_info") or {}).items()
+            if k in ("max_running_requests", "max_total_num_tokens", "sampling_backend", "cuda_graph_max_bs",
+                     "mem_fraction_static", "chunked_prefill_size", "attention_backend")
+        }  # fmt: skip
+        for i in range(rounds):
+            flush_cache(port)
+            r["runs"].append({"round": i, **kit_round(s, port, i, limit, "defaults")})
+    except (RuntimeError, TimeoutError) as e:
+        r["error"] = str(e)
+    finally:
+        stop(server)
+    return r
+
+
 def ceiling_summary(r: dict) -> dict:
     """Output tok/s of each run and the kit's ratios to bench_serving (same round) and offline."""
     kit = {x["round"]: x.get("output_tok_s") for x in r["runs"] if x["who"] == "kit"}
@@ -415,6 +462,9 @@ def ceiling_summary(r: dict) -> dict:
     out: dict = {"kit": kit, "bench_serving": bench, "offline": offline}
     out["kit_over_bench"] = {i: round(k / bench[i], 3) for i, k in kit.items() if k and bench.get(i)}
     out["kit_over_offline"] = {i: round(k / offline, 3) for i, k in kit.items() if k and offline}
+    plain = {x["round"]: x.get("output_tok_s") for x in (r.get("defaults") or {}).get("runs", [])}
+    out["kit_on_engine_defaults"] = plain
+    out["settings_over_defaults"] = {i: round(k / plain[i], 3) for i, k in kit.items() if k and plain.get(i)}
     return out
 
 
@@ -425,11 +475,11 @@ def flush_cache(port: int) -> None:
         pass
 
 
-def kit_round(s: Session, port: int, i: int, limit: int) -> dict:
+def kit_round(s: Session, port: int, i: int, limit: int, tag: str = "kit") -> dict:
     """`kit generate` (flavor external) on the server; output tok/s over its generating time."""
     import pyarrow.parquet as pq
 
-    run = f"h200-ceiling-kit-{i}"
+    run = f"h200-ceiling-{tag}-{i}"
     s.touched.add(run)
     shutil.rmtree(OUTPUTS / run, ignore_errors=True)
     params = derived(run, {
