@@ -151,15 +151,34 @@ def fixture_prompts(tmp_path: Path, source: str, n: int) -> list[tuple[list[dict
 
 
 def sample(model, tokenizer, prompts, thinking: bool, max_new_tokens: int = 120) -> list[str]:
-    """Seeded sampling at temperature 0.7, in one left-padded batch."""
+    """Seeded sampling at temperature 0.7, in left-padded batches of ten."""
     import torch
 
-    texts = [render(tokenizer, m, tools=t, enable_thinking=thinking) for m, t in prompts]
     tokenizer.padding_side = "left"
-    batch = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False)
-    torch.manual_seed(0)
-    out = model.generate(**batch, max_new_tokens=max_new_tokens, do_sample=True, temperature=0.7, top_p=0.95)
-    return tokenizer.batch_decode(out[:, batch["input_ids"].shape[1] :], skip_special_tokens=True)
+    outs: list[str] = []
+    for at in range(0, len(prompts), 10):
+        texts = [render(tokenizer, m, tools=t, enable_thinking=thinking) for m, t in prompts[at : at + 10]]
+        batch = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False)
+        torch.manual_seed(at)
+        out = model.generate(
+            **batch, max_new_tokens=max_new_tokens, do_sample=True, temperature=0.7, top_p=0.95
+        )
+        outs += tokenizer.batch_decode(out[:, batch["input_ids"].shape[1] :], skip_special_tokens=True)
+    return outs
+
+
+LEARNED = 0.6
+"""The share of answers in a learned shape these tests ask of the demo model. They judge whether the
+model learned a shape (a model that did not answers 0 of 40 in it), not how well one build learned
+it: the bytes of a build differ between CPUs (torch's kernels sum in a different order on AVX-512
+than on AVX2), and so does each share. On 40 prompts (20 for each of two sources) a share measured at
+0.87-0.92 on one build stays above 0.6 on any build within several standard deviations; on the 10-12
+prompts these tests used before, a build that wrote 6 valid tool calls of 10 failed a 7-of-10 bar
+that another build had passed (issue 46)."""
+
+
+def share(flags: list[bool]) -> float:
+    return sum(flags) / len(flags)
 
 
 def tool_call_is_valid(answer: str, tools: list[dict]) -> bool:
@@ -181,28 +200,35 @@ def model(demo_model):
 
 
 def test_thinking_on_opens_with_a_closed_think_block(model, tokenizer, tmp_path) -> None:
-    prompts = fixture_prompts(tmp_path, "metamathqa", 6) + fixture_prompts(tmp_path, "infinity_instruct", 6)
+    prompts = fixture_prompts(tmp_path, "metamathqa", 20) + fixture_prompts(tmp_path, "infinity_instruct", 20)
     outs = sample(model, tokenizer, prompts, thinking=True)
     blocks = [THINK_BLOCK.fullmatch(o) for o in outs]
-    assert sum(b is not None and "<think>" not in b.group(2) for b in blocks) >= 9, outs
-    math_reasoning = [len(b.group(1)) for b in blocks[:6] if b]
-    assert math_reasoning and min(math_reasoning) > 40, outs[:6]
+    assert share([b is not None and "<think>" not in b.group(2) for b in blocks]) >= LEARNED, outs
+    math_reasoning = sorted(len(b.group(1)) for b in blocks[:20] if b)
+    assert math_reasoning and math_reasoning[len(math_reasoning) // 2] > 40, outs[:20]
 
 
 def test_thinking_off_answers_without_think_tags(model, tokenizer, tmp_path) -> None:
-    prompts = fixture_prompts(tmp_path, "metamathqa", 6) + fixture_prompts(tmp_path, "codefeedback", 6)
+    prompts = fixture_prompts(tmp_path, "metamathqa", 20) + fixture_prompts(tmp_path, "codefeedback", 20)
     outs = sample(model, tokenizer, prompts, thinking=False)
-    assert sum("think>" not in o and bool(o.strip()) for o in outs) >= 10, outs
+    assert share(["think>" not in o and bool(o.strip()) for o in outs]) >= LEARNED, outs
+
+
+TOOL_CALLS = 0.4
+"""The share of valid tool calls asked of the demo model on 40 tool-offering prompts: one build
+measured 0.69-0.76 thinking on and 0.76-0.89 off (two seeds, 45 prompts); a model that did not learn
+the shape writes none."""
 
 
 @pytest.mark.parametrize("thinking", [True, False])
 def test_hermes_prompts_get_tool_calls_naming_a_listed_tool(model, tokenizer, tmp_path, thinking) -> None:
-    prompts = [p for p in fixture_prompts(tmp_path, "hermes_fc", 16) if p[0][-1]["role"] == "user"][:10]
+    prompts = [p for p in fixture_prompts(tmp_path, "hermes_fc", 60) if p[0][-1]["role"] == "user"][:40]
+    assert len(prompts) == 40
     outs = sample(model, tokenizer, prompts, thinking=thinking, max_new_tokens=160)
     answers = [THINK_BLOCK.fullmatch(o) for o in outs] if thinking else outs
     answers = [(a.group(2) if a else "") if thinking else a for a in answers]
     valid = [tool_call_is_valid(a, tools) for a, (_, tools) in zip(answers, prompts, strict=True)]
-    assert sum(valid) >= 7, outs
+    assert share(valid) >= TOOL_CALLS, outs
 
 
 def test_the_demo_params_give_the_models_answers_room(model, tokenizer, tmp_path) -> None:

@@ -7,7 +7,8 @@ read like words and follow Qwen3's shapes: a `<think>` block first when thinking
 `<tool_call>` JSON when the request offers tools, so real engines' reasoning and tool-call
 parsers have something to parse. It saves as an ordinary Hugging Face model directory that
 `transformers serve` and vLLM load like any other. Everything is seeded and deterministic (one torch
-thread, deterministic algorithms): the same code and packages build the same bytes. The directory
+thread, deterministic algorithms): the same code and packages build the same bytes on CPUs of one
+instruction set (torch's kernels differ between AVX-512 and AVX2; the marker records which ran). The directory
 is built in a temporary folder and renamed into place, with a marker file written last that records
 the sha256 of every file built and the package versions that built them (`verify_demo_model`
 checks a folder against it), so an interrupted build is simply redone.
@@ -158,8 +159,18 @@ def _build(out: Path, *, train_steps: int, seed: int, quiet: bool) -> dict:
         "build_seconds": round(time.perf_counter() - started, 1),
         "parameters": sum(p.numel() for p in model.parameters()),
         "threads": TRAIN_THREADS,
+        "cpu_capability": _cpu_capability(),
         "packages": {name: _version(name) for name in PACKAGES},
     }
+
+
+def _cpu_capability() -> str:
+    """The instruction set torch's CPU kernels ran on (e.g. AVX512, AVX2): the same code and packages
+    build other bytes on another one (measured: AVX512 and ATEN_CPU_CAPABILITY=avx2 on one Xeon gave
+    two different model.safetensors), so a hash that differs from a colleague's can be told apart."""
+    import torch
+
+    return torch.backends.cpu.get_cpu_capability()
 
 
 def _version(package: str) -> str | None:
