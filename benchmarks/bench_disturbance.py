@@ -110,6 +110,14 @@ def busy_threads(n_python: int = 1, n_native: int = 1) -> Iterator[None]:
             t.join()
 
 
+T0 = time.monotonic()
+
+
+def say(line: str) -> None:
+    """Progress on stderr as it happens (seconds since start): a run cut by a time limit shows where."""
+    print(f"[{time.monotonic() - T0:7.1f} s] {line}", file=sys.stderr, flush=True)
+
+
 def part_canary(rounds: int) -> dict:
     """Old and new canary, alone and beside the kit's own busy threads, in turns."""
     got: dict[str, list[float]] = {"old_alone": [], "new_alone": [], "old_beside": [], "new_beside": []}
@@ -173,6 +181,7 @@ def client_level(engine: Engine, seconds: float) -> None:
 def levels(engine: Engine, n: int, level_s: float, phase: str) -> list[dict]:
     rows = []
     for i in range(n):
+        say(f"{phase} level {i + 1} of {n}")
         old_before = old_canary_ms()
         before = MachineReading.now([engine.proc.pid])
         client_level(engine, level_s)
@@ -326,14 +335,17 @@ def main() -> int:
         return 0
     t0 = time.monotonic()
     load = os.getloadavg()
+    say("reading the GPUs (NVML)")
     result: dict = {
         "host": platform.node(),
         "cpus": os.cpu_count(),
         "python": platform.python_version(),
         "load_before": [round(x, 2) for x in load],
         "gpu": gpu_context(),
-        "canary": part_canary(a.canary_rounds),
     }
+    say(f"gpu: {result['gpu']}; canary, {a.canary_rounds} rounds")
+    result["canary"] = part_canary(a.canary_rounds)
+    say("starting the synthetic engine")
     engine = Engine()
     try:
         quiet = judged(levels(engine, a.readings, a.level_s, "quiet"))
@@ -343,6 +355,7 @@ def main() -> int:
         engine.stop()
     result["quiet"] = summary(quiet)
     result["busy_kit_threads"] = summary(busy)
+    say("hog: the engine pinned beside two busy loops")
     result["hog"], hog = part_hog(a.hog_readings, a.level_s)
     result["load_after"] = [round(x, 2) for x in os.getloadavg()]
     result["seconds"] = round(time.monotonic() - t0, 1)

@@ -25,6 +25,9 @@ Phases (each a subprocess of the kit's own commands, as a user runs them, under 
   interleaved with SGLang's own `bench_serving` on the same prompts and lengths, two rounds each;
   then `bench_offline_throughput` (no HTTP) on them; the kit's CPU seconds per 1,000 requests, and
   the largest `#running-req` SGLang logged against the capacity the kit read;
+- defaults: `kit generate` against SGLang with stage 3's settings and against SGLang started with its
+  own defaults (only the flags the box needs), the order A B B A over three server starts, 600
+  prompts a round after an uncounted warm-up round per server: stage 3's settings over the engine's;
 - faults: `kit generate` with the kit's own server, whose scheduler process is killed (-9) and whose
   HTTP process is then frozen (SIGSTOP) mid-run; every id once at the end;
 - demo: the kit's demo model on SGLang (real text: its parsers, a real n-gram accept length);
@@ -345,30 +348,16 @@ def ceiling(s: Session, rounds: int = 2, limit: int = 1000) -> dict:
     kit's requests never set ignore_eos); the prefix cache flushed before every run; the kit and
     bench_serving interleaved (ABBA), after one warm-up run that pays the sampler's first-use compile.
     The offline engine starts cold (a new engine, an empty cache) with the same flags and sampling."""
-    from kit.engines.flavors import flavor, server_command, server_env
-    from kit.engines.launcher import adapt_flags, discover
-    from kit.engines.settings import Arm, arm_engine
-    from kit.params import load_params
-
-    base = load_params(main_params(s))
-    params = base.model_copy(update={"engine": arm_engine(base, Arm(0), hybrid=False)})
-    port = 31000
-    env = {**s.env, **server_env(params)}
-    launcher = discover(params.engine_python, flavor(params.engine.flavor), env=env)
-    cmd, _ = adapt_flags(server_command(params, port), launcher)  # as stage 3 starts it
+    base, params, cmd, env = stage3_server(s)
     where = OUTPUTS / "h200-ceiling"
-    log = where / "server.log"
     where.mkdir(parents=True, exist_ok=True)
     s.touched.add("h200-ceiling")
     s.say(f"server: {' '.join(cmd)}")
     body = request_body(base)
     requests_file, rendered = export_prompts(base, limit, where, body)
-    server = subprocess.Popen(
-        cmd, env=env, stdout=open(log, "ab"), stderr=subprocess.STDOUT, start_new_session=True
-    )
     r: dict = {"server_cmd": cmd, "sampling": body, "runs": []}
-    try:
-        r["ready_s"] = wait_ready(port, 600, alive=lambda: server.poll() is None)
+    with served(cmd, env, where / "server.log") as (port, ready_s):
+        r["ready_s"] = ready_s
         r["server_info"] = get_json(port, "/server_info")
         r["warmup"] = bench_serving(s, base, port, requests_file, min(300, limit), "warmup")
         in_flight = None  # the kit's: bench_serving holds as many (its default streams, the kit's does not)
@@ -381,15 +370,42 @@ def ceiling(s: Session, rounds: int = 2, limit: int = 1000) -> dict:
                 else:
                     run = bench_serving(s, base, port, requests_file, limit, i, in_flight)
                 r["runs"].append({"round": i, "who": who, **run})
-        r["running_req_max"] = running_req_max(log)
-    finally:
-        stop(server)
-    r["defaults"] = defaults_rounds(s, cmd, env, rounds, limit)
+        r["running_req_max"] = running_req_max(where / "server.log")
     native = {k: v for k, v in body.items() if k in NATIVE_SAMPLING}
     native.update({"sampling_seed": body["seed"]} if "seed" in body else {})
     r["offline"] = offline(s, params, rendered, limit, native)
     r["summary"] = ceiling_summary(r)
     return r
+
+
+def stage3_server(s: Session):
+    """The params, the plain arm's params, and the server command and environment stage 3 starts."""
+    from kit.engines.flavors import flavor, server_command, server_env
+    from kit.engines.launcher import adapt_flags, discover
+    from kit.engines.settings import Arm, arm_engine
+    from kit.params import load_params
+
+    base = load_params(main_params(s))
+    params = base.model_copy(update={"engine": arm_engine(base, Arm(0), hybrid=False)})
+    env = {**s.env, **server_env(params)}
+    launcher = discover(params.engine_python, flavor(params.engine.flavor), env=env)
+    cmd, _ = adapt_flags(server_command(params, 31000), launcher)  # as stage 3 starts it
+    return base, params, cmd, env
+
+
+@contextlib.contextmanager
+def served(cmd: list[str], env: dict, log: Path, timeout: float = 600):
+    """A server started from `cmd` (its output appended to `log`), ready: yields (port, seconds to
+    ready); stopped on the way out, whatever happened inside."""
+    port = int(cmd[cmd.index("--port") + 1])
+    log.parent.mkdir(parents=True, exist_ok=True)
+    server = subprocess.Popen(
+        cmd, env=env, stdout=open(log, "ab"), stderr=subprocess.STDOUT, start_new_session=True
+    )
+    try:
+        yield port, wait_ready(port, timeout, alive=lambda: server.poll() is None)
+    finally:
+        stop(server)
 
 
 NATIVE_SAMPLING = ("temperature", "top_p", "top_k", "min_p", "repetition_penalty", "presence_penalty",
@@ -424,33 +440,44 @@ def defaults_command(cmd: list[str]) -> list[str]:
     return kept
 
 
-def defaults_rounds(s: Session, cmd: list[str], env: dict, rounds: int, limit: int) -> dict:
-    """`kit generate` against SGLang started with its own defaults (issue 45: stage 3's settings
-    against the engine's, same model, prompts and sampling, cache flushed before each round); the
-    ratio is the ceiling's kit rounds over these."""
-    plain = defaults_command(cmd)
-    where = OUTPUTS / "h200-ceiling"
-    s.say(f"defaults server: {' '.join(plain)}")
-    port = int(plain[plain.index("--port") + 1])
-    server = subprocess.Popen(
-        plain, env=env, stdout=open(where / "server-defaults.log", "ab"), stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )  # fmt: skip
-    r: dict = {"server_cmd": plain, "runs": []}
-    try:
-        r["ready_s"] = wait_ready(port, 600, alive=lambda: server.poll() is None)
-        r["server_info"] = {
-            k: v for k, v in (get_json(port, "/server_info") or {}).items()
-            if k in ("max_running_requests", "max_total_num_tokens", "sampling_backend", "cuda_graph_max_bs",
-                     "mem_fraction_static", "chunked_prefill_size", "attention_backend")
-        }  # fmt: skip
-        for i in range(rounds):
-            flush_cache(port)
-            r["runs"].append({"round": i, **kit_round(s, port, i, limit, "defaults")})
-    except (RuntimeError, TimeoutError) as e:
-        r["error"] = str(e)
-    finally:
-        stop(server)
+SERVER_INFO = ("max_running_requests", "max_total_num_tokens", "sampling_backend", "cuda_graph_max_bs",
+               "mem_fraction_static", "chunked_prefill_size", "attention_backend")  # fmt: skip
+
+
+def defaults(s: Session, limit: int = 600) -> dict:
+    """`kit generate` against SGLang started with stage 3's settings (A) and with its own defaults (B,
+    `defaults_command`), the same model, prompts and sampling, cache flushed before each round, in
+    the order A B B A over three server starts (the two servers cannot share the GPU without changing
+    the memory each one plans with), so that a drift over the phase falls on both alike (issue 45:
+    stage 3's settings against the engine's own). Each server first answers a warm-up round (the
+    sampler's first-use compile, the graphs' first replays) that is not counted."""
+    _, _, cmd, env = stage3_server(s)
+    arms = {"settings": cmd, "defaults": defaults_command(cmd)}
+    where = OUTPUTS / "h200-defaults"
+    s.touched.add("h200-defaults")
+    r: dict = {"server_cmd": arms, "runs": [], "servers": []}
+    for who, rounds in (("settings", [0]), ("defaults", [0, 1]), ("settings", [1])):
+        s.say(f"{who} server: {' '.join(arms[who])}")
+        try:
+            with served(arms[who], env, where / f"server-{who}.log") as (port, ready_s):
+                info = get_json(port, "/server_info") or {}
+                r["servers"].append({"who": who, "ready_s": ready_s, **{k: info.get(k) for k in SERVER_INFO}})
+                flush_cache(port)
+                kit_round(s, port, 0, min(150, limit), f"{who}-warmup")
+                for i in rounds:
+                    flush_cache(port)
+                    r["runs"].append({"round": i, "who": who, **kit_round(s, port, i, limit, who)})
+        except (RuntimeError, TimeoutError) as e:
+            r["servers"].append({"who": who, "error": str(e)})
+    tok_s = {(x["who"], x["round"]): x.get("output_tok_s") for x in r["runs"]}
+    r["summary"] = {
+        "settings": {i: tok_s.get(("settings", i)) for i in (0, 1)},
+        "defaults": {i: tok_s.get(("defaults", i)) for i in (0, 1)},
+        "settings_over_defaults": {
+            i: round(a / b, 3) for i in (0, 1)
+            if (a := tok_s.get(("settings", i))) and (b := tok_s.get(("defaults", i)))
+        },
+    }  # fmt: skip
     return r
 
 
@@ -462,9 +489,6 @@ def ceiling_summary(r: dict) -> dict:
     out: dict = {"kit": kit, "bench_serving": bench, "offline": offline}
     out["kit_over_bench"] = {i: round(k / bench[i], 3) for i, k in kit.items() if k and bench.get(i)}
     out["kit_over_offline"] = {i: round(k / offline, 3) for i, k in kit.items() if k and offline}
-    plain = {x["round"]: x.get("output_tok_s") for x in (r.get("defaults") or {}).get("runs", [])}
-    out["kit_on_engine_defaults"] = plain
-    out["settings_over_defaults"] = {i: round(k / plain[i], 3) for i, k in kit.items() if k and plain.get(i)}
     return out
 
 
@@ -774,6 +798,7 @@ PHASES = {
     "moe": moe,
     "mtp27": mtp27,
     "ceiling": ceiling,
+    "defaults": defaults,
     "faults": faults,
     "demo": demo,
     "replicas": replicas,
