@@ -334,6 +334,57 @@ class LadderPoint(Record):
 
 
 @dataclass(frozen=True, kw_only=True)
+class ArmForecast(Record):
+    """One arm's line of decision.json's `forecast` (kit.decide.forecast): stage 3 in hours."""
+
+    arm: str = ""
+    label: str = ""
+    wall_s: float = 0.0
+    """The median simulation: start-up, full load, tail."""
+    wall_lo_s: float = 0.0
+    wall_hi_s: float = 0.0
+    """The 10th and 90th percentiles of the simulations."""
+    gpu_hours: float = 0.0
+    gpu_hours_lo: float = 0.0
+    gpu_hours_hi: float = 0.0
+    tail_s: float = 0.0
+    """Of the wall time, the part below full load (the queue empty, the batch draining)."""
+    startup_s: float = 0.0
+    capacity: int = 0
+    """Sequences running at once per replica."""
+    full_load_tok_s: float = 0.0
+    throughput_from: str = "measured"
+    requests_per_replica: int = 0
+
+
+@dataclass(frozen=True, kw_only=True)
+class Forecast(Record):
+    """decision.json's `forecast`: the whole plan's stage 3 in hours per arm, with an interval."""
+
+    requests: int = 0
+    replicas: int = 1
+    gpus_per_replica: int = 1
+    gpu_name: str | None = None
+    output_tokens: int = 0
+    output_tokens_lo: int = 0
+    output_tokens_hi: int = 0
+    lengths_from: dict[str, str] = field(default_factory=dict)
+    """Per source: pilot answers, sweep answers, made rows or max_tokens (a bound, not a measure)."""
+    arms: list[ArmForecast] = field(default_factory=list)
+    """Fastest first."""
+    chosen: str | None = None
+    pilot: JSONObject | None = None
+    """How the pilot went (kit.decide.pilot): sent, answered, cut, tokens, seconds."""
+    calibration: float | None = None
+    """The pilot's speed over what the sweep's ladder gives for it (speeds are multiplied by it)."""
+    notes: list[str] = field(default_factory=list)
+    sentence: str = ""
+
+    def arm(self, name: str | None) -> ArmForecast | None:
+        return next((a for a in self.arms if a.arm == name), None)
+
+
+@dataclass(frozen=True, kw_only=True)
 class ArmCrash(Record):
     """decision.json's `crashes`: one measurement whose server died (kit.engines.crashes)."""
 
@@ -412,6 +463,8 @@ class Decision(Record):
     cpu_profile: JSONObject | None = optional()
     """What the CPU step profile was (kit.decide.profile.budget.ProfilePlan), when one was planned."""
     mtp_status: str | None = None
+    forecast: Forecast | None = optional()
+    """Stage 3 in hours per arm, with an interval (kit.decide.forecast)."""
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any] | None) -> Decision:
@@ -585,6 +638,33 @@ class TailSpeculation(Record):
 
 
 @dataclass(frozen=True, kw_only=True)
+class ForecastCheck(Record):
+    """summary.json's `forecast_check`: stage 2's forecast against what stage 3 took
+    (kit.analyse.forecast_check); errors are (forecast - actual) / actual in %."""
+
+    arm: str | None = None
+    judged: bool = False
+    why: str | None = optional()
+    generating_s: float | None = None
+    forecast_s: float | None = None
+    forecast_lo_s: float | None = None
+    forecast_hi_s: float | None = None
+    wall_error_pct: float | None = None
+    inside_interval: bool | None = None
+    output_tokens: int | None = None
+    forecast_output_tokens: int | None = None
+    tokens_error_pct: float | None = None
+    output_tok_s: float | None = None
+    forecast_output_tok_s: float | None = None
+    speed_error_pct: float | None = None
+    tail_s: float | None = None
+    forecast_tail_s: float | None = None
+    missed: list[str] = field(default_factory=list)
+    """The inputs off by more than 15%: output lengths, speed."""
+    sentence: str = ""
+
+
+@dataclass(frozen=True, kw_only=True)
 class TailSummary(Record):
     """summary.json's `tail`: the job's last session below full load (kit.analyse.tail), or why it is
     unknown (`known` false: `reason`); `sentence` says it in words."""
@@ -667,3 +747,5 @@ class Summary(Record):
     figures: list[str] = field(default_factory=list)
     fitness: Fitness | None = optional()
     """The rows fit to train on (kit.export.fitness): written by stage 4 through kit.stages."""
+    forecast_check: ForecastCheck | None = optional()
+    """Stage 2's forecast against what stage 3 took (kit.analyse.forecast_check)."""

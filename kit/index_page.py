@@ -99,8 +99,8 @@ def run_answers(folder: RunFolder) -> list[Answer]:
     return [
         _data(folder, manifest, fitness),
         probe_answer(folder.read_probe(lenient=True)),
-        decision_answer(decision, name, worth),
-        generation_answer(folder, manifest),
+        _with_forecast(decision_answer(decision, name, worth), decision),
+        _judged(generation_answer(folder, manifest), summary),
         _beside_fitness(failure_answer(failures_by_reason(folder, summary)), fitness),
         _with_tail(throughput_answer(summary, manifest, baseline=measured_level(decision, name)), summary),
     ]
@@ -140,6 +140,26 @@ def _with_tail(answer: Answer, summary: Summary | None) -> Answer:
     """The throughput answer, then the tail's sentence (kit.analyse.tail) where stage 4 measured it."""
     sentence = summary.tail.sentence if summary is not None and summary.tail is not None else ""
     return dataclasses.replace(answer, detail=f"{answer.detail} {sentence}") if sentence else answer
+
+
+def _with_forecast(answer: Answer, decision: Decision | None) -> Answer:
+    """The decision, then stage 3 in hours per arm (kit.decide.forecast) where stage 2 made one."""
+    forecast = decision.forecast if decision is not None else None
+    if forecast is None or not forecast.sentence:
+        return answer
+    return dataclasses.replace(
+        answer, detail=f"{answer.detail} Forecast for the whole plan: {forecast.sentence}."
+    )
+
+
+def _judged(answer: Answer, summary: Summary | None) -> Answer:
+    """The generation, then stage 2's forecast against what it took (kit.analyse.forecast_check)."""
+    check = summary.forecast_check if summary is not None else None
+    if check is None or not check.sentence:
+        return answer
+    return dataclasses.replace(
+        answer, detail=f"{answer.detail} {check.sentence[0].upper()}{check.sentence[1:]}."
+    )
 
 
 def _answer_item(a: Answer, folder: RunFolder) -> str:

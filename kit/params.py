@@ -172,6 +172,11 @@ class DecideParams(_Strict):
     """Requests sent at each concurrency at least; default: two waves (2 x concurrency). Each level
     also lasts at least `level_s`."""
     max_tokens: int = Field(default=32, ge=1)
+    pilot_per_source: int = Field(default=8, ge=0)
+    """Prompts of each source the plain arm's server answers once after the sweep, sampled as stage 3
+    samples and with its output budget (`generate.sampling`, each source's `max_tokens`): their
+    lengths predict the job's output tokens (kit.decide.forecast) and stage 3's order; 0: no pilot
+    (the forecast then rests on the sweep's greedy answers, cut at `max_tokens`, or on the budgets)."""
     level_s: float = Field(default=5.0, ge=0)
     """Seconds each measurement lasts at least (requests keep coming until then): a level of a
     fraction of a second is one hiccup of a shared machine away from a 3x error."""

@@ -17,10 +17,11 @@ from aiohttp import web
 from fixtures_outputs import made_row
 
 from kit.engines.process import free_port
-from kit.generate.order import LENGTH_COLUMNS, LengthModel, longest_first
-from kit.generate.run import length_model, run_generation
+from kit.generate.order import longest_first
+from kit.generate.run import run_generation
 from kit.generate.store import ShardWriter
 from kit.params import load_params
+from kit.prompts.lengths import LENGTH_COLUMNS, LengthModel, run_length_model
 from kit.prompts.prompt_set import ensure_prompts
 from kit.runfolder import RunFolder
 
@@ -80,8 +81,8 @@ def test_the_order_is_a_function_of_the_plan_and_the_rows_on_disk(write_params) 
         writer.add(made_row(r, tokens=200 if r["source"] == "codefeedback" else 5))
     writer.flush()
     left = [(i, 0) for i, r in enumerate(rows) if r["id"] not in {m["id"] for m in made}]
-    first, _ = longest_first(prompts, left, length_model(params, folder))
-    again, _ = longest_first(prompts, left, length_model(params, folder))
+    first, _ = longest_first(prompts, left, run_length_model(params, folder))
+    again, _ = longest_first(prompts, left, run_length_model(params, folder))
     assert first == again
     assert [rows[i]["source"] for i, _ in first] == ["codefeedback"] * 4 + ["metamathqa"] * 4
 

@@ -45,6 +45,24 @@ def test_probe_and_decision(demo_run):
     assert any("transformers serve has no speculative decoding" in r for r in set(sweep.reason))
 
 
+def test_the_forecast_is_made_in_stage_2_and_judged_in_stage_4(demo_run):
+    forecast = json.loads((demo_run / "decision.json").read_text())["forecast"]
+    plain = next(a for a in forecast["arms"] if a["arm"] == "plain")
+    assert forecast["requests"] == 18 and forecast["chosen"] == "plain"
+    assert (
+        plain["wall_lo_s"] <= plain["wall_s"] <= plain["wall_hi_s"] and plain["throughput_from"] == "measured"
+    )
+    assert forecast["pilot"]["answered"] == forecast["pilot"]["sent"] == 18  # 3 planned per source
+    check = json.loads((demo_run / "summary.json").read_text())["forecast_check"]
+    assert check["judged"] and check["arm"] == "plain" and check["output_tokens"] > 0
+    assert check["inside_interval"] or check["missed"], check  # the actual in the interval, or the miss named
+    index = (demo_run / "report" / "index.html").read_text()
+    assert "Forecast for the whole plan: 18 requests" in html.unescape(index)
+    assert "Stage 2 forecast" in html.unescape(index)
+    left = pq.read_table(demo_run / "metrics.parquet").to_pandas()["tokens_left"].dropna()
+    assert len(left) and left.iloc[-1] < left.iloc[0]  # the time left, in tokens, as the run went
+
+
 def test_generations(demo_run):
     manifest = json.loads((demo_run / "manifest.json").read_text())
     table = pq.read_table(sorted((demo_run / "generations").glob("part-*.parquet")))

@@ -12,6 +12,7 @@ import pandas as pd
 
 from kit.analyse import health, load, neardup, plots, tables, tail
 from kit.analyse.flags import FLAGS, flag_counts
+from kit.analyse.forecast_check import forecast_check
 from kit.analyse.reasoning import row_parts
 from kit.analyse.scan import NEAR_KINDS, duplicated_completions, near_settings, read_rows, scan_shards
 from kit.artifacts import Manifest, SourceSummary, Summary
@@ -138,6 +139,14 @@ def summarise(data: RunData) -> Summary:
     )
 
 
+def with_forecast_check(summary: Summary, data: RunData) -> Summary:
+    """The summary with stage 2's forecast judged against the run (when stage 2 made one)."""
+    decision = data.folder.read_decision(lenient=True) if data.folder is not None else None
+    tokens = int(data.df["completion_tokens"].fillna(0).sum()) if len(data.df) else 0
+    check = forecast_check(decision, data.manifest, tokens, summary.tail)
+    return replace(summary, forecast_check=check) if check is not None else summary
+
+
 def near_duplicate_entry(df: pd.DataFrame, flags: pd.DataFrame) -> dict[str, Any] | None:
     """Near-duplicate clusters of prompts and of answers, in all and per source (None when stage 4
     did not look for them: `analyse.near_duplicates: false`)."""
@@ -231,7 +240,7 @@ def run_analysis(folder: RunFolder, params: AnalyseParams | None = None, progres
     """
     data = read_run(folder, params, progress)
     analysed_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
-    summary = summarise(data)
+    summary = with_forecast_check(summarise(data), data)
     paths = []
     for stem, fig in run_figures(data).items():
         path = plots.save_figure(fig, folder.figure(stem))

@@ -24,6 +24,7 @@ from kit.arch import arch_from_config, load_arch
 from kit.artifacts import Decision, GpuSection, ProbeReport
 from kit.decide import costmodel as cm
 from kit.decide.decision import decide, speculation_label, with_gpus
+from kit.decide.forecast import run_forecast
 from kit.decide.profile.budget import ProfilePlan, plan_cpu_profile
 from kit.decide.profile.profiler import ProfileGrid, load_profile, profile_steps
 from kit.decide.sweep import run_sweep
@@ -48,6 +49,26 @@ def sweep_prompts(params: RunParams, folder: RunFolder) -> list[dict[str, Any]]:
     order = list(range(pq.ParquetFile(path).metadata.num_rows))
     random.Random(params.data.seed).shuffle(order)  # shuffle positions: only the sample is read
     rows = take_prompts(path, order[: params.decide.num_prompts]).to_pylist()
+    return [{**r, "tools_list": (json.loads(r["tools"]) or None) if r.get("tools") else None} for r in rows]
+
+
+def pilot_prompts(params: RunParams, folder: RunFolder) -> list[dict[str, Any]]:
+    """`decide.pilot_per_source` planned prompts of each source (its first in a seeded shuffle of
+    the plan), for the pilot that measures the run's own output lengths."""
+    k = params.decide.pilot_per_source
+    if not k:
+        return []
+    path = ensure_plan(params, folder)
+    sources = pq.read_table(path, columns=["source"]).column("source").to_pylist()
+    order = list(range(len(sources)))
+    random.Random(params.data.seed + 1).shuffle(order)
+    taken: dict[str, list[int]] = {}
+    for i in order:
+        mine = taken.setdefault(sources[i], [])
+        if len(mine) < k:
+            mine.append(i)
+    picked = sorted(i for mine in taken.values() for i in mine)
+    rows = take_prompts(path, picked).to_pylist()
     return [{**r, "tools_list": (json.loads(r["tools"]) or None) if r.get("tools") else None} for r in rows]
 
 
@@ -324,8 +345,10 @@ def run_decision(params: RunParams, folder: RunFolder, probe: ProbeReport) -> De
     caps = spec_running_caps(params, probe, arch, prompts)
     if caps:
         side_by_side["spec_running_caps"] = {str(k): c for k, c in caps.items()}
-    sweep = run_sweep(sweep_params, folder, prompts, mtp, arch.is_hybrid, together, side_by_side, caps)
+    pilot = pilot_prompts(params, folder)
+    sweep = run_sweep(sweep_params, folder, prompts, mtp, arch.is_hybrid, together, side_by_side, caps, pilot)
     runs = pd.read_parquet(folder.sweep_runs) if folder.sweep_runs.exists() else None
+    pilot, start_s = side_by_side.pop("pilot", None), side_by_side.pop("server_start_s", None)
     hw, profile, n_gpus, profile_plan = _hardware(params, folder, probe)
     lens = [p["prompt_tokens"] for p in prompts if p.get("prompt_tokens")]
     eng = params.engine
@@ -360,6 +383,11 @@ def run_decision(params: RunParams, folder: RunFolder, probe: ProbeReport) -> De
         line = running_cap_sentence(caps, max(params.decide.concurrencies), speculation_label(params))
         decision = replace(decision, reasons=[*decision.reasons, line])
     decision = replace(decision, noise=noise, mtp_status=mtp, **_profile_notes(decision, profile_plan))
+    forecast = run_forecast(params, folder, decision, speculation_label(params), pilot, start_s)
+    if forecast is not None:
+        decision = replace(
+            decision, forecast=forecast, reasons=[*decision.reasons, f"forecast: {forecast.sentence}"]
+        )
     folder.write_decision(decision)
     return decision
 

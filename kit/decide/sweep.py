@@ -41,6 +41,7 @@ from kit.decide.machine import (
     pause,
 )
 from kit.decide.noise import median_interval
+from kit.decide.pilot import ANSWER_COLUMNS, pilot
 from kit.engines import start_server
 from kit.engines.answers import TransientEngineError
 from kit.engines.client import EngineClient
@@ -160,28 +161,50 @@ def skip_reason(params: RunParams, arm: Arm, mtp_status: str | None) -> str | No
     return None if not arm.speculative else engine_unavailable_reason(params.engine, mtp_status)
 
 
-ANSWER_COLUMNS = ["id", "source", "prompt_tokens", "completion_tokens", "finish_reason"]
-"""sweep_answers.parquet: one greedy answer per prompt (the plain arm's), for stage 3's order."""
-
-
-def _answer(prompt: dict[str, Any], r: Any) -> dict[str, Any]:
+def _answer(prompt: dict[str, Any], r: Any, max_tokens: int) -> dict[str, Any]:
     return {
         "id": prompt["id"],
         "source": prompt.get("source"),
         "prompt_tokens": prompt.get("prompt_tokens"),
         "completion_tokens": r.completion_tokens,
         "finish_reason": r.finish_reason,
+        "max_tokens": max_tokens,
+        "pilot": False,
     }
 
 
-def save_answers(rows: list[dict[str, Any]], path: Any) -> None:
-    """The plain arm's answers, one per prompt (greedy: every level answers a prompt alike)."""
-    seen: dict[str, dict[str, Any]] = {}
+def save_answers(rows: list[dict[str, Any]], path: Any, pilot: list[dict[str, Any]] | None = None) -> None:
+    """One answer per prompt: the pilot's (sampled as stage 3 samples, at its output budget), else
+    the plain arm's in the sweep (greedy: every level answers a prompt alike, cut at
+    `decide.max_tokens`)."""
+    seen: dict[str, dict[str, Any]] = {a["id"]: a for a in pilot or []}
     for row in rows:
         if row.get("spec_k") == 0:
             for a in row.get("answers") or []:
                 seen.setdefault(a["id"], a)
     pd.DataFrame(list(seen.values()), columns=ANSWER_COLUMNS).to_parquet(path, index=False)
+
+
+def _pilot(
+    params: RunParams, servers: ArmServers, arms: list[Arm], prompts: list[dict], sweep_log: SweepLog
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """The pilot on the plain arm's server (kit.decide.pilot); nothing when it will not serve."""
+    plain = next((a for a in arms if not a.speculative), None)
+    server = servers.get(plain) if plain is not None else None
+    if server is None:
+        return [], {"sent": 0, "why": "the plain arm's server was not up"}
+    sweep_log.line(f"pilot: {len(prompts)} prompts as stage 3 samples them, on {plain.name}")
+
+    async def go() -> tuple[list[dict[str, Any]], dict[str, Any]]:
+        async with _client(servers.arm_params[plain.name], server) as client:
+            return await pilot(params, client, prompts)
+
+    answers, figures = run_coroutine(go())
+    sweep_log.line(
+        f"pilot: {figures['answered']} answered ({figures['cut']} cut at their max_tokens), "
+        f"{figures['output_tokens']} tokens in {figures['seconds']:.1f} s"
+    )
+    return answers, figures
 
 
 def _pct(values: list[float], q: float) -> float | None:
@@ -247,7 +270,7 @@ async def _level(
             out -= 1
         results.append(r)
         if "id" in p:
-            answers.setdefault(p["id"], _answer(p, r))
+            answers.setdefault(p["id"], _answer(p, r, max_tokens))
 
     async def worker() -> None:
         nonlocal sent
@@ -548,15 +571,20 @@ def run_sweep(
     together: bool = False,
     notes: dict[str, Any] | None = None,
     running_caps: dict[int, int] | None = None,
+    pilot_prompts: list[dict] | None = None,
 ) -> pd.DataFrame:
     """Measure every arm in interleaved rounds; write `sweep_runs.parquet` (every measurement) and
     `sweep.parquet` (per arm and level, with intervals); return the per-level table. `notes` receives
     how the servers ran side by side (`servers_idle_cpu_pct`, `servers_held`); `running_caps` (k ->
-    requests) caps the servers of arms that memory cannot give the top level."""
+    requests) caps the servers of arms that memory cannot give the top level; `pilot_prompts` are
+    answered once by the plain arm's server at the end, as stage 3 samples (kit.decide.pilot): their
+    answers go to `sweep_answers.parquet` before the sweep's own, and `notes["pilot"]` says how
+    it went."""
     d = params.decide
     arms = sweep_arms(params)
     runnable = [a for a in arms if not skip_reason(params, a, mtp_status)]
     rows: list[dict[str, Any]] = []
+    piloted: list[dict[str, Any]] = []
     for arm in arms:
         reason = skip_reason(params, arm, mtp_status)
         if reason:
@@ -583,6 +611,10 @@ def run_sweep(
             sweep_log.line(f"measuring {len({s.concurrency for s in redo})} disturbed level(s) once more")
             measured += _run_slots(redo, servers, prompts, bar, sweep_log, None, t0)
         rows += measured + _run_slots(slots[-1:], servers, prompts, bar, sweep_log, None, t0)
+        if pilot_prompts and runnable:
+            piloted, figures = _pilot(params, servers, runnable, pilot_prompts, sweep_log)
+            if notes is not None:
+                notes["pilot"] = figures
     finally:
         servers.stop_all()
         bar.close()
@@ -599,7 +631,9 @@ def run_sweep(
             for c in d.concurrencies
             if c not in reached
         ]
-    save_answers(rows, folder.sweep_answers)
+    save_answers(rows, folder.sweep_answers, piloted)
+    if notes is not None:
+        notes["server_start_s"] = [round(x, 1) for x in servers.start_s]
     runs = flag_slow(pd.DataFrame(rows).reindex(columns=RUN_COLUMNS))
     runs.to_parquet(folder.sweep_runs, index=False)
     table = given_up(summarise(runs), servers.crashed)

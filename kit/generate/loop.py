@@ -24,9 +24,11 @@ from typing import Any, Protocol
 
 import orjson
 
+from kit.decide.forecast import hours
 from kit.engines.client import RequestRejected, TransientEngineError
 from kit.errors import EngineError
 from kit.generate.completions import not_a_completion
+from kit.generate.eta import TokenEta
 from kit.generate.metrics import Timeline
 from kit.generate.pool import ServerPool
 from kit.generate.premises import PremiseCheck
@@ -105,6 +107,8 @@ class GenerationLoop:
     """Speculation for the tail (`generate.tail_speculation`), checked at each answer and each tick."""
     premises: PremiseCheck | None = None
     """The decision re-checked live against the timeline's samples (warned once each, in the manifest)."""
+    eta: TokenEta | None = None
+    """Time left in output tokens (kit.generate.eta): in the bar and the timeline."""
     answered: Callable[[dict[str, Any]], None] | None = None
     """Called with each work item once it is answered (its row added to the writer, or its
     failure logged); not for items cut by the end of the run."""
@@ -159,7 +163,7 @@ class GenerationLoop:
 
     def _sample(self, engine: dict[str, float], closing: bool = False) -> None:
         self.engine_last = engine
-        self.timeline.sample(self.stats, engine, closing)
+        self.timeline.sample(self.stats, engine, closing, self.eta)
 
     def _check_premises(self, sample: dict[str, Any]) -> None:
         """The decision's premises against this sample; not once the tail switch has begun (replicas
@@ -246,6 +250,8 @@ class GenerationLoop:
                 self.stats.rows += 1
                 self.stats.output_tokens += row["completion_tokens"] or 0
             bar.update(1)
+            if self.eta is not None:
+                self.eta.answered(item, (row["completion_tokens"] or 0) if row is not None else None)
             if self.answered is not None:
                 self.answered(item)
             self._maybe_switch()  # at each answer, not each tick: a slow /metrics scrape delays ticks
@@ -397,7 +403,10 @@ class GenerationLoop:
             self._keep_engine_full(last)
             self._check_premises(last)
             self._maybe_switch()
-            bar.set_postfix(tok_s=f"{last['tok_s']:.0f}", fail=self.stats.failures, refresh=False)
+            postfix = {"tok_s": f"{last['tok_s'] or 0:.0f}", "fail": self.stats.failures}
+            if last.get("eta_s") is not None:
+                postfix["eta"] = hours(last["eta_s"])
+            bar.set_postfix(**postfix, refresh=False)
             if self._shard_due():
                 await self._flush()
 

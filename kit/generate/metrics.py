@@ -26,6 +26,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from kit.engines.spec_metrics import VLLM_ACCEPTED, VLLM_DRAFTS
+from kit.generate.eta import TokenEta
 from kit.generate.store import now_utc
 from kit.runfolder import atomic_path, unreadable_copy
 
@@ -122,9 +123,12 @@ class Timeline:
         self._last = (self.t0, 0, 0)
         self._spec: tuple[float, float] | None = None
 
-    def sample(self, stats: Any, engine: dict[str, float], closing: bool = False) -> None:
+    def sample(
+        self, stats: Any, engine: dict[str, float], closing: bool = False, eta: TokenEta | None = None
+    ) -> None:
         """Take one sample; `closing`: the session's last, taken when the loop stops, whatever the
-        time since the previous one (see `_rates`)."""
+        time since the previous one (see `_rates`); `eta`: the time left in output tokens at this
+        sample's tokens/s (`eta_s`, `tokens_left`)."""
         now = time.monotonic()
         t_prev, rows_prev, tok_prev = self._last
         rows_s, tok_s = self._rates(
@@ -147,6 +151,8 @@ class Timeline:
         accept = self._counter_accept_length(engine)
         if accept is not None:
             row["accept_length"] = accept
+        if eta is not None:
+            row["eta_s"], row["tokens_left"] = eta.seconds(tok_s), round(eta.tokens_left())
         self.samples.append(row)
         self._last = (now, stats.rows, stats.output_tokens)
 

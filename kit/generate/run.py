@@ -10,16 +10,16 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
-import pandas as pd
 import pyarrow as pa
 
 from kit.artifacts import Manifest, TailNote
 from kit.asyncrun import run_coroutine, stop_signals
 from kit.engines import all_started, start_server
+from kit.generate.eta import TokenEta
 from kit.generate.lock import RunLock
 from kit.generate.loop import LoopStats, sampling_identity
 from kit.generate.metrics import Timeline, load_timeline
-from kit.generate.order import LengthModel, done_lengths, longest_first
+from kit.generate.order import longest_first
 from kit.generate.pool import ServerPool
 from kit.generate.premises import PremiseCheck
 from kit.generate.raydriver import RayJob
@@ -47,6 +47,7 @@ from kit.generate.work import (
     select_rows,
 )
 from kit.params import RunParams, SamplingParams, SpeculativeParams
+from kit.prompts.lengths import run_length_model
 from kit.prompts.plan import read_prompts
 from kit.prompts.prompt_set import batch_file_digests, data_hash, ensure_plan, read_prompt_ids
 from kit.runfolder import RunFolder, ShardView, disk_full_is_a_message
@@ -136,8 +137,10 @@ def _generate(
         tail, tail_note = None, {"enabled": False, "why": "not built for generate.executor: ray yet"}
     if work:
         todo, work = select_rows(read_prompts(prompts_path), work)
+        lengths = run_length_model(params, folder)
         if params.generate.order == "longest_first":
-            work, order = longest_first(todo, work, length_model(params, folder))
+            work, order = longest_first(todo, work, lengths)
+        eta = TokenEta.for_work(lengths, _column(todo, "source", work), _column(todo, "prompt_tokens", work))
         switch = None
         if tail is not None:
             engine_json = switched_identity(session.identity, tail)
@@ -145,7 +148,7 @@ def _generate(
         if on_ray:
             stats = RayJob(session, todo, work).run()
         else:
-            stats = _run_loop(session, todo, work, switch)
+            stats = _run_loop(session, todo, work, switch, eta)
         tail_note.update(switch.report() if switch else {})
         del todo
         after = done_ids(folder.generations, verify=False)
@@ -226,15 +229,6 @@ def _say_what_is_left(manifest: Manifest, folder: RunFolder) -> None:
         )
 
 
-def length_model(params: RunParams, folder: RunFolder) -> LengthModel:
-    """Predicted output lengths for `generate.order: longest_first`: from the rows this run made,
-    else stage 2's sweep answers (cut at `decide.max_tokens`), else each source's max_tokens."""
-    caps = {src.name: src.max_tokens for src in params.data.sources if src.max_tokens}
-    answers = pd.read_parquet(folder.sweep_answers) if folder.sweep_answers.exists() else None
-    done = done_lengths(folder.shard_paths())
-    return LengthModel.fit(done, caps, params.generate.sampling.max_tokens, answers, params.decide.max_tokens)
-
-
 def _never_generated(recorded: list[dict[str, Any]], done: set[str]) -> dict[str, int]:
     """Rows recorded (last record per id) as ones the engine refuses for good (too long for the
     context, rejected), by reason: the run is complete without them, and says so."""
@@ -253,8 +247,14 @@ def _generating_s(timeline: Path, log_path: Path) -> float | None:
     return round(float(m.groupby("session")["t_s"].max().sum()), 3)
 
 
+def _column(todo: pa.Table, name: str, work: list[tuple[int, int]]) -> list[Any]:
+    """A column of the prompts, one entry per work item."""
+    values = todo.column(name).to_pylist()
+    return [values[r] for r, _ in work]
+
+
 def _run_loop(
-    session: Session, todo: pa.Table, work: list[tuple[int, int]], tail: TailSwitch | None
+    session: Session, todo: pa.Table, work: list[tuple[int, int]], tail: TailSwitch | None, eta: TokenEta
 ) -> LoopStats:
     """This machine's servers (`engine.replicas`) and one loop over the work."""
     params, folder = session.params, session.folder
@@ -292,6 +292,7 @@ def _run_loop(
                     concurrency=conc,
                     tail=tail,
                     premises=premises,
+                    eta=eta,
                 )
                 stats = await loop.run(iter_items(todo, work), total=len(work), concurrency=conc)
                 stats.restarts, stats.capacity = pool.restarts, cap

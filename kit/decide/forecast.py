@@ -1,0 +1,438 @@
+"""The job in hours: stage 3's wall time and GPU-hours per arm, with an interval, from the plan, the
+pilot's output lengths and the sweep's throughput ladder (decision.json's `forecast`).
+
+    f = forecast_job(plan_lengths, model, table, settings)     # kit.decide.run calls it
+    f.sentence    # "plain decoding: 2 h 10 min (1 h 55 min to 2 h 30 min) for 193,000 requests ..."
+
+The model, in three parts:
+
+- **Output tokens.** Each planned request's length is drawn from its source's answers (the pilot's,
+  sampled as stage 3 samples with its output budget; else the sweep's greedy ones, cut answers at
+  the source's cap; else the cap itself, said as such: kit.prompts.lengths). Requests are sent in
+  stage 3's order (longest predicted first).
+- **Throughput.** An engine running n sequences makes f(n) tokens/s: the arm's measured ladder
+  (the sweep's median at each level; the cost model's prediction where a level was not measured),
+  straight lines between levels and through (0, 0), flat above the top level (the kit never
+  assumes more than it measured). Each running sequence advances at f(n) / n tokens/s.
+- **The job**, simulated request by request: `capacity` sequences run at once per replica (what
+  stage 3 will hold: the decided cap, else what memory holds, else the top level measured), a
+  finished one is replaced by the next in the queue; once the queue is empty the batch shrinks
+  and the last requests run below full load (the tail). Server start-up is added once (replicas
+  start side by side); the work splits evenly over replicas.
+
+The interval: `DRAWS` simulations, each with every source's answers resampled (the uncertainty of
+a source's mean from its few answers) and the ladder scaled within the top level's measured
+interval; the 10th and 90th percentiles. What the interval does not hold is said in `notes`
+(lengths bounded by `max_tokens` only, a ladder predicted rather than measured, greedy accept
+lengths for speculative arms).
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pyarrow.parquet as pq
+
+from kit.artifacts import ArmForecast, Decision, Forecast, LadderPoint
+from kit.engines.arms import arm_label
+from kit.params import RunParams
+from kit.prompts.lengths import LengthModel, run_length_model
+from kit.prompts.prompt_set import ensure_plan
+from kit.runfolder import RunFolder
+
+DRAWS = 16
+"""Simulations per arm for the interval."""
+LOW, HIGH = 10, 90
+"""Percentiles of the simulations that bound the interval."""
+CANNOT_RUN = ("skipped", "failed", "crashed")
+
+
+@dataclass(frozen=True)
+class PlanLengths:
+    """What the forecast needs of the plan: each request's source and prompt tokens, in plan order."""
+
+    sources: np.ndarray
+    prompt_tokens: np.ndarray
+
+    @classmethod
+    def of(cls, sources: Iterable[str], prompt_tokens: Iterable[float], samples: int = 1) -> PlanLengths:
+        src = np.asarray(list(sources), dtype=object).astype(str)
+        tok = np.nan_to_num(np.asarray(list(prompt_tokens), dtype=float), nan=0.0)
+        return cls(np.repeat(src, samples), np.repeat(tok, samples))
+
+    def __len__(self) -> int:
+        return len(self.sources)
+
+    def scaled(self, requests: int, seed: int = 0) -> PlanLengths:
+        """`requests` requests with this plan's mix of sources and prompt lengths (drawn with
+        replacement when more, without when fewer): the what-if of a bigger or smaller job."""
+        rng = np.random.default_rng(seed)
+        pick = rng.choice(len(self), size=requests, replace=requests > len(self))
+        return PlanLengths(self.sources[pick], self.prompt_tokens[pick])
+
+
+@dataclass(frozen=True)
+class Ladder:
+    """An arm's tokens/s over sequences running: f(n) through (0, 0) and the levels, flat above."""
+
+    levels: np.ndarray
+    tok_s: np.ndarray
+    lo_ratio: float = 1.0
+    hi_ratio: float = 1.0
+    """The top level's measured interval over its median (1.0: none)."""
+    measured: bool = True
+    calibration: float = 1.0
+    """The pilot's measured speed over what this ladder predicts for it (1.0: no pilot)."""
+    top: int = field(init=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "top", int(self.levels[-1]))
+
+    @classmethod
+    def of(cls, rows: Iterable[LadderPoint]) -> Ladder | None:
+        """From an arm's table rows: measured levels (status ok) where there are any, else predicted."""
+        rows = sorted(rows, key=lambda r: r.concurrency)
+        measured = [r for r in rows if r.status == "ok" and r.measured_tok_s]
+        if measured:
+            top = measured[-1]
+            mid = float(top.measured_tok_s)
+            lo = float(top.measured_lo or mid) / mid
+            hi = float(top.measured_hi or mid) / mid
+            return cls(
+                np.array([r.running or r.concurrency for r in measured], dtype=float),
+                np.array([r.measured_tok_s for r in measured], dtype=float),
+                lo,
+                hi,
+            )
+        if any(r.status in CANNOT_RUN for r in rows):
+            return None  # an arm that cannot run here (skipped, would not start, kept dying) has no job
+        predicted = [r for r in rows if r.predicted_tok_s and r.feasible is not False]
+        if not predicted:
+            return None
+        return cls(
+            np.array([r.running or r.concurrency for r in predicted], dtype=float),
+            np.array([r.predicted_tok_s for r in predicted], dtype=float),
+            measured=False,
+        )
+
+    def rate(self, n: int) -> float:
+        """Tokens/s of each of `n` running sequences."""
+        total = float(np.interp(n, np.r_[0.0, self.levels], np.r_[0.0, self.tok_s]))
+        return self.calibration * total / n
+
+
+def simulate(lengths: np.ndarray, capacity: int, ladder: Ladder, scale: float = 1.0) -> tuple[float, float]:
+    """(seconds, tail seconds) for requests of `lengths` tokens sent in that order to one engine that
+    runs `capacity` at once, each at `ladder.rate(running) * scale` tokens/s. The tail: from the
+    moment the queue is empty and the batch starts to shrink, to the end."""
+    n = len(lengths)
+    if n == 0:
+        return 0.0, 0.0
+    capacity = max(1, min(capacity, n))
+    rates = {}
+    progress = t = 0.0
+    running = list(np.maximum(lengths[:capacity], 1.0))
+    heapq.heapify(running)
+    i = capacity
+    if i < n:  # while the queue holds work the batch is full: one rate, so time follows progress
+        progress = _fill(running, lengths, i)
+        t = progress / (ladder.rate(capacity) * scale)
+    tail_start = t
+    while running:
+        k = len(running)
+        rate = rates.get(k)
+        if rate is None:
+            rate = rates[k] = ladder.rate(k) * scale
+        done = heapq.heappop(running)
+        t += (done - progress) / rate
+        progress = done
+    return t, t - tail_start
+
+
+def _fill(running: list[float], lengths: np.ndarray, i: int) -> float:
+    """Send the queue from `i` on into the full batch `running` (a heap of the progress at which each
+    running request ends): each next request takes the place of the first to end. Returns the
+    progress at which the last one was sent (the queue is empty from then on)."""
+    at = 0.0
+    for length in lengths[i:].tolist():
+        at = running[0]
+        heapq.heapreplace(running, at + max(length, 1.0))
+    return at
+
+
+def calibration(ladder: Ladder, pilot: Mapping[str, Any] | None, lengths: np.ndarray) -> float | None:
+    """The pilot's speed over what `ladder` predicts for it: its answers' lengths in the order sent,
+    as many at once as it sent, against the seconds it took. The sweep measures greedy answers cut
+    at `decide.max_tokens`; the pilot samples as stage 3 will, at its lengths (longer sequences,
+    another sampler, less prefill per token): on the CPU demo it ran at 0.6x the sweep's ladder,
+    and stage 3 then at the pilot's speed. None without a pilot that answered."""
+    if not pilot or not pilot.get("seconds") or not len(lengths):
+        return None
+    predicted, _ = simulate(lengths, int(pilot.get("concurrency") or 1), ladder)
+    return predicted / float(pilot["seconds"]) if predicted > 0 else None
+
+
+@dataclass(frozen=True)
+class JobSettings:
+    """How stage 3 will run: per replica, the sequences at once; replicas; GPUs each; start-up."""
+
+    capacity: Mapping[str, int]
+    """Per arm name: sequences running at once in one replica."""
+    replicas: int = 1
+    gpus_per_replica: int = 1
+    startup_s: float = 0.0
+    gpu_name: str | None = None
+
+
+def draws_for(model: LengthModel, plan: PlanLengths, rng: np.random.Generator) -> np.ndarray:
+    """One draw of every request's output length: from its source's answers resampled as a whole
+    (so each draw also moves the source's mean as its few answers allow), scaled by the request's
+    prompt-length bucket over the source's mean; a source without answers at its cap."""
+    out = np.empty(len(plan), dtype=float)
+    for name in np.unique(plan.sources):
+        at = plan.sources == name
+        fitted = model.sources.get(str(name))
+        cap = model.cap(str(name))
+        if fitted is None or not len(fitted.draws):
+            out[at] = cap if np.isfinite(cap) else 0.0
+            continue
+        population = rng.choice(fitted.draws, size=len(fitted.draws), replace=True)
+        shape = fitted.predict(plan.prompt_tokens[at]) / max(fitted.mean, 1e-9)
+        picked = rng.choice(population, size=int(at.sum()), replace=True) * shape
+        out[at] = np.minimum(picked, cap)
+    return np.round(out)
+
+
+def arm_forecast(
+    name: str,
+    label: str,
+    ladder: Ladder,
+    model: LengthModel,
+    plan: PlanLengths,
+    job: JobSettings,
+    draws: int = DRAWS,
+    seed: int = 0,
+) -> tuple[ArmForecast, np.ndarray]:
+    """One arm's forecast; also the output tokens of each draw."""
+    capacity = int(job.capacity.get(name) or ladder.top)
+    per_replica = math.ceil(len(plan) / max(job.replicas, 1))
+    rng = np.random.default_rng(seed)
+    order = np.argsort(-model.predict(plan.sources, plan.prompt_tokens), kind="stable")
+    walls, tails, tokens = [], [], []
+    for d in range(draws):
+        lengths = draws_for(model, plan, rng)[order]
+        mine = lengths[d % max(job.replicas, 1) :: max(job.replicas, 1)][:per_replica]
+        scale = rng.uniform(ladder.lo_ratio, ladder.hi_ratio) if draws > 1 else 1.0
+        wall, tail = simulate(mine, capacity, ladder, scale)
+        walls.append(wall + job.startup_s)
+        tails.append(tail)
+        tokens.append(float(lengths.sum()))
+    walls_a = np.array(walls)
+    mid, lo, hi = (float(np.percentile(walls_a, q)) for q in (50, LOW, HIGH))
+    gpus = job.replicas * job.gpus_per_replica
+    return (
+        ArmForecast(
+            arm=name,
+            label=label,
+            wall_s=round(mid, 1),
+            wall_lo_s=round(lo, 1),
+            wall_hi_s=round(hi, 1),
+            gpu_hours=round(mid * gpus / 3600, 3),
+            gpu_hours_lo=round(lo * gpus / 3600, 3),
+            gpu_hours_hi=round(hi * gpus / 3600, 3),
+            tail_s=round(float(np.median(tails)), 1),
+            startup_s=round(job.startup_s, 1),
+            capacity=capacity,
+            full_load_tok_s=round(ladder.rate(capacity) * capacity, 1),
+            throughput_from="measured" if ladder.measured else "predicted by the cost model",
+            requests_per_replica=per_replica,
+        ),
+        np.array(tokens),
+    )
+
+
+def forecast_job(
+    plan: PlanLengths,
+    model: LengthModel,
+    table: list[LadderPoint],
+    job: JobSettings,
+    chosen: str | None,
+    spec_label: str = "MTP",
+    pilot: Mapping[str, Any] | None = None,
+    pilot_lengths: np.ndarray | None = None,
+) -> Forecast | None:
+    """The forecast of every arm the table measured (or predicted) for the whole plan, its speed
+    calibrated on the pilot (`pilot`: its figures, `pilot_lengths`: its answers' lengths as sent);
+    None when no arm has a ladder."""
+    by_arm: dict[str, list[LadderPoint]] = {}
+    for row in table:
+        by_arm.setdefault(row.arm, []).append(row)
+    ladders = {name: ladder for name, rows in by_arm.items() if (ladder := Ladder.of(rows)) is not None}
+    plain = ladders.get("plain")
+    factor = (
+        calibration(plain, pilot, pilot_lengths if pilot_lengths is not None else np.array([]))
+        if plain
+        else None
+    )
+    arms, tokens = [], None
+    for name, ladder in ladders.items():
+        if factor:
+            ladder = replace(ladder, calibration=factor)
+        label = arm_label(by_arm[name][0].spec_k, spec_label)
+        f, arm_tokens = arm_forecast(name, label, ladder, model, plan, job)
+        arms.append(f)
+        tokens = arm_tokens if tokens is None else tokens
+    if not arms or tokens is None:
+        return None
+    arms.sort(key=lambda a: a.wall_s)
+    lengths_from = {str(s): model.fitted_on(str(s)) for s in np.unique(plan.sources)}
+    f = Forecast(
+        requests=len(plan),
+        replicas=job.replicas,
+        gpus_per_replica=job.gpus_per_replica,
+        gpu_name=job.gpu_name,
+        output_tokens=round(float(np.median(tokens))),
+        output_tokens_lo=round(float(np.percentile(tokens, LOW))),
+        output_tokens_hi=round(float(np.percentile(tokens, HIGH))),
+        lengths_from=lengths_from,
+        arms=arms,
+        chosen=chosen,
+        pilot=dict(pilot) if pilot else None,
+        calibration=round(factor, 3) if factor else None,
+        notes=_notes(lengths_from, arms, factor, pilot),
+    )
+    return Forecast.from_json({**f.to_json(), "sentence": sentence(f)})
+
+
+def _notes(
+    lengths_from: Mapping[str, str],
+    arms: list[ArmForecast],
+    factor: float | None,
+    pilot: Mapping[str, Any] | None,
+) -> list[str]:
+    notes = []
+    if factor and pilot:
+        notes.append(
+            f"speeds are the sweep's x{factor:.2f}: the pilot ({pilot.get('answered')} requests sampled as "
+            f"stage 3 samples, at its lengths, {pilot.get('concurrency')} at once) ran at that share of what "
+            "the sweep's ladder gives for it (for every arm: the pilot ran on plain decoding)"
+        )
+    elif any(a.arm == "plain" for a in arms):
+        notes.append("no pilot: speeds as the sweep measured them (greedy, its max_tokens), not calibrated")
+    bound = sorted(s for s, b in lengths_from.items() if b == "max_tokens")
+    if bound:
+        notes.append(
+            f"{', '.join(bound)}: no answers to measure, so every request is taken at its max_tokens: "
+            "the forecast is an upper bound for them (set decide.pilot_per_source to measure them)"
+        )
+    greedy = sorted(s for s, b in lengths_from.items() if b == "sweep answers")
+    if greedy:
+        notes.append(
+            f"{', '.join(greedy)}: lengths from the sweep's greedy answers (cut answers at the source's "
+            "max_tokens), not sampled as stage 3 samples"
+        )
+    predicted = [a.label for a in arms if a.throughput_from != "measured"]
+    if predicted:
+        notes.append(f"{', '.join(predicted)}: throughput predicted by the cost model, not measured")
+    if any(a.arm != "plain" for a in arms):
+        notes.append(
+            "speculative arms at the accept length the sweep measured (greedy); sampled at a temperature "
+            "it is usually lower, and their forecast optimistic"
+        )
+    return notes
+
+
+def hours(seconds: float) -> str:
+    """2 h 05 min, 12 min, 1 min 40 s, 40 s."""
+    if seconds < 60:
+        return f"{seconds:.0f} s"
+    if seconds < 600:
+        m, s = divmod(round(seconds), 60)
+        return f"{m} min {s:02d} s" if s else f"{m} min"
+    h, m = divmod(round(seconds / 60), 60)
+    return f"{h} h {m:02d} min" if h else f"{m} min"
+
+
+def sentence(f: Forecast) -> str:
+    """'193,000 requests, ~96,500,000 output tokens: plain decoding: 2 h 10 min (1 h 55 min to 2 h 30 min),
+    2.17 GPU-hours; n-gram k=2: ...; plain decoding saves 30 min over n-gram k=2'."""
+    where = f" on {f.replicas} replica(s) x {f.gpus_per_replica} GPU" if f.replicas > 1 else ""
+    parts = [
+        f"{a.label}: {hours(a.wall_s)} ({hours(a.wall_lo_s)} to {hours(a.wall_hi_s)}), "
+        f"{a.gpu_hours:.2f} GPU-hours"
+        for a in f.arms
+    ]
+    text = f"{f.requests:,} requests, ~{f.output_tokens:,} output tokens{where}: " + "; ".join(parts)
+    if len(f.arms) > 1:
+        best, next_ = f.arms[0], f.arms[1]
+        text += f"; {best.label} saves {hours(next_.wall_s - best.wall_s)} over {next_.label}"
+    return text
+
+
+def plan_lengths(params: RunParams, folder: RunFolder) -> PlanLengths:
+    """The requests stage 3 will send: the plan's prompts (its first `generate.limit`), each
+    `generate.sampling.n` times."""
+    table = pq.read_table(ensure_plan(params, folder), columns=["source", "prompt_tokens"])
+    if params.generate.limit is not None:
+        table = table.slice(0, params.generate.limit)
+    return PlanLengths.of(
+        table.column("source").to_pylist(),
+        [x if x is not None else np.nan for x in table.column("prompt_tokens").to_pylist()],
+        params.generate.sampling.n,
+    )
+
+
+def job_settings(params: RunParams, decision: Decision, start_s: list[float] | None) -> JobSettings:
+    """How stage 3 will run the arms (per replica): the decided running cap, else what the engine
+    holds (its cap, else what memory holds), never more than `generate.concurrency` when it is set."""
+    eng = params.engine
+    capped = decision.engine_settings.get("max_running_requests") or eng.max_running_requests
+    capacity = {}
+    for row in decision.table:
+        held = capped or row.extra.get("engine_cap") or row.mem_max_running
+        if params.generate.concurrency:
+            held = min(held, params.generate.concurrency) if held else params.generate.concurrency
+        if held:
+            capacity[row.arm] = int(held)
+    starts = sorted(start_s or [])
+    return JobSettings(
+        capacity=capacity,
+        replicas=eng.replicas,
+        gpus_per_replica=max(1, eng.tp_size * eng.dp_size),
+        startup_s=starts[len(starts) // 2] if starts else 0.0,
+        gpu_name=decision.hardware.get("name"),
+    )
+
+
+def run_forecast(
+    params: RunParams,
+    folder: RunFolder,
+    decision: Decision,
+    spec_label: str,
+    pilot: dict[str, Any] | None = None,
+    start_s: list[float] | None = None,
+) -> Forecast | None:
+    """The forecast of a run's whole plan from its decision and stage 2's answers."""
+    model = run_length_model(params, folder, made=False)
+    chosen = decision.arm.name if decision.arm is not None else None
+    job = job_settings(params, decision, start_s)
+    lengths = pilot_lengths(folder)
+    plan = plan_lengths(params, folder)
+    return forecast_job(plan, model, decision.table, job, chosen, spec_label, pilot, lengths)
+
+
+def pilot_lengths(folder: RunFolder) -> np.ndarray:
+    """The pilot's answers' lengths in the order it sent them (sweep_answers.parquet)."""
+    if not folder.sweep_answers.exists():
+        return np.array([])
+    answers = pd.read_parquet(folder.sweep_answers)
+    if "pilot" not in answers:
+        return np.array([])
+    mine = answers[answers["pilot"].fillna(False).astype(bool)]
+    return mine.completion_tokens.fillna(0).to_numpy(dtype=float)

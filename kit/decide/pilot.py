@@ -1,0 +1,84 @@
+"""The pilot: a few planned prompts of each source answered once by the plain arm's server after the
+sweep, sampled as stage 3 samples them and with its output budget, so the job's output lengths are
+measured, not assumed (the sweep's own answers are greedy and cut at `decide.max_tokens`).
+
+    answers, figures = await pilot(params, client, prompts)   # kit.decide.sweep awaits it
+
+Each answer: the prompt's id, source and prompt tokens, the tokens it made, why it ended and the
+`max_tokens` it was given; `figures`: how many were sent, answered and failed, the tokens made and
+the seconds it took at the sweep's top concurrency. Failed requests are left out (a pilot is a
+sample: a missing answer loses a length, never the decision).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+from kit.engines.client import EngineClient
+from kit.engines.request_fields import run_request_fields, tool_request_fields
+from kit.errors import EngineError
+from kit.params import RunParams
+
+ANSWER_COLUMNS = [
+    "id",
+    "source",
+    "prompt_tokens",
+    "completion_tokens",
+    "finish_reason",
+    "max_tokens",
+    "pilot",
+]
+"""sweep_answers.parquet: one answer per prompt, the pilot's or the sweep's plain arm's (`pilot`)."""
+
+
+async def pilot(
+    params: RunParams, client: EngineClient, prompts: list[dict[str, Any]]
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Answer `prompts` once each on `client`'s server, at most the sweep's top concurrency at once."""
+    sampling = params.generate.sampling
+    caps = {src.name: src.max_tokens for src in params.data.sources if src.max_tokens}
+    fields, tools = run_request_fields(params), tool_request_fields(params)
+    concurrency = min(max(params.decide.concurrencies), len(prompts)) or 1
+    gate = asyncio.Semaphore(concurrency)
+    errors: list[str] = []
+
+    async def one(i: int, p: dict[str, Any]) -> dict[str, Any] | None:
+        budget = caps.get(p.get("source"), sampling.max_tokens)
+        sent = {**fields, **(tools if p.get("tools_list") else {})}
+        if sampling.seed is not None:
+            sent["seed"] = sampling.seed + i
+        async with gate:
+            try:
+                r = await client.chat(
+                    p["messages"], tools=p.get("tools_list"), max_tokens=budget, fields=sent
+                )
+            except EngineError as e:
+                errors.append(str(e)[:300])
+                return None
+        return {
+            "id": p.get("id"),
+            "source": p.get("source"),
+            "prompt_tokens": p.get("prompt_tokens"),
+            "completion_tokens": r.completion_tokens,
+            "finish_reason": r.finish_reason,
+            "max_tokens": budget,
+            "pilot": True,
+        }
+
+    t0 = time.perf_counter()
+    got = await asyncio.gather(*(one(i, p) for i, p in enumerate(prompts)))
+    seconds = time.perf_counter() - t0
+    answers = [a for a in got if a is not None]
+    figures = {
+        "sent": len(prompts),
+        "answered": len(answers),
+        "errors": len(errors),
+        "first_error": errors[0] if errors else None,
+        "output_tokens": sum(a["completion_tokens"] or 0 for a in answers),
+        "cut": sum(a["finish_reason"] == "length" for a in answers),
+        "concurrency": concurrency,
+        "seconds": round(seconds, 3),
+    }
+    return answers, figures

@@ -1,0 +1,207 @@
+"""Stage 3 in hours (kit.decide.forecast), judged at the end (kit.analyse.forecast_check), and the time
+left counted in tokens (kit.generate.eta): the arithmetic pinned on a recorded H200 sweep and a
+seeded plan; the whole path on the demo in tests/test_pipeline.py."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from kit.analyse.forecast_check import forecast_check
+from kit.artifacts import Decision, Manifest
+from kit.decide.forecast import (
+    JobSettings,
+    Ladder,
+    PlanLengths,
+    calibration,
+    forecast_job,
+    hours,
+    simulate,
+)
+from kit.generate.eta import MIN_ANSWERED, TokenEta
+from kit.prompts.lengths import LENGTH_COLUMNS, LengthModel
+
+RECORDED = (
+    Path(__file__).resolve().parent.parent / "docs" / "h200" / "sglang" / "2026-12-05" / "decision.json"
+)
+NONE_MADE = pd.DataFrame(columns=LENGTH_COLUMNS)
+
+
+def linear(per_seq: float, top: int) -> Ladder:
+    """Every running sequence at `per_seq` tokens/s up to `top` running, the total flat above."""
+    return Ladder(np.array([1.0, float(top)]), np.array([per_seq, per_seq * top]))
+
+
+def test_full_waves_take_their_lengths_over_the_rate_and_the_last_one_is_the_tail() -> None:
+    wall, tail = simulate(np.full(64, 100.0), 16, linear(10.0, 16))
+    assert wall == pytest.approx(40.0) and tail == pytest.approx(10.0)  # 4 waves of 10 s
+
+
+def test_the_tail_runs_faster_per_sequence_as_the_batch_shrinks() -> None:
+    ladder = Ladder(np.array([1.0, 16.0]), np.array([10.0, 80.0]))  # 5 tok/s each at 16, 10 alone
+    wall, _ = simulate(np.array([100.0] * 15 + [200.0]), 16, ladder)
+    assert wall == pytest.approx(20.0 + 10.0)  # all at 5 tok/s for 20 s, then the last alone at 10
+
+
+def test_above_the_top_level_measured_the_total_stays_flat() -> None:
+    ladder = linear(10.0, 16)
+    assert ladder.rate(64) * 64 == pytest.approx(ladder.rate(16) * 16)
+    wall_16, _ = simulate(np.full(640, 100.0), 16, ladder)
+    wall_64, _ = simulate(np.full(640, 100.0), 64, ladder)
+    assert wall_64 == pytest.approx(wall_16)
+
+
+def answers(rng: np.random.Generator, pilot: bool = True) -> pd.DataFrame:
+    """24 pilot answers of a long source and 24 of a short one (up to 600 and 200 tokens)."""
+    long, short = rng.integers(100, 600, 24), rng.integers(20, 200, 24)
+    return pd.DataFrame(
+        {
+            "id": [str(i) for i in range(48)],
+            "source": ["long"] * 24 + ["short"] * 24,
+            "prompt_tokens": rng.integers(50, 500, 48),
+            "completion_tokens": np.r_[long, short],
+            "finish_reason": "stop",
+            "max_tokens": 1024,
+            "pilot": pilot,
+        }
+    )
+
+
+@pytest.fixture(scope="module")
+def recorded() -> Decision:
+    return Decision.from_json(json.loads(RECORDED.read_text()))
+
+
+def forecast(decision: Decision, requests: int = 20_000, replicas: int = 1, **kw):
+    rng = np.random.default_rng(0)
+    model = LengthModel.fit(NONE_MADE, {}, 1024, answers(rng), 128)
+    half = requests // 2
+    plan = PlanLengths.of(["long"] * half + ["short"] * (requests - half), rng.integers(50, 500, requests))
+    job = JobSettings(capacity={"plain": 512, "spec_k2": 512}, replicas=replicas, startup_s=80.0)
+    return forecast_job(plan, model, decision.table, job, "plain", "n-gram", **kw)
+
+
+def test_a_recorded_h200_sweep_forecasts_each_arm_with_its_interval(recorded) -> None:
+    f = forecast(recorded)
+    assert [a.arm for a in f.arms] == ["plain", "spec_k2"]  # fastest first: n-gram ran at 0.45x
+    plain, ngram = f.arms
+    expected_tokens = 10_000 * (350 + 110)  # the two sources' means (uniform 100-600, 20-200)
+    assert f.output_tokens == pytest.approx(expected_tokens, rel=0.1)
+    assert f.output_tokens_lo <= f.output_tokens <= f.output_tokens_hi
+    full_load = plain.full_load_tok_s
+    assert full_load == pytest.approx(13511.7, rel=1e-3)  # flat above its top level (256)
+    assert plain.wall_s - plain.startup_s == pytest.approx(f.output_tokens / full_load, rel=0.05)
+    assert plain.wall_lo_s <= plain.wall_s <= plain.wall_hi_s
+    assert plain.gpu_hours == pytest.approx(plain.wall_s / 3600, abs=1e-3)
+    generating = (ngram.wall_s - ngram.startup_s) / (plain.wall_s - plain.startup_s)
+    assert generating == pytest.approx(13511.7 / 6129.7, rel=0.05)
+    assert "plain decoding saves" in f.sentence and "n-gram k=2" in f.sentence
+    assert f.lengths_from == {"long": "pilot answers", "short": "pilot answers"}
+
+
+def test_twice_the_replicas_halve_the_time_but_not_the_gpu_hours(recorded) -> None:
+    one, two = forecast(recorded).arms[0], forecast(recorded, replicas=2).arms[0]
+    assert two.wall_s - two.startup_s == pytest.approx((one.wall_s - one.startup_s) / 2, rel=0.05)
+    assert two.gpu_hours == pytest.approx(2 * two.wall_s / 3600, abs=1e-3)  # two GPUs for the wall time
+    start_up = 2 * two.startup_s / 3600 - one.startup_s / 3600  # each replica starts its own server
+    assert two.gpu_hours == pytest.approx(one.gpu_hours + start_up, rel=0.05)
+
+
+def test_a_pilot_that_ran_at_half_the_ladders_speed_doubles_the_forecast(recorded) -> None:
+    lengths = np.random.default_rng(1).integers(50, 400, 48).astype(float)
+    plain = Ladder.of([r for r in recorded.table if r.arm == "plain"])
+    predicted, _ = simulate(lengths, 48, plain)
+    pilot = {"seconds": 2 * predicted, "concurrency": 48, "answered": 48}
+    assert calibration(plain, pilot, lengths) == pytest.approx(0.5)
+    slow = forecast(recorded, pilot=pilot, pilot_lengths=lengths)
+    base = forecast(recorded)
+    assert slow.calibration == pytest.approx(0.5)
+    for a, b in zip(slow.arms, base.arms, strict=True):
+        assert a.wall_s - a.startup_s == pytest.approx(2 * (b.wall_s - b.startup_s), rel=0.02)
+    assert any("x0.50" in n for n in slow.notes)
+
+
+def test_lengths_come_from_the_pilot_not_the_greedy_answers_the_sweep_cut() -> None:
+    rng = np.random.default_rng(2)
+    pilot = answers(rng)
+    greedy = pilot.assign(
+        id=pilot.id + "g", completion_tokens=32, finish_reason="length", max_tokens=32, pilot=False
+    )
+    model = LengthModel.fit(NONE_MADE, {}, 1024, pd.concat([pilot, greedy]), 32)
+    assert model.sources["long"].mean == pytest.approx(pilot[pilot.source == "long"].completion_tokens.mean())
+    assert model.fitted_on("long") == "pilot answers"
+    only_greedy = LengthModel.fit(NONE_MADE, {}, 1024, greedy, 32)
+    assert only_greedy.sources["long"].mean == 1024  # cut answers count at the cap: a bound
+    assert only_greedy.fitted_on("long") == "sweep answers"
+
+
+def test_a_source_without_answers_is_forecast_at_its_cap_and_said_to_be_a_bound(recorded) -> None:
+    model = LengthModel.fit(NONE_MADE, {"other": 300}, 1024, answers(np.random.default_rng(3)), 128)
+    plan = PlanLengths.of(["long"] * 50 + ["other"] * 50, [100] * 100)
+    f = forecast_job(plan, model, recorded.table, JobSettings(capacity={}), "plain")
+    assert f.lengths_from["other"] == "max_tokens"
+    assert any("other" in n and "upper bound" in n for n in f.notes)
+
+
+def test_arms_that_cannot_run_get_no_forecast(recorded) -> None:
+    table = [
+        r if r.arm == "plain" else type(r).from_json({**r.to_json(), "status": "skipped"})
+        for r in recorded.table
+    ]
+    f = forecast_job(
+        PlanLengths.of(["a"] * 10, [10] * 10),
+        LengthModel({}, {}, 64),
+        table,
+        JobSettings(capacity={}),
+        "plain",
+    )
+    assert [a.arm for a in f.arms] == ["plain"]
+
+
+def manifest(**kw) -> Manifest:
+    base = {"complete": True, "rows": 20_000, "generating_s": 1000.0, "engine": {"speculative": None}}
+    return Manifest.from_json({**base, **kw})
+
+
+def test_the_forecast_is_judged_and_the_input_that_missed_is_named(recorded) -> None:
+    decision = Decision.from_json({**recorded.to_json(), "forecast": forecast(recorded).to_json()})
+    f = decision.forecast.arm("plain")
+    made = decision.forecast.output_tokens
+    on_time = manifest(generating_s=f.wall_s - f.startup_s)
+    check = forecast_check(decision, on_time, made, None)
+    assert check.judged and check.wall_error_pct == 0.0 and check.inside_interval and check.missed == []
+    slow = forecast_check(decision, manifest(generating_s=2 * (f.wall_s - f.startup_s)), made, None)
+    assert slow.wall_error_pct == -50.0 and not slow.inside_interval and slow.missed == ["speed"]
+    assert "what missed: speed" in slow.sentence
+    longer = forecast_check(decision, on_time, 2 * made, None)
+    assert longer.tokens_error_pct == -50.0 and longer.missed == ["output lengths", "speed"]
+    cut = forecast_check(decision, manifest(complete=False), made, None)
+    assert not cut.judged and "not complete" in cut.why
+
+
+def test_time_left_counts_tokens_and_learns_from_the_answers() -> None:
+    model = LengthModel.fit(NONE_MADE, {"long": 1000, "short": 100}, 100, None)  # no answers: the caps
+    eta = TokenEta.for_work(model, ["long"] * 10 + ["short"] * 10, [5] * 20)
+    assert eta.tokens_left() == 11_000
+    assert eta.seconds(1100.0) == pytest.approx(10.0)
+    for _ in range(MIN_ANSWERED):  # short answers come back at half their prediction
+        eta.answered({"source": "short", "prompt_tokens": 5}, 50)
+    eta.left_predicted = 10_000.0
+    assert eta.tokens_left() == pytest.approx(5_000.0)
+    eta.answered({"source": "long", "prompt_tokens": 5}, None)  # failed: not owed, and not learned from
+    assert eta.left_predicted == 9_000.0 and eta.answered_n == MIN_ANSWERED
+
+
+def test_hours_read_as_a_person_says_them() -> None:
+    assert [hours(x) for x in (40, 100, 720, 7800)] == ["40 s", "1 min 40 s", "12 min", "2 h 10 min"]
+
+
+def test_a_bigger_job_from_the_same_mix_scales_with_its_requests(recorded) -> None:
+    small = forecast(recorded, requests=4_000).arms[0]
+    big = forecast(recorded, requests=40_000).arms[0]
+    ratio = (big.wall_s - big.startup_s) / (small.wall_s - small.startup_s)
+    assert ratio == pytest.approx(10.0, rel=0.05)
