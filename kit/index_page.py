@@ -153,7 +153,7 @@ def _with_forecast(answer: Answer, decision: Decision | None) -> Answer:
 
 
 def _judged(answer: Answer, summary: Summary | None) -> Answer:
-    """The generation, then stage 2's forecast against what it took (kit.analyse.forecast_check)."""
+    """The generation, then stage 2's forecast against what it took (kit.decide.forecast_check)."""
     check = summary.forecast_check if summary is not None else None
     if check is None or not check.sentence:
         return answer

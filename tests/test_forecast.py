@@ -1,4 +1,4 @@
-"""Stage 3 in hours (kit.decide.forecast), judged at the end (kit.analyse.forecast_check), and the time
+"""Stage 3 in hours (kit.decide.forecast), judged at the end (kit.decide.forecast_check), and the time
 left counted in tokens (kit.generate.eta): the arithmetic pinned on a recorded H200 sweep and a
 seeded plan; the whole path on the demo in tests/test_pipeline.py."""
 
@@ -11,7 +11,6 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from kit.analyse.forecast_check import forecast_check
 from kit.artifacts import Decision, Manifest
 from kit.decide.forecast import (
     JobSettings,
@@ -22,6 +21,7 @@ from kit.decide.forecast import (
     hours,
     simulate,
 )
+from kit.decide.forecast_check import forecast_check
 from kit.generate.eta import MIN_ANSWERED, TokenEta
 from kit.prompts.lengths import LENGTH_COLUMNS, LengthModel
 

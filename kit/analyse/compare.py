@@ -10,7 +10,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from kit.analyse import health, plots
-from kit.analyse.run import RunData, read_run, summarise
+from kit.analyse.run import RunData, read_run, summarise, with_forecast_check
 from kit.artifacts import Summary
 from kit.params import AnalyseParams
 from kit.runfolder import RunFolder
@@ -34,6 +34,11 @@ HEADLINE = (
     ("answer_chars_p50", ("answer_chars", "p50")),
     ("answer_tokens_p50", ("answer_tokens", "p50")),
     ("tool_call_share", ("tool_calls", "share_with_calls")),
+    ("forecast_generating_s", ("forecast_check", "forecast_s")),
+    ("generating_s", ("forecast_check", "generating_s")),
+    ("forecast_error_pct", ("forecast_check", "wall_error_pct")),
+    ("forecast_tokens_error_pct", ("forecast_check", "tokens_error_pct")),
+    ("forecast_speed_error_pct", ("forecast_check", "speed_error_pct")),
 )
 PER_SOURCE = (
     ("generated",),
@@ -114,7 +119,8 @@ def compare_runs(
     """
     names = _run_names(a, b)
     runs = {names[0]: read_run(a, params), names[1]: read_run(b, params)}
-    table = difference_table(summarise(runs[names[0]]), summarise(runs[names[1]]), names)
+    sa, sb = (with_forecast_check(summarise(runs[n]), runs[n]) for n in names)  # stage 2's forecast judged
+    table = difference_table(sa, sb, names)
     figs = overlay_figures(runs)
     if out_dir is not None:
         Path(out_dir).mkdir(parents=True, exist_ok=True)

@@ -410,6 +410,50 @@ def job_settings(params: RunParams, decision: Decision, start_s: list[float] | N
     )
 
 
+@dataclass(frozen=True)
+class ForecastInputs:
+    """Everything a run's forecast rests on, read once: the what-if changes `plan` and `job` only."""
+
+    plan: PlanLengths
+    model: LengthModel
+    table: list[LadderPoint]
+    job: JobSettings
+    chosen: str | None
+    spec_label: str
+    pilot: dict[str, Any] | None
+    pilot_lengths: np.ndarray
+
+    def forecast(self, requests: int | None = None, replicas: int | None = None) -> Forecast | None:
+        """The forecast for the plan as it is, or for `requests` requests of its mix on `replicas`."""
+        plan = self.plan if requests in (None, len(self.plan)) else self.plan.scaled(int(requests))
+        job = self.job if replicas is None else replace(self.job, replicas=int(replicas))
+        return forecast_job(
+            plan, self.model, self.table, job, self.chosen, self.spec_label, self.pilot, self.pilot_lengths
+        )
+
+
+def forecast_inputs(
+    params: RunParams,
+    folder: RunFolder,
+    decision: Decision,
+    spec_label: str,
+    pilot: dict[str, Any] | None = None,
+    start_s: list[float] | None = None,
+) -> ForecastInputs:
+    """A run's forecast inputs from its params, decision and stage 2's answers (`pilot`: the pilot's
+    figures; `start_s`: the sweep's server starts)."""
+    return ForecastInputs(
+        plan=plan_lengths(params, folder),
+        model=run_length_model(params, folder, made=False),
+        table=decision.table,
+        job=job_settings(params, decision, start_s),
+        chosen=decision.arm.name if decision.arm is not None else None,
+        spec_label=spec_label,
+        pilot=pilot,
+        pilot_lengths=pilot_lengths(folder),
+    )
+
+
 def run_forecast(
     params: RunParams,
     folder: RunFolder,
@@ -419,12 +463,7 @@ def run_forecast(
     start_s: list[float] | None = None,
 ) -> Forecast | None:
     """The forecast of a run's whole plan from its decision and stage 2's answers."""
-    model = run_length_model(params, folder, made=False)
-    chosen = decision.arm.name if decision.arm is not None else None
-    job = job_settings(params, decision, start_s)
-    lengths = pilot_lengths(folder)
-    plan = plan_lengths(params, folder)
-    return forecast_job(plan, model, decision.table, job, chosen, spec_label, pilot, lengths)
+    return forecast_inputs(params, folder, decision, spec_label, pilot, start_s).forecast()
 
 
 def pilot_lengths(folder: RunFolder) -> np.ndarray:

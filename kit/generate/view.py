@@ -11,9 +11,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from kit.artifacts import Manifest
 from kit.decide.decision import speculation_label
+from kit.decide.forecast import hours
+from kit.decide.forecast_check import forecast_check
 from kit.decide.verdict import measured_level
 from kit.display import Table, seconds, table, text, timestamp
+from kit.generate.metrics import load_timeline
 from kit.generate.store import FailureLog
 from kit.generate.verdict import (
     FAILURE_REASONS,
@@ -162,7 +166,35 @@ def generation_verdict(folder: RunFolder) -> str:
     )
     lines = [f"- **{a.topic}: {a.headline}.** {a.detail}" for a in answers]
     lines += [f"- **Plan:** {w}" for w in plan_warnings(folder)]
+    lines += [f"- **Time:** {t}" for t in (_time_left(folder, manifest) or _judged(folder, manifest),) if t]
     return "\n".join([head, "", *lines])
+
+
+def _time_left(folder: RunFolder, manifest: Manifest | None) -> str | None:
+    """While a run is going (or stopped part way): the time left in tokens, from the timeline's
+    newest sample (kit.generate.eta)."""
+    if manifest is not None and manifest.complete:
+        return None
+    timeline = load_timeline(folder.metrics, folder.metrics_log)
+    if "eta_s" not in timeline or not timeline["eta_s"].notna().any():
+        return None
+    last = timeline[timeline["eta_s"].notna()].iloc[-1]
+    at = (
+        pd.Timestamp(last["at"]).strftime("%H:%M:%S UTC")
+        if "at" in last and pd.notna(last["at"])
+        else "the last sample"
+    )
+    return (
+        f"about {hours(float(last['eta_s']))} left at {at}: {int(last['tokens_left']):,} output tokens "
+        f"predicted still to make at {float(last['tok_s'] or 0):,.0f} tok/s "
+        "(rerun this cell to follow a run that is going)"
+    )
+
+
+def _judged(folder: RunFolder, manifest: Manifest | None) -> str | None:
+    """For a complete run: stage 2's forecast against what it took (kit.decide.forecast_check)."""
+    check = forecast_check(folder.read_decision(lenient=True), manifest, _output_tokens(folder) or 0, None)
+    return f"{check.sentence[0].upper()}{check.sentence[1:]}." if check is not None else None
 
 
 def generation_tables(folder: RunFolder) -> list[Table]:
