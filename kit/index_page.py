@@ -136,30 +136,29 @@ def _beside_fitness(answer: Answer, fitness: Fitness | None) -> Answer:
     return dataclasses.replace(answer, detail=detail, status="warn" if worse else answer.status)
 
 
+def _then(answer: Answer, sentence: str) -> Answer:
+    """The answer with `sentence` after its detail (the answer as it is when there is none)."""
+    return dataclasses.replace(answer, detail=f"{answer.detail} {sentence}") if sentence else answer
+
+
 def _with_tail(answer: Answer, summary: Summary | None) -> Answer:
     """The throughput answer, then the tail's sentence (kit.analyse.tail) where stage 4 measured it."""
-    sentence = summary.tail.sentence if summary is not None and summary.tail is not None else ""
-    return dataclasses.replace(answer, detail=f"{answer.detail} {sentence}") if sentence else answer
+    return _then(answer, summary.tail.sentence if summary is not None and summary.tail is not None else "")
 
 
 def _with_forecast(answer: Answer, decision: Decision | None) -> Answer:
     """The decision, then stage 3 in hours per arm (kit.decide.forecast) where stage 2 made one."""
     forecast = decision.forecast if decision is not None else None
-    if forecast is None or not forecast.sentence:
-        return answer
-    return dataclasses.replace(
-        answer, detail=f"{answer.detail} Forecast for the whole plan: {forecast.sentence}."
+    return _then(
+        answer, f"Forecast for the whole plan: {forecast.sentence}." if forecast and forecast.sentence else ""
     )
 
 
 def _judged(answer: Answer, summary: Summary | None) -> Answer:
     """The generation, then stage 2's forecast against what it took (kit.decide.forecast_check)."""
     check = summary.forecast_check if summary is not None else None
-    if check is None or not check.sentence:
-        return answer
-    return dataclasses.replace(
-        answer, detail=f"{answer.detail} {check.sentence[0].upper()}{check.sentence[1:]}."
-    )
+    text = check.sentence if check is not None else ""
+    return _then(answer, f"{text[0].upper()}{text[1:]}." if text else "")
 
 
 def _answer_item(a: Answer, folder: RunFolder) -> str:

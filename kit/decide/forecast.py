@@ -1,7 +1,7 @@
 """The job in hours: stage 3's wall time and GPU-hours per arm, with an interval, from the plan, the
 pilot's output lengths and the sweep's throughput ladder (decision.json's `forecast`).
 
-    f = forecast_job(plan_lengths, model, table, settings)     # kit.decide.run calls it
+    f = forecast_inputs(params, folder, decision, spec_label, pilot, start_s).forecast()   # kit.decide.run
     f.sentence    # "plain decoding: 2 h 10 min (1 h 55 min to 2 h 30 min) for 193,000 requests ..."
 
 The model, in three parts:
@@ -307,7 +307,7 @@ def forecast_job(
         calibration=round(factor, 3) if factor else None,
         notes=_notes(lengths_from, arms, factor, pilot),
     )
-    return Forecast.from_json({**f.to_json(), "sentence": sentence(f)})
+    return replace(f, sentence=sentence(f))
 
 
 def _notes(
@@ -452,18 +452,6 @@ def forecast_inputs(
         pilot=pilot,
         pilot_lengths=pilot_lengths(folder),
     )
-
-
-def run_forecast(
-    params: RunParams,
-    folder: RunFolder,
-    decision: Decision,
-    spec_label: str,
-    pilot: dict[str, Any] | None = None,
-    start_s: list[float] | None = None,
-) -> Forecast | None:
-    """The forecast of a run's whole plan from its decision and stage 2's answers."""
-    return forecast_inputs(params, folder, decision, spec_label, pilot, start_s).forecast()
 
 
 def pilot_lengths(folder: RunFolder) -> np.ndarray:

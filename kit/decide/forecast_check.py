@@ -12,6 +12,8 @@ judged: its time and tokens are of part of the plan.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from kit.artifacts import Decision, ForecastCheck, Manifest, TailSummary
 from kit.decide.forecast import hours
 from kit.engines.arms import arm_name
@@ -89,7 +91,7 @@ def forecast_check(
         forecast_tail_s=f.tail_s,
         missed=missed,
     )
-    return ForecastCheck.from_json({**check.to_json(), "sentence": check_sentence(check)})
+    return replace(check, sentence=check_sentence(check))
 
 
 def check_sentence(c: ForecastCheck) -> str:

@@ -24,7 +24,7 @@ from kit.arch import arch_from_config, load_arch
 from kit.artifacts import Decision, GpuSection, ProbeReport
 from kit.decide import costmodel as cm
 from kit.decide.decision import decide, speculation_label, with_gpus
-from kit.decide.forecast import run_forecast
+from kit.decide.forecast import forecast_inputs
 from kit.decide.profile.budget import ProfilePlan, plan_cpu_profile
 from kit.decide.profile.profiler import ProfileGrid, load_profile, profile_steps
 from kit.decide.sweep import run_sweep
@@ -383,7 +383,7 @@ def run_decision(params: RunParams, folder: RunFolder, probe: ProbeReport) -> De
         line = running_cap_sentence(caps, max(params.decide.concurrencies), speculation_label(params))
         decision = replace(decision, reasons=[*decision.reasons, line])
     decision = replace(decision, noise=noise, mtp_status=mtp, **_profile_notes(decision, profile_plan))
-    forecast = run_forecast(params, folder, decision, speculation_label(params), pilot, start_s)
+    forecast = forecast_inputs(params, folder, decision, speculation_label(params), pilot, start_s).forecast()
     if forecast is not None:
         decision = replace(
             decision, forecast=forecast, reasons=[*decision.reasons, f"forecast: {forecast.sentence}"]
