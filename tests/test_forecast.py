@@ -147,6 +147,23 @@ def test_a_source_without_answers_is_forecast_at_its_cap_and_said_to_be_a_bound(
     assert any("other" in n and "upper bound" in n for n in f.notes)
 
 
+def test_arms_whose_intervals_overlap_are_no_difference_not_a_saving(recorded) -> None:
+    twin = [
+        type(r).from_json({**r.to_json(), "arm": "spec_k2", "spec_k": 2})
+        for r in recorded.table
+        if r.arm == "plain"
+    ]
+    table = [r for r in recorded.table if r.arm == "plain"] + twin
+    f = forecast_job(
+        PlanLengths.of(["a"] * 100, [10] * 100),
+        LengthModel({}, {}, 64),
+        table,
+        JobSettings(capacity={}),
+        "plain",
+    )
+    assert "no difference between" in f.sentence and "saves" not in f.sentence
+
+
 def test_arms_that_cannot_run_get_no_forecast(recorded) -> None:
     table = [
         r if r.arm == "plain" else type(r).from_json({**r.to_json(), "status": "skipped"})

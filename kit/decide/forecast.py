@@ -371,7 +371,10 @@ def sentence(f: Forecast) -> str:
     text = f"{f.requests:,} requests, ~{f.output_tokens:,} output tokens{where}: " + "; ".join(parts)
     if len(f.arms) > 1:
         best, next_ = f.arms[0], f.arms[1]
-        text += f"; {best.label} saves {hours(next_.wall_s - best.wall_s)} over {next_.label}"
+        if best.wall_hi_s >= next_.wall_lo_s:  # the intervals overlap: no difference, not a saving
+            text += f"; no difference between {best.label} and {next_.label} within their intervals"
+        else:
+            text += f"; {best.label} saves {hours(next_.wall_s - best.wall_s)} over {next_.label}"
     return text
 
 
