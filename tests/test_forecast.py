@@ -12,7 +12,9 @@ import pandas as pd
 import pytest
 
 from kit.artifacts import Decision, Manifest
+from kit.artifacts import Noise
 from kit.decide.forecast import (
+    MIN_PILOT_S,
     JobSettings,
     Ladder,
     PlanLengths,
@@ -20,8 +22,9 @@ from kit.decide.forecast import (
     forecast_job,
     hours,
     simulate,
+    speed_spread,
 )
-from kit.decide.forecast_check import forecast_check
+from kit.decide.forecast_check import forecast_check, what_missed
 from kit.generate.eta import MIN_ANSWERED, TokenEta
 from kit.prompts.lengths import LENGTH_COLUMNS, LengthModel
 
@@ -125,6 +128,26 @@ def test_a_pilot_that_ran_at_half_the_ladders_speed_doubles_the_forecast(recorde
     assert any("x0.50" in n for n in slow.notes)
 
 
+def test_a_pilot_too_short_to_time_leaves_the_ladder_uncalibrated_and_says_so(recorded) -> None:
+    lengths = np.full(24, 60.0)
+    plain = Ladder.of([r for r in recorded.table if r.arm == "plain"])
+    quick = {"seconds": MIN_PILOT_S / 4, "concurrency": 24, "answered": 24}
+    assert calibration(plain, quick, lengths) is None
+    f = forecast(recorded, pilot=quick, pilot_lengths=lengths)
+    assert f.calibration is None and f.arms == forecast(recorded).arms
+    assert any("too short to time" in n for n in f.notes)
+
+
+def test_the_sweeps_drift_and_a_calibrating_pilots_noise_widen_the_interval(recorded) -> None:
+    drifted = Noise(noise_pct=4.0, drift={"start": 100.0, "end": 110.0})
+    assert speed_spread(None, True) == 0.0
+    assert speed_spread(drifted, False) == pytest.approx(0.10)  # the drift only: no pilot timing
+    assert speed_spread(drifted, True) == pytest.approx((0.10**2 + 0.04**2) ** 0.5)
+    narrow, wide = forecast(recorded).arms[0], forecast(recorded, noise=drifted).arms[0]
+    assert wide.wall_hi_s - wide.wall_lo_s > 1.5 * (narrow.wall_hi_s - narrow.wall_lo_s)
+    assert wide.wall_s == pytest.approx(narrow.wall_s, rel=0.05)  # wider, not moved
+
+
 def test_lengths_come_from_the_pilot_not_the_greedy_answers_the_sweep_cut() -> None:
     rng = np.random.default_rng(2)
     pilot = answers(rng)
@@ -196,6 +219,10 @@ def test_the_forecast_is_judged_and_the_input_that_missed_is_named(recorded) -> 
     assert "what missed: speed" in slow.sentence
     longer = forecast_check(decision, on_time, 2 * made, None)
     assert longer.tokens_error_pct == -50.0 and longer.missed == ["output lengths", "speed"]
+    near = forecast_check(decision, manifest(generating_s=0.97 * (f.wall_lo_s - f.startup_s)), 1.04 * made, None)
+    assert not near.inside_interval and near.missed == ["speed"]  # outside: the input off the most
+    assert what_missed({"output lengths": -6.0, "speed": 2.0}, inside=False) == ["output lengths"]
+    assert what_missed({"output lengths": -6.0, "speed": 2.0}, inside=True) == []
     cut = forecast_check(decision, manifest(complete=False), made, None)
     assert not cut.judged and "not complete" in cut.why
 

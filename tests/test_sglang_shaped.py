@@ -49,9 +49,11 @@ def test_sweep_decision_and_generation_through_sglang_flags(write_params, tmp_pa
     )
     folder = RunFolder(params.run_dir)
     decision = stages.decide(params)
-    answers = pd.read_parquet(folder.sweep_answers)  # one greedy answer per sampled prompt, for the order
-    assert len(answers) == answers.id.nunique() == 4 and set(answers.source) <= {"metamathqa", "codefeedback"}
+    answers = pd.read_parquet(folder.sweep_answers)  # one answer per prompt: the pilot's, else the sweep's
+    assert len(answers) == answers.id.nunique() == 12  # the pilot (8 a source) took every planned prompt
+    assert answers.pilot.all() and set(answers.source) == {"metamathqa", "codefeedback"}
     assert (answers.completion_tokens > 0).all() and set(answers.finish_reason) <= {"stop", "length"}
+    assert decision.forecast is not None and decision.forecast.pilot["answered"] == 12
 
     launches = [" ".join(json.loads(x)) for x in argv_log.read_text().splitlines()]
     arms = [re.search(r"--speculative-num-draft-tokens (\d)", a) for a in launches]

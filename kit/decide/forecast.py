@@ -22,7 +22,9 @@ The model, in three parts:
 
 The interval: `DRAWS` simulations, each with every source's answers resampled (the uncertainty of
 a source's mean from its few answers) and the ladder scaled within the top level's measured
-interval; the 10th and 90th percentiles. What the interval does not hold is said in `notes`
+interval widened by what else moves the speed (`speed_spread`: plain decoding's drift over the
+sweep, and the sweep's noise once more when the pilot's single timing calibrates it); the 10th and
+90th percentiles. What the interval does not hold is said in `notes`
 (lengths bounded by `max_tokens` only, a ladder predicted rather than measured, greedy accept
 lengths for speculative arms).
 """
@@ -39,7 +41,7 @@ import numpy as np
 import pandas as pd
 import pyarrow.parquet as pq
 
-from kit.artifacts import ArmForecast, Decision, Forecast, LadderPoint
+from kit.artifacts import ArmForecast, Decision, Forecast, LadderPoint, Noise
 from kit.engines.arms import arm_label
 from kit.params import RunParams
 from kit.prompts.lengths import LengthModel, run_length_model
@@ -51,6 +53,9 @@ DRAWS = 16
 LOW, HIGH = 10, 90
 """Percentiles of the simulations that bound the interval."""
 CANNOT_RUN = ("skipped", "failed", "crashed")
+MIN_PILOT_S = 5.0
+"""A pilot that took less than this is not timed: its speed is a sub-second measurement (2.6x apart
+over four runs of the same 24 requests on vLLM's CPU build), so the sweep's ladder stands uncalibrated."""
 
 
 @dataclass(frozen=True)
@@ -89,6 +94,8 @@ class Ladder:
     measured: bool = True
     calibration: float = 1.0
     """The pilot's measured speed over what this ladder predicts for it (1.0: no pilot)."""
+    spread: float = 0.0
+    """What else moves the speed, as a share either side of the top level's interval (speed_spread)."""
     top: int = field(init=False)
 
     def __post_init__(self) -> None:
@@ -171,11 +178,25 @@ def calibration(ladder: Ladder, pilot: Mapping[str, Any] | None, lengths: np.nda
     as many at once as it sent, against the seconds it took. The sweep measures greedy answers cut
     at `decide.max_tokens`; the pilot samples as stage 3 will, at its lengths (longer sequences,
     another sampler, less prefill per token): on the CPU demo it ran at 0.6x the sweep's ladder,
-    and stage 3 then at the pilot's speed. None without a pilot that answered."""
-    if not pilot or not pilot.get("seconds") or not len(lengths):
+    and stage 3 then at the pilot's speed. None without a pilot that answered for `MIN_PILOT_S`."""
+    if not pilot or not len(lengths) or float(pilot.get("seconds") or 0) < MIN_PILOT_S:
         return None
     predicted, _ = simulate(lengths, int(pilot.get("concurrency") or 1), ladder)
     return predicted / float(pilot["seconds"]) if predicted > 0 else None
+
+
+def speed_spread(noise: Noise | None, calibrated: bool) -> float:
+    """The share either side by which stage 3's speed may differ beyond the top level's interval:
+    plain decoding's drift from the sweep's start to its end (the machine a job runs on moves as
+    much), and, when a single timing of the pilot calibrates the ladder, the sweep's noise (the
+    median half-width of its levels' intervals) once more; the two added in quadrature."""
+    if noise is None:
+        return 0.0
+    drift = noise.drift or {}
+    start, end = float(drift.get("start") or 0), float(drift.get("end") or 0)
+    moved = abs(end / start - 1) if start and end else 0.0
+    timing = (noise.noise_pct or 0.0) / 100 if calibrated else 0.0
+    return math.hypot(moved, timing)
 
 
 @dataclass(frozen=True)
@@ -228,7 +249,8 @@ def arm_forecast(
     for d in range(draws):
         lengths = draws_for(model, plan, rng)[order]
         mine = lengths[d % max(job.replicas, 1) :: max(job.replicas, 1)][:per_replica]
-        scale = rng.uniform(ladder.lo_ratio, ladder.hi_ratio) if draws > 1 else 1.0
+        lo, hi = ladder.lo_ratio * (1 - ladder.spread), ladder.hi_ratio * (1 + ladder.spread)
+        scale = rng.uniform(max(lo, 0.05), hi) if draws > 1 else 1.0
         wall, tail = simulate(mine, capacity, ladder, scale)
         walls.append(wall + job.startup_s)
         tails.append(tail)
@@ -266,10 +288,11 @@ def forecast_job(
     spec_label: str = "MTP",
     pilot: Mapping[str, Any] | None = None,
     pilot_lengths: np.ndarray | None = None,
+    noise: Noise | None = None,
 ) -> Forecast | None:
     """The forecast of every arm the table measured (or predicted) for the whole plan, its speed
-    calibrated on the pilot (`pilot`: its figures, `pilot_lengths`: its answers' lengths as sent);
-    None when no arm has a ladder."""
+    calibrated on the pilot (`pilot`: its figures, `pilot_lengths`: its answers' lengths as sent),
+    its interval widened by the sweep's `noise` (speed_spread); None when no arm has a ladder."""
     by_arm: dict[str, list[LadderPoint]] = {}
     for row in table:
         by_arm.setdefault(row.arm, []).append(row)
@@ -281,9 +304,9 @@ def forecast_job(
         else None
     )
     arms, tokens = [], None
+    spread = speed_spread(noise, bool(factor))
     for name, ladder in ladders.items():
-        if factor:
-            ladder = replace(ladder, calibration=factor)
+        ladder = replace(ladder, calibration=factor or 1.0, spread=spread)
         label = arm_label(by_arm[name][0].spec_k, spec_label)
         f, arm_tokens = arm_forecast(name, label, ladder, model, plan, job)
         arms.append(f)
@@ -305,7 +328,7 @@ def forecast_job(
         chosen=chosen,
         pilot=dict(pilot) if pilot else None,
         calibration=round(factor, 3) if factor else None,
-        notes=_notes(lengths_from, arms, factor, pilot),
+        notes=_notes(lengths_from, arms, factor, pilot, spread),
     )
     return replace(f, sentence=sentence(f))
 
@@ -315,6 +338,7 @@ def _notes(
     arms: list[ArmForecast],
     factor: float | None,
     pilot: Mapping[str, Any] | None,
+    spread: float = 0.0,
 ) -> list[str]:
     notes = []
     if factor and pilot:
@@ -323,8 +347,18 @@ def _notes(
             f"stage 3 samples, at its lengths, {pilot.get('concurrency')} at once) ran at that share of what "
             "the sweep's ladder gives for it (for every arm: the pilot ran on plain decoding)"
         )
+    elif pilot and pilot.get("seconds") and float(pilot["seconds"]) < MIN_PILOT_S:
+        notes.append(
+            f"the pilot took {float(pilot['seconds']):.1f} s, too short to time (under {MIN_PILOT_S:.0f} s): "
+            "speeds as the sweep measured them (greedy, its max_tokens), not calibrated"
+        )
     elif any(a.arm == "plain" for a in arms):
         notes.append("no pilot: speeds as the sweep measured them (greedy, its max_tokens), not calibrated")
+    if spread:
+        notes.append(
+            f"the interval allows the speed ±{100 * spread:.0f}% beyond the top level's own interval "
+            "(plain decoding's drift over the sweep, and its noise when the pilot calibrates it)"
+        )
     bound = sorted(s for s, b in lengths_from.items() if b == "max_tokens")
     if bound:
         notes.append(
@@ -425,13 +459,22 @@ class ForecastInputs:
     spec_label: str
     pilot: dict[str, Any] | None
     pilot_lengths: np.ndarray
+    noise: Noise | None = None
 
     def forecast(self, requests: int | None = None, replicas: int | None = None) -> Forecast | None:
         """The forecast for the plan as it is, or for `requests` requests of its mix on `replicas`."""
         plan = self.plan if requests in (None, len(self.plan)) else self.plan.scaled(int(requests))
         job = self.job if replicas is None else replace(self.job, replicas=int(replicas))
         return forecast_job(
-            plan, self.model, self.table, job, self.chosen, self.spec_label, self.pilot, self.pilot_lengths
+            plan,
+            self.model,
+            self.table,
+            job,
+            self.chosen,
+            self.spec_label,
+            self.pilot,
+            self.pilot_lengths,
+            self.noise,
         )
 
 
@@ -454,6 +497,7 @@ def forecast_inputs(
         spec_label=spec_label,
         pilot=pilot,
         pilot_lengths=pilot_lengths(folder),
+        noise=decision.noise,
     )
 
 

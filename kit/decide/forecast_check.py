@@ -6,7 +6,8 @@ Compared for the arm stage 3 ran: the time generating (the forecast's wall time 
 against the manifest's `generating_s` over every session), the output tokens, the tail, each with
 the error in percent ((forecast - actual) / actual); whether the actual lies in the interval; and
 which input missed: the output lengths (forecast tokens against those made) or the speed (the
-forecast's tokens per second of generating against the run's). A run that is not complete is not
+forecast's tokens per second of generating against the run's), each when off by more than `OFF`,
+and outside the interval always the one off the most. A run that is not complete is not
 judged: its time and tokens are of part of the plan.
 """
 
@@ -40,6 +41,16 @@ def _pct(forecast: float | None, actual: float | None) -> float | None:
     return round(100 * (forecast - actual) / actual, 1)
 
 
+def what_missed(errors: dict[str, float | None], inside: bool) -> list[str]:
+    """The inputs off by more than `OFF`; outside the interval with none of them that far off, the
+    one off the most (the interval was too narrow for it): a miss is always named."""
+    known = {name: abs(pct) for name, pct in errors.items() if pct is not None}
+    missed = [name for name, pct in known.items() if pct > 100 * OFF]
+    if not missed and not inside and known:
+        missed = [max(known, key=known.__getitem__)]
+    return missed
+
+
 def forecast_check(
     decision: Decision | None, manifest: Manifest | None, output_tokens: int, tail: TailSummary | None
 ) -> ForecastCheck | None:
@@ -66,12 +77,8 @@ def forecast_check(
     speed = output_tokens / actual_s if actual_s else None
     forecast_speed = forecast.output_tokens / forecast_s if forecast_s else None
     tokens_pct, speed_pct = _pct(forecast.output_tokens, output_tokens), _pct(forecast_speed, speed)
-    missed = [
-        name
-        for name, pct in (("output lengths", tokens_pct), ("speed", speed_pct))
-        if pct is not None and abs(pct) > 100 * OFF
-    ]
     inside = actual_s is not None and lo_s <= actual_s <= hi_s
+    missed = what_missed({"output lengths": tokens_pct, "speed": speed_pct}, inside)
     check = ForecastCheck(
         arm=arm,
         judged=True,

@@ -4,9 +4,11 @@ measured, not assumed (the sweep's own answers are greedy and cut at `decide.max
 
     answers, figures = await pilot(params, client, prompts)   # kit.decide.sweep awaits it
 
-Each answer: the prompt's id, source and prompt tokens, the tokens it made, why it ended and the
-`max_tokens` it was given; `figures`: how many were sent, answered and failed, the tokens made and
-the seconds it took at the sweep's top concurrency. Failed requests are left out (a pilot is a
+Before the timed pass, as many short sampled requests as it sends at once warm the engine's
+sampler (the sweep is greedy; SGLang's FlashInfer sampler compiles on its first sampled batch, ~87
+s on an H200): uncounted. Each answer: the prompt's id, source and prompt tokens, the tokens it
+made, why it ended and the `max_tokens` it was given; `figures`: how many were sent, answered and
+failed, the tokens made and the seconds it took at the sweep's top concurrency. Failed requests are left out (a pilot is a
 sample: a missing answer loses a length, never the decision).
 """
 
@@ -31,6 +33,8 @@ ANSWER_COLUMNS = [
     "pilot",
 ]
 """sweep_answers.parquet: one answer per prompt, the pilot's or the sweep's plain arm's (`pilot`)."""
+WARMUP_TOKENS = 8
+"""Tokens each warm-up request may make: enough to run the sampler, too few to cost time."""
 
 
 async def pilot(
@@ -44,8 +48,8 @@ async def pilot(
     gate = asyncio.Semaphore(concurrency)
     errors: list[str] = []
 
-    async def one(i: int, p: dict[str, Any]) -> dict[str, Any] | None:
-        budget = caps.get(p.get("source"), sampling.max_tokens)
+    async def one(i: int, p: dict[str, Any], cap: int | None = None) -> dict[str, Any] | None:
+        budget = cap or caps.get(p.get("source"), sampling.max_tokens)
         sent = {**fields, **(tools if p.get("tools_list") else {})}
         if sampling.seed is not None:
             sent["seed"] = sampling.seed + i
@@ -68,6 +72,10 @@ async def pilot(
         }
 
     t0 = time.perf_counter()
+    await asyncio.gather(*(one(i, p, WARMUP_TOKENS) for i, p in enumerate(prompts[:concurrency])))
+    warmup_s = time.perf_counter() - t0
+    errors.clear()  # a warm-up that failed is only a warm-up: the timed pass says what fails
+    t0 = time.perf_counter()
     got = await asyncio.gather(*(one(i, p) for i, p in enumerate(prompts)))
     seconds = time.perf_counter() - t0
     answers = [a for a in got if a is not None]
@@ -80,5 +88,6 @@ async def pilot(
         "cut": sum(a["finish_reason"] == "length" for a in answers),
         "concurrency": concurrency,
         "seconds": round(seconds, 3),
+        "warmup_s": round(warmup_s, 3),
     }
     return answers, figures
