@@ -11,8 +11,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from kit.artifacts import Decision, Manifest
-from kit.artifacts import Noise
+from kit.artifacts import Decision, Manifest, Noise
 from kit.decide.forecast import (
     MIN_PILOT_S,
     JobSettings,
@@ -219,7 +218,9 @@ def test_the_forecast_is_judged_and_the_input_that_missed_is_named(recorded) -> 
     assert "what missed: speed" in slow.sentence
     longer = forecast_check(decision, on_time, 2 * made, None)
     assert longer.tokens_error_pct == -50.0 and longer.missed == ["output lengths", "speed"]
-    near = forecast_check(decision, manifest(generating_s=0.97 * (f.wall_lo_s - f.startup_s)), 1.04 * made, None)
+    near = forecast_check(
+        decision, manifest(generating_s=0.97 * (f.wall_lo_s - f.startup_s)), 1.04 * made, None
+    )
     assert not near.inside_interval and near.missed == ["speed"]  # outside: the input off the most
     assert what_missed({"output lengths": -6.0, "speed": 2.0}, inside=False) == ["output lengths"]
     assert what_missed({"output lengths": -6.0, "speed": 2.0}, inside=True) == []

@@ -8,8 +8,8 @@ Before the timed pass, as many short sampled requests as it sends at once warm t
 sampler (the sweep is greedy; SGLang's FlashInfer sampler compiles on its first sampled batch, ~87
 s on an H200): uncounted. Each answer: the prompt's id, source and prompt tokens, the tokens it
 made, why it ended and the `max_tokens` it was given; `figures`: how many were sent, answered and
-failed, the tokens made and the seconds it took at the sweep's top concurrency. Failed requests are left out (a pilot is a
-sample: a missing answer loses a length, never the decision).
+failed, the tokens made and the seconds it took at the sweep's top concurrency. Failed requests
+are left out (a pilot is a sample: a missing answer loses a length, never the decision).
 """
 
 from __future__ import annotations
