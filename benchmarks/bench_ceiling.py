@@ -1,7 +1,7 @@
 """Stage 3 at the engine's ceiling, on the real vLLM (CPU build): offline, a plain client, the kit.
 
     make engine-vllm && .venv/bin/kit demo-assets
-    .venv/bin/python benchmarks/bench_ceiling.py --rounds 3 --out docs/bench_ceiling.md
+    .venv/bin/python benchmarks/bench_ceiling.py --rounds 3 --out docs/lab/bench_ceiling.md
 
 One plan for every cell: params/demo-vllm.yaml (the demo model, its six fixture sources, 64 output
 tokens at temperature 0.7, chat messages with tools) with `--samples` samples per prompt, planned

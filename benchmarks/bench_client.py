@@ -1,7 +1,7 @@
 """Is the kit's client ever the bottleneck? Four clients against an instant server, in one run.
 
     apt-get install -y nginx          # once (Debian's package)
-    .venv/bin/python benchmarks/bench_client.py --out docs/bench_client.md
+    .venv/bin/python benchmarks/bench_client.py --out docs/lab/bench_client.md
 
 Starts nginx with its own config on free loopback ports: one answers every POST
 /v1/chat/completions with the same chat completion (64 tokens) as plain JSON, the other as an SSE

@@ -1,7 +1,7 @@
 """Does the decision know its own noise? `kit decide` from scratch, again and again, on the real vLLM.
 
     make engine-vllm && .venv/bin/kit demo-assets
-    .venv/bin/python benchmarks/bench_decide.py --runs 3 --out docs/bench_decide.md
+    .venv/bin/python benchmarks/bench_decide.py --runs 3 --out docs/lab/bench_decide.md
 
 Three parts, all on the 2-core development machine with vLLM's CPU build and the demo model:
 

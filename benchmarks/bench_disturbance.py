@@ -1,7 +1,7 @@
 """How often does the sweep's disturbance check flag a quiet machine, old check against new?
 
     python3 benchmarks/bench_disturbance.py --out DIR      # about 80 s; prints a JSON summary
-    python3 benchmarks/bench_disturbance.py --out DIR --rejudge docs/h200/sglang   # recorded sweeps
+    python3 benchmarks/bench_disturbance.py --out DIR --rejudge docs/lab/h200/sglang   # recorded sweeps
 
 Uses the kit of this checkout (kit.decide.machine; psutil, and nvidia-ml-py where the box has GPUs),
 no engine and no GPU work. A synthetic engine (a child process that computes one core's worth while

@@ -2,6 +2,12 @@
 
     python3 benchmarks/bench_forecast.py --params params/demo-vllm.yaml --counts 10 40 --repeats 2 --out DIR
     python3 benchmarks/bench_forecast.py --params params/demo.yaml --counts 20 --repeats 2 --out DIR
+    python3 benchmarks/bench_forecast.py --params params/demo-vllm.yaml --counts 40 --samples 4 \
+        --plain-only --repeats 3 --out DIR       # longer jobs: 960 requests, plain decoding only
+
+`--samples N` sends every prompt N times (generate.sampling.n: the demo's fixtures hold 40 prompts
+a source, so this is how a CPU job lasts long enough to time); `--plain-only` sweeps plain decoding
+alone (the forecast of the arm stage 3 runs, in a quarter of the sweep's time).
 
 For each count (prompts per source: plan sizes) and repeat, a fresh run folder: `kit probe`, `kit
 decide` (the sweep, the pilot, the forecast in decision.json), `kit generate` (the decided arm, the
@@ -28,8 +34,11 @@ import yaml
 REPO = Path(__file__).resolve().parent.parent
 
 
-def params_for(base: Path, count: int, out: Path, run: str) -> Path:
-    """The params file with every source at `count` prompts, writing to `out`, its paths absolute."""
+def params_for(
+    base: Path, count: int, out: Path, run: str, samples: int = 1, plain_only: bool = False
+) -> Path:
+    """The params file with every source at `count` prompts (each sent `samples` times), writing to
+    `out`, its paths absolute; `plain_only`: no speculative arm."""
     p = yaml.safe_load(base.read_text())
     here = base.resolve().parent
 
@@ -43,6 +52,10 @@ def params_for(base: Path, count: int, out: Path, run: str) -> Path:
     if p.get("engine", {}).get("python"):
         p["engine"]["python"] = absolute(p["engine"]["python"])
     p["data"]["demo_fixtures"] = absolute(p["data"]["demo_fixtures"])
+    p["generate"]["sampling"]["n"] = samples
+    if plain_only:
+        p["engine"].pop("speculative", None)
+        p["decide"]["spec_steps"] = [1]  # no speculative algorithm: its arms are skipped
     for s in p["data"]["sources"]:
         s["count"] = count
         s["data_files"] = [absolute(f) for f in s.get("data_files", [])]
@@ -61,9 +74,9 @@ def kit(stage: str, params: Path) -> float:
     return time.monotonic() - t
 
 
-def one(base: Path, count: int, rep: int, out: Path) -> dict:
-    run = f"fc-{base.stem}-{count}-{rep}"
-    params = params_for(base, count, out, run)
+def one(base: Path, count: int, rep: int, out: Path, samples: int = 1, plain_only: bool = False) -> dict:
+    run = f"fc-{base.stem}-{count}x{samples}-{rep}"
+    params = params_for(base, count, out, run, samples, plain_only)
     seconds = {stage: round(kit(stage, params), 1) for stage in ("probe", "decide", "generate", "analyse")}
     folder = out / run
     forecast = json.loads((folder / "decision.json").read_text())["forecast"]
@@ -71,6 +84,8 @@ def one(base: Path, count: int, rep: int, out: Path) -> dict:
     return {
         "params": str(base),
         "count_per_source": count,
+        "samples": samples,
+        "plain_only": plain_only,
         "repeat": rep,
         "requests": forecast["requests"],
         "seconds": seconds,
@@ -117,6 +132,8 @@ def main() -> int:
     ap.add_argument("--params", type=Path, action="append", required=True)
     ap.add_argument("--counts", type=int, nargs="+", default=[10, 40], help="prompts per source: plan sizes")
     ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--samples", type=int, default=1, help="answers per prompt (generate.sampling.n)")
+    ap.add_argument("--plain-only", action="store_true", help="sweep plain decoding alone")
     ap.add_argument("--out", type=Path, required=True)
     a = ap.parse_args()
     a.out.mkdir(parents=True, exist_ok=True)
@@ -124,7 +141,7 @@ def main() -> int:
     for rep in range(a.repeats):
         for base in a.params:
             for count in a.counts:
-                rows.append(one(base, count, rep, a.out))
+                rows.append(one(base, count, rep, a.out, a.samples, a.plain_only))
                 print(table(rows[-1:]).splitlines()[2], flush=True)
                 (a.out / "bench_forecast.json").write_text(json.dumps(rows, indent=2) + "\n")
     print(table(rows))

@@ -1,6 +1,6 @@
 """Generation at scale without a GPU: resume cost with 200K finished rows, and memory over a long run.
 
-    .venv/bin/python benchmarks/bench_generate.py --out docs/bench_generate.md
+    .venv/bin/python benchmarks/bench_generate.py --out docs/lab/bench_generate.md
 
 Part 1 (resume): writes 200,000 finished rows as real parquet shards with the kit's own
 ShardWriter next to a 210,000-prompt plan, then times what a resumed `kit generate` does before

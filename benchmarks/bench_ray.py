@@ -1,7 +1,7 @@
 """Stage 3 on Ray against the one-process loop: the executor's cost per row, and 1 vs 2 actors.
 
-    .venv/bin/python benchmarks/bench_ray.py --out docs/bench_ray.md           # about 17 min on 2 cores
-    .venv/bin/python benchmarks/bench_ray.py --parts instant --niceness-ab --out docs/bench_ray.md
+    .venv/bin/python benchmarks/bench_ray.py --out docs/lab/bench_ray.md           # about 17 min on 2 cores
+    .venv/bin/python benchmarks/bench_ray.py --parts instant --niceness-ab --out docs/lab/bench_ray.md
     .venv/bin/python benchmarks/bench_ray.py --rounds 1 --instant-rows 3000 --demo-rows 120  # a quick check
 
 Run it from a checkout whose `.venv` has the `ray` extra (`pip install -e '.[ray]'`); the kit

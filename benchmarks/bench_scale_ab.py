@@ -3,7 +3,7 @@
     .venv/bin/python benchmarks/bench_scale_ab.py --before /tmp/orig --after . \\
         --params /tmp/bench_scale/runs/scale-200000.yaml --reps 2
 
-For the same-run baseline of docs/bench_scale.md: `--before` is a copy of an older commit
+For the same-run baseline of docs/lab/bench_scale.md: `--before` is a copy of an older commit
 (`git archive <commit> | tar -x -C DIR`, with `.venv` and `.cache` linked in), `--after` this tree;
 the run folder is one `bench_scale.py --keep` left. Each command runs with PYTHONPATH set to its
 tree, steps alternate before / after, `--reps` times. Per command: wall time, the largest process

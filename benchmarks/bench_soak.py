@@ -1,7 +1,7 @@
 """Fault soak: thousands of requests at concurrency 64 against a server that is killed, frozen and
 made to misbehave on a schedule; rows lost, rows duplicated, restarts and time lost.
 
-    .venv/bin/python benchmarks/bench_soak.py --out docs/bench_soak.md               # both engines
+    .venv/bin/python benchmarks/bench_soak.py --out docs/lab/bench_soak.md               # both engines
     .venv/bin/python benchmarks/bench_soak.py --engines fake --prompts 500           # a quick look
 
 Engine `fake`: tests/fake_sglang (an SGLang-shaped stand-in started by the kit as flavor `sglang`;

@@ -2,7 +2,7 @@
 switched on for the tail.
 
     make engine-vllm && .venv/bin/kit demo-assets
-    .venv/bin/python benchmarks/bench_tail.py --reps 3 --out docs/bench_tail.md
+    .venv/bin/python benchmarks/bench_tail.py --reps 3 --out docs/lab/bench_tail.md
 
 A heavy-tailed plan: the demo's six fixture sources (params/demo-vllm.yaml's counts), where one
 source (codefeedback) answers long (`--long-tokens`, 768) and the others short (`--short-tokens`,

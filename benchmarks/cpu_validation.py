@@ -1,6 +1,6 @@
 """The cost model against the real vLLM (CPU build): predicted plain and n-gram tokens/s beside measured.
 
-    .venv/bin/python benchmarks/cpu_validation.py --out docs/cpu_validation.md     # ~8 min on 2 cores
+    .venv/bin/python benchmarks/cpu_validation.py --out docs/lab/cpu_validation.md     # ~8 min on 2 cores
 
 Starts vLLM from `.venv-vllm` (the CPU build: `python -m vllm.entrypoints.openai.api_server`,
 `VLLM_CPU_KVCACHE_SPACE=1`, float32, context 2048) on the demo model twice, plain and with n-gram

@@ -6,7 +6,7 @@
     python3 benchmarks/h200_sglang.py --out $OUT setup generate analyse ceiling
     python3 benchmarks/h200_sglang.py --out $OUT setup faults demo           # carry .cache/demo too
     python3 benchmarks/h200_sglang.py --out $OUT setup eagle                 # .device/whl: sgl-deep-gemm
-    # here: unpack the run-*.tar.xz that came back; the files docs/h200/sglang/ keeps are listed in its README
+    # here: unpack the run-*.tar.xz that came back; docs/lab/h200/sglang/README.md lists the files kept
 
 Phases (each a subprocess of the kit's own commands, as a user runs them, under a time limit):
 - setup: unpack the bundle to /tmp/site (and define the transformers class SGLang 0.5.16's Qwen-VL

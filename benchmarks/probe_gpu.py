@@ -1,6 +1,6 @@
 r"""Run the kit's probe on a GPU box that has only torch, pandas, pyyaml and nvidia-ml-py installed.
 
-    python3 benchmarks/probe_gpu.py --out docs/probe-h200 --model-config tests/configs/qwen3_6_27b.json \
+    python3 benchmarks/probe_gpu.py --out docs/lab/h200/probe --model-config tests/configs/qwen3_6_27b.json \
         [--model-dir DIR] [--engine-python /opt/sglang/bin/python]
 
 No pydantic, typer or psutil needed: this builds `kit.probe.ProbeInputs` by hand instead of

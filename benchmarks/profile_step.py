@@ -1,7 +1,7 @@
 """Profile decode-step time of a Qwen3-32B-shaped dense model on one GPU and compare with the roofline.
 
-    python3 benchmarks/profile_step.py --out docs/h200/profile-synthetic-qwen3-32b --check-depth 8 \
-        --attention-variants --old docs/h200/profile-synthetic-qwen3-32b/profile.parquet   # H200: ~40 s
+    python3 benchmarks/profile_step.py --out docs/lab/h200/profile-synthetic-qwen3-32b --check-depth 8 \
+        --attention-variants --old docs/lab/h200/profile-synthetic-qwen3-32b/profile.parquet   # H200: ~40 s
     python3 benchmarks/profile_step.py --out /tmp/p --device cpu --config tests/configs/qwen3_32b.json \
         --layers 2 --batch-sizes 1,2 --q 1 --contexts 64 --hidden-override 256   # CPU smoke run
 

@@ -1,6 +1,6 @@
 """SGLang's own decode step times, read from its server log's `Decode batch` lines.
 
-    python benchmarks/sglang_step_times.py docs/h200/sglang/eagle3/server-*.log [--json]
+    python benchmarks/sglang_step_times.py docs/lab/h200/sglang/eagle3/server-*.log [--json]
 
 SGLang logs one `Decode batch` line every `--decode-log-interval` steps (40 by default) with the
 running requests, the accept length (speculative servers) and the generation throughput over that
@@ -11,7 +11,7 @@ interval. Tokens per step are running x accept length, so the interval's mean st
 which excludes HTTP, prefill batches and the ramp of a benchmark level: the engine's own figure for
 the step the cost model predicts. A line counts only when the line before it had the same number of
 running requests (a steady batch through the whole interval); the figure per level is the median
-of those lines. Used for docs/h200/sglang/README.md's step table and issue 32's fixed costs
+of those lines. Used for docs/lab/h200/sglang/README.md's step table and issue 32's fixed costs
 (tests/test_costmodel.py re-derives the SGLang figures from the committed logs).
 """
 

@@ -374,7 +374,7 @@ def vllm_costs_from_20780(eff: cm.Efficiency = cm.DEFAULT_EFFICIENCY) -> tuple[f
     return float(slope), float(intercept - (VLLM_20780_PLAIN_TPOT - iteration_time(s, 1, 0)))
 
 
-H200_EAGLE3 = ROOT / "docs" / "h200" / "sglang" / "eagle3"
+H200_EAGLE3 = ROOT / "docs" / "lab" / "h200" / "sglang" / "eagle3"
 """SGLang 0.5.16 on the H200: plain against EAGLE-3 k = 1, 3 over a shape-only head (accept length 1)."""
 H200_EAGLE3_LEVELS = (1, 16, 64, 256)
 """The sweep's concurrency levels; the logs hold a few other running counts (ramps), left out."""
@@ -455,7 +455,7 @@ def h200_eagle3_markdown(rows: list[dict]) -> str:
     return "\n".join(out)
 
 
-H200_QWEN36_MTP = ROOT / "docs" / "h200" / "sglang" / "qwen3.6-27b-mtp"
+H200_QWEN36_MTP = ROOT / "docs" / "lab" / "h200" / "sglang" / "qwen3.6-27b-mtp"
 """SGLang 0.5.16 on the H200 (2026-12-03): the Qwen3.6-27B shape (48 Gated DeltaNet and 16 attention
 layers) plain and MTP k=3 over its own random MTP layer, attention backend triton, accept length 1,
 MTP capped at 80 running by its recurrent state (`kit.decide.run.spec_running_caps`)."""

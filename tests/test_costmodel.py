@@ -184,7 +184,7 @@ def test_engine_family_costs_come_from_their_sources() -> None:
 
 def test_sglang_costs_re_derive_from_the_committed_h200_logs() -> None:
     """engines.py's SGLang figures are costs_from_step_table on SGLang 0.5.16's own step times
-    (docs/h200/sglang/eagle3/server-*.log through benchmarks/sglang_step_times.py): a constant cannot
+    (docs/lab/h200/sglang/eagle3/server-*.log through benchmarks/sglang_step_times.py): a constant cannot
     drift from its source. The default leaves the per-sequence term out (the triton backend's)."""
     got = sglang_h200_costs()
     sglang, triton = cm.engine_costs("sglang"), cm.engine_costs("sglang", "triton")
@@ -234,7 +234,7 @@ def test_h200_qwen36_mtp_held_out_within_its_error() -> None:
 
 def test_kernel_defaults_are_the_h200_profile_calibration() -> None:
     pairs = [
-        (pd.read_parquet(ROOT / f"docs/h200/profile-synthetic-{name}/profile.parquet"), _arch(config))
+        (pd.read_parquet(ROOT / f"docs/lab/h200/profile-synthetic-{name}/profile.parquet"), _arch(config))
         for name, config in (("qwen3-32b", "qwen3_32b"), ("llama3.1-8b", "llama3_1_8b"))
     ]
     fitted = calibrate_many(pairs, cm.Hardware(4.8e12, 989e12, 141e9, "H200"))

@@ -97,7 +97,7 @@ def test_seed_case_no_mtp_weights_on_eight_rtx_pro_6000(qwen36_without_mtp: Path
 
 
 def test_a_gap_far_beyond_the_assumed_noise_counts_when_measured_once() -> None:
-    """The H200 sweep of docs/h200/sglang: a time budget allowed one round; n-gram k=2 made 0.34x of
+    """The H200 sweep of docs/lab/h200/sglang: a time budget allowed one round; n-gram k=2 made 0.34x of
     plain decoding at 256 concurrent, which the reasons once called "no measurable difference"."""
     sweep = _sweep(
         [
@@ -338,7 +338,7 @@ def test_drift_is_caught() -> None:
 
 
 def test_a_drift_against_a_noise_under_one_percent_prints_that_noise() -> None:
-    """The H200's EAGLE-3 sweep (docs/h200/sglang/eagle3-rounds2/): plain at 256 measured 12,197 then
+    """The H200's EAGLE-3 sweep (docs/lab/h200/sglang/eagle3-rounds2/): plain at 256 measured 12,197 then
     12,413 tok/s against a level noise of 0.14%; the reason said "beyond its ±0% noise"."""
     from kit.decide.noise import Drift
 

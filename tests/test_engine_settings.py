@@ -282,7 +282,7 @@ def test_min_p_under_vllm_speculation_is_refused() -> None:
 
 
 def test_capacity_from_server_info_as_sglang_0_5_16_answers_it() -> None:
-    """/server_info as the real SGLang 0.5.16 answered on the H200 (docs/h200/sglang): the argument
+    """/server_info as the real SGLang 0.5.16 answered on the H200 (docs/lab/h200/sglang): the argument
     when the launch set it; null when not, the scheduler's own choice then in internal_states."""
     from kit.engines.capacity import server_info_capacity
 

@@ -27,9 +27,7 @@ from kit.decide.forecast_check import forecast_check, what_missed
 from kit.generate.eta import MIN_ANSWERED, TokenEta
 from kit.prompts.lengths import LENGTH_COLUMNS, LengthModel
 
-RECORDED = (
-    Path(__file__).resolve().parent.parent / "docs" / "h200" / "sglang" / "2026-12-05" / "decision.json"
-)
+RECORDED = Path(__file__).resolve().parent.parent / "docs/lab/h200/sglang/2026-12-05/decision.json"
 NONE_MADE = pd.DataFrame(columns=LENGTH_COLUMNS)
 
 

@@ -153,7 +153,7 @@ def test_an_engines_exact_pins_that_its_environment_breaks_are_a_warning(
     tmp_path: Path, fake_sglang: Path
 ) -> None:
     """SGLang 0.5.16 pins transformers==5.12.1; on the H200's 5.17 it started and then found no
-    processor for Qwen3.6 (docs/h200/sglang/qwen3.6-27b/). The probe reads the engine's own pins in its
+    processor for Qwen3.6 (docs/lab/h200/sglang/qwen3.6-27b/). The probe reads the engine's own pins in its
     interpreter: a pin of a package that is there at another version warns; one absent, or under a
     marker, is left to the engine's install."""
     import torch

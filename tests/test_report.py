@@ -21,7 +21,7 @@ from kit.errors import KitError  # noqa: E402
 from kit.report import WIDGET_VIEW, network_references, render_report  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
-H200_PROBE = REPO / "docs" / "h200" / "probe.json"
+H200_PROBE = REPO / "docs" / "lab" / "h200" / "probe.json"
 SPEC_DECISION = {
     "chosen_arm": "spec_k3",
     "decided_by": "measured",

@@ -54,7 +54,7 @@ def test_too_big_to_share_runs_one_at_a_time_and_says_by_how_much(tmp_path):
 def test_a_hybrid_models_recurrent_state_counts(tmp_path):
     """Qwen3.6-27B on the H200: two servers of its weights and the sweep's KV cache alone fit in 0.85
     of the GPU, so the kit put them side by side, and both died at start for want of memory (SGLang
-    0.5.16, docs/h200/sglang/qwen3.6-27b-together/). Each also holds ~147 MiB of recurrent state per
+    0.5.16, docs/lab/h200/sglang/qwen3.6-27b-together/). Each also holds ~147 MiB of recurrent state per
     running sequence: 256 running is 37 GiB a server."""
     from kit.arch import arch_from_config
     from kit.decide import costmodel as cm
@@ -125,7 +125,7 @@ def test_the_sweeps_servers_run_without_a_prefix_cache_and_stage_3s_keep_theirs(
 def test_a_speculative_arm_of_a_hybrid_model_is_capped_to_what_its_state_leaves(tmp_path):
     """SGLang 0.5.16 reserves, for a hybrid model under speculation, max running requests x (1 +
     draft tokens) recurrent states before the KV cache: the Qwen3.6-27B shape's MTP k=3 server at 256
-    asked for 183 GiB, and did not start (the H200, docs/h200/sglang/qwen3.6-27b-mtp/). What that
+    asked for 183 GiB, and did not start (the H200, docs/lab/h200/sglang/qwen3.6-27b-mtp/). What that
     server saw there: 139.09 GiB free at start, 51.05 GiB of weights, 5.53 GiB of MTP draft (its
     layer and an embedding and LM head of its own), so 61.65 GiB for pools under 0.85. The kit's cap
     must fit in that, state and KV of the sweep's sequences together, and not waste half of it."""

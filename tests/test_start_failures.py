@@ -14,8 +14,9 @@ import pytest
 
 from kit.engines.start_failures import explain_start_failure
 
-H200_FLASHINFER = Path(__file__).parent.parent / "docs/h200/sglang/eagle3-flashinfer/server-spec_k1-tail.log"
-H200_QWEN36 = Path(__file__).parent.parent / "docs/h200/sglang/qwen3.6-27b/sweep-plain-tail.log"
+H200_SGLANG = Path(__file__).parent.parent / "docs/lab/h200/sglang"
+H200_FLASHINFER = H200_SGLANG / "eagle3-flashinfer/server-spec_k1-tail.log"
+H200_QWEN36 = H200_SGLANG / "qwen3.6-27b/sweep-plain-tail.log"
 
 VLLM_CPU = (
     "(VllmWorker-0 pid=3739) ERROR 12-01 09:54:58 [multiproc_executor.py:953] ValueError: Available memory "
@@ -97,7 +98,7 @@ def test_sglangs_spec_state_reservation_names_the_running_requests_to_lower() ->
     """The Qwen3.6-27B shape's MTP k=3 server at 256 running requests on the H200 (SGLang 0.5.16):
     SGLang's own hint (raise the fraction above 0.408) cannot help at 0.85; the state per request
     and per draft token is what filled it."""
-    log = Path(__file__).parent.parent / "docs/h200/sglang/qwen3.6-27b-mtp-256/sweep-spec_k3-tail.log"
+    log = Path(__file__).parent.parent / "docs/lab/h200/sglang/qwen3.6-27b-mtp-256/sweep-spec_k3-tail.log"
     sentence = explain_start_failure(log.read_text())
     assert sentence and "mem_fraction_static 0.85" in sentence, sentence
     assert "engine.max_running_requests" in sentence and "per draft token" in sentence

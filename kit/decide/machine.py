@@ -51,7 +51,7 @@ except ImportError:  # no nvidia-ml-py: no GPU's processes are read
 DISTURBED_CPU = 0.10
 """Share of all CPU cores that other processes took during a measurement beyond which it is
 disturbed. Calm measurements here saw at most 5%; two busy-looping processes that cut a level
-of the demo engine to a third took 22% (docs/bench_decide.md)."""
+of the demo engine to a third took 22% (docs/lab/bench_decide.md)."""
 SLOW_CANARY = 1.3
 """A measurement whose CPU canary ran this much slower than the sweep's median canary ran on a
 slow machine (a neighbour on a shared host, a lower clock) and is disturbed (on a CPU box)."""

@@ -91,7 +91,7 @@ class Lead:
         and the lead exceeds the pooled noise. Over fewer rounds (a time budget that allowed one) there
         is no interval to read: the lead must then exceed both the pooled noise and the noise assumed
         of two arms measured once (`UNMEASURED_NOISE` each), as the decision's reasons say. A 0.34x
-        measured once on the H200 (docs/h200/sglang) is a difference; a 0.88x is not."""
+        measured once on the H200 (docs/lab/h200/sglang) is a difference; a 0.88x is not."""
         lead = abs(self.ratio.median - 1)
         if self.ratio.n >= MIN_PAIRS:
             return self.ratio.excludes(1.0) and lead > self.pooled_noise

@@ -228,7 +228,7 @@ async def _level(
     """A closed loop of `c` clients (greedy; `fields`: the run's chat-template switches, so the sweep
     thinks as stage 3 will) that sends at least `n` requests and keeps sending until `min_s`
     seconds have passed; tokens/s over the successful ones. A level of a fraction of a second is
-    one hiccup of a shared machine away from a 3x error (docs/decide_noise.md).
+    one hiccup of a shared machine away from a 3x error (docs/decision.md, `decide.level_s`).
 
     `serving()` says whether the server's process still runs: looked at every `WATCH_S` and after
     each failed request, so a server that dies stops the level at once (status `crashed`, with the

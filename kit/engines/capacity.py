@@ -1,7 +1,7 @@
 """How many requests an engine runs at once (its capacity), as each flavor says it or defaults it.
 
 Stage 3 keeps the engine full: requests in flight = capacity plus a queue as deep again, so that
-every slot a finished request frees is taken at the engine's next step (docs/bench_ceiling.md
+every slot a finished request frees is taken at the engine's next step (docs/lab/bench_ceiling.md
 measured the depth). Where the capacity comes from, in order:
 
 - a server that answers `/server_info` (SGLang, and an external SGLang): `max_running_requests` x
@@ -38,7 +38,7 @@ def server_info_capacity(infos: list[dict[str, Any] | None]) -> Capacity | None:
     """SGLang's own figure, summed over its servers' /server_info: `max_running_requests` x `dp_size`
     where the launch set it, else what its schedulers chose (`internal_states[].
     effective_max_running_requests_per_dp`: SGLang 0.5.16 on an H200 left the argument null and ran
-    4,096, docs/h200/sglang)."""
+    4,096, docs/lab/h200/sglang)."""
     total, chosen = 0, False
     for info in infos:
         running = _running(info) if info else None

@@ -424,7 +424,7 @@ def fewer_gc_passes(young: int = 50_000) -> Iterator[None]:
 
     Nearly every object a request makes is freed by reference counting; at the default threshold
     the cyclic collector still ran dozens of times a second at 2,000 req/s, for ~15% of the loop's
-    CPU (docs/bench_client.md). The old thresholds come back afterwards (a notebook's kernel).
+    CPU (docs/lab/bench_client.md). The old thresholds come back afterwards (a notebook's kernel).
     """
     old = gc.get_threshold()
     gc.set_threshold(max(old[0], young), *old[1:])

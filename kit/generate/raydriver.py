@@ -152,7 +152,7 @@ class RayJob:
         address = connect(ray, self.params)
         n, options = actor_resources(self.params, ray.cluster_resources())
         # Ray starts workers at niceness 15 (RAY_worker_niceness): the actor's loop and the server it
-        # starts would lose CPU to anything else on the node (docs/bench_ray.md: 19% per row)
+        # starts would lose CPU to anything else on the node (docs/lab/bench_ray.md: 19% per row)
         niceness = {"env_vars": {"RAY_worker_niceness": "0"}}
         self._remote = ray.remote(EngineActor).options(max_restarts=0, runtime_env=niceness, **options)
         self.restarts_left = self.params.generate.ray.max_actor_restarts

@@ -104,7 +104,7 @@ async def engine_capacity(pool: ServerPool, params: RunParams, servers: list[Any
 
 def loop_concurrency(params: RunParams, cap: int | None) -> int:
     """Requests in flight: the params' value, else the engine's capacity and a queue as deep again
-    (a slot that frees is taken at the engine's next step: docs/bench_ceiling.md), else
+    (a slot that frees is taken at the engine's next step: docs/lab/bench_ceiling.md), else
     DEFAULT_CONCURRENCY (the loop adds more when the engine's gauges show it idles)."""
     if params.generate.concurrency:
         return params.generate.concurrency

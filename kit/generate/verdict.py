@@ -148,7 +148,7 @@ def data_answer(folder: RunFolder, manifest: Manifest | None) -> Answer:
 
 def load_snippet(folder: RunFolder) -> str:
     """The Python line that loads the run's rows with Hugging Face datasets, streamed: the cached
-    form first copies every row into the Hugging Face cache (~4.6x the shards; docs/bench_scale.md)."""
+    form first copies every row into the Hugging Face cache (~4.6x the shards; docs/lab/bench_scale.md)."""
     where = folder.generations.resolve()
     return f'datasets.load_dataset("parquet", data_files="{where}/*.parquet", streaming=True)'
 

@@ -11,7 +11,7 @@ from kit.probe.findings import finding
 MOE_ROUTING = (
     "; a mixture of experts: a random router does not pick experts as the trained one does (on the "
     "H200 a Qwen3-30B-A3B shape's batch of 64 stepped in less time than reading the experts that real "
-    "routing touches takes: docs/h200/sglang/README.md), so its step times above batch 1 can be "
+    "routing touches takes: docs/lab/h200/sglang/README.md), so its step times above batch 1 can be "
     "faster than the real model's"
 )
 

@@ -44,7 +44,7 @@ class EngineCosts:
 
 
 SGLANG_H200 = (
-    "SGLang 0.5.16 on one H200 (docs/h200/sglang/eagle3/, commit c062c1b): a shape-only Qwen3-8B "
+    "SGLang 0.5.16 on one H200 (docs/lab/h200/sglang/eagle3/, commit c062c1b): a shape-only Qwen3-8B "
     "(random weights, --load-format dummy) with EAGLE-3 over a shape-only draft head (SpecForge's "
     "Qwen3-8B config, 0.40 B params), chain drafts (topk 1), k = 1 and 3 against plain at 1 / 16 / 64 "
     "/ 256 running, attention backend triton, --sampling-backend pytorch, greedy, CUDA graphs on; "
@@ -69,7 +69,7 @@ ENGINE_COSTS: dict[str, EngineCosts] = {
             "sequence was read as the triton backend's target verify (the serial-prefix extend kernel, "
             "one program per sequence and head; SGLang PRs #27382, #39316), but flashinfer too grows "
             "0.13 ms a sequence over plain from 16 to 64 running on the same shape (one round, "
-            "docs/h200/sglang/eagle3-flashinfer-graphs128/), and fa3 is unmeasured; in the default the "
+            "docs/lab/h200/sglang/eagle3-flashinfer-graphs128/), and fa3 is unmeasured; in the default the "
             "0.19 ms would put the published SGLang tables 26-43% low at their largest batches (EAGLE-3 "
             "on the H100 -43% at 64, the GB300 cookbook -26%, MagicDec -31%); `sglang/triton` carries it"
         ),

@@ -48,9 +48,9 @@ class Efficiency:
 
     Defaults (docs/costmodel.md, "Where the constants come from"): the kernel factors (bw to
     sharpness) are `calibrate_many` of the H200 profiles of Qwen3-32B and Llama-3.1-8B
-    (docs/h200/); `overhead_s`, `layer_s` and `allreduce_s` are set from measurements; SGLang's
+    (docs/lab/h200/); `overhead_s`, `layer_s` and `allreduce_s` are set from measurements; SGLang's
     speculative fixed costs (`draft_pass_s`, `spec_iter_s`, `spec_seq_s`; other engine families:
-    kit.decide.costmodel.engines) are measured on SGLang 0.5.16 on the H200 (docs/h200/sglang/eagle3/);
+    kit.decide.costmodel.engines) are measured on SGLang 0.5.16 on the H200 (docs/lab/h200/sglang/eagle3/);
     `verify_kv_bw` is fitted on two of the seven published tables (SGLang's GB300 cookbook and
     MagicDec); the other five are held out. `calibrate`
     (kit.decide.profile.profiler) and `fit_to_sweep` (kit.decide.costmodel.fit) refit them for a
@@ -84,7 +84,7 @@ class Efficiency:
     sync); kit.decide.costmodel.engines gives it per engine family."""
     ngram_seq_s: float = 5e-6
     """Host time of an n-gram (prompt lookup) proposal per sequence and iteration (not fitted on any
-    published table: none measures n-gram; the CPU sweep refits it, docs/cpu_validation.md)."""
+    published table: none measures n-gram; the CPU sweep refits it, docs/lab/cpu_validation.md)."""
     verify_kv_bw: float = 0.607
     """Fraction of the decode kernels' KV bandwidth that attention reaches when each sequence brings
     q > 1 query tokens (verify): engines send those to prefill-type kernels, which do not split a

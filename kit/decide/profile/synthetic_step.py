@@ -15,7 +15,7 @@ copies, not a serving engine. This backend builds what an engine's decode step d
   GQA kernels do), so K/V are read once per KV head, without a mask: the flash kernel takes the
   `q` tokens natively. The causal triangle among the `q` new tokens (a verify kernel masks it
   in-register at no cost; `q^2` of `q (L + q)` scores) is left out, because PyTorch routes any
-  multi-token mask to slower kernels that no serving engine uses (docs/h200/README.md has the
+  multi-token mask to slower kernels that no serving engine uses (docs/lab/h200/README.md has the
   measurement): the step is faithful in time, not in the values of those few scores;
 - the LM head on `B * q` rows with the real vocabulary.
 

@@ -129,6 +129,6 @@ FLAVOR = SGLang(
     # trimmed to fit a small carry leaves it out (benchmarks/h200_pack_sglang.sh)
     backend_files={"fa3": ("sgl_kernel", "flash_ops*", "sglang-kernel")},
     # 0.5.16 on CUDA: the EAGLE draft's CUDA-graph capture imports the DSA attention backend, which
-    # imports deep_gemm (speculative/eagle_worker_v2.py); seen on the H200 (docs/h200/sglang/)
+    # imports deep_gemm (speculative/eagle_worker_v2.py); seen on the H200 (docs/lab/h200/sglang/)
     speculative_modules={"deep_gemm": ("sgl-deep-gemm", ("EAGLE", "EAGLE3", "NEXTN"))},
 )
