@@ -2,7 +2,7 @@
 PYTHON ?= python3
 VENV   ?= .venv
 BIN     = $(VENV)/bin
-# CPU build of torch: a small local wheel here; a GPU box installs its own CUDA build first (see README).
+# CPU build of torch: a small local wheel here; a GPU box installs its own CUDA build first (see docs/usage.md).
 TORCH  ?= torch==2.13.0
 # Engines live in their own environments, started by interpreter path (engine.python).
 VLLM_VENV   ?= .venv-vllm

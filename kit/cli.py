@@ -8,7 +8,7 @@ kit demo-assets                       # build the embedded demo model, its draft
 kit --version                         # the kit's version (and a checkout's git commit)
 
 `kit --help` loads typer and the light modules imported below only: each command imports what it
-needs (stages, params, run folder, notebooks, report) when it runs (README, "Deferred imports").
+needs (stages, params, run folder, notebooks, report) when it runs (docs/files.md, "Deferred imports").
 """
 
 from __future__ import annotations

@@ -208,7 +208,7 @@ class ShardView:
 
 @dataclass(frozen=True)
 class RunFolder:
-    """Paths of one run's artifacts: the one place their names are made (README, 'Run folder')."""
+    """Paths of one run's artifacts: the one place their names are made (docs/run-folder.md)."""
 
     root: Path
 

@@ -159,7 +159,7 @@ def _probe_report(params: RunParams, folder: RunFolder) -> ProbeReport:
 def decide(params: RunParams, *, rerun: bool = True) -> Decision:
     """Stage 2: measured sweep plus predicted curves; write decision.json (and sweep.parquet);
     rerun=False: read decision.json when there is one (no engine started)."""
-    from kit.decide.run import run_decision  # each stage's stack loads when it runs (README, Files)
+    from kit.decide.run import run_decision  # each stage's stack loads when it runs (docs/files.md)
 
     folder = run_folder(params)
     if _opens(folder, "decide", rerun):

@@ -127,7 +127,7 @@ def decision_figures(folder: RunFolder) -> list[Any]:
 def mtp_worth(folder: RunFolder) -> Any:
     """What the model's MTP heads would be worth (kit.decide.worth) for this run, or a line saying
     why it cannot be computed."""
-    from IPython.display import Markdown  # Jupyter's display layer: see README, "Deferred imports"
+    from IPython.display import Markdown  # Jupyter's display layer: see docs/files.md, "Deferred imports"
 
     band = worth_for_run(folder)
     if band is None:
