@@ -151,7 +151,7 @@ def profile_steps(
     the transformers model; `"synthetic"` times a serving engine's step shapes
     (kit.decide.profile.synthetic_step: preallocated KV cache, no cache copies, GQA without expansion).
     """
-    import torch  # torch and the torch-built step load when a profile is taken (docs/files.md, "Deferred imports")
+    import torch  # torch and the torch-built step load when a profile is taken (docs/files.md)
 
     from kit.decide.profile.synthetic_step import profile_synthetic
 
