@@ -248,3 +248,8 @@ def test_a_bigger_job_from_the_same_mix_scales_with_its_requests(recorded) -> No
     big = forecast(recorded, requests=40_000).arms[0]
     ratio = (big.wall_s - big.startup_s) / (small.wall_s - small.startup_s)
     assert ratio == pytest.approx(10.0, rel=0.05)
+
+
+def test_a_capacity_above_the_sweeps_top_level_is_said(recorded) -> None:
+    f = forecast(recorded)  # stage 3 at 512 at once, the sweep measured up to 256
+    assert any("runs 512 at once" in n and "add 512 to decide.concurrencies" in n for n in f.notes)

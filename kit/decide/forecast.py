@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import heapq
 import math
+import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -43,7 +44,11 @@ import pyarrow.parquet as pq
 
 from kit.artifacts import ArmForecast, Decision, Forecast, LadderPoint, Noise
 from kit.engines.arms import arm_label
+from kit.engines.capacity import launched_capacity
+from kit.engines.flavors import flavor, server_env
+from kit.engines.launcher import discover
 from kit.params import RunParams
+from kit.probe.gpu import nvml_gpus
 from kit.prompts.lengths import LengthModel, run_length_model
 from kit.prompts.prompt_set import ensure_plan
 from kit.runfolder import RunFolder
@@ -328,7 +333,7 @@ def forecast_job(
         chosen=chosen,
         pilot=dict(pilot) if pilot else None,
         calibration=round(factor, 3) if factor else None,
-        notes=_notes(lengths_from, arms, factor, pilot, spread),
+        notes=_notes(lengths_from, arms, factor, pilot, spread) + _above_the_sweep(arms, ladders),
     )
     return replace(f, sentence=sentence(f))
 
@@ -382,6 +387,20 @@ def _notes(
     return notes
 
 
+def _above_the_sweep(arms: list[ArmForecast], ladders: Mapping[str, Ladder]) -> list[str]:
+    """A note for each arm stage 3 will run above the top level the sweep measured."""
+    notes = []
+    for a in arms:
+        top = ladders[a.arm].top
+        if a.capacity > top:
+            notes.append(
+                f"{a.label}: stage 3 runs {a.capacity:,} at once, the sweep's top level is {top:,}: the "
+                f"speed above it is taken as at {top:,} (an engine usually gains more), so this forecast is "
+                f"slow by what it gains: add {a.capacity} to decide.concurrencies to measure it"
+            )
+    return notes
+
+
 def hours(seconds: float) -> str:
     """2 h 05 min, 12 min, 1 min 40 s, 40 s."""
     if seconds < 60:
@@ -425,14 +444,17 @@ def plan_lengths(params: RunParams, folder: RunFolder) -> PlanLengths:
     )
 
 
-def job_settings(params: RunParams, decision: Decision, start_s: list[float] | None) -> JobSettings:
+def job_settings(
+    params: RunParams, decision: Decision, start_s: list[float] | None, launched: int | None = None
+) -> JobSettings:
     """How stage 3 will run the arms (per replica): the decided running cap, else what the engine
-    holds (its cap, else what memory holds), never more than `generate.concurrency` when it is set."""
+    holds (its cap; else `launched`, what stage 3 reads from the launch flag or the flavor's default,
+    per replica; else what memory holds), never more than `generate.concurrency` when it is set."""
     eng = params.engine
     capped = decision.engine_settings.get("max_running_requests") or eng.max_running_requests
     capacity = {}
     for row in decision.table:
-        held = capped or row.extra.get("engine_cap") or row.mem_max_running
+        held = capped or row.extra.get("engine_cap") or launched or row.mem_max_running
         if params.generate.concurrency:
             held = min(held, params.generate.concurrency) if held else params.generate.concurrency
         if held:
@@ -492,13 +514,23 @@ def forecast_inputs(
         plan=plan_lengths(params, folder),
         model=run_length_model(params, folder, made=False),
         table=decision.table,
-        job=job_settings(params, decision, start_s),
+        job=job_settings(params, decision, start_s, launched_per_replica(params)),
         chosen=decision.arm.name if decision.arm is not None else None,
         spec_label=spec_label,
         pilot=pilot,
         pilot_lengths=pilot_lengths(folder),
         noise=decision.noise,
     )
+
+
+def launched_per_replica(params: RunParams) -> int | None:
+    """The requests one replica runs at once as stage 3 will read it before /server_info: the launch
+    flag, else the flavor's default for this install and device (vLLM's CPU build: 128 a server;
+    kit.engines.capacity), None where the flavor has none (SGLang then says its own at start)."""
+    eng = params.engine
+    found = discover(params.engine_python, flavor(eng.flavor), env={**os.environ, **server_env(params)})
+    total = launched_capacity(eng, found.distribution if found else None, nvml_gpus).total
+    return max(1, total // max(eng.replicas, 1)) if total else None
 
 
 def pilot_lengths(folder: RunFolder) -> np.ndarray:

@@ -7,9 +7,10 @@ read like words and follow Qwen3's shapes: a `<think>` block first when thinking
 `<tool_call>` JSON when the request offers tools, so real engines' reasoning and tool-call
 parsers have something to parse. It saves as an ordinary Hugging Face model directory that
 `transformers serve` and vLLM load like any other. Everything is seeded and deterministic (one torch
-thread, deterministic algorithms): the same code and packages build the same bytes on CPUs of one
-instruction set (torch's kernels differ between AVX-512 and AVX2; the marker records which ran). The directory
-is built in a temporary folder and renamed into place, with a marker file written last that records
+thread, deterministic algorithms), and trained in a child process whose kernels are pinned to one
+instruction set (`PINNED_KERNELS`: torch's and MKL's AVX2 paths), so the same code and packages build
+the same bytes on any x86-64 CPU with AVX2, an AVX-512 one included. The directory is built in a
+temporary folder and renamed into place, with a marker file written last that records
 the sha256 of every file built and the package versions that built them (`verify_demo_model`
 checks a folder against it), so an interrupted build is simply redone.
 
@@ -20,7 +21,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -29,6 +32,7 @@ from pathlib import Path
 from kit.demo.corpus import examples, tokenizer_texts
 from kit.demo.tokenizer import train_tokenizer
 from kit.demo.training import TRAIN_THREADS, deterministic, encode, pack, train
+from kit.errors import KitError
 from kit.modelshape import DEMO_MARKER
 
 MARKER = DEMO_MARKER
@@ -52,6 +56,11 @@ CHECKOUT_MODEL = Path(__file__).resolve().parents[2] / ".cache" / "demo" / "mode
 """Where this checkout's `params/demo.yaml` and `kit demo-assets` build the demo model."""
 
 
+PINNED_KERNELS = {"ATEN_CPU_CAPABILITY": "avx2", "MKL_CBWR": "AVX2"}
+"""The training child's environment: torch's CPU kernels and MKL's matrix products on their AVX2 paths
+whatever the CPU offers. Unpinned, one Xeon built three different model.safetensors (AVX-512, the
+AVX2 kernels, the generic ones: MKL's own path alone moves the bytes); pinned, about 1.3x the
+AVX-512 build's time (the generic paths: 4.5x)."""
 PACKAGES = ("torch", "transformers", "tokenizers", "safetensors")
 """Whose versions the marker records: the bytes built are the same for the same versions."""
 
@@ -112,13 +121,28 @@ def ensure_demo_model(path: Path, *, train_steps: int = 400, seed: int = 0, quie
     path.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix=".demo-model-", dir=path.parent) as tmp:
         build = Path(tmp) / "model"
-        info = _build(build, train_steps=train_steps, seed=seed, quiet=quiet)
+        info = _build_pinned(build, train_steps=train_steps, seed=seed, quiet=quiet)
         info["files"] = file_hashes(build)
         (build / MARKER).write_text(json.dumps(info, indent=2))
         if path.exists():
             shutil.rmtree(path)
         build.rename(path)
     return path
+
+
+def _build_pinned(out: Path, *, train_steps: int, seed: int, quiet: bool) -> dict:
+    """`_build` in a child process with `PINNED_KERNELS` (read once, when torch loads: this process may
+    have loaded it already); its progress bar on this stderr."""
+    info = out.parent / "build.json"
+    argv = [sys.executable, "-m", "kit.demo.model", "--build-into", str(out), str(train_steps), str(seed)]
+    argv += ["--quiet"] if quiet else []
+    env = {**os.environ, **PINNED_KERNELS, "PYTHONPATH": os.pathsep.join(sys.path)}
+    done = subprocess.run(argv, env=env, stdout=subprocess.DEVNULL)
+    if done.returncode != 0 or not info.is_file():
+        raise KitError(
+            f"building the demo model into {out} failed (exit {done.returncode}): see its error above"
+        )
+    return json.loads(info.read_text())
 
 
 def _build(out: Path, *, train_steps: int, seed: int, quiet: bool) -> dict:
@@ -160,14 +184,14 @@ def _build(out: Path, *, train_steps: int, seed: int, quiet: bool) -> dict:
         "parameters": sum(p.numel() for p in model.parameters()),
         "threads": TRAIN_THREADS,
         "cpu_capability": _cpu_capability(),
+        "pinned": {k: os.environ.get(k) for k in PINNED_KERNELS},
         "packages": {name: _version(name) for name in PACKAGES},
     }
 
 
 def _cpu_capability() -> str:
-    """The instruction set torch's CPU kernels ran on (e.g. AVX512, AVX2): the same code and packages
-    build other bytes on another one (measured: AVX512 and ATEN_CPU_CAPABILITY=avx2 on one Xeon gave
-    two different model.safetensors), so a hash that differs from a colleague's can be told apart."""
+    """The instruction set torch's CPU kernels ran on (AVX2 when pinned; a CPU without AVX2 runs a
+    narrower one and builds other bytes), so a hash that differs from a colleague's can be told apart."""
     import torch
 
     return torch.backends.cpu.get_cpu_capability()
@@ -183,5 +207,10 @@ def _version(package: str) -> str | None:
 
 
 if __name__ == "__main__":
-    target = Path(sys.argv[1] if len(sys.argv) > 1 else ".cache/demo/model")
-    print(ensure_demo_model(target))
+    if sys.argv[1:2] == ["--build-into"]:  # the child of _build_pinned
+        into, steps, seed_ = Path(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+        built = _build(into, train_steps=steps, seed=seed_, quiet="--quiet" in sys.argv)
+        (into.parent / "build.json").write_text(json.dumps(built))
+    else:
+        target = Path(sys.argv[1] if len(sys.argv) > 1 else ".cache/demo/model")
+        print(ensure_demo_model(target))
