@@ -8,9 +8,9 @@ whole tool list twice over (system prompt and template) would triple the cost of
 Conversations are packed whole into rows of one length (first fit, longest first).
 
 Training is deterministic: `deterministic()` seeds torch (the corpus and the row order have their
-own seeded generators), asks it for deterministic algorithms and fixes its thread count, so the same
-code and packages give the same bytes on every build on one CPU instruction set (tests/test_demo_model.py
-builds twice; AVX-512 and AVX2 kernels give other bytes: the marker records which ran).
+own seeded generators), asks it for deterministic algorithms and fixes its thread count; with the
+kernels pinned to AVX2 (kit.demo.model.PINNED_KERNELS) the same code and packages give the same bytes
+on every x86-64 CPU with AVX2 (tests/test_demo_model.py builds twice).
 """
 
 from __future__ import annotations
