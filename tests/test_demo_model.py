@@ -27,7 +27,7 @@ from engines import vllm_engine
 
 from kit.demo import fixture_text as text
 from kit.demo.fixtures import is_long, write_fixtures
-from kit.demo.model import MARKER, read_marker, verify_demo_model
+from kit.demo.model import MARKER, PINNED_KERNELS, read_marker, verify_demo_model
 from kit.demo.tokenizer import MARKUP_TOKENS
 from kit.prompts.adapters import get_adapter
 
@@ -76,17 +76,25 @@ BUILD = (
 @pytest.mark.slow
 def test_two_builds_in_two_processes_give_the_same_bytes(tmp_path) -> None:
     """Short builds (4 steps: every part of a build, tokenizer, corpus, init and training, in little
-    time), side by side, one with torch's default threads and one told to use two."""
+    time), side by side: one with torch's default threads, one told to use two, one asking torch and
+    MKL for their generic kernels (unpinned, those build other bytes than this CPU's AVX-512 or AVX2
+    ones: the build pins its kernels, kit.demo.model.PINNED_KERNELS)."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
-    settings = [{}, {"OMP_NUM_THREADS": "2", "TOKENIZERS_PARALLELISM": "true"}]
+    settings = [
+        {},
+        {"OMP_NUM_THREADS": "2", "TOKENIZERS_PARALLELISM": "true"},
+        {"ATEN_CPU_CAPABILITY": "default", "MKL_CBWR": "COMPATIBLE"},
+    ]
     builds = [
         subprocess.Popen([sys.executable, "-c", BUILD, str(tmp_path / f"m{i}")], env=env | extra)
         for i, extra in enumerate(settings)
     ]
-    assert [b.wait(timeout=300) for b in builds] == [0, 0]
-    first, second = (tmp_path / "m0", tmp_path / "m1")
-    assert read_marker(first)["files"] == read_marker(second)["files"] == sha256_of(first)
-    assert sha256_of(second) == sha256_of(first)
+    assert [b.wait(timeout=300) for b in builds] == [0, 0, 0]
+    first, *others = (tmp_path / f"m{i}" for i in range(len(settings)))
+    for other in others:
+        assert read_marker(first)["files"] == read_marker(other)["files"] == sha256_of(first)
+        assert sha256_of(other) == sha256_of(first)
+    assert read_marker(first)["pinned"] == PINNED_KERNELS
 
 
 # --- tokenizer and chat template ------------------------------------------------------------------
