@@ -236,6 +236,26 @@ def test_a_disturbed_repetition_is_set_aside_and_does_not_flip_the_decision() ->
     assert decision_arm(decide_measured(measured(short), params, flavor="vllm")) == Arm(0)
 
 
+def test_a_lead_read_off_disturbed_measurements_keeps_plain() -> None:
+    """Every repetition disturbed (a sweep beside a second whole test run, CI 2026-12-05: n-gram k=1
+    chosen at 3.1x "outside the noise" off 16 disturbed repetitions): no calm ones are left to set
+    them against, so the figures use them, and a lead read off them does not count; the same numbers
+    calm carry it."""
+    lead = {("plain", 0, 8): [200.0, 210.0, 190.0, 205.0], ("spec_k1", 1, 8): [600.0, 640.0, 580.0, 610.0]}
+    params = DecideParams(concurrencies=[8], spec_steps=[1])
+    calm = decide_measured(measured(lead), params, flavor="vllm")
+    assert decision_arm(calm).name == "spec_k1" and calm["measured_difference"] is True
+    hogged = {key: [-v for v in values] for key, values in lead.items()}
+    d = decide_measured(measured(hogged), params, flavor="vllm")
+    assert decision_arm(d) == Arm(0) and d["measured_difference"] is False
+    assert d["noise"]["comparison"]["disturbed"] and not d["noise"]["comparison"]["counts"]
+    said = [r for r in d["reasons"] if "read off disturbed measurements" in r]
+    assert any(r.startswith("measured, each arm at its best") and "not counted" in r for r in said), said
+    assert any(r.endswith("the simpler arm, plain decoding, is kept") for r in said), said
+    one_calm = {**hogged, ("spec_k1", 1, 8): [600.0, 640.0, -580.0, -610.0]}  # plain still all disturbed
+    assert decision_arm(decide_measured(measured(one_calm), params, flavor="vllm")) == Arm(0)
+
+
 def test_many_disturbed_repetitions_are_one_reason_with_their_count() -> None:
     """A sweep on a busy machine: seven repetitions disturbed over two arms and two levels make one
     line of the "Why" list, not seven (a 2-core machine's read ~25 "round N ... set aside" bullets)."""

@@ -2,9 +2,9 @@
 
 The rule (kit.decide.noise for the statistics): take every arm at its best level (the median of its
 repetitions); the arm with the highest median leads; the arm chosen is the simplest one (plain,
-then the smallest k) that the leader does not beat outside the noise. A lead inside the noise
-keeps the simpler arm, which needs no draft weights and no speculative buffers, and the reasons
-say so with the figures.
+then the smallest k) that the leader does not beat outside the noise. A lead inside the noise, or
+one read off measurements the machine disturbed, keeps the simpler arm, which needs no draft weights
+and no speculative buffers, and the reasons say so with the figures.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from typing import Any
 import pandas as pd
 
 from kit.decide.noise import INTERVAL, UNMEASURED_NOISE, Drift, Interval, Lead, lead, sweep_noise
-from kit.decide.sweep import flags, per_round
+from kit.decide.sweep import flags, per_round, rests_on_disturbed
 
 
 @dataclass(frozen=True)
@@ -98,7 +98,14 @@ def _lead(runs: pd.DataFrame | None, a: ArmBest, b: ArmBest) -> Lead:
     """A's lead over B, paired by round when the sweep's runs are at hand."""
     if runs is None or runs.empty:
         return lead({0: a.median}, {0: b.median})
-    return lead(per_round(runs, a.arm, a.concurrency), per_round(runs, b.arm, b.concurrency))
+    disturbed = any(rests_on_disturbed(runs, x.arm, x.concurrency) for x in (a, b))
+    return lead(per_round(runs, a.arm, a.concurrency), per_round(runs, b.arm, b.concurrency), disturbed)
+
+
+ON_DISTURBED = (
+    "read off disturbed measurements (fewer than two undisturbed repetitions were left; see the "
+    "sweep's noise below, and run `kit decide` again on a quieter machine)"
+)
 
 
 def choose(
@@ -124,6 +131,8 @@ def choose(
     notes = []
     if versus is not None:
         verdict = "outside the noise" if versus.counts else "no measurable difference"
+        if versus.disturbed:
+            verdict = f"not counted: {ON_DISTURBED}"
         notes.append(
             f"measured, each arm at its best level: {label(spec.spec_k)} at {spec.concurrency} concurrent "
             f"{spec.figure()}, plain decoding at {plain.concurrency} {plain.figure()}; "
@@ -133,8 +142,9 @@ def choose(
     if over is not None:
         notes.append(
             f"{label(leader.spec_k)} measured {over.pct:+.0f}% against {label(chosen.spec_k)} "
-            f"({_interval_pct(over)}), inside the noise (pooled ±{100 * over.pooled_noise:.0f}%): "
-            f"the simpler arm, {label(chosen.spec_k)}, is kept"
+            f"({_interval_pct(over)}), "
+            + (ON_DISTURBED if over.disturbed else f"inside the noise (pooled ±{over.pooled_noise:.0%})")
+            + f": the simpler arm, {label(chosen.spec_k)}, is kept"
         )
     return MeasuredChoice(chosen, leader, bests, over, versus, notes)
 

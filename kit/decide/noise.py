@@ -9,7 +9,9 @@ decision compares intervals, not single numbers:
 - a lead of one arm over another is the median of their per-round ratios (each round measures both
   arms minutes apart at most, so a slow machine slows both), with its own bootstrap interval; it
   counts only over three rounds or more, when that interval excludes 1 and the lead is larger than
-  the two arms' pooled noise;
+  the two arms' pooled noise, and only where it rests on undisturbed measurements (a lead read off
+  repetitions that other processes disturbed, because too few calm ones remained, keeps the simpler
+  arm: a sweep beside a second test run chose n-gram k=1 at 3.1x, every repetition disturbed);
 - the sweep's noise is the median half-width of its levels' intervals, as a share of their medians;
 - drift: plain decoding measured at the start and at the end of the sweep; when the two differ by
   more than that level's interval, the machine changed under the sweep.
@@ -80,6 +82,9 @@ class Lead:
     """A / B per round: its median and interval."""
     pooled_noise: float
     """The two arms' relative noise combined (root of the sum of squares)."""
+    disturbed: bool = False
+    """Whether either arm's figure rests on a disturbed measurement (fewer than two calm ones were
+    left to use): such a lead never counts."""
 
     @property
     def pct(self) -> float:
@@ -93,6 +98,8 @@ class Lead:
         of two arms measured once (`UNMEASURED_NOISE` each), as the decision's reasons say. A 0.34x
         measured once on the H200 (docs/lab/h200/sglang) is a difference; a 0.88x is not."""
         lead = abs(self.ratio.median - 1)
+        if self.disturbed:
+            return False
         if self.ratio.n >= MIN_PAIRS:
             return self.ratio.excludes(1.0) and lead > self.pooled_noise
         return self.ratio.n >= 1 and lead > max(
@@ -104,17 +111,19 @@ class Lead:
             "ratio": self.ratio.as_dict(),
             "pooled_noise_pct": 100 * self.pooled_noise,
             "counts": self.counts,
+            "disturbed": self.disturbed,
         }
 
 
-def lead(a: dict[int, float], b: dict[int, float]) -> Lead:
-    """The lead of A over B from their values per round (`{round: tok/s}`), paired by round."""
+def lead(a: dict[int, float], b: dict[int, float], disturbed: bool = False) -> Lead:
+    """The lead of A over B from their values per round (`{round: tok/s}`), paired by round
+    (`disturbed`: either side's values include a disturbed measurement)."""
     rounds = sorted(set(a) & set(b))
     ratios = [a[r] / b[r] for r in rounds if b[r]]
     pooled = math.hypot(
         median_interval(list(a.values())).half_width, median_interval(list(b.values())).half_width
     )
-    return Lead(median_interval(ratios), pooled)
+    return Lead(median_interval(ratios), pooled, disturbed)
 
 
 def sweep_noise(intervals: Sequence[Interval]) -> float | None:

@@ -10,12 +10,13 @@ otherwise each round starts each arm's server in turn (`decide.servers`).
 
 Every measurement is bracketed by readings of what else the machine did (kit.decide.machine); a
 level where one was disturbed is measured once more, every arm again, and the disturbed
-measurement is set aside while two undisturbed repetitions of its level remain.
-`sweep_runs.parquet` keeps every measurement; `sweep.parquet` one row per (arm, level): the
-median, its interval and how many repetitions back it. An arm the engine cannot run is a row
-with status `skipped` and the reason; one whose server would not start, or whose requests failed,
-is `failed` with the error. Accept length comes from the responses where the engine puts it there
-(SGLang), else from the change of its `/metrics` counters over the level (vLLM).
+measurement is set aside while two undisturbed repetitions of its level remain (where fewer remain,
+a lead read off it does not count: kit.decide.noise). `sweep_runs.parquet` keeps every measurement;
+`sweep.parquet` one row per (arm, level): the median, its interval and how many repetitions back
+it. An arm the engine cannot run is a row with status `skipped` and the reason; one whose server
+would not start, or whose requests failed, is `failed` with the error. Accept length comes from the
+responses where the engine puts it there (SGLang), else from the change of its `/metrics` counters
+over the level (vLLM).
 """
 
 from __future__ import annotations
@@ -841,10 +842,21 @@ def summarise(runs: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(out).reindex(columns=COLUMNS)
 
 
-def per_round(runs: pd.DataFrame, arm: str, concurrency: int) -> dict[int, float]:
-    """{round: tok/s} of one arm at one level, over the measurements the summary used."""
+def _used(runs: pd.DataFrame, arm: str, concurrency: int) -> pd.DataFrame:
+    """The measurements of one arm at one level that its figure uses: the undisturbed ones while two
+    remain, else every one that answered."""
     g = runs[(runs.phase == "sweep") & (runs.arm == arm) & (runs.concurrency == concurrency)]
     ok = g[(g.status == "ok") & g.output_tok_s.notna()]
     calm = ok[~flags(ok.disturbed)]
-    used = calm if len(calm) >= 2 else ok
+    return calm if len(calm) >= 2 else ok
+
+
+def per_round(runs: pd.DataFrame, arm: str, concurrency: int) -> dict[int, float]:
+    """{round: tok/s} of one arm at one level, over the measurements the summary used."""
+    used = _used(runs, arm, concurrency)
     return {int(r): float(v) for r, v in zip(used["round"], used.output_tok_s, strict=True)}
+
+
+def rests_on_disturbed(runs: pd.DataFrame, arm: str, concurrency: int) -> bool:
+    """Whether the figure of one arm at one level uses a disturbed measurement (too few calm ones)."""
+    return bool(flags(_used(runs, arm, concurrency).disturbed).any())
