@@ -31,6 +31,9 @@ Phases (each a subprocess of the kit's own commands, as a user runs them, under 
 - faults: `kit generate` with the kit's own server, whose scheduler process is killed (-9) and whose
   HTTP process is then frozen (SIGSTOP) mid-run; every id once at the end;
 - demo: the kit's demo model on SGLang (real text: its parsers, a real n-gram accept length);
+- forecast, forecast_run: issue 48's forecast judged on the GPU: `kit decide` on a 22,400-prompt
+  plan (plain decoding, the engine capped at 512 running), then, in the next call, `kit generate`
+  and `kit analyse` on it (summary.json's `forecast_check`);
 - replicas: `engine.replicas: 2` sharing the one GPU (`replica_gpus: ["0", "0"]`, a KV cap each),
   a skewed mix of output lengths, one replica's scheduler killed mid-run (issue 35's one-GPU part).
 
@@ -304,6 +307,70 @@ def mtp27(s: Session) -> dict:
                    "crash_restarts": 1},
     })  # fmt: skip
     return {"decide": s.kit("decide", params, budget)}
+
+
+FORECAST_ROWS = 4200
+"""Fixture rows per source for the forecast phase: 22,400 prompts once deduplicated and filtered."""
+
+
+FORECAST_RUN = "h200-sglang-forecast-22k"
+
+
+def forecast_params(s: Session) -> Path:
+    """The forecast phases' params: 22,400 prompts of the six sources (Qwen3-8B shape); plain decoding
+    alone (n-gram lost at every level above 16 on this shape); the engine capped at 512 running (a
+    user's own cap, kept by stage 3), so that the sweep's top level is stage 3's batch; 64 output
+    tokens a request (random weights: nearly every answer runs to its budget), so that stage 3 ends
+    inside one call."""
+    data = REPO / ".cache" / "h200" / "data-22k"
+    if not (data / "hermes_fc.jsonl").is_file():
+        code = f"from kit.demo.fixtures import write_fixtures; write_fixtures({str(data)!r}, {FORECAST_ROWS})"
+        s.run([sys.executable, "-c", code], 120, "fixtures")
+    s.touched.add(FORECAST_RUN)
+    over = engine_override(s).get("engine", {})
+    base = yaml.safe_load(PARAMS.read_text())
+    sources = [{**src, "data_files": [str(data / f"{src['name']}.jsonl")], "count": FORECAST_ROWS}
+               for src in base["data"]["sources"]]  # fmt: skip
+    params = derived(FORECAST_RUN, {
+        "run": FORECAST_RUN,
+        "engine": {**over, "max_running_requests": 512},
+        "decide": {"concurrencies": [64, 256, 512], "num_prompts": 1024, "spec_steps": [1],
+                   "repetitions": 2, "time_budget_s": 150},
+        "data": {"sources": sources},
+        "generate": {"sampling": {"max_tokens": 64, "temperature": 0.7, "top_p": 0.95, "seed": 0}},
+    })  # fmt: skip
+    p = yaml.safe_load(params.read_text())
+    p["engine"].pop("speculative", None)  # no speculative algorithm: its arms are skipped
+    params.write_text(yaml.safe_dump(p, sort_keys=False))
+    return params
+
+
+def forecast(s: Session) -> dict:
+    """Issue 48 on the GPU, first call: `kit decide` on the 22,400-prompt plan, whose decision.json
+    holds the forecast of stage 3 (`forecast_params`)."""
+    out = {"decide": s.kit("decide", forecast_params(s), 420)}
+    with contextlib.suppress(OSError, ValueError):
+        out["forecast"] = json.loads((OUTPUTS / FORECAST_RUN / "decision.json").read_text()).get("forecast")
+    return out
+
+
+def forecast_run(s: Session) -> dict:
+    """Issue 48 on the GPU, second call: stage 3 on the plan the forecast phase decided, then stage 4,
+    which sets the forecast against what the run took (summary.json's `forecast_check`). A machine
+    given back between the calls: the run folder comes back from its tarball, carried in
+    .device/runs/ (run-h200-sglang-forecast-22k.tar.xz, as the first call returned it)."""
+    params = forecast_params(s)
+    carried = REPO / ".device" / "runs" / f"run-{FORECAST_RUN}.tar.xz"
+    if not (OUTPUTS / FORECAST_RUN / "decision.json").is_file() and carried.is_file():
+        with tarfile.open(carried) as tar:
+            tar.extractall(OUTPUTS, filter="data")
+    out = {"generate": s.kit("generate", params, 480)}
+    out["analyse"] = s.kit("analyse", params, 150)
+    with contextlib.suppress(OSError, ValueError):
+        out["forecast_check"] = json.loads((OUTPUTS / FORECAST_RUN / "summary.json").read_text()).get(
+            "forecast_check"
+        )
+    return out
 
 
 MOE_LAYERS = 16  # of Qwen3-30B-A3B's 48: the same layer, a third of the weights, so three servers fit
@@ -797,6 +864,8 @@ PHASES = {
     "eagle_fi": lambda s: eagle(s, "flashinfer"),
     "moe": moe,
     "mtp27": mtp27,
+    "forecast": forecast,
+    "forecast_run": forecast_run,
     "ceiling": ceiling,
     "defaults": defaults,
     "faults": faults,

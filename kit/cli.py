@@ -110,10 +110,12 @@ def _kit(
     """Batch inference and the MTP decision, stage by stage."""
 
 
-def _load(path: Path, run: str | None):
+def _load(path: Path, run: str | None, inputs: bool = True):
+    """The params; `inputs` False for a stage that reads only the run folder (stage 4: a run copied
+    from the GPU box is analysed where its engine and model are not)."""
     from kit.params import load_params
 
-    return load_params(path, run)
+    return load_params(path, run, check_paths=inputs)
 
 
 def _print(data: object) -> None:
@@ -218,7 +220,7 @@ def analyse(params: ParamsArg, run: RunOpt = None) -> None:
     """Stage 4: summary.json and figures for a run's outputs."""
     from kit import stages as st
 
-    summary = st.analyse(_load(params, run)).summary.to_json()
+    summary = st.analyse(_load(params, run, inputs=False)).summary.to_json()
     _print({k: summary.get(k) for k in ("rows", "fitness", "gaps", "figures") if k in summary})
 
 

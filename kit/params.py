@@ -328,7 +328,8 @@ class GenerateParams(_Strict):
     """Restarts of one server in a row, with no good answer between them, before the run ends."""
     hang_timeout_s: float = Field(default=60.0, gt=0)
     """Seconds a server may show no life (no answer, no healthy /health) before it counts as hung
-    and is restarted; at most half of request_timeout_s is used."""
+    and is restarted; at most half of request_timeout_s is used. Before each start of a server has
+    made its first token, `engine.startup_timeout_s` applies instead (a first-use compile)."""
     limit: int | None = Field(default=None, ge=1)
     """Generate only the first N planned prompts (a smoke run)."""
     use_decision: bool = True

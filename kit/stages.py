@@ -48,14 +48,16 @@ def run_folder(params: RunParams) -> RunFolder:
     return RunFolder(Path(params.run_dir))
 
 
-def prepare(params: RunParams, save: bool = True) -> RunFolder:
-    """Create the run folder, build the demo model and fixture data when the params ask for them,
-    and (`save`) save the resolved params once those stand (`save_params`). Stage 3 saves them
-    itself, once it holds the folder's lock and the folder accepted its settings: a refused run
-    must not leave its params as the folder's own."""
+def prepare(params: RunParams, save: bool = True, inputs: bool = True) -> RunFolder:
+    """Create the run folder, build the demo model and fixture data when the params ask for them
+    (`inputs`: stage 4 reads only the run folder, so a run copied from the GPU box is analysed where
+    its model is not), and (`save`) save the resolved params once those stand (`save_params`).
+    Stage 3 saves them itself, once it holds the folder's lock and the folder accepted its settings:
+    a refused run must not leave its params as the folder's own."""
     folder = run_folder(params).ensure()
-    _ensure_model(params)
-    _ensure_demo_data(params)
+    if inputs:
+        _ensure_model(params)
+        _ensure_demo_data(params)
     if save:
         save_params(params, folder)
     return folder
@@ -256,7 +258,7 @@ def analyse(params: RunParams, *, rerun: bool = True) -> Analysis:
     folder = run_folder(params)
     if _opens(folder, "analyse", rerun):
         return Analysis.opened(required(folder.read_summary(), folder.summary), folder, params.analyse)
-    folder = prepare(params)
+    folder = prepare(params, inputs=False)
     return with_fitness(folder, run_analysis(folder, params.analyse))
 
 

@@ -196,3 +196,17 @@ def test_report_files_are_readable_as_the_umask_says(tmp_path: Path):
         assert done.returncode == 0, done.stderr[-2000:]
         files = [p for p in (run.root / "report").rglob("*") if p.is_file()]
         assert files and {p.name: p.stat().st_mode & 0o777 for p in files} == {p.name: mode for p in files}
+
+
+def test_analyse_reads_only_the_run_folder(tmp_path: Path):
+    """A run copied from the GPU box is analysed where its engine and model are not (an H100 run's
+    params name /opt/torch/.venv/bin/python3): stage 4 checks neither, stage 3 still names both."""
+    f = tmp_path / "p.yaml"
+    f.write_text(
+        "model: {path: /no/such/model}\nengine: {flavor: sglang, python: /no/such/python}\noutput_dir: out\n"
+    )
+    done = kit("analyse", str(f))
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "out" / "p" / "summary.json").is_file()
+    stage3 = kit("generate", str(f))
+    assert_clear_error(stage3, "model.path: /no/such/model", "engine.python: /no/such/python")

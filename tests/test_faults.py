@@ -256,3 +256,30 @@ def test_a_server_that_answers_health_but_makes_no_token_is_restarted(write_para
     assert len(rows) == 120 and len({r["id"] for r in rows}) == 120
     assert folder.failures.read_text() == ""
     assert json.loads(folder.manifest.read_text())["server_restarts"] >= 1
+
+
+def test_a_first_use_compile_longer_than_the_hang_timeout_is_waited_for(write_params, tmp_path):
+    """The server's first request pays a first-use compile (SGLang's flashinfer sampler took ~90 s on
+    an H100; its /health fails meanwhile) that lasts well past the hang timeout: the kit waits for
+    the first token within the start-up timeout instead, restarts nothing and writes every row. With
+    the hang timeout alone (the kit before), each restart compiled anew: an H100's stage 3 started
+    its server four times in 400 s and made no row."""
+    params_file = write_params(
+        "compile",
+        data={"sources": [prompt_source(tmp_path, 40)]},
+        engine=fake_engine(tmp_path, {"first_compile_s": 12}),
+        generate={"concurrency": 8, "hang_timeout_s": 5, "request_timeout_s": 120, "retries": 1,
+                  "max_server_restarts": 1, "sampling": {"max_tokens": 8, "seed": 0}},
+    )  # fmt: skip
+    folder = RunFolder(load_params(params_file).run_dir)
+    log = tmp_path / "compile.log"
+    with log.open("w") as out:
+        done = subprocess.run([*KIT, "generate", str(params_file)], stdout=out, stderr=subprocess.STDOUT)
+    text = log.read_text()
+    assert done.returncode == 0, text[-3000:]
+    server_log = (folder.logs / "server-0.log").read_text()
+    assert server_log.count("injected fault first_compile") == 1, server_log[-2000:]
+    assert json.loads(folder.manifest.read_text())["server_restarts"] == 0
+    rows = rows_table(folder)
+    assert len(rows) == 40 and len({r["id"] for r in rows}) == 40
+    assert folder.failures.read_text() == ""

@@ -29,7 +29,7 @@ def demo_profile() -> pd.DataFrame:
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        grid = ProfileGrid(batch_sizes=(1, 8), q_values=(1, 4), contexts=(32, 256), reps=3)
+        grid = ProfileGrid(batch_sizes=(1, 8), q_values=(1, 4), contexts=(32, 256), reps=5)
         return profile_steps(DEMO, grid)
     finally:
         torch.set_num_threads(threads)

@@ -8,6 +8,10 @@ server's /health every few seconds and, while requests are out, trusts the engin
 counters (vLLM, SGLang; read by the loop's timeline every few seconds) over /health; a server that
 shows no life for `hang_timeout_s` (no answer, no healthy
 probe, or, with requests out, no token made) is taken as hung and restarted, like one that exited.
+Until a server (each start of it) has made its first token, the silence allowed is the engine's
+start-up timeout instead: a first request can pay a first-use compile (SGLang's flashinfer sampler
+took ~90 s on an H100; the server's own /health fails meanwhile), and a hang timeout of 30 s
+restarted such a server four times in 400 s, each start compiling anew, without making a row.
 Requests wait while their replica restarts
 (`acquire`), and a request that failed because its server died, hung or was restarted is retried
 without counting an attempt (`recover`): a server fault costs the in-flight requests a retry,
@@ -70,6 +74,9 @@ class Replica:
     switched to speculation for the tail: kit.generate.tailswitch)."""
     token_count: float | None = None
     """The engine's token counters at the last reading (kit.generate.pool.TOKEN_COUNTERS)."""
+    answered: bool = False
+    """Whether this start of the server has shown work (an answer, or its token counters rising):
+    until then a first-use compile may keep it silent (`ServerPool.first_answer_s`)."""
     counts_tokens: bool = False
     """Whether this server keeps token counters (then they, not /health, show its life with requests
     out); read from the loop's timeline scrapes (`note_counters`)."""
@@ -88,6 +95,7 @@ class Replica:
         )
         await self.client.__aenter__()
         self.last_life = time.monotonic()
+        self.answered = False
         self.ready.set()
 
     async def close(self) -> None:
@@ -132,6 +140,8 @@ class Replica:
             return
         tokens = sum(v for k, v in metrics.items() if k in TOKEN_COUNTERS)
         before, self.token_count, self.counts_tokens = self.token_count, tokens, True
+        if before is not None and tokens > before:
+            self.answered = True
         if before is None or tokens > before:
             self.saw_life()
 
@@ -152,10 +162,13 @@ class ServerPool:
         replicas: list[Replica],
         max_restarts: int,
         hang_timeout_s: float = 60.0,
+        first_answer_s: float | None = None,
     ) -> None:
         self.replicas = replicas
         self.max_restarts = max_restarts
         self.hang_timeout_s = hang_timeout_s
+        self.first_answer_s = max(hang_timeout_s, first_answer_s or 0.0)
+        """The silence allowed before a start of a server has shown work (`engine.startup_timeout_s`)."""
         self.health_interval_s = min(HEALTH_INTERVAL_S, hang_timeout_s / 2)
         self.probe_timeout_s = min(HEALTH_TIMEOUT_S, hang_timeout_s)
 
@@ -185,6 +198,7 @@ class ServerPool:
         """The server answered; a good answer from its current generation resets its restarts in a row."""
         if generation == replica.generation:
             replica.saw_life()
+            replica.answered = True
             if good:
                 replica.restarts_in_a_row = 0
 
@@ -229,14 +243,17 @@ class ServerPool:
             if replica.process_exited():
                 await self._restart_if(replica, generation, exited(replica.server))
                 continue
-            left = replica.last_life + self.hang_timeout_s - time.monotonic()
+            limit = self.silence_limit(replica)
+            left = replica.last_life + limit - time.monotonic()
             timeout = max(MIN_PROBE_S, min(self.probe_timeout_s, left))
             if await replica.healthy(timeout) and not (replica.counts_tokens and replica.outstanding):
                 replica.saw_life()  # with requests out, an engine that counts tokens shows life by them
                 continue
             silent = time.monotonic() - replica.last_life
-            if silent >= self.hang_timeout_s:
-                hung = f"(hung: hang timeout {self.hang_timeout_s:g} s)"
+            if silent >= limit:
+                hung = f"(hung: hang timeout {limit:g} s)"
+                if not replica.answered:
+                    hung = f"(hung: no first token within the start-up timeout, {limit:g} s)"
                 why = f"has not answered for {silent:.0f} s {hung}"
                 if replica.counts_tokens and replica.outstanding:
                     out = replica.outstanding
@@ -245,9 +262,14 @@ class ServerPool:
                     )
                 await self._restart_if(replica, generation, why, force=True)
 
+    def silence_limit(self, replica: Replica) -> float:
+        """Seconds of silence after which `replica` counts as hung: the hang timeout once this start
+        of it has shown work, the start-up timeout before (a first-use compile)."""
+        return self.hang_timeout_s if replica.answered else self.first_answer_s
+
     def _until_next_check(self, replica: Replica) -> float:
         """Seconds to the next probe: the health interval, or less when the hang deadline comes first."""
-        left = replica.last_life + self.hang_timeout_s - time.monotonic()
+        left = replica.last_life + self.silence_limit(replica) - time.monotonic()
         return max(MIN_PROBE_S, min(self.health_interval_s, left))
 
     async def _restart_if(self, replica: Replica, generation: int, why: str, force: bool = False) -> None:

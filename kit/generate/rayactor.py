@@ -167,6 +167,7 @@ class EngineActor:
             [replica_of(params, server, params.engine.api_key())],
             params.generate.max_server_restarts,
             hang_timeout_s=hang_timeout(params.generate),
+            first_answer_s=params.engine.startup_timeout_s,
         )
         await self.pool.__aenter__()
         cap = await engine_capacity(self.pool, params, [server])

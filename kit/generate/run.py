@@ -274,6 +274,7 @@ def _run_loop(
                 [replica_of(params, s, api_key) for s in servers],
                 params.generate.max_server_restarts,
                 hang_timeout_s=hang_timeout(params.generate),
+                first_answer_s=params.engine.startup_timeout_s,
             )
             async with pool:
                 cap = await engine_capacity(pool, params, servers)

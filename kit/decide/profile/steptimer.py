@@ -1,7 +1,7 @@
 """Timing and depth scaling shared by both profiler backends (kit.decide.profile.profiler and
 kit.decide.profile.synthetic_step).
 
-A step is timed plainly (median of eager runs) or as CUDA graph replays; a model built with `n`
+A step is timed plainly (the fastest of its eager runs) or as CUDA graph replays; a model built with `n`
 layers is timed at `n` and at a lower depth `n'`, and the difference scales it to the full `N`:
 `T_full = T(n) + (N - n) (T(n) - T(n')) / (n - n')`.
 """
@@ -32,7 +32,9 @@ def _nothing() -> None:
 
 
 def time_eager(step: Any, reps: int, sync: Any, after: Any = _nothing) -> float:
-    """Median wall time of `reps` steps after one warm-up; `after` runs between steps, untimed."""
+    """The shortest wall time of `reps` steps after one warm-up; `after` runs between steps, untimed.
+    The shortest, not the median: what another process takes from a step only ever adds to it (a
+    2-core CPU beside a second test run put three steps' median 67% off the calibrated model)."""
     times = []
     for _ in range(reps + 1):
         sync()
@@ -41,7 +43,7 @@ def time_eager(step: Any, reps: int, sync: Any, after: Any = _nothing) -> float:
         sync()
         times.append(time.perf_counter() - t0)
         after()
-    return sorted(times[1:])[len(times[1:]) // 2]
+    return min(times[1:])
 
 
 def time_cuda_graph(step: Any, reps: int, after_warmup: Any = _nothing) -> float:

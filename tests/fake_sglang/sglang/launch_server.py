@@ -19,7 +19,10 @@ bad_first: the first N answers of this process are such bodies;
 error_rate: the share answered HTTP 500; bad_marker: a request whose messages contain it always
 gets `abort`; stuck_after: from the N-th chat request of this process on, requests hang (no token is
 generated, nothing answers) while /health, /v1/models and /metrics still answer (with stuck_pid:
-only in the process of that pid, so that a restarted server works). Each injected fault
+only in the process of that pid, so that a restarted server works); first_compile_s: the first chat
+request of this process starts a first-use compile of that many seconds (SGLang's flashinfer
+sampler, ~90 s on an H100), during which no request answers, no token is counted and /health
+answers 503, as SGLang's does while its scheduler is busy. Each injected fault
 is a line in the server log. Kills and freezes come from outside (signals to this process).
 """
 
@@ -138,10 +141,17 @@ def main() -> None:
     drafted = args.speculative_num_steps or (args.speculative_num_draft_tokens or 1) - 1
     k = drafted if args.speculative_algorithm else 0
     running = args.max_running_requests or (48 if k else 256)
-    state = {"running": 0, "tokens": 0, "requests": 0}
+    state = {"running": 0, "tokens": 0, "requests": 0, "compiled_at": None}
+
+    def compiling() -> bool:
+        return state["compiled_at"] is not None and asyncio.get_running_loop().time() < state["compiled_at"]
 
     @app.get("/health")
-    def health() -> dict:
+    async def health():
+        from fastapi.responses import JSONResponse
+
+        if compiling():
+            return JSONResponse({"error": "the scheduler is compiling"}, status_code=503)
         return {}
 
     @app.get("/v1/models")
@@ -183,6 +193,11 @@ def main() -> None:
         steps = max(1, round(n / ACCEPT[k])) if k else n
         state["requests"] += 1
         spec = faults.current()
+        if spec.get("first_compile_s") and state["compiled_at"] is None:
+            print(f"fake_sglang: injected fault first_compile ({spec['first_compile_s']} s)", flush=True)
+            state["compiled_at"] = asyncio.get_running_loop().time() + float(spec["first_compile_s"])
+        if compiling():
+            await asyncio.sleep(state["compiled_at"] - asyncio.get_running_loop().time())
         stuck = spec.get("stuck_after") if spec.get("stuck_pid", os.getpid()) == os.getpid() else None
         if stuck is not None and state["requests"] > stuck:
             if state["requests"] == stuck + 1:
