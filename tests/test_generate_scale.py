@@ -107,3 +107,29 @@ def test_shards_are_sized_for_the_run_and_closed_by_the_bytes_of_their_text(tmp_
     writer.flush()
     assert writer.buffer_bytes == 0 and not writer.due(1, 60.0, max_bytes=1)
     assert json.loads(json.dumps(shard_rows_for(None, 0))) == 1000
+
+
+def starving(running: float | None, waiting: float | None, in_flight: int, ticks: int = 3) -> int:
+    """Requests in flight after `ticks` samples of the engine's gauges, through the loop's own rule
+    (kit.generate.loop.GenerationLoop._keep_engine_full), the kit holding `in_flight` of 10,000."""
+    from kit.generate.loop import GenerationLoop, LoopStats
+
+    stats = LoopStats(in_flight=in_flight, concurrency=in_flight)
+    loop = SimpleNamespace(stats=stats, total=10_000, _taken=in_flight, _starved_ticks=0,
+                           grow_when_starved=True, _said_starved=False)  # fmt: skip
+    loop._spawn = lambda n: setattr(stats, "concurrency", stats.concurrency + n)
+    for _ in range(ticks):
+        stats.in_flight = stats.concurrency  # every worker holds a request
+        GenerationLoop._keep_engine_full(loop, {"num_running_reqs": running, "num_queue_reqs": waiting})
+    return stats.concurrency
+
+
+def test_the_loop_grows_only_when_the_engine_runs_what_it_sent():
+    """Every request running and none waiting: the kit is the engine's limit, so it sends more. None
+    running and none waiting with 1,024 out (an H100's SGLang compiling its sampler at the first
+    request): the requests have not reached the scheduler, and sending more only deepens its queue
+    (the kit went to 16,384 in flight there, and SGLang ran 10-512 of its 512)."""
+    assert starving(running=60, waiting=0, in_flight=64) > 64
+    assert starving(running=0, waiting=0, in_flight=1024) == 1024
+    assert starving(running=300, waiting=0, in_flight=1024) == 1024
+    assert starving(running=512, waiting=400, in_flight=1024) == 1024
