@@ -14,7 +14,7 @@ import pytest
 from kit.arch import load_arch
 from kit.decide.costmodel import Hardware, Scenario, Workload
 from kit.decide.decision import ARM_SETTINGS, decide, decision_arm, with_gpus
-from kit.decide.sweep import RUN_COLUMNS, summarise
+from kit.decide.levels import RUN_COLUMNS, summarise
 from kit.engines.arms import Arm
 from kit.params import DecideParams
 
@@ -306,7 +306,8 @@ def test_measuring_again_counts_the_server_starts_it_takes(tmp_path: Path) -> No
     its levels alone would. Side by side (no restarts) it fits; with 120 s spent it fits."""
     from types import SimpleNamespace
 
-    from kit.decide.sweep import ArmServers, Slot, SweepLog, _fits
+    from kit.decide.sweep import SweepLog, _fits
+    from kit.decide.sweep_servers import ArmServers, Slot
     from kit.engines.arms import Arm
 
     plain, spec = Arm(0), Arm(2, "NGRAM")
@@ -333,7 +334,8 @@ def test_a_rounds_pace_leaves_out_the_first_server_start(tmp_path: Path) -> None
     """Three servers side by side took 170 s to come up on the H200, then a round ~110 s: at the
     second round's start (280 s in), a 400 s budget has room for it (280 + 110), which a pace that
     counted the start (280 per round) refused."""
-    from kit.decide.sweep import Slot, SweepLog, _within_budget
+    from kit.decide.sweep import SweepLog, _within_budget
+    from kit.decide.sweep_servers import Slot
     from kit.engines.arms import Arm
 
     slots = [Slot(0, Arm(0), 256), Slot(1, Arm(0), 256), Slot(1, Arm(0), 256, "end")]
@@ -586,7 +588,8 @@ def test_the_sweeps_warm_up_sends_the_top_levels_prompts_at_once(tmp_path: Path)
 
     from test_order import recording_server
 
-    from kit.decide.sweep import WARMUP_BURST_TOKENS, WARMUP_REQUESTS, ArmServers, sweep_arms
+    from kit.decide.sweep_servers import WARMUP_BURST_TOKENS, WARMUP_REQUESTS, ArmServers
+    from kit.engines.settings import sweep_arms
     from kit.params import RunParams
     from kit.runfolder import RunFolder
 

@@ -36,8 +36,8 @@ from conftest import REPO
 from engines import SHARED_VLLM_KEY, VLLM_PYTHON, SharedVllm, engine_python
 
 from kit.decide.decision import decision_arm
+from kit.decide.levels import per_round, rests_on_disturbed
 from kit.decide.noise import UNMEASURED_NOISE, lead
-from kit.decide.sweep import per_round, rests_on_disturbed
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
 SIX = {"infinity_instruct", "webinstructsub", "codefeedback", "metamathqa", "hermes_fc", "agentinstruct"}

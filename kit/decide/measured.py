@@ -16,8 +16,8 @@ from typing import Any
 
 import pandas as pd
 
+from kit.decide.levels import flags, per_round, rests_on_disturbed
 from kit.decide.noise import INTERVAL, UNMEASURED_NOISE, Drift, Interval, Lead, lead, sweep_noise
-from kit.decide.sweep import flags, per_round, rests_on_disturbed
 
 
 @dataclass(frozen=True)

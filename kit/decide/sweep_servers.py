@@ -1,0 +1,200 @@
+"""The sweep's servers, one per arm: side by side or one at a time, warmed up, paused while another
+arm is measured when idle ones take the CPU, restarted after a crash (kit.decide.sweep drives
+them; kit.decide.sweep_level measures a level on one)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from kit.asyncrun import run_coroutine
+from kit.decide.machine import DISTURBED_CPU, idle_cpu, pause
+from kit.decide.sweep_level import arm_client
+from kit.engines import start_server
+from kit.engines.settings import Arm, arm_engine
+from kit.errors import EngineError
+from kit.params import RunParams
+from kit.runfolder import RunFolder
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Slot:
+    """One measurement of the sweep: in a round, an arm at a level (`phase`: sweep, start or end)."""
+
+    round: int
+    arm: Arm
+    concurrency: int
+    phase: str = "sweep"
+
+
+def arm_params(params: RunParams, arm: Arm, hybrid: bool, running_cap: int | None = None) -> RunParams:
+    """The run's params with the engine of one arm (see `kit.engines.settings.arm_engine`)."""
+    return params.model_copy(update={"engine": arm_engine(params, arm, hybrid, running_cap)})
+
+
+WARMUP_REQUESTS = 4
+WARMUP_BURST_TOKENS = 2
+"""Tokens each request of the warm-up burst asks for: the burst is for the prefill of the top level's
+prompts all at once (full chunks: kernels an engine compiles or captures at first use; on the H200,
+FlashInfer's first 8,192-token prefill chunk took 8 s), and its first large-batch decode steps."""
+
+
+class ArmServers:
+    """The arms' servers: all up side by side (`together`), or one at a time, each started when its
+    arm is next measured. A server that will not start is remembered as the arm's failure.
+
+    Side by side, idle servers are not always idle: vLLM's CPU build spins at about a quarter of a
+    core each, which on a small machine takes from the arm being measured what it gives to none.
+    When the idle servers take more than `DISTURBED_CPU` of the machine between them (`idle_cpu`,
+    read once all are up), the others are paused (SIGSTOP) while one arm is measured (`held`)."""
+
+    def __init__(
+        self,
+        params: RunParams,
+        folder: RunFolder,
+        arms: list[Arm],
+        hybrid: bool,
+        together: bool,
+        prompts: list[dict] | None = None,
+        running_caps: dict[int, int] | None = None,
+    ):
+        self.params, self.folder, self.hybrid, self.together = params, folder, hybrid, together
+        self.prompts = prompts or []
+        """The sweep's prompts: the warm-up sends the top level's worth of them at once."""
+        self.up: dict[str, Any] = {}
+        self.failed: dict[str, str] = {}
+        self.crashed: dict[str, str] = {}
+        """Arms whose server kept dying: the last crash, in a sentence with what to try."""
+        self.crashes: dict[str, int] = {}
+        """Crashes seen per arm."""
+        caps = running_caps or {}
+        self.arm_params = {a.name: arm_params(params, a, hybrid, caps.get(a.k)) for a in arms}
+        self.idle_cpu: float | None = None
+        """Share of the machine the servers took between them while idle, side by side."""
+        self.held = False
+        self.start_s: list[float] = []
+        """Seconds each server start took (launch to answering, warm-up included)."""
+
+    def start_all(self, arms: list[Arm]) -> None:
+        """Start every arm's server at once, then wait for each (they load side by side)."""
+        started = time.monotonic()
+        starting = {}
+        for arm in arms:
+            server = start_server(self.arm_params[arm.name], self.folder.logs, name=f"sweep-{arm.name}")
+            try:
+                starting[arm.name] = server.start()
+            except EngineError as e:
+                self._failed(arm.name, e)
+        for name, server in starting.items():
+            try:
+                self.up[name] = server.wait_ready()
+                self._warm(name)
+            except EngineError as e:
+                server.stop()
+                self._failed(name, e)
+        self.start_s.append(time.monotonic() - started)
+        if len(self.up) > 1:
+            self.idle_cpu = idle_cpu(self.pids())
+            self.held = self.idle_cpu > DISTURBED_CPU
+
+    def get(self, arm: Arm) -> Any | None:
+        """The arm's running server (started now when servers run one at a time, or after a crash);
+        None if it failed to start or kept crashing."""
+        if arm.name in self.failed or arm.name in self.crashed:
+            return None
+        if self.held and arm.name in self.up:  # the others rest while this one is measured
+            pause([getattr(self.up[arm.name], "pid", None)], paused=False, roots_too=False)
+            pause(self.neighbours(arm), paused=True, roots_too=False)  # their reapers stay awake
+        if arm.name not in self.up:
+            if not self.together:
+                self.stop_all()
+            server = start_server(self.arm_params[arm.name], self.folder.logs, name=f"sweep-{arm.name}")
+            started = time.monotonic()
+            try:
+                self.up[arm.name] = server.__enter__()
+                self._warm(arm.name)
+            except EngineError as e:
+                self._failed(arm.name, e)
+                return None
+            self.start_s.append(time.monotonic() - started)
+        return self.up[arm.name]
+
+    def crash(self, arm: Arm, in_flight: int | None) -> tuple[Any, bool]:
+        """The arm's server died while measured: (what it said, kit.engines.crashes.Crash; whether it
+        is to be restarted and the level measured again). Past `decide.crash_restarts` crashes of the
+        arm the arm is given up (`crashed`); either way the dead server is cleaned away."""
+        server = self.up.pop(arm.name)
+        crash = server.crash(in_flight) if hasattr(server, "crash") else None
+        server.stop()
+        n = self.crashes[arm.name] = self.crashes.get(arm.name, 0) + 1
+        limit = self.params.decide.crash_restarts
+        if n > limit:
+            what = crash.sentence(f"{arm.name}'s server") if crash else f"{arm.name}'s server died"
+            advice = crash.advice(arm.speculative) if crash else ""
+            self.crashed[arm.name] = (
+                f"{what}; it died {n} times (decide.crash_restarts: {limit}), so the arm is not measured"
+                + (f". What to try: {advice}" if advice else "")
+            )
+            log.warning("sweep arm %s crashed: %s", arm.name, self.crashed[arm.name])
+        return crash, n <= limit
+
+    def starts_for(self, slots: list[Slot]) -> int:
+        """How many server starts measuring `slots` in order takes from now: none when the servers
+        run side by side; one at a time, one for each change of arm (the one up now counts: one at a
+        time, `up` holds it alone)."""
+        if self.together:
+            return 0
+        names = [
+            s.arm.name for s in slots if s.arm.name not in self.failed and s.arm.name not in self.crashed
+        ]
+        up_now = next(iter(self.up), None)
+        return sum(1 for before, now in zip([up_now, *names], names, strict=False) if before != now)
+
+    def _warm(self, name: str) -> None:
+        """Requests before the first measurement (first requests pay one-off costs): a few of the
+        sweep's length, then the top level's count of the sweep's prompts at once, each asking for
+        `WARMUP_BURST_TOKENS` (so the first level measured, the drift check's, is not the one that
+        pays for the engine's first large prefill)."""
+        p = self.arm_params[name]
+        top = max(p.decide.concurrencies)
+        burst = [self.prompts[i % len(self.prompts)] for i in range(top)] if self.prompts else []
+
+        async def warm() -> None:
+            async with arm_client(p, self.up[name]) as client:
+                hello = [{"role": "user", "content": "Hello"}]
+                await asyncio.gather(
+                    *(client.chat(hello, max_tokens=p.decide.max_tokens) for _ in range(WARMUP_REQUESTS))
+                )
+                await asyncio.gather(
+                    *(
+                        client.chat(q["messages"], max_tokens=WARMUP_BURST_TOKENS, temperature=0.0)
+                        for q in burst
+                    )
+                )
+
+        with contextlib.suppress(EngineError):
+            run_coroutine(warm())
+
+    def _failed(self, name: str, e: Exception) -> None:
+        self.failed[name] = str(e)[:2000]
+        log.warning("sweep arm %s could not be measured: %s", name, str(e).splitlines()[0])
+
+    def pids(self) -> list[int | None]:
+        return [getattr(s, "pid", None) for s in self.up.values()]
+
+    def neighbours(self, arm: Arm) -> list[int | None]:
+        """The other arms' servers (up, idle or paused) while `arm` is measured."""
+        return [getattr(s, "pid", None) for name, s in self.up.items() if name != arm.name]
+
+    def stop_all(self) -> None:
+        if self.held:
+            pause(self.pids(), paused=False, roots_too=False)  # a paused server ignores SIGTERM
+        for server in self.up.values():
+            server.stop()
+        self.up = {}
