@@ -253,3 +253,61 @@ def test_a_bigger_job_from_the_same_mix_scales_with_its_requests(recorded) -> No
 def test_a_capacity_above_the_sweeps_top_level_is_said(recorded) -> None:
     f = forecast(recorded)  # stage 3 at 512 at once, the sweep measured up to 256
     assert any("runs 512 at once" in n and "add 512 to decide.concurrencies" in n for n in f.notes)
+
+
+FAKE_SGLANG = Path(__file__).resolve().parent / "fake_sglang"
+
+
+def test_a_pilot_too_short_to_time_goes_on_with_more_planned_prompts(tmp_path: Path) -> None:
+    """On the SGLang stand-in (80 ms an answer): the three sampled prompts alone would take a tenth of
+    a second, so the pilot sends further planned prompts, four at once, until it has lasted
+    `MIN_PILOT_S`, then stops (an H100's pilot of 48 prompts took 0.7 s, too short to time). The
+    sample comes first; every answer is one sent, in the order sent; without more, only the sample."""
+    import asyncio
+    import os
+    import subprocess
+    import sys
+    import time
+
+    from kit.decide.pilot import MIN_PILOT_S, pilot
+    from kit.engines.client import EngineClient
+    from kit.engines.process import free_port
+    from kit.params import RunParams
+
+    port = free_port()
+    env = {**os.environ, "PYTHONPATH": str(FAKE_SGLANG), "FAKE_SGLANG_STEP_S": "0.01"}
+    with (tmp_path / "server.log").open("w") as log:
+        server = subprocess.Popen(
+            [sys.executable, "-m", "sglang.launch_server", "--model-path", "m", "--port", str(port)],
+            env=env, stdout=log, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+    params = RunParams.model_validate({
+        "run": "pilot", "model": {"path": str(tmp_path), "served_name": "m"},
+        "engine": {"flavor": "external", "base_url": f"http://127.0.0.1:{port}"},
+        "decide": {"concurrencies": [1, 4]}, "generate": {"sampling": {"max_tokens": 8, "seed": 0}},
+    })  # fmt: skip
+    prompt = lambda i: {"id": f"p{i}", "source": "s", "prompt_tokens": 5,  # noqa: E731
+                        "messages": [{"role": "user", "content": f"q{i}"}]}  # fmt: skip
+
+    async def go(more: int) -> tuple[list[dict], dict]:
+        async with EngineClient(f"http://127.0.0.1:{port}", "sglang", "m", 60) as client:
+            deadline = time.monotonic() + 60
+            while not await client.health() and time.monotonic() < deadline:
+                await asyncio.sleep(0.2)
+            return await pilot(
+                params, client, [prompt(i) for i in range(3)], [prompt(i) for i in range(3, 3 + more)]
+            )
+
+    try:
+        answers, figures = asyncio.run(go(1000))
+        alone, just = asyncio.run(go(0))
+    finally:
+        server.kill()
+        server.wait()
+    assert figures["seconds"] >= MIN_PILOT_S and 3 < figures["sent"] < 1003, figures
+    assert figures["concurrency"] == 4 and figures["answered"] == figures["sent"] == len(answers)
+    assert [a["id"] for a in answers] == [f"p{i}" for i in range(len(answers))]
+    assert figures["output_tokens"] == 8 * len(answers)
+    assert (
+        [a["id"] for a in alone] == ["p0", "p1", "p2"] and just["sent"] == 3 and just["seconds"] < MIN_PILOT_S
+    )

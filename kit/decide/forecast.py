@@ -43,6 +43,7 @@ import pandas as pd
 import pyarrow.parquet as pq
 
 from kit.artifacts import ArmForecast, Decision, Forecast, LadderPoint, Noise
+from kit.decide.pilot import MIN_PILOT_S
 from kit.engines.arms import arm_label
 from kit.engines.capacity import launched_capacity
 from kit.engines.flavors import flavor, server_env
@@ -58,9 +59,6 @@ DRAWS = 16
 LOW, HIGH = 10, 90
 """Percentiles of the simulations that bound the interval."""
 CANNOT_RUN = ("skipped", "failed", "crashed")
-MIN_PILOT_S = 5.0
-"""A pilot that took less than this is not timed: its speed is a sub-second measurement (2.6x apart
-over four runs of the same 24 requests on vLLM's CPU build), so the sweep's ladder stands uncalibrated."""
 
 
 @dataclass(frozen=True)

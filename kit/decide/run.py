@@ -48,16 +48,27 @@ def sweep_prompts(params: RunParams, folder: RunFolder) -> list[dict[str, Any]]:
     path = ensure_plan(params, folder)
     order = list(range(pq.ParquetFile(path).metadata.num_rows))
     random.Random(params.data.seed).shuffle(order)  # shuffle positions: only the sample is read
-    rows = take_prompts(path, order[: params.decide.num_prompts]).to_pylist()
+    return _prompts(path, order[: params.decide.num_prompts])
+
+
+def _prompts(path: Path, at: list[int]) -> list[dict[str, Any]]:
+    """The planned prompts at these positions, with their tools parsed for the engine's client."""
+    rows = take_prompts(path, at).to_pylist() if at else []
     return [{**r, "tools_list": (json.loads(r["tools"]) or None) if r.get("tools") else None} for r in rows]
 
 
-def pilot_prompts(params: RunParams, folder: RunFolder) -> list[dict[str, Any]]:
-    """`decide.pilot_per_source` planned prompts of each source (its first in a seeded shuffle of
-    the plan), for the pilot that measures the run's own output lengths."""
+PILOT_MORE = 2048
+"""Further planned prompts the pilot may send while it has lasted under `MIN_PILOT_S` (at the H100's
+13,000 tok/s and 64-token answers, 5 s is about 1,000 requests)."""
+
+
+def pilot_prompts(params: RunParams, folder: RunFolder) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(`decide.pilot_per_source` planned prompts of each source: its first in a seeded shuffle of the
+    plan, for the pilot that measures the run's own output lengths; then up to `PILOT_MORE` further
+    planned prompts in that shuffle, which the pilot sends while it is too short to time)."""
     k = params.decide.pilot_per_source
     if not k:
-        return []
+        return [], []
     path = ensure_plan(params, folder)
     sources = pq.read_table(path, columns=["source"]).column("source").to_pylist()
     order = list(range(len(sources)))
@@ -68,8 +79,9 @@ def pilot_prompts(params: RunParams, folder: RunFolder) -> list[dict[str, Any]]:
         if len(mine) < k:
             mine.append(i)
     picked = sorted(i for mine in taken.values() for i in mine)
-    rows = take_prompts(path, picked).to_pylist()
-    return [{**r, "tools_list": (json.loads(r["tools"]) or None) if r.get("tools") else None} for r in rows]
+    chosen = set(picked)
+    more = [i for i in order if i not in chosen][:PILOT_MORE]
+    return _prompts(path, picked), _prompts(path, more)
 
 
 SERVER_OVERHEAD_BYTES = 2 * GIB
@@ -345,8 +357,10 @@ def run_decision(params: RunParams, folder: RunFolder, probe: ProbeReport) -> De
     caps = spec_running_caps(params, probe, arch, prompts)
     if caps:
         side_by_side["spec_running_caps"] = {str(k): c for k, c in caps.items()}
-    pilot = pilot_prompts(params, folder)
-    sweep = run_sweep(sweep_params, folder, prompts, mtp, arch.is_hybrid, together, side_by_side, caps, pilot)
+    pilot, more = pilot_prompts(params, folder)
+    sweep = run_sweep(
+        sweep_params, folder, prompts, mtp, arch.is_hybrid, together, side_by_side, caps, pilot, more
+    )
     runs = pd.read_parquet(folder.sweep_runs) if folder.sweep_runs.exists() else None
     pilot, start_s = side_by_side.pop("pilot", None), side_by_side.pop("server_start_s", None)
     hw, profile, n_gpus, profile_plan = _hardware(params, folder, probe)

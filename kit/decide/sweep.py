@@ -79,7 +79,12 @@ def save_answers(rows: list[dict[str, Any]], path: Any, pilot: list[dict[str, An
 
 
 def _pilot(
-    params: RunParams, servers: ArmServers, arms: list[Arm], prompts: list[dict], sweep_log: SweepLog
+    params: RunParams,
+    servers: ArmServers,
+    arms: list[Arm],
+    prompts: list[dict],
+    more: list[dict],
+    sweep_log: SweepLog,
 ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """The pilot on the plain arm's server (kit.decide.pilot); nothing when it will not serve."""
     plain = next((a for a in arms if not a.speculative), None)
@@ -90,11 +95,12 @@ def _pilot(
 
     async def go() -> tuple[list[dict[str, Any]], dict[str, Any]]:
         async with arm_client(servers.arm_params[plain.name], server) as client:
-            return await pilot(params, client, prompts)
+            return await pilot(params, client, prompts, more)
 
     answers, figures = run_coroutine(go())
     sweep_log.line(
-        f"pilot: {figures['answered']} answered ({figures['cut']} cut at their max_tokens), "
+        f"pilot: {figures['answered']} of {figures['sent']} answered "
+        f"({figures['cut']} cut at their max_tokens), "
         f"{figures['output_tokens']} tokens in {figures['seconds']:.1f} s"
     )
     return answers, figures
@@ -121,14 +127,15 @@ def run_sweep(
     notes: dict[str, Any] | None = None,
     running_caps: dict[int, int] | None = None,
     pilot_prompts: list[dict] | None = None,
+    pilot_more: list[dict] | None = None,
 ) -> pd.DataFrame:
     """Measure every arm in interleaved rounds; write `sweep_runs.parquet` (every measurement) and
     `sweep.parquet` (per arm and level, with intervals); return the per-level table. `notes` receives
     how the servers ran side by side (`servers_idle_cpu_pct`, `servers_held`); `running_caps` (k ->
     requests) caps the servers of arms that memory cannot give the top level; `pilot_prompts` are
-    answered once by the plain arm's server at the end, as stage 3 samples (kit.decide.pilot): their
-    answers go to `sweep_answers.parquet` before the sweep's own, and `notes["pilot"]` says how
-    it went."""
+    answered once by the plain arm's server at the end, as stage 3 samples (kit.decide.pilot), then
+    `pilot_more` while the pilot is too short to time: their answers go to `sweep_answers.parquet`
+    before the sweep's own, and `notes["pilot"]` says how it went."""
     d = params.decide
     arms = sweep_arms(params)
     runnable = [a for a in arms if not skip_reason(params, a, mtp_status)]
@@ -161,7 +168,7 @@ def run_sweep(
             measured += _run_slots(redo, servers, prompts, bar, sweep_log, None, t0)
         rows += measured + _run_slots(slots[-1:], servers, prompts, bar, sweep_log, None, t0)
         if pilot_prompts and runnable:
-            piloted, figures = _pilot(params, servers, runnable, pilot_prompts, sweep_log)
+            piloted, figures = _pilot(params, servers, runnable, pilot_prompts, pilot_more or [], sweep_log)
             if notes is not None:
                 notes["pilot"] = figures
     finally:
