@@ -78,6 +78,29 @@ def test_a_kill_from_outside_says_there_was_no_error() -> None:
     assert "dmesg" in crash.advice(speculative=False)
 
 
+def test_what_the_engine_says_as_the_kit_stops_it_is_not_why_it_died() -> None:
+    """vLLM's API server killed from outside; its engine core, SIGTERMed by the kit's reaper with four
+    requests running, aborts them with a traceback of its own (seen in a CI run): not the cause."""
+    log = (
+        VLLM_LOG.split("(EngineCore_DP0 pid=903) ERROR")[0]
+        + "[kit reaper 880] sending SIGTERM to process group 811\n"
+        + "(EngineCore_DP0 pid=903) INFO 12-04 10:01:03 [core.py:1454] [shutdown] EngineCore: trigger received signal=SIGTERM\n"
+        + "(EngineCore_DP0 pid=903) Traceback (most recent call last):\n"
+        + '(EngineCore_DP0 pid=903)   File "/v/site-packages/vllm/distributed/device_communicators/shm_broadcast.py", line 501, in acquire_read\n'
+        + "(EngineCore_DP0 pid=903) RuntimeError: cancelled\n"
+        + "(EngineCore_DP0 pid=903) Running: 0 reqs, Waiting: 0 reqs\n"
+        + "[kit reaper 880] server exited with code -9\n"
+    )
+    crash = read_crash(log, 137)
+    assert crash.error is None and crash.running == 7, crash
+    assert "no error in its log" in crash.sentence()
+    assert read_crash(
+        SGLANG_LOG + "[kit reaper 9] sending SIGKILL to process group 8\n", 137
+    ).error.startswith("RuntimeError: The expanded size"), (
+        "an error written before the kit stopped the server stays its cause"
+    )
+
+
 def test_the_last_of_several_tracebacks_is_the_one_that_killed_it() -> None:
     earlier = (
         "Traceback (most recent call last):\n  File \"a.py\", line 1, in f\nKeyError: 'x'\nhandled, went on\n"

@@ -23,6 +23,8 @@ import signal
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from kit.engines.reaper import TEARDOWN
+
 TRACEBACK = re.compile(r"Traceback \(most recent call last\):")
 FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<func>\S+)')
 EXCEPTION = re.compile(r"^(?P<type>[A-Za-z_][\w.]*)(?::\s*(?P<message>.*))?$")
@@ -118,9 +120,20 @@ class Crash:
 def read_crash(
     log_text: str, exit_code: int | None, in_flight: int | None = None, log: str | None = None
 ) -> Crash:
-    """The `Crash` that `log_text` (what the server wrote since it started) shows."""
+    """The `Crash` that `log_text` (what the server wrote since it started) shows: read up to where
+    the kit's reaper began stopping what was left of the server's processes, whose answers to that
+    (vLLM's engine core aborting its requests with `RuntimeError: cancelled`) are not why it died."""
+    log_text = before_teardown(log_text)
     error, where = last_exception(log_text)
     return Crash(exit_code, error, where, last_running(log_text), in_flight, log)
+
+
+def before_teardown(log_text: str) -> str:
+    """The log up to the reaper's first note that it signals the server's process group."""
+    for m in re.finditer(r"^\[kit reaper \d+\] .*$", log_text, re.MULTILINE):
+        if TEARDOWN in m.group(0):
+            return log_text[: m.start()]
+    return log_text
 
 
 def last_exception(log_text: str) -> tuple[str | None, str | None]:

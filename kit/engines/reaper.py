@@ -30,6 +30,11 @@ PR_SET_PDEATHSIG = 1
 _stop_signal: list[int] = []
 
 
+TEARDOWN = "to process group"
+"""In the reaper's note as it signals the server's group ('sending SIGTERM to process group 123'):
+what the server's processes write after it is their answer to being stopped, not why they died."""
+
+
 def _note(msg: str) -> None:
     print(f"[kit reaper {os.getpid()}] {msg}", file=sys.stderr, flush=True)
 
@@ -64,7 +69,7 @@ def terminate_group(server: subprocess.Popen[bytes], grace: float) -> None:
         server.poll()
         if not group_members(pgid):
             return
-        _note(f"sending {sig.name} to process group {pgid}")
+        _note(f"sending {sig.name} {TEARDOWN} {pgid}")
         try:
             os.killpg(pgid, sig)
             os.killpg(pgid, signal.SIGCONT)  # a stopped (SIGSTOP) process acts on SIGTERM only once continued
