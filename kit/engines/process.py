@@ -32,11 +32,15 @@ from kit.engines import reaper
 from kit.engines.client import auth_headers, is_loopback, key_refused
 from kit.engines.crashes import Crash, read_crash
 from kit.engines.flavors import flavor, server_command, server_env
-from kit.engines.start_failures import explain_start_failure
+from kit.engines.start_failures import explain_start_failure, start_failure_name
 from kit.errors import EngineError, EngineStartError, ModelDirError
 from kit.params import RunParams
 
 LOG_TAIL_LINES = 30
+PORT_TRIES = 3
+"""Starts on a port the kit picked: between the kit's check that it is free and the server's bind
+(seconds later, after loading), another process can take it (an outgoing connection's ephemeral
+port, another server); the kit then starts the server again on another free port."""
 REAPER_GRACE_S = 10.0
 
 
@@ -239,9 +243,15 @@ class ServerProcess:
         """Poll until the server answers; raise EngineStartError (with its log tail) on death or timeout."""
         timeout = self.params.engine.startup_timeout_s if timeout is None else timeout
         deadline = time.monotonic() + timeout
+        port_tries = PORT_TRIES
         with httpx.Client(timeout=5.0, trust_env=not is_loopback(self.base_url)) as http:
             while True:
                 if not self.alive():
+                    if port_tries > 1 and self._port_was_taken():
+                        port_tries -= 1
+                        self.port = None  # picked afresh by start()
+                        self.start()
+                        continue
                     raise EngineStartError(
                         self._failure(f"exited with code {self.exit_code} before answering")
                     )
@@ -251,6 +261,11 @@ class ServerProcess:
                 if time.monotonic() > deadline:
                     raise EngineStartError(self._failure(f"did not answer within {timeout:.0f} s"))
                 time.sleep(0.5)
+
+    def _port_was_taken(self) -> bool:
+        """Whether the port the kit picked (not the user's engine.port) was taken before the server
+        bound it."""
+        return self.params.engine.port is None and start_failure_name(self.log_since_start()) == "port_in_use"
 
     def _failure(self, what: str) -> str:
         tail = (

@@ -185,8 +185,19 @@ FAILURES: tuple[StartFailure, ...] = (
 def explain_start_failure(log_text: str) -> str | None:
     """One sentence naming the cause of a failed start and the setting to change, or None when the
     log shows none of the known causes."""
+    found = _first_failure(log_text)
+    return found[0].advice(found[1]) if found else None
+
+
+def start_failure_name(log_text: str) -> str | None:
+    """The name of the known cause the log shows ('port_in_use', 'cuda_oom', ...), or None."""
+    found = _first_failure(log_text)
+    return found[0].name if found else None
+
+
+def _first_failure(log_text: str) -> tuple[StartFailure, re.Match[str]] | None:
     for failure in FAILURES:
         m = failure.pattern.search(log_text)
         if m:
-            return failure.advice(m)
+            return failure, m
     return None
