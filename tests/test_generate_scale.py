@@ -109,18 +109,31 @@ def test_shards_are_sized_for_the_run_and_closed_by_the_bytes_of_their_text(tmp_
     assert json.loads(json.dumps(shard_rows_for(None, 0))) == 1000
 
 
-def starving(running: float | None, waiting: float | None, in_flight: int, ticks: int = 3) -> int:
+def starving(
+    running: float | None,
+    waiting: float | None,
+    in_flight: int,
+    ticks: int = 3,
+    tok_s: list[float] | None = None,
+) -> int:
     """Requests in flight after `ticks` samples of the engine's gauges, through the loop's own rule
-    (kit.generate.loop.GenerationLoop._keep_engine_full), the kit holding `in_flight` of 10,000."""
+    (kit.generate.loop.GenerationLoop._keep_engine_full), the kit holding `in_flight` of 10,000;
+    `running` may change sample by sample (a list), `tok_s` the answers' tokens/s of each."""
     from kit.generate.loop import GenerationLoop, LoopStats
 
     stats = LoopStats(in_flight=in_flight, concurrency=in_flight)
     loop = SimpleNamespace(stats=stats, total=10_000, _taken=in_flight, _starved_ticks=0,
                            grow_when_starved=True, _said_starved=False)  # fmt: skip
     loop._spawn = lambda n: setattr(stats, "concurrency", stats.concurrency + n)
-    for _ in range(ticks):
+    runs = running if isinstance(running, list) else [running] * ticks
+    for i, now in enumerate(runs):
         stats.in_flight = stats.concurrency  # every worker holds a request
-        GenerationLoop._keep_engine_full(loop, {"num_running_reqs": running, "num_queue_reqs": waiting})
+        gauges = {
+            "num_running_reqs": now,
+            "num_queue_reqs": waiting,
+            "tok_s": (tok_s or [0.0] * len(runs))[i],
+        }
+        GenerationLoop._keep_engine_full(loop, gauges)
     return stats.concurrency
 
 
@@ -133,3 +146,13 @@ def test_the_loop_grows_only_when_the_engine_runs_what_it_sent():
     assert starving(running=0, waiting=0, in_flight=1024) == 1024
     assert starving(running=300, waiting=0, in_flight=1024) == 1024
     assert starving(running=512, waiting=400, in_flight=1024) == 1024
+
+
+def test_a_sample_between_two_waves_neither_counts_nor_breaks_the_row():
+    """vLLM on a loaded CPU, 64 out, answers of one length: samples alternated 49, 0, 42, 0, 52, 1
+    running, none waiting; the zeros fell between two waves (answers came back since the sample
+    before), and reading them as 'not running what it was sent' kept the kit at 64 until the run's
+    last sample (a CI run). With no answers coming back, a zero still breaks the row."""
+    assert starving(running=[49, 0, 42], waiting=0, in_flight=64, tok_s=[900, 800, 900]) > 64
+    assert starving(running=[49, 0, 42], waiting=0, in_flight=64, tok_s=[900, 0, 900]) == 64
+    assert starving(running=[0, 0, 0], waiting=0, in_flight=1024, tok_s=[0, 0, 0]) == 1024

@@ -48,12 +48,12 @@ UNWIND_S = 10.0
 MAX_IN_FLIGHT = 16384
 """Requests in flight at most, however large the engines' capacity."""
 STARVED_TICKS = 2
+"""Timeline samples in a row with nothing waiting in the engine before the loop sends more."""
 ADMITTED = 0.5
 """Share of the kit's requests out that the engine must be running for "none waiting" to mean the
 kit is its limit: below it, the requests have not reached its scheduler (a first-use compile held
 an H100's SGLang at 0 running and 0 waiting for 70 s; read as starved, the kit went from 1,024 to
 16,384 in flight, and a 16,000-deep queue then kept SGLang at 10-512 running of its 512)."""
-"""Timeline samples in a row with nothing waiting in the engine before the loop sends more."""
 
 
 class WorkSource(Protocol):
@@ -213,14 +213,19 @@ class GenerationLoop:
         none waiting: whatever it runs, a slot that frees (or a whole wave of them: requests of one
         length finish together) waits for the kit's next request, a round trip away. After
         `STARVED_TICKS` such samples in a row the loop doubles its workers (at most `MAX_IN_FLIGHT`).
-        Engines without gauges (transformers serve) keep the concurrency given.
+        A sample taken between two waves (few running, none waiting, answers coming back since the
+        last sample) neither counts nor breaks the row; one with few running and no answers (the
+        requests have not reached the scheduler) breaks it. Engines without gauges (transformers
+        serve) keep the concurrency given.
         """
         running, waiting = gauges.get("num_running_reqs"), gauges.get("num_queue_reqs")
         # not the tail: every worker has a request, and there are more to send
         busy = self.stats.in_flight >= self.stats.concurrency and self._taken < self.total
+        idle = waiting is not None and busy and waiting < 1
         admitted = running is not None and running >= ADMITTED * self.stats.in_flight
-        starved = admitted and waiting is not None and busy and waiting < 1
-        self._starved_ticks = self._starved_ticks + 1 if starved else 0
+        between_waves = idle and running is not None and not admitted and (gauges.get("tok_s") or 0) > 0
+        if not between_waves:
+            self._starved_ticks = self._starved_ticks + 1 if idle and admitted else 0
         if self._starved_ticks < STARVED_TICKS or self.stats.concurrency >= MAX_IN_FLIGHT:
             return
         if not self.grow_when_starved:
