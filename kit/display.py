@@ -148,6 +148,17 @@ def seconds(x: Any) -> str:
     return f"{s:.1f} s" if s >= 1 else f"{s:.2f} s"
 
 
+def hours(seconds: float) -> str:
+    """2 h 05 min, 12 min, 1 min 40 s, 40 s."""
+    if seconds < 60:
+        return f"{seconds:.0f} s"
+    if seconds < 600:
+        m, s = divmod(round(seconds), 60)
+        return f"{m} min {s:02d} s" if s else f"{m} min"
+    h, m = divmod(round(seconds / 60), 60)
+    return f"{h} h {m:02d} min" if h else f"{m} min"
+
+
 def timestamp(value: Any) -> str:
     """An ISO timestamp as `2026-11-29 23:08 UTC` (the kit writes them in UTC)."""
     s = str(value or "")

@@ -19,11 +19,11 @@ from kit.decide.forecast import (
     PlanLengths,
     calibration,
     forecast_job,
-    hours,
     simulate,
     speed_spread,
 )
 from kit.decide.forecast_check import forecast_check, what_missed
+from kit.display import hours
 from kit.generate.eta import MIN_ANSWERED, TokenEta
 from kit.prompts.lengths import LENGTH_COLUMNS, LengthModel
 

@@ -1,7 +1,8 @@
 """The job in hours: stage 3's wall time and GPU-hours per arm, with an interval, from the plan, the
 pilot's output lengths and the sweep's throughput ladder (decision.json's `forecast`).
 
-    f = forecast_inputs(params, folder, decision, spec_label, pilot, start_s).forecast()   # kit.decide.run
+    f = forecast_inputs(params, folder, decision, spec_label, pilot, start_s).forecast()
+    # forecast_inputs: kit.decide.forecast_inputs (what the run holds); called by kit.decide.run
     f.sentence    # "plain decoding: 2 h 10 min (1 h 55 min to 2 h 30 min) for 193,000 requests ..."
 
 The model, in three parts:
@@ -33,26 +34,17 @@ from __future__ import annotations
 
 import heapq
 import math
-import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
-import pandas as pd
-import pyarrow.parquet as pq
 
-from kit.artifacts import ArmForecast, Decision, Forecast, LadderPoint, Noise
+from kit.artifacts import ArmForecast, Forecast, LadderPoint, Noise
 from kit.decide.pilot import MIN_PILOT_S
+from kit.display import hours
 from kit.engines.arms import arm_label
-from kit.engines.capacity import launched_capacity
-from kit.engines.flavors import flavor, server_env
-from kit.engines.launcher import discover
-from kit.params import RunParams
-from kit.probe.gpu import nvml_gpus
-from kit.prompts.lengths import LengthModel, run_length_model
-from kit.prompts.prompt_set import ensure_plan
-from kit.runfolder import RunFolder
+from kit.prompts.lengths import LengthModel
 
 DRAWS = 16
 """Simulations per arm for the interval."""
@@ -399,17 +391,6 @@ def _above_the_sweep(arms: list[ArmForecast], ladders: Mapping[str, Ladder]) -> 
     return notes
 
 
-def hours(seconds: float) -> str:
-    """2 h 05 min, 12 min, 1 min 40 s, 40 s."""
-    if seconds < 60:
-        return f"{seconds:.0f} s"
-    if seconds < 600:
-        m, s = divmod(round(seconds), 60)
-        return f"{m} min {s:02d} s" if s else f"{m} min"
-    h, m = divmod(round(seconds / 60), 60)
-    return f"{h} h {m:02d} min" if h else f"{m} min"
-
-
 def sentence(f: Forecast) -> str:
     """'193,000 requests, ~96,500,000 output tokens: plain decoding: 2 h 10 min (1 h 55 min to 2 h 30 min),
     2.17 GPU-hours; n-gram k=2: ...; plain decoding saves 30 min over n-gram k=2'."""
@@ -427,116 +408,3 @@ def sentence(f: Forecast) -> str:
         else:
             text += f"; {best.label} saves {hours(next_.wall_s - best.wall_s)} over {next_.label}"
     return text
-
-
-def plan_lengths(params: RunParams, folder: RunFolder) -> PlanLengths:
-    """The requests stage 3 will send: the plan's prompts (its first `generate.limit`), each
-    `generate.sampling.n` times."""
-    table = pq.read_table(ensure_plan(params, folder), columns=["source", "prompt_tokens"])
-    if params.generate.limit is not None:
-        table = table.slice(0, params.generate.limit)
-    return PlanLengths.of(
-        table.column("source").to_pylist(),
-        [x if x is not None else np.nan for x in table.column("prompt_tokens").to_pylist()],
-        params.generate.sampling.n,
-    )
-
-
-def job_settings(
-    params: RunParams, decision: Decision, start_s: list[float] | None, launched: int | None = None
-) -> JobSettings:
-    """How stage 3 will run the arms (per replica): the decided running cap, else what the engine
-    holds (its cap; else `launched`, what stage 3 reads from the launch flag or the flavor's default,
-    per replica; else what memory holds), never more than `generate.concurrency` when it is set."""
-    eng = params.engine
-    capped = decision.engine_settings.get("max_running_requests") or eng.max_running_requests
-    capacity = {}
-    for row in decision.table:
-        held = capped or row.extra.get("engine_cap") or launched or row.mem_max_running
-        if params.generate.concurrency:
-            held = min(held, params.generate.concurrency) if held else params.generate.concurrency
-        if held:
-            capacity[row.arm] = int(held)
-    starts = sorted(start_s or [])
-    return JobSettings(
-        capacity=capacity,
-        replicas=eng.replicas,
-        gpus_per_replica=max(1, eng.tp_size * eng.dp_size),
-        startup_s=starts[len(starts) // 2] if starts else 0.0,
-        gpu_name=decision.hardware.get("name"),
-    )
-
-
-@dataclass(frozen=True)
-class ForecastInputs:
-    """Everything a run's forecast rests on, read once: the what-if changes `plan` and `job` only."""
-
-    plan: PlanLengths
-    model: LengthModel
-    table: list[LadderPoint]
-    job: JobSettings
-    chosen: str | None
-    spec_label: str
-    pilot: dict[str, Any] | None
-    pilot_lengths: np.ndarray
-    noise: Noise | None = None
-
-    def forecast(self, requests: int | None = None, replicas: int | None = None) -> Forecast | None:
-        """The forecast for the plan as it is, or for `requests` requests of its mix on `replicas`."""
-        plan = self.plan if requests in (None, len(self.plan)) else self.plan.scaled(int(requests))
-        job = self.job if replicas is None else replace(self.job, replicas=int(replicas))
-        return forecast_job(
-            plan,
-            self.model,
-            self.table,
-            job,
-            self.chosen,
-            self.spec_label,
-            self.pilot,
-            self.pilot_lengths,
-            self.noise,
-        )
-
-
-def forecast_inputs(
-    params: RunParams,
-    folder: RunFolder,
-    decision: Decision,
-    spec_label: str,
-    pilot: dict[str, Any] | None = None,
-    start_s: list[float] | None = None,
-) -> ForecastInputs:
-    """A run's forecast inputs from its params, decision and stage 2's answers (`pilot`: the pilot's
-    figures; `start_s`: the sweep's server starts)."""
-    return ForecastInputs(
-        plan=plan_lengths(params, folder),
-        model=run_length_model(params, folder, made=False),
-        table=decision.table,
-        job=job_settings(params, decision, start_s, launched_per_replica(params)),
-        chosen=decision.arm.name if decision.arm is not None else None,
-        spec_label=spec_label,
-        pilot=pilot,
-        pilot_lengths=pilot_lengths(folder),
-        noise=decision.noise,
-    )
-
-
-def launched_per_replica(params: RunParams) -> int | None:
-    """The requests one replica runs at once as stage 3 will read it before /server_info: the launch
-    flag, else the flavor's default for this install and device (vLLM's CPU build: 128 a server;
-    kit.engines.capacity), None where the flavor has none (SGLang then says its own at start)."""
-    eng = params.engine
-    found = discover(params.engine_python, flavor(eng.flavor), env={**os.environ, **server_env(params)})
-    total = launched_capacity(eng, found.distribution if found else None, nvml_gpus).total
-    return max(1, total // max(eng.replicas, 1)) if total else None
-
-
-def pilot_lengths(folder: RunFolder) -> np.ndarray:
-    """The pilot's answers' lengths in the order it sent them (sweep_answers.parquet)."""
-    if not folder.sweep_answers.exists():
-        return np.array([])
-    answers = pd.read_parquet(folder.sweep_answers)
-    if "pilot" not in answers:
-        return np.array([])
-    mine = answers[answers["pilot"].fillna(False).astype(bool)]
-    return mine.completion_tokens.fillna(0).to_numpy(dtype=float)

@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from kit.artifacts import Decision, ForecastCheck, Manifest, TailSummary
-from kit.decide.forecast import hours
+from kit.display import hours
 from kit.engines.arms import arm_name
 
 OFF = 0.15

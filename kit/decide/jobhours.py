@@ -19,8 +19,8 @@ from typing import Any
 
 from kit.artifacts import Forecast
 from kit.decide.decision import speculation_label
-from kit.decide.forecast import ForecastInputs, forecast_inputs, hours
-from kit.display import in_live_kernel
+from kit.decide.forecast_inputs import ForecastInputs, forecast_inputs
+from kit.display import hours, in_live_kernel
 from kit.errors import KitError
 from kit.params import saved_params
 from kit.runfolder import RunFolder

@@ -24,7 +24,7 @@ from kit.arch import arch_from_config, load_arch
 from kit.artifacts import Decision, GpuSection, ProbeReport
 from kit.decide import costmodel as cm
 from kit.decide.decision import decide, speculation_label, with_gpus
-from kit.decide.forecast import forecast_inputs
+from kit.decide.forecast_inputs import forecast_inputs
 from kit.decide.profile.budget import ProfilePlan, plan_cpu_profile
 from kit.decide.profile.profiler import ProfileGrid, load_profile, profile_steps
 from kit.decide.sweep import run_sweep

@@ -24,7 +24,7 @@ from typing import Any, Protocol
 
 import orjson
 
-from kit.decide.forecast import hours
+from kit.display import hours
 from kit.engines.client import RequestRejected, TransientEngineError
 from kit.errors import EngineError
 from kit.generate.completions import not_a_completion

@@ -13,10 +13,9 @@ import pyarrow.parquet as pq
 
 from kit.artifacts import Manifest
 from kit.decide.decision import speculation_label
-from kit.decide.forecast import hours
 from kit.decide.forecast_check import forecast_check
 from kit.decide.verdict import measured_level
-from kit.display import Table, seconds, table, text, timestamp
+from kit.display import Table, hours, seconds, table, text, timestamp
 from kit.generate.metrics import load_timeline
 from kit.generate.store import FailureLog
 from kit.generate.verdict import (
