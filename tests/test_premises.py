@@ -20,15 +20,8 @@ from kit.decide.decision import decide
 from kit.decide.levels import summarise
 from kit.engines.capacity import Capacity
 from kit.generate.metrics import load_timeline
-from kit.generate.premises import (
-    ACCEPT_MARGIN,
-    GRACE_S,
-    THROUGHPUT_WINDOW_S,
-    WARMUP_S,
-    PremiseCheck,
-    check_timeline,
-    session_total,
-)
+from kit.generate.premise_kinds import ACCEPT_MARGIN, GRACE_S, THROUGHPUT_WINDOW_S
+from kit.generate.premises import WARMUP_S, PremiseCheck, check_timeline, session_total
 from kit.params import DecideParams, EngineParams, ModelParams, RunParams, SpeculativeParams
 
 CAP = 64
