@@ -44,7 +44,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))  # the kit of this checkout
 
-from kit.decide import machine  # noqa: E402
+from kit.decide import gpu_watch, machine  # noqa: E402
 from kit.decide.machine import (  # noqa: E402
     CANARY_LOOPS,
     DISTURBED_CPU,
@@ -285,10 +285,10 @@ def part_hog(n: int, level_s: float) -> tuple[dict, list[dict]]:
 
 
 def gpu_context() -> dict:
-    g = machine.read_gpus({os.getpid()})
+    g = gpu_watch.read_gpus({os.getpid()})
     if g is None:
         return {"gpus": None}
-    names = machine.throttle_names(g.reasons) if g.reasons is not None else None
+    names = gpu_watch.throttle_names(g.reasons) if g.reasons is not None else None
     return {"gpus": g.gpus, "foreign_processes": g.foreign, "sm_mhz": g.sm_mhz, "throttle_now": names}
 
 
