@@ -1,0 +1,218 @@
+"""decision.json (stage 2): the decision, its table of measured and predicted levels, the noise, the
+forecast, the crashes of arms' servers."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from kit.artifacts.record import JSONObject, Record, optional
+from kit.engines.arms import Arm
+
+
+@dataclass(frozen=True, kw_only=True)
+class LadderPoint(Record):
+    """One row of decision.json's `table`: an arm at one concurrency, predicted beside measured."""
+
+    arm: str = ""
+    """plain, spec_k1, ... (`Arm.name`)."""
+    spec_k: int = 0
+    concurrency: int = 0
+    running: int | None = None
+    predicted_accept_length: float | None = None
+    mem_max_running: int | None = None
+    feasible: bool | None = None
+    """Whether memory holds this concurrency (None: not said, taken as yes)."""
+    compute_bound: bool | None = None
+    predicted_tok_s: float | None = None
+    predicted_before_tok_s: float | None = None
+    """The prediction before it was calibrated on the sweep."""
+    measured_tok_s: float | None = None
+    """The median of the level's repetitions."""
+    measured_lo: float | None = None
+    measured_hi: float | None = None
+    """The 90% interval of that median."""
+    repetitions: int | None = None
+    measured_accept_length: float | None = None
+    latency_p50_s: float | None = None
+    status: str = "not measured"
+    """ok, skipped, failed or not measured."""
+    reason: str | None = None
+    error_pct: float | None = None
+    """(predicted - measured) / measured, in %."""
+
+    def value(self, column: str) -> Any:
+        """The field (or an extra column) named `column`."""
+        return getattr(self, column) if column in self.__dataclass_fields__ else self.extra.get(column)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ArmForecast(Record):
+    """One arm's line of decision.json's `forecast` (kit.decide.forecast): stage 3 in hours."""
+
+    arm: str = ""
+    label: str = ""
+    wall_s: float = 0.0
+    """The median simulation: start-up, full load, tail."""
+    wall_lo_s: float = 0.0
+    wall_hi_s: float = 0.0
+    """The 10th and 90th percentiles of the simulations."""
+    gpu_hours: float = 0.0
+    gpu_hours_lo: float = 0.0
+    gpu_hours_hi: float = 0.0
+    tail_s: float = 0.0
+    """Of the wall time, the part below full load (the queue empty, the batch draining)."""
+    startup_s: float = 0.0
+    capacity: int = 0
+    """Sequences running at once per replica."""
+    full_load_tok_s: float = 0.0
+    throughput_from: str = "measured"
+    requests_per_replica: int = 0
+
+
+@dataclass(frozen=True, kw_only=True)
+class Forecast(Record):
+    """decision.json's `forecast`: the whole plan's stage 3 in hours per arm, with an interval."""
+
+    requests: int = 0
+    replicas: int = 1
+    gpus_per_replica: int = 1
+    gpu_name: str | None = None
+    output_tokens: int = 0
+    output_tokens_lo: int = 0
+    output_tokens_hi: int = 0
+    lengths_from: dict[str, str] = field(default_factory=dict)
+    """Per source: pilot answers, sweep answers, made rows or max_tokens (a bound, not a measure)."""
+    arms: list[ArmForecast] = field(default_factory=list)
+    """Fastest first."""
+    chosen: str | None = None
+    pilot: JSONObject | None = None
+    """How the pilot went (kit.decide.pilot): sent, answered, cut, tokens, seconds."""
+    calibration: float | None = None
+    """The pilot's speed over what the sweep's ladder gives for it (speeds are multiplied by it)."""
+    notes: list[str] = field(default_factory=list)
+    sentence: str = ""
+
+    def arm(self, name: str | None) -> ArmForecast | None:
+        return next((a for a in self.arms if a.arm == name), None)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ArmCrash(Record):
+    """decision.json's `crashes`: one measurement whose server died (kit.engines.crashes)."""
+
+    arm: str = ""
+    concurrency: int = 0
+    round: int = 0
+    exit_code: int | None = None
+    error: str | None = None
+    """The engine's own exception line, 'RuntimeError: ...' (None: it logged none)."""
+    where: str | None = None
+    """The file, line and function it was raised in."""
+    running: int | None = None
+    """The requests the engine last said it ran."""
+    in_flight: int | None = None
+    """The sweep's requests out when it saw the server gone."""
+    restarted: bool = False
+    """Whether the server was restarted and the level measured again (else the arm was given up)."""
+    reason: str = ""
+    """The whole sentence (kit.engines.crashes.Crash.sentence)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Noise(Record):
+    """decision.json's `noise`: the sweep's noise, repetitions, drift, what was set aside, how the arms'
+    servers ran (kit.decide.measured.noise_section)."""
+
+    noise_pct: float | None = None
+    """The median half-width of the levels' 90% intervals, in % (None: measured once each)."""
+    repetitions: int = 1
+    repetitions_min: int | None = None
+    drift: JSONObject | None = None
+    disturbed: list[JSONObject] = field(default_factory=list)
+    comparison: JSONObject | None = None
+    servers_together: bool | None = optional()
+    servers_why: str | None = optional()
+
+
+MEASURED = ("measured", "measured in part")
+"""`Decision.decided_by` when measured figures chose the arm."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Decision(Record):
+    """decision.json: the arm chosen, measured or predicted, the engine settings stage 3 takes, the
+    reasons, the scenario the prediction rests on and the table of predicted beside measured."""
+
+    arm: Arm | None = None
+    """The arm chosen, stored once ({k, algorithm}); read from an earlier kit's spelling too."""
+    decided_by: str | None = None
+    """measured, measured in part (some arm that could run was not measured: its server would not
+    start or kept dying, `unmeasured`), or predicted."""
+    unmeasured: dict[str, str] = field(default_factory=dict)
+    """Each arm the sweep could not measure, and why (skipped, failed to start, crashed)."""
+    crashes: list[ArmCrash] = field(default_factory=list)
+    """Every measurement whose server died, with the engine's own error."""
+    measured_difference: bool | None = None
+    measured: dict[str, JSONObject] = field(default_factory=dict)
+    """Each measured arm's best level: concurrency, median and interval, repetitions."""
+    noise: Noise | None = None
+    objective: str = "throughput"
+    speculation_available: bool = True
+    speculation_unavailable_reason: str | None = None
+    engine_settings: JSONObject = field(default_factory=dict)
+    """Stage 3's engine settings beside the arm, keyed as the engine params are (kit.decide.apply)."""
+    reasons: list[str] = field(default_factory=list)
+    hardware: JSONObject = field(default_factory=dict)
+    """The cost model's Hardware (kit.decide.costmodel.hardware)."""
+    efficiency: JSONObject = field(default_factory=dict)
+    """The cost model's Efficiency, `source` saying what it was calibrated on."""
+    workload: JSONObject = field(default_factory=dict)
+    """The cost model's Workload: request shape, memory settings, layout."""
+    accept_lengths: dict[int, float] = field(default_factory=dict)
+    table: list[LadderPoint] = field(default_factory=list)
+    engine_flavor: str | None = None
+    warnings: list[str] = field(default_factory=list)
+    cpu_profile: JSONObject | None = optional()
+    """What the CPU step profile was (kit.decide.profile.budget.ProfilePlan), when one was planned."""
+    mtp_status: str | None = None
+    forecast: Forecast | None = optional()
+    """Stage 3 in hours per arm, with an interval (kit.decide.forecast)."""
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any] | None) -> Decision:
+        decision = super().from_json(data)
+        if decision.arm is None and decision.read_keys:
+            object.__setattr__(decision, "arm", _legacy_arm(decision))
+        return decision
+
+    @property
+    def by_measurement(self) -> bool:
+        """Whether the arm was chosen on measured figures (wholly or in part)."""
+        return self.decided_by in MEASURED
+
+    @property
+    def measured_at_concurrency(self) -> int | None:
+        """The sweep's level the chosen arm was best at (an earlier kit's `client_concurrency`)."""
+        s = self.engine_settings
+        return s.get("measured_at_concurrency") or s.get("client_concurrency")
+
+    def table_rows(self) -> list[dict[str, Any]]:
+        """The table as JSON rows (for a DataFrame)."""
+        return [row.to_json() for row in self.table]
+
+
+def _legacy_arm(decision: Decision) -> Arm | None:
+    """The arm of an earlier kit's decision.json, which spelled it as `chosen_arm` (the name) and as
+    `engine_settings`' `speculative`, `spec_k` and `algorithm`; None when it names none."""
+    settings = decision.engine_settings
+    if "spec_k" in settings or "speculative" in settings:
+        k = int(settings.get("spec_k") or 0) if settings.get("speculative", True) else 0
+        return Arm(k, settings.get("algorithm") if k else None)
+    name = decision.extra.get("chosen_arm")
+    if name == "plain":
+        return Arm(0)
+    if isinstance(name, str) and name.startswith("spec_k") and name[len("spec_k") :].isdigit():
+        return Arm(int(name[len("spec_k") :]))
+    return None
