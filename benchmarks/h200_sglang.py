@@ -97,17 +97,21 @@ class Session:
         timeout = max(10.0, min(timeout, self.deadline - time.monotonic()))
         self.say(f"$ {' '.join(map(str, cmd))}  (limit {timeout:.0f} s)")
         t = time.monotonic()
+        grace = kw.pop("interrupt_grace", None)
         try:
-            p = subprocess.run(
-                cmd,
-                cwd=REPO,
-                env=kw.pop("env", self.env),
-                capture_output=True,
-                text=True,
-                timeout=timeout,
-                **kw,
-            )
-            rc, text = p.returncode, p.stdout + p.stderr
+            if grace is not None:
+                rc, text = interrupted_at(cmd, kw.pop("env", self.env), timeout, grace)
+            else:
+                p = subprocess.run(
+                    cmd,
+                    cwd=REPO,
+                    env=kw.pop("env", self.env),
+                    capture_output=True,
+                    text=True,
+                    timeout=timeout,
+                    **kw,
+                )
+                rc, text = p.returncode, p.stdout + p.stderr
         except subprocess.TimeoutExpired as e:
             rc, text = 124, f"{e.stdout or ''}{e.stderr or ''} [timed out after {timeout:.0f} s]"
             text = text if isinstance(text, str) else text.decode(errors="replace")
@@ -115,9 +119,9 @@ class Session:
         self.say(f"  -> rc {rc} in {wall:.1f} s; tail:\n{text[-2500:]}")
         return rc, wall, text
 
-    def kit(self, stage: str, params: Path, timeout: float, *extra: str) -> dict:
+    def kit(self, stage: str, params: Path, timeout: float, *extra: str, **kw) -> dict:
         rc, wall, text = self.run(
-            [sys.executable, "-m", "kit.cli", stage, str(params), *extra], timeout, stage
+            [sys.executable, "-m", "kit.cli", stage, str(params), *extra], timeout, stage, **kw
         )
         return {"rc": rc, "wall_s": round(wall, 1), "tail": text[-1500:]}
 
@@ -286,27 +290,68 @@ def mtp27(s: Session) -> dict:
     """`kit decide` on the Qwen3.6-27B shape (the seed's model: 48 Gated DeltaNet and 16 full-attention
     layers, one MTP layer): plain against MTP k=3 (`--speculative-algorithm EAGLE` over the model's
     own MTP layer, topk 1, 4 draft tokens, the cookbook's setting), random weights, so accept length
-    ~1: the pure cost of MTP on this architecture. 55 GB of weights: the servers run one at a time."""
+    ~1: the pure cost of MTP on this architecture. 55 GB of weights: the servers run one at a time.
+    H200_MTP_K="1,2,3" with H200_ROUNDS=2 is the whole case (issue 45): about 20 minutes of sweep,
+    more than one call holds, so the phase goes on from the sweep's journal (kit.decide.sweep_journal)
+    in the run folder it left, here or carried back in .device/runs/run-<run>.tar.xz."""
     backend = os.environ.get("H200_BACKEND")  # another attention backend than the params file's
-    run = "h200-sglang-qwen3.6-27b" + (f"-{backend}" if backend else "")
+    steps = [int(k) for k in os.environ.get("H200_MTP_K", "3").split(",")]
+    rounds = int(os.environ.get("H200_ROUNDS", "1"))
+    whole = steps != [3] or rounds > 1
+    run = "h200-sglang-qwen3.6-27b" + (f"-{backend}" if backend else "") + ("-mtp123" if whole else "")
     s.touched.add(run)
+    unpack_carried(run)
     # what the call's --budget leaves (the fifth session's last call had 230 s: cut before a level;
     # three starts here (plain 175 s the first time, its graphs' kernels compiled; MTP; plain again
     # for the end check), the levels and the check: ~520 s, so up to 560 when the call has it)
-    budget = max(150.0, min(560.0, s.deadline - time.monotonic() - 15))
+    budget = max(150.0, min(560.0 if not whole else 600.0, s.deadline - time.monotonic() - 15))
     over = engine_override(s).get("engine", {})
     # no prefill graphs: their capture took 101 s of the fifth session's 169 s start, twice a sweep,
     # and both arms decode with their graphs as before (the sweep times decoding, not prefill)
     extra = extra_args(over, "--disable-prefill-cuda-graph")
+    # the whole case runs to its end over calls (no time budget: the call's deadline interrupts it,
+    # SIGINT, 45 s before, and the next call resumes); one round of k=3 keeps to one call as before
+    limits = {"time_budget_s": round(budget - 80)} if not whole else {}
     params = derived(run, {
         "run": run,
         "model": {"path": str(SHAPES / "qwen3.6-27b")},
         "engine": {**over, "extra_args": extra, "speculative": {"algorithm": "MTP"},
                    **({"attention_backend": backend} if backend else {})},
-        "decide": {"spec_steps": [3], "repetitions": 1, "time_budget_s": round(budget - 80),
-                   "crash_restarts": 1},
+        "decide": {"spec_steps": steps, "repetitions": rounds, "crash_restarts": 1, **limits},
     })  # fmt: skip
-    return {"decide": s.kit("decide", params, budget)}
+    out = {"decide": s.kit("decide", params, budget, interrupt_grace=45.0 if whole else None)}
+    journal = OUTPUTS / run / "sweep_journal.jsonl"
+    out["journal_lines"] = len(journal.read_text().splitlines()) - 1 if journal.is_file() else None
+    out["decided"] = (OUTPUTS / run / "decision.json").is_file()
+    return out
+
+
+def unpack_carried(run: str) -> None:
+    """The run folder as an earlier call returned it (.device/runs/run-<run>.tar.xz), where this
+    machine has neither its decision nor a sweep to go on from: a fresh machine goes on from it."""
+    carried = REPO / ".device" / "runs" / f"run-{run}.tar.xz"
+    here = [OUTPUTS / run / name for name in ("decision.json", "sweep_journal.jsonl")]
+    if not any(p.is_file() for p in here) and carried.is_file():
+        with tarfile.open(carried) as tar:
+            tar.extractall(OUTPUTS, filter="data")
+
+
+def interrupted_at(cmd: list[str], env: dict, timeout: float, grace: float) -> tuple[int, str]:
+    """Run `cmd` and, `grace` seconds before `timeout`, interrupt it as Ctrl-C does (SIGINT), so it
+    stops cleanly and keeps what it finished; killed if it is still there at `timeout`."""
+    with subprocess.Popen(
+        cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    ) as p:
+        try:
+            out, _ = p.communicate(timeout=max(timeout - grace, 1.0))
+        except subprocess.TimeoutExpired:
+            p.send_signal(signal.SIGINT)
+            try:
+                out, _ = p.communicate(timeout=grace)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                out, _ = p.communicate()
+        return p.returncode, out or ""
 
 
 FORECAST_ROWS = 4200
@@ -360,10 +405,7 @@ def forecast_run(s: Session) -> dict:
     given back between the calls: the run folder comes back from its tarball, carried in
     .device/runs/ (run-h200-sglang-forecast-22k.tar.xz, as the first call returned it)."""
     params = forecast_params(s)
-    carried = REPO / ".device" / "runs" / f"run-{FORECAST_RUN}.tar.xz"
-    if not (OUTPUTS / FORECAST_RUN / "decision.json").is_file() and carried.is_file():
-        with tarfile.open(carried) as tar:
-            tar.extractall(OUTPUTS, filter="data")
+    unpack_carried(FORECAST_RUN)
     out = {"generate": s.kit("generate", params, 480)}
     out["analyse"] = s.kit("analyse", params, 150)
     with contextlib.suppress(OSError, ValueError):

@@ -273,6 +273,12 @@ class RunFolder:
         return self.root / "sweep_runs.parquet"
 
     @property
+    def sweep_journal(self) -> Path:
+        """Stage 2's measurements as they finish, while its sweep runs: a stopped sweep goes on from
+        them (kit.decide.sweep_journal); gone once sweep_runs.parquet is written."""
+        return self.root / "sweep_journal.jsonl"
+
+    @property
     def step_profile(self) -> Path:
         """Stage 2 on a CPU: the step-time profile its prediction is calibrated on."""
         return self.root / "step_profile.parquet"

@@ -158,16 +158,17 @@ def _probe_report(params: RunParams, folder: RunFolder) -> ProbeReport:
     return report if report is not None else run_probe(params, folder)
 
 
-def decide(params: RunParams, *, rerun: bool = True) -> Decision:
+def decide(params: RunParams, *, rerun: bool = True, fresh: bool = False) -> Decision:
     """Stage 2: measured sweep plus predicted curves; write decision.json (and sweep.parquet);
-    rerun=False: read decision.json when there is one (no engine started)."""
+    rerun=False: read decision.json when there is one (no engine started). A sweep stopped part way
+    goes on from the measurements it finished (sweep_journal.jsonl); fresh=True starts it over."""
     from kit.decide.run import run_decision  # each stage's stack loads when it runs (docs/files.md)
 
     folder = run_folder(params)
-    if _opens(folder, "decide", rerun):
+    if _opens(folder, "decide", rerun or fresh):
         return required(folder.read_decision(), folder.decision)
     folder = prepare(params)
-    return run_decision(params, folder, _probe_report(params, folder))
+    return run_decision(params, folder, _probe_report(params, folder), fresh=fresh)
 
 
 def sweep(params: RunParams) -> pd.DataFrame:

@@ -337,8 +337,9 @@ def sweep_server_params(params: RunParams, kv_cap: list[str] | None) -> tuple[Ru
     return params.model_copy(update={"engine": engine}), added
 
 
-def run_decision(params: RunParams, folder: RunFolder, probe: ProbeReport) -> Decision:
-    """Run the sweep, predict, decide; write decision.json and return it."""
+def run_decision(params: RunParams, folder: RunFolder, probe: ProbeReport, fresh: bool = False) -> Decision:
+    """Run the sweep (going on from a stopped one's journal unless `fresh`), predict, decide; write
+    decision.json and return it."""
     arch = load_arch(params.model.path)
     mtp = probe.mtp_status
     prompts = sweep_prompts(params, folder)
@@ -359,7 +360,7 @@ def run_decision(params: RunParams, folder: RunFolder, probe: ProbeReport) -> De
         side_by_side["spec_running_caps"] = {str(k): c for k, c in caps.items()}
     pilot, more = pilot_prompts(params, folder)
     sweep = run_sweep(
-        sweep_params, folder, prompts, mtp, arch.is_hybrid, together, side_by_side, caps, pilot, more
+        sweep_params, folder, prompts, mtp, arch.is_hybrid, together, side_by_side, caps, pilot, more, fresh
     )
     runs = pd.read_parquet(folder.sweep_runs) if folder.sweep_runs.exists() else None
     pilot, start_s = side_by_side.pop("pilot", None), side_by_side.pop("server_start_s", None)
@@ -395,6 +396,12 @@ def run_decision(params: RunParams, folder: RunFolder, probe: ProbeReport) -> De
         noise = replace(noise, servers_together=together, servers_why=why_together, extra=extra)
     if caps:
         line = running_cap_sentence(caps, max(params.decide.concurrencies), speculation_label(params))
+        decision = replace(decision, reasons=[*decision.reasons, line])
+    if side_by_side.get("sweep_resumed"):
+        line = (
+            f"the sweep went on from a run of it stopped part way ({side_by_side['sweep_resumed']} "
+            "measurements kept): its drift check, plain decoding at the top level first and last, spans both"
+        )
         decision = replace(decision, reasons=[*decision.reasons, line])
     decision = replace(decision, noise=noise, mtp_status=mtp, **_profile_notes(decision, profile_plan))
     forecast = forecast_inputs(params, folder, decision, speculation_label(params), pilot, start_s).forecast()

@@ -8,6 +8,9 @@ end, to see whether the machine drifted (kit.decide.noise). Where the arms' serv
 together (a CPU engine with a small model) they stay up side by side and a round costs requests;
 otherwise each round starts each arm's server in turn (`decide.servers`).
 
+Each measurement is written to the sweep's journal as it ends (kit.decide.sweep_journal): a sweep
+stopped part way goes on where it stopped when `kit decide` runs again with the same settings.
+
 Every measurement is bracketed by readings of what else the machine did (kit.decide.machine); a
 level where one was disturbed is measured once more, every arm again, and the disturbed
 measurement is set aside while two undisturbed repetitions of its level remain (where fewer remain,
@@ -33,6 +36,7 @@ from kit.asyncrun import run_coroutine
 from kit.decide.levels import RUN_COLUMNS, flag_slow, summarise
 from kit.decide.machine import MachineReading, interference
 from kit.decide.pilot import ANSWER_COLUMNS, pilot
+from kit.decide.sweep_journal import SweepJournal, sweep_key
 from kit.decide.sweep_level import arm_client, measure_level
 from kit.decide.sweep_servers import ArmServers, Slot
 from kit.engines.settings import Arm, engine_unavailable_reason, sweep_arms
@@ -128,6 +132,7 @@ def run_sweep(
     running_caps: dict[int, int] | None = None,
     pilot_prompts: list[dict] | None = None,
     pilot_more: list[dict] | None = None,
+    fresh: bool = False,
 ) -> pd.DataFrame:
     """Measure every arm in interleaved rounds; write `sweep_runs.parquet` (every measurement) and
     `sweep.parquet` (per arm and level, with intervals); return the per-level table. `notes` receives
@@ -135,7 +140,9 @@ def run_sweep(
     requests) caps the servers of arms that memory cannot give the top level; `pilot_prompts` are
     answered once by the plain arm's server at the end, as stage 3 samples (kit.decide.pilot), then
     `pilot_more` while the pilot is too short to time: their answers go to `sweep_answers.parquet`
-    before the sweep's own, and `notes["pilot"]` says how it went."""
+    before the sweep's own, and `notes["pilot"]` says how it went. A journal of this sweep left by a
+    run that stopped part way is resumed: its measurements count and only the rest are made (`fresh`:
+    it is set aside and the sweep starts over)."""
     d = params.decide
     arms = sweep_arms(params)
     runnable = [a for a in arms if not skip_reason(params, a, mtp_status)]
@@ -149,9 +156,18 @@ def run_sweep(
     sweep_log = SweepLog(folder.logs / "sweep.log")
     folder.logs.mkdir(parents=True, exist_ok=True)
     sweep_log.line(f"sweep of {len(runnable)} arm(s), {d.repetitions} round(s), servers together: {together}")
+    key = sweep_key(params, prompts, [a.name for a in runnable], together, running_caps or {})
+    journal = SweepJournal.open(folder.sweep_journal, key, fresh)
     servers = ArmServers(params, folder, runnable, hybrid, together, prompts, running_caps)
-    bar = progress(total=len(slots), desc="sweep", unit="level")
+    servers.crashes.update(journal.crashes())
+    servers.crashed.update(journal.given_up)
+    done = journal.done()
+    prior = _resumed(journal, sweep_log, notes)
+    bar = progress(
+        total=len(slots), desc="sweep", unit="level", initial=sum(slot_of(s) in done for s in slots)
+    )
     t0 = time.monotonic()
+    left = [s for s in slots if slot_of(s) not in done]
     try:
         if together:
             servers.start_all(runnable)
@@ -160,17 +176,41 @@ def run_sweep(
                     f"idle, the servers take {100 * servers.idle_cpu:.0f}% of the CPU between them: "
                     + ("each is paused while another arm is measured" if servers.held else "they stay up")
                 )
-        measured = _run_slots(slots[:-1], servers, prompts, bar, sweep_log, d.time_budget_s, t0)
-        redo = redo_slots(measured, runnable, together, d.repetitions)
-        if redo and _fits(measured, d.time_budget_s, t0, redo, slots[-1:], servers, sweep_log):
+        end = [s for s in left if s.phase == "end"]
+        new = _run_slots(
+            [s for s in left if s.phase != "end"],
+            servers,
+            prompts,
+            bar,
+            sweep_log,
+            d.time_budget_s,
+            t0,
+            journal,
+        )
+        measured = [r for r in prior if r["phase"] != "end"] + new
+        redo = redo_slots(
+            [r for r in measured if r["round"] < d.repetitions], runnable, together, d.repetitions
+        )
+        redo = [s for s in redo if slot_of(s) not in done]
+        if redo and _fits(new, d.time_budget_s, t0, redo, end, servers, sweep_log):
             bar.total += len(redo)
             sweep_log.line(f"measuring {len({s.concurrency for s in redo})} disturbed level(s) once more")
-            measured += _run_slots(redo, servers, prompts, bar, sweep_log, None, t0)
-        rows += measured + _run_slots(slots[-1:], servers, prompts, bar, sweep_log, None, t0)
+            measured += _run_slots(redo, servers, prompts, bar, sweep_log, None, t0, journal)
+        ended = [r for r in prior if r["phase"] == "end"]
+        rows += measured + ended + _run_slots(end, servers, prompts, bar, sweep_log, None, t0, journal)
         if pilot_prompts and runnable:
             piloted, figures = _pilot(params, servers, runnable, pilot_prompts, pilot_more or [], sweep_log)
             if notes is not None:
                 notes["pilot"] = figures
+    except BaseException:
+        kept = len(journal.done())
+        log.warning(
+            "the sweep stopped: %d measurement(s) are kept in %s; run kit decide again with the same "
+            "params to go on from them (kit decide --fresh starts over)",
+            kept,
+            journal.path,
+        )
+        raise
     finally:
         servers.stop_all()
         bar.close()
@@ -194,7 +234,29 @@ def run_sweep(
     runs.to_parquet(folder.sweep_runs, index=False)
     table = given_up(summarise(runs), servers.crashed)
     table.to_parquet(folder.sweep, index=False)
+    journal.finish()
     return table
+
+
+def slot_of(slot: Slot) -> tuple[str, int, str, int]:
+    """A slot as the journal keys its measurement (kit.decide.sweep_journal.slot_key)."""
+    return (slot.phase, slot.round, slot.arm.name, slot.concurrency)
+
+
+def _resumed(
+    journal: SweepJournal, sweep_log: SweepLog, notes: dict[str, Any] | None
+) -> list[dict[str, Any]]:
+    """The measurements an earlier, stopped run of this sweep finished (said in the log and in
+    `notes["sweep_resumed"]`); their `started_s` stay as they were measured, on that run's clock."""
+    if not journal.resumed:
+        return []
+    sweep_log.line(
+        f"resumed: {len(journal.done())} measurement(s) of an earlier run of this sweep kept"
+        + (f"; given up before: {', '.join(journal.given_up)}" if journal.given_up else "")
+    )
+    if notes is not None:
+        notes["sweep_resumed"] = len(journal.done())
+    return [dict(r) for r in journal.rows]
 
 
 def given_up(table: pd.DataFrame, crashed: dict[str, str]) -> pd.DataFrame:
@@ -265,6 +327,7 @@ def _run_slots(
     sweep_log: SweepLog,
     budget: float | None,
     t0: float,
+    journal: SweepJournal | None = None,
 ) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     round_started: dict[int, float] = {}
@@ -275,10 +338,16 @@ def _run_slots(
             row = _run_slot(slot, server, servers, prompts, sweep_log, t0)
             rows.append(row)
             if row["status"] != "crashed":
+                if journal is not None:
+                    journal.add(row)
                 break
             crash, again = servers.crash(slot.arm, row.get("crash_in_flight"))
             row.update(_crash_fields(crash), restarted=again)
             row["reason"] = crash.sentence(f"{slot.arm.name}'s server") if crash else "the server died"
+            if journal is not None:
+                journal.add(row)
+                if not again:
+                    journal.give_up(slot.arm.name, servers.crashed[slot.arm.name])
             sweep_log.line(
                 f"crashed round {slot.round} {slot.phase} {slot.arm.name} at {slot.concurrency}: "
                 + f"{row['reason']}; "
@@ -342,9 +411,9 @@ def _within_budget(
     for slot in slots:
         if slot.phase == "sweep" and slot.round not in started:
             now = time.monotonic() - t0
-            if budget is not None and slot.round >= 1:
-                once = first_start() if first_start else 0.0
-                per_round = max(now - once, 0.0) / slot.round
+            if budget is not None and started:  # the pace of the rounds run here (a resumed sweep's
+                once = first_start() if first_start else 0.0  # earlier ones cost this run nothing)
+                per_round = max(now - once, 0.0) / len(started)
                 if now + per_round > budget:
                     sweep_log.line(f"time budget {budget:g} s: stopping after {slot.round} round(s)")
                     log.warning(

@@ -1,0 +1,158 @@
+"""The sweep's journal: every finished measurement as one JSON line, written the moment it ends, so
+that a sweep stopped part way (Ctrl-C, a killed process, a machine given back) goes on where it
+stopped when `kit decide` runs again with the same settings. On the H200 one round of the
+Qwen3.6-27B shape's four arms (plain, MTP k = 1..3) starts four servers of ~100 s each: a sweep
+with its intervals takes longer than many sessions hold a GPU.
+
+The journal is `sweep_journal.jsonl` in the run folder; its first line names what was measured (the
+sweep's key: the engine settings, the model, the measured `decide` fields, how the servers ran, the
+prompts), so a journal of other settings is set aside rather than mixed in. It goes once the sweep
+has written `sweep_runs.parquet`: a later `kit decide` measures anew, as before. An arm given up
+after its crashes is a line too, so a resumed sweep keeps its count of restarts.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import math
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from kit.params import RunParams
+
+log = logging.getLogger(__name__)
+
+MEASURED = ("concurrencies", "num_prompts", "requests_per_level", "max_tokens", "level_s", "repetitions")
+"""The `decide` fields that change what a measurement is (spec_steps and the servers' layout come in
+through the arms and `together`); the others (the time budget, the prediction's inputs) do not."""
+
+SlotKey = tuple[str, int, str, int]
+"""(phase, round, arm, concurrency): what a measurement is in the sweep's schedule."""
+
+
+def sweep_key(params: RunParams, prompts: list[dict], arms: list[str], together: bool, caps: dict) -> str:
+    """What a measurement depends on, hashed: a journal of another key is not resumed."""
+    what = {
+        "engine": params.engine.model_dump(mode="json"),
+        "model": str(params.model.path),
+        "decide": {k: getattr(params.decide, k) for k in MEASURED},
+        "arms": arms,
+        "together": together,
+        "running_caps": {str(k): v for k, v in sorted(caps.items())},
+        "prompts": [p.get("id") for p in prompts],
+    }
+    return hashlib.sha256(json.dumps(what, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def slot_key(row: dict[str, Any]) -> SlotKey:
+    return (str(row["phase"]), int(row["round"]), str(row["arm"]), int(row["concurrency"]))
+
+
+def _plain(value: Any) -> Any:
+    """A row's value as JSON can hold it (numpy scalars and arrays from pandas, NaN as null)."""
+    if hasattr(value, "item") and getattr(value, "ndim", 1) == 0:
+        value = value.item()
+    elif hasattr(value, "tolist"):
+        value = value.tolist()
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    return value
+
+
+@dataclass
+class SweepJournal:
+    """The journal of one sweep: the measurements a previous, stopped run of it finished (`rows`),
+    the arms it gave up (`given_up`), and the file each new one is appended to."""
+
+    path: Path
+    key: str
+    rows: list[dict[str, Any]] = field(default_factory=list)
+    given_up: dict[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def open(cls, path: Path, key: str, fresh: bool = False) -> SweepJournal:
+        """The journal at `path`: resumed when its key is `key`; else (or `fresh`) a new one, an
+        earlier journal of other settings kept beside it under a dated name."""
+        journal = cls(path, key)
+        if path.exists():
+            header, entries = _read(path)
+            if header.get("key") == key and not fresh:
+                for entry in entries:
+                    if "row" in entry:
+                        journal.rows.append(entry["row"])
+                    elif "given_up" in entry:
+                        journal.given_up[entry["given_up"]] = entry["why"]
+                return journal
+            aside = _aside(path)
+            path.rename(aside)
+            why = "--fresh" if fresh else "it measured other settings (engine, model, levels or prompts)"
+            log.warning("an unfinished sweep's journal was set aside (%s): %s", why, aside)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        _append(path, {"key": key, "started": time.strftime("%Y-%m-%dT%H:%M:%S")}, mode="w")
+        return journal
+
+    @property
+    def resumed(self) -> bool:
+        return bool(self.rows or self.given_up)
+
+    def done(self) -> set[SlotKey]:
+        """The slots already measured. A crashed measurement is not one: its level was to be measured
+        again after the restart (or its arm given up, which `given_up` says)."""
+        return {slot_key(r) for r in self.rows if r.get("status") != "crashed"}
+
+    def crashes(self) -> dict[str, int]:
+        """Crashes seen per arm, so the restarts allowed (`decide.crash_restarts`) count across runs."""
+        seen: dict[str, int] = {}
+        for r in self.rows:
+            if r.get("status") == "crashed":
+                seen[r["arm"]] = seen.get(r["arm"], 0) + 1
+        return seen
+
+    def add(self, row: dict[str, Any]) -> None:
+        _append(self.path, {"row": _plain(row)})
+
+    def give_up(self, arm: str, why: str) -> None:
+        _append(self.path, {"given_up": arm, "why": why})
+
+    def finish(self) -> None:
+        """The sweep is written whole: the journal goes (a later `kit decide` measures anew)."""
+        self.path.unlink(missing_ok=True)
+
+
+def _aside(path: Path) -> Path:
+    """A dated name beside `path` that no earlier journal set aside has taken."""
+    stamp, n = time.strftime("%Y%m%dT%H%M%S"), 0
+    while (aside := path.with_name(f"{path.stem}.{stamp}{f'-{n}' if n else ''}{path.suffix}")).exists():
+        n += 1
+    return aside
+
+
+def _append(path: Path, entry: dict[str, Any], mode: str = "a") -> None:
+    """One line, flushed to the disk before the sweep goes on: a kill loses at most the line being
+    written, which `_read` skips."""
+    with open(path, mode) as f:
+        f.write(json.dumps(entry, default=str) + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def _read(path: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """(the header, the entries after it); a line cut short by a kill is skipped."""
+    lines = []
+    for line in path.read_text().splitlines():
+        try:
+            lines.append(json.loads(line))
+        except json.JSONDecodeError:
+            log.warning("%s: a line cut short (the run was killed while writing it) is skipped", path)
+    if not lines:
+        return {}, []
+    return lines[0], lines[1:]
