@@ -291,14 +291,16 @@ def mtp27(s: Session) -> dict:
     layers, one MTP layer): plain against MTP k=3 (`--speculative-algorithm EAGLE` over the model's
     own MTP layer, topk 1, 4 draft tokens, the cookbook's setting), random weights, so accept length
     ~1: the pure cost of MTP on this architecture. 55 GB of weights: the servers run one at a time.
-    H200_MTP_K="1,2,3" with H200_ROUNDS=2 is the whole case (issue 45): about 20 minutes of sweep,
-    more than one call holds, so the phase goes on from the sweep's journal (kit.decide.sweep_journal)
-    in the run folder it left, here or carried back in .device/runs/run-<run>.tar.xz."""
+    H200_MTP_K="1,2,3" with H200_ROUNDS=2 is the whole case (issue 45): seven server starts of ~115 s
+    and eight rounds of levels, about 22 minutes, more than one call holds, so the phase goes on
+    from the sweep's journal (kit.decide.sweep_journal) in the run folder it left, here or carried
+    back in .device/runs/run-<run>.tar.xz (H200_MTP_K="1,3": five starts, about 16 minutes)."""
     backend = os.environ.get("H200_BACKEND")  # another attention backend than the params file's
     steps = [int(k) for k in os.environ.get("H200_MTP_K", "3").split(",")]
     rounds = int(os.environ.get("H200_ROUNDS", "1"))
     whole = steps != [3] or rounds > 1
-    run = "h200-sglang-qwen3.6-27b" + (f"-{backend}" if backend else "") + ("-mtp123" if whole else "")
+    tag = f"-mtp{''.join(map(str, steps))}-r{rounds}" if whole else ""
+    run = "h200-sglang-qwen3.6-27b" + (f"-{backend}" if backend else "") + tag
     s.touched.add(run)
     unpack_carried(run)
     # what the call's --budget leaves (the fifth session's last call had 230 s: cut before a level;
@@ -311,7 +313,9 @@ def mtp27(s: Session) -> dict:
     extra = extra_args(over, "--disable-prefill-cuda-graph")
     # the whole case runs to its end over calls (no time budget: the call's deadline interrupts it,
     # SIGINT, 45 s before, and the next call resumes); one round of k=3 keeps to one call as before
-    limits = {"time_budget_s": round(budget - 80)} if not whole else {}
+    # (and no pilot: it is the forecast's, and its sampled requests would pay FlashInfer's sampler
+    # compile, ~87 s, in the middle of the sweep)
+    limits = {"time_budget_s": round(budget - 80)} if not whole else {"pilot_per_source": 0}
     params = derived(run, {
         "run": run,
         "model": {"path": str(SHAPES / "qwen3.6-27b")},
