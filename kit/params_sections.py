@@ -3,7 +3,8 @@
 are errors, values are frozen once read; each section's validators check what one section can.
 
 Reading a file into these (paths resolved, every bad key named, YAML's duplicate keys refused) is
-kit/params.py, which re-exports every name here: import them from `kit.params`.
+kit/params.py, which re-exports every name here: import them from `kit.params`. The engine flavors'
+names come from kit/engines/flavor_names.py, not the flavor registry, whose modules name these types.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from kit.engines.flavors import FLAVORS
+from kit.engines.flavor_names import FLAVOR_NAMES, KV_CAP_FLAGS, NOT_STARTED
 from kit.errors import ParamsError
 
 
@@ -46,8 +47,9 @@ SECRET_WORDS = {"KEY", "APIKEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD"}
 """Words of an environment variable's name (split at `_`) that mark it as a secret."""
 
 
-FlavorName = Literal[tuple(FLAVORS)]  # type: ignore[valid-type]
-"""An engine flavor's name: one per module of kit/engines/flavors/ (its registry `FLAVORS`)."""
+FlavorName = Literal[FLAVOR_NAMES]  # type: ignore[valid-type]
+"""An engine flavor's name: one per module of kit/engines/flavors/ (kit/engines/flavor_names.py, which
+its registry `FLAVORS` checks itself against)."""
 
 
 class EngineParams(_Strict):
@@ -100,7 +102,7 @@ class EngineParams(_Strict):
 
     @model_validator(mode="after")
     def _external_needs_url(self) -> EngineParams:
-        if not FLAVORS[self.flavor].started and not self.base_url:
+        if self.flavor in NOT_STARTED and not self.base_url:
             raise ValueError(f"flavor {self.flavor!r} needs engine.base_url (the server's URL)")
         return self
 
@@ -115,7 +117,7 @@ class EngineParams(_Strict):
                 "give one CUDA_VISIBLE_DEVICES value per replica, or set engine.replicas to match"
             )
         seen = [g.strip() for group in groups for g in group.split(",")]
-        cap = FLAVORS[self.flavor].kv_cap_flag
+        cap = KV_CAP_FLAGS.get(self.flavor)
         if len(seen) != len(set(seen)) and cap and cap not in self.extra_args:
             raise ValueError(
                 f"engine.replica_gpus puts two servers on one GPU ({groups}), and {self.flavor} sizes its KV "
