@@ -9,105 +9,27 @@ kit --version                         # the kit's version (and a checkout's git 
 
 `kit --help` loads typer and the light modules imported below only: each command imports what it
 needs (stages, params, run folder, notebooks, report) when it runs (docs/files.md, "Deferred imports").
+Here: the commands and `main`; the typer app they register on, its usage lines, flags, arguments and
+JSON printing are kit/cli_app.py's.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import os
 import signal
 import subprocess
 import sys
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
-from typer.core import TyperCommand, TyperGroup
 
 from kit.asyncrun import stop_signal_received, stop_signals
+from kit.cli_app import ParamsArg, RunDirArg, RunOpt, app, command, flag, print_json, say, silence
 from kit.errors import DISK_FULL, KitError, RunFolderError, disk_full_message
 from kit.progress import SafeStream
-
-
-class _PlainHelp:
-    """`--help` shown as the plain flag it is (typer shows a type, `<bool>`, beside every flag)."""
-
-    def get_help_option(self, ctx: typer.Context) -> Any:
-        option = super().get_help_option(ctx)  # type: ignore[misc]
-        if option is not None:
-            option.metavar = ""
-        return option
-
-
-class KitGroup(_PlainHelp, TyperGroup):
-    """The `kit` group, its `--help` a plain flag."""
-
-
-class KitCommand(_PlainHelp, TyperCommand):
-    """A command whose usage line reads as users know it, `kit generate [OPTIONS] PARAMS`: an
-    argument by its metavar, bare when required, [bracketed] when not (typer writes `{params}`)."""
-
-    def collect_usage_pieces(self, ctx: typer.Context) -> list[str]:
-        pieces = [self.options_metavar] if self.options_metavar else []
-        for param in self.get_params(ctx):
-            if param.param_type_name != "argument":
-                pieces += param.get_usage_pieces(ctx)
-                continue
-            name = param.metavar or (param.name or "").upper()
-            name = name if param.required else f"[{name}]"
-            pieces.append(name + ("..." if param.nargs != 1 else ""))
-        return pieces
-
-
-app = typer.Typer(
-    cls=KitGroup,
-    add_completion=False,
-    no_args_is_help=True,
-    help="Batch inference and the MTP decision, stage by stage.",
-)
-
-
-def command(name: str | None = None, **kwargs: Any) -> Any:
-    """`app.command` with `KitCommand`."""
-    return app.command(name, cls=KitCommand, **kwargs)
-
-
-def flag(*names: str, help: str) -> Any:
-    """A plain on/off flag (`--fresh`): no `--no-` twin, no type shown, no default printed."""
-    return typer.Option(*names, help=help, metavar="", show_default=False)
-
-
-ParamsArg = Annotated[Path, typer.Argument(metavar="PARAMS", help="params YAML file, e.g. params/demo.yaml")]
-RunDirArg = Annotated[Path, typer.Argument(metavar="RUN_DIR", help="a run folder, e.g. outputs/demo")]
-RunOpt = Annotated[
-    str | None, typer.Option("--run", metavar="NAME", help="run name (default: the one in the params file)")
-]
-
-
-def _show_version(value: bool) -> None:
-    if value:
-        from kit.version import version_text
-
-        typer.echo(version_text())
-        raise typer.Exit()
-
-
-@app.callback()
-def _kit(
-    version: Annotated[
-        bool,
-        typer.Option(
-            "--version",
-            callback=_show_version,
-            is_eager=True,
-            metavar="",
-            help="print the kit's version and exit",
-        ),
-    ] = False,
-) -> None:
-    """Batch inference and the MTP decision, stage by stage."""
 
 
 def _load(path: Path, run: str | None, inputs: bool = True):
@@ -116,23 +38,6 @@ def _load(path: Path, run: str | None, inputs: bool = True):
     from kit.params import load_params
 
     return load_params(path, run, check_paths=inputs)
-
-
-def _print(data: object) -> None:
-    """The command's result as JSON on stdout; a closed stdout (`| head`, a dropped ssh) loses only
-    this printout, never the command's exit code (the work is already on disk)."""
-    try:
-        typer.echo(json.dumps(data, indent=2, default=str))
-        sys.stdout.flush()
-    except BrokenPipeError:
-        _silence(sys.stdout)
-
-
-def _silence(stream: object) -> None:
-    """Point a closed standard stream at /dev/null, so that writing or flushing it at exit is no error."""
-    with contextlib.suppress(OSError, ValueError, AttributeError):
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, stream.fileno())  # type: ignore[attr-defined]
 
 
 @command()
@@ -187,7 +92,7 @@ def decide(params: ParamsArg, run: RunOpt = None) -> None:
     from kit import stages as st
 
     decision = st.decide(_load(params, run)).to_json()
-    _print({k: decision.get(k) for k in ("arm", "engine_settings", "reasons")})
+    print_json({k: decision.get(k) for k in ("arm", "engine_settings", "reasons")})
 
 
 @command()
@@ -211,7 +116,7 @@ def generate(
 
     p = _load(params, run)
     manifest = st.generate(p, fresh=fresh, shard=shard, retry_failures=retry_failures)
-    _say(session_sentence(st.run_folder(p).root, manifest))  # the details: manifest.json
+    say(session_sentence(st.run_folder(p).root, manifest))  # the details: manifest.json
     raise typer.Exit(manifest.exit_code)
 
 
@@ -221,7 +126,7 @@ def analyse(params: ParamsArg, run: RunOpt = None) -> None:
     from kit import stages as st
 
     summary = st.analyse(_load(params, run, inputs=False)).summary.to_json()
-    _print({k: summary.get(k) for k in ("rows", "fitness", "gaps", "figures") if k in summary})
+    print_json({k: summary.get(k) for k in ("rows", "fitness", "gaps", "figures") if k in summary})
 
 
 @command()
@@ -331,7 +236,7 @@ def export(
         overwrite=overwrite,
     )
     result = export_run(run_dir, options)
-    _print(result.to_json())
+    print_json(result.to_json())
     if push:
         typer.echo(f"pushed: {push_folder(result.folder, push)}")
 
@@ -394,15 +299,6 @@ EXIT_INCOMPLETE = 3  # kit.generate.run.EXIT_INCOMPLETE, kept here so that `kit 
 INTERRUPTED = "interrupted by {}: finished work is saved; rerun the same command to resume"
 
 
-def _say(line: str) -> None:
-    """One line on stdout; a closed stdout loses only the line, as `_print` does."""
-    try:
-        typer.echo(line)
-        sys.stdout.flush()
-    except BrokenPipeError:
-        _silence(sys.stdout)
-
-
 class _LogLines(logging.Formatter):
     """The kit's normal information as plain lines; WARNING and above labelled with their level."""
 
@@ -436,7 +332,7 @@ def main() -> None:
         try:
             typer.secho(f"error: {e}", fg="red", err=True)
         except BrokenPipeError:  # nobody reads stderr any more: the exit code still says it
-            _silence(sys.stderr)
+            silence(sys.stderr)
         sys.exit(EXIT_ERROR)
     except KeyboardInterrupt:
         code = 130
@@ -458,7 +354,7 @@ def main() -> None:
         try:
             typer.secho(INTERRUPTED.format(signal.Signals(code - 128).name), err=True)
         except BrokenPipeError:
-            _silence(sys.stderr)
+            silence(sys.stderr)
     sys.exit(code if isinstance(code, int) else 0)
 
 

@@ -24,10 +24,10 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from kit.engines.flavors import FLAVORS
+from kit.engines.flavor_names import FLAVOR_NAMES, NOT_STARTED
 
 if TYPE_CHECKING:
-    from kit.params import RunParams
+    from kit.params_sections import RunParams
 
 LOCAL_BUILDERS = ("json", "parquet", "csv", "text")
 """`dataset` values whose data_files are local files (datasets' packaged builders)."""
@@ -51,8 +51,8 @@ def _inputs(params: RunParams, base: Path) -> list[tuple[str, Path]]:
     """(key, path as written) of each input path the params give, relative or not (glob patterns and
     the demo's fixture files are `_data_file_problems`' to check)."""
     out: list[tuple[str, Path]] = []
-    flavor = FLAVORS.get(params.engine.flavor)
-    if not params.model.demo and flavor is not None and flavor.started:
+    started = params.engine.flavor in FLAVOR_NAMES and params.engine.flavor not in NOT_STARTED
+    if not params.model.demo and started:
         out.append(("model.path", params.model.path))
     out += [
         ("engine.python", params.engine.python),

@@ -10,6 +10,7 @@ from typing import get_args
 
 import pytest
 
+from kit.engines import flavor_names
 from kit.engines.arms import ALGORITHMS, Arm
 from kit.engines.flavors import FLAVORS, Flavor, flavor
 from kit.engines.flavors.sglang import speculative_flags
@@ -38,6 +39,22 @@ def test_the_params_take_the_registrys_names_the_default_first() -> None:
     assert next(iter(FLAVORS)) == EngineParams().flavor == "transformers"
     with pytest.raises(ParamsError, match="unknown engine flavor 'tgi'; known: transformers, sglang"):
         flavor("tgi")
+
+
+def test_the_names_file_agrees_with_the_flavors() -> None:
+    """kit/engines/flavor_names.py (read by the params without the registry) says what the flavors'
+    modules say: their names in order, which the kit does not start, their KV cache flags."""
+    assert flavor_names.FLAVOR_NAMES == tuple(FLAVORS)
+    assert flavor_names.NOT_STARTED == {n for n, f in FLAVORS.items() if not f.started}
+    assert flavor_names.KV_CAP_FLAGS == {n: f.kv_cap_flag for n, f in FLAVORS.items() if f.kv_cap_flag}
+
+
+def test_a_names_file_that_disagrees_stops_the_registry_loading(monkeypatch: pytest.MonkeyPatch) -> None:
+    import kit.engines.flavors as registry
+
+    monkeypatch.setattr(flavor_names, "FLAVOR_NAMES", ("transformers", "sglang", "vllm"))
+    with pytest.raises(RuntimeError, match="flavor_names.py disagrees"):
+        registry._names_agree()
 
 
 def test_what_each_flavor_says_of_itself() -> None:

@@ -512,3 +512,15 @@ def test_take_prompts_reads_the_rows_asked_for_in_that_order(
         take_prompts(result.prompts, [120])
     with pytest.raises(DataError, match="not found"):
         take_prompts(tmp_path / "missing.parquet", [0])
+
+
+def test_tools_list_parses_a_planned_prompts_tools_for_the_client() -> None:
+    """The `tools` column is JSON text: parsed for the engine's client, None where a prompt has none."""
+    from kit.prompts.plan import tools_list
+
+    tool = {"type": "function", "function": {"name": "f", "parameters": {}}}
+    assert tools_list({"tools": json.dumps([tool])}) == [tool]
+    assert tools_list({"tools": "[]"}) is None
+    assert tools_list({"tools": None}) is None
+    assert tools_list({"tools": ""}) is None
+    assert tools_list({}) is None

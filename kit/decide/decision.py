@@ -2,6 +2,8 @@
 
 Measured sweep results decide when there are any; the cost model explains them and fills in for
 arms that could not be measured (for example: what MTP would be worth if its weights were fetched).
+The reasons' sentences (and PREDICTION_ERROR, the margin they and the choice respect) are
+kit/decide/reasons.py's.
 """
 
 from __future__ import annotations
@@ -16,22 +18,25 @@ import pandas as pd
 from kit.artifacts import Decision, LadderPoint, Noise
 from kit.decide.arm_status import crash_sentences, crashes, decided_by, unmeasured, unmeasured_sentences
 from kit.decide.costmodel import (
-    MODEL_ERROR,
     Efficiency,
     Scenario,
-    Workload,
     best_arm,
-    crossover,
     fit_to_sweep,
-    iteration_shares,
     predict_ladder,
     weight_bytes,
     with_engine,
-    with_ratio,
     workload_dict,
 )
 from kit.decide.measured import MeasuredChoice, choose, measured_fall, noise_section, noise_sentences
 from kit.decide.profile.profiler import calibrate
+from kit.decide.reasons import (
+    PREDICTION_ERROR,
+    arm_label,
+    batch_sentence,
+    gap_sentences,
+    is_number,
+    reason_sentences,
+)
 from kit.engines.arms import Arm, resolve_algorithm
 from kit.engines.settings import decided_settings, unavailable_reason
 from kit.errors import CostModelError
@@ -39,9 +44,6 @@ from kit.errors import CostModelError
 if TYPE_CHECKING:
     from kit.params import DecideParams, RunParams
 
-PREDICTION_ERROR = MODEL_ERROR
-"""The cost model's known error on published tables it was not fitted to (docs/costmodel.md): a
-predicted margin smaller than this never turns speculation on."""
 ARM_SETTINGS = ("speculative", "spec_k", "algorithm", "num_steps", "eagle_topk", "num_draft_tokens")
 """How `decided_settings` spells the arm among the engine settings: decision.json stores the arm once,
 as `arm`, and not these (a decision.json of an earlier kit has them: `Decision.arm` reads it)."""
@@ -86,7 +88,7 @@ def _joined(predicted: pd.DataFrame, sweep: pd.DataFrame | None) -> pd.DataFrame
         t = t.merge(m, on=["arm", "concurrency"], how="left")
         t["status"] = t["status"].fillna("not measured")
     t["error_pct"] = [
-        100 * (p - m) / m if _num(p) and _num(m) and m > 0 else None
+        100 * (p - m) / m if is_number(p) and is_number(m) and m > 0 else None
         for p, m in zip(t.predicted_tok_s, t.measured_tok_s, strict=True)
     ]
     return t
@@ -96,15 +98,11 @@ def _has_rows(sweep: pd.DataFrame | None) -> bool:
     return sweep is not None and not sweep.empty
 
 
-def _num(x: Any) -> bool:
-    return x is not None and not (isinstance(x, float) and math.isnan(x))
-
-
 def _pick_measured(
     sweep: pd.DataFrame, runs: pd.DataFrame | None, latency_bound_s: float | None, name: str
 ) -> tuple[dict[str, Any] | None, MeasuredChoice | None]:
     """The measured choice (kit.decide.measured) as the dict the rest of the decision reads."""
-    choice = choose(sweep, runs, latency_bound_s, lambda k: _label(pd.Series({"spec_k": k}), name))
+    choice = choose(sweep, runs, latency_bound_s, lambda k: arm_label(pd.Series({"spec_k": k}), name))
     if choice is None:
         return None, None
     c = choice.chosen
@@ -146,81 +144,6 @@ def _pick_predicted(
     return best
 
 
-def _best_of(table: pd.DataFrame, col: str, spec: bool) -> pd.Series | None:
-    rows = table[(table.spec_k > 0) == spec]
-    rows = rows[rows[col].map(_num)]
-    return rows.loc[rows[col].astype(float).idxmax()] if len(rows) else None
-
-
-def _skipped_reasons(table: pd.DataFrame, unavailable: str | None) -> list[str]:
-    """Why speculation or its arms were not measured, each reason once with the arms it kept out
-    ("spec_k1 was not measured: X" three times over was three lines of the same sentence)."""
-    out = [f"speculation is unavailable: {unavailable}"] if unavailable else []
-    skipped = table[table.status == "skipped"].drop_duplicates("arm")
-    skipped = skipped.assign(reason=skipped["reason"].fillna("no reason recorded"))
-    for reason, arms in skipped.groupby("reason", sort=False)["arm"]:
-        names = list(arms)
-        listed = ", ".join(names[:-1]) + f" and {names[-1]}" if len(names) > 1 else names[0]
-        if reason == unavailable:
-            out[0] += f" (so {listed} {'were' if len(names) > 1 else 'was'} not measured)"
-        else:
-            out.append(f"{listed} {'were' if len(names) > 1 else 'was'} not measured: {reason}")
-    return out
-
-
-def _reasons(
-    table: pd.DataFrame,
-    predicted: pd.DataFrame,
-    unavailable: str | None,
-    work: Workload,
-    ks: list[int],
-    measured: bool,
-    name: str = "MTP",
-) -> list[str]:
-    out = _skipped_reasons(table, unavailable)  # failed and crashed arms: kit.decide.arm_status
-    col, how = ("measured_tok_s", "measured") if measured else ("predicted_tok_s", "predicted")
-    p, s = _best_of(table, col, False), _best_of(table, col, True)
-    if (
-        p is not None and s is not None and not measured
-    ):  # measured: kit.decide.measured says it, with intervals
-        pv, sv = float(p[col]), float(s[col])
-        lead, lag, lv, gv = (p, s, pv, sv) if pv >= sv else (s, p, sv, pv)
-        hypo = "would beat" if unavailable and int(lead.spec_k) > 0 else "beats"
-        out.append(
-            f"{_label(lead, name)} at {int(lead.concurrency)} concurrent {hypo} {_label(lag, name)} "
-            f"(best at {int(lag.concurrency)}) by {100 * (lv / gv - 1):.0f}% "
-            f"({how}: {lv:.0f} vs {gv:.0f} tok/s)"
-        )
-    out += _bound_sentences(predicted, ks, work, name)
-    ratios = with_ratio(predicted)
-    for k in ks:
-        r = ratios[(ratios.spec_k == k) & ratios.ratio_vs_plain.notna()]
-        if len(r):
-            pairs = ", ".join(
-                f"{int(c)}: {v:.2f}x" for c, v in zip(r.concurrency, r.ratio_vs_plain, strict=True)
-            )
-            worth = " (what it would be worth if it were available)" if unavailable else ""
-            out.append(f"predicted {name} k={k} / plain tokens/s by concurrency{worth}: {pairs}")
-    return out
-
-
-def _batch_sentence(settings: dict, fall: tuple[int, str] | None) -> str:
-    """What the decision does to stage 3's batch: nothing (the engine's capacity), or why it sets it."""
-    if fall is not None:
-        return fall[1]
-    if settings["max_running_requests"] is None:
-        return (
-            "stage 3 runs the engine at its full capacity (its own max running requests); the "
-            "sweep's levels only compare the arms"
-        )
-    running, why = settings["max_running_requests"], settings["max_running_requests_source"]
-    return f"max_running_requests is set to {running} per replica: {why}"
-
-
-def _label(row: pd.Series, name: str = "MTP") -> str:
-    return "plain decoding" if int(row.spec_k) == 0 else f"{name} k={int(row.spec_k)}"
-
-
 def spec_name(algorithm: str | None, draft_model: bool) -> str:
     """What the speculative arms are called in the reasons (MTP for the model's own heads)."""
     return resolve_algorithm(algorithm, draft_model).label
@@ -233,56 +156,6 @@ def speculation_label(params: RunParams | None) -> str:
         return "MTP"
     spec = params.engine.speculative
     return spec_name(spec.algorithm, spec.draft_model_path is not None)
-
-
-def _bound_sentences(predicted: pd.DataFrame, ks: list[int], work: Workload, name: str = "MTP") -> list[str]:
-    out = []
-    ratios = with_ratio(predicted)
-    for k in ks:
-        rows = ratios[(ratios.spec_k == k) & (ratios.compute_bound == True)]  # noqa: E712
-        if len(rows):
-            first = rows.loc[rows.concurrency.idxmin()]
-            c, b = int(first.concurrency), int(first.running)
-            ratio = f"{first.ratio_vs_plain:.2f}x" if _num(first.ratio_vs_plain) else "not predicted"
-            out.append(
-                f"from concurrency {c} the k={k} verify step ({b} x {k + 1} = {b * (k + 1)} tokens per "
-                f"replica) is predicted compute-bound: each drafted token then costs compute, and the "
-                f"predicted {name} k={k} / plain ratio there is {ratio}"
-            )
-        x = crossover(predicted, k)
-        out.append(
-            f"predicted crossover for k={k}: plain decoding matches or beats it from concurrency {x}"
-            if x
-            else f"predicted: {name} k={k} stays ahead of plain decoding wherever both fit in memory"
-        )
-    for r in predicted[~predicted.feasible].drop_duplicates("arm").itertuples():
-        out.append(
-            f"{r.arm}: memory holds only {r.mem_max_running} running sequences per replica at context "
-            f"{work.input_len + work.output_len}; "
-            f"concurrencies above {r.mem_max_running * work.dp_size} are not predicted"
-        )
-    return out
-
-
-def gap_sentences(table: pd.DataFrame, s: Scenario, name: str = "MTP") -> list[str]:
-    """Where the prediction (calibrated on the sweep when it could be) still misses a measured point
-    by more than the model's known error: the worst point per arm, and the term the predicted step
-    rests on most there (the one to distrust first)."""
-    out = []
-    off = table[table.error_pct.map(_num)]
-    off = off[off.error_pct.astype(float).abs() > 100 * PREDICTION_ERROR]
-    for _, g in off.groupby("arm", sort=False):
-        r = g.loc[g.error_pct.astype(float).abs().idxmax()]
-        shares = iteration_shares(s, int(r.running), int(r.spec_k))
-        term, share = max(shares.items(), key=lambda kv: kv[1])
-        side = "above" if float(r.error_pct) > 0 else "below"
-        out.append(
-            f"the prediction for {_label(r, name)} at {int(r.concurrency)} concurrent is "
-            f"{abs(float(r.error_pct)):.0f}% {side} the measurement, beyond the model's ±"
-            f"{100 * PREDICTION_ERROR:.0f}% ({s.eff.source}): its predicted step is {100 * share:.0f}% "
-            f"{term}, the term to distrust first there"
-        )
-    return out
 
 
 def _settings(
@@ -371,17 +244,17 @@ def decide(
     settings = _settings(choice, arm, s, predicted, engine_flavor, attention_backend)
     figure = choice.get("figure") or f"{float(choice['output_tok_s']):.0f} output tok/s"
     reasons = [
-        f"chosen: {_label(pd.Series(choice), name)} (best at concurrency {int(choice['concurrency'])}: "
+        f"chosen: {arm_label(pd.Series(choice), name)} (best at concurrency {int(choice['concurrency'])}: "
         f"{choice['source']} {figure} over {work.dp_size} replica(s))"
     ]
     if choice.get("note"):
         reasons.append(choice["note"])
     noise = noise_section(sweep, runs, measured) if _has_rows(sweep) else None
     reasons += noise_sentences(noise)
-    reasons.append(_batch_sentence(settings, fall))
+    reasons.append(batch_sentence(settings, fall))
     missing, dead = unmeasured(sweep), crashes(runs)
     reasons += unmeasured_sentences(sweep, missing) + crash_sentences(missing, dead)
-    reasons += _reasons(table, predicted, unavailable, work, ks, choice["source"] == "measured", name)
+    reasons += reason_sentences(table, predicted, unavailable, work, ks, choice["source"] == "measured", name)
     reasons += gap_sentences(table, s, name)
     return Decision(
         arm=arm,

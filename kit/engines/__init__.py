@@ -26,10 +26,10 @@ _WHERE = {
     "server_command": "flavors",
     "server_env": "flavors",
     "adapt_flags": "launcher",
-    "ExternalServer": "process",
-    "all_started": "process",
+    "ExternalServer": "servers",
+    "all_started": "servers",
     "ServerProcess": "process",
-    "start_server": "process",
+    "start_server": "servers",
 }
 __all__ = sorted(_WHERE)
 

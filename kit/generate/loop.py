@@ -13,8 +13,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
-import hashlib
-import json
 import logging
 import random
 import time
@@ -34,6 +32,7 @@ from kit.generate.pool import ServerPool
 from kit.generate.premises import PremiseCheck
 from kit.generate.rowsampling import RowSampling
 from kit.generate.rowsampling import identity as row_identity
+from kit.generate.rowsampling import sampling_identity as sampling_identity
 from kit.generate.store import FailureLog, ShardWriter, now_utc, shard_rows_for
 from kit.generate.tailswitch import TailSwitch
 from kit.params import GenerateParams
@@ -443,10 +442,3 @@ def fewer_gc_passes(young: int = 50_000) -> Iterator[None]:
         yield
     finally:
         gc.set_threshold(*old)
-
-
-def sampling_identity(params: GenerateParams) -> tuple[str, str]:
-    """(JSON of the sampling settings, its short hash): rows from different settings never mix."""
-    s = params.sampling.model_dump(mode="json")
-    text = json.dumps(s, sort_keys=True)
-    return text, hashlib.sha256(text.encode()).hexdigest()[:16]

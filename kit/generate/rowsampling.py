@@ -30,7 +30,7 @@ from kit.engines import parsers
 from kit.engines.flavors import flavor
 from kit.engines.request_fields import _generation_config, request_fields
 from kit.errors import DataError
-from kit.params import RunParams, SamplingParams
+from kit.params import GenerateParams, RunParams, SamplingParams
 
 KEY = "body_sampling"
 PER_REQUEST = ("seed", "max_tokens")
@@ -51,9 +51,15 @@ def merged(base: SamplingParams, own: dict[str, Any]) -> SamplingParams:
 
 
 def identity(s: SamplingParams) -> tuple[str, str]:
-    """(JSON of the settings, its short hash), as `kit.generate.loop.sampling_identity` writes them."""
+    """(JSON of the settings, its short hash), as `sampling_identity` writes the run's."""
     text = json.dumps(s.model_dump(mode="json"), sort_keys=True)
     return text, hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def sampling_identity(params: GenerateParams) -> tuple[str, str]:
+    """(JSON of the run's sampling settings, its short hash): rows from different settings never mix
+    (a row with its own settings records `identity` of the merged ones). kit.generate.loop imports it."""
+    return identity(params.sampling)
 
 
 class RowSampling:

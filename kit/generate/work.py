@@ -7,7 +7,6 @@ are read, and work items are materialised a batch at a time.
 from __future__ import annotations
 
 import hashlib
-import json
 import shutil
 import zlib
 from collections.abc import Iterator
@@ -23,6 +22,7 @@ from kit.generate.rowsampling import item_sampling
 from kit.generate.setting_changes import describe_changes
 from kit.generate.store import ROW_SCHEMA_VERSION, row_id
 from kit.params import RunParams
+from kit.prompts.plan import tools_list
 from kit.runfolder import RunFolder, read_json, stamp, write_json_atomic
 
 
@@ -177,7 +177,7 @@ def iter_items(prompts: pa.Table, work: list[tuple[int, int]], batch: int = 512)
                 "source": row["source"],
                 "messages": row["messages"],
                 "tools": tools,
-                "tools_list": (json.loads(tools) or None) if tools else None,  # "[]": no tools
+                "tools_list": tools_list(row),  # "[]": no tools
                 "prompt_tokens": row.get("prompt_tokens"),
                 "sampling": item_sampling(row.get("metadata")),  # a batch line's own, or None
             }

@@ -408,6 +408,13 @@ def take_prompts(path: Path, positions: list[int]) -> pa.Table:
     return table.take(pa.array(local, pa.int64()))
 
 
+def tools_list(row: dict[str, Any]) -> list[dict[str, Any]] | None:
+    """A planned prompt's `tools` column (JSON text) parsed for the engine's client: None for a prompt
+    without tools (no column value, or "[]")."""
+    tools = row.get("tools")
+    return (json.loads(tools) or None) if tools else None
+
+
 def _plan_json(
     data: DataParams, tokenizer_dir: Path | None, plans: list[SourcePlan], prompts: int, ids_sha256: str
 ) -> dict[str, Any]:

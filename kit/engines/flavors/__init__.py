@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from kit.engines import flavor_names
 from kit.engines.flavors import external, sglang, transformers, vllm
 from kit.engines.flavors.base import Capacity, Flavor
 from kit.errors import ParamsError
@@ -24,6 +25,25 @@ FLAVORS: dict[str, Flavor] = {
     f.name: f for f in (transformers.FLAVOR, sglang.FLAVOR, vllm.FLAVOR, external.FLAVOR)
 }
 """Every flavor by name, the default (`transformers`) first: `engine.flavor` takes these names."""
+
+
+def _names_agree() -> None:
+    """The params read the flavors' names and two of their facts from kit/engines/flavor_names.py (no
+    circle through the registry): refuse to load when that file and the flavors' modules disagree."""
+    here = (
+        tuple(FLAVORS),
+        frozenset(n for n, f in FLAVORS.items() if not f.started),
+        {n: f.kv_cap_flag for n, f in FLAVORS.items() if f.kv_cap_flag},
+    )
+    there = (flavor_names.FLAVOR_NAMES, flavor_names.NOT_STARTED, flavor_names.KV_CAP_FLAGS)
+    if here != there:
+        raise RuntimeError(
+            "kit/engines/flavor_names.py disagrees with the flavors' modules: it says (names, not started, "
+            f"KV cap flags) {there}, the flavors {here}; change it to match"
+        )
+
+
+_names_agree()
 
 __all__ = ["FLAVORS", "Capacity", "Flavor", "flavor", "server_command", "server_env"]
 
