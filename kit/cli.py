@@ -87,11 +87,21 @@ def probe(params: ParamsArg, run: RunOpt = None) -> None:
 
 
 @command()
-def decide(params: ParamsArg, run: RunOpt = None) -> None:
-    """Stage 2: measured sweep plus cost model; decide on speculative decoding (decision.json)."""
+def decide(
+    params: ParamsArg,
+    run: RunOpt = None,
+    fresh: Annotated[
+        bool,
+        flag("--fresh", help="measure anew, setting aside a sweep stopped part way (sweep_journal.jsonl)"),
+    ] = False,
+) -> None:
+    """Stage 2: measured sweep plus cost model; decide on speculative decoding (decision.json).
+
+    A sweep stopped part way (Ctrl-C, a killed process) goes on from the measurements it finished
+    when run again with the same params. Exit code: 0 decided, 2 error, 130 / 143 / 129 interrupted."""
     from kit import stages as st
 
-    decision = st.decide(_load(params, run)).to_json()
+    decision = st.decide(_load(params, run), fresh=fresh).to_json()
     print_json({k: decision.get(k) for k in ("arm", "engine_settings", "reasons")})
 
 

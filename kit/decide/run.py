@@ -32,7 +32,7 @@ from kit.engines.flavors import flavor
 from kit.errors import CostModelError
 from kit.memoryplan import memory_plan
 from kit.params import RunParams
-from kit.prompts.plan import take_prompts
+from kit.prompts.plan import take_prompts, tools_list
 from kit.prompts.prompt_set import ensure_plan
 from kit.runfolder import RunFolder
 
@@ -54,7 +54,7 @@ def sweep_prompts(params: RunParams, folder: RunFolder) -> list[dict[str, Any]]:
 def _prompts(path: Path, at: list[int]) -> list[dict[str, Any]]:
     """The planned prompts at these positions, with their tools parsed for the engine's client."""
     rows = take_prompts(path, at).to_pylist() if at else []
-    return [{**r, "tools_list": (json.loads(r["tools"]) or None) if r.get("tools") else None} for r in rows]
+    return [{**r, "tools_list": tools_list(r)} for r in rows]
 
 
 PILOT_MORE = 2048
