@@ -12,8 +12,9 @@ import pandas as pd
 import pytest
 
 from kit.arch import load_arch
+from kit.artifacts.decision_json import EARLIER_ARM_KEYS
 from kit.decide.costmodel import Hardware, Scenario, Workload
-from kit.decide.decision import ARM_SETTINGS, decide, decision_arm, with_gpus
+from kit.decide.decision import decide, decision_arm, with_gpus
 from kit.decide.levels import RUN_COLUMNS, summarise
 from kit.engines.arms import Arm
 from kit.params import DecideParams
@@ -385,7 +386,7 @@ def test_speculation_chosen_sets_explicit_running_cap_and_extra_buffer() -> None
     params = DecideParams(concurrencies=[1, 4, 16], spec_steps=[3], accept_lengths={3: 3.2})
     d = decide(Scenario(arch, H200), None, params, mtp_status="present", engine_flavor="sglang")
     s = d["engine_settings"]
-    assert d["arm"] == {"k": 3, "algorithm": "MTP"} and not set(ARM_SETTINGS) & set(s), "the arm once"
+    assert d["arm"] == {"k": 3, "algorithm": "MTP"} and not set(EARLIER_ARM_KEYS) & set(s), "the arm once"
     memory = [r for r in d["table"] if r["arm"] == "spec_k3"][0]["mem_max_running"]
     assert s["mamba_strategy"] == "extra_buffer" and s["max_running_requests"] == memory > 16
     assert any("lowers it to 48" in r for r in d["reasons"]), "not the sweep's top level: what memory holds"

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from kit.artifacts import EngineSettings
 from kit.engines import parsers
 from kit.engines.arms import Arm
 from kit.engines.flavors import flavor
@@ -53,7 +54,7 @@ def test_the_k_rule_is_the_same_for_every_consumer() -> None:
         arms[3], flavor="vllm", memory_running=300, mem_fraction=0.8, dp_size=1, tp_size=1,
         attention_backend=None, hybrid=False,
     )  # fmt: skip
-    applied, taken = apply_settings(p, settings)
+    applied, taken = apply_settings(p, arms[3], settings)
     assert applied.engine.speculative == eng.speculative, "the decision names what the sweep measured"
     assert "max_running_requests" not in taken, "vLLM keeps its own capacity under speculation"
     assert applied.engine.max_running_requests is None
@@ -65,21 +66,21 @@ def test_the_decision_never_lowers_the_batch_below_the_engines_capacity() -> Non
     common = {"mem_fraction": 0.8, "dp_size": 2, "tp_size": 1, "attention_backend": None, "hybrid": False}
     for name in ("sglang", "vllm"):
         plain = decided_settings(Arm(0), flavor=name, memory_running=900, **common)
-        assert (
-            plain["max_running_requests"] is None and "own capacity" in plain["max_running_requests_source"]
-        )
+        assert plain.max_running_requests is None and "own capacity" in plain.max_running_requests_source
     spec = decided_settings(Arm(3, "MTP"), flavor="sglang", memory_running=900, **common)
-    assert spec["max_running_requests"] == 900 and "48" in spec["max_running_requests_source"]
+    assert spec.max_running_requests == 900 and "48" in spec.max_running_requests_source
     capped = decided_settings(Arm(0), flavor="vllm", memory_running=900, cap_running=24, **common)
-    assert capped["max_running_requests"] == 24 and "fall" in capped["max_running_requests_source"]
-    applied, taken = apply_settings(params(flavor="vllm"), capped)
+    assert capped.max_running_requests == 24 and "fall" in capped.max_running_requests_source
+    applied, taken = apply_settings(params(flavor="vllm"), Arm(0), capped)
     assert applied.engine.max_running_requests == 24 == taken["max_running_requests"]
 
 
 def test_an_older_decision_that_capped_plain_decoding_at_the_sweep_level_no_longer_does() -> None:
     old = {"speculative": False, "spec_k": 0, "max_running_requests": 16, "cuda_graph_max_bs": 16,
            "client_concurrency": 16, "dp_size": 1}  # fmt: skip
-    applied, taken = apply_settings(params(flavor="vllm"), old)
+    settings = EngineSettings.from_json(old)
+    assert settings.earlier_arm() == Arm(0) and settings.older_plain_cap
+    applied, taken = apply_settings(params(flavor="vllm"), Arm(0), settings)
     assert applied.engine.max_running_requests is None and applied.engine.cuda_graph_max_bs is None
     assert "max_running_requests" not in taken
 
@@ -90,7 +91,7 @@ def test_a_plain_decision_turns_speculation_off_and_user_settings_win() -> None:
         Arm(0), flavor="sglang", memory_running=32, cap_running=32, mem_fraction=0.8, dp_size=2,
         tp_size=1, attention_backend="fa3", hybrid=False,
     )  # fmt: skip
-    applied, taken = apply_settings(p, plain)
+    applied, taken = apply_settings(p, Arm(0), plain)
     assert applied.engine.speculative.algorithm is None and taken["speculative"] is None
     assert applied.engine.max_running_requests == 7, "a value the user wrote wins"
     assert applied.engine.dp_size == 2 and applied.engine.attention_backend == "fa3"
@@ -306,3 +307,63 @@ def test_capacity_from_server_info_as_sglang_0_5_16_answers_it() -> None:
     assert chosen.total == 4096 + 200 and "effective_max_running_requests_per_dp" in chosen.source
     assert server_info_capacity([{"max_running_requests": None, "internal_states": [{}]}]) is None
     assert server_info_capacity([launched, None]) is None
+
+
+DECISIONS = Path(__file__).parent / "decisions"
+"""decision.json as earlier kits wrote it: the previous release (the arm once, as `arm`) and the kit
+before it (the arm spelt among `engine_settings`, a cap on plain decoding, `client_concurrency`)."""
+USER = {"max_running_requests": 7, "attention_backend": "flashinfer", "speculative": {"algorithm": "NGRAM"}}
+"""What a user wrote in the params: it wins over the decision, but for the arm."""
+APPLIED = {
+    ("previous_release_mtp", False): {
+        "max_running_requests": 96, "mem_fraction_static": 0.85, "dp_size": 2, "tp_size": 1,
+        "attention_backend": "fa3", "mamba_strategy": "extra_buffer",
+        "speculative": {"algorithm": "MTP", "num_steps": 3, "eagle_topk": 1, "num_draft_tokens": 4},
+        "chosen_arm": "spec_k3",
+    },
+    ("previous_release_mtp", True): {
+        "mem_fraction_static": 0.85, "dp_size": 2, "tp_size": 1, "mamba_strategy": "extra_buffer",
+        "speculative": {"algorithm": "NGRAM", "num_steps": 3, "eagle_topk": 1, "num_draft_tokens": 4},
+        "chosen_arm": "spec_k3",
+    },
+    ("earlier_kit_mtp", False): {
+        "max_running_requests": 48, "cuda_graph_max_bs": 48, "mem_fraction_static": 0.8, "dp_size": 1,
+        "tp_size": 1, "attention_backend": "triton",
+        "speculative": {"algorithm": "MTP", "num_steps": 2, "eagle_topk": 1, "num_draft_tokens": 3},
+        "chosen_arm": "spec_k2",
+    },
+    ("earlier_kit_mtp", True): {
+        "cuda_graph_max_bs": 48, "mem_fraction_static": 0.8, "dp_size": 1, "tp_size": 1,
+        "speculative": {"algorithm": "NGRAM", "num_steps": 2, "eagle_topk": 1, "num_draft_tokens": 3},
+        "chosen_arm": "spec_k2",
+    },
+    ("earlier_kit_plain", False): {
+        "mem_fraction_static": 0.8, "dp_size": 1, "tp_size": 1, "speculative": None, "chosen_arm": "plain",
+    },
+    ("earlier_kit_plain", True): {
+        "mem_fraction_static": 0.8, "dp_size": 1, "tp_size": 1, "speculative": None, "chosen_arm": "plain",
+    },
+}  # fmt: skip
+"""What stage 3 took from each before the engine settings were a record (the previous release's code)."""
+MEASURED_AT = {"previous_release_mtp": 64, "earlier_kit_mtp": 32, "earlier_kit_plain": 16}
+
+
+@pytest.mark.parametrize(("name", "user"), sorted(APPLIED))
+def test_an_earlier_kits_decision_opens_and_applies_the_same_settings(
+    tmp_path: Path, name: str, user: bool
+) -> None:
+    from kit.decide.apply import apply_decision
+    from kit.runfolder import RunFolder
+
+    text = (DECISIONS / f"{name}.json").read_text()
+    folder = RunFolder(tmp_path)
+    folder.decision.write_text(text)
+    decision = folder.read_decision()
+    assert decision is not None and isinstance(decision.engine_settings, EngineSettings)
+    assert decision.to_json() == json.loads(text), "read and written back, the file is unchanged"
+    run = params(flavor=decision.engine_flavor, **(USER if user else {}))
+    applied, taken = apply_decision(run, decision)
+    assert taken == APPLIED[name, user]
+    assert list(taken) == list(APPLIED[name, user]), "in the same order (kit generate says them in it)"
+    assert applied.engine.speculative.num_steps == (decision.arm.k or None)
+    assert decision.measured_at_concurrency == MEASURED_AT[name], "under either kit's name"

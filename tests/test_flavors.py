@@ -15,7 +15,7 @@ from kit.engines.arms import ALGORITHMS, Arm
 from kit.engines.flavors import FLAVORS, Flavor, flavor
 from kit.engines.flavors.sglang import speculative_flags
 from kit.engines.flavors.vllm import speculative_config
-from kit.engines.settings import decided_settings, speculative_params
+from kit.engines.settings import apply_settings, decided_settings, speculative_params
 from kit.errors import ParamsError
 from kit.params import EngineParams, RunParams, SpeculativeParams
 
@@ -111,12 +111,17 @@ def test_a_decision_for_vllm_carries_no_sglang_spelling() -> None:
         "tp_size": 1,
         "attention_backend": None,
     }
-    vllm = decided_settings(Arm(2, "NGRAM"), flavor="vllm", hybrid=False, **common)
-    assert vllm["spec_k"] == 2 and vllm["algorithm"] == "NGRAM" and "num_draft_tokens" not in vllm
-    assert vllm["max_running_requests"] is None, "vLLM keeps its capacity under speculation"
-    sglang = decided_settings(Arm(2, "NGRAM"), flavor="sglang", hybrid=False, **common)
-    assert sglang["num_draft_tokens"] == 3 and sglang["max_running_requests"] == 90
-    assert "SGLang lowers it to 48" in sglang["max_running_requests_source"]
+    arm = Arm(2, "NGRAM")
+    vllm = decided_settings(arm, flavor="vllm", hybrid=False, **common)
+    assert vllm.max_running_requests is None, "vLLM keeps its capacity under speculation"
+    run = RunParams.model_validate({"run": "t", "model": {"path": "/m"}, "engine": {"flavor": "vllm"}})
+    spec = apply_settings(run, arm, vllm)[1]["speculative"]
+    assert spec == {"algorithm": "NGRAM", "num_steps": 2}, "k as vLLM spells it, no draft tokens"
+    sglang = decided_settings(arm, flavor="sglang", hybrid=False, **common)
+    assert sglang.max_running_requests == 90
+    assert "SGLang lowers it to 48" in sglang.max_running_requests_source
+    run = run.model_copy(update={"engine": EngineParams(flavor="sglang")})
+    assert apply_settings(run, arm, sglang)[1]["speculative"]["num_draft_tokens"] == 3
 
 
 class Gpu:

@@ -128,7 +128,8 @@ def test_every_command_the_kit_builds_parses(example: RunParams, launcher: Launc
             arm, flavor="sglang", memory_running=96, mem_fraction=0.85, dp_size=8, tp_size=1,
             attention_backend="fa3", hybrid=True,
         )  # fmt: skip
-        named[f"decision applied {arm.name}"] = kit_command(apply_settings(example, settings)[0], launcher)
+        applied = apply_settings(example, arm, settings)[0]
+        named[f"decision applied {arm.name}"] = kit_command(applied, launcher)
     folder = RunFolder(example.run_dir).ensure()
     report = run_probe(example, folder, gpus=[H200])
     assert report["engine_env"]["launcher"]["flags"], "the probe read the real launcher's --help"

@@ -136,6 +136,59 @@ class Noise(Record):
     servers_why: str | None = optional()
 
 
+EARLIER_ARM_KEYS = ("speculative", "spec_k", "algorithm", "num_steps", "eagle_topk", "num_draft_tokens")
+"""How an earlier kit spelled the arm among decision.json's `engine_settings` (this kit stores the arm
+once, as `arm`): read into `EngineSettings.extra`, the arm by `EngineSettings.earlier_arm`."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class EngineSettings(Record):
+    """decision.json's `engine_settings`: the engine settings stage 2 hands stage 3 beside the arm,
+    keyed as the engine params are (built by `kit.engines.settings.decided_settings`, applied by
+    `kit.engines.settings.apply_settings`: each fills only what the params leave unset)."""
+
+    max_running_requests: int | None = None
+    """Per replica; None: the engine's own capacity (the decision sets no limit)."""
+    max_running_requests_source: str | None = None
+    """Why it is set (or not): the engine's capacity, what memory holds under speculation, a measured
+    fall in throughput, the latency bound. An earlier kit wrote none (see `older_plain_cap`)."""
+    mem_fraction_static: float | None = None
+    dp_size: int | None = None
+    tp_size: int | None = None
+    attention_backend: str | None = None
+    mamba_strategy: str | None = optional()
+    """A hybrid model's speculative arm: extra_buffer."""
+    measured_at_concurrency: int | None = optional()
+    """The sweep's level the chosen arm was best at."""
+    cuda_graph_max_bs: int | None = optional()
+    """An earlier kit's: it set the CUDA graph batch beside max running requests."""
+    client_concurrency: int | None = optional()
+    """An earlier kit's name for `measured_at_concurrency`."""
+
+    @property
+    def measured_at(self) -> int | None:
+        """The sweep's level the chosen arm was best at (under either kit's name)."""
+        return self.measured_at_concurrency or self.client_concurrency
+
+    @property
+    def older_plain_cap(self) -> bool:
+        """Whether these settings come from an earlier kit, which wrote no `max_running_requests_source`
+        and capped plain decoding at the sweep's level (stage 3 no longer takes that cap)."""
+        return "max_running_requests_source" not in self
+
+    def earlier_arm(self) -> Arm | None:
+        """The arm an earlier kit spelled here (`speculative`, `spec_k`, `algorithm`), or None."""
+        s = self.extra
+        if "spec_k" not in s and "speculative" not in s:
+            return None
+        k = int(s.get("spec_k") or 0) if s.get("speculative", True) else 0
+        return Arm(k, s.get("algorithm") if k else None)
+
+    def shown(self) -> list[tuple[str, Any]]:
+        """(key, JSON value) in the file's order, less an earlier kit's spelling of the arm."""
+        return [(k, v) for k, v in self.to_json().items() if k not in EARLIER_ARM_KEYS]
+
+
 MEASURED = ("measured", "measured in part")
 """`Decision.decided_by` when measured figures chose the arm."""
 
@@ -161,7 +214,7 @@ class Decision(Record):
     objective: str = "throughput"
     speculation_available: bool = True
     speculation_unavailable_reason: str | None = None
-    engine_settings: JSONObject = field(default_factory=dict)
+    engine_settings: EngineSettings = field(default_factory=EngineSettings)
     """Stage 3's engine settings beside the arm, keyed as the engine params are (kit.decide.apply)."""
     reasons: list[str] = field(default_factory=list)
     hardware: JSONObject = field(default_factory=dict)
@@ -195,8 +248,7 @@ class Decision(Record):
     @property
     def measured_at_concurrency(self) -> int | None:
         """The sweep's level the chosen arm was best at (an earlier kit's `client_concurrency`)."""
-        s = self.engine_settings
-        return s.get("measured_at_concurrency") or s.get("client_concurrency")
+        return self.engine_settings.measured_at
 
     def table_rows(self) -> list[dict[str, Any]]:
         """The table as JSON rows (for a DataFrame)."""
@@ -206,10 +258,9 @@ class Decision(Record):
 def _legacy_arm(decision: Decision) -> Arm | None:
     """The arm of an earlier kit's decision.json, which spelled it as `chosen_arm` (the name) and as
     `engine_settings`' `speculative`, `spec_k` and `algorithm`; None when it names none."""
-    settings = decision.engine_settings
-    if "spec_k" in settings or "speculative" in settings:
-        k = int(settings.get("spec_k") or 0) if settings.get("speculative", True) else 0
-        return Arm(k, settings.get("algorithm") if k else None)
+    arm = decision.engine_settings.earlier_arm()
+    if arm is not None:
+        return arm
     name = decision.extra.get("chosen_arm")
     if name == "plain":
         return Arm(0)

@@ -17,9 +17,7 @@ from kit.params import RunParams
 def apply_decision(params: RunParams, decision: Decision) -> tuple[RunParams, dict[str, Any]]:
     """(params for stage 3, the settings taken from the decision, with the chosen arm's name)."""
     arm = decision.arm or Arm(0)
-    # apply_settings reads the arm where decided_settings spells it, among the engine settings
-    handoff = {"speculative": arm.speculative, "spec_k": arm.k, "algorithm": arm.algorithm}
-    new, applied = apply_settings(params, {**decision.engine_settings, **handoff})
+    new, applied = apply_settings(params, arm, decision.engine_settings)
     applied["chosen_arm"] = arm.name
     return new, applied
 

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
-from kit.artifacts import Decision, LadderPoint, Noise
+from kit.artifacts import Decision, EngineSettings, LadderPoint, Noise
 from kit.decide.arm_status import crash_sentences, crashes, decided_by, unmeasured, unmeasured_sentences
 from kit.decide.costmodel import (
     Efficiency,
@@ -43,10 +43,6 @@ from kit.errors import CostModelError
 
 if TYPE_CHECKING:
     from kit.params import DecideParams, RunParams
-
-ARM_SETTINGS = ("speculative", "spec_k", "algorithm", "num_steps", "eagle_topk", "num_draft_tokens")
-"""How `decided_settings` spells the arm among the engine settings: decision.json stores the arm once,
-as `arm`, and not these (a decision.json of an earlier kit has them: `Decision.arm` reads it)."""
 
 
 def decision_arm(decision: Decision | Mapping[str, Any] | None) -> Arm | None:
@@ -160,13 +156,13 @@ def speculation_label(params: RunParams | None) -> str:
 
 def _settings(
     choice: dict, arm: Arm, s: Scenario, predicted: pd.DataFrame, flavor: str, attention_backend: str | None
-) -> dict:
+) -> EngineSettings:
     """decision.json's `engine_settings` for the chosen arm: what stage 3 takes beside the arm."""
     work = s.work
     rows = predicted[predicted.spec_k == arm.k]
     mem_cap = int(rows.mem_max_running.iloc[0]) if len(rows) else 1
     cap, why = choice.get("cap_concurrency"), choice.get("cap_reason", "")
-    settings = decided_settings(
+    return decided_settings(
         arm,
         flavor=flavor,
         memory_running=mem_cap,
@@ -177,10 +173,8 @@ def _settings(
         tp_size=work.tp_size,
         attention_backend=attention_backend,
         hybrid=s.arch.is_hybrid,
+        measured_at=int(choice["concurrency"]),
     )
-    settings = {key: v for key, v in settings.items() if key not in ARM_SETTINGS}
-    settings["measured_at_concurrency"] = int(choice["concurrency"])
-    return settings
 
 
 def decide(

@@ -46,7 +46,7 @@ def job_settings(
     holds (its cap; else `launched`, what stage 3 reads from the launch flag or the flavor's default,
     per replica; else what memory holds), never more than `generate.concurrency` when it is set."""
     eng = params.engine
-    capped = decision.engine_settings.get("max_running_requests") or eng.max_running_requests
+    capped = decision.engine_settings.max_running_requests or eng.max_running_requests
     capacity = {}
     for row in decision.table:
         held = capped or row.extra.get("engine_cap") or launched or row.mem_max_running

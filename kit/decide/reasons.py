@@ -13,6 +13,7 @@ from typing import Any
 
 import pandas as pd
 
+from kit.artifacts import EngineSettings
 from kit.decide.costmodel import MODEL_ERROR, Scenario, Workload, crossover, iteration_shares, with_ratio
 
 PREDICTION_ERROR = MODEL_ERROR
@@ -82,16 +83,16 @@ def reason_sentences(
     return out
 
 
-def batch_sentence(settings: dict, fall: tuple[int, str] | None) -> str:
+def batch_sentence(settings: EngineSettings, fall: tuple[int, str] | None) -> str:
     """What the decision does to stage 3's batch: nothing (the engine's capacity), or why it sets it."""
     if fall is not None:
         return fall[1]
-    if settings["max_running_requests"] is None:
+    if settings.max_running_requests is None:
         return (
             "stage 3 runs the engine at its full capacity (its own max running requests); the "
             "sweep's levels only compare the arms"
         )
-    running, why = settings["max_running_requests"], settings["max_running_requests_source"]
+    running, why = settings.max_running_requests, settings.max_running_requests_source
     return f"max_running_requests is set to {running} per replica: {why}"
 
 

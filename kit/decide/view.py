@@ -8,7 +8,7 @@ from typing import Any
 import pandas as pd
 
 from kit.artifacts import Decision
-from kit.decide.decision import ARM_SETTINGS, speculation_label
+from kit.decide.decision import speculation_label
 from kit.decide.plots import decision_figures as make_figures
 from kit.decide.verdict import decision_answer
 from kit.decide.worth import worth_for_run
@@ -39,8 +39,7 @@ def decision_verdict(folder: RunFolder) -> str:
     lines += [f"- **warning:** {w}" for w in decision.warnings]
     lines += ["", "**Engine settings for stage 3**", ""]
     lines += [f"- arm: {arm_label((decision.arm or Arm(0)).k, name)}"]
-    settings = decision.engine_settings.items()
-    lines += [f"- {human_name(k)}: {_setting(v)}" for k, v in settings if k not in ARM_SETTINGS]
+    lines += [f"- {human_name(k)}: {_setting(v)}" for k, v in decision.engine_settings.shown()]
     return "\n".join(lines)
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from kit.artifacts.decision_json import EngineSettings
 from kit.engines import flavors
 from kit.engines.arms import DEFAULT_ALGORITHM, Algorithm, Arm
 from kit.engines.flavors.base import section_algorithm
@@ -24,6 +25,7 @@ from kit.params import EngineParams, RunParams, SpeculativeParams
 __all__ = [
     "SETTING_FIELDS",
     "Arm",
+    "EngineSettings",
     "apply_settings",
     "arm_engine",
     "decided_settings",
@@ -137,8 +139,10 @@ def decided_settings(
     tp_size: int,
     attention_backend: str | None,
     hybrid: bool,
-) -> dict[str, Any]:
-    """The `engine_settings` of decision.json for the chosen arm.
+    measured_at: int | None = None,
+) -> EngineSettings:
+    """The `engine_settings` of decision.json for the chosen arm (the arm itself travels beside them,
+    as decision.json's `arm`; `measured_at`: the sweep's level it was best at).
 
     The decision picks the arm; it never lowers the engine's batch below its capacity. Max running
     requests stays the engine's own (unset) except: a flavor that lowers it under speculation when
@@ -156,43 +160,34 @@ def decided_settings(
         )
     if cap_running is not None and (running is None or cap_running < running):
         running, why = max(cap_running, 1), cap_reason
-    s: dict[str, Any] = {
-        "speculative": arm.speculative,
-        "spec_k": arm.k,
-        "max_running_requests": running,
-        "max_running_requests_source": why,
-        "mem_fraction_static": mem_fraction,
-        "dp_size": dp_size,
-        "tp_size": tp_size,
-        "attention_backend": attention_backend,
-    }
-    if arm.speculative:
-        spelt = {k: v for k, v in fl.spell_arm(arm).items() if k != "num_steps"}  # k is spec_k
-        s.update(algorithm=arm.algorithm or DEFAULT_ALGORITHM, **spelt)
-        if hybrid:
-            s["mamba_strategy"] = "extra_buffer"
-    return s
+    return EngineSettings(
+        max_running_requests=running,
+        max_running_requests_source=why,
+        mem_fraction_static=mem_fraction,
+        dp_size=dp_size,
+        tp_size=tp_size,
+        attention_backend=attention_backend,
+        mamba_strategy="extra_buffer" if arm.speculative and hybrid else None,
+        measured_at_concurrency=measured_at,
+    )
 
 
-def apply_settings(params: RunParams, settings: dict[str, Any]) -> tuple[RunParams, dict[str, Any]]:
-    """Stage 3's params with a decision's engine settings, and what was taken from them.
+def apply_settings(params: RunParams, arm: Arm, settings: EngineSettings) -> tuple[RunParams, dict[str, Any]]:
+    """Stage 3's params with a decision's arm and engine settings, and what was taken from them.
 
-    Speculation (on or off, its k) always follows the decision: it is what the sweep was run to
-    find out. Every other setting fills a field the params leave unset; a value the user wrote
-    wins. A setting the decision leaves unset (max running requests, most often) stays the
-    engine's own default, so stage 3 runs the engine at its full capacity.
+    Speculation (on or off, its k) always follows the decision's arm: it is what the sweep was run
+    to find out (the params' algorithm, when they name one, spells it). Every other setting fills a
+    field the params leave unset; a value the user wrote wins. A setting the decision leaves unset
+    (max running requests, most often) stays the engine's own default, so stage 3 runs the engine
+    at its full capacity.
     """
     eng = params.engine
-    if "max_running_requests_source" not in settings and not settings.get("speculative"):
-        # decision.json of an older kit capped plain decoding at the sweep's level: not any more
-        settings = {
-            k: v for k, v in settings.items() if k not in ("max_running_requests", "cuda_graph_max_bs")
-        }
-    unset = [k for k in SETTING_FIELDS if k not in eng.model_fields_set]
-    update: dict[str, Any] = {k: settings[k] for k in unset if settings.get(k) is not None}
-    k = int(settings.get("spec_k") or 0) if settings.get("speculative") else 0
-    arm = Arm(k, eng.speculative.algorithm or settings.get("algorithm"))
-    update["speculative"] = speculative_params(arm, flavors.flavor(eng.flavor), eng.speculative)
+    older = settings.older_plain_cap and not arm.speculative  # that cap at the sweep's level: no more
+    dropped = ("max_running_requests", "cuda_graph_max_bs") if older else ()
+    unset = [k for k in SETTING_FIELDS if k not in eng.model_fields_set and k not in dropped]
+    update: dict[str, Any] = {k: v for k in unset if (v := getattr(settings, k)) is not None}
+    spelt = Arm(arm.k, eng.speculative.algorithm or arm.algorithm)
+    update["speculative"] = speculative_params(spelt, flavors.flavor(eng.flavor), eng.speculative)
     applied = {key: v for key, v in update.items() if key != "speculative"}
     applied["speculative"] = update["speculative"].model_dump(mode="json", exclude_none=True) or None
     return params.model_copy(update={"engine": eng.model_copy(update=update)}), applied
