@@ -16,7 +16,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from kit.engines.flavor_names import FLAVOR_NAMES, KV_CAP_FLAGS, NOT_STARTED
+from kit.engines.flavor_names import BACKEND_SETTINGS, FLAVOR_NAMES, KV_CAP_FLAGS, NOT_STARTED
 from kit.errors import ParamsError
 
 
@@ -71,6 +71,8 @@ class EngineParams(_Strict):
     cuda_graph_max_bs: int | None = Field(default=None, ge=1)
     context_length: int | None = Field(default=None, ge=1)
     attention_backend: str | None = None
+    sampling_backend: str | None = None
+    """SGLang's `--sampling-backend` (flashinfer, pytorch); unset: the engine's own choice."""
     mamba_strategy: Literal["no_buffer", "extra_buffer", "extra_buffer_lazy"] | None = None
     enable_metrics: bool = True
     tool_call_parser: str | None = "auto"
@@ -104,6 +106,15 @@ class EngineParams(_Strict):
     def _external_needs_url(self) -> EngineParams:
         if self.flavor in NOT_STARTED and not self.base_url:
             raise ValueError(f"flavor {self.flavor!r} needs engine.base_url (the server's URL)")
+        return self
+
+    @model_validator(mode="after")
+    def _spelt_by_the_flavor(self) -> EngineParams:
+        if self.sampling_backend and "sampling_backend" not in BACKEND_SETTINGS[self.flavor]:
+            raise ValueError(
+                f"engine.sampling_backend is set, but {self.flavor} has no sampling backend to choose: "
+                "remove it (only flavor sglang takes --sampling-backend)"
+            )
         return self
 
     @model_validator(mode="after")
@@ -209,6 +220,20 @@ class DecideParams(_Strict):
     engine.speculative.draft_model_path."""
     draft_kv_budget: int | None = Field(default=None, ge=1)
     """self_spec: tokens of KV cache the draft attends to (MagicDec's StreamingLLM budget)."""
+    backends: dict[Literal["attention_backend", "sampling_backend"], list[str]] = {}
+    """Engine settings to measure against the params' own after the speculation sweep, e.g.
+    `{attention_backend: [triton, flashinfer], sampling_backend: [pytorch]}`: one server per value, the
+    chosen arm at the top level, sampled as stage 3 samples (kit.decide.backends); a value that beats
+    the params' own outside the noise goes to stage 3. {}: nothing more is measured."""
+
+    @field_validator("backends")
+    @classmethod
+    def _values_named(cls, v: dict[str, list[str]]) -> dict[str, list[str]]:
+        if any(not values or not all(x.strip() for x in values) for values in v.values()):
+            raise ValueError(
+                "each setting needs a non-empty list of values, e.g. {attention_backend: [triton]}"
+            )
+        return {k: list(dict.fromkeys(values)) for k, values in v.items()}
 
     @field_validator("concurrencies", "spec_steps")
     @classmethod
@@ -386,6 +411,18 @@ class RunParams(_Strict):
     report: ReportParams = ReportParams()
     source_file: Path | None = None
     """Where these params were read from (set by `load_params`)."""
+
+    @model_validator(mode="after")
+    def _backends_spelt_by_the_flavor(self) -> RunParams:
+        spelt = BACKEND_SETTINGS[self.engine.flavor]
+        unknown = [k for k in self.decide.backends if k not in spelt]
+        if unknown:
+            can = f"it can measure {', '.join(spelt)}" if spelt else "it measures none"
+            raise ValueError(
+                f"decide.backends names {', '.join(unknown)}, which {self.engine.flavor} cannot be "
+                f"launched with ({can}): remove it from decide.backends, or use flavor sglang"
+            )
+        return self
 
     @property
     def run_dir(self) -> Path:

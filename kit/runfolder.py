@@ -273,6 +273,11 @@ class RunFolder:
         return self.root / "sweep_runs.parquet"
 
     @property
+    def sweep_backends(self) -> Path:
+        """Stage 2's settings sweep (`decide.backends`, kit.decide.backends): every measurement."""
+        return self.root / "sweep_backends.parquet"
+
+    @property
     def sweep_journal(self) -> Path:
         """Stage 2's measurements as they finish, while its sweep runs: a stopped sweep goes on from
         them (kit.decide.sweep_journal); gone once sweep_runs.parquet is written."""

@@ -16,6 +16,7 @@ from kit.artifacts.decision_json import (
     MEASURED,
     ArmCrash,
     ArmForecast,
+    BackendResult,
     Decision,
     EngineSettings,
     Forecast,
@@ -45,6 +46,7 @@ from kit.artifacts.summary_json import (
 __all__ = [
     "ArmCrash",
     "ArmForecast",
+    "BackendResult",
     "Decision",
     "Distribution",
     "EngineSettings",

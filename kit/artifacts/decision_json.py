@@ -136,6 +136,33 @@ class Noise(Record):
     servers_why: str | None = optional()
 
 
+@dataclass(frozen=True, kw_only=True)
+class BackendResult(Record):
+    """decision.json's `backends`: one server of the settings sweep (kit.decide.backends), the chosen
+    arm at the sweep's top level with one engine setting changed from the params' own (the baseline)."""
+
+    setting: str | None = None
+    """attention_backend or sampling_backend; None: the baseline (the params' own settings)."""
+    value: str | None = None
+    """The value measured; None: the engine's own default (the baseline's, where the params set none)."""
+    concurrency: int = 0
+    output_tok_s: float | None = None
+    """The median of its rounds (None: not measured, see `status`)."""
+    output_tok_s_lo: float | None = None
+    output_tok_s_hi: float | None = None
+    repetitions: int = 0
+    ratio: float | None = None
+    """Over the baseline: the median of the per-round ratios."""
+    ratio_lo: float | None = None
+    ratio_hi: float | None = None
+    start_s: float | None = None
+    """Its server's first start, launch to ready with the warm-up (a first-use compile shows here)."""
+    status: str = ""
+    """baseline, chosen, not chosen, set in params (it won, the params' own value is kept), failed,
+    crashed."""
+    reason: str = ""
+
+
 EARLIER_ARM_KEYS = ("speculative", "spec_k", "algorithm", "num_steps", "eagle_topk", "num_draft_tokens")
 """How an earlier kit spelled the arm among decision.json's `engine_settings` (this kit stores the arm
 once, as `arm`): read into `EngineSettings.extra`, the arm by `EngineSettings.earlier_arm`."""
@@ -156,6 +183,8 @@ class EngineSettings(Record):
     dp_size: int | None = None
     tp_size: int | None = None
     attention_backend: str | None = None
+    sampling_backend: str | None = optional()
+    """SGLang's sampling backend, when the settings sweep measured one better than the params' own."""
     mamba_strategy: str | None = optional()
     """A hybrid model's speculative arm: extra_buffer."""
     measured_at_concurrency: int | None = optional()
@@ -232,6 +261,8 @@ class Decision(Record):
     mtp_status: str | None = None
     forecast: Forecast | None = optional()
     """Stage 3 in hours per arm, with an interval (kit.decide.forecast)."""
+    backends: list[BackendResult] | None = optional()
+    """The settings sweep (`decide.backends`): the baseline first, then each alternative."""
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any] | None) -> Decision:

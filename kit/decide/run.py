@@ -23,6 +23,8 @@ import pyarrow.parquet as pq
 from kit.arch import arch_from_config, load_arch
 from kit.artifacts import Decision, GpuSection, ProbeReport
 from kit.decide import costmodel as cm
+from kit.decide.backend_choice import settings_sweep
+from kit.decide.backends import check_backends
 from kit.decide.decision import decide, speculation_label, with_gpus
 from kit.decide.forecast_inputs import forecast_inputs
 from kit.decide.profile.budget import ProfilePlan, plan_cpu_profile
@@ -341,6 +343,7 @@ def run_decision(params: RunParams, folder: RunFolder, probe: ProbeReport, fresh
     """Run the sweep (going on from a stopped one's journal unless `fresh`), predict, decide; write
     decision.json and return it."""
     arch = load_arch(params.model.path)
+    check_backends(params)  # a settings sweep the installed engine cannot launch: said before measuring
     mtp = probe.mtp_status
     prompts = sweep_prompts(params, folder)
     together, why_together, cap = servers_together(
@@ -377,7 +380,8 @@ def run_decision(params: RunParams, folder: RunFolder, probe: ProbeReport, fresh
     scenario = cm.Scenario(arch, hw, work=work, draft=cm.draft_for(params.decide, eng.speculative))
     if n_gpus > 1 and eng.tp_size == 1 and eng.dp_size == 1:
         scenario = with_gpus(scenario, n_gpus)  # params leave the layout open: use every GPU
-    backend = eng.attention_backend or probe.recommended.attention_backend
+    probed = probe.recommended.attention_backend if flavor(eng.flavor).attention_backends else None
+    backend = eng.attention_backend or probed  # the probe's names are SGLang's
     decision = decide(
         scenario,
         sweep,
@@ -404,6 +408,7 @@ def run_decision(params: RunParams, folder: RunFolder, probe: ProbeReport, fresh
         )
         decision = replace(decision, reasons=[*decision.reasons, line])
     decision = replace(decision, noise=noise, mtp_status=mtp, **_profile_notes(decision, profile_plan))
+    decision = settings_sweep(params, sweep_params, folder, decision, prompts, arch.is_hybrid, together, caps)
     forecast = forecast_inputs(params, folder, decision, speculation_label(params), pilot, start_s).forecast()
     if forecast is not None:
         decision = replace(

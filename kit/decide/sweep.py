@@ -177,7 +177,7 @@ def run_sweep(
                     + ("each is paused while another arm is measured" if servers.held else "they stay up")
                 )
         end = [s for s in left if s.phase == "end"]
-        new = _run_slots(
+        new = run_slots(
             [s for s in left if s.phase != "end"],
             servers,
             prompts,
@@ -195,9 +195,9 @@ def run_sweep(
         if redo and _fits(new, d.time_budget_s, t0, redo, end, servers, sweep_log):
             bar.total += len(redo)
             sweep_log.line(f"measuring {len({s.concurrency for s in redo})} disturbed level(s) once more")
-            measured += _run_slots(redo, servers, prompts, bar, sweep_log, None, t0, journal)
+            measured += run_slots(redo, servers, prompts, bar, sweep_log, None, t0, journal)
         ended = [r for r in prior if r["phase"] == "end"]
-        rows += measured + ended + _run_slots(end, servers, prompts, bar, sweep_log, None, t0, journal)
+        rows += measured + ended + run_slots(end, servers, prompts, bar, sweep_log, None, t0, journal)
         if pilot_prompts and runnable:
             piloted, figures = _pilot(params, servers, runnable, pilot_prompts, pilot_more or [], sweep_log)
             if notes is not None:
@@ -319,7 +319,7 @@ def _fits(
     return False
 
 
-def _run_slots(
+def run_slots(
     slots: list[Slot],
     servers: ArmServers,
     prompts: list[dict],
@@ -328,14 +328,17 @@ def _run_slots(
     budget: float | None,
     t0: float,
     journal: SweepJournal | None = None,
+    sampled: bool = False,
 ) -> list[dict[str, Any]]:
+    """Measure `slots` in order (`sampled`: as stage 3 samples, else greedy), restarting a server
+    that dies (kit.decide.sweep_servers.ArmServers.crash) and journaling each measurement."""
     rows: list[dict[str, Any]] = []
     round_started: dict[int, float] = {}
     first_start = (lambda: servers.start_s[0] if servers.start_s else 0.0) if budget is not None else None
     for slot in _within_budget(slots, t0, budget, round_started, sweep_log, first_start):
         bar.update(1)
         while (server := servers.get(slot.arm)) is not None:
-            row = _run_slot(slot, server, servers, prompts, sweep_log, t0)
+            row = _run_slot(slot, server, servers, prompts, sweep_log, t0, sampled)
             rows.append(row)
             if row["status"] != "crashed":
                 if journal is not None:
@@ -357,7 +360,13 @@ def _run_slots(
 
 
 def _run_slot(
-    slot: Slot, server: Any, servers: ArmServers, prompts: list[dict], sweep_log: SweepLog, t0: float
+    slot: Slot,
+    server: Any,
+    servers: ArmServers,
+    prompts: list[dict],
+    sweep_log: SweepLog,
+    t0: float,
+    sampled: bool = False,
 ) -> dict[str, Any]:
     """One measurement, bracketed by what else the machine did."""
     p = servers.arm_params[slot.arm.name]
@@ -367,7 +376,7 @@ def _run_slot(
     before = MachineReading.now(servers.pids(), near)
     started = time.monotonic() - t0
     try:
-        measured = run_coroutine(measure_level(p, server, prompts, slot.concurrency))
+        measured = run_coroutine(measure_level(p, server, prompts, slot.concurrency, sampled))
     except EngineError as e:  # no answer to the level's scrapes: the arm's measurement failed
         measured = {"status": "failed", "reason": str(e)[:2000], "concurrency": slot.concurrency}
     seen = interference(before, servers.pids(), near)

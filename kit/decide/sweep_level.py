@@ -22,6 +22,8 @@ from kit.params import RunParams
 
 WATCH_S = 0.5
 """How often a level looks at its server's process: a dead server stops the level at once."""
+GREEDY = {"temperature": 0.0, "top_p": 1.0}
+"""How the speculation sweep asks: every arm answers a prompt alike, so they compare on equal work."""
 MAX_ERROR_SHARE = 0.1
 """A level where more than this share of requests failed is not a measurement of the arm."""
 
@@ -55,6 +57,7 @@ async def _level(
     tool_fields: dict[str, Any] | None = None,
     min_s: float = 0.0,
     serving: Callable[[], bool] | None = None,
+    sampling: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """A closed loop of `c` clients (greedy; `fields`: the run's chat-template switches, so the sweep
     thinks as stage 3 will) that sends at least `n` requests and keeps sending until `min_s`
@@ -64,7 +67,8 @@ async def _level(
     `serving()` says whether the server's process still runs: looked at every `WATCH_S` and after
     each failed request, so a server that dies stops the level at once (status `crashed`, with the
     requests that were out, `crash_in_flight`) rather than after thousands of refused connections
-    (on the H200 a dead MTP server was sent 21,612 of them in one level)."""
+    (on the H200 a dead MTP server was sent 21,612 of them in one level). `sampling`: temperature,
+    top_p and seed in place of greedy decoding (the settings sweep samples as stage 3 does)."""
     results: list[Any] = []
     errors: list[str] = []
     answers: dict[str, dict[str, Any]] = {}
@@ -85,8 +89,7 @@ async def _level(
                 p["messages"],
                 tools=p.get("tools_list"),
                 max_tokens=max_tokens,
-                temperature=0.0,
-                top_p=1.0,
+                **(sampling or GREEDY),
                 fields={**(fields or {}), **(tool_fields or {})} if p.get("tools_list") else fields,
             )
         except EngineError as e:
@@ -210,13 +213,25 @@ def arm_client(params: RunParams, server: Any) -> EngineClient:
     )
 
 
-async def measure_level(params: RunParams, server: Any, prompts: list[dict], c: int) -> dict[str, Any]:
+def stage3_sampling(params: RunParams) -> dict[str, Any]:
+    """The run's own temperature, top_p and seed (`generate.sampling`), as the settings sweep sends them."""
+    s = params.generate.sampling
+    return {"temperature": s.temperature, "top_p": s.top_p, "seed": s.seed}
+
+
+async def measure_level(
+    params: RunParams, server: Any, prompts: list[dict], c: int, sampled: bool = False
+) -> dict[str, Any]:
+    """One level on `server`: greedy, or sampled as stage 3 samples (`sampled`, `stage3_sampling`)."""
     d = params.decide
+    how = stage3_sampling(params) if sampled else None
     template = {k: v for k, v in run_request_fields(params).items() if k == "chat_template_kwargs"}
     async with arm_client(params, server) as client:
         n = d.requests_per_level or 2 * c
         tools = tool_request_fields(params)
-        return await _level(client, prompts, n, c, d.max_tokens, template, tools, d.level_s, _serving(server))
+        return await _level(
+            client, prompts, n, c, d.max_tokens, template, tools, d.level_s, _serving(server), how
+        )
 
 
 def _serving(server: Any) -> Callable[[], bool] | None:

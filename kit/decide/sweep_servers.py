@@ -80,6 +80,8 @@ class ArmServers:
         self.held = False
         self.start_s: list[float] = []
         """Seconds each server start took (launch to answering, warm-up included)."""
+        self.started: dict[str, list[float]] = {}
+        """The same per arm, one at a time (side by side, `start_all` times them together)."""
 
     def start_all(self, arms: list[Arm]) -> None:
         """Start every arm's server at once, then wait for each (they load side by side)."""
@@ -123,6 +125,7 @@ class ArmServers:
                 self._failed(arm.name, e)
                 return None
             self.start_s.append(time.monotonic() - started)
+            self.started.setdefault(arm.name, []).append(self.start_s[-1])
         return self.up[arm.name]
 
     def crash(self, arm: Arm, in_flight: int | None) -> tuple[Any, bool]:

@@ -113,6 +113,44 @@ def decision_tables(folder: RunFolder) -> list[Any]:
     return tables
 
 
+BACKEND_COLUMNS = {
+    "setting": "setting",
+    "value": "value",
+    "output_tok_s": "output tok/s (median)",
+    "output_tok_s_lo": "90% interval from",
+    "output_tok_s_hi": "to",
+    "ratio": "over the baseline",
+    "ratio_lo": "ratio from",
+    "ratio_hi": "to",
+    "start_s": "first start (s)",
+    "status": "status",
+    "reason": "why",
+}
+
+
+def backends_table(folder: RunFolder) -> Any:
+    """The settings sweep (`decide.backends`): each server's median at the top level, its ratio to the
+    baseline with the interval, its first start (a first-use compile shows there) and what was kept;
+    a line saying none was run when the params asked for none."""
+    decision = _decision(folder)
+    if not decision.backends:
+        from IPython.display import Markdown  # see docs/files.md, "Deferred imports"
+
+        return Markdown("*No settings sweep: `decide.backends` names no engine setting to measure.*")
+    t = pd.DataFrame([r.to_json() for r in decision.backends])
+    t["setting"] = t.setting.fillna("baseline")
+    t["value"] = t.value.fillna("(the params' own)")
+    top = int(t.concurrency.iloc[0])
+    return table(
+        t[[c for c in BACKEND_COLUMNS if c in t]],
+        f"Engine settings measured at {top} concurrent, sampled as stage 3 samples",
+        BACKEND_COLUMNS,
+        note="One setting changed at a time from the params' own; a value is taken only when it beats "
+        "the baseline outside the noise (the rule the arms use).",
+        summary=f"{len(t)} servers",
+    )
+
+
 def decision_figures(folder: RunFolder) -> list[Any]:
     """The figures of notebook 02 as images with alt text, also saved as PNG under figures/."""
     folder.figures.mkdir(parents=True, exist_ok=True)

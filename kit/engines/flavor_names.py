@@ -13,3 +13,11 @@ NOT_STARTED: frozenset[str] = frozenset({"external"})
 """Flavors whose server the kit does not start (`Flavor.started` false): engine.base_url names it."""
 KV_CAP_FLAGS: dict[str, str] = {"sglang": "--max-total-tokens"}
 """`Flavor.kv_cap_flag` of each flavor that has one."""
+BACKEND_SETTINGS: dict[str, tuple[str, ...]] = {
+    "transformers": ("attention_backend",),
+    "sglang": ("attention_backend", "sampling_backend"),
+    "vllm": ("attention_backend",),
+    "external": (),
+}
+"""The engine settings each flavor can spell (`Flavor.backend_settings`'s keys): what `decide.backends`
+may measure and `engine.sampling_backend` may set."""

@@ -122,6 +122,7 @@ SETTING_FIELDS = (
     "dp_size",
     "tp_size",
     "attention_backend",
+    "sampling_backend",
     "mamba_strategy",
 )
 """Engine fields a decision may resolve; in stage 3 each fills only what the params leave unset."""

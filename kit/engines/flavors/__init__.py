@@ -34,12 +34,18 @@ def _names_agree() -> None:
         tuple(FLAVORS),
         frozenset(n for n, f in FLAVORS.items() if not f.started),
         {n: f.kv_cap_flag for n, f in FLAVORS.items() if f.kv_cap_flag},
+        {n: tuple(f.backend_settings) for n, f in FLAVORS.items()},
     )
-    there = (flavor_names.FLAVOR_NAMES, flavor_names.NOT_STARTED, flavor_names.KV_CAP_FLAGS)
+    there = (
+        flavor_names.FLAVOR_NAMES,
+        flavor_names.NOT_STARTED,
+        flavor_names.KV_CAP_FLAGS,
+        flavor_names.BACKEND_SETTINGS,
+    )
     if here != there:
         raise RuntimeError(
             "kit/engines/flavor_names.py disagrees with the flavors' modules: it says (names, not started, "
-            f"KV cap flags) {there}, the flavors {here}; change it to match"
+            f"KV cap flags, backend settings) {there}, the flavors {here}; change it to match"
         )
 
 

@@ -69,7 +69,11 @@ class Flavor:
     server_info: bool = False
     """Whether it may answer `/server_info` with its arguments and capacity (SGLang's own route)."""
     attention_backends: bool = False
-    """Whether `engine.attention_backend` reaches it (a flag or an environment variable)."""
+    """Whether the probe's GPU attention backends (SGLang's names: fa3, flashinfer, triton, ...) reach it
+    through `engine.attention_backend` (a flag or an environment variable)."""
+    backend_settings: Mapping[str, str | None] = field(default_factory=dict)
+    """The engine settings `decide.backends` can measure on it (`attention_backend`, `sampling_backend`),
+    each with the launch flag that spells it (None: an environment variable, see `env`)."""
     capacity_flag: str | None = None
     """The launch flag `engine.max_running_requests` becomes: requests it runs at once."""
     spec_max_running: int | None = None

@@ -50,6 +50,7 @@ class SGLang(Flavor):
         cmd += opt(str(self.capacity_flag), eng.max_running_requests)
         cmd += opt("--cuda-graph-max-bs", eng.cuda_graph_max_bs)
         cmd += opt("--attention-backend", eng.attention_backend)
+        cmd += opt("--sampling-backend", eng.sampling_backend)
         cmd += speculative_flags(spec)
         if spec.algorithm and eng.max_running_requests is None:
             warnings.warn(
@@ -113,6 +114,8 @@ FLAVOR = SGLang(
     parser_names=PARSERS,
     server_info=True,
     attention_backends=True,
+    # both flags as a server of 0.5.x started with them on the H200 (docs/lab/h200/sglang/eagle3-rounds2)
+    backend_settings={"attention_backend": "--attention-backend", "sampling_backend": "--sampling-backend"},
     capacity_flag="--max-running-requests",
     spec_max_running=SPEC_MAX_RUNNING,
     spec_metrics=(ACCEPT_LENGTH,),

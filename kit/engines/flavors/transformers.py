@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from kit.engines.flavors.base import Flavor
+from kit.engines.flavors.base import Flavor, opt
 from kit.errors import ParamsError
 
 if TYPE_CHECKING:
@@ -51,6 +51,7 @@ class Transformers(Flavor):
         self.shape_only_args(params.model.path)  # refuses a folder without weights, saying why
         cmd = cli(params.engine_python) + ["serve", str(params.model.path), "--continuous-batching"]
         cmd += ["--device", eng.device, "--host", eng.host, "--port", str(port)]
+        cmd += opt("--attn-implementation", eng.attention_backend)
         if eng.device == "cpu":
             given = {arg.partition("=")[0] for arg in eng.extra_args}
             for flag, value in cpu_cache(eng).items():
@@ -108,4 +109,7 @@ FLAVOR = Transformers(
     ),
     no_speculation="transformers serve has no speculative decoding in its continuous-batching server",
     refused_fields=REFUSED,
+    # `transformers serve --help` (5.24): --attn-implementation TEXT (eager, sdpa, flash_attention_2,
+    # flash_attention_3, flex_attention or a hub kernel; unset: the model's own, sdpa)
+    backend_settings={"attention_backend": "--attn-implementation"},
 )

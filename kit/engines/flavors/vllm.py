@@ -194,6 +194,7 @@ FLAVOR = VLLM(
     distributions=("vllm", CPU_BUILD),
     parser_names=PARSERS,
     attention_backends=True,
+    backend_settings={"attention_backend": None},  # VLLM_ATTENTION_BACKEND (`env`); no sampling backend
     capacity_flag="--max-num-seqs",
     spec_metrics=(DRAFTS, DRAFT_TOKENS, ACCEPTED, PER_POSITION),
     dummy_weights_args=("--load-format", "dummy"),
