@@ -40,6 +40,7 @@ NAMES = {
     "dp_size": "data-parallel replicas",
     "tp_size": "tensor-parallel GPUs",
     "attention_backend": "attention backend",
+    "sampling_backend": "sampling backend",
     "client_concurrency": "client concurrency",
     "measured_at_concurrency": "best measured at concurrency",
     "max_running_requests_source": "max running requests, because",

@@ -359,7 +359,7 @@ class GenerateParams(_Strict):
     use_decision: bool = True
     """Apply stage 2's decision.json: speculation on or off (and k), and the engine settings
     the params leave unset (max running requests, CUDA-graph batch, memory fraction, dp/tp,
-    attention backend)."""
+    attention and sampling backends)."""
     order: Literal["longest_first", "plan"] = "longest_first"
     """The order prompts are sent in: `longest_first` by predicted output length (from the rows
     this run already made, per source and prompt length, and each source's max_tokens), so the
