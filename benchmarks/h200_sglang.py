@@ -31,6 +31,8 @@ Phases (each a subprocess of the kit's own commands, as a user runs them, under 
 - faults: `kit generate` with the kit's own server, whose scheduler process is killed (-9) and whose
   HTTP process is then frozen (SIGSTOP) mid-run; every id once at the end;
 - demo: the kit's demo model on SGLang (real text: its parsers, a real n-gram accept length);
+- backends: `kit decide` (Qwen3-8B shape, plain at 256) with `decide.backends`: SGLang's default
+  sampler against the pytorch one at the run's own sampling, chosen by the decision (issue 45);
 - forecast, forecast_run: issue 48's forecast judged on the GPU: `kit decide` on a 22,400-prompt
   plan (plain decoding, the engine capped at 512 running), then, in the next call, `kit generate`
   and `kit analyse` on it (summary.json's `forecast_check`);
@@ -356,6 +358,33 @@ def interrupted_at(cmd: list[str], env: dict, timeout: float, grace: float) -> t
                 p.kill()
                 out, _ = p.communicate()
         return p.returncode, out or ""
+
+
+def backends(s: Session) -> dict:
+    """Issue 45's sampler decided by stage 2 (`decide.backends`): `kit decide` on the Qwen3-8B shape,
+    plain decoding alone at 256 concurrent (two rounds), then the settings sweep: SGLang's default
+    sampler (flashinfer: the params set none) against `--sampling-backend pytorch`, at the run's own
+    sampling (temperature 0.7, top-p 0.95, seed 0), ABBA over three server starts; decision.json's
+    `backends` says what each cost and which stage 3 takes."""
+    run = "h200-sglang-backends"
+    s.touched.add(run)
+    budget = max(150.0, min(560.0, s.deadline - time.monotonic() - 15))
+    params = derived(run, {
+        "run": run,
+        **engine_override(s),
+        "decide": {"concurrencies": [256], "repetitions": 2, "pilot_per_source": 0,
+                   "backends": {"sampling_backend": ["pytorch"]}},
+    })  # fmt: skip
+    p = yaml.safe_load(params.read_text())
+    p["engine"].pop("speculative", None)  # plain decoding alone: the settings sweep is the point
+    p["decide"].pop("time_budget_s", None)
+    params.write_text(yaml.safe_dump(p, sort_keys=False))
+    out = {"decide": s.kit("decide", params, budget, interrupt_grace=30.0)}
+    with contextlib.suppress(OSError, ValueError):
+        decision = json.loads((OUTPUTS / run / "decision.json").read_text())
+        out["backends"] = decision.get("backends")
+        out["engine_settings"] = decision.get("engine_settings")
+    return out
 
 
 FORECAST_ROWS = 4200
@@ -911,6 +940,7 @@ PHASES = {
     "moe": moe,
     "mtp27": mtp27,
     "forecast": forecast,
+    "backends": backends,
     "forecast_run": forecast_run,
     "ceiling": ceiling,
     "defaults": defaults,

@@ -25,6 +25,7 @@ import pandas as pd
 
 from kit.decide.levels import RUN_COLUMNS, flag_slow
 from kit.decide.sweep import SweepLog, run_slots
+from kit.decide.sweep_level import stage3_sampling
 from kit.decide.sweep_servers import ArmServers, Slot
 from kit.engines.arms import Arm
 from kit.engines.flavors import flavor, server_env
@@ -140,7 +141,9 @@ def run_backends(
     alts = alternatives(params, arm)
     top = max(d.concurrencies)
     together = together and len(alts) <= 1 + len(d.spec_steps)  # as many servers as the arms fitted
-    servers = ArmServers(params, folder, alts, hybrid, together, prompts, running_caps)
+    servers = ArmServers(
+        params, folder, alts, hybrid, together, prompts, running_caps, warm_sampling=stage3_sampling(params)
+    )
     servers.arm_params = {a.name: with_setting(servers.arm_params[a.name], a) for a in alts}
     slots = backend_slots(alts, top, d.repetitions)
     sweep_log = SweepLog(folder.logs / "sweep.log")
