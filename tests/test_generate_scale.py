@@ -120,6 +120,7 @@ def starving(
     (kit.generate.loop.GenerationLoop._keep_engine_full), the kit holding `in_flight` of 10,000;
     `running` may change sample by sample (a list), `tok_s` the answers' tokens/s of each."""
     from kit.generate.loop import GenerationLoop, LoopStats
+    from kit.generate.timeline_sample import TimelineSample
 
     stats = LoopStats(in_flight=in_flight, concurrency=in_flight)
     loop = SimpleNamespace(stats=stats, total=10_000, _taken=in_flight, _starved_ticks=0,
@@ -128,12 +129,12 @@ def starving(
     runs = running if isinstance(running, list) else [running] * ticks
     for i, now in enumerate(runs):
         stats.in_flight = stats.concurrency  # every worker holds a request
-        gauges = {
-            "num_running_reqs": now,
-            "num_queue_reqs": waiting,
-            "tok_s": (tok_s or [0.0] * len(runs))[i],
-        }
-        GenerationLoop._keep_engine_full(loop, gauges)
+        sample = TimelineSample(
+            session=1, at=None, t_s=2.0 * i, rows_done=0, output_tokens_done=0, rows_s=0.0,
+            tok_s=(tok_s or [0.0] * len(runs))[i], in_flight=stats.in_flight, failures=0,
+            num_running_reqs=now, num_queue_reqs=waiting,
+        )  # fmt: skip
+        GenerationLoop._keep_engine_full(loop, sample)
     return stats.concurrency
 
 

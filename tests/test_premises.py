@@ -22,6 +22,7 @@ from kit.engines.capacity import Capacity
 from kit.generate.metrics import load_timeline
 from kit.generate.premise_kinds import ACCEPT_MARGIN, GRACE_S, THROUGHPUT_WINDOW_S
 from kit.generate.premises import WARMUP_S, PremiseCheck, check_timeline, session_total
+from kit.generate.timeline_sample import TimelineSample
 from kit.params import DecideParams, EngineParams, ModelParams, RunParams, SpeculativeParams
 
 CAP = 64
@@ -104,8 +105,12 @@ def job(
 
 
 def run(check: PremiseCheck, samples: list[dict[str, Any]]) -> list[str]:
-    """Every warning the samples raise, as the loop would log them."""
-    return [w for s in samples for w in check.observe(s)]
+    """Every warning the samples raise, as the loop would log them (with the loop's restart figures)."""
+    warnings = []
+    for s in samples:
+        sample = TimelineSample.from_row(s)
+        warnings += check.observe(sample, s.get("servers_restarting"), s.get("server_restarts"))
+    return warnings
 
 
 def spec_check(decision: Decision | None, **kw: Any) -> PremiseCheck:

@@ -22,6 +22,8 @@ import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
+from kit.generate.timeline_sample import IN_FLIGHT  # noqa: E402
+
 sns.set_theme(style="whitegrid", context="notebook")
 
 
@@ -184,7 +186,7 @@ def in_flight_tail(
     minutes = float(load["t_s"].max()) > 600
     scale, unit = (60.0, "min") if minutes else (1.0, "s")
     fig, ax = plt.subplots(figsize=(8, 3.5))
-    ax.plot(load["t_s"] / scale, load["in_flight"], lw=1.2, label="requests in flight")
+    ax.plot(load["t_s"] / scale, load[IN_FLIGHT], lw=1.2, label="requests in flight")
     ax.axhline(level, color="grey", ls="--", lw=1, label=level_label)
     if tail[1] > tail[0]:
         ax.axvspan(tail[0] / scale, tail[1] / scale, color="tab:orange", alpha=0.2, lw=0, label="tail")

@@ -31,6 +31,7 @@ from kit.decide.costmodel import MODEL_ERROR
 from kit.decide.decision import speculation_label
 from kit.decide.tailarm import tail_arm
 from kit.engines.flavors import FLAVORS
+from kit.generate.timeline_sample import IN_FLIGHT, OUTPUT_TOKENS_DONE, ROWS_DONE, SESSION, T_S
 from kit.params import EngineParams, saved_params
 from kit.runfolder import RunFolder
 
@@ -116,17 +117,17 @@ class Load:
 
 def _last_session(metrics: pd.DataFrame | None) -> tuple[pd.DataFrame, int | None, int]:
     """The samples of the last session that carry `in_flight` (sorted), its number and the count."""
-    if metrics is None or metrics.empty or "in_flight" not in metrics.columns:
+    if metrics is None or metrics.empty or IN_FLIGHT not in metrics.columns:
         return pd.DataFrame(), None, 0
-    m = metrics.dropna(subset=["t_s", "in_flight"])
-    if "session" not in m.columns or m["session"].isna().all():
-        return m.sort_values("t_s"), None, 1
-    last = m["session"].max()
-    return m[m["session"] == last].sort_values("t_s"), int(last), int(m["session"].nunique())
+    m = metrics.dropna(subset=[T_S, IN_FLIGHT])
+    if SESSION not in m.columns or m[SESSION].isna().all():
+        return m.sort_values(T_S), None, 1
+    last = m[SESSION].max()
+    return m[m[SESSION] == last].sort_values(T_S), int(last), int(m[SESSION].nunique())
 
 
 def _from_samples(samples: pd.DataFrame, session: int | None, sessions: int) -> Load:
-    t = samples["t_s"].astype(float)
+    t = samples[T_S].astype(float)
 
     def counter(col: str) -> pd.Series:
         if col not in samples.columns:
@@ -136,10 +137,10 @@ def _from_samples(samples: pd.DataFrame, session: int | None, sessions: int) -> 
 
     frame = pd.DataFrame(
         {
-            "t_s": (t - t.iloc[0]).to_numpy(),
-            "in_flight": samples["in_flight"].astype(float).to_numpy(),
-            "tokens_done": counter("output_tokens_done").to_numpy(),
-            "rows_done": counter("rows_done").to_numpy(),
+            T_S: (t - t.iloc[0]).to_numpy(),
+            IN_FLIGHT: samples[IN_FLIGHT].astype(float).to_numpy(),
+            "tokens_done": counter(OUTPUT_TOKENS_DONE).to_numpy(),
+            ROWS_DONE: counter(ROWS_DONE).to_numpy(),
         }
     )
     return Load(frame, session, sessions, "timeline")
@@ -168,7 +169,7 @@ def _from_rows(
     events = pd.DataFrame(
         {
             "t": np.concatenate([(start - t0).dt.total_seconds(), (end - t0).dt.total_seconds()]),
-            "in_flight": np.concatenate([np.ones(n), -np.ones(n)]),
+            IN_FLIGHT: np.concatenate([np.ones(n), -np.ones(n)]),
             "tokens_done": np.concatenate([np.zeros(n), tokens]),
             "rows_done": np.concatenate([np.zeros(n), np.ones(n)]),
         }
@@ -223,7 +224,7 @@ def full_load(manifest: Manifest | None, peak: float) -> tuple[float, int | None
 
 def start_index(load: Load, level: float) -> int:
     """The tail's first point: the last one at full load (the count never comes back up after it)."""
-    return int(np.flatnonzero(load.frame["in_flight"].to_numpy(float) >= level)[-1])
+    return int(np.flatnonzero(load.frame[IN_FLIGHT].to_numpy(float) >= level)[-1])
 
 
 def _trapezoid(t: np.ndarray, y: np.ndarray) -> float:
@@ -238,7 +239,7 @@ def measure(load: Load, manifest: Manifest | None, devices: Devices) -> TailSumm
     """Start, end, share, tokens/s in and before the tail, rows finished in it and capacity left idle
     (its sentence not written yet)."""
     f = load.frame
-    t, v = f["t_s"].to_numpy(float), f["in_flight"].to_numpy(float)
+    t, v = f["t_s"].to_numpy(float), f[IN_FLIGHT].to_numpy(float)
     level, capacity, level_source = full_load(manifest, float(v.max()))
     i = start_index(load, level)
     start, end = t[i], t[-1]
@@ -298,7 +299,7 @@ def saving(
     wins; the ratio is moved by the cost model's known error (MODEL_ERROR) for the low and high
     figures. An interval with nothing in flight saves nothing."""
     f = load.frame.iloc[start_index:]
-    t, v = f["t_s"].to_numpy(float), np.minimum(f["in_flight"].to_numpy(float), level)
+    t, v = f["t_s"].to_numpy(float), np.minimum(f[IN_FLIGHT].to_numpy(float), level)
     dt, c = np.diff(t), (v[1:] + v[:-1]) / 2 / max(servers, 1)
     ran = (dt > 0) & (c > 0)
     if not ran.any():
@@ -392,7 +393,7 @@ def tail_entry(
     run holds nothing to measure it from."""
     load = session_load(metrics, df, manifest)
     why = load if isinstance(load, str) else None
-    if why is None and not (load.frame["in_flight"] > 0).any():
+    if why is None and not (load.frame[IN_FLIGHT] > 0).any():
         why = "the timeline never saw a request in flight"
     if why is not None:
         return TailSummary.from_json(
@@ -409,7 +410,7 @@ def tail_figure(metrics: pd.DataFrame | None, df: pd.DataFrame, manifest: Manife
     """Requests in flight over the last session, the full-load line and the tail shaded; None when
     there is nothing to draw."""
     load = session_load(metrics, df, manifest)
-    if isinstance(load, str) or not (load.frame["in_flight"] > 0).any():
+    if isinstance(load, str) or not (load.frame[IN_FLIGHT] > 0).any():
         return None
     entry = measure(load, manifest, Devices(1, "replica", ""))
     frame = load.frame

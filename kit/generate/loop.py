@@ -35,6 +35,7 @@ from kit.generate.rowsampling import identity as row_identity
 from kit.generate.rowsampling import sampling_identity as sampling_identity
 from kit.generate.store import FailureLog, ShardWriter, now_utc, shard_rows_for
 from kit.generate.tailswitch import TailSwitch
+from kit.generate.timeline_sample import TimelineSample
 from kit.params import GenerateParams
 from kit.progress import progress
 
@@ -165,18 +166,17 @@ class GenerationLoop:
             self.timeline.close()
         return self.stats
 
-    def _sample(self, engine: dict[str, float], closing: bool = False) -> None:
+    def _sample(self, engine: dict[str, float], closing: bool = False) -> TimelineSample:
         self.engine_last = engine
-        self.timeline.sample(self.stats, engine, closing, self.eta)
+        return self.timeline.sample(self.stats, engine, closing, self.eta)
 
-    def _check_premises(self, sample: dict[str, Any]) -> None:
+    def _check_premises(self, sample: TimelineSample) -> None:
         """The decision's premises against this sample; not once the tail switch has begun (replicas
         draining, restarting or on another arm are not the decided engine)."""
         if self.premises is None or (self.tail is not None and self.tail.started_at_s is not None):
             return
         down = sum(not r.ready.is_set() for r in self.pool.replicas)
-        seen = {**sample, "servers_restarting": down, "server_restarts": self.pool.restarts}
-        for warning in self.premises.observe(seen):
+        for warning in self.premises.observe(sample, down, self.pool.restarts):
             log.warning(warning)
 
     def _maybe_switch(self) -> None:
@@ -205,7 +205,7 @@ class GenerationLoop:
             for task in done:
                 task.result()
 
-    def _keep_engine_full(self, gauges: dict[str, Any]) -> None:
+    def _keep_engine_full(self, sample: TimelineSample) -> None:
         """More requests in flight when the engine's gauges show the kit is its limit.
 
         Every worker waits on a request, the engine runs them (at least `ADMITTED` of them) and has
@@ -217,12 +217,12 @@ class GenerationLoop:
         requests have not reached the scheduler) breaks it. Engines without gauges (transformers
         serve) keep the concurrency given.
         """
-        running, waiting = gauges.get("num_running_reqs"), gauges.get("num_queue_reqs")
+        running, waiting = sample.num_running_reqs, sample.num_queue_reqs
         # not the tail: every worker has a request, and there are more to send
         busy = self.stats.in_flight >= self.stats.concurrency and self._taken < self.total
         idle = waiting is not None and busy and waiting < 1
         admitted = running is not None and running >= ADMITTED * self.stats.in_flight
-        between_waves = idle and running is not None and not admitted and (gauges.get("tok_s") or 0) > 0
+        between_waves = idle and running is not None and not admitted and (sample.tok_s or 0) > 0
         if not between_waves:
             self._starved_ticks = self._starved_ticks + 1 if idle and admitted else 0
         if self._starved_ticks < STARVED_TICKS or self.stats.concurrency >= MAX_IN_FLIGHT:
@@ -408,14 +408,13 @@ class GenerationLoop:
     async def _tick(self, bar: Any) -> None:
         while True:
             await asyncio.sleep(self.timeline.interval_s)
-            self._sample(await self._engine_metrics())
-            last = self.timeline.last()
+            last = self._sample(await self._engine_metrics())
             self._keep_engine_full(last)
             self._check_premises(last)
             self._maybe_switch()
-            postfix = {"tok_s": f"{last['tok_s'] or 0:.0f}", "fail": self.stats.failures}
-            if last.get("eta_s") is not None:
-                postfix["eta"] = hours(last["eta_s"])
+            postfix = {"tok_s": f"{last.tok_s or 0:.0f}", "fail": self.stats.failures}
+            if last.eta_s is not None:
+                postfix["eta"] = hours(last.eta_s)
             bar.set_postfix(**postfix, refresh=False)
             if self._shard_due():
                 await self._flush()

@@ -1,5 +1,7 @@
 """The run's timeline (`metrics.parquet`): rows, tokens/s, requests in flight, engine gauges.
 
+Each sample is a `kit.generate.timeline_sample.TimelineSample`, saved as its `to_row()`.
+
 One sample every `interval_s` (cheap: counters the loop keeps, and the engine's gauges fetched
 and parsed off the event loop); a resumed run appends a new `session` to the samples already
 saved, so throughput over time covers the whole job across interruptions.
@@ -28,6 +30,7 @@ import pyarrow.parquet as pq
 from kit.engines.spec_metrics import VLLM_ACCEPTED, VLLM_DRAFTS
 from kit.generate.eta import TokenEta
 from kit.generate.store import now_utc
+from kit.generate.timeline_sample import SESSION, T_S, TimelineSample
 from kit.runfolder import atomic_path, unreadable_copy
 
 log = logging.getLogger(__name__)
@@ -66,7 +69,7 @@ def _read_parquet(path: Path) -> pd.DataFrame:
         return pd.DataFrame()
     try:
         frame = pq.read_table(path).to_pandas()
-        if len(frame) and not {"session", "t_s"} <= set(frame.columns):
+        if len(frame) and not {SESSION, T_S} <= set(frame.columns):
             raise ValueError("it has no session / t_s columns")
         return frame
     except (pa.ArrowException, OSError, ValueError) as e:
@@ -89,9 +92,9 @@ def merge_samples(frames: list[pd.DataFrame]) -> pd.DataFrame:
     if not frames:
         return pd.DataFrame()
     frame = pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
-    if not {"session", "t_s"} <= set(frame.columns):
+    if not {SESSION, T_S} <= set(frame.columns):
         return frame
-    return frame.drop_duplicates(subset=["session", "t_s"], keep="first", ignore_index=True)
+    return frame.drop_duplicates(subset=[SESSION, T_S], keep="first", ignore_index=True)
 
 
 def fold_log(path: Path, log_path: Path) -> None:
@@ -115,8 +118,8 @@ class Timeline:
         self.interval_s = interval_s
         fold_log(path, log_path)  # a session that crashed left its samples in the log
         previous = load_timeline(path)
-        self.session = int(previous["session"].max()) + 1 if len(previous) else 1
-        self.samples: list[dict[str, Any]] = []
+        self.session = int(previous[SESSION].max()) + 1 if len(previous) else 1
+        self.samples: list[TimelineSample] = []
         self._saved = 0
         self._lock = threading.Lock()
         self.t0 = time.monotonic()
@@ -125,36 +128,36 @@ class Timeline:
 
     def sample(
         self, stats: Any, engine: dict[str, float], closing: bool = False, eta: TokenEta | None = None
-    ) -> None:
-        """Take one sample; `closing`: the session's last, taken when the loop stops, whatever the
-        time since the previous one (see `_rates`); `eta`: the time left in output tokens at this
-        sample's tokens/s (`eta_s`, `tokens_left`)."""
+    ) -> TimelineSample:
+        """Take one sample (and return it); `closing`: the session's last, taken when the loop stops,
+        whatever the time since the previous one (see `_rates`); `eta`: the time left in output
+        tokens at this sample's tokens/s (`eta_s`, `tokens_left`)."""
         now = time.monotonic()
         t_prev, rows_prev, tok_prev = self._last
         rows_s, tok_s = self._rates(
             now - t_prev, stats.rows - rows_prev, stats.output_tokens - tok_prev, closing
         )
-        row = {
-            "session": self.session,
-            "at": now_utc(),
-            "t_s": now - self.t0,
-            "rows_done": stats.rows,
-            "output_tokens_done": stats.output_tokens,
-            "rows_s": rows_s,
-            "tok_s": tok_s,
-            "in_flight": stats.in_flight,
-            "failures": stats.failures,
-        }
-        for key, name in ENGINE_GAUGES.items():
-            if key in engine:
-                row[name] = engine[key]
+        gauges = {name: engine[key] for key, name in ENGINE_GAUGES.items() if key in engine}
         accept = self._counter_accept_length(engine)
         if accept is not None:
-            row["accept_length"] = accept
+            gauges["accept_length"] = accept
         if eta is not None:
-            row["eta_s"], row["tokens_left"] = eta.seconds(tok_s), round(eta.tokens_left())
-        self.samples.append(row)
+            gauges["eta_s"], gauges["tokens_left"] = eta.seconds(tok_s), round(eta.tokens_left())
+        sample = TimelineSample(
+            session=self.session,
+            at=now_utc(),
+            t_s=now - self.t0,
+            rows_done=stats.rows,
+            output_tokens_done=stats.output_tokens,
+            rows_s=rows_s,
+            tok_s=tok_s,
+            in_flight=stats.in_flight,
+            failures=stats.failures,
+            **gauges,
+        )
+        self.samples.append(sample)
         self._last = (now, stats.rows, stats.output_tokens)
+        return sample
 
     def _rates(self, dt: float, rows: int, tokens: int, closing: bool) -> tuple[float | None, float | None]:
         """rows/s and tokens/s since the previous sample. A closing sample less than half an interval
@@ -176,16 +179,14 @@ class Timeline:
             return None
         return 1.0 + (now[1] - before[1]) / (now[0] - before[0])
 
-    def last(self) -> dict[str, Any]:
-        return self.samples[-1] if self.samples else {"tok_s": 0.0}
-
     def save(self) -> None:
         """Append the samples taken since the last save to the session's log; safe to call from
         the shard writer's thread (the event loop may append samples while this runs)."""
         with self._lock:
             end = len(self.samples)
             lines = [
-                orjson.dumps(r, option=orjson.OPT_APPEND_NEWLINE) for r in self.samples[self._saved : end]
+                orjson.dumps(r.to_row(), option=orjson.OPT_APPEND_NEWLINE)
+                for r in self.samples[self._saved : end]
             ]
             if lines:
                 with open(self.log_path, "ab") as f:

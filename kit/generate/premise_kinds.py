@@ -14,15 +14,13 @@ import math
 import statistics
 from collections import deque
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from kit.artifacts import Decision, LadderPoint
 from kit.decide.noise import UNMEASURED_NOISE
 from kit.display import finite
 from kit.engines.arms import arm_name
-
-if TYPE_CHECKING:
-    pass
+from kit.generate.timeline_sample import IN_FLIGHT, TimelineSample
 
 ACCEPT_WINDOW_S = 60.0
 """Accept length is judged over the latest steady samples spanning this long (a median of them)."""
@@ -101,8 +99,8 @@ class Premise:
         """`judge` for a figure against its expected range: `below` or `above` is the warning."""
         return self.judge(evidence, not lo <= seen <= hi, below if seen < lo else above)
 
-    def observe(self, s: dict[str, Any], phase: Phase) -> str | None:
-        """Judge one sample (cleaned: numbers or None); a warning the first time it contradicts."""
+    def observe(self, s: TimelineSample, phase: Phase) -> str | None:
+        """Judge one sample; a warning the first time it contradicts."""
         raise NotImplementedError
 
     def reset(self) -> None:
@@ -128,9 +126,11 @@ class Premise:
         }
 
 
-def _when(s: dict[str, Any]) -> dict[str, Any]:
-    """When a check was made: seconds into the session, the session, the time of day (UTC)."""
-    return {"t_s": s["t_s"], "session": s.get("session"), "at": s.get("at")}
+def _when(s: TimelineSample) -> dict[str, Any]:
+    """When a check was made: seconds into the session, the session, the time of day (UTC, ISO text)."""
+    at = s.at
+    text = at.isoformat() if hasattr(at, "isoformat") else at if isinstance(at, str) else None
+    return {"t_s": finite(s.t_s), "session": s.session, "at": text}
 
 
 def _window(d: deque, enough: Any) -> bool:
@@ -205,8 +205,8 @@ class AcceptPremise(Premise):
     def reset(self) -> None:
         self.window.clear()
 
-    def observe(self, s: dict[str, Any], phase: Phase) -> str | None:
-        raw = finite(s.get("accept_length"))
+    def observe(self, s: TimelineSample, phase: Phase) -> str | None:
+        raw = finite(s.accept_length)
         if self.why_not or not phase.steady or raw is None or raw <= 0:
             return None
         v = raw / self.ranks
@@ -217,7 +217,7 @@ class AcceptPremise(Premise):
                 f"allows (e.g. {v:.2f}): a gauge summed over engines? (ranks={self.ranks})"
             )
             return None
-        self.window.append((s["t_s"], v))
+        self.window.append((float(s.t_s), v))
         if not _window(self.window, lambda w: _spans(w, ACCEPT_WINDOW_S)):
             self.note = f"no {ACCEPT_WINDOW_S:.0f} s of steady samples with an accept length yet"
             return None
@@ -266,9 +266,9 @@ class CapacityPremise(Premise):
     def reset(self) -> None:
         self.streak = []
 
-    def observe(self, s: dict[str, Any], phase: Phase) -> str | None:
-        running, queued = finite(s.get("num_running_reqs")), finite(s.get("num_queue_reqs"))
-        in_flight = finite(s.get("in_flight")) or 0.0
+    def observe(self, s: TimelineSample, phase: Phase) -> str | None:
+        running, queued = finite(s.num_running_reqs), finite(s.num_queue_reqs)
+        in_flight = finite(s.in_flight) or 0.0
         if self.why_not or not phase.steady:
             return None
         if running is None:
@@ -283,17 +283,17 @@ class CapacityPremise(Premise):
             self.streak = []
             self.note = "no steady sample had more work left than the engine's capacity"
             return None
-        point = {"t_s": s["t_s"], "running": running, "queued": queued, "in_flight": in_flight}
+        point = {"t_s": float(s.t_s), "running": running, "queued": queued, IN_FLIGHT: in_flight}
         self.streak = [*self.streak, point] if running < RUNNING_SHARE * cap else []
         evidence = {**_when(s), "capacity": cap, "running": running,
-                    "queued": queued, "in_flight": in_flight, "remaining": phase.remaining,
-                    "token_usage": finite(s.get("token_usage"))}  # fmt: skip
+                    "queued": queued, IN_FLIGHT: in_flight, "remaining": phase.remaining,
+                    "token_usage": finite(s.token_usage)}  # fmt: skip
         lasted = self.streak[-1]["t_s"] - self.streak[0]["t_s"] if self.streak else 0.0
         if len(self.streak) < GRACE_SAMPLES or lasted < GRACE_S:
             return self.judge(evidence, False, "")
         evidence |= {"below_for_s": lasted, "below_samples": len(self.streak),
                      **{f"{k}_median": statistics.median(p[k] or 0 for p in self.streak)
-                        for k in ("running", "queued", "in_flight")}}  # fmt: skip
+                        for k in ("running", "queued", IN_FLIGHT)}}  # fmt: skip
         return self.judge(evidence, True, self._sentence(evidence))
 
     def _sentence(self, e: dict[str, Any]) -> str:
@@ -391,15 +391,15 @@ class ThroughputPremise(Premise):
     def reset(self) -> None:
         self.window.clear()
 
-    def observe(self, s: dict[str, Any], phase: Phase) -> str | None:
-        tokens, rows = finite(s.get("output_tokens_done")), finite(s.get("rows_done"))
+    def observe(self, s: TimelineSample, phase: Phase) -> str | None:
+        tokens, rows = finite(s.output_tokens_done), finite(s.rows_done)
         if self.why_not or not phase.steady or not phase.first_wave_done or tokens is None or rows is None:
             return None
-        running = finite(s.get("num_running_reqs"))
+        running = finite(s.num_running_reqs)
         if running is None:
-            in_flight = finite(s.get("in_flight")) or 0.0
+            in_flight = finite(s.in_flight) or 0.0
             running = min(in_flight, self.capacity) if self.capacity else in_flight
-        self.window.append((s["t_s"], tokens, rows, running))
+        self.window.append((float(s.t_s), tokens, rows, running))
         if not _window(
             self.window, lambda w: _spans(w, THROUGHPUT_WINDOW_S) and w[-1][2] - w[0][2] >= phase.wave
         ):
@@ -423,7 +423,7 @@ class ThroughputPremise(Premise):
                     "sweep_concurrency": level.concurrency, "sweep_tok_s": level.median,
                     "sweep_lo": level.lo, "sweep_hi": level.hi, "sweep_widened": level.widened,
                     "expected_lo": lo, "expected_hi": hi,
-                    "gen_throughput": finite(s.get("gen_throughput"))}  # fmt: skip
+                    "gen_throughput": finite(s.gen_throughput)}  # fmt: skip
         scaled = "" if ratio == 1 else f", scaled to {lo:.0f}-{hi:.0f} for the run's {ratio:.2f}x concurrency"
         head = (
             f"throughput {seen:.0f} tok/s per server (last {t1 - t0:.0f} s, about {conc:.0f} running) is "

@@ -1,9 +1,9 @@
 """Stage 2's premises, re-checked live in stage 3: does the job run as the sweep measured it?
 
 Stage 2 decides on a sweep of the real engine (kit.decide); stage 3 then runs for hours on other
-prompts, other lengths, other sampling. `PremiseCheck` reads each timeline sample (the dict
-`kit.generate.metrics.Timeline` records) beside decision.json and says, once per premise, when
-the job contradicts what the decision rests on:
+prompts, other lengths, other sampling. `PremiseCheck` reads each timeline sample (the
+`TimelineSample` `kit.generate.metrics.Timeline` records) beside decision.json and says, once per
+premise, when the job contradicts what the decision rests on:
 
 - accept length: the engine's (speculative arm) within the sweep's range for that arm;
 - capacity: the engine kept at the capacity the run uses while work remains beyond it;
@@ -27,6 +27,7 @@ from kit.display import finite
 from kit.engines.arms import arm_label, arm_name, resolve_algorithm
 from kit.engines.flavors import flavor
 from kit.generate.premise_kinds import AcceptPremise, CapacityPremise, Phase, Premise, ThroughputPremise
+from kit.generate.timeline_sample import SESSION, T_S, TimelineSample
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -38,16 +39,6 @@ WARMUP_S = 30.0
 """Seconds of a session (or after a restart) not judged: the engine admits its first requests."""
 WARMUP_SAMPLES = 3
 """... and at least this many samples, whatever the sampling interval."""
-
-
-def _clean_sample(sample: dict[str, Any]) -> dict[str, Any]:
-    """A timeline sample as numbers or None (NaN, missing), its session an int, `at` ISO text."""
-    out: dict[str, Any] = {k: finite(v) for k, v in sample.items() if k != "at"}
-    at = sample.get("at")
-    out["at"] = at.isoformat() if hasattr(at, "isoformat") else at if isinstance(at, str) else None
-    if out.get("session") is not None:
-        out["session"] = int(out["session"])
-    return out
 
 
 @dataclass
@@ -115,12 +106,14 @@ class PremiseCheck:
         healthy run on an engine without speculation has three; the manifest keeps each why_not)."""
         return [f"premise {p.name} is not checked because {p.why_not}" for p in self.premises if p.why_not]
 
-    def observe(self, sample: dict[str, Any]) -> list[str]:
-        """Judge one timeline sample; the warnings it raises for the first time in this run."""
-        s = _clean_sample(sample)
-        if s.get("t_s") is None:
+    def observe(
+        self, s: TimelineSample, servers_restarting: float | None = None, server_restarts: float | None = None
+    ) -> list[str]:
+        """Judge one timeline sample; the warnings it raises for the first time in this run.
+        `servers_restarting`: replicas not ready now; `server_restarts`: restarts so far (the loop's)."""
+        if finite(s.t_s) is None:
             return []
-        self._enter(s)
+        self._enter(s, finite(servers_restarting), finite(server_restarts))
         phase = self._phase(s)
         self.phases["samples"] += 1
         self.phases["warm_up" if phase.warm else "tail" if phase.tail else "steady"] += 1
@@ -128,26 +121,25 @@ class PremiseCheck:
         self.warnings += new
         return new
 
-    def _enter(self, s: dict[str, Any]) -> None:
-        """A new session, or a server restarting (optional sample keys `servers_restarting`: replicas
-        not ready now; `server_restarts`: restarts so far): warm up again once it is back."""
-        restarts = s.get("server_restarts")
-        fresh = s.get("session") != self._session or self._n == 0
-        down = (s.get("servers_restarting") or 0) > 0
+    def _enter(self, s: TimelineSample, restarting: float | None, restarts: float | None) -> None:
+        """A new session, or a server restarting (`restarting`, `restarts`: see observe): warm up
+        again once it is back."""
+        fresh = s.session != self._session or self._n == 0
+        down = (restarting or 0) > 0
         down = down or (restarts is not None and self._restarts is not None and restarts > self._restarts)
         if fresh or down:
-            self._session, self._start, self._n = s.get("session"), s["t_s"], 0
+            self._session, self._start, self._n = s.session, float(s.t_s), 0
             if fresh:
                 self._most_in_flight = 0.0
             for p in self.premises:
                 p.reset()
         self._restarts = restarts if restarts is not None else self._restarts
         self._n += 1
-        self._most_in_flight = max(self._most_in_flight, s.get("in_flight") or 0.0)
+        self._most_in_flight = max(self._most_in_flight, finite(s.in_flight) or 0.0)
 
-    def _phase(self, s: dict[str, Any]) -> Phase:
-        warm = s["t_s"] - self._start < WARMUP_S or self._n <= WARMUP_SAMPLES
-        done, failed, in_flight = s.get("rows_done"), s.get("failures") or 0.0, s.get("in_flight") or 0.0
+    def _phase(self, s: TimelineSample) -> Phase:
+        warm = s.t_s - self._start < WARMUP_S or self._n <= WARMUP_SAMPLES
+        done, failed, in_flight = finite(s.rows_done), finite(s.failures) or 0.0, finite(s.in_flight) or 0.0
         remaining = None
         if self.total is not None and done is not None:
             remaining = max(int(self.total - done - failed), 0)
@@ -180,9 +172,8 @@ class PremiseCheck:
 def session_total(samples: pd.DataFrame) -> int | None:
     """A session's rows, from its last sample: those finished, failed and still in flight. Exact for
     a session that ran to its end; short for one interrupted (the tail then starts earlier)."""
-    last = samples.iloc[-1]
-    parts = [finite(last.get(c)) for c in ("rows_done", "failures", "in_flight")]
-    return None if parts[0] is None else int(sum(p or 0 for p in parts))
+    last = TimelineSample.from_row(samples.iloc[-1])
+    return last.rows_done + last.failures + last.in_flight
 
 
 def check_timeline(
@@ -198,12 +189,11 @@ def check_timeline(
     live run would have: the report, its warnings included. `totals`: rows per session where known
     (else `session_total`); `options`: PremiseCheck's (replicas, algorithm, ...)."""
     check = PremiseCheck(decision, capacity, spec_k, **options)
-    if timeline is None or not len(timeline) or "t_s" not in timeline:
+    if timeline is None or not len(timeline) or T_S not in timeline:
         return check.report()
-    frame = timeline.sort_values(["session", "t_s"]) if "session" in timeline else timeline
-    groups = frame.groupby("session", sort=True) if "session" in frame else [(None, frame)]
-    for session, samples in groups:
+    frame = timeline.dropna(subset=[T_S]).sort_values([SESSION, T_S])
+    for session, samples in frame.groupby(SESSION, sort=True):
         check.total = (totals or {}).get(session) or session_total(samples)
         for row in samples.to_dict("records"):
-            check.observe(row)
+            check.observe(TimelineSample.from_row(row))
     return check.report()

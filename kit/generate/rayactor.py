@@ -20,7 +20,7 @@ import os
 import socket
 from collections import deque
 from contextlib import ExitStack
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -67,6 +67,26 @@ class BlockFeed:
 
     def __len__(self) -> int:
         return len(self._items)
+
+
+@dataclass(frozen=True)
+class ActorPoll:
+    """An actor's answer to `poll` (and `finish`): blocks done since the last poll, its loop's counters."""
+
+    done: tuple[int, ...] = ()
+    """Blocks whose rows are on disk since the last poll."""
+    answered_open: int = 0
+    """Items answered in blocks not done yet (for the driver's progress bar)."""
+    rows: int = 0
+    failures: int = 0
+    output_tokens: int = 0
+    in_flight: int = 0
+    concurrency: int = 0
+    restarts: int = 0
+    """Server restarts so far."""
+    engine: dict[str, float] = field(default_factory=dict)
+    """The engine's gauges and counters at the loop's last sample (by their /metrics names)."""
+    finished: bool = False
 
 
 @dataclass
@@ -213,27 +233,27 @@ class EngineActor:
         """No more blocks for this actor."""
         self.feed.close()
 
-    async def poll(self) -> dict[str, Any]:
+    async def poll(self) -> ActorPoll:
         """Blocks done since the last poll and the loop's counters; raises the loop's error."""
         assert self._task is not None and self.writer is not None, "start() first"
         if self._task.done():
             self._task.result()  # the loop's error (a server that cannot come back) reaches the driver
         done, self.writer.done = self.writer.done, []
         s = self.loop.stats
-        return {
-            "done": done,
-            "answered_open": self.writer.items_answered_in_open_blocks(),
-            "rows": s.rows,
-            "failures": s.failures,
-            "output_tokens": s.output_tokens,
-            "in_flight": s.in_flight,
-            "concurrency": s.concurrency,
-            "restarts": self.pool.restarts,
-            "engine": self.loop.engine_last,
-            "finished": self._task.done(),
-        }
+        return ActorPoll(
+            done=tuple(done),
+            answered_open=self.writer.items_answered_in_open_blocks(),
+            rows=s.rows,
+            failures=s.failures,
+            output_tokens=s.output_tokens,
+            in_flight=s.in_flight,
+            concurrency=s.concurrency,
+            restarts=self.pool.restarts,
+            engine=self.loop.engine_last,
+            finished=self._task.done(),
+        )
 
-    async def finish(self) -> dict[str, Any]:
+    async def finish(self) -> ActorPoll:
         """Wait for the loop to end (after `close`), stop the server; the last poll's figures."""
         assert self._task is not None
         await self._task

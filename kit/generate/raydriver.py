@@ -31,7 +31,7 @@ from kit.generate.blocks import Block, BlockBook, block_rows, cut_blocks, positi
 from kit.generate.loop import LoopStats
 from kit.generate.metrics import Timeline
 from kit.generate.premises import PremiseCheck
-from kit.generate.rayactor import EngineActor
+from kit.generate.rayactor import ActorPoll, EngineActor
 from kit.generate.session import Session
 from kit.generate.store import row_id
 from kit.generate.work import select_rows
@@ -121,7 +121,8 @@ class ActorState:
     asked: Any = None
     """The poll it has not answered yet, and since when (monotonic seconds)."""
     asked_at: float = 0.0
-    last: dict[str, Any] = field(default_factory=dict)
+    last: ActorPoll = field(default_factory=ActorPoll)
+    """Its latest poll (or finish) answer."""
     blocks_done: int = 0
     closed: bool = False
     finished: bool = False
@@ -181,12 +182,11 @@ class RayJob:
                 if premises is None and all(a.info for a in self.live()):
                     premises = self._premises(n)
                 if timeline is not None:
-                    timeline.sample(stats, self._engine_sum())
-                    last = timeline.last()
-                    for warning in premises.observe({**last, "servers_restarting": 0}) if premises else ():
+                    last = timeline.sample(stats, self._engine_sum())
+                    for warning in premises.observe(last, servers_restarting=0) if premises else ():
                         log.warning(warning)
-                    bar.set_postfix(tok_s=f"{last['tok_s']:.0f}", actors=len(self.live()), refresh=False)
-                bar.n = book.items_done() + sum(a.last.get("answered_open", 0) for a in self.live())
+                    bar.set_postfix(tok_s=f"{last.tok_s:.0f}", actors=len(self.live()), refresh=False)
+                bar.n = book.items_done() + sum(a.last.answered_open for a in self.live())
                 bar.refresh()
                 time.sleep(max(0.0, POLL_S - (time.monotonic() - tick)))
             self._finish_all(ray)
@@ -199,7 +199,7 @@ class RayJob:
             for a in self.actors.values():
                 ray.kill(a.handle, no_restart=True)
         stats.capacity = self._capacity()
-        stats.restarts = sum(a.last.get("restarts", 0) for a in self.actors.values())
+        stats.restarts = sum(a.last.restarts for a in self.actors.values())
         stats.premises = premises.report() if premises is not None else None
         stats.ray = {"address": address, "actor_options": options, **book.summary(), "actors": self._report()}
         return stats
@@ -229,7 +229,7 @@ class RayJob:
             elif a.asked is not None and a.asked in ready:
                 ref, a.asked = a.asked, None
                 if self._answer(ray, a, book, ref, "last"):
-                    for index in a.last["done"]:
+                    for index in a.last.done:
                         book.done(index)
                         a.blocks_done += 1
             elif a.asked is not None and now - a.asked_at > SILENT_S:
@@ -309,17 +309,17 @@ class RayJob:
 
     def _sum(self, stats: LoopStats) -> None:
         every = self.actors.values()
-        stats.rows = sum(a.last.get("rows", 0) for a in every)
-        stats.failures = sum(a.last.get("failures", 0) for a in every)
-        stats.output_tokens = sum(a.last.get("output_tokens", 0) for a in every)
-        stats.in_flight = sum(a.last.get("in_flight", 0) for a in self.live())
-        stats.concurrency = sum(a.last.get("concurrency", 0) for a in self.live()) or stats.concurrency
+        stats.rows = sum(a.last.rows for a in every)
+        stats.failures = sum(a.last.failures for a in every)
+        stats.output_tokens = sum(a.last.output_tokens for a in every)
+        stats.in_flight = sum(a.last.in_flight for a in self.live())
+        stats.concurrency = sum(a.last.concurrency for a in self.live()) or stats.concurrency
         stats.concurrency_start = stats.concurrency_start or stats.concurrency
 
     def _engine_sum(self) -> dict[str, float]:
         merged: dict[str, float] = {}
         for a in self.live():
-            for k, v in (a.last.get("engine") or {}).items():
+            for k, v in a.last.engine.items():
                 merged[k] = merged.get(k, 0.0) + float(v)
         return merged
 
@@ -344,9 +344,9 @@ class RayJob:
                 **a.info,
                 "actor": a.index,
                 "blocks_done": a.blocks_done,
-                "rows": a.last.get("rows", 0),
-                "failures": a.last.get("failures", 0),
-                "server_restarts": a.last.get("restarts", 0),
+                "rows": a.last.rows,
+                "failures": a.last.failures,
+                "server_restarts": a.last.restarts,
                 "died": a.died,
             }
             for a in self.actors.values()
