@@ -4,6 +4,7 @@
     python3 benchmarks/bench_forecast.py --params params/demo.yaml --counts 20 --repeats 2 --out DIR
     python3 benchmarks/bench_forecast.py --params params/demo-vllm.yaml --counts 40 --samples 4 \
         --plain-only --repeats 3 --out DIR       # longer jobs: 960 requests, plain decoding only
+    ... --levels 1 16 128                        # the sweep up to stage 3's own batch (vLLM CPU: 128)
 
 `--samples N` sends every prompt N times (generate.sampling.n: the demo's fixtures hold 40 prompts
 a source, so this is how a CPU job lasts long enough to time); `--plain-only` sweeps plain decoding
@@ -35,10 +36,17 @@ REPO = Path(__file__).resolve().parent.parent
 
 
 def params_for(
-    base: Path, count: int, out: Path, run: str, samples: int = 1, plain_only: bool = False
+    base: Path,
+    count: int,
+    out: Path,
+    run: str,
+    samples: int = 1,
+    plain_only: bool = False,
+    levels: list[int] | None = None,
 ) -> Path:
     """The params file with every source at `count` prompts (each sent `samples` times), writing to
-    `out`, its paths absolute; `plain_only`: no speculative arm."""
+    `out`, its paths absolute; `plain_only`: no speculative arm; `levels`: the sweep's concurrencies
+    (e.g. up to stage 3's own batch, so that the forecast reads its speed off a measured level)."""
     p = yaml.safe_load(base.read_text())
     here = base.resolve().parent
 
@@ -53,6 +61,8 @@ def params_for(
         p["engine"]["python"] = absolute(p["engine"]["python"])
     p["data"]["demo_fixtures"] = absolute(p["data"]["demo_fixtures"])
     p["generate"]["sampling"]["n"] = samples
+    if levels:
+        p["decide"]["concurrencies"] = levels
     if plain_only:
         p["engine"].pop("speculative", None)
         p["decide"]["spec_steps"] = [1]  # no speculative algorithm: its arms are skipped
@@ -74,9 +84,17 @@ def kit(stage: str, params: Path) -> float:
     return time.monotonic() - t
 
 
-def one(base: Path, count: int, rep: int, out: Path, samples: int = 1, plain_only: bool = False) -> dict:
+def one(
+    base: Path,
+    count: int,
+    rep: int,
+    out: Path,
+    samples: int = 1,
+    plain_only: bool = False,
+    levels: list[int] | None = None,
+) -> dict:
     run = f"fc-{base.stem}-{count}x{samples}-{rep}"
-    params = params_for(base, count, out, run, samples, plain_only)
+    params = params_for(base, count, out, run, samples, plain_only, levels)
     seconds = {stage: round(kit(stage, params), 1) for stage in ("probe", "decide", "generate", "analyse")}
     folder = out / run
     forecast = json.loads((folder / "decision.json").read_text())["forecast"]
@@ -86,6 +104,7 @@ def one(base: Path, count: int, rep: int, out: Path, samples: int = 1, plain_onl
         "count_per_source": count,
         "samples": samples,
         "plain_only": plain_only,
+        "levels": levels,
         "repeat": rep,
         "requests": forecast["requests"],
         "seconds": seconds,
@@ -134,6 +153,7 @@ def main() -> int:
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--samples", type=int, default=1, help="answers per prompt (generate.sampling.n)")
     ap.add_argument("--plain-only", action="store_true", help="sweep plain decoding alone")
+    ap.add_argument("--levels", type=int, nargs="+", help="the sweep's concurrencies (decide.concurrencies)")
     ap.add_argument("--out", type=Path, required=True)
     a = ap.parse_args()
     a.out.mkdir(parents=True, exist_ok=True)
@@ -141,7 +161,7 @@ def main() -> int:
     for rep in range(a.repeats):
         for base in a.params:
             for count in a.counts:
-                rows.append(one(base, count, rep, a.out, a.samples, a.plain_only))
+                rows.append(one(base, count, rep, a.out, a.samples, a.plain_only, a.levels))
                 print(table(rows[-1:]).splitlines()[2], flush=True)
                 (a.out / "bench_forecast.json").write_text(json.dumps(rows, indent=2) + "\n")
     print(table(rows))
