@@ -280,7 +280,7 @@ class RunFolder:
     @property
     def sweep_journal(self) -> Path:
         """Stage 2's measurements as they finish, while its sweep runs: a stopped sweep goes on from
-        them (kit.decide.sweep_journal); gone once sweep_runs.parquet is written."""
+        them (kit.decide.sweep_journal); gone once decision.json is written."""
         return self.root / "sweep_journal.jsonl"
 
     @property

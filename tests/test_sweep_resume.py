@@ -2,8 +2,9 @@
 
 The journal on its own first (what it keeps, what it sets aside, a line cut short by a kill), then
 `kit decide` on the embedded demo's real `transformers serve`: interrupted with SIGINT (Ctrl-C) once
-a few measurements have finished, run again, and the sweep that ends keeps the first run's
-measurements as they were and measures only the rest.
+a few measurements have finished, run again and interrupted in the pilot that follows the sweep,
+then run a third time: the sweep that ends keeps the first run's measurements as they were and
+measures each of the rest once, and a sweep already whole is not measured again.
 """
 
 from __future__ import annotations
@@ -53,7 +54,7 @@ def test_the_journal_keeps_finished_measurements_and_counts_crashes(tmp_path: Pa
     assert again.rows[1]["output_tok_s"] is None  # NaN written as null
     assert slot_key(again.rows[0]) == ("start", 0, "plain", 4)
 
-    again.finish()
+    SweepJournal.finish(path)
     assert not path.exists()
 
 
@@ -94,7 +95,7 @@ def _sigint_after(proc: subprocess.Popen, log: Path, mark: str, timeout: float) 
 def test_an_interrupted_sweep_goes_on_from_its_journal(write_params) -> None:
     path = write_params(
         "resumed",
-        decide={"concurrencies": [1, 4], "repetitions": 2, "level_s": 0.5, "pilot_per_source": 0},
+        decide={"concurrencies": [1, 4], "repetitions": 2, "level_s": 0.5, "pilot_per_source": 1},
     )
     run = path.parent / "outputs" / "resumed"
     log, journal = run / "logs" / "sweep.log", run / "sweep_journal.jsonl"
@@ -111,14 +112,23 @@ def test_an_interrupted_sweep_goes_on_from_its_journal(write_params) -> None:
     assert {("start", 0, "plain", 4), ("sweep", 0, "plain", 1), ("sweep", 0, "plain", 4)} <= kept_slots
     assert ("end", 1, "plain", 4) not in kept_slots and not (run / "sweep_runs.parquet").exists()
 
-    second = subprocess.run(cmd, capture_output=True, text=True, timeout=420)
-    assert second.returncode == 0, second.stderr[-3000:]
-    assert not journal.exists(), "the journal goes once the sweep is written whole"
+    # stopped again once the sweep is whole, in the pilot that follows it (before decision.json)
+    second = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    _sigint_after(second, log, "pilot: ", timeout=420)
+    _, err = second.communicate(timeout=120)
+    assert second.returncode == 130 and journal.exists(), err[-3000:]
     text = log.read_text()
     assert f"resumed: {len(kept_slots)} measurement(s)" in text, text
     after = text.split("resumed:", 1)[1]
     for phase, rnd, arm, c in kept_slots:  # what was kept is not measured again
         assert f"start round {rnd} {phase} {arm} at {c}\n" not in after, (phase, rnd, arm, c)
+    whole = len(journal.read_text().splitlines()) - 1
+
+    third = subprocess.run(cmd, capture_output=True, text=True, timeout=420)
+    assert third.returncode == 0, third.stderr[-3000:]
+    assert not journal.exists(), "the journal goes once decision.json is written"
+    last = log.read_text().split(f"resumed: {whole} measurement(s)", 1)[1]
+    assert "start round" not in last, "a sweep already whole is not measured again"
 
     runs = pd.read_parquet(run / "sweep_runs.parquet")
     measured = runs[runs.status == "ok"]
@@ -135,7 +145,7 @@ def test_an_interrupted_sweep_goes_on_from_its_journal(write_params) -> None:
             r["output_tok_s"]
         )
     decision = json.loads((run / "decision.json").read_text())
-    assert decision["noise"]["sweep_resumed"] == len(kept_slots)
+    assert decision["noise"]["sweep_resumed"] == whole  # the last run's, which kept them all
     assert any(
         r.startswith("the sweep went on from a run of it stopped part way") for r in decision["reasons"]
     )

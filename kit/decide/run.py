@@ -30,6 +30,7 @@ from kit.decide.forecast_inputs import forecast_inputs
 from kit.decide.profile.budget import ProfilePlan, plan_cpu_profile
 from kit.decide.profile.profiler import ProfileGrid, load_profile, profile_steps
 from kit.decide.sweep import run_sweep
+from kit.decide.sweep_journal import SweepJournal
 from kit.engines.flavors import flavor
 from kit.errors import CostModelError
 from kit.memoryplan import memory_plan
@@ -415,6 +416,7 @@ def run_decision(params: RunParams, folder: RunFolder, probe: ProbeReport, fresh
             decision, forecast=forecast, reasons=[*decision.reasons, f"forecast: {forecast.sentence}"]
         )
     folder.write_decision(decision)
+    SweepJournal.finish(folder.sweep_journal)  # only now: a run stopped before it goes on
     return decision
 
 

@@ -234,7 +234,6 @@ def run_sweep(
     runs.to_parquet(folder.sweep_runs, index=False)
     table = given_up(summarise(runs), servers.crashed)
     table.to_parquet(folder.sweep, index=False)
-    journal.finish()
     return table
 
 

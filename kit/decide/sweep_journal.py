@@ -6,8 +6,9 @@ with its intervals takes longer than many sessions hold a GPU.
 
 The journal is `sweep_journal.jsonl` in the run folder; its first line names what was measured (the
 sweep's key: the engine settings, the model, the measured `decide` fields, how the servers ran, the
-prompts), so a journal of other settings is set aside rather than mixed in. It goes once the sweep
-has written `sweep_runs.parquet`: a later `kit decide` measures anew, as before. An arm given up
+prompts), so a journal of other settings is set aside rather than mixed in. It goes once stage 2
+has written decision.json (`finish`): a later `kit decide` measures anew, as before; until then a
+run stopped after the sweep (in the settings sweep, say) goes on without measuring it again. An arm given up
 after its crashes is a line too, so a resumed sweep keeps its count of restarts.
 """
 
@@ -123,9 +124,10 @@ class SweepJournal:
     def give_up(self, arm: str, why: str) -> None:
         _append(self.path, {"given_up": arm, "why": why})
 
-    def finish(self) -> None:
-        """The sweep is written whole: the journal goes (a later `kit decide` measures anew)."""
-        self.path.unlink(missing_ok=True)
+    @staticmethod
+    def finish(path: Path) -> None:
+        """Stage 2 is written whole: the journal at `path` goes (a later `kit decide` measures anew)."""
+        path.unlink(missing_ok=True)
 
 
 def _aside(path: Path) -> Path:
