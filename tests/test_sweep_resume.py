@@ -44,6 +44,7 @@ def test_the_journal_keeps_finished_measurements_and_counts_crashes(tmp_path: Pa
     j.add(_row("sweep", 0, "spec_k1", 1))
     j.add(_row("sweep", 0, "spec_k1", 4, status="crashed"))
     j.give_up("spec_k1", "spec_k1's server died twice")
+    assert j.done() == {("start", 0, "plain", 4), ("sweep", 0, "spec_k1", 1)}, "counted as they end"
 
     again = SweepJournal.open(path, "key-a")
     assert again.resumed and len(again.rows) == 4
@@ -108,6 +109,7 @@ def test_an_interrupted_sweep_goes_on_from_its_journal(write_params) -> None:
     assert "run kit decide again with the same params to go on" in err, err[-3000:]
     kept = [json.loads(line)["row"] for line in journal.read_text().splitlines()[1:]]
     kept_slots = {(r["phase"], r["round"], r["arm"], r["concurrency"]) for r in kept}
+    assert f"the sweep stopped: {len(kept_slots)} measurement(s) are kept" in err, err[-3000:]
     # the drift check and round 0 were measured before the interrupt; round 1 and the end were not
     assert {("start", 0, "plain", 4), ("sweep", 0, "plain", 1), ("sweep", 0, "plain", 4)} <= kept_slots
     assert ("end", 1, "plain", 4) not in kept_slots and not (run / "sweep_runs.parquet").exists()

@@ -119,10 +119,14 @@ class SweepJournal:
         return seen
 
     def add(self, row: dict[str, Any]) -> None:
-        _append(self.path, {"row": _plain(row)})
+        """A measurement that ended: on disk at once, and counted in `done` from now on."""
+        entry = _plain(row)
+        _append(self.path, {"row": entry})
+        self.rows.append(entry)
 
     def give_up(self, arm: str, why: str) -> None:
         _append(self.path, {"given_up": arm, "why": why})
+        self.given_up[arm] = why
 
     @staticmethod
     def finish(path: Path) -> None:
