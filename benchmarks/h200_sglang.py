@@ -155,6 +155,17 @@ def derived(name: str, update: dict, base: Path = PARAMS) -> Path:
     return path
 
 
+def plain_only(params: Path, *decide_keys: str) -> Path:
+    """A derived params file without its speculative algorithm (the sweep skips its arms) and
+    without `decide_keys` (settings `merge` can override but not remove)."""
+    p = yaml.safe_load(params.read_text())
+    p["engine"].pop("speculative", None)
+    for key in decide_keys:
+        p["decide"].pop(key, None)
+    params.write_text(yaml.safe_dump(p, sort_keys=False))
+    return params
+
+
 def merge(base: dict, over: dict) -> None:
     for k, v in over.items():
         if isinstance(v, dict) and isinstance(base.get(k), dict):
@@ -375,10 +386,7 @@ def backends(s: Session) -> dict:
         "decide": {"concurrencies": [256], "repetitions": 2, "pilot_per_source": 0,
                    "backends": {"sampling_backend": ["pytorch"]}},
     })  # fmt: skip
-    p = yaml.safe_load(params.read_text())
-    p["engine"].pop("speculative", None)  # plain decoding alone: the settings sweep is the point
-    p["decide"].pop("time_budget_s", None)
-    params.write_text(yaml.safe_dump(p, sort_keys=False))
+    plain_only(params, "time_budget_s")  # plain decoding alone: the settings sweep is the point
     out = {"decide": s.kit("decide", params, budget, interrupt_grace=30.0)}
     with contextlib.suppress(OSError, ValueError):
         decision = json.loads((OUTPUTS / run / "decision.json").read_text())
@@ -417,10 +425,7 @@ def forecast_params(s: Session) -> Path:
         "data": {"sources": sources},
         "generate": {"sampling": {"max_tokens": 64, "temperature": 0.7, "top_p": 0.95, "seed": 0}},
     })  # fmt: skip
-    p = yaml.safe_load(params.read_text())
-    p["engine"].pop("speculative", None)  # no speculative algorithm: its arms are skipped
-    params.write_text(yaml.safe_dump(p, sort_keys=False))
-    return params
+    return plain_only(params)
 
 
 def forecast(s: Session) -> dict:

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import pandas as pd
 
 from kit.decide.levels import RUN_COLUMNS, flag_slow
-from kit.decide.sweep import SweepLog, run_slots
+from kit.decide.sweep import SweepLog, interleaved, run_slots
 from kit.decide.sweep_level import stage3_sampling
 from kit.decide.sweep_servers import ArmServers, Slot
 from kit.engines.arms import Arm
@@ -102,7 +102,7 @@ def check_backends(params: RunParams) -> None:
 
 def backend_slots(alts: list[Alternative], top: int, rounds: int) -> list[Slot]:
     """Interleaved rounds at the top level, the order reversed every other round (ABBA)."""
-    return [Slot(r, alt, top) for r in range(rounds) for alt in (alts if r % 2 == 0 else alts[::-1])]
+    return interleaved(list(alts), [top], range(rounds), together=False)
 
 
 def with_setting(params: RunParams, alt: Alternative) -> RunParams:

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -55,14 +55,22 @@ def schedule(arms: list[Arm], levels: list[int], rounds: int, together: bool) ->
     server at a time: each arm measures all its levels before the next one starts."""
     top = max(levels)
     plain = next((a for a in arms if not a.speculative), arms[0])
-    slots = [Slot(0, plain, top, "start")]
-    for r in range(rounds):
+    rounds_ = interleaved(arms, levels, range(rounds), together)
+    return [Slot(0, plain, top, "start"), *rounds_, Slot(rounds - 1, plain, top, "end")]
+
+
+def interleaved(arms: list[Arm], levels: list[int], rounds: Iterable[int], together: bool) -> list[Slot]:
+    """The measurements of `rounds`, the arms' order reversed in every odd round (ABBA). Servers side
+    by side: the arms alternate at each level; one at a time: each arm measures all its levels
+    before the next one's server starts."""
+    slots: list[Slot] = []
+    for r in rounds:
         order = arms if r % 2 == 0 else arms[::-1]
         if together:
             slots += [Slot(r, arm, c) for c in levels for arm in order]
         else:
             slots += [Slot(r, arm, c) for arm in order for c in levels]
-    return [*slots, Slot(rounds - 1, plain, top, "end")]
+    return slots
 
 
 def skip_reason(params: RunParams, arm: Arm, mtp_status: str | None) -> str | None:
@@ -162,12 +170,10 @@ def run_sweep(
     servers.crashes.update(journal.crashes())
     servers.crashed.update(journal.given_up)
     done = journal.done()
-    prior = _resumed(journal, sweep_log, notes)
-    bar = progress(
-        total=len(slots), desc="sweep", unit="level", initial=sum(slot_of(s) in done for s in slots)
-    )
-    t0 = time.monotonic()
+    prior = _resumed(journal, len(done), sweep_log, notes)
     left = [s for s in slots if slot_of(s) not in done]
+    bar = progress(total=len(slots), desc="sweep", unit="level", initial=len(slots) - len(left))
+    t0 = time.monotonic()
     try:
         if together:
             servers.start_all(runnable)
@@ -243,18 +249,18 @@ def slot_of(slot: Slot) -> tuple[str, int, str, int]:
 
 
 def _resumed(
-    journal: SweepJournal, sweep_log: SweepLog, notes: dict[str, Any] | None
+    journal: SweepJournal, kept: int, sweep_log: SweepLog, notes: dict[str, Any] | None
 ) -> list[dict[str, Any]]:
     """The measurements an earlier, stopped run of this sweep finished (said in the log and in
     `notes["sweep_resumed"]`); their `started_s` stay as they were measured, on that run's clock."""
     if not journal.resumed:
         return []
     sweep_log.line(
-        f"resumed: {len(journal.done())} measurement(s) of an earlier run of this sweep kept"
+        f"resumed: {kept} measurement(s) of an earlier run of this sweep kept"
         + (f"; given up before: {', '.join(journal.given_up)}" if journal.given_up else "")
     )
     if notes is not None:
-        notes["sweep_resumed"] = len(journal.done())
+        notes["sweep_resumed"] = kept
     return [dict(r) for r in journal.rows]
 
 
@@ -283,10 +289,7 @@ def redo_slots(rows: list[dict[str, Any]], arms: list[Arm], together: bool, next
         return []
     runs = flag_slow(pd.DataFrame(rows).reindex(columns=RUN_COLUMNS))
     hit = sorted({int(c) for c in runs[(runs.phase == "sweep") & runs.disturbed].concurrency})
-    order = arms if next_round % 2 == 0 else arms[::-1]
-    if together:
-        return [Slot(next_round, arm, c) for c in hit for arm in order]
-    return [Slot(next_round, arm, c) for arm in order for c in hit]
+    return interleaved(arms, hit, [next_round], together)
 
 
 def _fits(
