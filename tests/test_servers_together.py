@@ -5,6 +5,7 @@ while weights plus caches fit under the memory fraction."""
 from __future__ import annotations
 
 import pytest
+from conftest import REPO
 
 from kit.artifacts import GpuSection, ProbeReport
 from kit.decide.run import GIB, servers_together, sweep_kv_tokens
@@ -130,7 +131,7 @@ def test_a_speculative_arm_of_a_hybrid_model_is_capped_to_what_its_state_leaves(
     layer and an embedding and LM head of its own), so 61.65 GiB for pools under 0.85. The kit's cap
     must fit in that, state and KV of the sweep's sequences together, and not waste half of it."""
     from kit.arch import arch_from_config
-    from kit.decide.run import spec_running_caps
+    from kit.decide.run import running_caps
     from kit.engines.arms import Arm
     from kit.engines.settings import arm_engine
     from kit.modelshape import SHAPES
@@ -138,8 +139,8 @@ def test_a_speculative_arm_of_a_hybrid_model_is_capped_to_what_its_state_leaves(
     arch = arch_from_config(SHAPES["qwen3.6-27b"].config)
     p = params(tmp_path, decide={"spec_steps": [1, 3]}, engine={"speculative": {"algorithm": "MTP"}})
     prompts = [{"prompt_tokens": 150}] * 256
-    caps = spec_running_caps(p, probe(), arch, prompts)
-    assert set(caps) == {1, 3} and caps[1] > caps[3], caps
+    caps = running_caps(p, probe(), arch, prompts)
+    assert set(caps) == {1, 3} and caps[1] > caps[3], caps  # plain holds 256 on the H200
     state, kv = arch.state_bytes_per_seq(), arch.kv_bytes_per_token()
     for k, cap in caps.items():
         need = cap * ((k + 2) * state + (150 + 128 + k + 1) * kv)
@@ -149,8 +150,68 @@ def test_a_speculative_arm_of_a_hybrid_model_is_capped_to_what_its_state_leaves(
     assert arm_engine(p, Arm(0), True, None).max_running_requests == 256  # plain keeps the top level
     # the user's own limit is theirs; a dense model, or an engine that grows its pools, is not capped
     mine = params(tmp_path, decide={"spec_steps": [3]}, engine={"max_running_requests": 200})
-    assert spec_running_caps(mine, probe(), arch, prompts) == {}
-    assert spec_running_caps(params(tmp_path, flavor="vllm"), probe(), arch, prompts) == {}
+    assert running_caps(mine, probe(), arch, prompts) == {}
+    assert running_caps(params(tmp_path, flavor="vllm"), probe(), arch, prompts) == {}
     dense = arch_from_config(SHAPES["qwen3-8b"].config)
-    assert spec_running_caps(p, probe(), dense, prompts) == {}
-    assert spec_running_caps(p, probe(gpus=()), arch, prompts) == {}  # no GPU: no plan
+    assert running_caps(p, probe(), dense, prompts) == {}
+    assert running_caps(p, probe(gpus=()), arch, prompts) == {}  # no GPU: no plan
+
+
+H100 = {"name": "NVIDIA H100 80GB HBM3", "memory_total_bytes": 81559 * 2**20, "index": 0}
+
+
+def test_plain_decoding_of_a_hybrid_model_is_capped_too_where_its_state_does_not_fit(tmp_path):
+    """On an 80 GB H100 the Qwen3.6-27B shape's plain server at 256 running did not start either
+    (SGLang 0.5.16: 51.05 GiB of weights, 27.42 GiB left, "no GPU memory for the KV cache under
+    --mem-fraction-static=0.85"; 2026-12-06, docs/lab/h200/sglang/2026-12-06.md): SGLang reserves
+    each running request's recurrent state, ~147 MiB here, without speculation too. The plain arm
+    gets a cap of its own (k 0), larger than any speculative arm's, and the sentence names it."""
+    from kit.arch import arch_from_config
+    from kit.decide import costmodel as cm
+    from kit.decide.run import running_cap_sentence, running_caps
+    from kit.engines.arms import Arm
+    from kit.engines.settings import arm_engine
+    from kit.modelshape import SHAPES
+
+    arch = arch_from_config(SHAPES["qwen3.6-27b"].config)
+    p = params(tmp_path, decide={"spec_steps": [1, 3]}, engine={"speculative": {"algorithm": "MTP"}})
+    prompts = [{"prompt_tokens": 150}] * 256
+    caps = running_caps(p, probe((H100,)), arch, prompts)
+    assert set(caps) == {0, 1, 3} and caps[0] > caps[1] > caps[3], caps
+    free = 0.85 * 81559 * 2**20 - int(cm.weight_bytes(arch))
+    need = caps[0] * (arch.state_bytes_per_seq() + (150 + 128 + 1) * arch.kv_bytes_per_token())
+    assert caps[0] % 8 == 0 and 0.75 * free < need <= free, (caps[0], need / GIB, free / GIB)
+    assert arm_engine(p, Arm(0), True, caps[0]).max_running_requests == caps[0]
+    line = running_cap_sentence(caps, 256, "MTP")
+    assert f"plain decoding at {caps[0]}, MTP k=1 at {caps[1]}, MTP k=3 at {caps[3]}" in line, line
+    assert "of the sweep's top level 256" in line
+
+
+def test_an_arm_without_memory_for_its_running_requests_is_started_again_at_half(tmp_path):
+    """The memory plan's cap is an estimate: on the H100 the Qwen3.6-27B shape's MTP k=1 server at
+    24 running did not start (SGLang's own words in its log). The sweep starts it again at 8 (half,
+    in steps of 8, never below 8), and says so; another failure, or a limit the user set, is final."""
+    from kit.decide.sweep_servers import ArmServers
+    from kit.engines.arms import Arm
+    from kit.runfolder import RunFolder
+
+    h100_log = (REPO / "docs/lab/h200/sglang/2026-12-06/qwen3.6-27b-h100/sweep-plain-tail.log").read_text()
+
+    class Failed:
+        def __init__(self, text: str) -> None:
+            self.log_since_start = lambda: text
+
+    p = params(tmp_path, decide={"spec_steps": [1]}, engine={"speculative": {"algorithm": "MTP"}})
+    servers = ArmServers(p, RunFolder(tmp_path), [Arm(0), Arm(1, "MTP")], True, False, [], {1: 24})
+    assert servers.arm_params["spec_k1"].engine.max_running_requests == 24
+    assert servers._lower_running("spec_k1", Failed(h100_log))
+    eng = servers.arm_params["spec_k1"].engine
+    assert (eng.max_running_requests, eng.cuda_graph_max_bs) == (8, 8)
+    assert not servers._lower_running("spec_k1", Failed(h100_log))  # at the floor: the failure stands
+    assert servers.lowered == {"spec_k1": [24, 8]}
+    assert servers._lower_running("plain", Failed(h100_log))  # 256 -> 128
+    assert servers.arm_params["plain"].engine.max_running_requests == 128
+    assert not servers._lower_running("plain", Failed("RuntimeError: something else"))
+    mine = params(tmp_path, engine={"max_running_requests": 200})
+    theirs = ArmServers(mine, RunFolder(tmp_path), [Arm(0)], True, False, [])
+    assert not theirs._lower_running("plain", Failed(h100_log))  # the user's limit is theirs

@@ -102,3 +102,14 @@ def test_sglangs_spec_state_reservation_names_the_running_requests_to_lower() ->
     sentence = explain_start_failure(log.read_text())
     assert sentence and "mem_fraction_static 0.85" in sentence, sentence
     assert "engine.max_running_requests" in sentence and "per draft token" in sentence
+
+
+def test_the_same_reservation_without_speculation_does_not_blame_a_draft() -> None:
+    """The same shape's plain server at 256 on an 80 GB H100 (SGLang 0.5.16, 2026-12-06): 51 GiB of
+    weights and 256 recurrent states did not fit; the sentence names the running requests and the
+    probe's plain figure, and speaks of draft tokens only as what speculation adds."""
+    log = H200_SGLANG / "2026-12-06/qwen3.6-27b-h100/sweep-plain-tail.log"
+    sentence = explain_start_failure(log.read_text())
+    assert sentence and "mem_fraction_static 0.85" in sentence, sentence
+    assert "engine.max_running_requests" in sentence and "max_seqs," in sentence
+    assert "target and draft" not in sentence and "under speculation once more per draft token" in sentence

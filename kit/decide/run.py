@@ -138,17 +138,19 @@ where SGLang's is of the memory free when it starts (1% less): the plan's 151 se
 Qwen3.6-27B shape's MTP k=1 would have asked 64 GiB of the 61.65 that server had."""
 
 
-def spec_running_caps(
+def running_caps(
     params: RunParams, probe: ProbeReport, arch: Any, prompts: list[dict[str, Any]]
 ) -> dict[int, int]:
-    """k -> the running requests a speculative arm's server is started with, for the arms whose
-    GPU memory cannot hold the sweep's top level (none when the params set max_running_requests).
+    """k -> the running requests an arm's server is started with (0: plain decoding), for the arms
+    whose GPU memory cannot hold the sweep's top level (none when the params set max_running_requests).
 
     An engine that reserves a hybrid model's recurrent state up front (`Flavor.spec_state_up_front`)
-    keeps, per running request, its state and one more for each draft token, before the KV cache
-    gets any: the Qwen3.6-27B shape under MTP k=3 at 256 asked 183 GiB of the H200's 62 left after
-    the weights, and its server did not start. The cap is the memory plan's (kit.memoryplan) at the
-    sweep's context, so the arm is measured as it can run; its levels above the cap queue."""
+    keeps, per running request, its state (and under speculation one more for each draft token)
+    before the KV cache gets any: the Qwen3.6-27B shape under MTP k=3 at 256 asked 183 GiB of the
+    H200's 62 left after the weights, and its server did not start; on an 80 GB H100 its plain
+    server at 256 did not start either (27 GiB left after 51 GiB of weights: SGLang's "no GPU memory
+    for the KV cache", 2026-12-06). The cap is the memory plan's (kit.memoryplan) at the sweep's
+    context, so the arm is measured as it can run; its levels above the cap queue."""
     eng = params.engine
     d = params.decide
     devices = probe.gpus.devices if probe.gpus else []
@@ -160,18 +162,18 @@ def spec_running_caps(
     weights, draft = int(cm.weight_bytes(arch)), _draft_weight_bytes(params, arch)
     top = max(d.concurrencies)
     caps = {}
-    for k in d.spec_steps:
+    for k in [0, *d.spec_steps]:
         plan = memory_plan(
             arch,
             int(devices[0]["memory_total_bytes"]),
             eng.mem_fraction_static or params.probe.mem_fraction,
             int(mean + d.max_tokens + k + 1),
             weight_bytes=weights,
-            spec_draft_tokens=k + 1,
-            draft_weight_bytes=draft,
+            spec_draft_tokens=k + 1 if k else 0,
+            draft_weight_bytes=draft if k else 0,
             tp_size=eng.tp_size,
         )
-        fits = int(RUNNING_CAP_MARGIN * plan.max_seqs_spec)
+        fits = int(RUNNING_CAP_MARGIN * (plan.max_seqs_spec if k else plan.max_seqs_plain))
         if 0 < fits < top:
             caps[k] = max(fits // RUNNING_CAP_STEP * RUNNING_CAP_STEP, min(fits, RUNNING_CAP_STEP))
     return caps
@@ -179,11 +181,14 @@ def spec_running_caps(
 
 def running_cap_sentence(caps: dict[int, int], top: int, name: str) -> str:
     """The reason line of the capped arms (`name`: what the speculative arms are called)."""
-    arms = ", ".join(f"k={k} at {c}" for k, c in sorted(caps.items()))
+    arms = ", ".join(
+        f"{'plain decoding' if k == 0 else f'{name} k={k}'} at {c}" for k, c in sorted(caps.items())
+    )
     return (
-        f"{name} ran at most {arms} requests at once (of the sweep's top level {top}): the engine "
-        f"reserves each running request's recurrent state and one more per draft token before its KV "
-        f"cache, and memory holds no more; its levels above that queue, as they would in stage 3"
+        f"memory capped the arms' servers: {arms} requests at once (of the sweep's top level {top}): "
+        f"the engine reserves each running request's recurrent state (under speculation one more per "
+        f"draft token) before its KV cache, and memory holds no more; the levels above a cap queue, as "
+        f"they would in stage 3"
     )
 
 
@@ -359,9 +364,9 @@ def run_decision(params: RunParams, folder: RunFolder, probe: ProbeReport, fresh
     sweep_params, added = sweep_server_params(params, cap)
     if added:
         side_by_side["sweep_extra_args"] = added
-    caps = spec_running_caps(params, probe, arch, prompts)
+    caps = running_caps(params, probe, arch, prompts)
     if caps:
-        side_by_side["spec_running_caps"] = {str(k): c for k, c in caps.items()}
+        side_by_side["running_caps"] = {str(k): c for k, c in caps.items()}
     pilot, more = pilot_prompts(params, folder)
     sweep = run_sweep(
         sweep_params, folder, prompts, mtp, arch.is_hybrid, together, side_by_side, caps, pilot, more, fresh
@@ -401,6 +406,12 @@ def run_decision(params: RunParams, folder: RunFolder, probe: ProbeReport, fresh
         noise = replace(noise, servers_together=together, servers_why=why_together, extra=extra)
     if caps:
         line = running_cap_sentence(caps, max(params.decide.concurrencies), speculation_label(params))
+        decision = replace(decision, reasons=[*decision.reasons, line])
+    for name, starts in (side_by_side.get("running_lowered") or {}).items():
+        line = (
+            f"{name}'s server had no memory for the state of {starts[0]} running requests and was "
+            f"started again at {', then '.join(map(str, starts[1:]))}: its levels above that queue"
+        )
         decision = replace(decision, reasons=[*decision.reasons, line])
     if side_by_side.get("sweep_resumed"):
         line = (

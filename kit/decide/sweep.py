@@ -236,6 +236,8 @@ def run_sweep(
     save_answers(rows, folder.sweep_answers, piloted)
     if notes is not None:
         notes["server_start_s"] = [round(x, 1) for x in servers.start_s]
+        if servers.lowered:
+            notes["running_lowered"] = servers.lowered
     runs = flag_slow(pd.DataFrame(rows).reindex(columns=RUN_COLUMNS))
     runs.to_parquet(folder.sweep_runs, index=False)
     table = given_up(summarise(runs), servers.crashed)

@@ -16,6 +16,7 @@ from kit.decide.machine import DISTURBED_CPU, idle_cpu, pause
 from kit.decide.sweep_level import arm_client
 from kit.engines import start_server
 from kit.engines.settings import Arm, arm_engine
+from kit.engines.start_failures import start_failure_name
 from kit.errors import EngineError
 from kit.params import RunParams
 from kit.runfolder import RunFolder
@@ -37,6 +38,12 @@ def arm_params(params: RunParams, arm: Arm, hybrid: bool, running_cap: int | Non
     """The run's params with the engine of one arm (see `kit.engines.settings.arm_engine`)."""
     return params.model_copy(update={"engine": arm_engine(params, arm, hybrid, running_cap)})
 
+
+LOWERED_ON = frozenset({"sglang_no_pool_memory"})
+"""Start failures (kit.engines.start_failures) after which the arm's server is started again with
+half its running requests: SGLang reserves a hybrid model's recurrent state per running request."""
+RUNNING_FLOOR = 8
+"""The fewest running requests an arm is lowered to (a CUDA-graph batch size step)."""
 
 WARMUP_REQUESTS = 4
 WARMUP_BURST_TOKENS = 2
@@ -87,6 +94,9 @@ class ArmServers:
         """Seconds each server start took (launch to answering, warm-up included)."""
         self.started: dict[str, list[float]] = {}
         """The same per arm, one at a time (side by side, `start_all` times them together)."""
+        self.lowered: dict[str, list[int]] = {}
+        """Arms started again with fewer running requests after a start without memory for them:
+        the running requests of each start, in order (`_lower_running`)."""
 
     def start_all(self, arms: list[Arm]) -> None:
         """Start every arm's server at once, then wait for each (they load side by side)."""
@@ -121,17 +131,45 @@ class ArmServers:
         if arm.name not in self.up:
             if not self.together:
                 self.stop_all()
-            server = start_server(self.arm_params[arm.name], self.folder.logs, name=f"sweep-{arm.name}")
-            started = time.monotonic()
-            try:
-                self.up[arm.name] = server.__enter__()
-                self._warm(arm.name)
-            except EngineError as e:
-                self._failed(arm.name, e)
-                return None
+            while True:
+                server = start_server(self.arm_params[arm.name], self.folder.logs, name=f"sweep-{arm.name}")
+                started = time.monotonic()
+                try:
+                    self.up[arm.name] = server.__enter__()
+                    self._warm(arm.name)
+                    break
+                except EngineError as e:
+                    if not self._lower_running(arm.name, server):
+                        self._failed(arm.name, e)
+                        return None
             self.start_s.append(time.monotonic() - started)
             self.started.setdefault(arm.name, []).append(self.start_s[-1])
         return self.up[arm.name]
+
+    def _lower_running(self, name: str, server: Any) -> bool:
+        """After a start that failed for want of memory for the running requests' state
+        (`LOWERED_ON`), halve the arm's running requests (never below `RUNNING_FLOOR`, never a
+        limit the params set) so that it is started again; False when there is nothing to lower.
+        The memory plan's cap (kit.decide.run.running_caps) is an estimate: on an 80 GB H100 the
+        Qwen3.6-27B shape's MTP servers at 24 and 16 running did not start (2026-12-06; its weights
+        load 3.3 GiB above the plan's, a fifth of what was left there for the pools)."""
+        log_text = getattr(server, "log_since_start", lambda: "")()
+        if start_failure_name(log_text) not in LOWERED_ON:
+            return False
+        eng = self.arm_params[name].engine
+        running = eng.max_running_requests or 0
+        if self.params.engine.max_running_requests or running <= RUNNING_FLOOR:
+            return False
+        lower = max(running // 2 // RUNNING_FLOOR * RUNNING_FLOOR, RUNNING_FLOOR)
+        graphs = min(eng.cuda_graph_max_bs or lower, lower)
+        self.arm_params[name] = self.arm_params[name].model_copy(
+            update={
+                "engine": eng.model_copy(update={"max_running_requests": lower, "cuda_graph_max_bs": graphs})
+            }
+        )
+        self.lowered.setdefault(name, [running]).append(lower)
+        log.warning("sweep arm %s: no memory at %d running requests; starting it at %d", name, running, lower)
+        return True
 
     def crash(self, arm: Arm, in_flight: int | None) -> tuple[Any, bool]:
         """The arm's server died while measured: (what it said, kit.engines.crashes.Crash; whether it

@@ -108,13 +108,14 @@ FAILURES: tuple[StartFailure, ...] = (
             r"Loaded weights leave no GPU memory for the KV cache under --mem-fraction-static=(?P<f>[\d.]+)"
         ),
         lambda m: (
-            f"the weights (target and draft) left no memory for the KV cache under mem_fraction_static "
-            f"{m['f']}. With speculation on a hybrid model (recurrent-state layers: Qwen3.5 / 3.6, Qwen3-"
-            "Next) SGLang first reserves each running request's state once, and once more per draft "
-            "token, so the number of running requests is what to lower (SGLang's own hint, to raise the "
-            "fraction, cannot help when it is already above the figure it names): set "
-            "engine.max_running_requests to what `kit probe` gives speculation (memory, max_seqs_spec) "
-            "or fewer, or fewer draft tokens, or add GPUs (engine.tp_size)"
+            f"the weights (and a draft's, with speculation) left no memory for the KV cache under "
+            f"mem_fraction_static {m['f']}. On a hybrid model (recurrent-state layers: Qwen3.5 / 3.6, "
+            "Qwen3-Next) SGLang first reserves each running request's state, and under speculation "
+            "once more per draft token, so the number of running requests is what to lower (SGLang's "
+            "own hint, to raise the fraction, cannot help when it is already above the figure it "
+            "names): set engine.max_running_requests to what `kit probe` gives (memory: max_seqs, "
+            "max_seqs_spec with speculation) or fewer, or fewer draft tokens, or add GPUs "
+            "(engine.tp_size)"
         ),
     ),
     StartFailure(
