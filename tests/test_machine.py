@@ -137,11 +137,11 @@ def test_on_a_cpu_box_a_slow_canary_alone_disturbs():
 
 
 def test_on_a_gpu_box_a_slow_canary_alone_does_not_disturb():
-    """The H200's false flags (issue 45): canaries 1.3-1.7x the median, others at most 0.8%."""
+    """The H200's false flags (issue 45): canaries 1.3-1.7x the median, others at most 0.8%; and the
+    H100's 2.3x (2026-12-06) on a level that ran within 1% of its other measurements, others at 0.1%."""
     quiet = {"foreign_cpu": 0.008, "engine_core_foreign_cpu": 0.008, "engine_cores": 16, "gpus": 1}
-    for slowdown in (1.3, 1.5, 1.7, 1.99):
+    for slowdown in (1.3, 1.5, 1.7, 1.99, 2.29, 4.0):
         assert judge(quiet, slowdown=slowdown) == ""
-    assert judge(quiet, slowdown=2.4) == "the CPU canary ran 2.4x slower than the sweep's median"
     # corroborated: others took part of the engine's cores (not enough to disturb on their own)
     busy = quiet | {"engine_core_foreign_cpu": 0.07}
     assert judge(busy, slowdown=1.2) == ""
@@ -430,3 +430,17 @@ def test_the_kits_own_work_is_not_foreign(engine_on_two_cores):
     # other sessions on this shared box may take some; the kit's own core must not show up as theirs
     assert seen.engine_core_foreign_cpu is not None
     assert seen.engine_core_foreign_cpu < share_of_engine_cores + seen.foreign_cpu + 0.05
+
+
+def test_the_quiet_gpu_sweeps_of_2026_12_06_flag_nothing():
+    """Issue 45's quiet-box count on the GPU: the two SGLang sweeps measured on an H100 on 2026-12-06
+    (docs/lab/h200/sglang/2026-12-06/), their signals judged again: 0 of 22 measurements disturbed
+    (the rule before flagged 1, a 2.3x canary alone)."""
+    from kit.decide.machine import judge_runs
+
+    root = REPO / "docs/lab/h200/sglang/2026-12-06"
+    runs = pd.concat([pd.read_parquet(root / f"{n}/sweep_runs.parquet") for n in ("qwen3-8b", "backends")])
+    runs = runs[runs.status == "ok"].drop(columns=["disturbed", "why"])
+    assert len(runs) == 22 and (runs.gpus == 1).all() and runs.canary_ms.max() > 2 * runs.canary_ms.median()
+    judged = judge_runs(runs)
+    assert not judged.disturbed.any(), judged[judged.disturbed].why.tolist()

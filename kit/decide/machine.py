@@ -24,9 +24,12 @@ measurement. Others above `DISTURBED_CPU` of all cores or of the engine's cores,
 servers above it, a foreign process on the engine's GPU, or a thermal / hardware throttle
 (`FLAGGED_THROTTLES`) disturb a measurement anywhere. The canary's slowdown over `SLOW_CANARY`
 disturbs one on a CPU box, where the engine computes on the CPU it measures; on a box with GPUs the
-engine computes on the GPU, so the canary alone flags only past `SLOW_CANARY_GPU`, or past
-`SLOW_CANARY` when others also took `CORROBORATING_CPU` of the engine's cores (on the H200 it
-flagged 10 levels at 1.3-1.7x while other processes took at most 0.8% of the CPU: issue 45). A
+engine computes on the GPU, and the canary flags past `SLOW_CANARY` only when others also took
+`CORROBORATING_CPU` of the engine's cores: alone it is context. On the H200 it flagged 10 levels at
+1.3-1.7x while other processes took at most 0.8% of the CPU (issue 45); the 2.0x floor that came
+next still flagged, on an H100 (2026-12-06), a 2.3x canary whose level ran within 1% of its other
+measurements, others at 0.1% of the CPU, no other process on the GPU (the sweep's first measurement,
+right after the servers' warm-up: the engine's own threads share the canary's cores). A
 disturbed measurement is set aside when enough undisturbed repetitions of its level remain
 (kit.decide.sweep).
 """
@@ -52,8 +55,6 @@ of the demo engine to a third took 22% (docs/lab/bench_decide.md)."""
 SLOW_CANARY = 1.3
 """A measurement whose CPU canary ran this much slower than the sweep's median canary ran on a
 slow machine (a neighbour on a shared host, a lower clock) and is disturbed (on a CPU box)."""
-SLOW_CANARY_GPU = 2.0
-"""On a box with GPUs, the canary's slowdown that disturbs a measurement with nothing else seen."""
 CORROBORATING_CPU = DISTURBED_CPU / 2
 """On a box with GPUs, others' share of the engine's cores that makes a canary past `SLOW_CANARY`
 count."""
@@ -371,14 +372,10 @@ def judge(signals: Mapping[str, Any], slowdown: float | None = None) -> str:
         took = max(foreign or 0.0, on_cores or 0.0)
         if not gpu_box:
             out.append(f"the CPU canary ran {slowdown:.1f}x slower than the sweep's median")
-        elif slowdown > SLOW_CANARY_GPU or took > CORROBORATING_CPU:
+        elif took > CORROBORATING_CPU:
             out.append(
-                f"the CPU canary ran {slowdown:.1f}x slower than the sweep's median"
-                + (
-                    f" while others took {100 * took:.0f}% of the engine's cores"
-                    if took > CORROBORATING_CPU
-                    else ""
-                )
+                f"the CPU canary ran {slowdown:.1f}x slower than the sweep's median while others took "
+                f"{100 * took:.0f}% of the engine's cores"
             )
     return " and ".join(out)
 
