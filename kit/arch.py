@@ -70,6 +70,8 @@ class ModelArch:
     """Leading layers with a dense MLP in MoE models (`first_k_dense_replace`)."""
     mtp_layers: int = 0
     attn_output_gate: bool = False
+    vision_params: int = 0
+    """A multimodal wrapper's vision tower (`vision_config`), which an engine loads beside the LM."""
     extra: dict[str, Any] = field(default_factory=dict, compare=False)
 
     # ---- derived layout -------------------------------------------------
@@ -175,6 +177,13 @@ class ModelArch:
         heads = emb if self.tie_embeddings else 2 * emb
         return total + heads, active + heads
 
+    def resident_weight_bytes(self) -> int:
+        """Bytes of weights an engine holds on the GPU when it loads the checkpoint: every layer, the
+        embedding and LM head, a vision tower (MTP layers excluded). The Qwen3.6-27B shape: 51.0 GiB
+        here, 51.05 as SGLang 0.5.16 loaded it; the cost model's `weight_bytes` (what a step reads,
+        no input embedding) says 47.7."""
+        return (self.param_counts()[0] + self.vision_params) * self.dtype_bytes
+
     @property
     def layer_params(self) -> int:
         """Parameters of one average decoder layer (used as the cost of one MTP draft layer)."""
@@ -254,7 +263,29 @@ def arch_from_config(cfg: dict[str, Any]) -> ModelArch:
         dense_layers=int(c.get("first_k_dense_replace") or 0),
         mtp_layers=mtp,
         attn_output_gate=bool(c.get("attn_output_gate", False)),
+        vision_params=_vision_params(cfg.get("vision_config")),
         extra={k: c[k] for k in ("q_lora_rank", "qk_nope_head_dim", "v_head_dim") if k in c},
+    )
+
+
+def _vision_params(v: Any) -> int:
+    """Parameters of a ViT vision tower from its config (0 without one): per block the attention's
+    four projections and a two-matrix MLP, the patch and position embeddings, and the merger into the
+    LM's width (Qwen-VL's: spatial_merge_size^2 patches, two linear layers)."""
+    if not isinstance(v, dict) or not v.get("hidden_size"):
+        return 0
+    h, depth = int(v["hidden_size"]), int(v.get("depth") or v.get("num_hidden_layers") or 0)
+    mlp = int(v.get("intermediate_size") or 4 * h)
+    patch = (
+        int(v.get("in_channels", 3))
+        * int(v.get("temporal_patch_size", 1))
+        * int(v.get("patch_size", 14)) ** 2
+    )
+    merged = h * int(v.get("spatial_merge_size", 1)) ** 2
+    out = int(v.get("out_hidden_size") or h)
+    blocks = depth * (4 * h * h + 2 * h * mlp)
+    return (
+        blocks + patch * h + int(v.get("num_position_embeddings") or 0) * h + merged * merged + merged * out
     )
 
 

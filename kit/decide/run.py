@@ -132,10 +132,13 @@ def _draft_weight_bytes(params: RunParams, arch: Any) -> int:
 RUNNING_CAP_STEP = 8
 """A capped arm's running requests are rounded down to a multiple of this (CUDA-graph batch sizes)."""
 RUNNING_CAP_MARGIN = 0.9
-"""The share of the memory plan's sequences a capped arm is given: on the H200 the plan's weights
-(from the config) ran 2% under what SGLang loaded, and its budget is a share of the GPU's memory
-where SGLang's is of the memory free when it starts (1% less): the plan's 151 sequences for the
-Qwen3.6-27B shape's MTP k=1 would have asked 64 GiB of the 61.65 that server had."""
+"""The share of the memory plan's sequences a capped arm is given, for what the plan does not see
+(the engine's own buffers, its activations at the top level): on the H200 the plan's 151 sequences
+for the Qwen3.6-27B shape's MTP k=1 would have asked 64 GiB of the 61.65 that server had."""
+CUDA_CONTEXT_BYTES = int(1.3 * 2**30)
+"""GPU memory gone before the engine plans its pools (the CUDA context): SGLang sizes them as a
+share of the memory free when it starts, 1.18 GiB under the total on an H100 80GB, 1.31 on the
+H200 (2026-12-03 / 12-06)."""
 
 
 def running_caps(
@@ -159,13 +162,16 @@ def running_caps(
     if not devices or not devices[0].get("memory_total_bytes"):
         return {}
     mean = mean_prompt_tokens(params, prompts)
-    weights, draft = int(cm.weight_bytes(arch)), _draft_weight_bytes(params, arch)
+    # what the engine loads (the embedding and a vision tower too: the cost model's weight_bytes is
+    # what a step reads, 3.3 GiB under what SGLang held for the Qwen3.6-27B shape)
+    weights, draft = arch.resident_weight_bytes(), _draft_weight_bytes(params, arch)
+    free = int(devices[0]["memory_total_bytes"]) - CUDA_CONTEXT_BYTES
     top = max(d.concurrencies)
     caps = {}
     for k in [0, *d.spec_steps]:
         plan = memory_plan(
             arch,
-            int(devices[0]["memory_total_bytes"]),
+            free,
             eng.mem_fraction_static or params.probe.mem_fraction,
             int(mean + d.max_tokens + k + 1),
             weight_bytes=weights,

@@ -21,8 +21,10 @@ from kit.errors import CostModelError
 
 
 def config_hash(arch: ModelArch) -> str:
-    """Short stable hash of the model's shape (what the step time depends on), not its weights."""
-    fields = {k: v for k, v in asdict(arch).items() if k not in ("extra", "architectures", "max_positions")}
+    """Short stable hash of the model's shape (what the step time depends on), not its weights; a
+    vision tower does not take part in decoding text."""
+    skip = ("extra", "architectures", "max_positions", "vision_params")
+    fields = {k: v for k, v in asdict(arch).items() if k not in skip}
     blob = json.dumps(fields, sort_keys=True, default=str).encode()
     return hashlib.sha256(blob).hexdigest()[:16]
 
