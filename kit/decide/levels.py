@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pandas as pd
 
+from kit.columns import OUTPUT_TOK_S, OUTPUT_TOK_S_HI, OUTPUT_TOK_S_LO, SPEC_K
 from kit.decide.machine import judge_runs
 from kit.decide.noise import median_interval
 
@@ -23,13 +24,13 @@ restarted to measure the level again."""
 LEVEL_COLUMNS = [
     "arm",
     "algorithm",
-    "spec_k",
+    SPEC_K,
     "concurrency",
     "requests",
     "errors",
     "output_tokens",
     "duration_s",
-    "output_tok_s",
+    OUTPUT_TOK_S,
     "req_s",
     "latency_p50_s",
     "latency_p90_s",
@@ -66,7 +67,7 @@ RUN_COLUMNS = [
 ]
 """sweep_runs.parquet: every measurement (`phase` sweep, or start / end for the drift check); one
 whose server died is `crashed`, with what the engine said (`CRASH_COLUMNS`)."""
-COLUMNS = [*LEVEL_COLUMNS, "output_tok_s_lo", "output_tok_s_hi", "repetitions", "set_aside", "noise_pct"]
+COLUMNS = [*LEVEL_COLUMNS, OUTPUT_TOK_S_LO, OUTPUT_TOK_S_HI, "repetitions", "set_aside", "noise_pct"]
 """sweep.parquet: per (arm, level) the median of its repetitions and the interval of that median."""
 
 

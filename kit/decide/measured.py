@@ -16,6 +16,7 @@ from typing import Any
 
 import pandas as pd
 
+from kit.columns import OUTPUT_TOK_S, OUTPUT_TOK_S_HI, OUTPUT_TOK_S_LO
 from kit.decide.levels import flags, per_round, rests_on_disturbed
 from kit.decide.noise import INTERVAL, UNMEASURED_NOISE, Drift, Interval, Lead, lead, sweep_noise
 
@@ -41,9 +42,9 @@ class ArmBest:
     def as_dict(self) -> dict[str, Any]:
         return {
             "concurrency": self.concurrency,
-            "output_tok_s": self.median,
-            "output_tok_s_lo": self.lo,
-            "output_tok_s_hi": self.hi,
+            OUTPUT_TOK_S: self.median,
+            OUTPUT_TOK_S_LO: self.lo,
+            OUTPUT_TOK_S_HI: self.hi,
             "repetitions": self.repetitions,
         }
 
@@ -78,12 +79,12 @@ def arm_bests(sweep: pd.DataFrame, latency_bound_s: float | None = None) -> list
         reps = int(r.repetitions) if "repetitions" in r and pd.notna(r.repetitions) else 1
         lo = (
             float(r.output_tok_s_lo)
-            if "output_tok_s_lo" in r and pd.notna(r.output_tok_s_lo)
+            if OUTPUT_TOK_S_LO in r and pd.notna(r.output_tok_s_lo)
             else r.output_tok_s
         )
         hi = (
             float(r.output_tok_s_hi)
-            if "output_tok_s_hi" in r and pd.notna(r.output_tok_s_hi)
+            if OUTPUT_TOK_S_HI in r and pd.notna(r.output_tok_s_hi)
             else r.output_tok_s
         )
         out.append(
@@ -210,7 +211,7 @@ def noise_section(
                 "foreign_cpu_pct": round(100 * float(r.foreign_cpu), 1),
                 "neighbour_cpu_pct": round(100 * _or_zero(r.get("neighbour_cpu")), 1),
                 "slowdown": None if pd.isna(r.get("slowdown")) else round(float(r.slowdown), 2),
-                "output_tok_s": None if pd.isna(r.output_tok_s) else float(r.output_tok_s),
+                OUTPUT_TOK_S: None if pd.isna(r.output_tok_s) else float(r.output_tok_s),
                 "why": r.get("why") if isinstance(r.get("why"), str) and r.get("why") else None,
             }
             for _, r in bad.iterrows()

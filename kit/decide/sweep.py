@@ -33,6 +33,7 @@ from typing import Any
 import pandas as pd
 
 from kit.asyncrun import run_coroutine
+from kit.columns import OUTPUT_TOK_S, OUTPUT_TOK_S_HI, OUTPUT_TOK_S_LO, SPEC_K
 from kit.decide.levels import RUN_COLUMNS, flag_slow, summarise
 from kit.decide.machine import MachineReading, interference
 from kit.decide.pilot import ANSWER_COLUMNS, pilot
@@ -84,7 +85,7 @@ def save_answers(rows: list[dict[str, Any]], path: Any, pilot: list[dict[str, An
     `decide.max_tokens`)."""
     seen: dict[str, dict[str, Any]] = {a["id"]: a for a in pilot or []}
     for row in rows:
-        if row.get("spec_k") == 0:
+        if row.get(SPEC_K) == 0:
             for a in row.get("answers") or []:
                 seen.setdefault(a["id"], a)
     pd.DataFrame(list(seen.values()), columns=ANSWER_COLUMNS).to_parquet(path, index=False)
@@ -274,12 +275,12 @@ def given_up(table: pd.DataFrame, crashed: dict[str, str]) -> pd.DataFrame:
         mine = table.arm == name
         table.loc[mine, "status"] = "crashed"
         table.loc[mine, "reason"] = why
-        table.loc[mine, ["output_tok_s", "output_tok_s_lo", "output_tok_s_hi"]] = None
+        table.loc[mine, [OUTPUT_TOK_S, OUTPUT_TOK_S_LO, OUTPUT_TOK_S_HI]] = None
     return table
 
 
 def _head(arm: Arm, c: int) -> dict[str, Any]:
-    return {"arm": arm.name, "algorithm": arm.algorithm, "spec_k": arm.k, "concurrency": c, "phase": "sweep"}
+    return {"arm": arm.name, "algorithm": arm.algorithm, SPEC_K: arm.k, "concurrency": c, "phase": "sweep"}
 
 
 def redo_slots(rows: list[dict[str, Any]], arms: list[Arm], together: bool, next_round: int) -> list[Slot]:
@@ -383,7 +384,7 @@ def _run_slot(
         measured = {"status": "failed", "reason": str(e)[:2000], "concurrency": slot.concurrency}
     seen = interference(before, servers.pids(), near)
     row = {**_head(slot.arm, slot.concurrency), **measured, "round": slot.round, "phase": slot.phase}
-    tok_s = measured.get("output_tok_s")
+    tok_s = measured.get(OUTPUT_TOK_S)
     sweep_log.line(
         f"end {what}: {tok_s or 0:.0f} tok/s, others took {100 * seen.foreign_cpu:.0f}% of the CPU, "
         f"the other arms' servers {100 * seen.neighbour_cpu:.0f}%, CPU canary {seen.canary_ms:.1f} ms"

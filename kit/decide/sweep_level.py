@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from kit.columns import OUTPUT_TOK_S
 from kit.engines.answers import TransientEngineError
 from kit.engines.client import EngineClient
 from kit.engines.request_fields import run_request_fields, tool_request_fields
@@ -127,7 +128,7 @@ async def _level(
             "errors": len(errors),
             "output_tokens": sum(r.completion_tokens or 0 for r in results),
             "duration_s": dt,
-            "output_tok_s": None,
+            OUTPUT_TOK_S: None,
             "status": "crashed",
             "crash_in_flight": died[0],
             "answers": [],
@@ -143,7 +144,7 @@ async def _level(
         "errors": len(errors),
         "output_tokens": tokens,
         "duration_s": dt,
-        "output_tok_s": tokens / dt if not bad else None,
+        OUTPUT_TOK_S: tokens / dt if not bad else None,
         "req_s": len(results) / dt,
         "latency_p50_s": _pct(lat, 0.5),
         "latency_p90_s": _pct(lat, 0.9),
