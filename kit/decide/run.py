@@ -27,6 +27,7 @@ from kit.decide.backend_choice import settings_sweep
 from kit.decide.backends import check_backends
 from kit.decide.decision import decide, speculation_label, with_gpus
 from kit.decide.forecast_inputs import forecast_inputs
+from kit.decide.levels import SweepNotes
 from kit.decide.profile.budget import ProfilePlan, plan_cpu_profile
 from kit.decide.profile.profiler import ProfileGrid, load_profile, profile_steps
 from kit.decide.sweep import run_sweep
@@ -355,7 +356,7 @@ def run_decision(params: RunParams, folder: RunFolder, probe: ProbeReport, fresh
         arch.kv_bytes_per_token(),
         arch.state_bytes_per_seq(),
     )
-    side_by_side: dict[str, Any] = {"servers_kv_cap_args": cap} if cap else {}
+    side_by_side = SweepNotes(servers_kv_cap_args=cap) if cap else SweepNotes()
     sweep_params, added = sweep_server_params(params, cap)
     if added:
         side_by_side["sweep_extra_args"] = added
