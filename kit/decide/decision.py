@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 import pandas as pd
 
@@ -44,6 +44,24 @@ from kit.errors import CostModelError
 
 if TYPE_CHECKING:
     from kit.params import DecideParams, RunParams
+
+
+class Pick(TypedDict, total=False):
+    """The arm and level the decision chose, as the rest of `decide` reads it: measured (from
+    kit.decide.measured's choice) or predicted (the ladder's best row, whose other columns it keeps)."""
+
+    arm: str
+    spec_k: int
+    concurrency: int
+    output_tok_s: float
+    figure: str
+    """The measured figure with its interval; a predicted pick has none (its tokens/s are said)."""
+    source: str
+    """measured or predicted."""
+    note: str | None
+    cap_concurrency: int
+    """The most concurrent requests stage 3 should run (a measured fall, or the latency bound)."""
+    cap_reason: str
 
 
 def decision_arm(decision: Decision | Mapping[str, Any] | None) -> Arm | None:
@@ -97,33 +115,33 @@ def _has_rows(sweep: pd.DataFrame | None) -> bool:
 
 def _pick_measured(
     sweep: pd.DataFrame, runs: pd.DataFrame | None, latency_bound_s: float | None, name: str
-) -> tuple[dict[str, Any] | None, MeasuredChoice | None]:
+) -> tuple[Pick | None, MeasuredChoice | None]:
     """The measured choice (kit.decide.measured) as the dict the rest of the decision reads."""
     choice = choose(sweep, runs, latency_bound_s, lambda k: arm_label(pd.Series({SPEC_K: k}), name))
     if choice is None:
         return None, None
     c = choice.chosen
-    picked = {
-        "arm": c.arm,
-        SPEC_K: c.spec_k,
-        "concurrency": c.concurrency,
-        OUTPUT_TOK_S: c.median,
-        "figure": c.figure(),
-        "source": "measured",
-        "note": "; ".join(choice.notes) or None,
-    }
+    picked = Pick(
+        arm=c.arm,
+        spec_k=c.spec_k,
+        concurrency=c.concurrency,
+        output_tok_s=c.median,
+        figure=c.figure(),
+        source="measured",
+        note="; ".join(choice.notes) or None,
+    )
     return picked, choice
 
 
 def _pick_predicted(
     predicted: pd.DataFrame, unavailable: str | None, bound: float | None, output_len: int, name: str = "MTP"
-) -> dict:
+) -> Pick:
     """The best predicted arm when nothing was measured: speculation only on a margin larger than
     the cost model's known error, and never when it cannot run here."""
-    plain = {**best_arm(predicted[predicted.spec_k == 0], bound, output_len), "source": "predicted"}
+    plain: Pick = {**best_arm(predicted[predicted.spec_k == 0], bound, output_len), "source": "predicted"}
     if unavailable:
         return plain
-    best = {**best_arm(predicted, bound, output_len), "source": "predicted"}
+    best: Pick = {**best_arm(predicted, bound, output_len), "source": "predicted"}
     if int(best[SPEC_K]) == 0:
         return plain
     margin = float(best[OUTPUT_TOK_S]) / float(plain[OUTPUT_TOK_S]) - 1
@@ -156,7 +174,7 @@ def speculation_label(params: RunParams | None) -> str:
 
 
 def _settings(
-    choice: dict, arm: Arm, s: Scenario, predicted: pd.DataFrame, flavor: str, attention_backend: str | None
+    choice: Pick, arm: Arm, s: Scenario, predicted: pd.DataFrame, flavor: str, attention_backend: str | None
 ) -> EngineSettings:
     """decision.json's `engine_settings` for the chosen arm: what stage 3 takes beside the arm."""
     work = s.work

@@ -409,7 +409,7 @@ def run_decision(params: RunParams, folder: RunFolder, probe: ProbeReport, fresh
             "measurements kept): its drift check, plain decoding at the top level first and last, spans both"
         )
         decision = replace(decision, reasons=[*decision.reasons, line])
-    decision = replace(decision, noise=noise, mtp_status=mtp, **_profile_notes(decision, profile_plan))
+    decision = _with_profile_notes(replace(decision, noise=noise, mtp_status=mtp), profile_plan)
     decision = settings_sweep(params, sweep_params, folder, decision, prompts, arch.is_hybrid, together, caps)
     forecast = forecast_inputs(params, folder, decision, speculation_label(params), pilot, start_s).forecast()
     if forecast is not None:
@@ -421,10 +421,10 @@ def run_decision(params: RunParams, folder: RunFolder, probe: ProbeReport, fresh
     return decision
 
 
-def _profile_notes(decision: Decision, plan: ProfilePlan | None) -> dict[str, Any]:
-    """What decision.json says of the CPU profile (efficiency source, warnings), as its fields."""
+def _with_profile_notes(decision: Decision, plan: ProfilePlan | None) -> Decision:
+    """The decision with what it says of the CPU profile (efficiency source, warnings)."""
     if plan is None:
-        return {}
+        return decision
     warnings = [*decision.warnings, plan.warning()] if plan.warning() else decision.warnings
     efficiency = {**decision.efficiency, "source": plan.source()}
-    return {"efficiency": efficiency, "cpu_profile": asdict(plan), "warnings": warnings}
+    return replace(decision, efficiency=efficiency, cpu_profile=asdict(plan), warnings=warnings)
