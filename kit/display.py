@@ -1,8 +1,9 @@
 """What a reader sees: tables with human column names and units, rounded numbers, no index, long
 tables folded; figures as PNG with alt text. Shared by the four stage notebooks and the index.
 
+    from kit.columns import OUTPUT_TOK_S
     from kit.display import table, figure_image
-    display(table(df, "Measured sweep", columns={"output_tok_s": "output tok/s"}))
+    display(table(df, "Measured sweep", columns={OUTPUT_TOK_S: "output tok/s"}))
     display(figure_image(fig, "Output tokens/s per arm over concurrency"))
 """
 
@@ -19,6 +20,8 @@ from typing import Any
 
 import pandas as pd
 
+from kit.columns import OUTPUT_TOK_S, SPEC_K
+
 GIB = 1024**3
 FOLD_AFTER = 12
 """Tables longer than this are folded into a <details> block with a one-line summary."""
@@ -26,9 +29,9 @@ MISSING = "–"
 
 NAMES = {
     "arm": "arm",
-    "spec_k": "draft length k",
+    SPEC_K: "draft length k",
     "concurrency": "concurrency",
-    "output_tok_s": "output tok/s",
+    OUTPUT_TOK_S: "output tok/s",
     "predicted_tok_s": "predicted tok/s",
     "measured_tok_s": "measured tok/s",
     "error_pct": "prediction error",

@@ -254,7 +254,7 @@ class FakeNvml:
 def fake_nvml(monkeypatch):
     def use(module) -> None:
         monkeypatch.setattr(gpu_watch, "nv", module)
-        monkeypatch.setattr(gpu_watch, "_nvml_state", {})
+        monkeypatch.setattr(gpu_watch, "_nvml_state", gpu_watch._NvmlState())
 
     return use
 

@@ -37,20 +37,22 @@ def one_thread():
     torch.set_num_threads(threads)
 
 
-def _reference_attention(m: syn.SyntheticModel, p: dict, x: torch.Tensor, kc, vc, B: int, q: int, L: int):
+def _reference_attention(
+    m: syn.SyntheticModel, p: syn.LayerWeights, x: torch.Tensor, kc, vc, B: int, q: int, L: int
+):
     """Plain GQA attention: expanded KV heads, every new token over all L + q positions (the profiler
     leaves the q x q causal triangle out: it does not change the step's time)."""
     a = m.arch
     nq, nkv, d = a.num_heads * a.head_dim, a.num_kv_heads * a.head_dim, a.head_dim
     gate_w = nq if a.attn_output_gate else 0
-    qh, gate, k, v = torch.nn.functional.linear(x, p["qkv"]).split([nq, gate_w, nkv, nkv], dim=-1)
+    qh, gate, k, v = torch.nn.functional.linear(x, p.w_in).split([nq, gate_w, nkv, nkv], dim=-1)
     keys = torch.cat([kc[:, :, :L], k.view(B, q, -1, d).transpose(1, 2)], dim=2)
     vals = torch.cat([vc[:, :, :L], v.view(B, q, -1, d).transpose(1, 2)], dim=2)
     group = a.num_heads // a.num_kv_heads
     keys, vals = keys.repeat_interleave(group, 1), vals.repeat_interleave(group, 1)
     o = torch.nn.functional.scaled_dot_product_attention(qh.view(B, q, -1, d).transpose(1, 2), keys, vals)
     o = o.transpose(1, 2).reshape(B * q, nq)
-    return torch.nn.functional.linear(o * gate.sigmoid() if gate_w else o, p["o"])
+    return torch.nn.functional.linear(o * gate.sigmoid() if gate_w else o, p.w_out)
 
 
 @pytest.mark.parametrize(

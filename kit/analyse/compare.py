@@ -12,6 +12,7 @@ from matplotlib.figure import Figure
 from kit.analyse import health, plots
 from kit.analyse.run import RunData, read_run, summarise, with_forecast_check
 from kit.artifacts import Summary
+from kit.columns import OUTPUT_TOK_S
 from kit.params import AnalyseParams
 from kit.runfolder import RunFolder
 
@@ -20,7 +21,7 @@ HEADLINE = (
     ("failures", ("health", "failures")),
     ("duration_s", ("health", "duration_s")),
     ("rows_s", ("health", "rows_s")),
-    ("output_tok_s", ("health", "output_tok_s")),
+    (OUTPUT_TOK_S, ("health", OUTPUT_TOK_S)),
     ("latency_p50_s", ("health", "latency_s", "p50")),
     ("latency_p90_s", ("health", "latency_s", "p90")),
     ("accept_length_mean", ("health", "accept_length_mean")),

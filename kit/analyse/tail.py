@@ -27,6 +27,7 @@ from kit.analyse.plots import in_flight_tail
 from kit.analyse.tail_words import speculation_clause as speculation_clause
 from kit.analyse.tail_words import tail_sentence
 from kit.artifacts import Decision, Manifest, ProbeReport, TailSpeculation, TailSummary
+from kit.columns import SPEC_K
 from kit.decide.costmodel import MODEL_ERROR
 from kit.decide.decision import speculation_label
 from kit.decide.tailarm import tail_arm
@@ -274,13 +275,13 @@ def measure(load: Load, manifest: Manifest | None, devices: Devices) -> TailSumm
 def predicted_ladder(decision: Decision) -> pd.DataFrame:
     """decision.json's predicted tokens/s: one row per concurrency, one column per spec_k (0: plain)."""
     t = pd.DataFrame(decision.table_rows())
-    if not {"spec_k", "concurrency", "predicted_tok_s"} <= set(t.columns):
+    if not {SPEC_K, "concurrency", "predicted_tok_s"} <= set(t.columns):
         return pd.DataFrame()
     if "feasible" in t.columns:
         t = t[t["feasible"].fillna(True).astype(bool)]
     t = t.assign(predicted_tok_s=pd.to_numeric(t["predicted_tok_s"], errors="coerce"))
     t = t[t["predicted_tok_s"] > 0]
-    return t.pivot_table(index="concurrency", columns="spec_k", values="predicted_tok_s").sort_index()
+    return t.pivot_table(index="concurrency", columns=SPEC_K, values="predicted_tok_s").sort_index()
 
 
 def ratio_at(ladder: pd.DataFrame, k: int, c: np.ndarray) -> np.ndarray:
@@ -348,10 +349,10 @@ def _speculation_entry(
         return {"status": "no decision", "reason": "decision.json is absent (stage 2 has not run)"}
     k_ran = _ran_speculative(manifest, decision)
     if k_ran is not None:
-        return {"status": "already speculating", "spec_k": k_ran, "name": name}
+        return {"status": "already speculating", SPEC_K: k_ran, "name": name}
     switch = manifest.tail_speculation if manifest is not None else None
     if switch is not None and switch.switched:  # generate.tail_speculation: stage 3 switched for the tail
-        return {"status": "switched", "spec_k": switch.k, "name": name}
+        return {"status": "switched", SPEC_K: switch.k, "name": name}
     ladder = predicted_ladder(decision)
     ks = [int(k) for k in ladder.columns if k != 0 and 0 in ladder.columns]
     if not ks:
@@ -364,7 +365,7 @@ def _speculation_entry(
     return {
         "status": "saves" if central > 0 else "no win",
         "name": name,
-        "spec_k": k,
+        SPEC_K: k,
         "crossover": crossover(ladder, k),
         "ladder_concurrencies": [int(c) for c in ladder[[0, k]].dropna().index],
         "servers": inputs.servers,

@@ -8,7 +8,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kit.artifacts.record import JSONObject, Record, optional
-from kit.engines.arms import Arm
+from kit.columns import SPEC_K
+from kit.engines.arms import Arm, arm_k
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -163,7 +164,7 @@ class BackendResult(Record):
     reason: str = ""
 
 
-EARLIER_ARM_KEYS = ("speculative", "spec_k", "algorithm", "num_steps", "eagle_topk", "num_draft_tokens")
+EARLIER_ARM_KEYS = ("speculative", SPEC_K, "algorithm", "num_steps", "eagle_topk", "num_draft_tokens")
 """How an earlier kit spelled the arm among decision.json's `engine_settings` (this kit stores the arm
 once, as `arm`): read into `EngineSettings.extra`, the arm by `EngineSettings.earlier_arm`."""
 
@@ -208,9 +209,9 @@ class EngineSettings(Record):
     def earlier_arm(self) -> Arm | None:
         """The arm an earlier kit spelled here (`speculative`, `spec_k`, `algorithm`), or None."""
         s = self.extra
-        if "spec_k" not in s and "speculative" not in s:
+        if SPEC_K not in s and "speculative" not in s:
             return None
-        k = int(s.get("spec_k") or 0) if s.get("speculative", True) else 0
+        k = int(s.get(SPEC_K) or 0) if s.get("speculative", True) else 0
         return Arm(k, s.get("algorithm") if k else None)
 
     def shown(self) -> list[tuple[str, Any]]:
@@ -293,8 +294,5 @@ def _legacy_arm(decision: Decision) -> Arm | None:
     if arm is not None:
         return arm
     name = decision.extra.get("chosen_arm")
-    if name == "plain":
-        return Arm(0)
-    if isinstance(name, str) and name.startswith("spec_k") and name[len("spec_k") :].isdigit():
-        return Arm(int(name[len("spec_k") :]))
-    return None
+    k = arm_k(name) if isinstance(name, str) else None
+    return None if k is None else Arm(k)

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from kit.artifacts import Decision
-from kit.engines.arms import Arm, arm_label
+from kit.engines.arms import Arm, arm_k, arm_label
 from kit.engines.settings import apply_settings
 from kit.params import RunParams
 
@@ -27,7 +27,7 @@ def applied_words(applied: dict[str, Any], name: str = "MTP") -> str:
     arm); dp_size 1, tp_size 1, mem_fraction_static 0.85' (it printed the raw dict); `name` labels
     the speculative arm (MTP, n-gram, EAGLE...)."""
     chosen = str(applied.get("chosen_arm") or "plain")
-    k = int(chosen.removeprefix("spec_k")) if chosen.startswith("spec_k") else 0
+    k = arm_k(chosen) or 0
     arm = arm_label(k, name)
     spec = applied.get("speculative")
     rest = [

@@ -17,6 +17,7 @@ from dataclasses import replace
 import pandas as pd
 
 from kit.artifacts import BackendResult, Decision
+from kit.columns import OUTPUT_TOK_S, OUTPUT_TOK_S_HI, OUTPUT_TOK_S_LO
 from kit.decide.backends import BASELINE, Alternative, BackendSweep, run_backends
 from kit.decide.levels import RUN_COLUMNS, per_round, rests_on_disturbed, summarise
 from kit.decide.noise import Lead, lead
@@ -73,9 +74,9 @@ def judge_backends(
                 setting=alt.setting,
                 value=alt.value if alt.setting else None,
                 concurrency=concurrency,
-                output_tok_s=_number(getattr(r, "output_tok_s", None)),
-                output_tok_s_lo=_number(getattr(r, "output_tok_s_lo", None)),
-                output_tok_s_hi=_number(getattr(r, "output_tok_s_hi", None)),
+                output_tok_s=_number(getattr(r, OUTPUT_TOK_S, None)),
+                output_tok_s_lo=_number(getattr(r, OUTPUT_TOK_S_LO, None)),
+                output_tok_s_hi=_number(getattr(r, OUTPUT_TOK_S_HI, None)),
                 repetitions=int(_number(getattr(r, "repetitions", None)) or 0),
                 ratio=x.ratio.median if x else None,
                 ratio_lo=x.ratio.lo if x else None,

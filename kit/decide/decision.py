@@ -11,11 +11,12 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 import pandas as pd
 
 from kit.artifacts import Decision, EngineSettings, LadderPoint, Noise
+from kit.columns import OUTPUT_TOK_S, OUTPUT_TOK_S_HI, OUTPUT_TOK_S_LO, SPEC_K
 from kit.decide.arm_status import crash_sentences, crashes, decided_by, unmeasured, unmeasured_sentences
 from kit.decide.costmodel import (
     Efficiency,
@@ -45,6 +46,24 @@ if TYPE_CHECKING:
     from kit.params import DecideParams, RunParams
 
 
+class Pick(TypedDict, total=False):
+    """The arm and level the decision chose, as the rest of `decide` reads it: measured (from
+    kit.decide.measured's choice) or predicted (the ladder's best row, whose other columns it keeps)."""
+
+    arm: str
+    spec_k: int
+    concurrency: int
+    output_tok_s: float
+    figure: str
+    """The measured figure with its interval; a predicted pick has none (its tokens/s are said)."""
+    source: str
+    """measured or predicted."""
+    note: str | None
+    cap_concurrency: int
+    """The most concurrent requests stage 3 should run (a measured fall, or the latency bound)."""
+    cap_reason: str
+
+
 def decision_arm(decision: Decision | Mapping[str, Any] | None) -> Arm | None:
     """The arm a decision chose (its name, `plain` / `spec_k3`, is `Arm.name`), or None when it names
     none (no decision.json, or one without a choice); for callers holding decision.json's JSON.
@@ -60,24 +79,24 @@ def measured_accept_lengths(sweep: pd.DataFrame | None) -> dict[int, float]:
     if sweep is None or sweep.empty or "accept_length" not in sweep:
         return {}
     ok = sweep[(sweep.status == "ok") & (sweep.spec_k > 0) & sweep.accept_length.notna()]
-    return {int(k): float(g.accept_length.median()) for k, g in ok.groupby("spec_k")}
+    return {int(k): float(g.accept_length.median()) for k, g in ok.groupby(SPEC_K)}
 
 
 def _joined(predicted: pd.DataFrame, sweep: pd.DataFrame | None) -> pd.DataFrame:
     """Predicted beside measured tokens/s per arm and concurrency, with the prediction's error."""
     t = predicted.rename(
-        columns={"output_tok_s": "predicted_tok_s", "accept_length": "predicted_accept_length"}
+        columns={OUTPUT_TOK_S: "predicted_tok_s", "accept_length": "predicted_accept_length"}
     )
     if sweep is None or sweep.empty:
         t["measured_tok_s"], t["status"], t["reason"] = None, "not measured", ""
     else:
-        cols = ["arm", "concurrency", "output_tok_s", "accept_length", "latency_p50_s", "status", "reason"]
-        cols += [c for c in ("output_tok_s_lo", "output_tok_s_hi", "repetitions") if c in sweep]
+        cols = ["arm", "concurrency", OUTPUT_TOK_S, "accept_length", "latency_p50_s", "status", "reason"]
+        cols += [c for c in (OUTPUT_TOK_S_LO, OUTPUT_TOK_S_HI, "repetitions") if c in sweep]
         m = sweep[cols].rename(
             columns={
-                "output_tok_s": "measured_tok_s",
-                "output_tok_s_lo": "measured_lo",
-                "output_tok_s_hi": "measured_hi",
+                OUTPUT_TOK_S: "measured_tok_s",
+                OUTPUT_TOK_S_LO: "measured_lo",
+                OUTPUT_TOK_S_HI: "measured_hi",
                 "accept_length": "measured_accept_length",
             }
         )
@@ -96,39 +115,39 @@ def _has_rows(sweep: pd.DataFrame | None) -> bool:
 
 def _pick_measured(
     sweep: pd.DataFrame, runs: pd.DataFrame | None, latency_bound_s: float | None, name: str
-) -> tuple[dict[str, Any] | None, MeasuredChoice | None]:
+) -> tuple[Pick | None, MeasuredChoice | None]:
     """The measured choice (kit.decide.measured) as the dict the rest of the decision reads."""
-    choice = choose(sweep, runs, latency_bound_s, lambda k: arm_label(pd.Series({"spec_k": k}), name))
+    choice = choose(sweep, runs, latency_bound_s, lambda k: arm_label(pd.Series({SPEC_K: k}), name))
     if choice is None:
         return None, None
     c = choice.chosen
-    picked = {
-        "arm": c.arm,
-        "spec_k": c.spec_k,
-        "concurrency": c.concurrency,
-        "output_tok_s": c.median,
-        "figure": c.figure(),
-        "source": "measured",
-        "note": "; ".join(choice.notes) or None,
-    }
+    picked = Pick(
+        arm=c.arm,
+        spec_k=c.spec_k,
+        concurrency=c.concurrency,
+        output_tok_s=c.median,
+        figure=c.figure(),
+        source="measured",
+        note="; ".join(choice.notes) or None,
+    )
     return picked, choice
 
 
 def _pick_predicted(
     predicted: pd.DataFrame, unavailable: str | None, bound: float | None, output_len: int, name: str = "MTP"
-) -> dict:
+) -> Pick:
     """The best predicted arm when nothing was measured: speculation only on a margin larger than
     the cost model's known error, and never when it cannot run here."""
-    plain = {**best_arm(predicted[predicted.spec_k == 0], bound, output_len), "source": "predicted"}
+    plain: Pick = {**best_arm(predicted[predicted.spec_k == 0], bound, output_len), "source": "predicted"}
     if unavailable:
         return plain
-    best = {**best_arm(predicted, bound, output_len), "source": "predicted"}
-    if int(best["spec_k"]) == 0:
+    best: Pick = {**best_arm(predicted, bound, output_len), "source": "predicted"}
+    if int(best[SPEC_K]) == 0:
         return plain
-    margin = float(best["output_tok_s"]) / float(plain["output_tok_s"]) - 1
+    margin = float(best[OUTPUT_TOK_S]) / float(plain[OUTPUT_TOK_S]) - 1
     if margin <= PREDICTION_ERROR:
         plain["note"] = (
-            f"nothing was measured, and the predicted lead of {name} k={int(best['spec_k'])} over plain "
+            f"nothing was measured, and the predicted lead of {name} k={int(best[SPEC_K])} over plain "
             f"decoding ({100 * margin:.0f}%) is within the cost model's known error "
             f"(±{100 * PREDICTION_ERROR:.0f}%): plain decoding is kept"
         )
@@ -155,7 +174,7 @@ def speculation_label(params: RunParams | None) -> str:
 
 
 def _settings(
-    choice: dict, arm: Arm, s: Scenario, predicted: pd.DataFrame, flavor: str, attention_backend: str | None
+    choice: Pick, arm: Arm, s: Scenario, predicted: pd.DataFrame, flavor: str, attention_backend: str | None
 ) -> EngineSettings:
     """decision.json's `engine_settings` for the chosen arm: what stage 3 takes beside the arm."""
     work = s.work
@@ -233,10 +252,10 @@ def decide(
             cap_concurrency=int(choice["concurrency"]),
             cap_reason=f"the most concurrent requests within the latency bound ({bound:g} s at p50)",
         )
-    k = int(choice["spec_k"])
+    k = int(choice[SPEC_K])
     arm = Arm(k, algo.name if k else None)
     settings = _settings(choice, arm, s, predicted, engine_flavor, attention_backend)
-    figure = choice.get("figure") or f"{float(choice['output_tok_s']):.0f} output tok/s"
+    figure = choice.get("figure") or f"{float(choice[OUTPUT_TOK_S]):.0f} output tok/s"
     reasons = [
         f"chosen: {arm_label(pd.Series(choice), name)} (best at concurrency {int(choice['concurrency'])}: "
         f"{choice['source']} {figure} over {work.dp_size} replica(s))"

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, replace
-from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -16,6 +15,7 @@ import pyarrow.parquet as pq
 
 from kit.artifacts import Decision, Forecast, LadderPoint, Noise
 from kit.decide.forecast import JobSettings, PlanLengths, forecast_job
+from kit.decide.pilot import PilotFigures
 from kit.engines.capacity import launched_capacity
 from kit.engines.flavors import flavor, server_env
 from kit.engines.launcher import discover
@@ -74,7 +74,7 @@ class ForecastInputs:
     job: JobSettings
     chosen: str | None
     spec_label: str
-    pilot: dict[str, Any] | None
+    pilot: PilotFigures | None
     pilot_lengths: np.ndarray
     noise: Noise | None = None
 
@@ -100,7 +100,7 @@ def forecast_inputs(
     folder: RunFolder,
     decision: Decision,
     spec_label: str,
-    pilot: dict[str, Any] | None = None,
+    pilot: PilotFigures | None = None,
     start_s: list[float] | None = None,
 ) -> ForecastInputs:
     """A run's forecast inputs from its params, decision and stage 2's answers (`pilot`: the pilot's

@@ -52,7 +52,15 @@ class GpuReading:
     """The same for the power cap."""
 
 
-_nvml_state: dict[str, Any] = {}
+@dataclass(slots=True)
+class _NvmlState:
+    """The NVML module this process initialised, and whether that worked."""
+
+    module: Any = None
+    ok: bool = False
+
+
+_nvml_state = _NvmlState()
 
 
 def _nvml() -> Any:
@@ -60,14 +68,14 @@ def _nvml() -> Any:
     module = nv
     if module is None:
         return None
-    if _nvml_state.get("module") is not module:
+    if _nvml_state.module is not module:
         try:
             module.nvmlInit()
             ok = True
         except Exception:  # no library, no driver: no GPU to read
             ok = False
-        _nvml_state.update(module=module, ok=ok)
-    return module if _nvml_state["ok"] else None
+        _nvml_state.module, _nvml_state.ok = module, ok
+    return module if _nvml_state.ok else None
 
 
 def _device_files() -> int:

@@ -1,14 +1,124 @@
-"""The sweep's tables and how they are read: the columns of `sweep_runs.parquet` (every measurement)
-and `sweep.parquet` (one row per arm and level), the figure of a level (the median of its
+"""The sweep's tables and how they are read: the columns of `sweep_runs.parquet` (every measurement,
+one `SweepRow`) and `sweep.parquet` (one row per arm and level), the figure of a level (the median of its
 repetitions, disturbed ones set aside while two undisturbed remain), and the rounds a lead between
 two arms pairs (kit.decide.noise). Written by kit.decide.sweep, read by kit.decide.measured."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, TypedDict
+
 import pandas as pd
 
+from kit.columns import OUTPUT_TOK_S, OUTPUT_TOK_S_HI, OUTPUT_TOK_S_LO, SPEC_K
 from kit.decide.machine import judge_runs
 from kit.decide.noise import median_interval
+from kit.decide.pilot import Answer, PilotFigures
+
+if TYPE_CHECKING:
+    from kit.engines.crashes import Crash
+
+
+class CrashFields(TypedDict, total=False):
+    """Of a measurement whose server died (`CRASH_COLUMNS` but the requests out, which the level
+    says): what the engine said (kit.engines.crashes.Crash) and whether the server was restarted."""
+
+    crash_exit_code: int | None
+    crash_error: str | None
+    crash_where: str | None
+    crash_running: int | None
+    restarted: bool
+
+
+def crash_fields(crash: Crash | None) -> CrashFields:
+    """The `CRASH_COLUMNS` of a crash (None: a server with no log)."""
+    if crash is None:
+        return CrashFields()
+    return CrashFields(
+        crash_exit_code=crash.exit_code,
+        crash_error=crash.error,
+        crash_where=crash.where,
+        crash_running=crash.running,
+    )
+
+
+class LevelFigures(TypedDict, total=False):
+    """What one level measured (kit.decide.sweep_level): the `LEVEL_COLUMNS` it knows, its answers
+    (for sweep_answers.parquet, never a column) and, when the server died, the requests out then.
+    A level that failed has only its concurrency, status and reason."""
+
+    concurrency: int
+    requests: int
+    errors: int
+    output_tokens: int
+    duration_s: float
+    output_tok_s: float | None
+    """None: not a measurement (its server died, or too many of its requests failed)."""
+    req_s: float
+    latency_p50_s: float | None
+    latency_p90_s: float | None
+    latency_p99_s: float | None
+    ttft_p50_s: float | None
+    accept_length: float | None
+    accept_source: str | None
+    """responses, metrics counters or metrics gauge (None: the engine said nothing)."""
+    position_acceptance: list[float] | None
+    status: str
+    """ok, failed or crashed (the sweep adds skipped)."""
+    reason: str
+    crash_in_flight: int
+    """The requests out when the level saw its server gone."""
+    answers: list[Answer]
+
+
+class SweepRow(LevelFigures, CrashFields, total=False):
+    """One measurement as the sweep hands it on (kit.decide.sweep): a row of sweep_runs.parquet
+    (`RUN_COLUMNS`) and a line of the sweep's journal (kit.decide.sweep_journal), which a resumed
+    sweep reads back as it was written. An arm that never ran has only its head and the reason."""
+
+    round: int
+    phase: str
+    """sweep, or start / end: the drift check."""
+    arm: str
+    algorithm: str | None
+    spec_k: int
+    started_s: float
+    """Seconds into the sweep it started (a resumed sweep's earlier rows: on that run's clock)."""
+    foreign_cpu: float
+    """From here to `why`: what else the machine did (kit.decide.machine.Interference.as_dict)."""
+    load_1m: float
+    cpu_mhz: float | None
+    gpu_foreign_processes: int | None
+    canary_ms: float
+    neighbour_cpu: float
+    engine_cores: int | None
+    engine_core_foreign_cpu: float | None
+    gpus: int | None
+    gpu_foreign_seen: int | None
+    gpu_throttle: str | None
+    gpu_throttle_s: float | None
+    gpu_sm_mhz: float | None
+    disturbed: bool
+    why: str
+
+
+class SweepNotes(TypedDict, total=False):
+    """What the sweep says of how it ran, beside its tables: filled by kit.decide.run (the servers'
+    flags) and kit.decide.sweep.run_sweep; the pilot's figures and the server starts go to the
+    forecast, the rest into decision.json's `noise`."""
+
+    servers_kv_cap_args: list[str]
+    """The flags that capped each server's KV cache when the arms' servers shared a GPU."""
+    sweep_extra_args: list[str]
+    spec_running_caps: dict[str, int]
+    """Requests a speculative arm's server was capped at, by k (memory holds no more)."""
+    pilot: PilotFigures
+    server_start_s: list[float]
+    sweep_resumed: int
+    """Measurements of an earlier, stopped run of the sweep kept."""
+    servers_idle_cpu_pct: float
+    servers_held: bool
+    """Whether each idle server was paused while another arm was measured."""
+
 
 CRASH_COLUMNS = [
     "crash_exit_code",
@@ -23,13 +133,13 @@ restarted to measure the level again."""
 LEVEL_COLUMNS = [
     "arm",
     "algorithm",
-    "spec_k",
+    SPEC_K,
     "concurrency",
     "requests",
     "errors",
     "output_tokens",
     "duration_s",
-    "output_tok_s",
+    OUTPUT_TOK_S,
     "req_s",
     "latency_p50_s",
     "latency_p90_s",
@@ -66,7 +176,8 @@ RUN_COLUMNS = [
 ]
 """sweep_runs.parquet: every measurement (`phase` sweep, or start / end for the drift check); one
 whose server died is `crashed`, with what the engine said (`CRASH_COLUMNS`)."""
-COLUMNS = [*LEVEL_COLUMNS, "output_tok_s_lo", "output_tok_s_hi", "repetitions", "set_aside", "noise_pct"]
+assert {*RUN_COLUMNS} - {"slowdown"} <= SweepRow.__optional_keys__, "RUN_COLUMNS are SweepRow's keys"
+COLUMNS = [*LEVEL_COLUMNS, OUTPUT_TOK_S_LO, OUTPUT_TOK_S_HI, "repetitions", "set_aside", "noise_pct"]
 """sweep.parquet: per (arm, level) the median of its repetitions and the interval of that median."""
 
 

@@ -12,12 +12,54 @@ from __future__ import annotations
 import math
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypedDict
 
 import pandas as pd
 
+from kit.columns import OUTPUT_TOK_S_HI, OUTPUT_TOK_S_LO
 from kit.decide.levels import flags, per_round, rests_on_disturbed
 from kit.decide.noise import INTERVAL, UNMEASURED_NOISE, Drift, Interval, Lead, lead, sweep_noise
+
+
+class BestLevel(TypedDict):
+    """An arm at its best measured level as decision.json's `measured` keeps it (by the arm's name)."""
+
+    concurrency: int
+    output_tok_s: float
+    output_tok_s_lo: float
+    output_tok_s_hi: float
+    repetitions: int
+
+
+class DisturbedRun(TypedDict):
+    """One disturbed measurement among decision.json's `noise.disturbed`: where it ran and what
+    the machine did meanwhile (kit.decide.machine)."""
+
+    round: int
+    arm: str
+    concurrency: int
+    phase: str
+    foreign_cpu_pct: float
+    neighbour_cpu_pct: float
+    slowdown: float | None
+    output_tok_s: float | None
+    why: str | None
+
+
+class NoiseFigures(TypedDict, total=False):
+    """decision.json's `noise` as `noise_section` makes it and `noise_sentences` reads it (the
+    record: kit.artifacts.Noise). kit.decide.run adds how the servers ran (`servers_*`)."""
+
+    noise_pct: float | None
+    repetitions: int
+    repetitions_min: int
+    drift: dict[str, object] | None
+    """kit.decide.noise.Drift.as_dict."""
+    disturbed: list[DisturbedRun]
+    comparison: dict[str, object] | None
+    """The best speculative arm against plain decoding: its name, lead and kit.decide.noise.Lead.as_dict."""
+    servers_held: bool
+    servers_idle_cpu_pct: float
 
 
 @dataclass(frozen=True)
@@ -38,14 +80,14 @@ class ArmBest:
             return f"{self.median:.0f} tok/s (measured once: no interval)"
         return f"{self.median:.0f} tok/s ({self.lo:.0f}-{self.hi:.0f}, {self.repetitions} repetitions)"
 
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "concurrency": self.concurrency,
-            "output_tok_s": self.median,
-            "output_tok_s_lo": self.lo,
-            "output_tok_s_hi": self.hi,
-            "repetitions": self.repetitions,
-        }
+    def as_dict(self) -> BestLevel:
+        return BestLevel(
+            concurrency=self.concurrency,
+            output_tok_s=self.median,
+            output_tok_s_lo=self.lo,
+            output_tok_s_hi=self.hi,
+            repetitions=self.repetitions,
+        )
 
 
 @dataclass
@@ -78,12 +120,12 @@ def arm_bests(sweep: pd.DataFrame, latency_bound_s: float | None = None) -> list
         reps = int(r.repetitions) if "repetitions" in r and pd.notna(r.repetitions) else 1
         lo = (
             float(r.output_tok_s_lo)
-            if "output_tok_s_lo" in r and pd.notna(r.output_tok_s_lo)
+            if OUTPUT_TOK_S_LO in r and pd.notna(r.output_tok_s_lo)
             else r.output_tok_s
         )
         hi = (
             float(r.output_tok_s_hi)
-            if "output_tok_s_hi" in r and pd.notna(r.output_tok_s_hi)
+            if OUTPUT_TOK_S_HI in r and pd.notna(r.output_tok_s_hi)
             else r.output_tok_s
         )
         out.append(
@@ -180,7 +222,7 @@ def measured_fall(sweep: pd.DataFrame, runs: pd.DataFrame | None, arm: str) -> t
 
 def noise_section(
     sweep: pd.DataFrame, runs: pd.DataFrame | None, choice: MeasuredChoice | None
-) -> dict[str, Any]:
+) -> NoiseFigures:
     """decision.json's `noise`: the sweep's noise figure, repetitions, drift, set-aside measurements
     and the comparison of speculation with plain decoding."""
     ok = (
@@ -189,30 +231,30 @@ def noise_section(
         else sweep.iloc[:0]
     )
     noise = sweep_noise([_interval(r) for r in ok.itertuples()])
-    out: dict[str, Any] = {
-        "noise_pct": None if noise is None else 100 * noise,
-        "repetitions": int(ok.repetitions.max()) if len(ok) else 1,
-        "repetitions_min": int(ok.repetitions.min()) if len(ok) else 1,
-        "drift": None,
-        "disturbed": [],
-        "comparison": None,
-    }
+    out = NoiseFigures(
+        noise_pct=None if noise is None else 100 * noise,
+        repetitions=int(ok.repetitions.max()) if len(ok) else 1,
+        repetitions_min=int(ok.repetitions.min()) if len(ok) else 1,
+        drift=None,
+        disturbed=[],
+        comparison=None,
+    )
     if runs is not None and not runs.empty:
         drift = drift_check(runs, sweep)
         out["drift"] = drift.as_dict() if drift else None
         bad = runs[flags(runs.disturbed)]
         out["disturbed"] = [
-            {
-                "round": int(r["round"]),
-                "arm": r.arm,
-                "concurrency": int(r.concurrency),
-                "phase": r.phase,
-                "foreign_cpu_pct": round(100 * float(r.foreign_cpu), 1),
-                "neighbour_cpu_pct": round(100 * _or_zero(r.get("neighbour_cpu")), 1),
-                "slowdown": None if pd.isna(r.get("slowdown")) else round(float(r.slowdown), 2),
-                "output_tok_s": None if pd.isna(r.output_tok_s) else float(r.output_tok_s),
-                "why": r.get("why") if isinstance(r.get("why"), str) and r.get("why") else None,
-            }
+            DisturbedRun(
+                round=int(r["round"]),
+                arm=r.arm,
+                concurrency=int(r.concurrency),
+                phase=r.phase,
+                foreign_cpu_pct=round(100 * float(r.foreign_cpu), 1),
+                neighbour_cpu_pct=round(100 * _or_zero(r.get("neighbour_cpu")), 1),
+                slowdown=None if pd.isna(r.get("slowdown")) else round(float(r.slowdown), 2),
+                output_tok_s=None if pd.isna(r.output_tok_s) else float(r.output_tok_s),
+                why=r.get("why") if isinstance(r.get("why"), str) and r.get("why") else None,
+            )
             for _, r in bad.iterrows()
         ]
     if choice is not None and choice.spec_vs_plain is not None:
@@ -247,7 +289,7 @@ def drift_check(runs: pd.DataFrame, sweep: pd.DataFrame) -> Drift | None:
     return Drift(c, float(start.output_tok_s.iloc[0]), float(end.output_tok_s.iloc[0]), noise, seen)
 
 
-def noise_sentences(noise: dict[str, Any] | None) -> list[str]:
+def noise_sentences(noise: NoiseFigures | None) -> list[str]:
     """The reasons that say what the sweep's noise was: its figure, the drift, what was set aside."""
     if not noise:
         return []
@@ -302,7 +344,7 @@ def _span(values: list[float], unit: str) -> str:
     return f"{lo:.0f}{unit}" if round(lo) == round(hi) else f"{lo:.0f}-{hi:.0f}{unit}"
 
 
-def _disturbance(disturbed: list[dict[str, Any]]) -> str:
+def _disturbance(disturbed: list[DisturbedRun]) -> str:
     """What disturbed these measurements, each cause with its range over them: one line for a
     sweep of 25 disturbed rounds, not 25 (a shared machine's reasons list read ~40 bullets)."""
     foreign = [d["foreign_cpu_pct"] for d in disturbed if d["foreign_cpu_pct"] > 1]
@@ -318,7 +360,7 @@ def _disturbance(disturbed: list[dict[str, Any]]) -> str:
     return " and ".join(why or ["the machine was busy"])
 
 
-def _where(disturbed: list[dict[str, Any]]) -> str:
+def _where(disturbed: list[DisturbedRun]) -> str:
     """Arms and levels of the disturbed repetitions: 'plain at 4 x2, 16; spec_k1 at 16'."""
     by_arm: dict[str, Counter[int]] = {}
     for d in disturbed:

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Any
+from typing import Any, TypedDict
 
 from kit.engines.client import EngineClient
 from kit.engines.request_fields import run_request_fields, tool_request_fields
@@ -36,6 +36,40 @@ ANSWER_COLUMNS = [
     "pilot",
 ]
 """sweep_answers.parquet: one answer per prompt, the pilot's or the sweep's plain arm's (`pilot`)."""
+
+
+class Answer(TypedDict):
+    """One answer of the pilot or the sweep's levels: a row of sweep_answers.parquet (`ANSWER_COLUMNS`),
+    read by kit.prompts.lengths and the forecast (kit.decide.forecast_inputs.pilot_lengths)."""
+
+    id: str | None
+    source: str | None
+    prompt_tokens: int | None
+    completion_tokens: int | None
+    finish_reason: str | None
+    max_tokens: int
+    pilot: bool
+    """Whether the pilot gave it (sampled as stage 3 samples), else a sweep level (greedy)."""
+
+
+class PilotFigures(TypedDict, total=False):
+    """How the pilot went: decision.json's `forecast.pilot`, read by kit.decide.forecast (its timing
+    calibrates the sweep's ladder). A pilot not sent has `sent` 0 and `why`."""
+
+    sent: int
+    answered: int
+    errors: int
+    first_error: str | None
+    output_tokens: int
+    cut: int
+    """Answers cut at their max_tokens."""
+    concurrency: int
+    seconds: float
+    """The timed pass (the warm-up's `warmup_s` aside)."""
+    warmup_s: float
+    why: str
+
+
 WARMUP_TOKENS = 8
 """Tokens each warm-up request may make: enough to run the sampler, too few to cost time."""
 MIN_PILOT_S = 5.0
@@ -49,7 +83,7 @@ async def pilot(
     client: EngineClient,
     prompts: list[dict[str, Any]],
     more: list[dict[str, Any]] | None = None,
-) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+) -> tuple[list[Answer], PilotFigures]:
     """Answer `prompts` once each on `client`'s server, at most the sweep's top concurrency at once,
     then `more` in turn while the timed pass has lasted under `MIN_PILOT_S`."""
     sampling = params.generate.sampling
@@ -59,7 +93,7 @@ async def pilot(
     concurrency = min(max(params.decide.concurrencies), len(queue)) or 1
     errors: list[str] = []
 
-    async def one(i: int, p: dict[str, Any], cap: int | None = None) -> dict[str, Any] | None:
+    async def one(i: int, p: dict[str, Any], cap: int | None = None) -> Answer | None:
         budget = cap or caps.get(p.get("source"), sampling.max_tokens)
         sent = {**fields, **(tools if p.get("tools_list") else {})}
         if sampling.seed is not None:
@@ -69,22 +103,22 @@ async def pilot(
         except EngineError as e:
             errors.append(str(e)[:300])
             return None
-        return {
-            "id": p.get("id"),
-            "source": p.get("source"),
-            "prompt_tokens": p.get("prompt_tokens"),
-            "completion_tokens": r.completion_tokens,
-            "finish_reason": r.finish_reason,
-            "max_tokens": budget,
-            "pilot": True,
-        }
+        return Answer(
+            id=p.get("id"),
+            source=p.get("source"),
+            prompt_tokens=p.get("prompt_tokens"),
+            completion_tokens=r.completion_tokens,
+            finish_reason=r.finish_reason,
+            max_tokens=budget,
+            pilot=True,
+        )
 
     t0 = time.perf_counter()
     await asyncio.gather(*(one(i, p, WARMUP_TOKENS) for i, p in enumerate(queue[:concurrency])))
     warmup_s = time.perf_counter() - t0
     errors.clear()  # a warm-up that failed is only a warm-up: the timed pass says what fails
     t0 = time.perf_counter()
-    got: dict[int, dict[str, Any] | None] = {}
+    got: dict[int, Answer | None] = {}
     taken = iter(range(len(queue)))
 
     async def worker() -> None:  # a closed loop: each takes the next prompt as its answer comes
@@ -96,15 +130,15 @@ async def pilot(
     await asyncio.gather(*(worker() for _ in range(concurrency)))
     seconds = time.perf_counter() - t0
     answers = [got[i] for i in sorted(got) if got[i] is not None]  # in the order sent
-    figures = {
-        "sent": len(got),
-        "answered": len(answers),
-        "errors": len(errors),
-        "first_error": errors[0] if errors else None,
-        "output_tokens": sum(a["completion_tokens"] or 0 for a in answers),
-        "cut": sum(a["finish_reason"] == "length" for a in answers),
-        "concurrency": concurrency,
-        "seconds": round(seconds, 3),
-        "warmup_s": round(warmup_s, 3),
-    }
+    figures = PilotFigures(
+        sent=len(got),
+        answered=len(answers),
+        errors=len(errors),
+        first_error=errors[0] if errors else None,
+        output_tokens=sum(a["completion_tokens"] or 0 for a in answers),
+        cut=sum(a["finish_reason"] == "length" for a in answers),
+        concurrency=concurrency,
+        seconds=round(seconds, 3),
+        warmup_s=round(warmup_s, 3),
+    )
     return answers, figures

@@ -13,13 +13,14 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
 from kit.artifacts import Decision
+from kit.columns import SPEC_K
 from kit.decide.costmodel.validation import ErrorBand
 from kit.engines.arms import Arm, arm_label
 
 
 def _table(decision: Decision, name: str) -> pd.DataFrame:
     """The decision's table, arms named for reading (`plain decoding`, `MTP k=2`)."""
-    t = pd.DataFrame(decision.table_rows()).sort_values(["spec_k", "concurrency"])
+    t = pd.DataFrame(decision.table_rows()).sort_values([SPEC_K, "concurrency"])
     t["arm"] = [arm_label(int(k), name) for k in t.spec_k]
     return t
 

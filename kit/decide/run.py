@@ -27,6 +27,7 @@ from kit.decide.backend_choice import settings_sweep
 from kit.decide.backends import check_backends
 from kit.decide.decision import decide, speculation_label, with_gpus
 from kit.decide.forecast_inputs import forecast_inputs
+from kit.decide.levels import SweepNotes
 from kit.decide.profile.budget import ProfilePlan, plan_cpu_profile
 from kit.decide.profile.profiler import ProfileGrid, load_profile, profile_steps
 from kit.decide.sweep import run_sweep
@@ -366,7 +367,7 @@ def run_decision(params: RunParams, folder: RunFolder, probe: ProbeReport, fresh
         arch.kv_bytes_per_token(),
         arch.state_bytes_per_seq(),
     )
-    side_by_side: dict[str, Any] = {"servers_kv_cap_args": cap} if cap else {}
+    side_by_side = SweepNotes(servers_kv_cap_args=cap) if cap else SweepNotes()
     sweep_params, added = sweep_server_params(params, cap)
     if added:
         side_by_side["sweep_extra_args"] = added
@@ -425,7 +426,7 @@ def run_decision(params: RunParams, folder: RunFolder, probe: ProbeReport, fresh
             "measurements kept): its drift check, plain decoding at the top level first and last, spans both"
         )
         decision = replace(decision, reasons=[*decision.reasons, line])
-    decision = replace(decision, noise=noise, mtp_status=mtp, **_profile_notes(decision, profile_plan))
+    decision = _with_profile_notes(replace(decision, noise=noise, mtp_status=mtp), profile_plan)
     decision = settings_sweep(params, sweep_params, folder, decision, prompts, arch.is_hybrid, together, caps)
     forecast = forecast_inputs(params, folder, decision, speculation_label(params), pilot, start_s).forecast()
     if forecast is not None:
@@ -437,10 +438,10 @@ def run_decision(params: RunParams, folder: RunFolder, probe: ProbeReport, fresh
     return decision
 
 
-def _profile_notes(decision: Decision, plan: ProfilePlan | None) -> dict[str, Any]:
-    """What decision.json says of the CPU profile (efficiency source, warnings), as its fields."""
+def _with_profile_notes(decision: Decision, plan: ProfilePlan | None) -> Decision:
+    """The decision with what it says of the CPU profile (efficiency source, warnings)."""
     if plan is None:
-        return {}
+        return decision
     warnings = [*decision.warnings, plan.warning()] if plan.warning() else decision.warnings
     efficiency = {**decision.efficiency, "source": plan.source()}
-    return {"efficiency": efficiency, "cpu_profile": asdict(plan), "warnings": warnings}
+    return replace(decision, efficiency=efficiency, cpu_profile=asdict(plan), warnings=warnings)

@@ -33,9 +33,18 @@ from typing import Any
 import pandas as pd
 
 from kit.asyncrun import run_coroutine
-from kit.decide.levels import RUN_COLUMNS, flag_slow, summarise
+from kit.columns import OUTPUT_TOK_S, OUTPUT_TOK_S_HI, OUTPUT_TOK_S_LO, SPEC_K
+from kit.decide.levels import (
+    RUN_COLUMNS,
+    LevelFigures,
+    SweepNotes,
+    SweepRow,
+    crash_fields,
+    flag_slow,
+    summarise,
+)
 from kit.decide.machine import MachineReading, interference
-from kit.decide.pilot import ANSWER_COLUMNS, pilot
+from kit.decide.pilot import ANSWER_COLUMNS, Answer, PilotFigures, pilot
 from kit.decide.sweep_journal import SweepJournal, sweep_key
 from kit.decide.sweep_level import arm_client, measure_level
 from kit.decide.sweep_servers import ArmServers, Slot
@@ -78,13 +87,13 @@ def skip_reason(params: RunParams, arm: Arm, mtp_status: str | None) -> str | No
     return None if not arm.speculative else engine_unavailable_reason(params.engine, mtp_status)
 
 
-def save_answers(rows: list[dict[str, Any]], path: Any, pilot: list[dict[str, Any]] | None = None) -> None:
+def save_answers(rows: list[SweepRow], path: Any, pilot: list[Answer] | None = None) -> None:
     """One answer per prompt: the pilot's (sampled as stage 3 samples, at its output budget), else
     the plain arm's in the sweep (greedy: every level answers a prompt alike, cut at
     `decide.max_tokens`)."""
-    seen: dict[str, dict[str, Any]] = {a["id"]: a for a in pilot or []}
+    seen: dict[str | None, Answer] = {a["id"]: a for a in pilot or []}
     for row in rows:
-        if row.get("spec_k") == 0:
+        if row.get(SPEC_K) == 0:
             for a in row.get("answers") or []:
                 seen.setdefault(a["id"], a)
     pd.DataFrame(list(seen.values()), columns=ANSWER_COLUMNS).to_parquet(path, index=False)
@@ -97,15 +106,15 @@ def _pilot(
     prompts: list[dict],
     more: list[dict],
     sweep_log: SweepLog,
-) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+) -> tuple[list[Answer], PilotFigures]:
     """The pilot on the plain arm's server (kit.decide.pilot); nothing when it will not serve."""
     plain = next((a for a in arms if not a.speculative), None)
     server = servers.get(plain) if plain is not None else None
     if server is None:
-        return [], {"sent": 0, "why": "the plain arm's server was not up"}
+        return [], PilotFigures(sent=0, why="the plain arm's server was not up")
     sweep_log.line(f"pilot: {len(prompts)} prompts as stage 3 samples them, on {plain.name}")
 
-    async def go() -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    async def go() -> tuple[list[Answer], PilotFigures]:
         async with arm_client(servers.arm_params[plain.name], server) as client:
             return await pilot(params, client, prompts, more)
 
@@ -136,7 +145,7 @@ def run_sweep(
     mtp_status: str | None,
     hybrid: bool = False,
     together: bool = False,
-    notes: dict[str, Any] | None = None,
+    notes: SweepNotes | None = None,
     running_caps: dict[int, int] | None = None,
     pilot_prompts: list[dict] | None = None,
     pilot_more: list[dict] | None = None,
@@ -154,8 +163,8 @@ def run_sweep(
     d = params.decide
     arms = sweep_arms(params)
     runnable = [a for a in arms if not skip_reason(params, a, mtp_status)]
-    rows: list[dict[str, Any]] = []
-    piloted: list[dict[str, Any]] = []
+    rows: list[SweepRow] = []
+    piloted: list[Answer] = []
     for arm in arms:
         reason = skip_reason(params, arm, mtp_status)
         if reason:
@@ -251,8 +260,8 @@ def slot_of(slot: Slot) -> tuple[str, int, str, int]:
 
 
 def _resumed(
-    journal: SweepJournal, kept: int, sweep_log: SweepLog, notes: dict[str, Any] | None
-) -> list[dict[str, Any]]:
+    journal: SweepJournal, kept: int, sweep_log: SweepLog, notes: SweepNotes | None
+) -> list[SweepRow]:
     """The measurements an earlier, stopped run of this sweep finished (said in the log and in
     `notes["sweep_resumed"]`); their `started_s` stay as they were measured, on that run's clock."""
     if not journal.resumed:
@@ -263,7 +272,7 @@ def _resumed(
     )
     if notes is not None:
         notes["sweep_resumed"] = kept
-    return [dict(r) for r in journal.rows]
+    return [r.copy() for r in journal.rows]
 
 
 def given_up(table: pd.DataFrame, crashed: dict[str, str]) -> pd.DataFrame:
@@ -276,15 +285,15 @@ def given_up(table: pd.DataFrame, crashed: dict[str, str]) -> pd.DataFrame:
         mine = table.arm == name
         table.loc[mine, "status"] = "crashed"
         table.loc[mine, "reason"] = why
-        table.loc[mine, ["output_tok_s", "output_tok_s_lo", "output_tok_s_hi"]] = None
+        table.loc[mine, [OUTPUT_TOK_S, OUTPUT_TOK_S_LO, OUTPUT_TOK_S_HI]] = None
     return table
 
 
-def _head(arm: Arm, c: int) -> dict[str, Any]:
-    return {"arm": arm.name, "algorithm": arm.algorithm, "spec_k": arm.k, "concurrency": c, "phase": "sweep"}
+def _head(arm: Arm, c: int) -> SweepRow:
+    return SweepRow(arm=arm.name, algorithm=arm.algorithm, spec_k=arm.k, concurrency=c, phase="sweep")
 
 
-def redo_slots(rows: list[dict[str, Any]], arms: list[Arm], together: bool, next_round: int) -> list[Slot]:
+def redo_slots(rows: list[SweepRow], arms: list[Arm], together: bool, next_round: int) -> list[Slot]:
     """One more round at each level where a measurement was disturbed, every arm again (so leads stay
     paired by round): set aside, a disturbed repetition must not leave its level one short."""
     if not rows:
@@ -295,7 +304,7 @@ def redo_slots(rows: list[dict[str, Any]], arms: list[Arm], together: bool, next
 
 
 def _fits(
-    rows: list[dict[str, Any]],
+    rows: list[SweepRow],
     budget: float | None,
     t0: float,
     redo: list[Slot],
@@ -333,10 +342,10 @@ def run_slots(
     t0: float,
     journal: SweepJournal | None = None,
     sampled: bool = False,
-) -> list[dict[str, Any]]:
+) -> list[SweepRow]:
     """Measure `slots` in order (`sampled`: as stage 3 samples, else greedy), restarting a server
     that dies (kit.decide.sweep_servers.ArmServers.crash) and journaling each measurement."""
-    rows: list[dict[str, Any]] = []
+    rows: list[SweepRow] = []
     round_started: dict[int, float] = {}
     first_start = (lambda: servers.start_s[0] if servers.start_s else 0.0) if budget is not None else None
     for slot in _within_budget(slots, t0, budget, round_started, sweep_log, first_start):
@@ -349,7 +358,7 @@ def run_slots(
                     journal.add(row)
                 break
             crash, again = servers.crash(slot.arm, row.get("crash_in_flight"))
-            row.update(_crash_fields(crash), restarted=again)
+            row.update(crash_fields(crash), restarted=again)
             row["reason"] = crash.sentence(f"{slot.arm.name}'s server") if crash else "the server died"
             if journal is not None:
                 journal.add(row)
@@ -371,7 +380,7 @@ def _run_slot(
     sweep_log: SweepLog,
     t0: float,
     sampled: bool = False,
-) -> dict[str, Any]:
+) -> SweepRow:
     """One measurement, bracketed by what else the machine did."""
     p = servers.arm_params[slot.arm.name]
     what = f"round {slot.round} {slot.phase} {slot.arm.name} at {slot.concurrency}"
@@ -382,10 +391,10 @@ def _run_slot(
     try:
         measured = run_coroutine(measure_level(p, server, prompts, slot.concurrency, sampled))
     except EngineError as e:  # no answer to the level's scrapes: the arm's measurement failed
-        measured = {"status": "failed", "reason": str(e)[:2000], "concurrency": slot.concurrency}
+        measured = LevelFigures(status="failed", reason=str(e)[:2000], concurrency=slot.concurrency)
     seen = interference(before, servers.pids(), near)
-    row = {**_head(slot.arm, slot.concurrency), **measured, "round": slot.round, "phase": slot.phase}
-    tok_s = measured.get("output_tok_s")
+    row = _head(slot.arm, slot.concurrency) | measured | SweepRow(round=slot.round, phase=slot.phase)
+    tok_s = measured.get(OUTPUT_TOK_S)
     sweep_log.line(
         f"end {what}: {tok_s or 0:.0f} tok/s, others took {100 * seen.foreign_cpu:.0f}% of the CPU, "
         f"the other arms' servers {100 * seen.neighbour_cpu:.0f}%, CPU canary {seen.canary_ms:.1f} ms"
@@ -393,18 +402,6 @@ def _run_slot(
         + (" (its server died)" if measured.get("status") == "crashed" else "")
     )
     return {**row, "started_s": started, **seen.as_dict()}
-
-
-def _crash_fields(crash: Any) -> dict[str, Any]:
-    """The `CRASH_COLUMNS` of a crash (kit.engines.crashes.Crash; None: a server with no log)."""
-    if crash is None:
-        return {}
-    return {
-        "crash_exit_code": crash.exit_code,
-        "crash_error": crash.error,
-        "crash_where": crash.where,
-        "crash_running": crash.running,
-    }
 
 
 def _within_budget(

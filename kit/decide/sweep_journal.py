@@ -22,8 +22,9 @@ import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
+from kit.decide.levels import SweepRow
 from kit.params import RunParams
 
 log = logging.getLogger(__name__)
@@ -34,6 +35,21 @@ through the arms and `together`); the others (the time budget, the prediction's 
 
 SlotKey = tuple[str, int, str, int]
 """(phase, round, arm, concurrency): what a measurement is in the sweep's schedule."""
+
+
+class Header(TypedDict):
+    """The journal's first line: the sweep's key (`sweep_key`) and when it started."""
+
+    key: str
+    started: str
+
+
+class Entry(TypedDict, total=False):
+    """Every later line: a measurement that ended (`row`), or an arm given up (`given_up`, `why`)."""
+
+    row: SweepRow
+    given_up: str
+    why: str
 
 
 def sweep_key(params: RunParams, prompts: list[dict], arms: list[str], together: bool, caps: dict) -> str:
@@ -50,7 +66,7 @@ def sweep_key(params: RunParams, prompts: list[dict], arms: list[str], together:
     return hashlib.sha256(json.dumps(what, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
-def slot_key(row: dict[str, Any]) -> SlotKey:
+def slot_key(row: SweepRow) -> SlotKey:
     return (str(row["phase"]), int(row["round"]), str(row["arm"]), int(row["concurrency"]))
 
 
@@ -76,7 +92,7 @@ class SweepJournal:
 
     path: Path
     key: str
-    rows: list[dict[str, Any]] = field(default_factory=list)
+    rows: list[SweepRow] = field(default_factory=list)
     given_up: dict[str, str] = field(default_factory=dict)
 
     @classmethod
@@ -86,7 +102,7 @@ class SweepJournal:
         journal = cls(path, key)
         if path.exists():
             header, entries = _read(path)
-            if header.get("key") == key and not fresh:
+            if header is not None and header.get("key") == key and not fresh:
                 for entry in entries:
                     if "row" in entry:
                         journal.rows.append(entry["row"])
@@ -98,7 +114,7 @@ class SweepJournal:
             why = "--fresh" if fresh else "it measured other settings (engine, model, levels or prompts)"
             log.warning("an unfinished sweep's journal was set aside (%s): %s", why, aside)
         path.parent.mkdir(parents=True, exist_ok=True)
-        _append(path, {"key": key, "started": time.strftime("%Y-%m-%dT%H:%M:%S")}, mode="w")
+        _append(path, Header(key=key, started=time.strftime("%Y-%m-%dT%H:%M:%S")), mode="w")
         return journal
 
     @property
@@ -118,14 +134,14 @@ class SweepJournal:
                 seen[r["arm"]] = seen.get(r["arm"], 0) + 1
         return seen
 
-    def add(self, row: dict[str, Any]) -> None:
+    def add(self, row: SweepRow) -> None:
         """A measurement that ended: on disk at once, and counted in `done` from now on."""
         entry = _plain(row)
-        _append(self.path, {"row": entry})
+        _append(self.path, Entry(row=entry))
         self.rows.append(entry)
 
     def give_up(self, arm: str, why: str) -> None:
-        _append(self.path, {"given_up": arm, "why": why})
+        _append(self.path, Entry(given_up=arm, why=why))
         self.given_up[arm] = why
 
     @staticmethod
@@ -142,7 +158,7 @@ def _aside(path: Path) -> Path:
     return aside
 
 
-def _append(path: Path, entry: dict[str, Any], mode: str = "a") -> None:
+def _append(path: Path, entry: Header | Entry, mode: str = "a") -> None:
     """One line, flushed to the disk before the sweep goes on: a kill loses at most the line being
     written, which `_read` skips."""
     with open(path, mode) as f:
@@ -151,8 +167,8 @@ def _append(path: Path, entry: dict[str, Any], mode: str = "a") -> None:
         os.fsync(f.fileno())
 
 
-def _read(path: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """(the header, the entries after it); a line cut short by a kill is skipped."""
+def _read(path: Path) -> tuple[Header | None, list[Entry]]:
+    """(the header, the entries after it); a line cut short by a kill is skipped (None: no header)."""
     lines = []
     for line in path.read_text().splitlines():
         try:
@@ -160,5 +176,5 @@ def _read(path: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
         except json.JSONDecodeError:
             log.warning("%s: a line cut short (the run was killed while writing it) is skipped", path)
     if not lines:
-        return {}, []
+        return None, []
     return lines[0], lines[1:]

@@ -11,8 +11,10 @@ import contextlib
 import statistics
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypedDict
 
+from kit.decide.levels import LevelFigures
+from kit.decide.pilot import Answer
 from kit.engines.answers import TransientEngineError
 from kit.engines.client import EngineClient
 from kit.engines.request_fields import run_request_fields, tool_request_fields
@@ -22,22 +24,32 @@ from kit.params import RunParams
 
 WATCH_S = 0.5
 """How often a level looks at its server's process: a dead server stops the level at once."""
-GREEDY = {"temperature": 0.0, "top_p": 1.0}
+
+
+class Sampling(TypedDict, total=False):
+    """How a level's requests sample: the chat request's own fields (kit.engines.client.EngineClient.chat)."""
+
+    temperature: float
+    top_p: float
+    seed: int | None
+
+
+GREEDY = Sampling(temperature=0.0, top_p=1.0)
 """How the speculation sweep asks: every arm answers a prompt alike, so they compare on equal work."""
 MAX_ERROR_SHARE = 0.1
 """A level where more than this share of requests failed is not a measurement of the arm."""
 
 
-def _answer(prompt: dict[str, Any], r: Any, max_tokens: int) -> dict[str, Any]:
-    return {
-        "id": prompt["id"],
-        "source": prompt.get("source"),
-        "prompt_tokens": prompt.get("prompt_tokens"),
-        "completion_tokens": r.completion_tokens,
-        "finish_reason": r.finish_reason,
-        "max_tokens": max_tokens,
-        "pilot": False,
-    }
+def _answer(prompt: dict[str, Any], r: Any, max_tokens: int) -> Answer:
+    return Answer(
+        id=prompt["id"],
+        source=prompt.get("source"),
+        prompt_tokens=prompt.get("prompt_tokens"),
+        completion_tokens=r.completion_tokens,
+        finish_reason=r.finish_reason,
+        max_tokens=max_tokens,
+        pilot=False,
+    )
 
 
 def _pct(values: list[float], q: float) -> float | None:
@@ -57,8 +69,8 @@ async def _level(
     tool_fields: dict[str, Any] | None = None,
     min_s: float = 0.0,
     serving: Callable[[], bool] | None = None,
-    sampling: dict[str, Any] | None = None,
-) -> dict[str, Any]:
+    sampling: Sampling | None = None,
+) -> LevelFigures:
     """A closed loop of `c` clients (greedy; `fields`: the run's chat-template switches, so the sweep
     thinks as stage 3 will) that sends at least `n` requests and keeps sending until `min_s`
     seconds have passed; tokens/s over the successful ones. A level of a fraction of a second is
@@ -71,7 +83,7 @@ async def _level(
     top_p and seed in place of greedy decoding (the settings sweep samples as stage 3 does)."""
     results: list[Any] = []
     errors: list[str] = []
-    answers: dict[str, dict[str, Any]] = {}
+    answers: dict[str, Answer] = {}
     sent = out = 0
     died: list[int] = []  # the requests out when the server was seen gone
 
@@ -121,41 +133,41 @@ async def _level(
     await _until_done_or_dead([asyncio.ensure_future(worker()) for _ in range(c)], watch)
     dt = time.perf_counter() - t0
     if died:
-        return {
-            "concurrency": c,
-            "requests": sent,
-            "errors": len(errors),
-            "output_tokens": sum(r.completion_tokens or 0 for r in results),
-            "duration_s": dt,
-            "output_tok_s": None,
-            "status": "crashed",
-            "crash_in_flight": died[0],
-            "answers": [],
-        }
+        return LevelFigures(
+            concurrency=c,
+            requests=sent,
+            errors=len(errors),
+            output_tokens=sum(r.completion_tokens or 0 for r in results),
+            duration_s=dt,
+            output_tok_s=None,
+            status="crashed",
+            crash_in_flight=died[0],
+            answers=[],
+        )
     after = await _spec_scrape(client)
     lat = [r.latency_s for r in results]
     tokens = sum(r.completion_tokens or 0 for r in results)
     accept, source, positions = _accept(results, before, after)
     bad = len(errors) > MAX_ERROR_SHARE * sent
-    return {
-        "concurrency": c,
-        "requests": sent,
-        "errors": len(errors),
-        "output_tokens": tokens,
-        "duration_s": dt,
-        "output_tok_s": tokens / dt if not bad else None,
-        "req_s": len(results) / dt,
-        "latency_p50_s": _pct(lat, 0.5),
-        "latency_p90_s": _pct(lat, 0.9),
-        "latency_p99_s": _pct(lat, 0.99),
-        "ttft_p50_s": _pct([r.ttft_s for r in results if r.ttft_s is not None], 0.5),
-        "accept_length": accept,
-        "accept_source": source,
-        "position_acceptance": positions,
-        "status": "failed" if bad else "ok",
-        "reason": f"{len(errors)} of {sent} requests failed; first: {errors[0][:400]}" if errors else "",
-        "answers": list(answers.values()),
-    }
+    return LevelFigures(
+        concurrency=c,
+        requests=sent,
+        errors=len(errors),
+        output_tokens=tokens,
+        duration_s=dt,
+        output_tok_s=tokens / dt if not bad else None,
+        req_s=len(results) / dt,
+        latency_p50_s=_pct(lat, 0.5),
+        latency_p90_s=_pct(lat, 0.9),
+        latency_p99_s=_pct(lat, 0.99),
+        ttft_p50_s=_pct([r.ttft_s for r in results if r.ttft_s is not None], 0.5),
+        accept_length=accept,
+        accept_source=source,
+        position_acceptance=positions,
+        status="failed" if bad else "ok",
+        reason=f"{len(errors)} of {sent} requests failed; first: {errors[0][:400]}" if errors else "",
+        answers=list(answers.values()),
+    )
 
 
 async def _until_done_or_dead(workers: list[asyncio.Future], watch: Callable[[], Any]) -> None:
@@ -213,15 +225,15 @@ def arm_client(params: RunParams, server: Any) -> EngineClient:
     )
 
 
-def stage3_sampling(params: RunParams) -> dict[str, Any]:
+def stage3_sampling(params: RunParams) -> Sampling:
     """The run's own temperature, top_p and seed (`generate.sampling`), as the settings sweep sends them."""
     s = params.generate.sampling
-    return {"temperature": s.temperature, "top_p": s.top_p, "seed": s.seed}
+    return Sampling(temperature=s.temperature, top_p=s.top_p, seed=s.seed)
 
 
 async def measure_level(
     params: RunParams, server: Any, prompts: list[dict], c: int, sampled: bool = False
-) -> dict[str, Any]:
+) -> LevelFigures:
     """One level on `server`: greedy, or sampled as stage 3 samples (`sampled`, `stage3_sampling`)."""
     d = params.decide
     how = stage3_sampling(params) if sampled else None

@@ -13,8 +13,10 @@ from typing import Any
 
 from kit.asyncrun import run_coroutine
 from kit.decide.machine import DISTURBED_CPU, idle_cpu, pause
-from kit.decide.sweep_level import arm_client
+from kit.decide.sweep_level import Sampling, arm_client
 from kit.engines import start_server
+from kit.engines.process import ServerProcess
+from kit.engines.servers import ExternalServer
 from kit.engines.settings import Arm, arm_engine
 from kit.engines.start_failures import start_failure_name
 from kit.errors import EngineError
@@ -70,16 +72,16 @@ class ArmServers:
         together: bool,
         prompts: list[dict] | None = None,
         running_caps: dict[int, int] | None = None,
-        warm_sampling: dict[str, Any] | None = None,
+        warm_sampling: Sampling | None = None,
     ):
         self.params, self.folder, self.hybrid, self.together = params, folder, hybrid, together
-        self.warm_sampling = warm_sampling or {}
+        self.warm_sampling = warm_sampling or Sampling()
         """How the warm-up's first requests sample (default the client's): the settings sweep sends
         the run's own, so a sampler's first-use compile (FlashInfer's, ~87 s on the H200) falls in
         the warm-up, counted in the start's seconds, and never in a measurement."""
         self.prompts = prompts or []
         """The sweep's prompts: the warm-up sends the top level's worth of them at once."""
-        self.up: dict[str, Any] = {}
+        self.up: dict[str, ServerProcess | ExternalServer] = {}
         self.failed: dict[str, str] = {}
         self.crashed: dict[str, str] = {}
         """Arms whose server kept dying: the last crash, in a sentence with what to try."""

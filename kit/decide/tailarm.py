@@ -18,11 +18,20 @@ lowest concurrency).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TypedDict
 
 from kit.artifacts import Decision, LadderPoint
 from kit.decide.costmodel import MODEL_ERROR
 from kit.display import finite
+
+
+class TailArmFigures(TypedDict):
+    """A `TailArm` as summary.json's tail speculation keeps it, in its `switch_rule` (kit.analyse.tail)."""
+
+    k: int
+    crossover: int
+    evidence: str
+    ratio: float
 
 
 @dataclass(frozen=True)
@@ -41,8 +50,8 @@ class TailArm:
             f"({self.evidence}, x{self.ratio:.2f} at the lowest level)"
         )
 
-    def as_dict(self) -> dict[str, Any]:
-        return {"k": self.k, "crossover": self.crossover, "evidence": self.evidence, "ratio": self.ratio}
+    def as_dict(self) -> TailArmFigures:
+        return TailArmFigures(k=self.k, crossover=self.crossover, evidence=self.evidence, ratio=self.ratio)
 
 
 def _wins(spec: LadderPoint, plain: LadderPoint) -> tuple[bool, str, float | None]:

@@ -8,6 +8,7 @@ from typing import Any
 import pandas as pd
 
 from kit.artifacts import Decision
+from kit.columns import OUTPUT_TOK_S, OUTPUT_TOK_S_HI, OUTPUT_TOK_S_LO
 from kit.decide.decision import speculation_label
 from kit.decide.plots import decision_figures as make_figures
 from kit.decide.verdict import decision_answer
@@ -56,9 +57,9 @@ SWEEP_COLUMNS = {
     "errors": "errors",
     "output_tokens": "output tokens",
     "duration_s": "duration (s)",
-    "output_tok_s": "output tok/s (median)",
-    "output_tok_s_lo": "90% interval from",
-    "output_tok_s_hi": "to",
+    OUTPUT_TOK_S: "output tok/s (median)",
+    OUTPUT_TOK_S_LO: "90% interval from",
+    OUTPUT_TOK_S_HI: "to",
     "repetitions": "repetitions",
     "set_aside": "set aside (disturbed)",
     "latency_p50_s": "latency p50 (s)",
@@ -116,9 +117,9 @@ def decision_tables(folder: RunFolder) -> list[Any]:
 BACKEND_COLUMNS = {
     "setting": "setting",
     "value": "value",
-    "output_tok_s": "output tok/s (median)",
-    "output_tok_s_lo": "90% interval from",
-    "output_tok_s_hi": "to",
+    OUTPUT_TOK_S: "output tok/s (median)",
+    OUTPUT_TOK_S_LO: "90% interval from",
+    OUTPUT_TOK_S_HI: "to",
     "ratio": "over the baseline",
     "ratio_lo": "ratio from",
     "ratio_hi": "to",

@@ -21,6 +21,7 @@ import matplotlib.pyplot as plt
 import pandas as pd
 import seaborn as sns
 
+from kit.columns import SPEC_K
 from kit.decide.whatif_model import (
     COLUMNS,
     K_MAX,
@@ -69,7 +70,7 @@ def draw(basis: RunBasis, p: Prediction, ax: Any = None) -> Any:
     if full:
         label = f"memory full: {full[1]} sequences per replica (plain)"
         ax.axvline(full[0], color="grey", ls="-.", lw=0.8, label=label)
-    for k, g in m.groupby("spec_k"):
+    for k, g in m.groupby(SPEC_K):
         label = f"measured {basis.name} k={int(k)} ({basis.run_hw.name})"
         ax.scatter(g.concurrency, g.ratio, s=36, marker="D", color=colors[int(k)], ec="black", label=label)
     _axes(ax, p, m, t)

@@ -23,6 +23,7 @@ import pandas as pd
 
 from kit.arch import ModelArch, load_arch
 from kit.artifacts import Decision
+from kit.columns import SPEC_K
 from kit.decide import costmodel as cm
 from kit.decide.costmodel import (
     MTP,
@@ -144,14 +145,14 @@ def measured_ratios(decision: Decision) -> pd.DataFrame:
     """The sweep's measured speculative / plain tok/s per arm and concurrency (decision.json's table,
     as kit.decide.plots reads it): only levels where both were measured."""
     t = pd.DataFrame(decision.table_rows())
-    cols = ["spec_k", "concurrency", "ratio"]
+    cols = [SPEC_K, "concurrency", "ratio"]
     if t.empty or "measured_tok_s" not in t:
         return pd.DataFrame(columns=cols)
     ok = t[t.measured_tok_s.notna() & ((t.status == "ok") if "status" in t else True)]
     plain = ok[ok.spec_k == 0].set_index("concurrency").measured_tok_s.astype(float)
     rows = [
         {
-            "spec_k": int(r.spec_k),
+            SPEC_K: int(r.spec_k),
             "concurrency": int(r.concurrency),
             "ratio": float(r.measured_tok_s) / plain[r.concurrency],
         }

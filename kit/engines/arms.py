@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from kit.columns import SPEC_K
+
 DraftSource = Literal["heads", "model", "none"]
 
 
@@ -30,8 +32,18 @@ class Arm:
 
 
 def arm_name(k: int) -> str:
-    """The name of the arm with draft length k in tables and decision.json."""
-    return "plain" if k == 0 else f"spec_k{k}"
+    """The name of the arm with draft length k in tables and decision.json: plain, or the name of the
+    tables' column of k and k (spec_k3)."""
+    return "plain" if k == 0 else f"{SPEC_K}{k}"
+
+
+def arm_k(name: str) -> int | None:
+    """The draft length an arm's name says (`arm_name` read back: plain -> 0, spec_k3 -> 3); None
+    for a name `arm_name` never makes."""
+    if name == "plain":
+        return 0
+    digits = name.removeprefix(SPEC_K)
+    return int(digits) if digits != name and digits.isdigit() else None
 
 
 def arm_label(k: int, spec_label: str) -> str:

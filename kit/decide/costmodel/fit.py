@@ -18,6 +18,7 @@ from dataclasses import replace
 import numpy as np
 import pandas as pd
 
+from kit.columns import OUTPUT_TOK_S, SPEC_K
 from kit.decide.costmodel.hardware import DEFAULT_EFFICIENCY, Efficiency
 from kit.decide.costmodel.predict import throughput
 from kit.decide.costmodel.scenario import Scenario
@@ -77,7 +78,7 @@ def fit_efficiency(
 
 
 def _sweep_points(sweep: pd.DataFrame, measured: bool = True) -> pd.DataFrame:
-    need = {"arm", "spec_k", "concurrency", *(["output_tok_s"] if measured else [])}
+    need = {"arm", SPEC_K, "concurrency", *([OUTPUT_TOK_S] if measured else [])}
     missing = need - set(sweep.columns)
     if missing:
         raise CostModelError(f"sweep table lacks columns {sorted(missing)}; it needs {sorted(need)}")

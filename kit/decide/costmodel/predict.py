@@ -20,6 +20,7 @@ from dataclasses import asdict, dataclass
 
 import pandas as pd
 
+from kit.columns import OUTPUT_TOK_S, SPEC_K
 from kit.decide.costmodel.acceptance import accept_length_for, check_accept_length
 from kit.decide.costmodel.drafts import draft_time, draft_weight_bytes
 from kit.decide.costmodel.scenario import Scenario, Workload
@@ -154,7 +155,7 @@ def _ladder_row(s: Scenario, C: int, arm: _LadderArm, strict: bool) -> dict:
     B = min(wanted, arm.engine_cap) if arm.engine_cap else wanted
     row = {
         "arm": arm_name(k),
-        "spec_k": k,
+        SPEC_K: k,
         "concurrency": C,
         "running": B,
         "accept_length": arm.E,
@@ -165,7 +166,7 @@ def _ladder_row(s: Scenario, C: int, arm: _LadderArm, strict: bool) -> dict:
         "feasible": B <= arm.mem_cap and arm.mem_cap > 0,
         "compute_bound": None,
         "step_s": None,
-        "output_tok_s": None,
+        OUTPUT_TOK_S: None,
     }
     if not row["feasible"]:
         if strict:
@@ -179,13 +180,13 @@ def _ladder_row(s: Scenario, C: int, arm: _LadderArm, strict: bool) -> dict:
     row["compute_bound"] = is_compute_bound(s, B, k + 1 if k else 1, s.context)
     row["step_s"] = iteration_time(s, B, k)
     total_running = min(C, work.dp_size * B)  # concurrency 1 keeps one replica busy, not dp of them
-    row["output_tok_s"] = total_running * throughput(s, B, k, arm.E) / B
+    row[OUTPUT_TOK_S] = total_running * throughput(s, B, k, arm.E) / B
     return row
 
 
 def with_ratio(ladder: pd.DataFrame) -> pd.DataFrame:
     """Add `ratio_vs_plain`: each arm's tokens/s over plain's at the same concurrency."""
-    plain = ladder[ladder.spec_k == 0].set_index("concurrency")["output_tok_s"]
+    plain = ladder[ladder.spec_k == 0].set_index("concurrency")[OUTPUT_TOK_S]
     out = ladder.copy()
     out["ratio_vs_plain"] = [
         (r.output_tok_s / plain.get(r.concurrency)) if r.output_tok_s and plain.get(r.concurrency) else None

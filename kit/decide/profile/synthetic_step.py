@@ -27,7 +27,7 @@ and read of the right size; MoE layers run only the active experts; MLA models a
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypedDict
 
 import pandas as pd
 import torch
@@ -47,12 +47,45 @@ CPU_BUDGET_BYTES = 4 * 2**30
 GPU_BUDGET_FRACTION = 0.6
 
 
+class TensorOptions(TypedDict):
+    """Where and in what type a weight is made: the keyword arguments of torch's factories."""
+
+    device: str
+    dtype: torch.dtype
+
+
+@dataclass(frozen=True, slots=True)
+class MlpWeights:
+    """A gated MLP: fused gate/up and down; for a MoE layer the active experts fused into one, and
+    the router (None: a dense layer) with the experts it picks per token."""
+
+    gate_up: torch.Tensor
+    down: torch.Tensor
+    router: torch.Tensor | None
+    top_k: int
+
+
+@dataclass(frozen=True, slots=True)
+class LayerWeights:
+    """One layer's random weights, as `decode_step` reads them."""
+
+    kind: str
+    """full (attention) or linear (Gated DeltaNet)."""
+    w_in: torch.Tensor
+    """The mixer's fused input projection: QKV (and the output gate) of attention, or DeltaNet's."""
+    w_out: torch.Tensor
+    """Its output projection (attention's O)."""
+    mlp: MlpWeights
+    norm1: torch.Tensor
+    norm2: torch.Tensor
+
+
 @dataclass
 class SyntheticModel:
     """Random weights of the first `n` layers of a model, laid out as an engine keeps them."""
 
     arch: ModelArch
-    layers: list[dict[str, Any]]
+    layers: list[LayerWeights]
     lm_head: Any
     final_norm: Any
     device: str
@@ -64,55 +97,54 @@ class SyntheticModel:
         return torch.tensor([], dtype=self.dtype).element_size()
 
 
-def _rand(*shape: int, like: dict[str, Any]) -> Any:
+def _rand(*shape: int, like: TensorOptions) -> Any:
     return torch.randn(*shape, **like) * shape[-1] ** -0.5
 
 
-def _attention_weights(a: ModelArch, opt: dict[str, Any]) -> dict[str, Any]:
+def _attention_weights(a: ModelArch, opt: TensorOptions) -> tuple[torch.Tensor, torch.Tensor]:
+    """(QKV, O) of full attention."""
     q_out = a.num_heads * a.head_dim * (2 if a.attn_output_gate else 1)
     qkv = q_out + 2 * a.num_kv_heads * a.head_dim
-    return {
-        "kind": "full",
-        "qkv": _rand(qkv, a.hidden_size, like=opt),
-        "o": _rand(a.hidden_size, a.num_heads * a.head_dim, like=opt),
-    }
+    return _rand(qkv, a.hidden_size, like=opt), _rand(a.hidden_size, a.num_heads * a.head_dim, like=opt)
 
 
-def _linear_weights(a: ModelArch, opt: dict[str, Any]) -> dict[str, Any]:
+def _linear_weights(a: ModelArch, opt: TensorOptions) -> tuple[torch.Tensor, torch.Tensor]:
+    """(in, out) projections of a Gated DeltaNet layer."""
     la = a.linear
     assert la is not None
     key_dim, value_dim = la.num_k_heads * la.k_head_dim, la.num_v_heads * la.v_head_dim
-    return {
-        "kind": "linear",
-        "in": _rand(2 * key_dim + 2 * value_dim + 2 * la.num_v_heads, a.hidden_size, like=opt),
-        "out": _rand(a.hidden_size, value_dim, like=opt),
-    }
+    return (
+        _rand(2 * key_dim + 2 * value_dim + 2 * la.num_v_heads, a.hidden_size, like=opt),
+        _rand(a.hidden_size, value_dim, like=opt),
+    )
 
 
-def _mlp_weights(a: ModelArch, layer: int, opt: dict[str, Any]) -> dict[str, Any]:
+def _mlp_weights(a: ModelArch, layer: int, opt: TensorOptions) -> MlpWeights:
     """Gated MLP; for MoE layers the active experts (top-k + shared) fused into one, plus the router."""
     inter, router = a.intermediate_size, None
     if a.is_moe and layer >= a.dense_layers:
         inter = (a.experts_per_token + a.shared_experts) * a.moe_intermediate_size
         router = _rand(a.num_experts, a.hidden_size, like=opt)
-    return {
-        "gate_up": _rand(2 * inter, a.hidden_size, like=opt),
-        "down": _rand(a.hidden_size, inter, like=opt),
-        "router": router,
-        "top_k": a.experts_per_token,
-    }
+    return MlpWeights(
+        _rand(2 * inter, a.hidden_size, like=opt),
+        _rand(a.hidden_size, inter, like=opt),
+        router,
+        a.experts_per_token,
+    )
 
 
 def build_synthetic(arch: ModelArch, n_layers: int, device: str, dtype: Any) -> SyntheticModel:
     """Random weights for the first `n_layers` layers of `arch` on `device` (MLA is refused)."""
     if arch.is_mla:
         raise CostModelError("the synthetic profiler does not model MLA attention; use backend='hf'")
-    opt = {"device": device, "dtype": dtype}
+    opt = TensorOptions(device=device, dtype=dtype)
     layers = []
     for i, kind in enumerate(arch.layer_types[:n_layers]):
-        mixer = _linear_weights(arch, opt) if kind == "linear_attention" else _attention_weights(arch, opt)
-        norms = {"norm1": torch.ones(arch.hidden_size, **opt), "norm2": torch.ones(arch.hidden_size, **opt)}
-        layers.append({**mixer, **_mlp_weights(arch, i, opt), **norms})
+        linear = kind == "linear_attention"
+        w_in, w_out = _linear_weights(arch, opt) if linear else _attention_weights(arch, opt)
+        mlp = _mlp_weights(arch, i, opt)
+        norm1, norm2 = torch.ones(arch.hidden_size, **opt), torch.ones(arch.hidden_size, **opt)
+        layers.append(LayerWeights("linear" if linear else "full", w_in, w_out, mlp, norm1, norm2))
     return SyntheticModel(
         arch,
         layers,
@@ -165,7 +197,7 @@ def allocate(model: SyntheticModel, B: int, L_max: int) -> None:
     a, opt = model.arch, {"device": model.device}
     model.buffers = {"k": [], "v": [], "state": []}
     for layer in model.layers:
-        if layer["kind"] == "full":
+        if layer.kind == "full":
             for name in ("k", "v"):
                 model.buffers[name].append(
                     torch.empty(B, a.num_kv_heads, L_max, a.head_dim, dtype=model.dtype, **opt).normal_()
@@ -183,11 +215,11 @@ def _rms(x: Any, w: Any) -> Any:
     return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * w
 
 
-def _attention(m: SyntheticModel, p: dict, x: Any, idx: int, B: int, q: int, L: int) -> Any:
+def _attention(m: SyntheticModel, p: LayerWeights, x: Any, idx: int, B: int, q: int, L: int) -> Any:
     a = m.arch
     nq, nkv, d = a.num_heads * a.head_dim, a.num_kv_heads * a.head_dim, a.head_dim
     gate_w = nq if a.attn_output_gate else 0
-    qh, gate, k, v = F.linear(x, p["qkv"]).split([nq, gate_w, nkv, nkv], dim=-1)
+    qh, gate, k, v = F.linear(x, p.w_in).split([nq, gate_w, nkv, nkv], dim=-1)
     kc, vc = m.buffers["k"][idx], m.buffers["v"][idx]
     kc[:, :, L : L + q] = k.view(B, q, a.num_kv_heads, d).transpose(1, 2)
     vc[:, :, L : L + q] = v.view(B, q, a.num_kv_heads, d).transpose(1, 2)
@@ -197,14 +229,14 @@ def _attention(m: SyntheticModel, p: dict, x: Any, idx: int, B: int, q: int, L: 
     o = o.view(B, a.num_kv_heads, group, q, d).permute(0, 3, 1, 2, 4).reshape(B * q, nq)
     if a.attn_output_gate:
         o = o * gate.sigmoid()
-    return F.linear(o, p["o"])
+    return F.linear(o, p.w_out)
 
 
-def _deltanet(m: SyntheticModel, p: dict, x: Any, idx: int, B: int, q: int) -> Any:
+def _deltanet(m: SyntheticModel, p: LayerWeights, x: Any, idx: int, B: int, q: int) -> Any:
     """Projections plus a per-token fp32 update and read of the recurrent state (an approximation)."""
     la = m.arch.linear
     key_dim, value_dim, hv = la.num_k_heads * la.k_head_dim, la.num_v_heads * la.v_head_dim, la.num_v_heads
-    qk, kk, v, z, _ = F.linear(x, p["in"]).split([key_dim, key_dim, value_dim, value_dim, 2 * hv], dim=-1)
+    qk, kk, v, z, _ = F.linear(x, p.w_in).split([key_dim, key_dim, value_dim, value_dim, 2 * hv], dim=-1)
     rep, dk, dv = hv // la.num_k_heads, la.k_head_dim, la.v_head_dim
     qk, kk = (
         t.reshape(B, q, la.num_k_heads, 1, dk).float().expand(-1, -1, -1, rep, -1).reshape(B, q, hv, dk)
@@ -217,28 +249,28 @@ def _deltanet(m: SyntheticModel, p: dict, x: Any, idx: int, B: int, q: int) -> A
         state.baddbmm_(kk[:, t].reshape(B * hv, dk, 1), v[:, t].reshape(B * hv, 1, dv), beta=0.99)
         outs.append(torch.bmm(qk[:, t].reshape(B * hv, 1, dk), state).view(B, 1, value_dim))
     o = torch.cat(outs, dim=1).reshape(B * q, value_dim).to(x.dtype)
-    return F.linear(_rms(o, 1.0) * F.silu(z), p["out"])
+    return F.linear(_rms(o, 1.0) * F.silu(z), p.w_out)
 
 
-def _mlp(p: dict, x: Any) -> Any:
-    if p["router"] is not None:
-        F.linear(x, p["router"]).topk(p["top_k"], dim=-1)
-    gate, up = F.linear(x, p["gate_up"]).chunk(2, dim=-1)
-    return F.linear(F.silu(gate) * up, p["down"])
+def _mlp(p: MlpWeights, x: Any) -> Any:
+    if p.router is not None:
+        F.linear(x, p.router).topk(p.top_k, dim=-1)
+    gate, up = F.linear(x, p.gate_up).chunk(2, dim=-1)
+    return F.linear(F.silu(gate) * up, p.down)
 
 
 def decode_step(m: SyntheticModel, x: Any, B: int, q: int, L: int, depth: int) -> Any:
     """Logits `[B * q, vocab]` of one step of `q` tokens per sequence over a context of `L`."""
     full = lin = 0
     for p in m.layers[:depth]:
-        h = _rms(x, p["norm1"])
-        if p["kind"] == "full":
+        h = _rms(x, p.norm1)
+        if p.kind == "full":
             x = x + _attention(m, p, h, full, B, q, L)
             full += 1
         else:
             x = x + _deltanet(m, p, h, lin, B, q)
             lin += 1
-        x = x + _mlp(p, _rms(x, p["norm2"]))
+        x = x + _mlp(p.mlp, _rms(x, p.norm2))
     return F.linear(_rms(x, m.final_norm), m.lm_head)
 
 
