@@ -109,8 +109,11 @@ class SweepNotes(TypedDict, total=False):
     servers_kv_cap_args: list[str]
     """The flags that capped each server's KV cache when the arms' servers shared a GPU."""
     sweep_extra_args: list[str]
-    spec_running_caps: dict[str, int]
-    """Requests a speculative arm's server was capped at, by k (memory holds no more)."""
+    running_caps: dict[str, int]
+    """Requests an arm's server was capped at, by k (0: plain decoding; memory holds no more)."""
+    running_lowered: dict[str, list[int]]
+    """Per arm started again with fewer running requests after a start without memory for them: the
+    running requests of each start, in order."""
     pilot: PilotFigures
     server_start_s: list[float]
     sweep_resumed: int
