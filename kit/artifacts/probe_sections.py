@@ -107,6 +107,17 @@ class MtpFacts(TypedDict):
     evidence: list[str]
 
 
+class ShapeMarker(TypedDict, total=False):
+    """A shape-only folder's kit_shape.json (written by kit.demo.shape_model, read by
+    kit.modelshape.shape_of), or the `error` that it is not valid JSON."""
+
+    shape: str
+    source: str | None
+    weights: str
+    meaning: str
+    error: str
+
+
 class ModelFacts(TypedDict, total=False):
     """probe.json's `model`: what the probe read from the model directory, without loading a tensor
     (kit.probe.model_dir.inspect_model_dir). Only `path` and `exists` when the directory does not
@@ -123,8 +134,8 @@ class ModelFacts(TypedDict, total=False):
     tokenizer: TokenizerFacts
     generation_config: dict[str, Any] | None
     """generation_config.json as read (its keys are the model's), or an `error`."""
-    shape_only: dict[str, Any] | None
-    """The shape-only marker as kit.modelshape.shape_of reads it, None for a real checkpoint."""
+    shape_only: ShapeMarker | None
+    """The shape-only marker (kit.modelshape.shape_of), None for a real checkpoint."""
     mtp: MtpFacts
 
 

@@ -19,11 +19,12 @@ MOE_ROUTING = (
 
 def weight_bytes(info: ModelFacts) -> tuple[int | None, int, str]:
     """(main weight bytes, MTP bytes, source): headers, else the index, else (None, 0, 'config')."""
-    st, index = info.get("safetensors") or {}, info.get("index") or {}
-    if st.get("tensors") and not st.get("errors") and not index.get("missing"):
+    st, index = info.get("safetensors"), info.get("index")
+    if st and st["tensors"] and not st["errors"] and not (index and index["missing"]):
         return st["bytes_main"], st["bytes_mtp"], "safetensors headers"
-    if index.get("total_size"):
-        return int(index["total_size"]), 0, "index metadata.total_size"
+    total_size = index.get("total_size") if index else None
+    if total_size:
+        return int(total_size), 0, "index metadata.total_size"
     return None, 0, "config (parameter count x dtype)"
 
 
@@ -152,7 +153,8 @@ def _weights_findings(info: ModelFacts) -> list[Finding]:
         )
     elif not st["files"] and info.get("shape_only"):
         shape = info["shape_only"]
-        moe = (info.get("config") or {}).get("is_moe")
+        config = info.get("config")
+        moe = bool(config and config["is_moe"])
         return out + [
             _f(
                 "weights",
@@ -191,9 +193,9 @@ def _weights_findings(info: ModelFacts) -> list[Finding]:
 
 
 def _params_finding(info: ModelFacts) -> Finding:
-    st, cfg = info["safetensors"], info["config"] or {}
+    st, cfg = info["safetensors"], info["config"]
     why = f"{_count(st['params_main'])} params (+{_count(st['params_mtp'])} MTP), mostly {st['dtype']}"
-    expect = cfg.get("params_from_config")
+    expect = cfg["params_from_config"] if cfg else None
     if expect and abs(st["params_main"] - expect) > 0.25 * expect:
         return _f(
             "params",
