@@ -11,6 +11,7 @@ from kit.artifacts.probe_sections import (
     EngineEnvFacts,
     GpuDevice,
     HostFacts,
+    MemorySection,
     ModelFacts,
     TorchInfo,
 )
@@ -49,7 +50,8 @@ class GpuSection(Record):
     """One object per GPU (kit.probe.gpu.GpuFacts.to_dict): name, memory_total_bytes, sm, ..."""
     torch: TorchInfo | None = None
     """What torch said in a child process (its `measured` copy bandwidth and matmul, when asked)."""
-    topology: Any = None
+    topology: str | None = None
+    """`nvidia-smi topo -m`, when nvidia-smi is on PATH."""
     datasheet: DatasheetEntry | None = None
     """The first GPU's datasheet entry (kit/probe/datasheet.yaml), when it is known."""
 
@@ -114,7 +116,7 @@ class ProbeReport(Record):
     """The model directory's facts (kit.probe.model_dir): config, shards, tokenizer, `mtp`."""
     engine_env: EngineEnvFacts = field(default_factory=lambda: EngineEnvFacts())
     """The engine's interpreter, packages and launcher (kit.probe.engine_env)."""
-    memory: JSONObject | None = None
+    memory: MemorySection | None = None
     """The memory plan (kit.memoryplan.MemoryPlan.to_dict), None without a GPU."""
     backends: list[BackendVerdict] = field(default_factory=list)
     host: HostFacts = field(default_factory=lambda: HostFacts())

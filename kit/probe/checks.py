@@ -9,8 +9,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from kit.arch import arch_from_config
-from kit.artifacts import Finding, GpuSection, JSONObject, ProbeReport
-from kit.artifacts.probe_sections import EngineEnvFacts, GpuDevice, ModelFacts
+from kit.artifacts import Finding, GpuSection, ProbeReport
+from kit.artifacts.probe_sections import EngineEnvFacts, GpuDevice, MemorySection, ModelFacts
 from kit.engines.flavors import flavor
 from kit.memoryplan import MemoryPlan, memory_plan
 from kit.probe import backends, engine_env, gpu, gpu_findings, host, model_dir, model_findings
@@ -120,7 +120,7 @@ def _gpu_section(
 
 def _memory_section(
     inp: ProbeInputs, model: ModelFacts, gpus: list[GpuDevice]
-) -> tuple[MemoryPlan | None, JSONObject | None, list[Finding]]:
+) -> tuple[MemoryPlan | None, MemorySection | None, list[Finding]]:
     """The memory plan, probe.json's `memory` (the plan's figures and where the weight bytes came
     from), and the findings; no plan without a readable config or a GPU."""
     cfg_path = Path(inp.model_path) / "config.json"
@@ -144,7 +144,7 @@ def _memory_section(
         draft_weight_bytes=mtp,
         tp_size=inp.tp_size,
     )
-    section = plan.to_dict() | {"weight_source": source}
+    section: MemorySection = {**plan.to_dict(), "weight_source": source}
     return plan, section, _memory_findings(plan, arch.max_positions, inp.context_len)
 
 
