@@ -11,6 +11,7 @@ from kit.artifacts.probe_sections import (
     EngineEnvFacts,
     GpuDevice,
     HostFacts,
+    InputsSection,
     MemorySection,
     ModelFacts,
     TorchInfo,
@@ -107,7 +108,7 @@ class ProbeReport(Record):
     version: int = 1
     run: str | None = None
     created_at: str | None = None
-    inputs: JSONObject = field(default_factory=dict)
+    inputs: InputsSection = field(default_factory=lambda: InputsSection())
     summary: ProbeSummary = field(default_factory=ProbeSummary)
     recommended: Recommended = field(default_factory=Recommended)
     findings: list[Finding] = field(default_factory=list)

@@ -13,6 +13,30 @@ from __future__ import annotations
 from typing import Any, NotRequired, TypedDict
 
 
+# ---- inputs (kit.probe.checks.ProbeInputs) -------------------------------------
+class InputsSection(TypedDict, total=False):
+    """probe.json's `inputs`: what the probe was asked to check, paths as text (ProbeInputs.to_json)."""
+
+    model_path: str
+    output_dir: str
+    engine_python: str
+    flavor: str
+    cache_dir: str | None
+    engine_env: dict[str, str]
+    context_len: int
+    mem_fraction: float
+    measure_gpu: bool
+    tp_size: int
+    dp_size: int
+    spec_algorithm: str | None
+    spec_topk: int | None
+    spec_draft_tokens: int | None
+    requested_backend: str | None
+    device: str
+    planned_command: list[str] | None
+    run: str | None
+
+
 # ---- model (kit.probe.model_dir) ----------------------------------------------
 class ArchFacts(TypedDict):
     """The config facts a person checks, the hybrid layer pattern spelled out (`model.config`)."""

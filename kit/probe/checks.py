@@ -10,7 +10,7 @@ from pathlib import Path
 
 from kit.arch import arch_from_config
 from kit.artifacts import Finding, GpuSection, ProbeReport
-from kit.artifacts.probe_sections import EngineEnvFacts, GpuDevice, MemorySection, ModelFacts
+from kit.artifacts.probe_sections import EngineEnvFacts, GpuDevice, InputsSection, MemorySection, ModelFacts
 from kit.engines.flavors import flavor
 from kit.memoryplan import MemoryPlan, memory_plan
 from kit.probe import backends, engine_env, gpu, gpu_findings, host, model_dir, model_findings
@@ -45,6 +45,29 @@ class ProbeInputs:
     """transformers flavor only: the torch device its server runs on."""
     planned_command: list[str] | None = None
     run: str | None = None
+
+    def to_json(self) -> InputsSection:
+        """probe.json's `inputs`: the fields in order, paths as text."""
+        return InputsSection(
+            model_path=str(self.model_path),
+            output_dir=str(self.output_dir),
+            engine_python=str(self.engine_python),
+            flavor=self.flavor,
+            cache_dir=str(self.cache_dir) if self.cache_dir is not None else None,
+            engine_env=self.engine_env,
+            context_len=self.context_len,
+            mem_fraction=self.mem_fraction,
+            measure_gpu=self.measure_gpu,
+            tp_size=self.tp_size,
+            dp_size=self.dp_size,
+            spec_algorithm=self.spec_algorithm,
+            spec_topk=self.spec_topk,
+            spec_draft_tokens=self.spec_draft_tokens,
+            requested_backend=self.requested_backend,
+            device=self.device,
+            planned_command=self.planned_command,
+            run=self.run,
+        )
 
 
 def _model_section(inp: ProbeInputs) -> tuple[ModelFacts, list[Finding]]:
@@ -230,7 +253,7 @@ def build_report(inp: ProbeInputs, gpus: list[gpu.GpuFacts] | None = None) -> Pr
         version=REPORT_VERSION,
         run=inp.run,
         created_at=dt.datetime.now(dt.timezone.utc).isoformat(),
-        inputs={k: (str(v) if isinstance(v, Path) else v) for k, v in inp.__dict__.items()},
+        inputs=inp.to_json(),
         summary=summarize(findings),
         recommended=recommend(inp, model, engine, plan, rec_backend, first),
         findings=findings,
