@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from kit.arch import arch_from_config
+from kit.artifacts.probe_sections import ShapeMarker
 
 MARKER = "kit_shape.json"
 """The file that marks a folder as shape only (its content says which shape, and why no weights)."""
@@ -322,7 +323,7 @@ SHAPES: dict[str, Shape] = {
 }
 
 
-def shape_of(model_dir: str | Path) -> dict[str, Any] | None:
+def shape_of(model_dir: str | Path) -> ShapeMarker | None:
     """The marker of a shape-only folder (`{"shape": ..., "source": ...}`), or None for a real one."""
     path = Path(model_dir).expanduser() / MARKER
     if not path.is_file():
@@ -330,5 +331,5 @@ def shape_of(model_dir: str | Path) -> dict[str, Any] | None:
     try:
         marker = json.loads(path.read_text())
     except (OSError, json.JSONDecodeError):
-        return {"shape": "unknown", "source": None, "error": f"{path} is not valid JSON"}
-    return marker if isinstance(marker, dict) else {"shape": "unknown", "source": None}
+        return ShapeMarker(shape="unknown", source=None, error=f"{path} is not valid JSON")
+    return marker if isinstance(marker, dict) else ShapeMarker(shape="unknown", source=None)

@@ -5,6 +5,17 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from kit.artifacts.probe_sections import (
+    BackendVerdict,
+    DatasheetEntry,
+    EngineEnvFacts,
+    GpuDevice,
+    HostFacts,
+    InputsSection,
+    MemorySection,
+    ModelFacts,
+    TorchInfo,
+)
 from kit.artifacts.record import JSONObject, Record, optional
 
 
@@ -36,19 +47,20 @@ class ProbeSummary(Record):
 
 @dataclass(frozen=True, kw_only=True)
 class GpuSection(Record):
-    devices: list[JSONObject] = field(default_factory=list)
+    devices: list[GpuDevice] = field(default_factory=list)
     """One object per GPU (kit.probe.gpu.GpuFacts.to_dict): name, memory_total_bytes, sm, ..."""
-    torch: JSONObject | None = None
+    torch: TorchInfo | None = None
     """What torch said in a child process (its `measured` copy bandwidth and matmul, when asked)."""
-    topology: Any = None
-    datasheet: JSONObject | None = None
+    topology: str | None = None
+    """`nvidia-smi topo -m`, when nvidia-smi is on PATH."""
+    datasheet: DatasheetEntry | None = None
     """The first GPU's datasheet entry (kit/probe/datasheet.yaml), when it is known."""
 
     @property
     def measured(self) -> JSONObject:
         """The copy bandwidth and bf16 matmul torch measured ({} when not measured)."""
         measured = self.torch.get("measured") if self.torch else None
-        return measured if isinstance(measured, dict) else {}
+        return dict(measured) if isinstance(measured, dict) else {}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -96,19 +108,19 @@ class ProbeReport(Record):
     version: int = 1
     run: str | None = None
     created_at: str | None = None
-    inputs: JSONObject = field(default_factory=dict)
+    inputs: InputsSection = field(default_factory=lambda: InputsSection())
     summary: ProbeSummary = field(default_factory=ProbeSummary)
     recommended: Recommended = field(default_factory=Recommended)
     findings: list[Finding] = field(default_factory=list)
     gpus: GpuSection = field(default_factory=GpuSection)
-    model: JSONObject = field(default_factory=dict)
+    model: ModelFacts = field(default_factory=lambda: ModelFacts())
     """The model directory's facts (kit.probe.model_dir): config, shards, tokenizer, `mtp`."""
-    engine_env: JSONObject = field(default_factory=dict)
+    engine_env: EngineEnvFacts = field(default_factory=lambda: EngineEnvFacts())
     """The engine's interpreter, packages and launcher (kit.probe.engine_env)."""
-    memory: JSONObject | None = None
+    memory: MemorySection | None = None
     """The memory plan (kit.memoryplan.MemoryPlan.to_dict), None without a GPU."""
-    backends: list[JSONObject] = field(default_factory=list)
-    host: JSONObject = field(default_factory=dict)
+    backends: list[BackendVerdict] = field(default_factory=list)
+    host: HostFacts = field(default_factory=lambda: HostFacts())
     """Cores, RAM, disk, /dev/shm, OS and Python (kit.probe.host)."""
     command: str | None = optional()
     """The command that made it, when benchmarks/probe_gpu.py did."""

@@ -10,9 +10,9 @@ the 99 KB (101376 B) of sm_120 workstation Blackwell.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from kit.artifacts import Finding
+from kit.artifacts.probe_sections import BackendChoice, BackendVerdict
 from kit.probe.findings import finding
 
 BACKENDS = ("fa3", "fa4", "flashinfer", "triton", "trtllm_mha", "torch_native")
@@ -39,11 +39,11 @@ class ModelTraits:
     """eagle topk when speculation is planned, else None."""
 
 
-def _v(backend: str, status: str, reason: str) -> dict[str, str]:
-    return {"backend": backend, "status": status, "reason": reason}
+def _v(backend: str, status: str, reason: str) -> BackendVerdict:
+    return BackendVerdict(backend=backend, status=status, reason=reason)
 
 
-def _fa3(sm: int, m: ModelTraits) -> dict[str, str]:
+def _fa3(sm: int, m: ModelTraits) -> BackendVerdict:
     if not 80 <= sm <= 90:
         return _v("fa3", "fail", f"FlashAttention 3 kernels are built for sm_80-sm_90, not sm_{sm}")
     if sm < 90 and m.is_mla:
@@ -53,7 +53,7 @@ def _fa3(sm: int, m: ModelTraits) -> dict[str, str]:
     return _v("fa3", "ok", "Hopper's default backend" if sm == 90 else f"runs standard attention on sm_{sm}")
 
 
-def _fa4(sm: int, m: ModelTraits) -> dict[str, str]:
+def _fa4(sm: int, m: ModelTraits) -> BackendVerdict:
     if sm in DATACENTER_BLACKWELL:
         return _v("fa4", "ok", "FlashAttention 4 targets datacenter Blackwell (used for prefill)")
     why = (
@@ -64,7 +64,7 @@ def _fa4(sm: int, m: ModelTraits) -> dict[str, str]:
     return _v("fa4", "fail", f"FlashAttention 4 {why} sm_{sm}")
 
 
-def _flashinfer(sm: int, m: ModelTraits) -> dict[str, str]:
+def _flashinfer(sm: int, m: ModelTraits) -> BackendVerdict:
     if sm < 80:
         return _v("flashinfer", "warn", f"sm_{sm} predates bf16 tensor cores: expect limited support")
     if not m.is_mla and m.head_dim not in (64, 128, 256):
@@ -81,7 +81,7 @@ def _flashinfer(sm: int, m: ModelTraits) -> dict[str, str]:
     return _v("flashinfer", "ok", f"runs on sm_{sm}")
 
 
-def _triton(sm: int, smem: int | None, m: ModelTraits) -> dict[str, str]:
+def _triton(sm: int, smem: int | None, m: ModelTraits) -> BackendVerdict:
     if sm < 90:
         return _v("triton", "ok", f"Ampere/Ada tile sizes fit sm_{sm}'s shared memory")
     if smem is None:
@@ -96,7 +96,7 @@ def _triton(sm: int, smem: int | None, m: ModelTraits) -> dict[str, str]:
     return _v("triton", "ok", f"{smem // 1024} KB of shared memory per block is enough")
 
 
-def _trtllm_mha(sm: int, m: ModelTraits) -> dict[str, str]:
+def _trtllm_mha(sm: int, m: ModelTraits) -> BackendVerdict:
     if sm not in DATACENTER_BLACKWELL:
         return _v("trtllm_mha", "fail", f"TensorRT-LLM kernels need sm_100/103, not sm_{sm}")
     if m.is_mla:
@@ -108,7 +108,7 @@ def _trtllm_mha(sm: int, m: ModelTraits) -> dict[str, str]:
     return _v("trtllm_mha", "ok", "datacenter Blackwell's default backend")
 
 
-def backend_verdicts(sm: int | None, smem_per_block: int | None, model: ModelTraits) -> list[dict[str, str]]:
+def backend_verdicts(sm: int | None, smem_per_block: int | None, model: ModelTraits) -> list[BackendVerdict]:
     """One verdict per backend in `BACKENDS`: status ok / warn / fail and the reason."""
     if sm is None:
         return [_v(b, "fail", "no CUDA GPU") for b in BACKENDS]
@@ -122,26 +122,26 @@ def backend_verdicts(sm: int | None, smem_per_block: int | None, model: ModelTra
     ]
 
 
-def recommend_backend(sm: int | None, verdicts: list[dict[str, str]], model: ModelTraits) -> dict[str, Any]:
+def recommend_backend(sm: int | None, verdicts: list[BackendVerdict], model: ModelTraits) -> BackendChoice:
     """The `--attention-backend` value to pass, and why."""
     if sm is None:
-        return {"backend": None, "reason": "no CUDA GPU: SGLang cannot run here"}
+        return BackendChoice(backend=None, reason="no CUDA GPU: SGLang cannot run here")
     if model.is_mla and sm in DATACENTER_BLACKWELL:
-        return {"backend": "trtllm_mla", "reason": f"SGLang's MLA backend for sm_{sm}"}
+        return BackendChoice(backend="trtllm_mla", reason=f"SGLang's MLA backend for sm_{sm}")
     status = {v["backend"]: v["status"] for v in verdicts}
     for wanted in ("ok", "warn"):
         for b in PREFERENCE.get(sm, DEFAULT_PREFERENCE):
             if status.get(b) == wanted:
-                return {
-                    "backend": b,
-                    "reason": f"first {wanted} backend in sm_{sm}'s preference order"
+                return BackendChoice(
+                    backend=b,
+                    reason=f"first {wanted} backend in sm_{sm}'s preference order"
                     f" ({', '.join(PREFERENCE.get(sm, DEFAULT_PREFERENCE))})",
-                }
-    return {"backend": "torch_native", "reason": "no fast backend can run: torch_native is slow"}
+                )
+    return BackendChoice(backend="torch_native", reason="no fast backend can run: torch_native is slow")
 
 
 def backend_findings(
-    verdicts: list[dict[str, str]], rec: dict[str, Any], requested: str | None
+    verdicts: list[BackendVerdict], rec: BackendChoice, requested: str | None
 ) -> list[Finding]:
     """Findings of section `backends`: the recommendation, and the backend the params ask for, if any.
 

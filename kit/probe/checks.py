@@ -7,12 +7,12 @@ import json
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from kit.arch import arch_from_config
 from kit.artifacts import Finding, GpuSection, ProbeReport
+from kit.artifacts.probe_sections import EngineEnvFacts, GpuDevice, InputsSection, MemorySection, ModelFacts
 from kit.engines.flavors import flavor
-from kit.memoryplan import memory_plan
+from kit.memoryplan import MemoryPlan, memory_plan
 from kit.probe import backends, engine_env, gpu, gpu_findings, host, model_dir, model_findings
 from kit.probe.findings import finding, summarize
 from kit.probe.recommend import recommend
@@ -46,13 +46,36 @@ class ProbeInputs:
     planned_command: list[str] | None = None
     run: str | None = None
 
+    def to_json(self) -> InputsSection:
+        """probe.json's `inputs`: the fields in order, paths as text."""
+        return InputsSection(
+            model_path=str(self.model_path),
+            output_dir=str(self.output_dir),
+            engine_python=str(self.engine_python),
+            flavor=self.flavor,
+            cache_dir=str(self.cache_dir) if self.cache_dir is not None else None,
+            engine_env=self.engine_env,
+            context_len=self.context_len,
+            mem_fraction=self.mem_fraction,
+            measure_gpu=self.measure_gpu,
+            tp_size=self.tp_size,
+            dp_size=self.dp_size,
+            spec_algorithm=self.spec_algorithm,
+            spec_topk=self.spec_topk,
+            spec_draft_tokens=self.spec_draft_tokens,
+            requested_backend=self.requested_backend,
+            device=self.device,
+            planned_command=self.planned_command,
+            run=self.run,
+        )
 
-def _model_section(inp: ProbeInputs) -> tuple[dict[str, Any], list[Finding]]:
+
+def _model_section(inp: ProbeInputs) -> tuple[ModelFacts, list[Finding]]:
     try:
         info = model_dir.inspect_model_dir(inp.model_path)
         return info, model_findings.model_findings(info)
     except Exception as e:  # the probe reports, it does not stop: an unforeseen layout is a finding
-        return {"path": str(inp.model_path), "error": repr(e)}, [
+        return ModelFacts(path=str(inp.model_path), error=repr(e)), [
             finding(
                 "model",
                 "inspect",
@@ -64,9 +87,9 @@ def _model_section(inp: ProbeInputs) -> tuple[dict[str, Any], list[Finding]]:
         ]
 
 
-def _engine_section(inp: ProbeInputs) -> tuple[dict[str, Any], list[Finding]]:
+def _engine_section(inp: ProbeInputs) -> tuple[EngineEnvFacts, list[Finding]]:
     if not flavor(inp.flavor).started:
-        return {"flavor": inp.flavor}, [
+        return EngineEnvFacts(flavor=inp.flavor), [
             finding(
                 "engine_env",
                 inp.flavor,
@@ -81,7 +104,7 @@ def _engine_section(inp: ProbeInputs) -> tuple[dict[str, Any], list[Finding]]:
     return facts, engine_env.engine_findings(facts)
 
 
-def needs_gpu(inp: ProbeInputs, engine: dict[str, Any]) -> bool:
+def needs_gpu(inp: ProbeInputs, engine: EngineEnvFacts) -> bool:
     """Whether the planned server runs on GPUs (`Flavor.needs_gpu`: SGLang always, vLLM unless its
     environment is a CPU build, transformers when its device is CUDA, an external server never)."""
     packages = (engine.get("interpreter") or {}).get("packages") or {}
@@ -119,13 +142,16 @@ def _gpu_section(
 
 
 def _memory_section(
-    inp: ProbeInputs, model: dict[str, Any], gpus: list[dict[str, Any]]
-) -> tuple[dict | None, list]:
+    inp: ProbeInputs, model: ModelFacts, gpus: list[GpuDevice]
+) -> tuple[MemoryPlan | None, MemorySection | None, list[Finding]]:
+    """The memory plan, probe.json's `memory` (the plan's figures and where the weight bytes came
+    from), and the findings; no plan without a readable config or a GPU."""
     cfg_path = Path(inp.model_path) / "config.json"
     if not model.get("config"):
-        return None, []
-    if not gpus or not gpus[0].get("memory_total_bytes"):
-        return None, [finding("memory", "plan", "ok", None, "no GPU: no memory plan")]
+        return None, None, []
+    memory_total = gpus[0].get("memory_total_bytes") if gpus else None
+    if not memory_total:
+        return None, None, [finding("memory", "plan", "ok", None, "no GPU: no memory plan")]
     arch = arch_from_config(json.loads(cfg_path.read_text()))
     main, mtp, source = model_findings.weight_bytes(model)
     if not mtp and arch.mtp_layers:
@@ -133,7 +159,7 @@ def _memory_section(
     k = inp.spec_draft_tokens or 4
     plan = memory_plan(
         arch,
-        gpus[0]["memory_total_bytes"],
+        memory_total,
         inp.mem_fraction,
         inp.context_len,
         weight_bytes=main,
@@ -141,11 +167,11 @@ def _memory_section(
         draft_weight_bytes=mtp,
         tp_size=inp.tp_size,
     )
-    section = plan.to_dict() | {"weight_source": source}
-    return section, _memory_findings(plan, arch.max_positions, inp.context_len)
+    section: MemorySection = {**plan.to_dict(), "weight_source": source}
+    return plan, section, _memory_findings(plan, arch.max_positions, inp.context_len)
 
 
-def _memory_findings(plan: Any, max_positions: int | None, context_len: int) -> list[Finding]:
+def _memory_findings(plan: MemoryPlan, max_positions: int | None, context_len: int) -> list[Finding]:
     gib = 1024**3
     out = []
     if plan.max_seqs_plain < 1:
@@ -203,7 +229,7 @@ def build_report(inp: ProbeInputs, gpus: list[gpu.GpuFacts] | None = None) -> Pr
     on_gpu = needs_gpu(inp, engine)
     gpu_sec, findings = _gpu_section(inp, gpus, on_gpu)
     model, mf = _model_section(inp)
-    memory, memf = _memory_section(inp, model, gpu_sec.devices)
+    plan, memory, memf = _memory_section(inp, model, gpu_sec.devices)
     first = gpu.GpuFacts.from_dict(gpu_sec.devices[0]) if gpu_sec.devices else None
     traits = _traits(model, inp)
     sheet = gpu_sec.datasheet or {}
@@ -220,16 +246,16 @@ def build_report(inp: ProbeInputs, gpus: list[gpu.GpuFacts] | None = None) -> Pr
     findings += mf + ef + memf
     if flavor(inp.flavor).attention_backends and on_gpu:  # a GPU engine's attention backend
         findings += backends.backend_findings(verdicts, rec_backend, inp.requested_backend)
-    weight = memory["weight_bytes"] * inp.tp_size if memory else None  # the whole checkpoint is read
+    weight = plan.weight_bytes * inp.tp_size if plan else None  # the whole checkpoint is read
     host_sec = host.host_facts(inp.output_dir)
     findings += host.host_findings(host_sec, weight, inp.tp_size * inp.dp_size > 1)
     return ProbeReport(
         version=REPORT_VERSION,
         run=inp.run,
         created_at=dt.datetime.now(dt.timezone.utc).isoformat(),
-        inputs={k: (str(v) if isinstance(v, Path) else v) for k, v in inp.__dict__.items()},
+        inputs=inp.to_json(),
         summary=summarize(findings),
-        recommended=recommend(inp, model, engine, memory, rec_backend, first),
+        recommended=recommend(inp, model, engine, plan, rec_backend, first),
         findings=findings,
         gpus=gpu_sec,
         model=model,
@@ -240,11 +266,11 @@ def build_report(inp: ProbeInputs, gpus: list[gpu.GpuFacts] | None = None) -> Pr
     )
 
 
-def _traits(model: dict[str, Any], inp: ProbeInputs) -> backends.ModelTraits:
-    c = model.get("config") or {}
+def _traits(model: ModelFacts, inp: ProbeInputs) -> backends.ModelTraits:
+    c = model.get("config")
     return backends.ModelTraits(
-        is_mla=bool(c.get("is_mla")),
-        is_hybrid=bool(c.get("is_hybrid")),
-        head_dim=int(c.get("head_dim") or 128),
+        is_mla=bool(c and c["is_mla"]),
+        is_hybrid=bool(c and c["is_hybrid"]),
+        head_dim=int((c and c["head_dim"]) or 128),
         spec_topk=inp.spec_topk if inp.spec_algorithm else None,
     )

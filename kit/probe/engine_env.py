@@ -18,8 +18,15 @@ from typing import Any
 from packaging.version import InvalidVersion, Version
 
 from kit.artifacts import Finding
+from kit.artifacts.probe_sections import (
+    EngineEnvFacts,
+    InterpreterFacts,
+    LauncherFacts,
+    MissingFlag,
+    PipCheck,
+)
 from kit.engines.flavors import FLAVORS, flavor, server_command
-from kit.engines.launcher import RENAMED_FLAGS, discover, read_help
+from kit.engines.launcher import RENAMED_FLAGS, Launcher, discover, read_help
 from kit.probe.findings import finding
 
 PACKAGES = (
@@ -99,22 +106,22 @@ def run_quiet(
 
 def interpreter_facts(
     python: Path, timeout_s: float = 60, env: dict[str, str] | None = None
-) -> dict[str, Any]:
+) -> InterpreterFacts:
     """Python version, prefix and package versions of `python`, or an `error`."""
     if not Path(python).exists():
-        return {"error": f"{python} does not exist"}
+        return InterpreterFacts(error=f"{python} does not exist")
     rc, out, err = run_quiet(
         [str(python), "-c", _FACTS % (PACKAGES, MODULES, FILES, ENGINES)], timeout_s, env
     )
     if rc != 0:
-        return {"error": f"{python} does not run: {(err or out).strip()[-300:]}"}
+        return InterpreterFacts(error=f"{python} does not run: {(err or out).strip()[-300:]}")
     return json.loads(out.strip().splitlines()[-1])
 
 
-def pip_check(python: Path, timeout_s: float = 60, env: dict[str, str] | None = None) -> dict[str, Any]:
+def pip_check(python: Path, timeout_s: float = 60, env: dict[str, str] | None = None) -> PipCheck:
     """Whether `python -m pip --version` works, with its output or the error."""
     rc, out, err = run_quiet([str(python), "-m", "pip", "--version"], timeout_s, env)
-    return {"ok": rc == 0, "output": (out if rc == 0 else err or out).strip()[-300:]}
+    return PipCheck(ok=rc == 0, output=(out if rc == 0 else err or out).strip()[-300:])
 
 
 def launcher_help(
@@ -124,19 +131,25 @@ def launcher_help(
     cache_dir: Path | None,
     timeout_s: float = 180,
     env: dict[str, str] | None = None,
-) -> dict[str, Any]:
+) -> LauncherFacts:
     """The launcher's `--help`, read once per interpreter and install, with a copy in `cache_dir`."""
     fl = flavor(name)
     launcher = discover(python, fl, copy_to=cache_dir, env=env)
     if launcher is None:
         _, err = read_help(python, fl, env=env, timeout_s=timeout_s)
-        return {"error": err or f"`-m {fl.launcher} --help` could not be read"}
-    return {"cached": launcher.help_path, **_launcher_facts(launcher), "from_cache": launcher.from_cache}
+        return LauncherFacts(error=err or f"`-m {fl.launcher} --help` could not be read")
+    return _launcher_facts(launcher)
 
 
-def _launcher_facts(launcher: Any) -> dict[str, Any]:
+def _launcher_facts(launcher: Launcher) -> LauncherFacts:
+    """The launcher's flags, and the choices of its parser and backend flags."""
     choices = {k: list(v) for k, v in sorted(launcher.choices.items()) if "parser" in k or "backend" in k}
-    return {"flags": sorted(launcher.flags), "choices": choices}
+    return LauncherFacts(
+        cached=launcher.help_path,
+        flags=sorted(launcher.flags),
+        choices=choices,
+        from_cache=launcher.from_cache,
+    )
 
 
 def command_flags(command: list[str]) -> list[str]:
@@ -145,13 +158,13 @@ def command_flags(command: list[str]) -> list[str]:
     return list(dict.fromkeys(flags))
 
 
-def missing_flags(flags: list[str], accepted: set[str]) -> list[dict[str, str | None]]:
+def missing_flags(flags: list[str], accepted: set[str]) -> list[MissingFlag]:
     """Flags the launcher does not accept, each with the renamed flag it does accept, if known."""
     out = []
     for flag in flags:
         if flag not in accepted:
             alt = RENAMES.get(flag)
-            out.append({"flag": flag, "use": alt if alt in accepted else None})
+            out.append(MissingFlag(flag=flag, use=alt if alt in accepted else None))
     return out
 
 
@@ -179,31 +192,31 @@ def inspect_engine_env(
     cache_dir: Path | None,
     planned: list[str] | None = None,
     extra_env: dict[str, str] | None = None,
-) -> dict[str, Any]:
+) -> EngineEnvFacts:
     """Facts about the engine interpreter: version, pip, uv, packages, launcher flags vs the planned ones.
 
     `extra_env`: the variables the server is started with (the flavor's and `engine.env`, such as a
     PYTHONPATH that holds the engine's packages): the interpreter is read as the server will run."""
-    facts: dict[str, Any] = {"python": str(python), "flavor": name, "uv": shutil.which("uv")}
+    facts = EngineEnvFacts(python=str(python), flavor=name, uv=shutil.which("uv"))
     env = {**os.environ, **extra_env} if extra_env else None
     if extra_env:
         facts["env"] = sorted(extra_env)
-    facts["interpreter"] = interpreter_facts(python, env=env)
-    if "error" in facts["interpreter"]:
+    interp = facts["interpreter"] = interpreter_facts(python, env=env)
+    if "error" in interp:
         return facts
     facts["pip"] = pip_check(python, env=env)
-    version = engine_version(facts["interpreter"]["packages"], name)
+    version = engine_version(interp["packages"], name)
     if flavor(name).launcher and version:
-        facts["launcher"] = launcher_help(python, name, version, cache_dir, env=env)
+        launcher = facts["launcher"] = launcher_help(python, name, version, cache_dir, env=env)
         if planned is not None and "--speculative-algorithm" in planned:
             facts["planned_algorithm"] = planned[planned.index("--speculative-algorithm") + 1]
-        if planned is not None and "flags" in facts["launcher"]:
-            facts["planned_flags"] = command_flags(planned)
-            facts["missing_flags"] = missing_flags(facts["planned_flags"], set(facts["launcher"]["flags"]))
+        if planned is not None and "flags" in launcher:
+            planned_flags = facts["planned_flags"] = command_flags(planned)
+            facts["missing_flags"] = missing_flags(planned_flags, set(launcher["flags"]))
     return facts
 
 
-def missing_backends(facts: dict[str, Any]) -> dict[str, str]:
+def missing_backends(facts: EngineEnvFacts) -> dict[str, str]:
     """Attention backends whose own library the engine's environment lacks: backend -> why. A
     backend whose package is absent altogether is not listed (the engine's install says the rest)."""
     files = (facts.get("interpreter") or {}).get("files") or {}
@@ -217,7 +230,7 @@ def missing_backends(facts: dict[str, Any]) -> dict[str, str]:
     return out
 
 
-def _floor_findings(f: Any, facts: dict[str, Any], pkgs: dict[str, str]) -> list[Finding]:
+def _floor_findings(f: Any, facts: EngineEnvFacts, pkgs: dict[str, str]) -> list[Finding]:
     """A fail when the engine is older than the oldest version the kit works with (`Flavor.min_version`)."""
     fl, version = flavor(facts["flavor"]), engine_version(pkgs, facts["flavor"])
     if fl.min_version is None or version is None:
@@ -247,7 +260,7 @@ def engine_version(packages: dict[str, str | None], name: str) -> str | None:
 
 
 # ---- findings ----------------------------------------------------------------
-def engine_findings(facts: dict[str, Any]) -> list[Finding]:
+def engine_findings(facts: EngineEnvFacts) -> list[Finding]:
     """Findings of section `engine_env`."""
 
     def f(name: str, status: str, value: Any, reason: str, action: str = "") -> Finding:
@@ -300,7 +313,7 @@ def engine_findings(facts: dict[str, Any]) -> list[Finding]:
     return out
 
 
-def _pin_findings(f: Any, facts: dict[str, Any]) -> list[Finding]:
+def _pin_findings(f: Any, facts: EngineEnvFacts) -> list[Finding]:
     """An engine's exact pins that its environment does not hold (another version installed): it may
     start and still fail later in what imports the pinned package. Seen on the H200: SGLang 0.5.16
     (transformers==5.12.1) on transformers 5.17 could not serve any Qwen-VL-family model, Qwen3.5 /
@@ -325,7 +338,7 @@ def _pin_findings(f: Any, facts: dict[str, Any]) -> list[Finding]:
     return out
 
 
-def _speculative_module_findings(f: Any, facts: dict[str, Any]) -> list[Finding]:
+def _speculative_module_findings(f: Any, facts: EngineEnvFacts) -> list[Finding]:
     """A module the planned speculative algorithm imports at start, absent from the engine's
     environment: every speculative arm would fail to start (plain decoding is unaffected)."""
     algo = facts.get("planned_algorithm")
@@ -347,7 +360,7 @@ def _speculative_module_findings(f: Any, facts: dict[str, Any]) -> list[Finding]
     return out
 
 
-def _pip_finding(f: Any, facts: dict[str, Any]) -> Finding:
+def _pip_finding(f: Any, facts: EngineEnvFacts) -> Finding:
     pip, py = facts["pip"], facts["python"]
     if pip["ok"]:
         return f("pip", "ok", pip["output"], pip["output"])
@@ -362,7 +375,7 @@ def _pip_finding(f: Any, facts: dict[str, Any]) -> Finding:
     )
 
 
-def _launcher_findings(f: Any, facts: dict[str, Any]) -> list[Finding]:
+def _launcher_findings(f: Any, facts: EngineEnvFacts) -> list[Finding]:
     launcher = facts.get("launcher")
     if launcher is None:
         return []

@@ -7,13 +7,15 @@ import re
 import shutil
 import subprocess
 import sys
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass, fields, replace
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import yaml
+
+from kit.artifacts.probe_sections import DatasheetEntry, DatasheetFigures, GpuDevice, TorchDevice, TorchInfo
 
 try:
     import pynvml as nv
@@ -46,17 +48,37 @@ class GpuFacts:
         m = re.fullmatch(r"sm_(\d+)", self.arch or "")
         return int(m.group(1)) if m else None
 
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+    def to_dict(self) -> GpuDevice:
+        """probe.json's `gpus.devices` entry: every field, in the order declared."""
+        return GpuDevice(
+            name=self.name,
+            arch=self.arch,
+            memory_total_bytes=self.memory_total_bytes,
+            memory_free_bytes=self.memory_free_bytes,
+            index=self.index,
+            sm_count=self.sm_count,
+            smem_per_block_optin=self.smem_per_block_optin,
+            clock_sm_max_mhz=self.clock_sm_max_mhz,
+            clock_mem_max_mhz=self.clock_mem_max_mhz,
+            driver_version=self.driver_version,
+            cuda_driver_version=self.cuda_driver_version,
+        )
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> GpuFacts:
+    def from_dict(cls, d: GpuDevice | TorchDevice) -> GpuFacts:
+        """The facts of a probe.json device entry (of any kit) or of a torch device."""
         return cls(**{f.name: d.get(f.name) for f in fields(cls) if f.name in d})
+
+
+class DatasheetRow(DatasheetFigures):
+    """An entry of kit/probe/datasheet.yaml as written: the figures and the name patterns it matches."""
+
+    match: list[str]
 
 
 # ---- datasheet ---------------------------------------------------------------
 @lru_cache(maxsize=1)
-def datasheet() -> list[dict[str, Any]]:
+def datasheet() -> list[DatasheetRow]:
     """Entries of `datasheet.yaml`, in matching order."""
     text = resources.files("kit.probe").joinpath("datasheet.yaml").read_text()
     return yaml.safe_load(text)["gpus"]
@@ -66,7 +88,7 @@ def _normalize(name: str) -> str:
     return " ".join(re.sub(r"[^a-z0-9]+", " ", name.lower()).split())
 
 
-def lookup_datasheet(name: str) -> dict[str, Any] | None:
+def lookup_datasheet(name: str) -> DatasheetEntry | None:
     """The datasheet entry for an NVML / torch GPU name ("NVIDIA H100 80GB HBM3"...), or None.
 
     The entry gains derived SI fields: `bandwidth_bytes_s`, `bf16_flops`, `fp8_flops`,
@@ -75,7 +97,7 @@ def lookup_datasheet(name: str) -> dict[str, Any] | None:
     norm = _normalize(name)
     for entry in datasheet():
         if any(re.search(p, norm) for p in entry["match"]):
-            e = {k: v for k, v in entry.items() if k != "match"}
+            e = cast(DatasheetEntry, {k: v for k, v in entry.items() if k != "match"})
             e["bandwidth_bytes_s"] = e["bandwidth_tbs"] * 1e12
             e["bf16_flops"] = e["bf16_tflops"] * 1e12
             e["fp8_flops"] = e["fp8_tflops"] * 1e12 if e.get("fp8_tflops") else None
@@ -131,41 +153,41 @@ def _safe(fn: Any, *args: Any) -> Any:
         return None
 
 
-def torch_query(measure: bool = False, python: str | None = None, timeout_s: float = 120) -> dict[str, Any]:
+def torch_query(measure: bool = False, python: str | None = None, timeout_s: float = 120) -> TorchInfo:
     """Run `torch_query.py` in a child interpreter; on any failure a dict with an `error`."""
     cmd = [python or sys.executable, str(TORCH_QUERY)] + (["--measure"] if measure else [])
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
         return json.loads(proc.stdout.strip().splitlines()[-1])
     except (subprocess.TimeoutExpired, json.JSONDecodeError, IndexError, OSError) as e:
-        return {"error": f"torch query failed: {e}", "devices": []}
+        return TorchInfo(error=f"torch query failed: {e}", devices=[])
 
 
-def merge_torch(nvml: list[GpuFacts], torch_info: dict[str, Any]) -> list[GpuFacts]:
+def merge_torch(nvml: list[GpuFacts], torch_info: TorchInfo) -> list[GpuFacts]:
     """NVML facts completed with torch's SM count and shared memory; torch alone when NVML saw none."""
     devices = torch_info.get("devices") or []
     if not nvml:
         return [GpuFacts.from_dict(d) for d in devices]
     out = []
     for g in nvml:
-        d = next((d for d in devices if d["index"] == g.index), {})
+        d = next((d for d in devices if d["index"] == g.index), None)
         out.append(
-            GpuFacts(
-                **{
-                    **g.to_dict(),
-                    "sm_count": d.get("sm_count"),
-                    "smem_per_block_optin": d.get("smem_per_block_optin"),
-                }
+            replace(
+                g,
+                sm_count=d.get("sm_count") if d else None,
+                smem_per_block_optin=d.get("smem_per_block_optin") if d else None,
             )
         )
     return out
 
 
-def collect_gpus(measure: bool = False) -> tuple[list[GpuFacts], dict[str, Any]]:
+def collect_gpus(measure: bool = False) -> tuple[list[GpuFacts], TorchInfo]:
     """(GPU facts, torch info incl. optional measurement); ([], info) on a machine without GPUs."""
     nvml = nvml_gpus()
     info = (
-        torch_query(measure=measure) if nvml or measure else {"devices": [], "skipped": "no GPU seen by NVML"}
+        torch_query(measure=measure)
+        if nvml or measure
+        else TorchInfo(devices=[], skipped="no GPU seen by NVML")
     )
     return merge_torch(nvml, info), info
 

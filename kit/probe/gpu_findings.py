@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from kit.artifacts import Finding
+from kit.artifacts.probe_sections import TorchInfo
 from kit.probe.findings import finding
 from kit.probe.gpu import GpuFacts, lookup_datasheet
 
@@ -12,7 +11,7 @@ GIB = 1024**3
 
 
 def gpu_findings(
-    gpus: list[GpuFacts], torch_info: dict[str, Any] | None, needs_gpu: bool, wanted: int = 1
+    gpus: list[GpuFacts], torch_info: TorchInfo | None, needs_gpu: bool, wanted: int = 1
 ) -> list[Finding]:
     """Findings of section `gpus`: count, each GPU, datasheet match, shared memory, measurement.
 
@@ -94,7 +93,7 @@ def _datasheet_finding(g: GpuFacts) -> Finding:
     return finding("gpus", "datasheet", "ok", entry["name"], why)
 
 
-def _torch_findings(g: GpuFacts, info: dict[str, Any]) -> list[Finding]:
+def _torch_findings(g: GpuFacts, info: TorchInfo) -> list[Finding]:
     out = []
     problem = info.get("error") or info.get("skipped")
     if not problem and not info.get("cuda_available"):

@@ -7,7 +7,6 @@ import platform
 import shutil
 import sys
 from pathlib import Path
-from typing import Any
 
 try:
     import psutil
@@ -15,6 +14,7 @@ except ImportError:  # a bare GPU box (benchmarks/probe_gpu.py) may lack psutil
     psutil = None
 
 from kit.artifacts import Finding
+from kit.artifacts.probe_sections import HostFacts
 from kit.probe.findings import finding
 
 GIB = 1024**3
@@ -39,28 +39,28 @@ def _cpu_and_ram() -> tuple[int | None, int | None, int, int]:
     return psutil.cpu_count(logical=True), psutil.cpu_count(logical=False), mem.total, mem.available
 
 
-def host_facts(output_dir: Path) -> dict[str, Any]:
+def host_facts(output_dir: Path) -> HostFacts:
     """Facts about this machine; disk space is measured on the filesystem that will hold `output_dir`."""
     cores, physical, total, available = _cpu_and_ram()
     disk = shutil.disk_usage(_existing_parent(output_dir))
     shm = shutil.disk_usage("/dev/shm") if os.path.isdir("/dev/shm") else None
-    return {
-        "hostname": platform.node(),
-        "cpu_logical": cores,
-        "cpu_physical": physical,
-        "ram_total_bytes": total,
-        "ram_available_bytes": available,
-        "output_dir": str(output_dir),
-        "disk_free_bytes": disk.free,
-        "shm_total_bytes": shm.total if shm else None,
-        "shm_free_bytes": shm.free if shm else None,
-        "os": platform.platform(),
-        "python": sys.version.split()[0],
-        "python_executable": sys.executable,
-    }
+    return HostFacts(
+        hostname=platform.node(),
+        cpu_logical=cores,
+        cpu_physical=physical,
+        ram_total_bytes=total,
+        ram_available_bytes=available,
+        output_dir=str(output_dir),
+        disk_free_bytes=disk.free,
+        shm_total_bytes=shm.total if shm else None,
+        shm_free_bytes=shm.free if shm else None,
+        os=platform.platform(),
+        python=sys.version.split()[0],
+        python_executable=sys.executable,
+    )
 
 
-def host_findings(h: dict[str, Any], weight_bytes: int | None, multi_process: bool) -> list[Finding]:
+def host_findings(h: HostFacts, weight_bytes: int | None, multi_process: bool) -> list[Finding]:
     """Findings of section `host`; `multi_process` when tp or dp > 1 (NCCL needs /dev/shm)."""
     f = finding
     out = [
@@ -105,7 +105,7 @@ def host_findings(h: dict[str, Any], weight_bytes: int | None, multi_process: bo
     return out
 
 
-def _shm_finding(h: dict[str, Any], multi_process: bool) -> Finding:
+def _shm_finding(h: HostFacts, multi_process: bool) -> Finding:
     shm = h["shm_total_bytes"]
     if shm is None:
         return finding(

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from kit.artifacts import Finding
+from kit.artifacts.probe_sections import ModelFacts, MtpFacts, TokenizerFacts, TokenizerLoad
 from kit.modelshape import MEANING
 from kit.probe.findings import finding
 
@@ -16,17 +17,18 @@ MOE_ROUTING = (
 )
 
 
-def weight_bytes(info: dict[str, Any]) -> tuple[int | None, int, str]:
+def weight_bytes(info: ModelFacts) -> tuple[int | None, int, str]:
     """(main weight bytes, MTP bytes, source): headers, else the index, else (None, 0, 'config')."""
-    st, index = info.get("safetensors") or {}, info.get("index") or {}
-    if st.get("tensors") and not st.get("errors") and not index.get("missing"):
+    st, index = info.get("safetensors"), info.get("index")
+    if st and st["tensors"] and not st["errors"] and not (index and index["missing"]):
         return st["bytes_main"], st["bytes_mtp"], "safetensors headers"
-    if index.get("total_size"):
-        return int(index["total_size"]), 0, "index metadata.total_size"
+    total_size = index.get("total_size") if index else None
+    if total_size:
+        return int(total_size), 0, "index metadata.total_size"
     return None, 0, "config (parameter count x dtype)"
 
 
-def model_findings(info: dict[str, Any]) -> list[Finding]:
+def model_findings(info: ModelFacts) -> list[Finding]:
     """Findings of section `model` from `inspect_model_dir`'s result."""
     f = _f
     if not info["exists"]:
@@ -57,7 +59,7 @@ def model_findings(info: dict[str, Any]) -> list[Finding]:
     return out
 
 
-def _tokenizer_findings(tok: dict[str, Any], path: str) -> list[Finding]:
+def _tokenizer_findings(tok: TokenizerFacts, path: str) -> list[Finding]:
     """`tokenizer`: files present and loaded by transformers; `chat_template`: present and renders."""
     load = tok.get("load") or {}
     if not tok["files"]:
@@ -83,7 +85,7 @@ def _tokenizer_findings(tok: dict[str, Any], path: str) -> list[Finding]:
     return [found, _template_finding(tok, load)]
 
 
-def _template_finding(tok: dict[str, Any], load: dict[str, Any]) -> Finding:
+def _template_finding(tok: TokenizerFacts, load: TokenizerLoad) -> Finding:
     if not tok["chat_template"]:
         return _f(
             "chat_template",
@@ -108,7 +110,7 @@ def _f(name: str, status: str, value: Any, reason: str, action: str = "") -> Fin
     return finding("model", name, status, value, reason, action)  # type: ignore[arg-type]
 
 
-def _config_finding(info: dict[str, Any]) -> Finding:
+def _config_finding(info: ModelFacts) -> Finding:
     if info["config_error"]:
         return _f(
             "config.json",
@@ -129,7 +131,7 @@ def _config_finding(info: dict[str, Any]) -> Finding:
     return _f("config.json", "ok", c["architectures"], why)
 
 
-def _weights_findings(info: dict[str, Any]) -> list[Finding]:
+def _weights_findings(info: ModelFacts) -> list[Finding]:
     index, st = info["index"], info["safetensors"]
     out = []
     if index and index.get("error"):
@@ -151,7 +153,8 @@ def _weights_findings(info: dict[str, Any]) -> list[Finding]:
         )
     elif not st["files"] and info.get("shape_only"):
         shape = info["shape_only"]
-        moe = (info.get("config") or {}).get("is_moe")
+        config = info.get("config")
+        moe = bool(config and config["is_moe"])
         return out + [
             _f(
                 "weights",
@@ -189,10 +192,10 @@ def _weights_findings(info: dict[str, Any]) -> list[Finding]:
     return out
 
 
-def _params_finding(info: dict[str, Any]) -> Finding:
-    st, cfg = info["safetensors"], info["config"] or {}
+def _params_finding(info: ModelFacts) -> Finding:
+    st, cfg = info["safetensors"], info["config"]
     why = f"{_count(st['params_main'])} params (+{_count(st['params_mtp'])} MTP), mostly {st['dtype']}"
-    expect = cfg.get("params_from_config")
+    expect = cfg["params_from_config"] if cfg else None
     if expect and abs(st["params_main"] - expect) > 0.25 * expect:
         return _f(
             "params",
@@ -208,7 +211,7 @@ def _count(n: int) -> str:
     return f"{n / 1e9:.3g} B" if n >= 1e8 else f"{n:,}"
 
 
-def _mtp_finding(mtp: dict[str, Any]) -> Finding:
+def _mtp_finding(mtp: MtpFacts) -> Finding:
     ev = "; ".join(mtp["evidence"])
     if mtp["unindexed_files"]:
         return _f(

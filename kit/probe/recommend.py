@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import warnings
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from kit.artifacts import ProbeSpeculation, Recommended
+from kit.artifacts.probe_sections import BackendChoice, EngineEnvFacts, ModelFacts
 from kit.engines import parsers
 from kit.engines.arms import Arm
 from kit.engines.flavors import flavor, server_command
 from kit.engines.launcher import adapt_flags
+from kit.memoryplan import MemoryPlan
 
 MAX_RUNNING_CAP = 1024
 """Beyond this the scheduler, not memory, is the limit: no point recommending more."""
@@ -18,15 +20,25 @@ MTP_K = 3
 """The documented MTP draft length for Qwen3.5 / 3.6 (3 steps, top-k 1, 4 draft tokens)."""
 
 
-def _mtp_defaults(name: str) -> dict[str, Any]:
+class ParserAdvice(TypedDict):
+    """The parser and thinking fields of `Recommended`, read from the model's chat template."""
+
+    tool_call_parser: str | None
+    reasoning_parser: str | None
+    parsers_reason: str
+    thinking_switch: str | None
+    thinking_note: str
+
+
+def _mtp_defaults(name: str) -> dict[str, str | int]:
     """The speculative section of the MTP arm with the documented k, as flavor `name` spells it."""
     return {"algorithm": "MTP", **flavor(name).spell_arm(Arm(MTP_K, "MTP"))}
 
 
-def speculation(inp: Any, model: dict[str, Any]) -> ProbeSpeculation:
+def speculation(inp: Any, model: ModelFacts) -> ProbeSpeculation:
     """Whether speculative decoding can run with this model directory, and why."""
-    mtp = model.get("mtp")
-    mtp = mtp.get("status") if isinstance(mtp, dict) else None
+    facts = model.get("mtp")
+    mtp = facts["status"] if facts else None
     if inp.spec_algorithm == "NGRAM":
         return ProbeSpeculation(
             available=True, why="n-gram speculation needs no draft weights", algorithm="NGRAM"
@@ -52,7 +64,7 @@ def speculation(inp: Any, model: dict[str, Any]) -> ProbeSpeculation:
     return ProbeSpeculation(available=False, why=why + "; NGRAM remains possible", algorithm=None)
 
 
-def _mamba_flag(engine: dict[str, Any]) -> str | None:
+def _mamba_flag(engine: EngineEnvFacts) -> str | None:
     flags = set((engine.get("launcher") or {}).get("flags") or [])
     return next(
         (f for f in ("--mamba-radix-cache-strategy", "--mamba-scheduler-strategy") if f in flags), None
@@ -61,17 +73,18 @@ def _mamba_flag(engine: dict[str, Any]) -> str | None:
 
 def recommend(
     inp: Any,
-    model: dict[str, Any],
-    engine: dict[str, Any],
-    memory: dict[str, Any] | None,
-    backend: dict[str, Any],
+    model: ModelFacts,
+    engine: EngineEnvFacts,
+    memory: MemoryPlan | None,
+    backend: BackendChoice,
     first_gpu: Any,
 ) -> Recommended:
     """Recommended engine settings; None where the probe cannot tell (no GPU, unreadable model)."""
     spec = speculation(inp, model)
-    hybrid = bool((model.get("config") or {}).get("is_hybrid"))
-    plain = min(memory["max_seqs_plain"], MAX_RUNNING_CAP) if memory else None
-    with_spec = min(memory["max_seqs_spec"], MAX_RUNNING_CAP) if memory and spec.available else None
+    config = model.get("config")
+    hybrid = bool(config and config["is_hybrid"])
+    plain = min(memory.max_seqs_plain, MAX_RUNNING_CAP) if memory else None
+    with_spec = min(memory.max_seqs_spec, MAX_RUNNING_CAP) if memory and spec.available else None
     big = first_gpu is not None and (first_gpu.memory_total_bytes or 0) > 160 * 1024**3
     graph_cap = 512 if big else 256
     return Recommended(
@@ -92,21 +105,21 @@ def recommend(
     )
 
 
-def _parsers(inp: Any) -> dict[str, Any]:
+def _parsers(inp: Any) -> ParserAdvice:
     """The tool-call / reasoning parsers the model's chat template calls for on this engine."""
     chosen = parsers.recommended(flavor(inp.flavor), Path(inp.model_path))
     switch = parsers.thinking_switch(parsers.chat_template(Path(inp.model_path)))
-    return {
-        "tool_call_parser": chosen.tool_call,
-        "reasoning_parser": chosen.reasoning,
-        "parsers_reason": chosen.why,
-        "thinking_switch": switch,
-        "thinking_note": (
+    return ParserAdvice(
+        tool_call_parser=chosen.tool_call,
+        reasoning_parser=chosen.reasoning,
+        parsers_reason=chosen.why,
+        thinking_switch=switch,
+        thinking_note=(
             f"the chat template turns thinking on or off with `{switch}`: set generate.sampling.thinking"
             if switch
             else "the chat template has no thinking switch: leave generate.sampling.thinking unset"
         ),
-    }
+    )
 
 
 def recommended_engine(params: Any, rec: Recommended, speculative: bool) -> Any:

@@ -12,7 +12,8 @@ import os
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
+
+from kit.artifacts.probe_sections import TokenizerLoad
 
 _LOAD = r"""
 import json, sys
@@ -32,16 +33,16 @@ print(json.dumps(out))
 """
 
 
-def load_tokenizer(model_dir: Path, python: str | None = None, timeout_s: float = 180) -> dict[str, Any]:
+def load_tokenizer(model_dir: Path, python: str | None = None, timeout_s: float = 180) -> TokenizerLoad:
     """{loaded, class, vocab_size[, template_error]} or {loaded: False, error} with the loader's message."""
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_VERBOSITY": "error"}
     cmd = [python or sys.executable, "-c", _LOAD, str(model_dir)]
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, env=env)
     except subprocess.TimeoutExpired:
-        return {"loaded": False, "error": f"loading took more than {timeout_s:.0f} s"}
+        return TokenizerLoad(loaded=False, error=f"loading took more than {timeout_s:.0f} s")
     try:
         return json.loads(proc.stdout.strip().splitlines()[-1])
     except (json.JSONDecodeError, IndexError):
         tail = (proc.stderr or proc.stdout).strip()[-500:]
-        return {"loaded": False, "error": f"the loader exited with code {proc.returncode}: {tail}"}
+        return TokenizerLoad(loaded=False, error=f"the loader exited with code {proc.returncode}: {tail}")

@@ -5,14 +5,44 @@ from __future__ import annotations
 import json
 import re
 import struct
+from dataclasses import dataclass
 from math import prod
 from pathlib import Path
-from typing import Any
+from typing import TypedDict
+
+from kit.artifacts.probe_sections import IndexSummary, SafetensorsFacts
 
 MAX_HEADER = 100 * 1024 * 1024
 
 
-def read_header(path: Path) -> dict[str, dict[str, Any]]:
+class TensorEntry(TypedDict):
+    """A tensor's entry in a .safetensors header, as the format defines it."""
+
+    dtype: str
+    shape: list[int]
+    data_offsets: list[int]
+    """[begin, end) in bytes, from the end of the header."""
+
+
+@dataclass(frozen=True, slots=True)
+class HeaderScan:
+    """What summarize_headers read: the facts probe.json keeps, and the MTP tensors' names (for the
+    MTP evidence, not written)."""
+
+    facts: SafetensorsFacts
+    mtp_tensors: list[str]
+
+
+@dataclass(frozen=True, slots=True)
+class ShardIndex:
+    """model.safetensors.index.json as read_index reads it: the summary probe.json keeps, and the
+    weight map (tensor name -> shard) that the MTP check reads."""
+
+    summary: IndexSummary
+    weight_map: dict[str, str]
+
+
+def read_header(path: Path) -> dict[str, TensorEntry]:
     """Tensor name -> {dtype, shape, data_offsets} from a .safetensors header (8-byte length + JSON)."""
     with open(path, "rb") as f:
         raw = f.read(8)
@@ -35,41 +65,45 @@ def is_mtp_tensor(name: str, num_layers: int | None) -> bool:
     return bool(m and num_layers is not None and int(m.group(1)) >= num_layers)
 
 
-def summarize_headers(files: list[Path], num_layers: int | None) -> dict[str, Any]:
+def summarize_headers(files: list[Path], num_layers: int | None) -> HeaderScan:
     """Parameter counts, bytes and dtypes over the headers of `files`, main weights and MTP apart."""
-    out: dict[str, Any] = {
-        "files": [p.name for p in files],
-        "params_main": 0,
-        "params_mtp": 0,
-        "bytes_main": 0,
-        "bytes_mtp": 0,
-        "dtypes": {},
-        "mtp_tensors": [],
-        "tensors": 0,
-        "errors": {},
-    }
+    params = {"main": 0, "mtp": 0}
+    nbytes = {"main": 0, "mtp": 0}
+    dtypes: dict[str, int] = {}
+    mtp_tensors: list[str] = []
+    errors: dict[str, str] = {}
+    tensors = 0
     for path in files:
         try:
             header = read_header(path)
         except (OSError, ValueError) as e:  # json.JSONDecodeError is a ValueError
-            out["errors"][path.name] = str(e)
+            errors[path.name] = str(e)
             continue
         for name, t in header.items():
             n = prod(t["shape"])
-            nbytes = t["data_offsets"][1] - t["data_offsets"][0]
             kind = "mtp" if is_mtp_tensor(name, num_layers) else "main"
-            out[f"params_{kind}"] += n
-            out[f"bytes_{kind}"] += nbytes
-            out["dtypes"][t["dtype"]] = out["dtypes"].get(t["dtype"], 0) + n
-            out["tensors"] += 1
+            params[kind] += n
+            nbytes[kind] += t["data_offsets"][1] - t["data_offsets"][0]
+            dtypes[t["dtype"]] = dtypes.get(t["dtype"], 0) + n
+            tensors += 1
             if kind == "mtp":
-                out["mtp_tensors"].append(name)
-    out["params_total"] = out["params_main"] + out["params_mtp"]
-    out["dtype"] = max(out["dtypes"], key=out["dtypes"].get) if out["dtypes"] else None
-    return out
+                mtp_tensors.append(name)
+    facts = SafetensorsFacts(
+        files=[p.name for p in files],
+        params_main=params["main"],
+        params_mtp=params["mtp"],
+        bytes_main=nbytes["main"],
+        bytes_mtp=nbytes["mtp"],
+        dtypes=dtypes,
+        tensors=tensors,
+        errors=errors,
+        params_total=params["main"] + params["mtp"],
+        dtype=max(dtypes, key=lambda d: dtypes[d]) if dtypes else None,
+    )
+    return HeaderScan(facts, mtp_tensors)
 
 
-def read_index(model_dir: Path) -> dict[str, Any] | None:
+def read_index(model_dir: Path) -> ShardIndex | None:
     """The index summarized: shards listed, shards missing on disk, tensor names; None if absent."""
     path = model_dir / "model.safetensors.index.json"
     if not path.is_file():
@@ -78,11 +112,13 @@ def read_index(model_dir: Path) -> dict[str, Any] | None:
         data = json.loads(path.read_text())
         weight_map = data["weight_map"]
     except (json.JSONDecodeError, KeyError, TypeError) as e:
-        return {"error": f"{path.name} is unreadable ({e!r})", "weight_map": {}, "shards": [], "missing": []}
+        error = f"{path.name} is unreadable ({e!r})"
+        return ShardIndex(IndexSummary(error=error, shards=[], missing=[], tensors=0), {})
     shards = sorted(set(weight_map.values()))
-    return {
-        "total_size": (data.get("metadata") or {}).get("total_size"),
-        "shards": shards,
-        "missing": [s for s in shards if not (model_dir / s).is_file()],
-        "weight_map": weight_map,
-    }
+    summary = IndexSummary(
+        total_size=(data.get("metadata") or {}).get("total_size"),
+        shards=shards,
+        missing=[s for s in shards if not (model_dir / s).is_file()],
+        tensors=len(weight_map),
+    )
+    return ShardIndex(summary, weight_map)
