@@ -24,8 +24,8 @@ OMIT_NONE = "omit_if_none"
 Distribution = dict[str, float | int | None]
 """total, mean, p50, p90, max of a column (kit.analyse.tables.distribution)."""
 JSONObject = dict[str, Any]
-"""A JSON object whose keys belong to another part of the kit (engine settings, an engine's
-identity, a probe section of facts): passed through as it is."""
+"""A JSON object whose keys belong to another part of the kit (an engine's identity, a measured
+figure set): passed through as it is. An alias of `dict[str, Any]`: counted with it (issue 47)."""
 
 
 def optional(default: Any = None) -> Any:
