@@ -19,7 +19,7 @@ from typing import Any
 from kit.artifacts.decision_json import EngineSettings
 from kit.engines import flavors
 from kit.engines.arms import DEFAULT_ALGORITHM, Algorithm, Arm
-from kit.engines.flavors.base import section_algorithm
+from kit.engines.flavors.base import ArmSpelling, section_algorithm
 from kit.params import EngineParams, RunParams, SpeculativeParams
 
 __all__ = [
@@ -34,8 +34,9 @@ __all__ = [
     "sweep_arms",
     "unavailable_reason",
 ]
-SPELT = ("num_steps", "eagle_topk", "num_draft_tokens")
-"""The fields of `engine.speculative` a flavor spells an arm's k in (the others are unset)."""
+SPELT = tuple(ArmSpelling.__annotations__)
+"""The fields of `engine.speculative` a flavor spells an arm's k in (`ArmSpelling`'s keys: num_steps,
+eagle_topk, num_draft_tokens); those the flavor leaves out are unset."""
 
 
 def sweep_arms(params: RunParams) -> list[Arm]:
