@@ -35,6 +35,7 @@ from kit.engines.answers import (
     parse_json,
     result_from_json,
 )
+from kit.engines.capacity import ServerInfo
 from kit.engines.flavors import flavor as flavor_named
 from kit.engines.metrics import Sample, parse_prometheus, parse_samples
 from kit.errors import EngineError
@@ -175,7 +176,7 @@ class EngineClient:
                 return status == 200
         return False
 
-    async def server_info(self) -> dict[str, Any] | None:
+    async def server_info(self) -> ServerInfo | None:
         """SGLang's server arguments and state (/server_info, older /get_server_info); None from a
         flavor without that route."""
         if not self._kind.server_info:
