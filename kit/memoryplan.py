@@ -10,11 +10,33 @@ needs a KV slot, and built-in MTP layers keep their own KV cache over the contex
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
-from typing import Any
+from dataclasses import dataclass
+from typing import TypedDict
 
 from kit.arch import ModelArch
 from kit.errors import CostModelError
+
+
+class MemoryPlanFigures(TypedDict):
+    """A `MemoryPlan` as JSON (probe.json's `memory`): its fields, then its derived figures."""
+
+    gpu_mem_bytes: int
+    mem_fraction: float
+    context_len: int
+    tp_size: int
+    weight_bytes: int
+    draft_weight_bytes: int
+    kv_bytes_per_token: int
+    state_bytes_per_seq: int
+    spec_draft_tokens: int
+    spec_buffer_bytes_per_seq: int
+    budget_bytes: int
+    pool_bytes_plain: int
+    pool_bytes_spec: int
+    bytes_per_seq: int
+    bytes_per_seq_spec: int
+    max_seqs_plain: int
+    max_seqs_spec: int
 
 
 @dataclass(frozen=True)
@@ -64,20 +86,27 @@ class MemoryPlan:
     def max_seqs_spec(self) -> int:
         return max(self.pool_bytes_spec, 0) // max(self.bytes_per_seq_spec, 1)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> MemoryPlanFigures:
         """Fields and derived figures, JSON-ready."""
-        d = asdict(self)
-        for name in (
-            "budget_bytes",
-            "pool_bytes_plain",
-            "pool_bytes_spec",
-            "bytes_per_seq",
-            "bytes_per_seq_spec",
-            "max_seqs_plain",
-            "max_seqs_spec",
-        ):
-            d[name] = getattr(self, name)
-        return d
+        return MemoryPlanFigures(
+            gpu_mem_bytes=self.gpu_mem_bytes,
+            mem_fraction=self.mem_fraction,
+            context_len=self.context_len,
+            tp_size=self.tp_size,
+            weight_bytes=self.weight_bytes,
+            draft_weight_bytes=self.draft_weight_bytes,
+            kv_bytes_per_token=self.kv_bytes_per_token,
+            state_bytes_per_seq=self.state_bytes_per_seq,
+            spec_draft_tokens=self.spec_draft_tokens,
+            spec_buffer_bytes_per_seq=self.spec_buffer_bytes_per_seq,
+            budget_bytes=self.budget_bytes,
+            pool_bytes_plain=self.pool_bytes_plain,
+            pool_bytes_spec=self.pool_bytes_spec,
+            bytes_per_seq=self.bytes_per_seq,
+            bytes_per_seq_spec=self.bytes_per_seq_spec,
+            max_seqs_plain=self.max_seqs_plain,
+            max_seqs_spec=self.max_seqs_spec,
+        )
 
 
 def _kv_per_gpu(arch: ModelArch, kv_dtype_bytes: int | None, tp: int) -> int:
