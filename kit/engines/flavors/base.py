@@ -60,6 +60,14 @@ class ArmSpelling(TypedDict, total=False):
     """SGLang's chain: top-k 1 and k + 1 tokens verified per step."""
 
 
+class SpeculativeJson(ArmSpelling, total=False):
+    """`engine.speculative` (kit.params `SpeculativeParams`) as JSON, its unset fields left out: the
+    algorithm, the flavor's spelling of k and the draft model's folder."""
+
+    algorithm: str
+    draft_model_path: str
+
+
 class ExtendedFields(TypedDict, total=False):
     """Sampling settings beyond OpenAI's (`kit.engines.request_fields.EXTENDED_FIELDS`)."""
 
