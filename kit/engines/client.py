@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 from urllib.parse import urlparse
 
 import aiohttp
@@ -184,7 +184,7 @@ class EngineClient:
         for path in ("/server_info", "/get_server_info"):
             status, raw = await self._get(path)
             if status == 200:
-                return parse_json(raw, f"GET {path}", status)
+                return cast(ServerInfo, parse_json(raw, f"GET {path}", status))
             if status != 404:
                 _check_status(status, raw, f"GET {path}", bool(self._headers))
         return None
