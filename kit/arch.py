@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict, cast
 
 from kit.errors import ModelDirError
 
@@ -38,6 +38,19 @@ class LinearAttention:
         """Elements of the short-convolution state of one sequence: conv_dim x (kernel - 1)."""
         conv_dim = 2 * self.num_k_heads * self.k_head_dim + self.num_v_heads * self.v_head_dim
         return conv_dim * (self.conv_kernel - 1)
+
+
+class MlaProjections(TypedDict, total=False):
+    """MLA's projection sizes beyond the KV latent, as config.json gives them (a key it lacks is
+    absent; the parameter count then takes DeepSeek-V3's)."""
+
+    q_lora_rank: int | None
+    """The query's low-rank projection (None or 0: queries projected in full)."""
+    qk_nope_head_dim: int
+    v_head_dim: int
+
+
+MLA_PROJECTIONS = tuple(MlaProjections.__annotations__)
 
 
 @dataclass(frozen=True)
@@ -72,7 +85,9 @@ class ModelArch:
     attn_output_gate: bool = False
     vision_params: int = 0
     """A multimodal wrapper's vision tower (`vision_config`), which an engine loads beside the LM."""
-    extra: dict[str, Any] = field(default_factory=dict, compare=False)
+    extra: MlaProjections = field(default_factory=MlaProjections, compare=False)
+    """MLA's other projections (empty for other attention; not part of the shape's hash,
+    kit.decide.profile.steptimer.config_hash)."""
 
     # ---- derived layout -------------------------------------------------
     @property
@@ -264,7 +279,7 @@ def arch_from_config(cfg: dict[str, Any]) -> ModelArch:
         mtp_layers=mtp,
         attn_output_gate=bool(c.get("attn_output_gate", False)),
         vision_params=_vision_params(cfg.get("vision_config")),
-        extra={k: c[k] for k in ("q_lora_rank", "qk_nope_head_dim", "v_head_dim") if k in c},
+        extra=cast(MlaProjections, {k: c[k] for k in MLA_PROJECTIONS if k in c}),
     )
 
 

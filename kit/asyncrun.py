@@ -15,7 +15,8 @@ import logging
 import signal
 import threading
 from collections.abc import Coroutine, Iterator
-from typing import Any, TypeVar
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar, cast
 
 T = TypeVar("T")
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
@@ -137,18 +138,28 @@ def _interruption(signum: int) -> KeyboardInterrupt:
     return KeyboardInterrupt() if signum == signal.SIGINT else Terminated(signum)
 
 
+@dataclass(slots=True)
+class _Box(Generic[T]):
+    """What the loop's thread hands back to the caller's: its task (to cancel on an interrupt), then
+    the coroutine's result or the exception it raised."""
+
+    task: asyncio.Task[T] | None = None
+    result: T | None = None
+    error: BaseException | None = None
+
+
 def _run_in_thread(coro: Coroutine[Any, Any, T]) -> T:
     loop = asyncio.new_event_loop()
-    box: dict[str, Any] = {}
+    box = _Box[T]()
     finished = threading.Event()  # not Thread.join: an interrupted join can report a live thread dead
 
     def target() -> None:
         asyncio.set_event_loop(loop)
         try:
-            box["task"] = task = loop.create_task(coro)
-            box["result"] = loop.run_until_complete(task)
+            box.task = task = loop.create_task(coro)
+            box.result = loop.run_until_complete(task)
         except BaseException as e:  # re-raised in the caller's thread
-            box["error"] = e
+            box.error = e
         finally:
             loop.close()
             finished.set()
@@ -158,7 +169,7 @@ def _run_in_thread(coro: Coroutine[Any, Any, T]) -> T:
         while not finished.wait(0.2):
             pass
     except KeyboardInterrupt:
-        task = box.get("task")
+        task = box.task
         if task is not None:
             try:
                 loop.call_soon_threadsafe(task.cancel)
@@ -166,6 +177,6 @@ def _run_in_thread(coro: Coroutine[Any, Any, T]) -> T:
                 pass
         finished.wait()  # let the coroutine's finally blocks run (flush rows, stop servers)
         raise
-    if "error" in box:
-        raise box["error"]
-    return box["result"]
+    if box.error is not None:
+        raise box.error
+    return cast(T, box.result)

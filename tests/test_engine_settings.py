@@ -12,11 +12,15 @@ from kit.artifacts import EngineSettings
 from kit.engines import parsers
 from kit.engines.arms import Arm
 from kit.engines.flavors import flavor
+from kit.engines.flavors.base import SpeculativeJson
 from kit.engines.flavors.sglang import speculative_flags as sglang_spec_flags
 from kit.engines.flavors.vllm import speculative_config as vllm_spec_config
 from kit.engines.launcher import parse_help
 from kit.engines.metrics import parse_samples
 from kit.engines.settings import (
+    SETTING_FIELDS,
+    SPELT,
+    AppliedSettings,
     apply_settings,
     arm_engine,
     decided_settings,
@@ -25,7 +29,7 @@ from kit.engines.settings import (
     sweep_arms,
 )
 from kit.engines.spec_metrics import SpecCounters
-from kit.params import RunParams
+from kit.params import RunParams, SpeculativeParams
 
 
 def params(**engine: object) -> RunParams:
@@ -367,3 +371,12 @@ def test_an_earlier_kits_decision_opens_and_applies_the_same_settings(
     assert list(taken) == list(APPLIED[name, user]), "in the same order (kit generate says them in it)"
     assert applied.engine.speculative.num_steps == (decision.arm.k or None)
     assert decision.measured_at_concurrency == MEASURED_AT[name], "under either kit's name"
+
+
+def test_the_speculative_sections_json_and_the_applied_settings_name_the_params_fields() -> None:
+    """One spelling: an arm's k is written in ArmSpelling's keys, which with the algorithm and the draft
+    model are the params' speculative section; what stage 3 takes from a decision is named in
+    SETTING_FIELDS' order."""
+    assert set(SpeculativeJson.__annotations__) == set(SpeculativeParams.model_fields)
+    assert set(SPELT) < set(SpeculativeParams.model_fields)
+    assert list(AppliedSettings.__annotations__)[: len(SETTING_FIELDS)] == list(SETTING_FIELDS)

@@ -16,7 +16,7 @@ shows that state's figures and samples in sections of their own (`images` and `s
 from __future__ import annotations
 
 import html
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
@@ -27,6 +27,9 @@ from kit.analyse.run import RunData
 from kit.analyse.tables import distribution
 from kit.display import figure_image, image_html, in_live_kernel, live_bundle, number, percent
 from kit.errors import KitError
+
+if TYPE_CHECKING:
+    from ipywidgets import Dropdown
 
 ALL = "all"
 """No filter on source or finish reason."""
@@ -153,7 +156,7 @@ class RunExplorer:
         self.options = filter_options(data.df, self.flags)
         self.filters = dict(DEFAULTS)
         self.widget: Any = None
-        self._controls: dict[str, Any] = {}
+        self._controls: dict[str, Dropdown] = {}  # the live view's filters (build_widget)
         self._setting = False
         self.filter()
         self.html = (

@@ -34,6 +34,8 @@ from datasketch.minhash import _fmix
 from scipy.sparse import coo_matrix
 from scipy.sparse.csgraph import connected_components
 
+from kit.analyse.tables import ClusterCounts
+
 WORD = re.compile(r"\w+", re.UNICODE)
 NO_TEXT = np.uint64(0)
 """The digest of a text with no words (never a near-duplicate)."""
@@ -212,16 +214,16 @@ def _renumber(labels: np.ndarray) -> np.ndarray:
     return out
 
 
-def cluster_counts(cluster: np.ndarray, exact: np.ndarray | None = None) -> dict[str, int]:
+def cluster_counts(cluster: np.ndarray, exact: np.ndarray | None = None) -> ClusterCounts:
     """Clusters, rows in them, rows beyond the first of each (what dropping them would remove), and
     of those how many are exact copies (`exact`: the rows the exact-duplicate flag marks)."""
     in_cluster = cluster >= 0
     extra = in_cluster & _not_first(cluster)
-    out = {
-        "clusters": int(len(np.unique(cluster[in_cluster]))),
-        "rows": int(in_cluster.sum()),
-        "extra_rows": int(extra.sum()),
-    }
+    out = ClusterCounts(
+        clusters=int(len(np.unique(cluster[in_cluster]))),
+        rows=int(in_cluster.sum()),
+        extra_rows=int(extra.sum()),
+    )
     if exact is not None:
         out["exact_rows"] = int((in_cluster & exact).sum())
     return out

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
@@ -19,6 +19,9 @@ from kit.decide.forecast_check import forecast_check
 from kit.errors import RunFolderError
 from kit.params import AnalyseParams
 from kit.runfolder import RunFolder
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 
 @dataclass
@@ -95,7 +98,7 @@ def read_run(folder: RunFolder, params: AnalyseParams | None = None, progress: b
 
 
 def _source_entry(
-    row: pd.Series, finish: pd.DataFrame, flags: pd.DataFrame, outputs: dict[str, dict[str, Any]]
+    row: pd.Series, finish: pd.DataFrame, flags: pd.DataFrame, outputs: dict[str, tables.OutputFigures]
 ) -> SourceSummary:
     source = row.name
 
@@ -147,15 +150,12 @@ def with_forecast_check(summary: Summary, data: RunData) -> Summary:
     return replace(summary, forecast_check=check) if check is not None else summary
 
 
-def near_duplicate_entry(df: pd.DataFrame, flags: pd.DataFrame) -> dict[str, Any] | None:
+def near_duplicate_entry(df: pd.DataFrame, flags: pd.DataFrame) -> tables.NearDuplicates | None:
     """Near-duplicate clusters of prompts and of answers, in all and per source (None when stage 4
     did not look for them: `analyse.near_duplicates: false`)."""
     if not all(f"{k}_cluster" in df.columns for k in NEAR_KINDS) or "duplicate" not in flags:
         return None
     exact = flags["duplicate"].to_numpy(dtype=bool)
-    out: dict[str, Any] = {}
-    for kind in NEAR_KINDS:
-        out[f"{kind}s"] = neardup.cluster_counts(df[f"{kind}_cluster"].to_numpy(), exact)
     by_source: dict[str, dict[str, int]] = {}
     for source, idx in df.groupby("source", observed=True).groups.items():
         rows = df.loc[idx]
@@ -163,11 +163,14 @@ def near_duplicate_entry(df: pd.DataFrame, flags: pd.DataFrame) -> dict[str, Any
             f"{kind}s": neardup.cluster_counts(rows[f"{kind}_cluster"].to_numpy())["rows"]
             for kind in NEAR_KINDS
         }
-    out["rows_in_clusters_by_source"] = by_source
-    return out
+    return tables.NearDuplicates(
+        prompts=neardup.cluster_counts(df["prompt_cluster"].to_numpy(), exact),
+        answers=neardup.cluster_counts(df["answer_cluster"].to_numpy(), exact),
+        rows_in_clusters_by_source=by_source,
+    )
 
 
-def run_figures(data: RunData) -> dict[str, Any]:
+def run_figures(data: RunData) -> dict[str, Figure]:
     """The figures of one run by file stem; figures with nothing to draw are left out."""
     timeline = health.throughput_timeline(data.metrics, data.df)
     counts = flag_counts(data.df, data.flags, data.row_parts()) if len(data.df) else pd.DataFrame()

@@ -4,14 +4,81 @@ that the token budget is wrong), and the lengths of reasoning and answer and the
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypedDict
 
 import pandas as pd
 
 from kit.artifacts import Health, SourceSummary, Summary
+from kit.artifacts.record import Distribution
 
 LENGTHS = ("reasoning_chars", "answer_chars", "reasoning_tokens", "answer_tokens")
 """Length columns of kit.analyse.reasoning.reasoning_parts, summarised per source."""
+
+
+class ReasoningCounts(TypedDict):
+    """Rows with reasoning, where it was split out (by the engine's parser, or from the text), and
+    rows whose `<think>` block never closed."""
+
+    rows: int
+    from_parser: int
+    from_text: int
+    unterminated_think: int
+
+
+class ToolCallCounts(TypedDict):
+    """Of the function-calling rows: those with calls (and their share), how the calls were found
+    (parsed by the engine, in the text) and the broken ones."""
+
+    function_calling_rows: int
+    rows_with_calls: int
+    share_with_calls: float | None
+    parsed_by_engine: int
+    in_text: int
+    broken: int
+
+
+class OutputFigures(TypedDict):
+    """What `outputs_entry` gives summary.json, for the run and for each source: the LENGTHS'
+    distributions, then the reasoning and tool-call counts."""
+
+    reasoning_chars: Distribution
+    answer_chars: Distribution
+    reasoning_tokens: Distribution
+    answer_tokens: Distribution
+    reasoning: ReasoningCounts
+    tool_calls: ToolCallCounts
+
+
+class _ExactRows(TypedDict, total=False):
+    exact_rows: int
+    """Of the rows in clusters, the exact copies (the run's count only, not a source's)."""
+
+
+class ClusterCounts(_ExactRows):
+    """Near-duplicate clusters of one kind (kit.analyse.neardup.cluster_counts): the clusters, the
+    rows in them, and the rows beyond the first of each (what dropping them would remove)."""
+
+    clusters: int
+    rows: int
+    extra_rows: int
+
+
+class _NearSettings(TypedDict, total=False):
+    threshold: float
+    ngram: int
+    num_perm: int
+    bands: int
+    rows_per_band: int
+    """How the clusters were found (kit.analyse.scan.near_settings), added when summary.json is written."""
+
+
+class NearDuplicates(_NearSettings):
+    """summary.json's `near_duplicates`: the clusters of prompts and of answers, and per source the
+    rows in them (`{"prompts": n, "answers": n}`)."""
+
+    prompts: ClusterCounts
+    answers: ClusterCounts
+    rows_in_clusters_by_source: dict[str, dict[str, int]]
 
 
 def distribution(values: pd.Series) -> dict[str, float | int | None]:
@@ -74,32 +141,33 @@ def overall_finish_shares(df: pd.DataFrame) -> dict[str, float]:
     return {str(k): round(float(v), 4) for k, v in df["finish_reason"].value_counts(normalize=True).items()}
 
 
-def outputs_entry(parts: pd.DataFrame, flags: pd.DataFrame) -> dict[str, Any]:
+def outputs_entry(parts: pd.DataFrame, flags: pd.DataFrame) -> OutputFigures:
     """Reasoning and answer lengths, thinking and tool-call counts of some rows (`parts`: row_parts)."""
     fc = parts["function_calling"]
     with_calls = int((parts["has_call"] & fc).sum())
-    return {
-        **{col: distribution(parts[col]) for col in LENGTHS},
-        "reasoning": {
-            "rows": int(parts["reasoning_chars"].notna().sum()),
-            "from_parser": int(parts["reasoning_from"].eq("parser").sum()),
-            "from_text": int(parts["reasoning_from"].eq("text").sum()),
-            "unterminated_think": int(flags["unterminated_think"].sum()),
-        },
-        "tool_calls": {
-            "function_calling_rows": int(fc.sum()),
-            "rows_with_calls": with_calls,
-            "share_with_calls": round(with_calls / int(fc.sum()), 4) if fc.any() else None,
-            "parsed_by_engine": int(parts["parsed_calls"].sum()),
-            "in_text": int(parts["text_calls"].sum()),
-            "broken": int(flags["tool_call_broken"].sum()),
-        },
-    }
+    return OutputFigures(
+        reasoning_chars=distribution(parts["reasoning_chars"]),
+        answer_chars=distribution(parts["answer_chars"]),
+        reasoning_tokens=distribution(parts["reasoning_tokens"]),
+        answer_tokens=distribution(parts["answer_tokens"]),
+        reasoning=ReasoningCounts(
+            rows=int(parts["reasoning_chars"].notna().sum()),
+            from_parser=int(parts["reasoning_from"].eq("parser").sum()),
+            from_text=int(parts["reasoning_from"].eq("text").sum()),
+            unterminated_think=int(flags["unterminated_think"].sum()),
+        ),
+        tool_calls=ToolCallCounts(
+            function_calling_rows=int(fc.sum()),
+            rows_with_calls=with_calls,
+            share_with_calls=round(with_calls / int(fc.sum()), 4) if fc.any() else None,
+            parsed_by_engine=int(parts["parsed_calls"].sum()),
+            in_text=int(parts["text_calls"].sum()),
+            broken=int(flags["tool_call_broken"].sum()),
+        ),
+    )
 
 
-def outputs_by_source(
-    df: pd.DataFrame, parts: pd.DataFrame, flags: pd.DataFrame
-) -> dict[str, dict[str, Any]]:
+def outputs_by_source(df: pd.DataFrame, parts: pd.DataFrame, flags: pd.DataFrame) -> dict[str, OutputFigures]:
     """`outputs_entry` per source."""
     return {
         str(s): outputs_entry(parts.loc[idx], flags.loc[idx])

@@ -8,7 +8,7 @@ from typing import Any
 
 import pandas as pd
 
-from kit.analyse.tables import summary_tables
+from kit.analyse.tables import NearDuplicates, summary_tables
 from kit.analyse.tail import speculation_clause
 from kit.artifacts import Fitness, Health, Summary, TailSpeculation, TailSummary
 from kit.display import Answer, Table, file_image, number, percent, seconds, table
@@ -104,7 +104,7 @@ def tail_table(tail: TailSummary) -> Table:
     return table(pd.DataFrame({"measure": list(rows), "value": list(rows.values())}), "The tail", note=note)
 
 
-def near_duplicate_table(entry: dict[str, Any]) -> Table:
+def near_duplicate_table(entry: NearDuplicates) -> Table:
     """Near-duplicate clusters of prompts and answers (summary.json's `near_duplicates`), per source too."""
     kinds = ("prompts", "answers")
     measures = {

@@ -15,10 +15,10 @@ import json
 import random
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 from kit.demo import fixture_text as text
-from kit.demo.fixture_text import between, pick
+from kit.demo.fixture_text import ArgValue, between, pick
+from kit.demo.fixture_words import ToolSchema
 
 THINKING_SHARE = 0.7
 """Share of conversations rendered with thinking on (Qwen3's default) rather than off."""
@@ -31,7 +31,7 @@ class Example:
     """One conversation: the request side (messages, tools, thinking) and the completion to learn."""
 
     messages: list[dict[str, str]]
-    tools: list[dict[str, Any]] | None
+    tools: list[ToolSchema] | None
     thinking: bool
     reasoning: str
     answer: str
@@ -44,7 +44,7 @@ class Example:
         return f"<think>\n{self.reasoning}\n</think>\n\n{self.answer}"
 
 
-Shape = tuple[list[dict[str, str]], list[dict[str, Any]] | None, str, str]
+Shape = tuple[list[dict[str, str]], list[ToolSchema] | None, str, str]
 """(messages, tools, reasoning, answer) as one kind of conversation produces them."""
 
 TOPIC_SENTENCES = [
@@ -169,7 +169,7 @@ def _tool_call(rng: random.Random) -> Shape:
     return messages, tools, f"{name} does this. I call it with the values given.", tool_call
 
 
-def _value(rng: random.Random, name: str, kind: str) -> Any:
+def _value(rng: random.Random, name: str, kind: str) -> ArgValue:
     """Short argument values (a request worded like the fixture's, with values the tiny model can copy)."""
     if kind in ("integer", "number"):
         return between(rng, 1, 99)

@@ -10,7 +10,7 @@ import json
 import random
 from collections.abc import Callable, Sequence
 from functools import cache
-from typing import Any, TypeVar
+from typing import TypedDict, TypeVar
 
 from kit.demo.fixture_words import (
     ABILITIES,
@@ -41,6 +41,7 @@ from kit.demo.fixture_words import (
     ZH_AUDIENCES,
     ZH_REQUESTS,
     ZH_TOPICS,
+    ToolSchema,
 )
 
 __all__ = [
@@ -95,6 +96,15 @@ __all__ = [
 """The word lists (kit/demo/fixture_words.py) and the generators here."""
 
 T = TypeVar("T")
+ArgValue = str | int | float
+"""A value the fixture's tool arguments take (kit.demo.fixture_words.ParameterSchema's types)."""
+
+
+class HermesCall(TypedDict):
+    """A tool call as a Hermes answer writes it inside `<tool_call>` (arguments as an object)."""
+
+    name: str
+    arguments: dict[str, ArgValue]
 
 
 def pick(rng: random.Random, seq: Sequence[T]) -> T:
@@ -205,7 +215,7 @@ def code_answer(rng: random.Random, lang: str) -> str:
     return f"Here is a {lang} solution.\n```{lang}\n// {between(rng, 1, 10**6)}\n```\nIt runs in linear time."
 
 
-def hermes_system(tools: list[dict[str, Any]]) -> str:
+def hermes_system(tools: list[ToolSchema]) -> str:
     return (
         "You are a function calling AI model. You are provided with function signatures within "
         f"<tools></tools> XML tags.<tools>\n{json.dumps(tools)}\n</tools> For each function call return a "
@@ -214,8 +224,8 @@ def hermes_system(tools: list[dict[str, Any]]) -> str:
 
 
 def tool_request(
-    rng: random.Random, tool: dict[str, Any], arg: Callable[[random.Random, str, str], Any] | None = None
-) -> tuple[str, dict[str, Any]]:
+    rng: random.Random, tool: ToolSchema, arg: Callable[[random.Random, str, str], ArgValue] | None = None
+) -> tuple[str, HermesCall]:
     """A request for `tool` naming every argument's value, and the call it asks for. `arg(rng, name,
     type)` draws a value (default: the fixture's)."""
     fn = tool["function"]
@@ -223,10 +233,11 @@ def tool_request(
     args = {p: arg(rng, p, spec["type"]) for p, spec in fn["parameters"]["properties"].items()}
     described = ", ".join(f"{p.replace('_', ' ')} {v}" for p, v in args.items())
     lead = pick(rng, ["Could you", "Please", "I need you to", "Can you help me and"])
-    return f"{lead} {fn['description'].lower()} with {described}?", {"name": fn["name"], "arguments": args}
+    call = HermesCall(name=fn["name"], arguments=args)
+    return f"{lead} {fn['description'].lower()} with {described}?", call
 
 
-def _arg(rng: random.Random, name: str, kind: str) -> Any:
+def _arg(rng: random.Random, name: str, kind: str) -> ArgValue:
     if kind == "integer":
         return between(rng, 5, 240)
     if kind == "number":
@@ -238,7 +249,7 @@ def _arg(rng: random.Random, name: str, kind: str) -> Any:
     return f"{pick(rng, TOPICS)} {between(rng, 1, 999)}"
 
 
-def tool_response(rng: random.Random, call: dict[str, Any]) -> str:
+def tool_response(rng: random.Random, call: HermesCall) -> str:
     result = {"name": call["name"], "content": {"status": "ok", "value": between(rng, 1, 10**5)}}
     return f"<tool_response>\n{json.dumps(result)}\n</tool_response>"
 

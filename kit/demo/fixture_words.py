@@ -6,7 +6,34 @@ every name here), kit/demo/fixtures.py writes the fixture rows.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TypedDict
+
+
+class ParameterSchema(TypedDict):
+    type: str
+    """string, number or integer."""
+    description: str
+
+
+class ParametersSchema(TypedDict):
+    type: str
+    properties: dict[str, ParameterSchema]
+    required: list[str]
+
+
+class FunctionSchema(TypedDict):
+    name: str
+    description: str
+    parameters: ParametersSchema
+
+
+class ToolSchema(TypedDict):
+    """A tool as a request offers it (OpenAI's function tool) and Hermes rows list it: the fixture's
+    tools take only flat, required arguments."""
+
+    type: str
+    function: FunctionSchema
+
 
 TOPICS = [
     "photosynthesis",
@@ -208,7 +235,7 @@ OS_TASKS = [
 PATHS = ["/home/user", "/var/log", "/etc", "/usr/share/doc", "/opt/data", "/srv/www", "/tmp/work"]
 EXTS = [".txt", ".log", ".conf", ".py", ".csv", ".json", ".md"]
 
-TOOLS: list[tuple[str, dict[str, Any]]] = [
+TOOLS: list[tuple[str, ToolSchema]] = [
     (
         cat,
         {

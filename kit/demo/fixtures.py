@@ -21,6 +21,18 @@ from pathlib import Path
 from typing import Any
 
 from kit.demo import fixture_text as text
+from kit.demo.fixture_rows import (
+    AgentRow,
+    AgentTurn,
+    CodeFeedbackRow,
+    FixtureRow,
+    HermesRow,
+    InfinityLabel,
+    InfinityRow,
+    MetaMathRow,
+    Turn,
+    WebInstructRow,
+)
 from kit.demo.fixture_text import between, pick
 from kit.params import SourceParams
 from kit.params_paths import FIXTURE_SOURCES
@@ -97,108 +109,113 @@ def ensure_demo_fixtures(out_dir: Path, rows_per_source: int = DEMO_ROWS_PER_SOU
     return paths
 
 
-def _rows(make: Callable[[random.Random, int], dict], rng: random.Random, n: int) -> list[dict]:
+Make = Callable[[random.Random, int], tuple[FixtureRow, str]]
+"""A source's row generator: row i, and its prompt (the key duplicates are judged by)."""
+
+
+def _rows(make: Make, rng: random.Random, n: int) -> list[FixtureRow]:
     """Generate `n` rows with unique prompts, then plant the duplicates."""
-    rows: list[dict] = []
+    rows: list[FixtureRow] = []
     seen: set[str] = set()
     for i in range(n):
         if is_duplicate(i):
             rows.append(_copy(rows[duplicate_of(i)], make, i))
             continue
         for _attempt in range(100):
-            row = make(rng, i)
-            key = row["_key"]
+            row, key = make(rng, i)
             if key not in seen:
                 break
         seen.add(key)
-        row.pop("_key", None)
         rows.append(row)
     return rows
 
 
-def _copy(row: dict, make: Callable, i: int) -> dict:
+def _copy(row: FixtureRow, make: Make, i: int) -> FixtureRow:
     """A copy of `row` under row i's id; one-text prompts get their case and spacing changed."""
-    new = dict(row)
+    new = row.copy()
     if "id" in new:
         new["id"] = _ID_FORMATS[make](i)
-    for column in ("question", "query"):
-        if column in new:
-            words = new[column].split(" ")
-            new[column] = "  ".join([words[0].upper(), *words[1:]]) + " "
+    if "question" in new:
+        new["question"] = _recased(new["question"])
+    if "query" in new:
+        new["query"] = _recased(new["query"])
     return new
+
+
+def _recased(prompt: str) -> str:
+    """The same prompt, its first word in capitals and its spaces doubled (still an exact duplicate
+    once the plan normalises case and spacing)."""
+    words = prompt.split(" ")
+    return "  ".join([words[0].upper(), *words[1:]]) + " "
 
 
 # --- one generator per source -------------------------------------------------------------------
 
 
-def _infinity(rng: random.Random, i: int) -> dict[str, Any]:
+def _infinity(rng: random.Random, i: int) -> tuple[InfinityRow, str]:
     zh = is_chinese(i)
     question = text.zh_request(rng) if zh else text.long_document(rng) if is_long(i) else text.request(rng)
-    turns = [{"from": "human", "value": question}, {"from": "gpt", "value": text.answer(rng, zh)}]
+    turns: list[Turn] = [{"from": "human", "value": question}, {"from": "gpt", "value": text.answer(rng, zh)}]
     if i % 5 == 2:
         turns.insert(0, {"from": "system", "value": text.system_prompt(rng)})
     if i % 7 == 3:
         follow = text.zh_request(rng) if zh else text.follow_up(rng)
         turns += [{"from": "human", "value": follow}, {"from": "gpt", "value": text.answer(rng, zh)}]
     ability = rng.sample(text.ABILITIES, 2)
-    label = {
-        "ability_en": ability,
-        "ability_zh": ability,
-        "cate_ability_en": [pick(rng, text.CATEGORIES)],
-        "cate_ability_zh": [pick(rng, text.CATEGORIES)],
-    }
-    return {
-        "id": i,
-        "conversations": turns,
-        "label": label,
-        "langdetect": "zh" if zh else "en",
-        "source": pick(rng, text.INFINITY_ORIGINS),
-        "_key": question,
-    }
+    label = InfinityLabel(
+        ability_en=ability,
+        ability_zh=ability,
+        cate_ability_en=[pick(rng, text.CATEGORIES)],
+        cate_ability_zh=[pick(rng, text.CATEGORIES)],
+    )
+    row = InfinityRow(
+        id=i,
+        conversations=turns,
+        label=label,
+        langdetect="zh" if zh else "en",
+        source=pick(rng, text.INFINITY_ORIGINS),
+    )
+    return row, question
 
 
-def _webinstruct(rng: random.Random, i: int) -> dict[str, Any]:
+def _webinstruct(rng: random.Random, i: int) -> tuple[WebInstructRow, str]:
     question = text.long_document(rng) if is_long(i) else text.math_question(rng)
-    return {
-        "question": question,
-        "answer": text.answer(rng),
-        "source": pick(rng, text.WEB_ORIGINS),
-        "_key": question,
-    }
+    row = WebInstructRow(question=question, answer=text.answer(rng), source=pick(rng, text.WEB_ORIGINS))
+    return row, question
 
 
-def _codefeedback(rng: random.Random, i: int) -> dict[str, Any]:
+def _codefeedback(rng: random.Random, i: int) -> tuple[CodeFeedbackRow, str]:
     lang = pick(rng, text.CODE_LANGS)
     query = text.long_document(rng) if is_long(i) else text.code_request(rng, lang)
-    return {
-        "query": query,
-        "answer": text.code_answer(rng, lang),
-        "lang": lang,
-        "resource": pick(rng, text.CODE_ORIGINS),
-        "_key": query,
-    }
+    row = CodeFeedbackRow(
+        query=query,
+        answer=text.code_answer(rng, lang),
+        lang=lang,
+        resource=pick(rng, text.CODE_ORIGINS),
+    )
+    return row, query
 
 
-def _metamath(rng: random.Random, i: int) -> dict[str, Any]:
+def _metamath(rng: random.Random, i: int) -> tuple[MetaMathRow, str]:
     original, answer = text.word_problem(rng)
     kind = pick(rng, text.MATH_TYPES)
     query = text.long_document(rng) if is_long(i) else text.rephrase(rng, original, kind)
-    return {
-        "query": query,
-        "response": f"Let us work it out step by step. The answer is: {answer}",
-        "type": kind,
-        "original_question": original,
-        "_key": query,
-    }
+    row = MetaMathRow(
+        query=query,
+        response=f"Let us work it out step by step. The answer is: {answer}",
+        type=kind,
+        original_question=original,
+    )
+    return row, query
 
 
-def _hermes(rng: random.Random, i: int) -> dict[str, Any]:
+def _hermes(rng: random.Random, i: int) -> tuple[HermesRow, str]:
     picked = tuple(sorted(rng.sample(range(len(text.TOOLS)), between(rng, 1, 3))))
     tools_text, system = _tool_texts(picked)
     request, call = text.tool_request(rng, text.TOOLS[picked[0]][1])
     if is_long(i):
         request = text.long_document(rng) + "\n\n" + request
-    turns = [
+    turns: list[Turn] = [
         {"from": "system", "value": system},
         {"from": "human", "value": request},
         {"from": "gpt", "value": f"<tool_call>\n{json.dumps(call)}\n</tool_call>"},
@@ -208,15 +225,15 @@ def _hermes(rng: random.Random, i: int) -> dict[str, Any]:
             {"from": "tool", "value": text.tool_response(rng, call)},
             {"from": "gpt", "value": text.answer(rng)},
         ]
-    return {
-        "id": f"{i:08x}-hermes",
-        "conversations": turns,
-        "tools": tools_text,
-        "category": text.TOOLS[picked[0]][0],
-        "subcategory": call["name"],
-        "task": request[:80],
-        "_key": request,
-    }
+    row = HermesRow(
+        id=f"{i:08x}-hermes",
+        conversations=turns,
+        tools=tools_text,
+        category=text.TOOLS[picked[0]][0],
+        subcategory=call["name"],
+        task=request[:80],
+    )
+    return row, request
 
 
 @cache
@@ -226,9 +243,9 @@ def _tool_texts(picked: tuple[int, ...]) -> tuple[str, str]:
     return json.dumps(tools), text.hermes_system(tools)
 
 
-def _agent(rng: random.Random, i: int) -> dict[str, Any]:
+def _agent(rng: random.Random, i: int) -> tuple[AgentRow, str]:
     task = text.long_document(rng) if is_long(i) else text.os_task(rng)
-    turns = [
+    turns: list[AgentTurn] = [
         {"from": "human", "loss": None, "value": text.AGENT_INSTRUCTIONS},
         {"from": "gpt", "loss": False, "value": "OK."},
         {"from": "human", "loss": None, "value": task},
@@ -239,10 +256,10 @@ def _agent(rng: random.Random, i: int) -> dict[str, Any]:
             {"from": "human", "loss": None, "value": text.os_output(rng)},
             {"from": "gpt", "loss": True, "value": text.agent_act(rng)},
         ]
-    return {"id": f"os_{i}", "conversations": turns, "_key": task}
+    return AgentRow(id=f"os_{i}", conversations=turns), task
 
 
-_GENERATORS: dict[str, Callable[[random.Random, int], dict[str, Any]]] = {
+_GENERATORS: dict[str, Make] = {
     "infinity_instruct": _infinity,
     "webinstructsub": _webinstruct,
     "codefeedback": _codefeedback,

@@ -15,11 +15,12 @@ What the engines return beside the content, where their parsers are on:
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, TypedDict
 
 import orjson
 
+from kit.engines.openai_json import ToolCall, ToolFunction, Usage
 from kit.errors import EngineError
 
 
@@ -54,8 +55,8 @@ class ChatResult:
     """Seconds to the first generated chunk: content, reasoning or a tool call (streamed requests only)."""
     accept_length: float | None = None
     """Tokens per verify step under speculative decoding, where the engine reports it (SGLang)."""
-    raw_usage: dict[str, Any] | None = None
-    tool_calls: list[dict[str, Any]] | None = None
+    raw_usage: Usage | None = None
+    tool_calls: list[ToolCall] | None = None
     """Calls the engine's tool-call parser found, OpenAI shape: {id, type, function: {name, arguments}}."""
     reasoning: str | None = None
     """The reasoning the engine's reasoning parser split out of the answer (None: not split)."""
@@ -81,21 +82,51 @@ def _reasoning_tokens(usage: Mapping[str, Any]) -> int | None:
     return int(value) if isinstance(value, int | float) else None
 
 
-def _tool_calls(calls: Any) -> list[dict[str, Any]] | None:
+def _tool_calls(calls: Any) -> list[ToolCall] | None:
     """The calls as plain OpenAI-shaped dicts (None when there are none)."""
     if not isinstance(calls, list) or not calls:
         return None
-    out = []
+    out: list[ToolCall] = []
     for call in calls:
         fn = call.get("function") or {}
         out.append(
-            {
-                "id": call.get("id"),
-                "type": call.get("type") or "function",
-                "function": {"name": fn.get("name"), "arguments": fn.get("arguments")},
-            }
+            ToolCall(
+                id=call.get("id"),
+                type=call.get("type") or "function",
+                function=ToolFunction(name=fn.get("name"), arguments=fn.get("arguments")),
+            )
         )
     return out
+
+
+class _FunctionDelta(TypedDict, total=False):
+    name: str | None
+    arguments: str | None
+
+
+class ToolCallDelta(TypedDict, total=False):
+    """A streamed fragment of a tool call (`delta.tool_calls[]`): `index` says which call it adds to;
+    `id`, `type` and the function's name come once, its arguments in pieces."""
+
+    index: int
+    id: str | None
+    type: str | None
+    function: _FunctionDelta
+
+
+@dataclass(slots=True)
+class _StreamedCall:
+    """One tool call as its fragments arrive."""
+
+    id: str | None = None
+    type: str = "function"
+    name: str | None = None
+    args: list[str] = field(default_factory=list)
+
+    def call(self) -> ToolCall:
+        return ToolCall(
+            id=self.id, type=self.type, function=ToolFunction(name=self.name, arguments="".join(self.args))
+        )
 
 
 def _accept_length(*parts: Mapping[str, Any] | None) -> float | None:
@@ -160,9 +191,9 @@ class StreamAccumulator:
         self.carry = b""
         self.parts: list[str] = []
         self.reasoning: list[str] = []
-        self.calls: dict[int, dict[str, Any]] = {}
+        self.calls: dict[int, _StreamedCall] = {}
         self.finish_reason: str | None = None
-        self.usage: dict[str, Any] = {}
+        self.usage: Usage = {}
         self.ttft_s: float | None = None
         self.accept_length: float | None = None
 
@@ -215,34 +246,27 @@ class StreamAccumulator:
             if "meta_info" in choice or "spec_accept_length" in choice:
                 self.accept_length = _accept_length(choice) or self.accept_length
         if chunk.get("usage"):
-            self.usage = dict(chunk["usage"])
+            self.usage = Usage(**chunk["usage"])
             self.accept_length = _accept_length(chunk, self.usage) or self.accept_length
         elif "meta_info" in chunk:
             self.accept_length = _accept_length(chunk) or self.accept_length
 
-    def _add_calls(self, fragments: list[dict[str, Any]]) -> None:
+    def _add_calls(self, fragments: list[ToolCallDelta]) -> None:
         """Assemble streamed tool-call fragments: by `index`, name once, arguments in pieces."""
         for frag in fragments:
             index = frag.get("index")
             if not isinstance(index, int):
                 index = len(self.calls)
-            call = self.calls.setdefault(index, {"id": None, "type": "function", "name": None, "args": []})
-            call["id"] = frag.get("id") or call["id"]
-            call["type"] = frag.get("type") or call["type"]
-            fn = frag.get("function") or {}
-            call["name"] = fn.get("name") or call["name"]
-            if fn.get("arguments"):
-                call["args"].append(fn["arguments"])
+            call = self.calls.setdefault(index, _StreamedCall())
+            call.id = frag.get("id") or call.id
+            call.type = frag.get("type") or call.type
+            fn = frag.get("function") or _FunctionDelta()
+            call.name = fn.get("name") or call.name
+            if arguments := fn.get("arguments"):
+                call.args.append(arguments)
 
     def result(self, latency_s: float) -> ChatResult:
-        calls = [
-            {
-                "id": c["id"],
-                "type": c["type"],
-                "function": {"name": c["name"], "arguments": "".join(c["args"])},
-            }
-            for _, c in sorted(self.calls.items())
-        ]
+        calls = [c.call() for _, c in sorted(self.calls.items())]
         return ChatResult(
             text="".join(self.parts),
             finish_reason=self.finish_reason,

@@ -18,14 +18,29 @@ has in flight is running and none waits, the kit was the limit and sends more.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from kit.engines.flavors import Capacity, flavor
 
 if TYPE_CHECKING:
     from kit.params import EngineParams
 
-__all__ = ["Capacity", "launched_capacity", "server_info_capacity"]
+__all__ = ["Capacity", "ServerInfo", "launched_capacity", "server_info_capacity"]
+
+
+class SchedulerState(TypedDict, total=False):
+    effective_max_running_requests_per_dp: int | None
+    """What one data-parallel rank's scheduler chose to run at once."""
+
+
+class ServerInfo(TypedDict, total=False):
+    """SGLang's `/server_info` answer (`EngineClient.server_info`): its server arguments and state,
+    of which the kit reads these keys (the answer holds many more)."""
+
+    dp_size: int | None
+    max_running_requests: int | None
+    """The launch argument (null where the launch left it to the schedulers)."""
+    internal_states: list[SchedulerState]
 
 
 def launched_capacity(eng: EngineParams, distribution: str | None, gpus: Callable[[], list[Any]]) -> Capacity:
@@ -34,7 +49,7 @@ def launched_capacity(eng: EngineParams, distribution: str | None, gpus: Callabl
     return flavor(eng.flavor).capacity(eng, distribution=distribution, gpus=gpus)
 
 
-def server_info_capacity(infos: list[dict[str, Any] | None]) -> Capacity | None:
+def server_info_capacity(infos: list[ServerInfo | None]) -> Capacity | None:
     """SGLang's own figure, summed over its servers' /server_info: `max_running_requests` x `dp_size`
     where the launch set it, else what its schedulers chose (`internal_states[].
     effective_max_running_requests_per_dp`: SGLang 0.5.16 on an H200 left the argument null and ran
@@ -54,15 +69,15 @@ def server_info_capacity(infos: list[dict[str, Any] | None]) -> Capacity | None:
     return Capacity(total, f"the server's /server_info ({source})")
 
 
-def _running(info: dict[str, Any]) -> tuple[int, bool] | None:
+def _running(info: ServerInfo) -> tuple[int, bool] | None:
     """(requests one server runs at once, whether its schedulers chose the figure), or None."""
     dp = int(info.get("dp_size") or 1)
-    if info.get("max_running_requests"):
-        return int(info["max_running_requests"]) * dp, False
+    if running := info.get("max_running_requests"):
+        return int(running) * dp, False
     ranks = [
-        int(s["effective_max_running_requests_per_dp"])
+        int(per_dp)
         for s in info.get("internal_states") or []
-        if isinstance(s, dict) and s.get("effective_max_running_requests_per_dp")
+        if isinstance(s, dict) and (per_dp := s.get("effective_max_running_requests_per_dp"))
     ]
     if not ranks:
         return None

@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 from urllib.parse import urlparse
 
 import aiohttp
@@ -35,6 +35,7 @@ from kit.engines.answers import (
     parse_json,
     result_from_json,
 )
+from kit.engines.capacity import ServerInfo
 from kit.engines.flavors import flavor as flavor_named
 from kit.engines.metrics import Sample, parse_prometheus, parse_samples
 from kit.errors import EngineError
@@ -175,7 +176,7 @@ class EngineClient:
                 return status == 200
         return False
 
-    async def server_info(self) -> dict[str, Any] | None:
+    async def server_info(self) -> ServerInfo | None:
         """SGLang's server arguments and state (/server_info, older /get_server_info); None from a
         flavor without that route."""
         if not self._kind.server_info:
@@ -183,7 +184,7 @@ class EngineClient:
         for path in ("/server_info", "/get_server_info"):
             status, raw = await self._get(path)
             if status == 200:
-                return parse_json(raw, f"GET {path}", status)
+                return cast(ServerInfo, parse_json(raw, f"GET {path}", status))
             if status != 404:
                 _check_status(status, raw, f"GET {path}", bool(self._headers))
         return None

@@ -20,8 +20,7 @@ from __future__ import annotations
 
 import re
 import signal
-from dataclasses import asdict, dataclass
-from typing import Any
+from dataclasses import dataclass
 
 from kit.engines.reaper import TEARDOWN
 
@@ -112,9 +111,6 @@ class Crash:
             + ", or ".join(tries)
             + "; if it repeats, report it to the engine's maintainers with the log"
         )
-
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 def read_crash(

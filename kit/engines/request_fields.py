@@ -12,16 +12,18 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from kit.engines import parsers
 from kit.engines.flavors import Flavor, flavor
+from kit.engines.flavors.base import ExtendedFields, SamplingFields, ToolFields
 from kit.params import RunParams, SamplingParams
 
 OPENAI_FIELDS = ("temperature", "top_p", "presence_penalty", "frequency_penalty", "stop", "seed")
 EXTENDED_FIELDS = ("top_k", "min_p", "repetition_penalty")
 """Taken beside the OpenAI ones by vLLM and SGLang; by `transformers serve` only inside a
-`generation_config` (which replaces the model's, so the kit merges the two)."""
+`generation_config` (which replaces the model's, so the kit merges the two). Both are keys of
+`SamplingFields` (`ExtendedFields`), named as `SamplingParams` names them."""
 
 
 def request_fields(
@@ -32,16 +34,19 @@ def request_fields(
     model_generation_config: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The body fields of a chat completion for these sampling settings (model, messages, max_tokens
-    and the per-sample seed are added per request). Unset settings are left out."""
-    body = {k: getattr(sampling, k) for k in OPENAI_FIELDS if getattr(sampling, k) not in (None, [])}
+    and the per-sample seed are added per request). Unset settings are left out. The flavor's
+    `SamplingFields`, the chat template's variables and the user's `extra_body` (sent as written,
+    so the whole is open JSON)."""
+    openai = {k: getattr(sampling, k) for k in OPENAI_FIELDS if getattr(sampling, k) not in (None, [])}
     extended = {k: getattr(sampling, k) for k in EXTENDED_FIELDS if getattr(sampling, k) is not None}
-    body = fl.sampling_body(body, extended, model_generation_config)
+    body = fl.sampling_body(
+        cast(SamplingFields, openai), cast(ExtendedFields, extended), model_generation_config
+    )
     kwargs = dict(sampling.chat_template_kwargs)
     if sampling.thinking is not None:
         kwargs.setdefault(thinking_kwarg, sampling.thinking)
-    if kwargs:
-        body["chat_template_kwargs"] = kwargs
-    return {**body, **sampling.extra_body}
+    template = {"chat_template_kwargs": kwargs} if kwargs else {}
+    return {**body, **template, **sampling.extra_body}
 
 
 def run_request_fields(params: RunParams) -> dict[str, Any]:
@@ -61,7 +66,8 @@ def run_request_fields(params: RunParams) -> dict[str, Any]:
 
 
 def _generation_config(model: Path) -> dict[str, Any] | None:
-    """The model's generation_config.json, or None when it has none (or an unreadable one)."""
+    """The model's generation_config.json as read (any keys), or None when it has none (or an
+    unreadable one)."""
     path = model / "generation_config.json"
     if not path.is_file():
         return None
@@ -71,7 +77,7 @@ def _generation_config(model: Path) -> dict[str, Any] | None:
         return None
 
 
-def tool_request_fields(params: RunParams) -> dict[str, Any]:
+def tool_request_fields(params: RunParams) -> ToolFields:
     """Fields a request that offers tools adds (`Flavor.tool_request_fields`)."""
     return flavor(params.engine.flavor).tool_request_fields(params)
 

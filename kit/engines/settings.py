@@ -14,18 +14,19 @@ Request fields live in `kit.engines.request_fields`.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypedDict, cast
 
 from kit.artifacts.decision_json import EngineSettings
 from kit.engines import flavors
 from kit.engines.arms import DEFAULT_ALGORITHM, Algorithm, Arm
-from kit.engines.flavors.base import section_algorithm
+from kit.engines.flavors.base import ArmSpelling, SpeculativeJson, section_algorithm
 from kit.params import EngineParams, RunParams, SpeculativeParams
 
 __all__ = [
     "SETTING_FIELDS",
     "Arm",
     "EngineSettings",
+    "AppliedSettings",
     "apply_settings",
     "arm_engine",
     "decided_settings",
@@ -34,8 +35,9 @@ __all__ = [
     "sweep_arms",
     "unavailable_reason",
 ]
-SPELT = ("num_steps", "eagle_topk", "num_draft_tokens")
-"""The fields of `engine.speculative` a flavor spells an arm's k in (the others are unset)."""
+SPELT = tuple(ArmSpelling.__annotations__)
+"""The fields of `engine.speculative` a flavor spells an arm's k in (`ArmSpelling`'s keys: num_steps,
+eagle_topk, num_draft_tokens); those the flavor leaves out are unset."""
 
 
 def sweep_arms(params: RunParams) -> list[Arm]:
@@ -128,6 +130,24 @@ SETTING_FIELDS = (
 """Engine fields a decision may resolve; in stage 3 each fills only what the params leave unset."""
 
 
+class AppliedSettings(TypedDict, total=False):
+    """What stage 3 took from decision.json (`apply_settings`; manifest.json's
+    `settings_from_decision`): each of SETTING_FIELDS the params left unset and the decision sets,
+    the speculative section the decision's arm spells (None: plain decoding), and the arm's name
+    (`chosen_arm`, added by kit.decide.apply)."""
+
+    max_running_requests: int
+    cuda_graph_max_bs: int
+    mem_fraction_static: float
+    dp_size: int
+    tp_size: int
+    attention_backend: str
+    sampling_backend: str
+    mamba_strategy: str
+    speculative: SpeculativeJson | None
+    chosen_arm: str
+
+
 def decided_settings(
     arm: Arm,
     *,
@@ -173,7 +193,9 @@ def decided_settings(
     )
 
 
-def apply_settings(params: RunParams, arm: Arm, settings: EngineSettings) -> tuple[RunParams, dict[str, Any]]:
+def apply_settings(
+    params: RunParams, arm: Arm, settings: EngineSettings
+) -> tuple[RunParams, AppliedSettings]:
     """Stage 3's params with a decision's arm and engine settings, and what was taken from them.
 
     Speculation (on or off, its k) always follows the decision's arm: it is what the sweep was run
@@ -189,6 +211,7 @@ def apply_settings(params: RunParams, arm: Arm, settings: EngineSettings) -> tup
     update: dict[str, Any] = {k: v for k in unset if (v := getattr(settings, k)) is not None}
     spelt = Arm(arm.k, eng.speculative.algorithm or arm.algorithm)
     update["speculative"] = speculative_params(spelt, flavors.flavor(eng.flavor), eng.speculative)
-    applied = {key: v for key, v in update.items() if key != "speculative"}
-    applied["speculative"] = update["speculative"].model_dump(mode="json", exclude_none=True) or None
+    applied = cast(AppliedSettings, {key: v for key, v in update.items() if key != "speculative"})
+    section = update["speculative"].model_dump(mode="json", exclude_none=True)
+    applied["speculative"] = cast(SpeculativeJson, section) or None
     return params.model_copy(update={"engine": eng.model_copy(update=update)}), applied

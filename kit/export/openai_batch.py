@@ -17,7 +17,7 @@ from array import array
 from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import numpy as np
 import pyarrow as pa
@@ -25,6 +25,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from kit.analyse.reasoning import split_row
+from kit.engines.openai_json import AssistantMessage, ChatCompletion, Choice, Usage
 from kit.errors import DataError, ExportError
 from kit.export.facts import SKIP_CODE, ExportFacts, failure_samples
 from kit.export.result import ExportResult
@@ -39,53 +40,68 @@ ADAPTER = "openai_batch"
 LOOSE_ID = re.compile(r'"custom_id"\s*:\s*"([^"\\]*)"')
 
 
+class BatchResponse(TypedDict):
+    status_code: int
+    request_id: str
+    body: ChatCompletion
+
+
+class BatchError(TypedDict):
+    code: str
+    """not_generated, invalid_request, duplicate_custom_id, or the failure's reason."""
+    message: str
+
+
+class BatchLine(TypedDict):
+    """One line of `output.jsonl`: an answer (`response`, `error` null) or an error (the reverse)."""
+
+    id: str
+    custom_id: str | None
+    response: BatchResponse | None
+    error: BatchError | None
+
+
 def batch_id(custom_id: str) -> str:
     return "batch_req_" + hashlib.sha256(custom_id.encode()).hexdigest()[:24]
 
 
-def completion_body(row: dict[str, Any], model: str) -> dict[str, Any]:
+def completion_body(row: dict[str, Any], model: str) -> ChatCompletion:
     """A generated row as an OpenAI chat completion object."""
     thought, _, answer, _ = split_row(row.get("reasoning"), str(row.get("completion") or ""))
     calls, answer = openai_calls(row.get("tool_calls"), answer, row.get("tools"), str(row["id"]))
-    message: dict[str, Any] = {"role": "assistant", "content": answer}
+    message = AssistantMessage(role="assistant", content=answer)
     if thought is not None:
         message["reasoning_content"] = thought
     if calls:
         message["tool_calls"] = calls
     finished = row.get("finished_at")
     prompt, completion = int(row.get("prompt_tokens") or 0), int(row.get("completion_tokens") or 0)
-    return {
-        "id": f"chatcmpl-{row['id']}",
-        "object": "chat.completion",
-        "created": int(finished.timestamp()) if isinstance(finished, datetime) else 0,
-        "model": model,
-        "choices": [
-            {"index": 0, "message": message, "finish_reason": row.get("finish_reason"), "logprobs": None}
-        ],
-        "usage": {
-            "prompt_tokens": prompt,
-            "completion_tokens": completion,
-            "total_tokens": prompt + completion,
-        },
-    }
+    return ChatCompletion(
+        id=f"chatcmpl-{row['id']}",
+        object="chat.completion",
+        created=int(finished.timestamp()) if isinstance(finished, datetime) else 0,
+        model=model,
+        choices=[Choice(index=0, message=message, finish_reason=row.get("finish_reason"), logprobs=None)],
+        usage=Usage(prompt_tokens=prompt, completion_tokens=completion, total_tokens=prompt + completion),
+    )
 
 
-def answer_line(custom_id: str, row: dict[str, Any], model: str) -> dict[str, Any]:
-    return {
-        "id": batch_id(custom_id),
-        "custom_id": custom_id,
-        "response": {"status_code": 200, "request_id": str(row["id"]), "body": completion_body(row, model)},
-        "error": None,
-    }
+def answer_line(custom_id: str, row: dict[str, Any], model: str) -> BatchLine:
+    return BatchLine(
+        id=batch_id(custom_id),
+        custom_id=custom_id,
+        response=BatchResponse(status_code=200, request_id=str(row["id"]), body=completion_body(row, model)),
+        error=None,
+    )
 
 
-def error_line(custom_id: str | None, code: str, message: str) -> dict[str, Any]:
-    return {
-        "id": batch_id(custom_id or message),
-        "custom_id": custom_id,
-        "response": None,
-        "error": {"code": code, "message": message},
-    }
+def error_line(custom_id: str | None, code: str, message: str) -> BatchLine:
+    return BatchLine(
+        id=batch_id(custom_id or message),
+        custom_id=custom_id,
+        response=None,
+        error=BatchError(code=code, message=message),
+    )
 
 
 def _custom_ids(folder: RunFolder, batch_sources: set[str]) -> dict[str, str]:
@@ -143,7 +159,7 @@ def write_batch_output(
     out = root / OUTPUT
     with out.open("w", encoding="utf-8") as f:
 
-        def put(line: dict[str, Any]) -> None:
+        def put(line: BatchLine) -> None:
             f.write(json.dumps(line, ensure_ascii=False, default=str) + "\n")
             counts["answered" if line["error"] is None else "errors"] += 1
 
@@ -200,7 +216,7 @@ def _unanswered(
     answered: np.ndarray,
     failures: dict[str, tuple[str, str]],
     finished: bool,
-) -> Iterator[dict[str, Any]]:
+) -> Iterator[BatchLine]:
     """Error lines for the lines of a batch source's files that no row answers.
 
     Two reads of the files: the first takes a digest of each good line's custom_id (8 bytes a line,

@@ -4,7 +4,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TypedDict
+
+
+class ExportResultJson(TypedDict):
+    """What `kit export` prints (`ExportResult.to_json`)."""
+
+    folder: str
+    splits: dict[str, int]
+    drop_reasons: dict[str, int]
+    complete: bool
+    files: list[str]
+    card: str | None
 
 
 @dataclass
@@ -19,15 +30,15 @@ class ExportResult:
     card: Path | None = None
     sources: dict[str, dict[str, int | None]] = field(default_factory=dict)
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "folder": str(self.folder),
-            "splits": self.splits,
-            "drop_reasons": self.reasons,
-            "complete": self.complete,
-            "files": [str(p) for p in self.files],
-            "card": str(self.card) if self.card else None,
-        }
+    def to_json(self) -> ExportResultJson:
+        return ExportResultJson(
+            folder=str(self.folder),
+            splits=self.splits,
+            drop_reasons=self.reasons,
+            complete=self.complete,
+            files=[str(p) for p in self.files],
+            card=str(self.card) if self.card else None,
+        )
 
     def markdown(self) -> str:
         """What was written, in a few lines of Markdown (notebook 04)."""

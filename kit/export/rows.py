@@ -18,13 +18,14 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypedDict
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from kit.analyse.reasoning import split_row
 from kit.analyse.toolcalls import TOOL_CALL, is_function_calling, load_calls
+from kit.engines.openai_json import ToolCall, ToolFunction
 from kit.generate.store import ROW_SCHEMA
 from kit.prompts.adapters import tools_in_one_place
 
@@ -42,6 +43,33 @@ KEPT = [
     ("prompt_tokens", pa.int64()),
     ("completion_tokens", pa.int64()),
 ]
+
+
+class _TurnReasoning(TypedDict, total=False):
+    reasoning_content: str | None
+    """The reasoning, as a field (`reasoning="field"` only; None in the prompt's turns)."""
+
+
+class ChatTurn(_TurnReasoning):
+    """One message of a `messages` row (`message_type`): a prompt's turn, or the assistant's."""
+
+    role: str | None
+    content: str | None
+    tool_calls: list[ToolCall] | None
+
+
+class MessageRow(TypedDict):
+    """One row of the `messages` format (`export_schema`): the KEPT columns, the conversation, the
+    tools as JSON text and why the row was dropped (None: it is in `train`)."""
+
+    id: str | None
+    source: str | None
+    finish_reason: str | None
+    prompt_tokens: int | None
+    completion_tokens: int | None
+    messages: list[ChatTurn]
+    tools: str | None
+    drop_reason: str | None
 
 
 def message_type(reasoning: Reasoning) -> pa.DataType:
@@ -68,7 +96,7 @@ def export_schema(fmt: Format, reasoning: Reasoning = "field") -> pa.Schema:
     )
 
 
-def openai_calls(tool_calls: Any, answer: str, tools: Any, row_id: str) -> tuple[list[dict] | None, str]:
+def openai_calls(tool_calls: Any, answer: str, tools: Any, row_id: str) -> tuple[list[ToolCall] | None, str]:
     """(calls in the OpenAI shape or None, the answer without the `<tool_call>` blocks they came from)."""
     calls, _ = load_calls(tool_calls)
     if calls:
@@ -84,53 +112,57 @@ def openai_calls(tool_calls: Any, answer: str, tools: Any, row_id: str) -> tuple
     return (found or None), TOOL_CALL.sub("", answer).strip() if found else answer
 
 
-def _openai_call(call: Any, default_id: str) -> dict[str, Any]:
+def _openai_call(call: Any, default_id: str) -> ToolCall:
     fn = call.get("function", call)
     args = fn.get("arguments", {})
-    return {
-        "id": str(call.get("id") or default_id),
-        "type": "function",
-        "function": {
-            "name": str(fn.get("name")),
-            "arguments": args if isinstance(args, str) else json.dumps(args, ensure_ascii=False),
-        },
-    }
+    return ToolCall(
+        id=str(call.get("id") or default_id),
+        type="function",
+        function=ToolFunction(
+            name=str(fn.get("name")),
+            arguments=args if isinstance(args, str) else json.dumps(args, ensure_ascii=False),
+        ),
+    )
 
 
-def assistant_turn(row: dict[str, Any], reasoning: Reasoning) -> dict[str, Any]:
+def assistant_turn(row: dict[str, Any], reasoning: Reasoning) -> ChatTurn:
     """The assistant message of one generated row."""
     thought, _, answer, _ = split_row(row.get("reasoning"), str(row.get("completion") or ""))
     calls, answer = openai_calls(row.get("tool_calls"), answer, row.get("tools"), str(row["id"]))
-    turn: dict[str, Any] = {"role": "assistant", "content": answer}
-    if reasoning == "inline":
-        if thought is not None:
-            turn["content"] = f"<think>\n{thought}\n</think>\n\n{answer}"
-    else:
-        turn["reasoning_content"] = thought
-    turn["tool_calls"] = calls
-    return turn
+    if reasoning == "field":
+        return ChatTurn(role="assistant", content=answer, reasoning_content=thought, tool_calls=calls)
+    content = answer if thought is None else f"<think>\n{thought}\n</think>\n\n{answer}"
+    return ChatTurn(role="assistant", content=content, tool_calls=calls)
 
 
-def prompt_turns(messages: Any, reasoning: Reasoning, tools: str | None = None) -> list[dict[str, Any]]:
+def prompt_turns(messages: Any, reasoning: Reasoning, tools: str | None = None) -> list[ChatTurn]:
     """The prompt's messages with the fields the assistant turn adds, empty; with `tools`, the tool
     listing out of the system prompt (a run planned before the adapters took it out held both)."""
     out = []
     for m in tools_in_one_place(list(messages) if messages is not None else [], tools):
-        turn = {"role": m.get("role"), "content": m.get("content"), "tool_calls": None}
+        turn = ChatTurn(role=m.get("role"), content=m.get("content"), tool_calls=None)
         if reasoning == "field":
             turn["reasoning_content"] = None
         out.append(turn)
     return out
 
 
-def message_row(row: dict[str, Any], reasoning: Reasoning, reason: str | None) -> dict[str, Any]:
+def message_row(row: dict[str, Any], reasoning: Reasoning, reason: str | None) -> MessageRow:
     """One row in the `messages` format; a row without a completion (a failed request) keeps the
     prompt alone."""
     messages = prompt_turns(row.get("messages"), reasoning, row.get("tools"))
     if row.get("completion") is not None or row.get("tool_calls") is not None:
         messages.append(assistant_turn(row, reasoning))
-    out = {name: row.get(name) for name, _ in KEPT}
-    return {**out, "messages": messages, "tools": row.get("tools"), REASON_COLUMN: reason}
+    return MessageRow(
+        id=row.get("id"),
+        source=row.get("source"),
+        finish_reason=row.get("finish_reason"),
+        prompt_tokens=row.get("prompt_tokens"),
+        completion_tokens=row.get("completion_tokens"),
+        messages=messages,
+        tools=row.get("tools"),
+        drop_reason=reason,
+    )
 
 
 def raw_row(row: dict[str, Any], reason: str | None) -> dict[str, Any]:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from kit.engines.arms import Algorithm, Arm, resolve_algorithm
 from kit.errors import EngineError
@@ -25,6 +25,13 @@ DEFAULT_CPU_CACHE_GIB = 4.0
 """KV cache a server on a CPU is assumed to take when its flavor says nothing else."""
 
 
+class CapacityFacts(TypedDict):
+    """A `Capacity` under the keys a run's records give it (the Ray driver's actor facts)."""
+
+    engine_capacity: int | None
+    capacity_source: str
+
+
 @dataclass(frozen=True)
 class Capacity:
     """Requests the engine(s) of a run can hold running at once, and where the figure came from."""
@@ -32,13 +39,61 @@ class Capacity:
     total: int | None
     source: str
 
-    def as_dict(self) -> dict[str, Any]:
-        return {"engine_capacity": self.total, "capacity_source": self.source}
+    def as_dict(self) -> CapacityFacts:
+        return CapacityFacts(engine_capacity=self.total, capacity_source=self.source)
 
     def words(self) -> str:
         """The figure and where it came from, for a log line; where there is none, why (its source
         says it: never "engine capacity None")."""
         return f"engine capacity {self.total:,} ({self.source})" if self.total is not None else self.source
+
+
+class ArmSpelling(TypedDict, total=False):
+    """How a flavor spells a speculative arm's k: fields of `engine.speculative` (kit.params
+    `SpeculativeParams`), only those the flavor sends (none for plain decoding). Its keys are the ones
+    `kit.engines.settings.speculative_params` clears before it writes a spelling."""
+
+    num_steps: int
+    """Draft steps per verify step: k, on every flavor."""
+    eagle_topk: int
+    num_draft_tokens: int
+    """SGLang's chain: top-k 1 and k + 1 tokens verified per step."""
+
+
+class SpeculativeJson(ArmSpelling, total=False):
+    """`engine.speculative` (kit.params `SpeculativeParams`) as JSON, its unset fields left out: the
+    algorithm, the flavor's spelling of k and the draft model's folder."""
+
+    algorithm: str
+    draft_model_path: str
+
+
+class ExtendedFields(TypedDict, total=False):
+    """Sampling settings beyond OpenAI's (`kit.engines.request_fields.EXTENDED_FIELDS`)."""
+
+    top_k: int
+    min_p: float
+    repetition_penalty: float
+
+
+class SamplingFields(ExtendedFields, total=False):
+    """The sampling fields of a chat completion's body as a flavor takes them: OpenAI's
+    (`request_fields.OPENAI_FIELDS`), the extended ones beside them, or inside a `generation_config`
+    (JSON text) where the flavor takes them only there."""
+
+    temperature: float
+    top_p: float
+    presence_penalty: float
+    frequency_penalty: float
+    stop: list[str]
+    seed: int
+    generation_config: str
+
+
+class ToolFields(TypedDict, total=False):
+    """Fields a request that offers tools adds (`Flavor.tool_request_fields`)."""
+
+    tool_choice: str
 
 
 @dataclass(frozen=True, eq=False)
@@ -135,10 +190,10 @@ class Flavor:
         return False
 
     # ---- speculation ------------------------------------------------------------------------------
-    def spell_arm(self, arm: Arm) -> dict[str, int]:
+    def spell_arm(self, arm: Arm) -> ArmSpelling:
         """The speculative fields of `engine.speculative` that run `arm` on this flavor (none for plain
         decoding): the draft length k as `num_steps`."""
-        return {"num_steps": arm.k} if arm.speculative else {}
+        return ArmSpelling(num_steps=arm.k) if arm.speculative else ArmSpelling()
 
     def accept_gauge_ranks(self, eng: EngineParams) -> int:
         """How many accept-length gauges a scrape of all its servers sums (1: none, or one value)."""
@@ -157,14 +212,18 @@ class Flavor:
         ]
 
     def sampling_body(
-        self, body: dict[str, Any], extended: dict[str, Any], model_generation_config: dict[str, Any] | None
-    ) -> dict[str, Any]:
-        """The request body with the settings beyond OpenAI's (top_k, min_p, repetition_penalty)."""
+        self,
+        body: SamplingFields,
+        extended: ExtendedFields,
+        model_generation_config: dict[str, Any] | None,
+    ) -> SamplingFields:
+        """The request body with the settings beyond OpenAI's (top_k, min_p, repetition_penalty);
+        `model_generation_config`: the model's generation_config.json as read (None: it has none)."""
         return {**body, **extended}
 
-    def tool_request_fields(self, params: RunParams) -> dict[str, Any]:
+    def tool_request_fields(self, params: RunParams) -> ToolFields:
         """Fields a request that offers tools adds."""
-        return {}
+        return ToolFields()
 
     # ---- capacity and room ------------------------------------------------------------------------
     def capacity(

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 from kit.engines import parsers
 from kit.engines.arms import Arm
-from kit.engines.flavors.base import Flavor, draft_length, opt, section_algorithm
+from kit.engines.flavors.base import ArmSpelling, Flavor, draft_length, opt, section_algorithm
 
 if TYPE_CHECKING:
     from kit.params import EngineParams, RunParams, SpeculativeParams
@@ -69,12 +69,12 @@ class SGLang(Flavor):
     def needs_gpu(self, device: str, packages: Mapping[str, str | None] | None) -> bool:
         return True
 
-    def spell_arm(self, arm: Arm) -> dict[str, int]:
+    def spell_arm(self, arm: Arm) -> ArmSpelling:
         """A chain of k drafted tokens: k draft steps, top-k 1, k + 1 tokens verified per step (the
         last accepted token included)."""
         if not arm.speculative:
-            return {}
-        return {"num_steps": arm.k, "eagle_topk": 1, "num_draft_tokens": arm.k + 1}
+            return ArmSpelling()
+        return ArmSpelling(num_steps=arm.k, eagle_topk=1, num_draft_tokens=arm.k + 1)
 
     def accept_gauge_ranks(self, eng: EngineParams) -> int:
         return eng.dp_size * eng.replicas

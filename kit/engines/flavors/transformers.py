@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from kit.engines.flavors.base import Flavor, opt
+from kit.engines.flavors.base import ExtendedFields, Flavor, SamplingFields, opt
 from kit.errors import ParamsError
 
 if TYPE_CHECKING:
@@ -65,11 +65,15 @@ class Transformers(Flavor):
         return device.startswith("cuda")
 
     def sampling_body(
-        self, body: dict[str, Any], extended: dict[str, Any], model_generation_config: dict[str, Any] | None
-    ) -> dict[str, Any]:
+        self,
+        body: SamplingFields,
+        extended: ExtendedFields,
+        model_generation_config: dict[str, Any] | None,
+    ) -> SamplingFields:
         """top_k, min_p and repetition_penalty only inside a `generation_config`, which replaces the
         model's own: the two are merged."""
-        body = {k: v for k, v in body.items() if k != "presence_penalty"}
+        body = body.copy()
+        body.pop("presence_penalty", None)
         if extended:
             body["generation_config"] = json.dumps({**(model_generation_config or {}), **extended})
         return body

