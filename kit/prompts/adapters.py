@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kit.errors import DataError
+from kit.prompts.records import PromptMessage
 
 SHAREGPT_ROLES = {
     "human": "user",
@@ -35,7 +36,7 @@ ROLES = frozenset({"system", "user", "assistant", "tool"})
 class PromptRow:
     """The prompt side of one planned request, before it gets a stable id."""
 
-    messages: list[dict[str, str]]
+    messages: list[PromptMessage]
     tools: str | None
     source_row_id: str
     metadata: str
@@ -48,7 +49,7 @@ class PromptRow:
 class Adapted:
     """What an adapter function returns for one row (the registry adds id and JSON encoding)."""
 
-    messages: list[dict[str, str]]
+    messages: list[PromptMessage]
     tools: str | None = None
     meta: dict[str, Any] = field(default_factory=dict)
     row_id: str | None = None
@@ -149,7 +150,9 @@ def get_adapter(name: str) -> Adapter:
 # --- shared pieces -------------------------------------------------------------------------------
 
 
-def sharegpt_prompt(turns: Any, keys: tuple[str, str] = ("from", "value")) -> tuple[list[dict], str | None]:
+def sharegpt_prompt(
+    turns: Any, keys: tuple[str, str] = ("from", "value")
+) -> tuple[list[PromptMessage], str | None]:
     """Messages up to (not including) the last assistant turn, and that turn's text (the reference)."""
     if not isinstance(turns, list) or not turns:
         raise DataError(f"expected a non-empty list of {{{keys[0]}, {keys[1]}}} turns, found {_short(turns)}")
@@ -164,7 +167,7 @@ def sharegpt_prompt(turns: Any, keys: tuple[str, str] = ("from", "value")) -> tu
     return messages, reference
 
 
-def _turn(turn: Any, keys: tuple[str, str]) -> dict[str, str]:
+def _turn(turn: Any, keys: tuple[str, str]) -> PromptMessage:
     role_key, text_key = keys
     if not isinstance(turn, Mapping) or role_key not in turn or text_key not in turn:
         raise DataError(f"expected a turn with keys {{{role_key}, {text_key}}}, found {_short(turn)}")
@@ -198,7 +201,7 @@ TOOL_LISTING = re.compile(r"<tools>(?!\s*</tools>).*?</tools>", re.DOTALL)
 the tags, is no listing)."""
 
 
-def tools_in_one_place(messages: list[dict[str, Any]], tools: str | None) -> list[dict[str, Any]]:
+def tools_in_one_place(messages: list[PromptMessage], tools: str | None) -> list[PromptMessage]:
     """`messages` with the tool listing taken out of the system prompt when the row passes `tools`:
     the chat template renders `tools` (with its own instructions), so a listing left in the system
     prompt would show every schema twice, to the engine and to a trainer. A system prompt that held
@@ -217,7 +220,7 @@ def tools_in_one_place(messages: list[dict[str, Any]], tools: str | None) -> lis
     return out
 
 
-def user_prompt(text: Any, column: str) -> list[dict[str, str]]:
+def user_prompt(text: Any, column: str) -> list[PromptMessage]:
     """A single user message from a text column."""
     if not isinstance(text, str) or not text.strip():
         raise DataError(f"column '{column}' must hold non-empty text, found {_short(text)}")

@@ -29,6 +29,7 @@ from pydantic import ValidationError
 from kit.errors import DataError
 from kit.params import SamplingParams
 from kit.prompts.adapters import ROLES, Adapted, _short, adapter, tools_json
+from kit.prompts.records import PromptMessage
 
 ENDPOINTS = ("/v1/chat/completions", "/chat/completions")
 SAMPLING_FIELDS = (
@@ -137,7 +138,7 @@ def line_sampling(body: Mapping[str, Any]) -> dict[str, Any]:
     return {k: getattr(checked, k) for k in out}  # as validated: a seed of "7" becomes 7
 
 
-def _message(m: Any) -> dict[str, str]:
+def _message(m: Any) -> PromptMessage:
     if not isinstance(m, Mapping) or m.get("role") not in ROLES:
         raise DataError(f"a message needs a role of {', '.join(sorted(ROLES))}, found {_short(m)}")
     content = m.get("content")

@@ -17,6 +17,7 @@ from kit.progress import progress as progress_bar
 from kit.prompts.adapters import PromptRow, get_adapter
 from kit.prompts.datafiles import file_problem_after_load, file_problem_before_load, local_files
 from kit.prompts.dedup import Deduplicator, dedup_key, prompt_id
+from kit.prompts.records import PromptRecord
 from kit.prompts.tokens import TEMPLATE_ERROR, TokenCounter
 
 CHUNK_MAX = 16384
@@ -200,8 +201,8 @@ def _count_lines(path: Path) -> int:
     return n + (last != b"\n")
 
 
-KeptSink = Callable[[list[dict[str, Any]]], None]
-"""Takes a batch of kept rows (dicts with the `prompts.parquet` columns), in the order kept."""
+KeptSink = Callable[[list[PromptRecord]], None]
+"""Takes a batch of kept rows (`prompts.parquet`'s), in the order kept."""
 
 
 class SourcePlan:
@@ -236,7 +237,7 @@ class SourcePlan:
                 f"has no language column (adapter '{self.adapter.name}' reads "
                 f"{list(self.adapter.language_columns) or 'none'}; found {columns}). Remove `language`."
             )
-        self.kept: list[dict[str, Any]] = []
+        self.kept: list[PromptRecord] = []
         self.kept_count = 0
         self.dropped = DroppedRows()
         self.examined = 0
@@ -380,15 +381,15 @@ class SourcePlan:
             self._ids.add(number)
         self.kept_count += 1
         self.kept.append(
-            {
-                "id": pid,
-                "source": self.source.name,
-                "source_row_id": item.source_row_id,
-                "messages": item.messages,
-                "tools": item.tools,
-                "metadata": item.metadata,
-                "prompt_tokens": tokens,
-            }
+            PromptRecord(
+                id=pid,
+                source=self.source.name,
+                source_row_id=item.source_row_id,
+                messages=item.messages,
+                tools=item.tools,
+                metadata=item.metadata,
+                prompt_tokens=tokens,
+            )
         )
         if self.sink is not None and len(self.kept) >= self.spill_rows:
             self.flush()
