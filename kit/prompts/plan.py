@@ -46,7 +46,7 @@ from kit.prompts import sources as _sources  # noqa: F401  (fills the adapter re
 from kit.prompts.adapters import get_adapter
 from kit.prompts.dedup import Deduplicator
 from kit.prompts.origin import source_origin
-from kit.prompts.records import PromptRecord
+from kit.prompts.records import PromptRecord, SourceOrigin
 from kit.prompts.sampling import REASONS, SourcePlan, load_source, source_targets
 from kit.prompts.tokens import POOL_MIN, TokenCounter
 from kit.runfolder import atomic_path, write_json_atomic
@@ -134,13 +134,15 @@ def build_plan(
 
 def _run_sources(
     data: DataParams, counter: TokenCounter | None, progress: bool, spill: PromptSpill
-) -> tuple[list[SourcePlan], dict[str, dict[str, Any]], list[str]]:
+) -> tuple[list[SourcePlan], dict[str, SourceOrigin], list[str]]:
     """Plan every source, its kept rows to `spill`; a source left empty is a `DataError`, one left
     short a warning. Each source's dataset is let go once it is walked. Also each source's origin
     (kit.prompts.origin: Hub commit, or files and their sha256)."""
     dedup = Deduplicator() if data.dedup else None
     targets = source_targets(data)
-    plans, origins, warnings = [], {}, []
+    plans: list[SourcePlan] = []
+    origins: dict[str, SourceOrigin] = {}
+    warnings: list[str] = []
     for source in data.sources:
         dataset = load_source(source, progress)
         origins[source.name] = source_origin(source, dataset)
