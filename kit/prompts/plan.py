@@ -46,7 +46,7 @@ from kit.prompts import sources as _sources  # noqa: F401  (fills the adapter re
 from kit.prompts.adapters import get_adapter
 from kit.prompts.dedup import Deduplicator
 from kit.prompts.origin import source_origin
-from kit.prompts.records import PromptRecord, SourceOrigin
+from kit.prompts.records import PlanReport, PromptRecord, SourceOrigin
 from kit.prompts.sampling import REASONS, SourcePlan, load_source, source_targets
 from kit.prompts.tokens import POOL_MIN, TokenCounter
 from kit.runfolder import atomic_path, write_json_atomic
@@ -118,8 +118,7 @@ def build_plan(
                 counter.close()
         kept, ids_sha256 = spill.write()
     dropped = _dropped_rows(plans)
-    plan_json = _plan_json(data, tokenizer_dir, plans, kept, ids_sha256)
-    write_json_atomic(out_plan, {**plan_json, "origins": origins, "warnings": warnings})
+    write_json_atomic(out_plan, _plan_json(data, tokenizer_dir, plans, kept, ids_sha256, origins, warnings))
     summary = pd.DataFrame([p.summary() for p in plans])
     return PlanResult(
         summary,
@@ -419,16 +418,24 @@ def tools_list(row: PromptRecord) -> list[dict[str, Any]] | None:
 
 
 def _plan_json(
-    data: DataParams, tokenizer_dir: Path | None, plans: list[SourcePlan], prompts: int, ids_sha256: str
-) -> dict[str, Any]:
-    return {
-        "seed": data.seed,
-        "total": data.total,
-        "max_prompt_tokens": data.max_prompt_tokens,
-        "dedup": data.dedup,
-        "tokenizer": str(tokenizer_dir) if tokenizer_dir else None,
-        "prompts": prompts,
-        "ids_sha256": ids_sha256,
-        "sources": [p.summary() for p in plans],
-        "dropped_examples": {p.source.name: p.examples() for p in plans},
-    }
+    data: DataParams,
+    tokenizer_dir: Path | None,
+    plans: list[SourcePlan],
+    prompts: int,
+    ids_sha256: str,
+    origins: dict[str, SourceOrigin],
+    warnings: list[str],
+) -> PlanReport:
+    return PlanReport(
+        seed=data.seed,
+        total=data.total,
+        max_prompt_tokens=data.max_prompt_tokens,
+        dedup=data.dedup,
+        tokenizer=str(tokenizer_dir) if tokenizer_dir else None,
+        prompts=prompts,
+        ids_sha256=ids_sha256,
+        sources=[p.summary() for p in plans],
+        dropped_examples={p.source.name: p.examples() for p in plans},
+        origins=origins,
+        warnings=warnings,
+    )

@@ -4,6 +4,8 @@
 
     PromptRecord     one row of prompts.parquet (plan.PROMPTS_SCHEMA), as a source keeps it
     SourceOrigin     where a source's rows came from (plan.json's `origins`, the dataset card)
+    SourceSummary    one source's line of the plan table and of plan.json's `sources`
+    PlanReport       plan.json: the plan's settings, each source's summary, dropped examples, origins
 
 A row of a user's dataset, as `datasets` yields it, stays a dict: its columns are the user's.
 """
@@ -61,3 +63,50 @@ class HubOrigin(TypedDict):
 
 SourceOrigin = HubOrigin | FilesOrigin
 """Where a source's rows came from (kit.prompts.origin.source_origin): plan.json's `origins`, the card."""
+
+
+class SourceSummary(TypedDict):
+    """One source of the plan (`SourcePlan.summary`): a row of the plan table and of plan.json's
+    `sources`; `dropped_<reason>` for each of `kit.prompts.sampling.REASONS`, in that order."""
+
+    source: str
+    adapter: str
+    dataset: str
+    config: str | None
+    split: str
+    requested: int | None
+    """The source's target (None: all its rows)."""
+    available: int
+    examined: int
+    kept: int
+    dropped_language: int
+    dropped_malformed: int
+    dropped_duplicate: int
+    dropped_too_long: int
+    dropped_template_error: int
+
+
+class DroppedExample(TypedDict):
+    """One of the first rows a filter dropped, for plan.json's `dropped_examples`."""
+
+    source_row_id: str
+    detail: str
+
+
+class PlanReport(TypedDict):
+    """plan.json, as `build_plan` writes it: the data settings, what was kept, each source."""
+
+    seed: int
+    total: int | None
+    max_prompt_tokens: int | None
+    dedup: bool
+    tokenizer: str | None
+    prompts: int
+    ids_sha256: str
+    """The sha256 of the kept ids, in order, joined by newlines."""
+    sources: list[SourceSummary]
+    dropped_examples: dict[str, dict[str, list[DroppedExample]]]
+    """Per source, per reason: the first few rows dropped."""
+    origins: dict[str, SourceOrigin]
+    warnings: list[str]
+    """Sources that gave fewer prompts than planned, and why."""

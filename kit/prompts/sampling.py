@@ -17,7 +17,7 @@ from kit.progress import progress as progress_bar
 from kit.prompts.adapters import PromptRow, get_adapter
 from kit.prompts.datafiles import file_problem_after_load, file_problem_before_load, local_files
 from kit.prompts.dedup import Deduplicator, dedup_key, prompt_id
-from kit.prompts.records import PromptRecord
+from kit.prompts.records import DroppedExample, PromptRecord, SourceSummary
 from kit.prompts.tokens import TEMPLATE_ERROR, TokenCounter
 
 CHUNK_MAX = 16384
@@ -422,25 +422,29 @@ class SourcePlan:
                 "Pick the adapter for this schema."
             )
 
-    def summary(self) -> dict[str, Any]:
+    def summary(self) -> SourceSummary:
         """One row of the plan table."""
-        reasons = self.dropped.counts
-        return {
-            "source": self.source.name,
-            "adapter": self.adapter.name,
-            "dataset": self.source.dataset,
-            "config": self.source.config,
-            "split": self.source.split,
-            "requested": self.target,
-            "available": self.available,
-            "examined": self.examined,
-            "kept": self.kept_count,
-            **{f"dropped_{r}": reasons.get(r, 0) for r in REASONS},
-        }
+        n = self.dropped.counts
+        return SourceSummary(
+            source=self.source.name,
+            adapter=self.adapter.name,
+            dataset=self.source.dataset,
+            config=self.source.config,
+            split=self.source.split,
+            requested=self.target,
+            available=self.available,
+            examined=self.examined,
+            kept=self.kept_count,
+            dropped_language=n.get("language", 0),
+            dropped_malformed=n.get("malformed", 0),
+            dropped_duplicate=n.get("duplicate", 0),
+            dropped_too_long=n.get("too_long", 0),
+            dropped_template_error=n.get("template_error", 0),
+        )
 
-    def examples(self) -> dict[str, list[dict[str, str]]]:
+    def examples(self) -> dict[str, list[DroppedExample]]:
         """The first few dropped rows per reason, for plan.json."""
         return {
-            reason: [{"source_row_id": row_id, "detail": detail[:300]} for row_id, detail in first]
+            reason: [DroppedExample(source_row_id=row_id, detail=detail[:300]) for row_id, detail in first]
             for reason, first in self.dropped.first.items()
         }
