@@ -6,13 +6,15 @@
     SourceOrigin     where a source's rows came from (plan.json's `origins`, the dataset card)
     SourceSummary    one source's line of the plan table and of plan.json's `sources`
     PlanReport       plan.json: the plan's settings, each source's summary, dropped examples, origins
+    LineSampling     an OpenAI batch line's own sampling settings (its metadata's `body_sampling`)
+    BatchRequest     one line of an OpenAI batch file, checked (kit.prompts.openai_batch.parse_line)
 
 A row of a user's dataset, as `datasets` yields it, stays a dict: its columns are the user's.
 """
 
 from __future__ import annotations
 
-from typing import NotRequired, TypedDict
+from typing import Any, NotRequired, Required, TypedDict
 
 
 class PromptMessage(TypedDict):
@@ -110,3 +112,66 @@ class PlanReport(TypedDict):
     origins: dict[str, SourceOrigin]
     warnings: list[str]
     """Sources that gave fewer prompts than planned, and why."""
+
+
+class LineSampling(TypedDict, total=False):
+    """An OpenAI batch line's own sampling settings, in `generate.sampling`'s terms and checked against
+    its ranges (kit.prompts.openai_batch.line_sampling): only the fields the line sets. Kept in the
+    prompt's metadata as `body_sampling`, sent by stage 3 over `generate.sampling`
+    (kit.generate.rowsampling)."""
+
+    temperature: float
+    top_p: float
+    top_k: int
+    min_p: float
+    presence_penalty: float
+    frequency_penalty: float
+    repetition_penalty: float
+    seed: int
+    stop: list[str]
+    max_tokens: int
+    """The line's `max_tokens`, or its `max_completion_tokens`."""
+
+
+class BatchBody(TypedDict, total=False):
+    """A batch line's `body`: a chat-completion request, its keys those `parse_line` lets through
+    (`openai_batch.KNOWN`), its values as the file holds them (the messages are read by `_message`,
+    the tools by `tools_json`, the sampling fields by `line_sampling`; the rest is refused or left
+    aside)."""
+
+    messages: Required[list[Any]]
+    tools: Any
+    temperature: Any
+    top_p: Any
+    top_k: Any
+    min_p: Any
+    presence_penalty: Any
+    frequency_penalty: Any
+    repetition_penalty: Any
+    seed: Any
+    stop: Any
+    max_tokens: Any
+    max_completion_tokens: Any
+    stream: Any
+    logprobs: Any
+    top_logprobs: Any
+    response_format: Any
+    audio: Any
+    modalities: Any
+    n: Any
+    model: Any
+    user: Any
+    metadata: Any
+    store: Any
+    tool_choice: Any
+    parallel_tool_calls: Any
+
+
+class BatchRequest(TypedDict):
+    """One line of an OpenAI batch file, as `parse_line` checked it: a text `custom_id`, POST (where
+    given), a chat endpoint (where given) and a body with messages."""
+
+    custom_id: str
+    method: NotRequired[str]
+    url: NotRequired[str]
+    body: BatchBody
