@@ -35,14 +35,12 @@ def load_source(source: SourceParams, progress: bool = True) -> Any:
     import datasets
 
     _raise_for_file(source, file_problem_before_load(source))
-    kwargs: dict[str, Any] = {"split": source.split}
-    if source.data_files:
-        kwargs["data_files"] = [str(p) for p in source.data_files]
+    files = [str(p) for p in source.data_files] if source.data_files else None  # None: load_dataset's default
     quiet = not progress and not datasets.are_progress_bars_disabled()
     if quiet:
         datasets.disable_progress_bars()
     try:
-        return datasets.load_dataset(source.dataset, source.config, **kwargs)
+        return datasets.load_dataset(source.dataset, source.config, split=source.split, data_files=files)
     except Exception as e:  # the hub, the builders and fsspec raise many types; all mean "cannot load"
         _raise_for_file(source, file_problem_after_load(source))
         cause = f" ({type(e.__cause__).__name__}: {str(e.__cause__)[:300]})" if e.__cause__ else ""
