@@ -52,6 +52,8 @@ class Adapted:
     messages: list[PromptMessage]
     tools: str | None = None
     meta: dict[str, Any] = field(default_factory=dict)
+    """Written as sorted JSON (the prompt's `metadata`): each adapter's own keys (`reference`, `lang`...)
+    and, for the generic schemas, the user's own columns (`scalar_meta`): free-form, so a dict."""
     row_id: str | None = None
     """The source's own id of the row, where the row function reads it (an OpenAI batch line's
     `custom_id`); else the adapter's `id_column`, else the row's position."""
@@ -232,8 +234,9 @@ def _short(value: Any, limit: int = 120) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def scalar_meta(row: Mapping[str, Any], skip: Sequence[str]) -> dict[str, Any]:
-    """The row's other columns that are plain values (for generic adapters' metadata)."""
+def scalar_meta(row: Mapping[str, Any], skip: Sequence[str]) -> dict[str, str | int | float | bool | None]:
+    """The row's other columns that are plain values (for generic adapters' metadata): keyed by the
+    user's column names, so a dict, its values the scalars kept."""
     return {
         k: v
         for k, v in row.items()
