@@ -2,12 +2,12 @@
 
 `TypedDict`s, so what is written stays the JSON (or parquet row) it was:
 
-    PromptRecord     one row of prompts.parquet (plan.PROMPTS_SCHEMA), as a source keeps it
-    SourceOrigin     where a source's rows came from (plan.json's `origins`, the dataset card)
-    SourceSummary    one source's line of the plan table and of plan.json's `sources`
-    PlanReport       plan.json: the plan's settings, each source's summary, dropped examples, origins
-    LineSampling     an OpenAI batch line's own sampling settings (its metadata's `body_sampling`)
-    BatchRequest     one line of an OpenAI batch file, checked (kit.prompts.openai_batch.parse_line)
+    PromptRecord      one row of prompts.parquet (plan.PROMPTS_SCHEMA), as a source keeps it
+    SourceOrigin      where a source's rows came from (plan.json's `origins`, the dataset card)
+    SourcePlanSummary one source's line of the plan table and of plan.json's `sources`
+    PlanReport        plan.json: the plan's settings, each source's summary, dropped examples, origins
+    LineSampling      an OpenAI batch line's own sampling settings (its metadata's `body_sampling`)
+    BatchRequest      one line of an OpenAI batch file, checked (kit.prompts.openai_batch.parse_line)
 
 A row of a user's dataset, as `datasets` yields it, stays a dict: its columns are the user's.
 """
@@ -67,7 +67,7 @@ SourceOrigin = HubOrigin | FilesOrigin
 """Where a source's rows came from (kit.prompts.origin.source_origin): plan.json's `origins`, the card."""
 
 
-class SourceSummary(TypedDict):
+class SourcePlanSummary(TypedDict):
     """One source of the plan (`SourcePlan.summary`): a row of the plan table and of plan.json's
     `sources`; `dropped_<reason>` for each of `kit.prompts.sampling.REASONS`, in that order."""
 
@@ -106,7 +106,7 @@ class PlanReport(TypedDict):
     prompts: int
     ids_sha256: str
     """The sha256 of the kept ids, in order, joined by newlines."""
-    sources: list[SourceSummary]
+    sources: list[SourcePlanSummary]
     dropped_examples: dict[str, dict[str, list[DroppedExample]]]
     """Per source, per reason: the first few rows dropped."""
     origins: dict[str, SourceOrigin]

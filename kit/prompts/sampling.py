@@ -17,7 +17,7 @@ from kit.progress import progress as progress_bar
 from kit.prompts.adapters import PromptRow, get_adapter
 from kit.prompts.datafiles import file_problem_after_load, file_problem_before_load, local_files
 from kit.prompts.dedup import Deduplicator, dedup_key, prompt_id
-from kit.prompts.records import DroppedExample, PromptRecord, SourceSummary
+from kit.prompts.records import DroppedExample, PromptRecord, SourcePlanSummary
 from kit.prompts.tokens import TEMPLATE_ERROR, TokenCounter
 
 CHUNK_MAX = 16384
@@ -420,10 +420,10 @@ class SourcePlan:
                 "Pick the adapter for this schema."
             )
 
-    def summary(self) -> SourceSummary:
+    def summary(self) -> SourcePlanSummary:
         """One row of the plan table."""
         n = self.dropped.counts
-        return SourceSummary(
+        return SourcePlanSummary(
             source=self.source.name,
             adapter=self.adapter.name,
             dataset=self.source.dataset,
