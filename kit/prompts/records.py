@@ -96,7 +96,8 @@ class DroppedExample(TypedDict):
 
 
 class PlanReport(TypedDict):
-    """plan.json, as `build_plan` writes it: the data settings, what was kept, each source."""
+    """plan.json, as `build_plan` writes it (and the analysis and the export read it back): the data
+    settings, what was kept, each source."""
 
     seed: int
     total: int | None
@@ -109,9 +110,10 @@ class PlanReport(TypedDict):
     sources: list[SourcePlanSummary]
     dropped_examples: dict[str, dict[str, list[DroppedExample]]]
     """Per source, per reason: the first few rows dropped."""
-    origins: dict[str, SourceOrigin]
-    warnings: list[str]
-    """Sources that gave fewer prompts than planned, and why."""
+    origins: NotRequired[dict[str, SourceOrigin]]
+    """Absent from a plan.json written before origins were recorded (kit.export.run.source_origins)."""
+    warnings: NotRequired[list[str]]
+    """Sources that gave fewer prompts than planned, and why (absent from an older plan.json)."""
 
 
 class LineSampling(TypedDict, total=False):
