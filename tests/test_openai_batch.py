@@ -361,3 +361,13 @@ def test_a_dotted_custom_id_that_failed_is_answered_with_its_failure(tmp_path) -
     rejected = datasets.load_dataset(str(tmp_path / "data"))["rejected"]
     assert rejected["id"] == ["req.7"] and rejected["drop_reason"] == ["failed"]
     assert result.reasons["failed"] == 1
+
+
+def test_the_batch_records_name_the_fields_the_adapter_reads() -> None:
+    """`BatchBody` names every body field a line may hold (`KNOWN`: the rest are refused), and
+    `LineSampling` the sampling fields a line keeps (max_completion_tokens read as max_tokens)."""
+    from kit.prompts.openai_batch import KNOWN, SAMPLING_FIELDS
+    from kit.prompts.records import BatchBody, LineSampling
+
+    assert set(BatchBody.__annotations__) == KNOWN
+    assert set(LineSampling.__annotations__) == set(SAMPLING_FIELDS) - {"max_completion_tokens"}

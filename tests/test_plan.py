@@ -524,3 +524,14 @@ def test_tools_list_parses_a_planned_prompts_tools_for_the_client() -> None:
     assert tools_list({"tools": None}) is None
     assert tools_list({"tools": ""}) is None
     assert tools_list({}) is None
+
+
+def test_the_plan_records_name_the_columns_and_reasons_the_plan_writes() -> None:
+    """The records are spelled out beside what they mirror: prompts.parquet's schema, one
+    `dropped_<reason>` per filter (in REASONS order), the keys plan.json is written with."""
+    from kit.prompts.records import PlanReport, PromptRecord, SourcePlanSummary
+
+    assert list(PromptRecord.__annotations__) == PROMPTS_SCHEMA.names
+    dropped = [k for k in SourcePlanSummary.__annotations__ if k.startswith("dropped_")]
+    assert dropped == [f"dropped_{r}" for r in sampling.REASONS]
+    assert list(PlanReport.__annotations__)[-2:] == ["origins", "warnings"]

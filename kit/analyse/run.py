@@ -23,6 +23,8 @@ from kit.runfolder import RunFolder
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
+    from kit.prompts.records import PlanReport
+
 
 @dataclass
 class RunData:
@@ -39,7 +41,7 @@ class RunData:
     failures: pd.DataFrame
     metrics: pd.DataFrame | None
     manifest: Manifest | None
-    plan: dict[str, Any] | None
+    plan: PlanReport | None
     prompt_counts: dict[str, int]
     gaps: list[str] = field(default_factory=list)
     parts: pd.DataFrame | None = None

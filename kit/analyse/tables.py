@@ -4,12 +4,15 @@ that the token budget is wrong), and the lengths of reasoning and answer and the
 
 from __future__ import annotations
 
-from typing import Any, TypedDict
+from typing import TYPE_CHECKING, TypedDict
 
 import pandas as pd
 
 from kit.artifacts import Health, SourceSummary, Summary
 from kit.artifacts.record import Distribution
+
+if TYPE_CHECKING:
+    from kit.prompts.records import PlanReport
 
 LENGTHS = ("reasoning_chars", "answer_chars", "reasoning_tokens", "answer_tokens")
 """Length columns of kit.analyse.reasoning.reasoning_parts, summarised per source."""
@@ -95,7 +98,7 @@ def distribution(values: pd.Series) -> dict[str, float | int | None]:
     }
 
 
-def requested_counts(plan: dict[str, Any] | None, prompt_counts: dict[str, int]) -> pd.DataFrame:
+def requested_counts(plan: PlanReport | None, prompt_counts: dict[str, int]) -> pd.DataFrame:
     """Rows requested and kept (planned) per source, from plan.json, else from prompts.parquet."""
     rows = {}
     for entry in (plan or {}).get("sources") or []:

@@ -27,6 +27,7 @@ from kit.artifacts import Decision, Manifest
 from kit.export.drops import RULES
 from kit.modelshape import DEMO_MARKER
 from kit.params import RunParams
+from kit.prompts.records import SourceOrigin
 
 SIZE_CATEGORIES = [
     (1_000, "n<1K"),
@@ -65,7 +66,7 @@ class CardFacts:
     engine: dict[str, Any] = field(default_factory=dict)
     sampling: dict[str, Any] = field(default_factory=dict)
     gaps: list[str] = field(default_factory=list)
-    origins: dict[str, dict[str, Any]] = field(default_factory=dict)
+    origins: dict[str, SourceOrigin] = field(default_factory=dict)
     """Per source, where its rows came from (plan.json's `origins`, kit.prompts.origin)."""
     origins_note: str = ""
     """How the origins were found, where not from the plan (an older plan.json lacks them)."""
@@ -190,7 +191,7 @@ def _origin_lines(facts: CardFacts) -> list[str]:
     return [f"Where each source's rows came from{note}:", "", *lines, ""]
 
 
-def _origin(o: dict[str, Any]) -> str:
+def _origin(o: SourceOrigin) -> str:
     """One source's origin in words: the Hub id and its commit, or each local file and its sha256."""
     if "hub" not in o:
         files = [

@@ -38,6 +38,7 @@ from kit.artifacts import Manifest
 from kit.export.drops import NEAR_RULES, RULES, kept_flag_counts
 from kit.params import AnalyseParams
 from kit.progress import progress as progress_bar
+from kit.prompts.records import PlanReport
 from kit.runfolder import RunFolder
 
 BIT_RULES = ("empty", "truncated", "unterminated_think", "tool_call_broken", "refusal", "repeats_prompt")
@@ -68,7 +69,7 @@ class ExportFacts:
     """Rows generated per source (each id once)."""
     failures: pd.DataFrame
     manifest: Manifest | None
-    plan: dict[str, Any] | None
+    plan: PlanReport | None
     prompt_counts: dict[str, int]
     paths: list[Path]
     gaps: list[str] = field(default_factory=list)

@@ -33,6 +33,7 @@ from kit.export.rows import openai_calls, shard_batches
 from kit.params import RunParams
 from kit.prompts.datafiles import local_files
 from kit.prompts.openai_batch import parse_line
+from kit.prompts.records import BatchRequest
 from kit.runfolder import RunFolder
 
 OUTPUT = "output.jsonl"
@@ -199,7 +200,7 @@ def _failures(facts: ExportFacts, custom: dict[str, str]) -> dict[str, tuple[str
     return out
 
 
-def _lines(source: Any) -> Iterator[tuple[str, str, dict[str, Any] | DataError | None]]:
+def _lines(source: Any) -> Iterator[tuple[str, str, BatchRequest | DataError | None]]:
     """(where, text, the parsed line or why not; None for a blank line) of a batch source's files."""
     for path in local_files(source):
         with path.open(encoding="utf-8", errors="replace") as f:

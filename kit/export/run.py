@@ -44,6 +44,7 @@ from kit.export.rows import Format, Reasoning, convert, export_schema, shard_bat
 from kit.params import AnalyseParams, RunParams, saved_params
 from kit.progress import progress as progress_bar
 from kit.prompts.origin import source_origin
+from kit.prompts.records import PlanReport, SourceOrigin
 from kit.runfolder import RunFolder
 from kit.version import version_text
 
@@ -401,9 +402,7 @@ def card_facts(
     )
 
 
-def source_origins(
-    plan: dict[str, Any] | None, params: RunParams | None
-) -> tuple[dict[str, dict[str, Any]], str]:
+def source_origins(plan: PlanReport | None, params: RunParams | None) -> tuple[dict[str, SourceOrigin], str]:
     """(each source's origin, how it was found): plan.json's `origins`, recorded when the sources
     were loaded; for a plan made before they were, from the saved params now (files hashed now)."""
     recorded = (plan or {}).get("origins")

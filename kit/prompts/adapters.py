@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kit.errors import DataError
+from kit.prompts.records import PromptMessage
 
 SHAREGPT_ROLES = {
     "human": "user",
@@ -35,7 +36,7 @@ ROLES = frozenset({"system", "user", "assistant", "tool"})
 class PromptRow:
     """The prompt side of one planned request, before it gets a stable id."""
 
-    messages: list[dict[str, str]]
+    messages: list[PromptMessage]
     tools: str | None
     source_row_id: str
     metadata: str
@@ -48,9 +49,11 @@ class PromptRow:
 class Adapted:
     """What an adapter function returns for one row (the registry adds id and JSON encoding)."""
 
-    messages: list[dict[str, str]]
+    messages: list[PromptMessage]
     tools: str | None = None
     meta: dict[str, Any] = field(default_factory=dict)
+    """Written as sorted JSON (the prompt's `metadata`): each adapter's own keys (`reference`, `lang`...)
+    and, for the generic schemas, the user's own columns (`scalar_meta`): free-form, so a dict."""
     row_id: str | None = None
     """The source's own id of the row, where the row function reads it (an OpenAI batch line's
     `custom_id`); else the adapter's `id_column`, else the row's position."""
@@ -149,7 +152,9 @@ def get_adapter(name: str) -> Adapter:
 # --- shared pieces -------------------------------------------------------------------------------
 
 
-def sharegpt_prompt(turns: Any, keys: tuple[str, str] = ("from", "value")) -> tuple[list[dict], str | None]:
+def sharegpt_prompt(
+    turns: Any, keys: tuple[str, str] = ("from", "value")
+) -> tuple[list[PromptMessage], str | None]:
     """Messages up to (not including) the last assistant turn, and that turn's text (the reference)."""
     if not isinstance(turns, list) or not turns:
         raise DataError(f"expected a non-empty list of {{{keys[0]}, {keys[1]}}} turns, found {_short(turns)}")
@@ -164,7 +169,7 @@ def sharegpt_prompt(turns: Any, keys: tuple[str, str] = ("from", "value")) -> tu
     return messages, reference
 
 
-def _turn(turn: Any, keys: tuple[str, str]) -> dict[str, str]:
+def _turn(turn: Any, keys: tuple[str, str]) -> PromptMessage:
     role_key, text_key = keys
     if not isinstance(turn, Mapping) or role_key not in turn or text_key not in turn:
         raise DataError(f"expected a turn with keys {{{role_key}, {text_key}}}, found {_short(turn)}")
@@ -198,7 +203,7 @@ TOOL_LISTING = re.compile(r"<tools>(?!\s*</tools>).*?</tools>", re.DOTALL)
 the tags, is no listing)."""
 
 
-def tools_in_one_place(messages: list[dict[str, Any]], tools: str | None) -> list[dict[str, Any]]:
+def tools_in_one_place(messages: list[PromptMessage], tools: str | None) -> list[PromptMessage]:
     """`messages` with the tool listing taken out of the system prompt when the row passes `tools`:
     the chat template renders `tools` (with its own instructions), so a listing left in the system
     prompt would show every schema twice, to the engine and to a trainer. A system prompt that held
@@ -217,7 +222,7 @@ def tools_in_one_place(messages: list[dict[str, Any]], tools: str | None) -> lis
     return out
 
 
-def user_prompt(text: Any, column: str) -> list[dict[str, str]]:
+def user_prompt(text: Any, column: str) -> list[PromptMessage]:
     """A single user message from a text column."""
     if not isinstance(text, str) or not text.strip():
         raise DataError(f"column '{column}' must hold non-empty text, found {_short(text)}")
@@ -229,8 +234,9 @@ def _short(value: Any, limit: int = 120) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def scalar_meta(row: Mapping[str, Any], skip: Sequence[str]) -> dict[str, Any]:
-    """The row's other columns that are plain values (for generic adapters' metadata)."""
+def scalar_meta(row: Mapping[str, Any], skip: Sequence[str]) -> dict[str, str | int | float | bool | None]:
+    """The row's other columns that are plain values (for generic adapters' metadata): keyed by the
+    user's column names, so a dict, its values the scalars kept."""
     return {
         k: v
         for k, v in row.items()

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TypedDict
 
 import numpy as np
 import pandas as pd
@@ -37,6 +37,12 @@ MIN_BUCKET_ROWS = 4
 MIN_ANSWERS = 4
 """Sweep answers of a source that predict it while the run has too few rows of it."""
 LENGTH_COLUMNS = ["source", "prompt_tokens", "completion_tokens"]
+
+FittedBasis = TypedDict("FittedBasis", {"from": str, "rows": int, "mean_tokens": float})
+"""What a fitted source's prediction rests on, for the manifest (`LengthModel.describe`): `from`
+made rows, pilot answers or sweep answers, how many, their mean output tokens."""
+CapBasis = TypedDict("CapBasis", {"from": str, "cap": int | None})
+"""A source predicted by its cap (`from`: max_tokens; None: no cap)."""
 
 
 def done_lengths(paths: list[Path]) -> pd.DataFrame:
@@ -143,16 +149,15 @@ class LengthModel:
         """What a source's prediction rests on: made rows, pilot answers, sweep answers or max_tokens."""
         return self.basis.get(source, "made rows") if source in self.sources else "max_tokens"
 
-    def describe(self) -> dict[str, Any]:
+    def describe(self) -> dict[str, FittedBasis | CapBasis]:
         """For the manifest: what each source's prediction rests on."""
-        return {
-            name: (
-                {"from": self.basis.get(name, "made rows"), "rows": s.rows, "mean_tokens": round(s.mean, 1)}
-                if (s := self.sources.get(name))
-                else {"from": "max_tokens", "cap": None if self.cap(name) == np.inf else int(self.cap(name))}
-            )
-            for name in sorted(set(self.sources) | set(self.caps))
-        }
+        return {name: self._basis(name) for name in sorted(set(self.sources) | set(self.caps))}
+
+    def _basis(self, name: str) -> FittedBasis | CapBasis:
+        if s := self.sources.get(name):
+            return {"from": self.fitted_on(name), "rows": s.rows, "mean_tokens": round(s.mean, 1)}
+        cap = self.cap(name)
+        return {"from": "max_tokens", "cap": None if cap == np.inf else int(cap)}
 
 
 def _source_lengths(g: pd.DataFrame, cut: int = 0) -> SourceLengths:

@@ -22,13 +22,14 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, cast
 
 from pydantic import ValidationError
 
 from kit.errors import DataError
 from kit.params import SamplingParams
 from kit.prompts.adapters import ROLES, Adapted, _short, adapter, tools_json
+from kit.prompts.records import BatchBody, BatchRequest, LineSampling, PromptMessage
 
 ENDPOINTS = ("/v1/chat/completions", "/chat/completions")
 SAMPLING_FIELDS = (
@@ -75,7 +76,7 @@ def openai_batch(row: Mapping[str, Any]) -> Adapted:
     return Adapted(messages, tools_json(body.get("tools")), meta, row_id=line["custom_id"])
 
 
-def parse_line(text: Any) -> dict[str, Any]:
+def parse_line(text: Any) -> BatchRequest:
     """One line of a batch file, checked: a JSON object with a custom_id, POST, a chat endpoint and a body."""
     if not isinstance(text, str) or not text.strip():
         raise DataError("empty line (a batch file holds one JSON request per line)")
@@ -111,7 +112,7 @@ def parse_line(text: Any) -> dict[str, Any]:
     return line
 
 
-def line_sampling(body: Mapping[str, Any]) -> dict[str, Any]:
+def line_sampling(body: BatchBody) -> LineSampling:
     """The body's sampling settings in `generate.sampling`'s terms (`max_completion_tokens` as
     `max_tokens`, a `stop` string as a list), checked against its ranges; `DataError` naming the
     field otherwise."""
@@ -134,10 +135,10 @@ def line_sampling(body: Mapping[str, Any]) -> dict[str, Any]:
         raise DataError(
             f"body.{key} = {value}: {err['msg'].lower()} (the ranges of generate.sampling)"
         ) from None
-    return {k: getattr(checked, k) for k in out}  # as validated: a seed of "7" becomes 7
+    return cast(LineSampling, {k: getattr(checked, k) for k in out})  # as validated: a seed of "7" is 7
 
 
-def _message(m: Any) -> dict[str, str]:
+def _message(m: Any) -> PromptMessage:
     if not isinstance(m, Mapping) or m.get("role") not in ROLES:
         raise DataError(f"a message needs a role of {', '.join(sorted(ROLES))}, found {_short(m)}")
     content = m.get("content")

@@ -16,22 +16,30 @@ from typing import Any
 from kit.params import SourceParams
 from kit.params_paths import LOCAL_BUILDERS
 from kit.prompts.datafiles import local_files
+from kit.prompts.records import FilesOrigin, HubOrigin, OriginFile, SourceOrigin
 
 COMMIT = re.compile(r"[0-9a-f]{40}")
 
 
-def source_origin(source: SourceParams, dataset: Any | None = None) -> dict[str, Any]:
+def source_origin(source: SourceParams, dataset: Any | None = None) -> SourceOrigin:
     """The origin of `source`; `dataset`, what `datasets.load_dataset` returned for it, names the Hub
     commit it read (None: the revision is not known)."""
     if source.dataset in LOCAL_BUILDERS:
         files = [
-            {"path": str(p), "sha256": file_sha256(p) if p.is_file() else None} for p in local_files(source)
+            OriginFile(path=str(p), sha256=file_sha256(p) if p.is_file() else None)
+            for p in local_files(source)
         ]
-        return {"builder": source.dataset, "files": files}
-    origin = {"hub": source.dataset, "config": source.config, "split": source.split}
-    if source.data_files:
-        origin["data_files"] = [str(f) for f in source.data_files]
-    return {**origin, "revision": hub_revision(dataset)}
+        return FilesOrigin(builder=source.dataset, files=files)
+    origin = HubOrigin(
+        hub=source.dataset,
+        config=source.config,
+        split=source.split,
+        data_files=[str(f) for f in source.data_files or []],
+        revision=hub_revision(dataset),
+    )
+    if not source.data_files:  # the key only where the params give data files
+        del origin["data_files"]
+    return origin
 
 
 def hub_revision(dataset: Any | None) -> str | None:

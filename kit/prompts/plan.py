@@ -46,6 +46,7 @@ from kit.prompts import sources as _sources  # noqa: F401  (fills the adapter re
 from kit.prompts.adapters import get_adapter
 from kit.prompts.dedup import Deduplicator
 from kit.prompts.origin import source_origin
+from kit.prompts.records import PlanReport, PromptRecord, SourceOrigin
 from kit.prompts.sampling import REASONS, SourcePlan, load_source, source_targets
 from kit.prompts.tokens import POOL_MIN, TokenCounter
 from kit.runfolder import atomic_path, write_json_atomic
@@ -63,7 +64,7 @@ PROMPTS_SCHEMA = pa.schema(
         ("prompt_tokens", pa.int64()),
     ]
 )
-"""Columns of `prompts.parquet` (tools and prompt_tokens may be null)."""
+"""Columns of `prompts.parquet` (tools and prompt_tokens may be null); a row: `PromptRecord`."""
 
 SPILL_BUFFER_ROWS = 32768
 """Kept rows held in memory (as Arrow, split into buckets) before they are appended to the bucket
@@ -117,8 +118,7 @@ def build_plan(
                 counter.close()
         kept, ids_sha256 = spill.write()
     dropped = _dropped_rows(plans)
-    plan_json = _plan_json(data, tokenizer_dir, plans, kept, ids_sha256)
-    write_json_atomic(out_plan, {**plan_json, "origins": origins, "warnings": warnings})
+    write_json_atomic(out_plan, _plan_json(data, tokenizer_dir, plans, kept, ids_sha256, origins, warnings))
     summary = pd.DataFrame([p.summary() for p in plans])
     return PlanResult(
         summary,
@@ -133,13 +133,15 @@ def build_plan(
 
 def _run_sources(
     data: DataParams, counter: TokenCounter | None, progress: bool, spill: PromptSpill
-) -> tuple[list[SourcePlan], dict[str, dict[str, Any]], list[str]]:
+) -> tuple[list[SourcePlan], dict[str, SourceOrigin], list[str]]:
     """Plan every source, its kept rows to `spill`; a source left empty is a `DataError`, one left
     short a warning. Each source's dataset is let go once it is walked. Also each source's origin
     (kit.prompts.origin: Hub commit, or files and their sha256)."""
     dedup = Deduplicator() if data.dedup else None
     targets = source_targets(data)
-    plans, origins, warnings = [], {}, []
+    plans: list[SourcePlan] = []
+    origins: dict[str, SourceOrigin] = {}
+    warnings: list[str] = []
     for source in data.sources:
         dataset = load_source(source, progress)
         origins[source.name] = source_origin(source, dataset)
@@ -196,8 +198,8 @@ class PromptSpill:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def add(self, rows: list[dict[str, Any]]) -> None:
-        """Take a batch of kept rows (dicts with the `PROMPTS_SCHEMA` columns)."""
+    def add(self, rows: list[PromptRecord]) -> None:
+        """Take a batch of kept rows (`PROMPTS_SCHEMA`'s columns)."""
         table = pa.Table.from_pylist(rows, schema=PROMPTS_SCHEMA)
         prefix = pc.utf8_slice_codeunits(table.column("id"), 0, self.digits)
         bucket = pc.index_in(prefix, value_set=self._prefixes)
@@ -301,7 +303,7 @@ def _unique_ids(table: pa.Table) -> pa.Table:
     at = int(np.flatnonzero(same.to_numpy(zero_copy_only=False))[0])
     a, b = table.slice(at, 2).to_pylist()
 
-    def where(row: dict[str, Any]) -> str:
+    def where(row: PromptRecord) -> str:
         line = json.loads(row["metadata"] or "{}").get("line") if row["metadata"] else None
         return f"source '{row['source']}'" + (f" {line}" if line else f" row {row['source_row_id']}")
 
@@ -408,7 +410,7 @@ def take_prompts(path: Path, positions: list[int]) -> pa.Table:
     return table.take(pa.array(local, pa.int64()))
 
 
-def tools_list(row: dict[str, Any]) -> list[dict[str, Any]] | None:
+def tools_list(row: PromptRecord) -> list[dict[str, Any]] | None:
     """A planned prompt's `tools` column (JSON text) parsed for the engine's client: None for a prompt
     without tools (no column value, or "[]")."""
     tools = row.get("tools")
@@ -416,16 +418,24 @@ def tools_list(row: dict[str, Any]) -> list[dict[str, Any]] | None:
 
 
 def _plan_json(
-    data: DataParams, tokenizer_dir: Path | None, plans: list[SourcePlan], prompts: int, ids_sha256: str
-) -> dict[str, Any]:
-    return {
-        "seed": data.seed,
-        "total": data.total,
-        "max_prompt_tokens": data.max_prompt_tokens,
-        "dedup": data.dedup,
-        "tokenizer": str(tokenizer_dir) if tokenizer_dir else None,
-        "prompts": prompts,
-        "ids_sha256": ids_sha256,
-        "sources": [p.summary() for p in plans],
-        "dropped_examples": {p.source.name: p.examples() for p in plans},
-    }
+    data: DataParams,
+    tokenizer_dir: Path | None,
+    plans: list[SourcePlan],
+    prompts: int,
+    ids_sha256: str,
+    origins: dict[str, SourceOrigin],
+    warnings: list[str],
+) -> PlanReport:
+    return PlanReport(
+        seed=data.seed,
+        total=data.total,
+        max_prompt_tokens=data.max_prompt_tokens,
+        dedup=data.dedup,
+        tokenizer=str(tokenizer_dir) if tokenizer_dir else None,
+        prompts=prompts,
+        ids_sha256=ids_sha256,
+        sources=[p.summary() for p in plans],
+        dropped_examples={p.source.name: p.examples() for p in plans},
+        origins=origins,
+        warnings=warnings,
+    )

@@ -17,6 +17,7 @@ from kit.progress import progress as progress_bar
 from kit.prompts.adapters import PromptRow, get_adapter
 from kit.prompts.datafiles import file_problem_after_load, file_problem_before_load, local_files
 from kit.prompts.dedup import Deduplicator, dedup_key, prompt_id
+from kit.prompts.records import DroppedExample, PromptRecord, SourcePlanSummary
 from kit.prompts.tokens import TEMPLATE_ERROR, TokenCounter
 
 CHUNK_MAX = 16384
@@ -34,14 +35,12 @@ def load_source(source: SourceParams, progress: bool = True) -> Any:
     import datasets
 
     _raise_for_file(source, file_problem_before_load(source))
-    kwargs: dict[str, Any] = {"split": source.split}
-    if source.data_files:
-        kwargs["data_files"] = [str(p) for p in source.data_files]
+    files = [str(p) for p in source.data_files] if source.data_files else None  # None: load_dataset's default
     quiet = not progress and not datasets.are_progress_bars_disabled()
     if quiet:
         datasets.disable_progress_bars()
     try:
-        return datasets.load_dataset(source.dataset, source.config, **kwargs)
+        return datasets.load_dataset(source.dataset, source.config, split=source.split, data_files=files)
     except Exception as e:  # the hub, the builders and fsspec raise many types; all mean "cannot load"
         _raise_for_file(source, file_problem_after_load(source))
         cause = f" ({type(e.__cause__).__name__}: {str(e.__cause__)[:300]})" if e.__cause__ else ""
@@ -200,8 +199,8 @@ def _count_lines(path: Path) -> int:
     return n + (last != b"\n")
 
 
-KeptSink = Callable[[list[dict[str, Any]]], None]
-"""Takes a batch of kept rows (dicts with the `prompts.parquet` columns), in the order kept."""
+KeptSink = Callable[[list[PromptRecord]], None]
+"""Takes a batch of kept rows (`prompts.parquet`'s), in the order kept."""
 
 
 class SourcePlan:
@@ -236,7 +235,7 @@ class SourcePlan:
                 f"has no language column (adapter '{self.adapter.name}' reads "
                 f"{list(self.adapter.language_columns) or 'none'}; found {columns}). Remove `language`."
             )
-        self.kept: list[dict[str, Any]] = []
+        self.kept: list[PromptRecord] = []
         self.kept_count = 0
         self.dropped = DroppedRows()
         self.examined = 0
@@ -380,15 +379,15 @@ class SourcePlan:
             self._ids.add(number)
         self.kept_count += 1
         self.kept.append(
-            {
-                "id": pid,
-                "source": self.source.name,
-                "source_row_id": item.source_row_id,
-                "messages": item.messages,
-                "tools": item.tools,
-                "metadata": item.metadata,
-                "prompt_tokens": tokens,
-            }
+            PromptRecord(
+                id=pid,
+                source=self.source.name,
+                source_row_id=item.source_row_id,
+                messages=item.messages,
+                tools=item.tools,
+                metadata=item.metadata,
+                prompt_tokens=tokens,
+            )
         )
         if self.sink is not None and len(self.kept) >= self.spill_rows:
             self.flush()
@@ -421,25 +420,29 @@ class SourcePlan:
                 "Pick the adapter for this schema."
             )
 
-    def summary(self) -> dict[str, Any]:
+    def summary(self) -> SourcePlanSummary:
         """One row of the plan table."""
-        reasons = self.dropped.counts
-        return {
-            "source": self.source.name,
-            "adapter": self.adapter.name,
-            "dataset": self.source.dataset,
-            "config": self.source.config,
-            "split": self.source.split,
-            "requested": self.target,
-            "available": self.available,
-            "examined": self.examined,
-            "kept": self.kept_count,
-            **{f"dropped_{r}": reasons.get(r, 0) for r in REASONS},
-        }
+        n = self.dropped.counts
+        return SourcePlanSummary(
+            source=self.source.name,
+            adapter=self.adapter.name,
+            dataset=self.source.dataset,
+            config=self.source.config,
+            split=self.source.split,
+            requested=self.target,
+            available=self.available,
+            examined=self.examined,
+            kept=self.kept_count,
+            dropped_language=n.get("language", 0),
+            dropped_malformed=n.get("malformed", 0),
+            dropped_duplicate=n.get("duplicate", 0),
+            dropped_too_long=n.get("too_long", 0),
+            dropped_template_error=n.get("template_error", 0),
+        )
 
-    def examples(self) -> dict[str, list[dict[str, str]]]:
+    def examples(self) -> dict[str, list[DroppedExample]]:
         """The first few dropped rows per reason, for plan.json."""
         return {
-            reason: [{"source_row_id": row_id, "detail": detail[:300]} for row_id, detail in first]
+            reason: [DroppedExample(source_row_id=row_id, detail=detail[:300]) for row_id, detail in first]
             for reason, first in self.dropped.first.items()
         }
