@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import Any, TypedDict
 
 from kit.decide.levels import LevelFigures
-from kit.decide.pilot import Answer
+from kit.decide.pilot import Answer, SweepPrompt
 from kit.engines.answers import TransientEngineError
 from kit.engines.client import EngineClient
 from kit.engines.request_fields import run_request_fields, tool_request_fields
@@ -40,7 +40,7 @@ MAX_ERROR_SHARE = 0.1
 """A level where more than this share of requests failed is not a measurement of the arm."""
 
 
-def _answer(prompt: dict[str, Any], r: Any, max_tokens: int) -> Answer:
+def _answer(prompt: SweepPrompt, r: Any, max_tokens: int) -> Answer:
     return Answer(
         id=prompt["id"],
         source=prompt.get("source"),
@@ -61,7 +61,7 @@ def _pct(values: list[float], q: float) -> float | None:
 
 async def _level(
     client: EngineClient,
-    prompts: list[dict],
+    prompts: list[SweepPrompt],
     n: int,
     c: int,
     max_tokens: int,
@@ -232,7 +232,7 @@ def stage3_sampling(params: RunParams) -> Sampling:
 
 
 async def measure_level(
-    params: RunParams, server: Any, prompts: list[dict], c: int, sampled: bool = False
+    params: RunParams, server: Any, prompts: list[SweepPrompt], c: int, sampled: bool = False
 ) -> LevelFigures:
     """One level on `server`: greedy, or sampled as stage 3 samples (`sampled`, `stage3_sampling`)."""
     d = params.decide
