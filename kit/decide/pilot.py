@@ -22,6 +22,7 @@ import time
 from typing import Any, TypedDict
 
 from kit.engines.client import EngineClient
+from kit.engines.flavors.base import RequestFields
 from kit.engines.request_fields import run_request_fields, tool_request_fields
 from kit.errors import EngineError
 from kit.params import RunParams
@@ -110,7 +111,7 @@ async def pilot(
 
     async def one(i: int, p: SweepPrompt, cap: int | None = None) -> Answer | None:
         budget = cap or caps.get(p.get("source"), sampling.max_tokens)
-        sent = {**fields, **(tools if p.get("tools_list") else {})}
+        sent: RequestFields = {**fields, **(tools if p.get("tools_list") else {})}
         if sampling.seed is not None:
             sent["seed"] = sampling.seed + i
         try:

@@ -17,6 +17,7 @@ from kit.decide.levels import LevelFigures
 from kit.decide.pilot import Answer, SweepPrompt
 from kit.engines.answers import TransientEngineError
 from kit.engines.client import EngineClient
+from kit.engines.flavors.base import RequestFields, ToolFields
 from kit.engines.request_fields import run_request_fields, tool_request_fields
 from kit.engines.spec_metrics import SpecCounters, gauge_accept_length
 from kit.errors import EngineError
@@ -65,8 +66,8 @@ async def _level(
     n: int,
     c: int,
     max_tokens: int,
-    fields: dict[str, Any] | None = None,
-    tool_fields: dict[str, Any] | None = None,
+    fields: RequestFields | None = None,
+    tool_fields: ToolFields | None = None,
     min_s: float = 0.0,
     serving: Callable[[], bool] | None = None,
     sampling: Sampling | None = None,
@@ -237,7 +238,12 @@ async def measure_level(
     """One level on `server`: greedy, or sampled as stage 3 samples (`sampled`, `stage3_sampling`)."""
     d = params.decide
     how = stage3_sampling(params) if sampled else None
-    template = {k: v for k, v in run_request_fields(params).items() if k == "chat_template_kwargs"}
+    run = run_request_fields(params)
+    template = (
+        RequestFields(chat_template_kwargs=run["chat_template_kwargs"])
+        if "chat_template_kwargs" in run
+        else RequestFields()
+    )
     async with arm_client(params, server) as client:
         n = d.requests_per_level or 2 * c
         tools = tool_request_fields(params)
