@@ -6,15 +6,13 @@ what the params leave unset (see `kit.engines.settings.apply_settings`).
 
 from __future__ import annotations
 
-from typing import Any
-
 from kit.artifacts import Decision
 from kit.engines.arms import Arm, arm_k, arm_label
-from kit.engines.settings import apply_settings
+from kit.engines.settings import AppliedSettings, apply_settings
 from kit.params import RunParams
 
 
-def apply_decision(params: RunParams, decision: Decision) -> tuple[RunParams, dict[str, Any]]:
+def apply_decision(params: RunParams, decision: Decision) -> tuple[RunParams, AppliedSettings]:
     """(params for stage 3, the settings taken from the decision, with the chosen arm's name)."""
     arm = decision.arm or Arm(0)
     new, applied = apply_settings(params, arm, decision.engine_settings)
@@ -22,7 +20,7 @@ def apply_decision(params: RunParams, decision: Decision) -> tuple[RunParams, di
     return new, applied
 
 
-def applied_words(applied: dict[str, Any], name: str = "MTP") -> str:
+def applied_words(applied: AppliedSettings, name: str = "MTP") -> str:
     """The settings `apply_decision` took, as a line a person reads: 'plain decoding (the decision's
     arm); dp_size 1, tp_size 1, mem_fraction_static 0.85' (it printed the raw dict); `name` labels
     the speculative arm (MTP, n-gram, EAGLE...)."""

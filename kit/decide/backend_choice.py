@@ -21,6 +21,7 @@ from kit.columns import OUTPUT_TOK_S, OUTPUT_TOK_S_HI, OUTPUT_TOK_S_LO
 from kit.decide.backends import BASELINE, Alternative, BackendSweep, run_backends
 from kit.decide.levels import RUN_COLUMNS, per_round, rests_on_disturbed, summarise
 from kit.decide.noise import Lead, lead
+from kit.decide.pilot import SweepPrompt
 from kit.params import RunParams
 from kit.runfolder import RunFolder
 
@@ -195,7 +196,7 @@ def settings_sweep(
     sweep_params: RunParams,
     folder: RunFolder,
     decision: Decision,
-    prompts: list[dict],
+    prompts: list[SweepPrompt],
     hybrid: bool = False,
     together: bool = False,
     running_caps: dict[int, int] | None = None,

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 import pandas as pd
 
 from kit.decide.levels import RUN_COLUMNS, flag_slow
+from kit.decide.pilot import SweepPrompt
 from kit.decide.sweep import SweepLog, interleaved, run_slots
 from kit.decide.sweep_level import stage3_sampling
 from kit.decide.sweep_servers import ArmServers, Slot
@@ -130,7 +131,7 @@ def run_backends(
     params: RunParams,
     folder: RunFolder,
     arm: Arm,
-    prompts: list[dict],
+    prompts: list[SweepPrompt],
     hybrid: bool = False,
     together: bool = False,
     running_caps: dict[int, int] | None = None,

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, TypedDict
 import pandas as pd
 
 from kit.columns import OUTPUT_TOK_S, OUTPUT_TOK_S_HI, OUTPUT_TOK_S_LO, SPEC_K
+from kit.decide.disturbance import Disturbance
 from kit.decide.machine import judge_runs
 from kit.decide.noise import median_interval
 from kit.decide.pilot import Answer, PilotFigures
@@ -70,10 +71,11 @@ class LevelFigures(TypedDict, total=False):
     answers: list[Answer]
 
 
-class SweepRow(LevelFigures, CrashFields, total=False):
+class SweepRow(LevelFigures, CrashFields, Disturbance, total=False):
     """One measurement as the sweep hands it on (kit.decide.sweep): a row of sweep_runs.parquet
     (`RUN_COLUMNS`) and a line of the sweep's journal (kit.decide.sweep_journal), which a resumed
-    sweep reads back as it was written. An arm that never ran has only its head and the reason."""
+    sweep reads back as it was written. An arm that never ran has only its head and the reason.
+    What else the machine did meanwhile: its `Disturbance` keys (kit.decide.disturbance)."""
 
     round: int
     phase: str
@@ -83,22 +85,6 @@ class SweepRow(LevelFigures, CrashFields, total=False):
     spec_k: int
     started_s: float
     """Seconds into the sweep it started (a resumed sweep's earlier rows: on that run's clock)."""
-    foreign_cpu: float
-    """From here to `why`: what else the machine did (kit.decide.machine.Interference.as_dict)."""
-    load_1m: float
-    cpu_mhz: float | None
-    gpu_foreign_processes: int | None
-    canary_ms: float
-    neighbour_cpu: float
-    engine_cores: int | None
-    engine_core_foreign_cpu: float | None
-    gpus: int | None
-    gpu_foreign_seen: int | None
-    gpu_throttle: str | None
-    gpu_throttle_s: float | None
-    gpu_sm_mhz: float | None
-    disturbed: bool
-    why: str
 
 
 class SweepNotes(TypedDict, total=False):

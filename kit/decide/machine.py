@@ -46,6 +46,7 @@ from typing import Any
 
 import psutil
 
+from kit.decide.disturbance import Disturbance
 from kit.decide.gpu_watch import FLAGGED_THROTTLES, GpuReading, read_gpus, throttle_during
 
 DISTURBED_CPU = 0.10
@@ -236,7 +237,7 @@ class Interference:
     def disturbed(self) -> bool:
         return bool(self.why)
 
-    def signals(self) -> dict[str, Any]:
+    def signals(self) -> Disturbance:
         return {
             "foreign_cpu": round(self.foreign_cpu, 4),
             "load_1m": round(self.load_1m, 2),
@@ -255,7 +256,7 @@ class Interference:
             "gpu_sm_mhz": self.gpu_sm_mhz,
         }
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> Disturbance:
         why = self.why
         return {**self.signals(), "disturbed": bool(why), "why": why}
 

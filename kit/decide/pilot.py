@@ -22,6 +22,7 @@ import time
 from typing import Any, TypedDict
 
 from kit.engines.client import EngineClient
+from kit.engines.flavors.base import RequestFields
 from kit.engines.request_fields import run_request_fields, tool_request_fields
 from kit.errors import EngineError
 from kit.params import RunParams
@@ -50,6 +51,21 @@ class Answer(TypedDict):
     max_tokens: int
     pilot: bool
     """Whether the pilot gave it (sampled as stage 3 samples), else a sweep level (greedy)."""
+
+
+class SweepPrompt(TypedDict):
+    """A planned prompt as the sweep and the pilot send it (kit.decide.run.sweep_prompts,
+    pilot_prompts): a row of prompts.parquet (kit.prompts.plan.PROMPTS_SCHEMA) with its tools parsed
+    for the engine's client (`tools_list`: kit.prompts.plan.tools_list, None without tools)."""
+
+    id: str
+    source: str
+    source_row_id: str
+    messages: list[dict[str, str]]
+    tools: str | None
+    metadata: str | None
+    prompt_tokens: int | None
+    tools_list: list[dict[str, Any]] | None
 
 
 class PilotFigures(TypedDict, total=False):
@@ -81,8 +97,8 @@ uncalibrated. The pilot keeps sending further planned prompts until it has laste
 async def pilot(
     params: RunParams,
     client: EngineClient,
-    prompts: list[dict[str, Any]],
-    more: list[dict[str, Any]] | None = None,
+    prompts: list[SweepPrompt],
+    more: list[SweepPrompt] | None = None,
 ) -> tuple[list[Answer], PilotFigures]:
     """Answer `prompts` once each on `client`'s server, at most the sweep's top concurrency at once,
     then `more` in turn while the timed pass has lasted under `MIN_PILOT_S`."""
@@ -93,9 +109,9 @@ async def pilot(
     concurrency = min(max(params.decide.concurrencies), len(queue)) or 1
     errors: list[str] = []
 
-    async def one(i: int, p: dict[str, Any], cap: int | None = None) -> Answer | None:
+    async def one(i: int, p: SweepPrompt, cap: int | None = None) -> Answer | None:
         budget = cap or caps.get(p.get("source"), sampling.max_tokens)
-        sent = {**fields, **(tools if p.get("tools_list") else {})}
+        sent: RequestFields = {**fields, **(tools if p.get("tools_list") else {})}
         if sampling.seed is not None:
             sent["seed"] = sampling.seed + i
         try:

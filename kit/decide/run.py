@@ -14,7 +14,7 @@ import logging
 import random
 from dataclasses import asdict, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pandas as pd
 import psutil
@@ -28,6 +28,7 @@ from kit.decide.backends import check_backends
 from kit.decide.decision import decide, speculation_label, with_gpus
 from kit.decide.forecast_inputs import forecast_inputs
 from kit.decide.levels import SweepNotes
+from kit.decide.pilot import SweepPrompt
 from kit.decide.profile.budget import ProfilePlan, plan_cpu_profile
 from kit.decide.profile.profiler import ProfileGrid, load_profile, profile_steps
 from kit.decide.sweep import run_sweep
@@ -47,7 +48,7 @@ CPU_NOMINAL = cm.Hardware(bandwidth_Bps=20e9, flops_bf16=200e9, memory_bytes=16e
 """Nominal CPU figures: a CPU profile's calibration scales them, so only their ratio matters much."""
 
 
-def sweep_prompts(params: RunParams, folder: RunFolder) -> list[dict[str, Any]]:
+def sweep_prompts(params: RunParams, folder: RunFolder) -> list[SweepPrompt]:
     """A fixed, seeded sample of the planned prompts for every arm of the sweep."""
     path = ensure_plan(params, folder)
     order = list(range(pq.ParquetFile(path).metadata.num_rows))
@@ -55,10 +56,10 @@ def sweep_prompts(params: RunParams, folder: RunFolder) -> list[dict[str, Any]]:
     return _prompts(path, order[: params.decide.num_prompts])
 
 
-def _prompts(path: Path, at: list[int]) -> list[dict[str, Any]]:
+def _prompts(path: Path, at: list[int]) -> list[SweepPrompt]:
     """The planned prompts at these positions, with their tools parsed for the engine's client."""
     rows = take_prompts(path, at).to_pylist() if at else []
-    return [{**r, "tools_list": tools_list(r)} for r in rows]
+    return [cast(SweepPrompt, {**r, "tools_list": tools_list(r)}) for r in rows]
 
 
 PILOT_MORE = 2048
@@ -66,7 +67,7 @@ PILOT_MORE = 2048
 13,000 tok/s and 64-token answers, 5 s is about 1,000 requests)."""
 
 
-def pilot_prompts(params: RunParams, folder: RunFolder) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+def pilot_prompts(params: RunParams, folder: RunFolder) -> tuple[list[SweepPrompt], list[SweepPrompt]]:
     """(`decide.pilot_per_source` planned prompts of each source: its first in a seeded shuffle of the
     plan, for the pilot that measures the run's own output lengths; then up to `PILOT_MORE` further
     planned prompts in that shuffle, which the pilot sends while it is too short to time)."""
@@ -101,13 +102,13 @@ KV_HEADROOM = 1.25
 """The KV cache a server side by side is given over what the sweep's top level needs."""
 
 
-def mean_prompt_tokens(params: RunParams, prompts: list[dict[str, Any]]) -> float:
+def mean_prompt_tokens(params: RunParams, prompts: list[SweepPrompt]) -> float:
     """The sweep's mean prompt length in tokens (`data.max_prompt_tokens` when none was counted)."""
     lens = [int(p["prompt_tokens"]) for p in prompts if p.get("prompt_tokens")]
     return sum(lens) / len(lens) if lens else params.data.max_prompt_tokens
 
 
-def sweep_kv_tokens(params: RunParams, prompts: list[dict[str, Any]]) -> int:
+def sweep_kv_tokens(params: RunParams, prompts: list[SweepPrompt]) -> int:
     """KV-cache tokens one arm's server needs for the sweep's top level: that many sequences of the
     sweep's mean prompt (the sum over a few hundred sampled prompts is close to its mean times their
     count) plus `decide.max_tokens` and the drafted tokens, with `KV_HEADROOM`."""
@@ -143,7 +144,7 @@ H200 (2026-12-03 / 12-06)."""
 
 
 def running_caps(
-    params: RunParams, probe: ProbeReport, arch: Any, prompts: list[dict[str, Any]]
+    params: RunParams, probe: ProbeReport, arch: Any, prompts: list[SweepPrompt]
 ) -> dict[int, int]:
     """k -> the running requests an arm's server is started with (0: plain decoding), for the arms
     whose GPU memory cannot hold the sweep's top level (none when the params set max_running_requests).

@@ -44,7 +44,7 @@ from kit.decide.levels import (
     summarise,
 )
 from kit.decide.machine import MachineReading, interference
-from kit.decide.pilot import ANSWER_COLUMNS, Answer, PilotFigures, pilot
+from kit.decide.pilot import ANSWER_COLUMNS, Answer, PilotFigures, SweepPrompt, pilot
 from kit.decide.sweep_journal import SweepJournal, sweep_key
 from kit.decide.sweep_level import arm_client, measure_level
 from kit.decide.sweep_servers import ArmServers, Slot
@@ -103,8 +103,8 @@ def _pilot(
     params: RunParams,
     servers: ArmServers,
     arms: list[Arm],
-    prompts: list[dict],
-    more: list[dict],
+    prompts: list[SweepPrompt],
+    more: list[SweepPrompt],
     sweep_log: SweepLog,
 ) -> tuple[list[Answer], PilotFigures]:
     """The pilot on the plain arm's server (kit.decide.pilot); nothing when it will not serve."""
@@ -141,14 +141,14 @@ class SweepLog:
 def run_sweep(
     params: RunParams,
     folder: RunFolder,
-    prompts: list[dict],
+    prompts: list[SweepPrompt],
     mtp_status: str | None,
     hybrid: bool = False,
     together: bool = False,
     notes: SweepNotes | None = None,
     running_caps: dict[int, int] | None = None,
-    pilot_prompts: list[dict] | None = None,
-    pilot_more: list[dict] | None = None,
+    pilot_prompts: list[SweepPrompt] | None = None,
+    pilot_more: list[SweepPrompt] | None = None,
     fresh: bool = False,
 ) -> pd.DataFrame:
     """Measure every arm in interleaved rounds; write `sweep_runs.parquet` (every measurement) and
@@ -335,7 +335,7 @@ def _fits(
 def run_slots(
     slots: list[Slot],
     servers: ArmServers,
-    prompts: list[dict],
+    prompts: list[SweepPrompt],
     bar: Any,
     sweep_log: SweepLog,
     budget: float | None,
@@ -376,7 +376,7 @@ def _run_slot(
     slot: Slot,
     server: Any,
     servers: ArmServers,
-    prompts: list[dict],
+    prompts: list[SweepPrompt],
     sweep_log: SweepLog,
     t0: float,
     sampled: bool = False,

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any, TypedDict
 
 from kit.decide.levels import SweepRow
+from kit.decide.pilot import SweepPrompt
 from kit.params import RunParams
 
 log = logging.getLogger(__name__)
@@ -52,7 +53,9 @@ class Entry(TypedDict, total=False):
     why: str
 
 
-def sweep_key(params: RunParams, prompts: list[dict], arms: list[str], together: bool, caps: dict) -> str:
+def sweep_key(
+    params: RunParams, prompts: list[SweepPrompt], arms: list[str], together: bool, caps: dict
+) -> str:
     """What a measurement depends on, hashed: a journal of another key is not resumed."""
     what = {
         "engine": params.engine.model_dump(mode="json"),

@@ -14,9 +14,10 @@ from collections.abc import Callable
 from typing import Any, TypedDict
 
 from kit.decide.levels import LevelFigures
-from kit.decide.pilot import Answer
+from kit.decide.pilot import Answer, SweepPrompt
 from kit.engines.answers import TransientEngineError
 from kit.engines.client import EngineClient
+from kit.engines.flavors.base import RequestFields, ToolFields
 from kit.engines.request_fields import run_request_fields, tool_request_fields
 from kit.engines.spec_metrics import SpecCounters, gauge_accept_length
 from kit.errors import EngineError
@@ -40,7 +41,7 @@ MAX_ERROR_SHARE = 0.1
 """A level where more than this share of requests failed is not a measurement of the arm."""
 
 
-def _answer(prompt: dict[str, Any], r: Any, max_tokens: int) -> Answer:
+def _answer(prompt: SweepPrompt, r: Any, max_tokens: int) -> Answer:
     return Answer(
         id=prompt["id"],
         source=prompt.get("source"),
@@ -61,12 +62,12 @@ def _pct(values: list[float], q: float) -> float | None:
 
 async def _level(
     client: EngineClient,
-    prompts: list[dict],
+    prompts: list[SweepPrompt],
     n: int,
     c: int,
     max_tokens: int,
-    fields: dict[str, Any] | None = None,
-    tool_fields: dict[str, Any] | None = None,
+    fields: RequestFields | None = None,
+    tool_fields: ToolFields | None = None,
     min_s: float = 0.0,
     serving: Callable[[], bool] | None = None,
     sampling: Sampling | None = None,
@@ -232,12 +233,17 @@ def stage3_sampling(params: RunParams) -> Sampling:
 
 
 async def measure_level(
-    params: RunParams, server: Any, prompts: list[dict], c: int, sampled: bool = False
+    params: RunParams, server: Any, prompts: list[SweepPrompt], c: int, sampled: bool = False
 ) -> LevelFigures:
     """One level on `server`: greedy, or sampled as stage 3 samples (`sampled`, `stage3_sampling`)."""
     d = params.decide
     how = stage3_sampling(params) if sampled else None
-    template = {k: v for k, v in run_request_fields(params).items() if k == "chat_template_kwargs"}
+    run = run_request_fields(params)
+    template = (
+        RequestFields(chat_template_kwargs=run["chat_template_kwargs"])
+        if "chat_template_kwargs" in run
+        else RequestFields()
+    )
     async with arm_client(params, server) as client:
         n = d.requests_per_level or 2 * c
         tools = tool_request_fields(params)

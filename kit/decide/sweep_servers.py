@@ -13,6 +13,7 @@ from typing import Any
 
 from kit.asyncrun import run_coroutine
 from kit.decide.machine import DISTURBED_CPU, idle_cpu, pause
+from kit.decide.pilot import SweepPrompt
 from kit.decide.sweep_level import Sampling, arm_client
 from kit.engines import start_server
 from kit.engines.process import ServerProcess
@@ -70,7 +71,7 @@ class ArmServers:
         arms: list[Arm],
         hybrid: bool,
         together: bool,
-        prompts: list[dict] | None = None,
+        prompts: list[SweepPrompt] | None = None,
         running_caps: dict[int, int] | None = None,
         warm_sampling: Sampling | None = None,
     ):

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import html
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 import matplotlib.pyplot as plt
 import pandas as pd
@@ -36,6 +36,20 @@ from kit.decide.whatif_model import (
 from kit.display import figure_image, image_html, in_live_kernel, live_bundle
 from kit.errors import KitError
 from kit.runfolder import RunFolder
+
+if TYPE_CHECKING:
+    from ipywidgets import Dropdown, FloatSlider, IntSlider, SelectionRangeSlider, SelectionSlider
+
+
+class Controls(TypedDict, total=False):
+    """The live view's controls (`WhatIf.build_widget`; none before it is built)."""
+
+    accept: FloatSlider
+    k: IntSlider
+    concurrency: SelectionRangeSlider
+    context: SelectionSlider
+    gpu: Dropdown
+
 
 LIVE_NOTE = (
     "The controls (accept length, draft length k, concurrency range, context length, GPU) are live when "
@@ -126,7 +140,7 @@ class WhatIf:
         self.widget: Any = None
         self.prediction: Prediction | None = None
         self.caption, self.image = message, None
-        self._controls: dict[str, Any] = {}
+        self._controls = Controls()
         self._setting = False
         if basis is None:
             self.html = f"<p class='kit-whatif-unavailable'><i>{html.escape(message)}</i></p>"
@@ -213,8 +227,8 @@ class WhatIf:
         top = max(s.concurrency[1], b.default.concurrency[1])
         style = {"description_width": "initial"}
         powers = [(str(2**i), 2**i) for i in range(top.bit_length())]
-        controls = {
-            "accept": w.FloatSlider(
+        controls = Controls(
+            accept=w.FloatSlider(
                 value=s.accept_length,
                 min=1.0,
                 max=s.k + 1.0,
@@ -222,15 +236,15 @@ class WhatIf:
                 readout_format=".2f",
                 description="accept length",
             ),
-            "k": w.IntSlider(value=s.k, min=1, max=max(K_MAX, s.k), description="draft length k"),
-            "concurrency": w.SelectionRangeSlider(
+            k=w.IntSlider(value=s.k, min=1, max=max(K_MAX, s.k), description="draft length k"),
+            concurrency=w.SelectionRangeSlider(
                 options=powers, value=s.concurrency, description="concurrency"
             ),
-            "context": w.SelectionSlider(
+            context=w.SelectionSlider(
                 options=[(context_label(c), c) for c in b.contexts], value=s.context, description="context"
             ),
-            "gpu": w.Dropdown(options=b.gpus, value=s.gpu, description="GPU"),
-        }
+            gpu=w.Dropdown(options=b.gpus, value=s.gpu, description="GPU"),
+        )
         for name, control in controls.items():
             control.style, control.continuous_update = style, False
             control.add_class(f"kit-whatif-{name}")

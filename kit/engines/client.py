@@ -37,10 +37,25 @@ from kit.engines.answers import (
 )
 from kit.engines.capacity import ServerInfo
 from kit.engines.flavors import flavor as flavor_named
+from kit.engines.flavors.base import RequestFields
 from kit.engines.metrics import Sample, parse_prometheus, parse_samples
 from kit.errors import EngineError
 
 _JSON_HEADERS = CIMultiDict({"Content-Type": "application/json"})
+
+
+class ChatRequest(RequestFields, total=False):
+    """A chat completion request's body as `EngineClient.chat` sends it (`_chat_body`): model, messages
+    and stream, then max_tokens and the sampling fields (the keyword defaults with the caller's
+    `fields` over them; those None are not sent), the tools where there are any, the usage asked
+    for when streamed, and `extra_body` over the whole (keys of its own, sent as given)."""
+
+    model: str
+    messages: Sequence[Mapping[str, Any]]
+    stream: bool
+    max_tokens: int
+    tools: Sequence[Any]
+    stream_options: dict[str, bool]
 
 
 def is_loopback(url: str) -> bool:
@@ -218,14 +233,14 @@ class EngineClient:
         sampling: dict[str, Any],
         stream: bool,
         extra_body: Mapping[str, Any] | None,
-    ) -> dict[str, Any]:
-        body: dict[str, Any] = {"model": model, "messages": messages, "stream": stream}
+    ) -> ChatRequest:
+        body = ChatRequest(model=model, messages=messages, stream=stream)
         body.update((k, v) for k, v in sampling.items() if v is not None)
         if tools:  # vLLM answers 400 to `"tools": []`: no tools means no field
             body["tools"] = tools
         if stream:  # transformers serve sends the usage only when asked from 5.25 (5.5-5.24 ignore this)
             body["stream_options"] = {"include_usage": True}
-        return {**body, **extra_body} if extra_body else body
+        return cast(ChatRequest, {**body, **extra_body}) if extra_body else body
 
     async def chat(
         self,

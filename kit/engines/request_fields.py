@@ -16,7 +16,7 @@ from typing import Any, cast
 
 from kit.engines import parsers
 from kit.engines.flavors import Flavor, flavor
-from kit.engines.flavors.base import ExtendedFields, SamplingFields, ToolFields
+from kit.engines.flavors.base import ExtendedFields, RequestFields, SamplingFields, ToolFields
 from kit.params import RunParams, SamplingParams
 
 OPENAI_FIELDS = ("temperature", "top_p", "presence_penalty", "frequency_penalty", "stop", "seed")
@@ -32,7 +32,7 @@ def request_fields(
     *,
     thinking_kwarg: str = "enable_thinking",
     model_generation_config: dict[str, Any] | None = None,
-) -> dict[str, Any]:
+) -> RequestFields:
     """The body fields of a chat completion for these sampling settings (model, messages, max_tokens
     and the per-sample seed are added per request). Unset settings are left out. The flavor's
     `SamplingFields`, the chat template's variables and the user's `extra_body` (sent as written,
@@ -46,10 +46,10 @@ def request_fields(
     if sampling.thinking is not None:
         kwargs.setdefault(thinking_kwarg, sampling.thinking)
     template = {"chat_template_kwargs": kwargs} if kwargs else {}
-    return {**body, **template, **sampling.extra_body}
+    return cast(RequestFields, {**body, **template, **sampling.extra_body})
 
 
-def run_request_fields(params: RunParams) -> dict[str, Any]:
+def run_request_fields(params: RunParams) -> RequestFields:
     """The request fields of a run's chat completions (the loop adds max_tokens and the seed per
     sample): its sampling settings in its engine's terms, with the thinking switch named as the
     model's chat template names it, and the model's generation config for a flavor that merges it."""

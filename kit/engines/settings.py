@@ -107,11 +107,11 @@ def arm_engine(params: RunParams, arm: Arm, hybrid: bool, running_cap: int | Non
         return eng
     top = max(params.decide.concurrencies)
     running = eng.max_running_requests or min(top, running_cap or top)
-    update: dict[str, Any] = {
-        "max_running_requests": running,
-        "cuda_graph_max_bs": eng.cuda_graph_max_bs or min(running, 512),
-        "speculative": speculative_params(arm, fl, eng.speculative),
-    }
+    update = EngineUpdate(
+        max_running_requests=running,
+        cuda_graph_max_bs=eng.cuda_graph_max_bs or min(running, 512),
+        speculative=speculative_params(arm, fl, eng.speculative),
+    )
     if arm.speculative and hybrid:
         update["mamba_strategy"] = eng.mamba_strategy or "extra_buffer"
     return eng.model_copy(update=update)
@@ -130,11 +130,8 @@ SETTING_FIELDS = (
 """Engine fields a decision may resolve; in stage 3 each fills only what the params leave unset."""
 
 
-class AppliedSettings(TypedDict, total=False):
-    """What stage 3 took from decision.json (`apply_settings`; manifest.json's
-    `settings_from_decision`): each of SETTING_FIELDS the params left unset and the decision sets,
-    the speculative section the decision's arm spells (None: plain decoding), and the arm's name
-    (`chosen_arm`, added by kit.decide.apply)."""
+class SettingValues(TypedDict, total=False):
+    """Values of `SETTING_FIELDS` (engine params, kit.params `EngineParams`), those set."""
 
     max_running_requests: int
     cuda_graph_max_bs: int
@@ -144,8 +141,26 @@ class AppliedSettings(TypedDict, total=False):
     attention_backend: str
     sampling_backend: str
     mamba_strategy: str
+
+
+assert tuple(SettingValues.__annotations__) == SETTING_FIELDS, "SettingValues names SETTING_FIELDS"
+
+
+class AppliedSettings(SettingValues, total=False):
+    """What stage 3 took from decision.json (`apply_settings`; manifest.json's
+    `settings_from_decision`): each of SETTING_FIELDS the params left unset and the decision sets,
+    the speculative section the decision's arm spells (None: plain decoding), and the arm's name
+    (`chosen_arm`, added by kit.decide.apply)."""
+
     speculative: SpeculativeJson | None
     chosen_arm: str
+
+
+class EngineUpdate(SettingValues, total=False):
+    """Engine params an arm or a decision sets (`arm_engine`, `apply_settings`): the pydantic
+    `model_copy(update=...)` of `EngineParams`, its speculative section whole."""
+
+    speculative: SpeculativeParams
 
 
 def decided_settings(
@@ -208,7 +223,7 @@ def apply_settings(
     older = settings.older_plain_cap and not arm.speculative  # that cap at the sweep's level: no more
     dropped = ("max_running_requests", "cuda_graph_max_bs") if older else ()
     unset = [k for k in SETTING_FIELDS if k not in eng.model_fields_set and k not in dropped]
-    update: dict[str, Any] = {k: v for k in unset if (v := getattr(settings, k)) is not None}
+    update = cast(EngineUpdate, {k: v for k in unset if (v := getattr(settings, k)) is not None})
     spelt = Arm(arm.k, eng.speculative.algorithm or arm.algorithm)
     update["speculative"] = speculative_params(spelt, flavors.flavor(eng.flavor), eng.speculative)
     applied = cast(AppliedSettings, {key: v for key, v in update.items() if key != "speculative"})

@@ -96,6 +96,17 @@ class ToolFields(TypedDict, total=False):
     tool_choice: str
 
 
+class RequestFields(SamplingFields, ToolFields, total=False):
+    """The fields of a chat completion's body beside model, messages and max_tokens, as the kit sends
+    them (kit.engines.request_fields.request_fields; kit.engines.client.EngineClient.chat): the
+    flavor's sampling fields, the chat template's variables and, on a request that offers tools,
+    `ToolFields`. `generate.sampling.extra_body` adds fields of the user's own, sent as written: they
+    travel beside these keys (a TypedDict names the keys the kit writes, it does not close the dict)."""
+
+    chat_template_kwargs: dict[str, Any]
+    """`generate.sampling.chat_template_kwargs` and the thinking switch: the template's variables."""
+
+
 @dataclass(frozen=True, eq=False)
 class Flavor:
     """What is true of one engine flavor (`engine.flavor` in the params names it)."""
