@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from kit.artifacts.manifest_sections import RunIdentity
 from kit.artifacts.record import JSONObject, Record, optional
 
 
@@ -43,8 +44,9 @@ class Manifest(Record):
     corrupt_shards_set_aside: list[Any] = field(default_factory=list)
     duplicate_shards_set_aside: list[Any] = field(default_factory=list)
     shard: str = "0/1"
-    engine: JSONObject = field(default_factory=dict)
-    """The identity the rows were made with (kit.generate.work.engine_identity, `_run.json`)."""
+    engine: RunIdentity = field(default_factory=dict)
+    """The identity the rows were made with (kit.generate.work.engine_identity, `_run.json`); {} in a
+    manifest that lacks it."""
     sampling: JSONObject = field(default_factory=dict)
     server_restarts: int = 0
     concurrency: int | None = None

@@ -13,6 +13,7 @@ from typing import Any
 import pyarrow as pa
 
 from kit.artifacts import Manifest, TailNote
+from kit.artifacts.manifest_sections import RunIdentity
 from kit.asyncrun import run_coroutine, stop_signals
 from kit.engines import all_started, start_server
 from kit.generate.eta import TokenEta
@@ -97,7 +98,8 @@ def _open(
     """The session: the folder checked against the rows' identity, then bound to it."""
     folder = files.folder
     sampling_json, sampling_hash = sampling_identity(params.generate)
-    identity = {**engine_identity(params), "sampling_hash": sampling_hash, "data_hash": data_hash(params)}
+    engine = engine_identity(params)
+    identity = RunIdentity(**engine, sampling_hash=sampling_hash, data_hash=data_hash(params))
     if files_made_with := batch_file_digests(params):
         identity["batch_files"] = files_made_with  # a line changed: its rows are not this file's
     check_identity(folder, identity, identity_settings(params))

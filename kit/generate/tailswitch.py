@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kit.artifacts import Decision
+from kit.artifacts.manifest_sections import RunIdentity
 from kit.decide.tailarm import TailArm, tail_arm
 from kit.engines.arms import Arm
 from kit.engines.flavors import flavor
@@ -163,7 +164,7 @@ class TailSwitch:
         }
 
 
-def switched_identity(identity: dict[str, Any], plan: TailPlan) -> str:
+def switched_identity(identity: RunIdentity, plan: TailPlan) -> str:
     """The `engine` JSON of rows a switched replica makes: the run's, with its speculative section."""
     spec = plan.params.engine.speculative.model_dump(mode="json", exclude_none=True)
     return json.dumps({**identity, "speculative": spec or None}, sort_keys=True)
