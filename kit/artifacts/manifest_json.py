@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from kit.artifacts.manifest_sections import RunIdentity
+from kit.artifacts.manifest_sections import PremiseReport, RunIdentity
 from kit.artifacts.record import JSONObject, Record, optional
 
 
@@ -53,7 +53,7 @@ class Manifest(Record):
     concurrency_start: int | None = None
     engine_capacity: int | None = None
     capacity_source: str | None = None
-    premises: JSONObject | None = None
+    premises: PremiseReport | None = None
     """The decision's premises checked live (kit.generate.premises.PremiseCheck.report)."""
     ray: JSONObject | None = None
     """A Ray job's blocks and actors (kit.generate.raydriver)."""
