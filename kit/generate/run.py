@@ -36,7 +36,7 @@ from kit.generate.session import (
 )
 from kit.generate.setting_changes import identity_settings
 from kit.generate.store import FailureLog, ShardCheck, ShardWriter, done_ids, now_utc
-from kit.generate.tailswitch import TailSwitch, switched_identity, tail_plan
+from kit.generate.tailswitch import TailPlanNote, TailSwitch, switched_identity, tail_plan
 from kit.generate.work import (
     archive_outputs,
     check_identity,
@@ -136,7 +136,7 @@ def _generate(
     tail, tail_note = tail_plan(params, session.decision, tail_base)
     on_ray = params.generate.executor == "ray"
     if on_ray and tail is not None:
-        tail, tail_note = None, {"enabled": False, "why": "not built for generate.executor: ray yet"}
+        tail, tail_note = None, TailPlanNote(enabled=False, why="not built for generate.executor: ray yet")
     if work:
         todo, work = select_rows(read_prompts(prompts_path), work)
         lengths = run_length_model(params, folder)
