@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from kit.artifacts.manifest_sections import PremiseReport, RunIdentity
+from kit.artifacts.manifest_sections import OrderReport, PremiseReport, RunIdentity
 from kit.artifacts.record import JSONObject, Record, optional
 
 
@@ -59,7 +59,7 @@ class Manifest(Record):
     """A Ray job's blocks and actors (kit.generate.raydriver)."""
     settings_from_decision: JSONObject | None = None
     """The engine settings stage 3 took from decision.json."""
-    order: JSONObject = field(default_factory=dict)
+    order: OrderReport = field(default_factory=dict)
     """The order sent and what its prediction rested on (kit.generate.order)."""
     tail_speculation: TailNote = field(default_factory=TailNote)
     executor: str = "local"

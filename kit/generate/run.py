@@ -13,7 +13,7 @@ from typing import Any
 import pyarrow as pa
 
 from kit.artifacts import Manifest, TailNote
-from kit.artifacts.manifest_sections import RunIdentity
+from kit.artifacts.manifest_sections import OrderReport, RunIdentity
 from kit.asyncrun import run_coroutine, stop_signals
 from kit.engines import all_started, start_server
 from kit.generate.eta import TokenEta
@@ -132,7 +132,7 @@ def _generate(
     n_samples, limit = params.generate.sampling.n, params.generate.limit
     work = pending_work(ids, n_samples, skip, session.shard, limit)
     started = now_utc()
-    stats, after, order = None, found, {"order": params.generate.order, "items": len(work)}
+    stats, after, order = None, found, OrderReport(order=params.generate.order, items=len(work))
     tail, tail_note = tail_plan(params, session.decision, tail_base)
     on_ray = params.generate.executor == "ray"
     if on_ray and tail is not None:

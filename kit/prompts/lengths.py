@@ -18,13 +18,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from kit.artifacts.manifest_sections import SourceBasis
 from kit.params import RunParams
 from kit.runfolder import RunFolder
 
@@ -143,7 +143,7 @@ class LengthModel:
         """What a source's prediction rests on: made rows, pilot answers, sweep answers or max_tokens."""
         return self.basis.get(source, "made rows") if source in self.sources else "max_tokens"
 
-    def describe(self) -> dict[str, Any]:
+    def describe(self) -> dict[str, SourceBasis]:
         """For the manifest: what each source's prediction rests on."""
         return {
             name: (
