@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from kit.artifacts.manifest_sections import OrderReport, PremiseReport, RunIdentity
+from kit.artifacts.manifest_sections import OrderReport, PremiseReport, RayReport, RunIdentity
 from kit.artifacts.record import JSONObject, Record, optional
 
 
@@ -55,7 +55,7 @@ class Manifest(Record):
     capacity_source: str | None = None
     premises: PremiseReport | None = None
     """The decision's premises checked live (kit.generate.premises.PremiseCheck.report)."""
-    ray: JSONObject | None = None
+    ray: RayReport | None = None
     """A Ray job's blocks and actors (kit.generate.raydriver)."""
     settings_from_decision: JSONObject | None = None
     """The engine settings stage 3 took from decision.json."""
