@@ -8,12 +8,12 @@ from collections import Counter
 from collections.abc import Callable
 from contextlib import ExitStack
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 import pyarrow as pa
 
 from kit.artifacts import Manifest, TailNote
-from kit.artifacts.manifest_sections import OrderReport, RunIdentity
+from kit.artifacts.manifest_sections import OrderReport, PremiseReport, RayReport, RunIdentity
 from kit.asyncrun import run_coroutine, stop_signals
 from kit.engines import all_started, start_server
 from kit.generate.eta import TokenEta
@@ -53,6 +53,9 @@ from kit.prompts.plan import read_prompts
 from kit.prompts.prompt_set import batch_file_digests, data_hash, ensure_plan, read_prompt_ids
 from kit.runfolder import RunFolder, ShardView, disk_full_is_a_message
 
+if TYPE_CHECKING:
+    from kit.engines.settings import AppliedSettings
+
 log = logging.getLogger(__name__)
 EXIT_COMPLETE = 0
 EXIT_INCOMPLETE = 3
@@ -66,7 +69,7 @@ def run_generation(
     fresh: bool = False,
     shard: str | None = None,
     retry_failures: bool = False,
-    from_decision: dict[str, Any] | None = None,
+    from_decision: AppliedSettings | None = None,
     accepted: Callable[[], None] | None = None,
     tail_base: SpeculativeParams | None = None,
     sampling_problems: Callable[[SamplingParams], list[str]] | None = None,
@@ -114,7 +117,7 @@ def _open(
 def _generate(
     session: Session,
     retry_failures: bool,
-    from_decision: dict[str, Any] | None,
+    from_decision: AppliedSettings | None,
     tail_base: SpeculativeParams | None,
     sampling_problems: Callable[[SamplingParams], list[str]] | None = None,
 ) -> Manifest:
@@ -197,7 +200,19 @@ def _failure_counts(failures: FailureLog, after: ShardCheck) -> tuple[int, dict[
     return len(failed - done_of_failed), _never_generated(recorded, done_of_failed)
 
 
-def _loop_figures(stats: LoopStats | None) -> dict[str, Any]:
+class LoopFigures(TypedDict, total=False):
+    """The manifest's fields a session's loop gives (`Manifest`'s keyword arguments)."""
+
+    server_restarts: int
+    concurrency: int
+    concurrency_start: int | None
+    engine_capacity: int | None
+    capacity_source: str
+    premises: PremiseReport | None
+    ray: RayReport | None
+
+
+def _loop_figures(stats: LoopStats | None) -> LoopFigures:
     """The manifest's fields of this session's loop (none when nothing was left to do)."""
     if stats is None:
         return {}
