@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from kit.artifacts.manifest_sections import OrderReport, PremiseReport, RayReport, RunIdentity
 from kit.artifacts.record import JSONObject, Record, optional
+
+if TYPE_CHECKING:
+    from kit.engines.flavors.base import SpeculativeJson
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -43,21 +47,25 @@ class Manifest(Record):
     corrupt_shards_set_aside: list[Any] = field(default_factory=list)
     duplicate_shards_set_aside: list[Any] = field(default_factory=list)
     shard: str = "0/1"
-    engine: JSONObject = field(default_factory=dict)
-    """The identity the rows were made with (kit.generate.work.engine_identity, `_run.json`)."""
+    engine: RunIdentity = field(default_factory=dict)
+    """The identity the rows were made with (kit.generate.work.engine_identity, `_run.json`); {} in a
+    manifest that lacks it."""
     sampling: JSONObject = field(default_factory=dict)
+    """generate.sampling as the rows' `sampling` column holds it (the params section's JSON, its keys
+    the params')."""
     server_restarts: int = 0
     concurrency: int | None = None
     concurrency_start: int | None = None
     engine_capacity: int | None = None
     capacity_source: str | None = None
-    premises: JSONObject | None = None
+    premises: PremiseReport | None = None
     """The decision's premises checked live (kit.generate.premises.PremiseCheck.report)."""
-    ray: JSONObject | None = None
+    ray: RayReport | None = None
     """A Ray job's blocks and actors (kit.generate.raydriver)."""
     settings_from_decision: JSONObject | None = None
-    """The engine settings stage 3 took from decision.json."""
-    order: JSONObject = field(default_factory=dict)
+    """The engine settings stage 3 took from decision.json (kit.engines.settings.AppliedSettings, which
+    this standard-library module cannot name at run time: a record's field types are resolved)."""
+    order: OrderReport = field(default_factory=dict)
     """The order sent and what its prediction rested on (kit.generate.order)."""
     tail_speculation: TailNote = field(default_factory=TailNote)
     executor: str = "local"
@@ -69,7 +77,7 @@ class Manifest(Record):
     """An earlier kit's start of the run."""
 
     @property
-    def speculative(self) -> JSONObject | None:
+    def speculative(self) -> SpeculativeJson | None:
         """The speculative section the rows were made with (None: plain decoding)."""
         spec = self.engine.get("speculative")
         return spec if isinstance(spec, dict) and spec.get("algorithm") else None

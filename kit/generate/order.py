@@ -16,11 +16,11 @@ plan's. Ties keep the plan's order.
 from __future__ import annotations
 
 import logging
-from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
+from kit.artifacts.manifest_sections import OrderReport
 from kit.prompts.lengths import LengthModel
 
 log = logging.getLogger(__name__)
@@ -28,18 +28,18 @@ log = logging.getLogger(__name__)
 
 def longest_first(
     todo: pa.Table, work: list[tuple[int, int]], model: LengthModel
-) -> tuple[list[tuple[int, int]], dict[str, Any]]:
+) -> tuple[list[tuple[int, int]], OrderReport]:
     """`work` (row of `todo`, sample index) ordered by predicted output length, longest first, ties
     in the given order; and a summary of the order for the manifest."""
     if not work:
-        return work, {"order": "longest_first", "items": 0}
+        return work, OrderReport(order="longest_first", items=0)
     rows = np.fromiter((r for r, _ in work), dtype=np.int64, count=len(work))
     sources = np.asarray(todo.column("source").to_numpy(zero_copy_only=False), dtype=object)
     prompt = todo.column("prompt_tokens").to_numpy(zero_copy_only=False)
     predicted = model.predict(sources.astype(str), np.asarray(prompt, dtype=float))[rows]
     order = np.argsort(-predicted, kind="stable")  # stable: equal predictions keep the plan's order
     finite = predicted[np.isfinite(predicted)]
-    summary = {
+    summary: OrderReport = {
         "order": "longest_first",
         "items": len(work),
         "predicted_tokens_first": _num(predicted[order[0]]),

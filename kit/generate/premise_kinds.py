@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kit.artifacts import Decision, LadderPoint
+from kit.artifacts import manifest_sections as sections
 from kit.decide.noise import UNMEASURED_NOISE
 from kit.display import finite
 from kit.engines.arms import arm_name
@@ -73,15 +74,15 @@ class Premise:
     why_not: str | None = None
     checks: int = 0
     contradicted_checks: int = 0
-    first: dict[str, Any] | None = None
+    first: sections.Evidence | None = None
     """Evidence of the first contradiction (with `t_s` and `session`)."""
-    last: dict[str, Any] | None = None
+    last: sections.Evidence | None = None
     """Evidence of the latest check."""
     warning: str | None = None
     note: str | None = None
     """Why no check was made yet although the premise is checkable (set as samples arrive)."""
 
-    def judge(self, evidence: dict[str, Any], contradicted: bool, sentence: str) -> str | None:
+    def judge(self, evidence: sections.Evidence, contradicted: bool, sentence: str) -> str | None:
         """Record one check; the warning sentence the first time the premise is contradicted."""
         self.checks += 1
         self.last = {**evidence, "contradicted": contradicted}
@@ -94,7 +95,7 @@ class Premise:
         return sentence
 
     def judge_range(
-        self, evidence: dict[str, Any], seen: float, lo: float, hi: float, below: str, above: str
+        self, evidence: sections.Evidence, seen: float, lo: float, hi: float, below: str, above: str
     ) -> str | None:
         """`judge` for a figure against its expected range: `below` or `above` is the warning."""
         return self.judge(evidence, not lo <= seen <= hi, below if seen < lo else above)
@@ -106,7 +107,7 @@ class Premise:
     def reset(self) -> None:
         """A new session or a restarted server: windows start again (findings are kept)."""
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> sections.PremiseFindings:
         checked = self.why_not is None and self.checks > 0
         status = "not checked" if not checked else "contradicted" if self.first else "ok"
         why = self.why_not or (None if checked else self.note or "no sample qualified")
@@ -126,7 +127,7 @@ class Premise:
         }
 
 
-def _when(s: TimelineSample) -> dict[str, Any]:
+def _when(s: TimelineSample) -> sections.When:
     """When a check was made: seconds into the session, the session, the time of day (UTC, ISO text)."""
     at = s.at
     text = at.isoformat() if hasattr(at, "isoformat") else at if isinstance(at, str) else None
@@ -224,7 +225,7 @@ class AcceptPremise(Premise):
         seen = statistics.median(v for _, v in self.window)
         lo, hi = self.lo * (1 - ACCEPT_MARGIN), self.hi * (1 + ACCEPT_MARGIN)
         span = self.window[-1][0] - self.window[0][0]
-        evidence = {**_when(s), "accept_length": seen, "window_s": span,
+        evidence: sections.AcceptEvidence = {**_when(s), "accept_length": seen, "window_s": span,
                     "samples": len(self.window), "sweep_lo": self.lo, "sweep_hi": self.hi,
                     "expected_lo": lo, "expected_hi": hi, "sweep_levels": self.levels,
                     "implausible_samples": self.implausible}  # fmt: skip
@@ -258,7 +259,7 @@ class CapacityPremise(Premise):
     def __init__(self, capacity: int | None, source: str) -> None:
         super().__init__("capacity", _rule(self))
         self.capacity, self.source = capacity, source
-        self.streak: list[dict[str, Any]] = []
+        self.streak: list[sections.StreakPoint] = []
         if not capacity:
             self.why_not = f"the engine's capacity is unknown ({source or 'not given'})"
         self.note = "the engine served no running-requests gauge in a steady sample"
@@ -283,9 +284,9 @@ class CapacityPremise(Premise):
             self.streak = []
             self.note = "no steady sample had more work left than the engine's capacity"
             return None
-        point = {"t_s": float(s.t_s), "running": running, "queued": queued, IN_FLIGHT: in_flight}
+        point = sections.StreakPoint(t_s=float(s.t_s), running=running, queued=queued, in_flight=in_flight)
         self.streak = [*self.streak, point] if running < RUNNING_SHARE * cap else []
-        evidence = {**_when(s), "capacity": cap, "running": running,
+        evidence: sections.CapacityEvidence = {**_when(s), "capacity": cap, "running": running,
                     "queued": queued, IN_FLIGHT: in_flight, "remaining": phase.remaining,
                     "token_usage": finite(s.token_usage)}  # fmt: skip
         lasted = self.streak[-1]["t_s"] - self.streak[0]["t_s"] if self.streak else 0.0
@@ -296,7 +297,7 @@ class CapacityPremise(Premise):
                         for k in ("running", "queued", IN_FLIGHT)}}  # fmt: skip
         return self.judge(evidence, True, self._sentence(evidence))
 
-    def _sentence(self, e: dict[str, Any]) -> str:
+    def _sentence(self, e: sections.CapacityEvidence) -> str:
         cap, run = e["capacity"], e["running_median"]
         head = (
             f"the engine ran {run:.0f} requests for {e['below_for_s']:.0f} s while its capacity is "
@@ -418,7 +419,7 @@ class ThroughputPremise(Premise):
             )
             return None
         lo, hi = level.lo * min(1.0, ratio), level.hi * max(1.0, ratio)
-        evidence = {**_when(s), "tok_s": seen, "concurrency": conc,
+        evidence: sections.ThroughputEvidence = {**_when(s), "tok_s": seen, "concurrency": conc,
                     "window_s": t1 - t0, "rows_in_window": rows1 - rows0,
                     "sweep_concurrency": level.concurrency, "sweep_tok_s": level.median,
                     "sweep_lo": level.lo, "sweep_hi": level.hi, "sweep_widened": level.widened,

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from kit.artifacts import Decision
+from kit.artifacts.manifest_sections import PremiseReport, PremiseSamples
 from kit.display import finite
 from kit.engines.arms import arm_label, arm_name, resolve_algorithm
 from kit.engines.flavors import flavor
@@ -74,7 +75,7 @@ class PremiseCheck:
         )
         self._session: Any = None
         self._start, self._n, self._restarts, self._most_in_flight = 0.0, 0, None, 0.0
-        self.phases = {"samples": 0, "warm_up": 0, "tail": 0, "steady": 0}
+        self.phases: PremiseSamples = {"samples": 0, "warm_up": 0, "tail": 0, "steady": 0}
 
     @classmethod
     def for_run(
@@ -150,7 +151,7 @@ class PremiseCheck:
         wave = max(int(min(self.capacity or self._most_in_flight, self.total or math.inf)), 1)
         return Phase(warm, tail, remaining, wave, done is not None and done >= wave)
 
-    def report(self) -> dict[str, Any]:
+    def report(self) -> PremiseReport:
         """For the manifest: each premise checked or not (and why), its status, evidence, first
         contradiction; the warnings given; how the samples split into warm-up, tail and steady."""
         decided = self.decision.arm if self.decision is not None else None
@@ -163,7 +164,7 @@ class PremiseCheck:
             "arm_is_decision": None if chosen is None or arm is None else arm == chosen,
             "engine_capacity": self.capacity,
             "replicas": self.replicas,
-            "samples": dict(self.phases),
+            "samples": PremiseSamples(**self.phases),
             "premises": {p.name: p.as_dict() for p in self.premises},
             "warnings": list(self.warnings),
         }
@@ -184,7 +185,7 @@ def check_timeline(
     *,
     totals: dict[int, int] | None = None,
     **options: Any,
-) -> dict[str, Any]:
+) -> PremiseReport:
     """Re-check a saved timeline (`kit.generate.metrics.load_timeline`), session by session, as the
     live run would have: the report, its warnings included. `totals`: rows per session where known
     (else `session_total`); `options`: PremiseCheck's (replicas, algorithm, ...)."""

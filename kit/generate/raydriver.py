@@ -24,6 +24,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from kit.artifacts.manifest_sections import ActorInfo, ActorOptions, ActorReport, RayReport
 from kit.engines.capacity import Capacity
 from kit.engines.flavors import flavor
 from kit.errors import EngineError, ParamsError
@@ -92,14 +93,14 @@ RAY_TOKEN_STEP = (
 """What a driver needs to join a cluster that checks tokens (Ray 2.60's rules)."""
 
 
-def actor_resources(params: RunParams, cluster: dict[str, float]) -> tuple[int, dict[str, float]]:
+def actor_resources(params: RunParams, cluster: dict[str, float]) -> tuple[int, ActorOptions]:
     """(actors, Ray options of one actor): GPUs per replica where the cluster has GPUs and the
     engine uses them, CPUs per actor from generate.ray.cpus_per_actor."""
     eng, ray_p = params.engine, params.generate.ray
     per_gpus = eng.gpus_per_replica or eng.tp_size
     gpus = int(cluster.get("GPU", 0))
     uses_gpus = gpus > 0 and flavor(eng.flavor).started  # a server the kit starts takes the GPUs
-    options: dict[str, Any] = {"num_cpus": ray_p.cpus_per_actor}
+    options = ActorOptions(num_cpus=ray_p.cpus_per_actor)
     if uses_gpus:
         options["num_gpus"] = per_gpus
     actors = ray_p.actors or (gpus // per_gpus if uses_gpus else eng.replicas)
@@ -117,7 +118,7 @@ class ActorState:
     handle: Any
     started: Any
     """The `start` call's reference (its answer: where the actor runs, its capacity)."""
-    info: dict[str, Any] = field(default_factory=dict)
+    info: ActorInfo = field(default_factory=ActorInfo)
     asked: Any = None
     """The poll it has not answered yet, and since when (monotonic seconds)."""
     asked_at: float = 0.0
@@ -201,7 +202,13 @@ class RayJob:
         stats.capacity = self._capacity()
         stats.restarts = sum(a.last.restarts for a in self.actors.values())
         stats.premises = premises.report() if premises is not None else None
-        stats.ray = {"address": address, "actor_options": options, **book.summary(), "actors": self._report()}
+        report: RayReport = {
+            "address": address,
+            "actor_options": options,
+            **book.summary(),
+            "actors": self._report(),
+        }
+        stats.ray = report
         return stats
 
     def live(self) -> list[ActorState]:
@@ -338,7 +345,7 @@ class RayJob:
             len(self.work),
         )
 
-    def _report(self) -> list[dict[str, Any]]:
+    def _report(self) -> list[ActorReport]:
         return [
             {
                 **a.info,

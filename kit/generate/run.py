@@ -8,11 +8,12 @@ from collections import Counter
 from collections.abc import Callable
 from contextlib import ExitStack
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 import pyarrow as pa
 
 from kit.artifacts import Manifest, TailNote
+from kit.artifacts.manifest_sections import OrderReport, PremiseReport, RayReport, RunIdentity
 from kit.asyncrun import run_coroutine, stop_signals
 from kit.engines import all_started, start_server
 from kit.generate.eta import TokenEta
@@ -35,7 +36,7 @@ from kit.generate.session import (
 )
 from kit.generate.setting_changes import identity_settings
 from kit.generate.store import FailureLog, ShardCheck, ShardWriter, done_ids, now_utc
-from kit.generate.tailswitch import TailSwitch, switched_identity, tail_plan
+from kit.generate.tailswitch import TailPlanNote, TailSwitch, switched_identity, tail_plan
 from kit.generate.work import (
     archive_outputs,
     check_identity,
@@ -52,6 +53,9 @@ from kit.prompts.plan import read_prompts
 from kit.prompts.prompt_set import batch_file_digests, data_hash, ensure_plan, read_prompt_ids
 from kit.runfolder import RunFolder, ShardView, disk_full_is_a_message
 
+if TYPE_CHECKING:
+    from kit.engines.settings import AppliedSettings
+
 log = logging.getLogger(__name__)
 EXIT_COMPLETE = 0
 EXIT_INCOMPLETE = 3
@@ -65,7 +69,7 @@ def run_generation(
     fresh: bool = False,
     shard: str | None = None,
     retry_failures: bool = False,
-    from_decision: dict[str, Any] | None = None,
+    from_decision: AppliedSettings | None = None,
     accepted: Callable[[], None] | None = None,
     tail_base: SpeculativeParams | None = None,
     sampling_problems: Callable[[SamplingParams], list[str]] | None = None,
@@ -97,7 +101,8 @@ def _open(
     """The session: the folder checked against the rows' identity, then bound to it."""
     folder = files.folder
     sampling_json, sampling_hash = sampling_identity(params.generate)
-    identity = {**engine_identity(params), "sampling_hash": sampling_hash, "data_hash": data_hash(params)}
+    engine = engine_identity(params)
+    identity = RunIdentity(**engine, sampling_hash=sampling_hash, data_hash=data_hash(params))
     if files_made_with := batch_file_digests(params):
         identity["batch_files"] = files_made_with  # a line changed: its rows are not this file's
     check_identity(folder, identity, identity_settings(params))
@@ -112,7 +117,7 @@ def _open(
 def _generate(
     session: Session,
     retry_failures: bool,
-    from_decision: dict[str, Any] | None,
+    from_decision: AppliedSettings | None,
     tail_base: SpeculativeParams | None,
     sampling_problems: Callable[[SamplingParams], list[str]] | None = None,
 ) -> Manifest:
@@ -130,11 +135,11 @@ def _generate(
     n_samples, limit = params.generate.sampling.n, params.generate.limit
     work = pending_work(ids, n_samples, skip, session.shard, limit)
     started = now_utc()
-    stats, after, order = None, found, {"order": params.generate.order, "items": len(work)}
+    stats, after, order = None, found, OrderReport(order=params.generate.order, items=len(work))
     tail, tail_note = tail_plan(params, session.decision, tail_base)
     on_ray = params.generate.executor == "ray"
     if on_ray and tail is not None:
-        tail, tail_note = None, {"enabled": False, "why": "not built for generate.executor: ray yet"}
+        tail, tail_note = None, TailPlanNote(enabled=False, why="not built for generate.executor: ray yet")
     if work:
         todo, work = select_rows(read_prompts(prompts_path), work)
         lengths = run_length_model(params, folder)
@@ -195,7 +200,19 @@ def _failure_counts(failures: FailureLog, after: ShardCheck) -> tuple[int, dict[
     return len(failed - done_of_failed), _never_generated(recorded, done_of_failed)
 
 
-def _loop_figures(stats: LoopStats | None) -> dict[str, Any]:
+class LoopFigures(TypedDict, total=False):
+    """The manifest's fields a session's loop gives (`Manifest`'s keyword arguments)."""
+
+    server_restarts: int
+    concurrency: int
+    concurrency_start: int | None
+    engine_capacity: int | None
+    capacity_source: str
+    premises: PremiseReport | None
+    ray: RayReport | None
+
+
+def _loop_figures(stats: LoopStats | None) -> LoopFigures:
     """The manifest's fields of this session's loop (none when nothing was left to do)."""
     if stats is None:
         return {}

@@ -16,6 +16,7 @@ from typing import Any
 
 from kit.arch import load_arch
 from kit.artifacts import Decision
+from kit.artifacts.manifest_sections import RunIdentity
 from kit.engines.capacity import Capacity, launched_capacity, server_info_capacity
 from kit.engines.request_fields import run_request_fields, tool_request_fields
 from kit.errors import ModelDirError
@@ -43,7 +44,7 @@ class Session:
     files: ShardView
     """This session's files: the whole run's, or a `--shard i/N` session's."""
     shard: tuple[int, int]
-    identity: dict[str, Any]
+    identity: RunIdentity
     """The engine, model, sampling and plan the rows are made with (`_run.json`)."""
     sampling_json: str
     sampling_hash: str

@@ -15,6 +15,7 @@ from typing import Any
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from kit.artifacts.manifest_sections import RunIdentity, StoredIdentity
 from kit.params import RunParams
 from kit.runfolder import RunFolder
 
@@ -51,7 +52,7 @@ def _flat(prefix: str, value: Any) -> dict[str, Any]:
 
 
 def describe_changes(
-    folder: RunFolder, old: dict[str, Any], identity: dict[str, Any], settings: dict[str, Any]
+    folder: RunFolder, old: StoredIdentity, identity: RunIdentity, settings: dict[str, Any]
 ) -> list[str]:
     """One `key: old -> new` line per setting that differs between the folder's identity `old` and
     this run's (`identity`, with its `settings`); a hash is named as such only where the settings
@@ -73,7 +74,7 @@ def describe_changes(
     return list(lines.values())
 
 
-def _named(folder: RunFolder, old: dict[str, Any], key: str, settings: dict[str, Any]) -> dict[str, str]:
+def _named(folder: RunFolder, old: StoredIdentity, key: str, settings: dict[str, Any]) -> dict[str, str]:
     """{params key: line} of each setting under `HASHED[key]` that differs; empty when unknown."""
     section = HASHED[key]
     was = old.get("settings")

@@ -19,16 +19,47 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, Required, TypedDict
 
 from kit.artifacts import Decision
+from kit.artifacts.manifest_sections import RunIdentity
 from kit.decide.tailarm import TailArm, tail_arm
 from kit.engines.arms import Arm
 from kit.engines.flavors import flavor
 from kit.engines.settings import speculative_params
 from kit.params import RunParams, SpeculativeParams
 
+if TYPE_CHECKING:
+    from kit.engines.flavors.base import SpeculativeJson
+
 log = logging.getLogger(__name__)
+
+
+class SwitchReport(TypedDict):
+    """What a running switch did (`TailSwitch.report`), merged into its plan's note by the run."""
+
+    switched: bool
+    replicas_switched: list[str]
+    left_at_switch: int | None
+    started_at_s: float | None
+    finished_at_s: float | None
+    requests_cut_and_resent: int
+    skipped: str | None
+
+
+class TailPlanNote(TypedDict, total=False):
+    """manifest.json's `tail_speculation` as `tail_plan` writes it (kit.artifacts.TailNote reads it):
+    whether the tail switches and why; where it does, the arm's figures (kit.decide.tailarm
+    TailArmFigures' keys) and the speculative section it switches to; once the switch ran, the run
+    adds its SwitchReport."""
+
+    enabled: Required[bool]
+    why: str | None
+    k: int
+    crossover: int
+    evidence: str
+    ratio: float
+    speculative: SpeculativeJson
 
 
 @dataclass(frozen=True)
@@ -40,7 +71,7 @@ class TailPlan:
 
 def tail_plan(
     params: RunParams, decision: Decision | None, base: SpeculativeParams | None
-) -> tuple[TailPlan | None, dict[str, Any]]:
+) -> tuple[TailPlan | None, TailPlanNote]:
     """What the tail switches to, or None; and the manifest's note saying so and why."""
     if not params.generate.tail_speculation:
         return None, {"enabled": False, "why": "generate.tail_speculation is off"}
@@ -59,7 +90,12 @@ def tail_plan(
     base = base or SpeculativeParams()
     spec = speculative_params(Arm(arm.k, base.algorithm), fl, base)
     switched = params.model_copy(update={"engine": eng.model_copy(update={"speculative": spec})})
-    note = {"enabled": True, "why": why, **arm.as_dict(), "speculative": spec.model_dump(exclude_none=True)}
+    note: TailPlanNote = {
+        "enabled": True,
+        "why": why,
+        **arm.as_dict(),
+        "speculative": spec.model_dump(exclude_none=True),
+    }
     return TailPlan(arm, switched), note
 
 
@@ -151,7 +187,7 @@ class TailSwitch:
         else:
             task.exception()  # retrieved: a failed restart is logged by the run, not again at exit
 
-    def report(self) -> dict[str, Any]:
+    def report(self) -> SwitchReport:
         return {
             "switched": bool(self.switched),
             "replicas_switched": list(self.switched),
@@ -163,7 +199,7 @@ class TailSwitch:
         }
 
 
-def switched_identity(identity: dict[str, Any], plan: TailPlan) -> str:
+def switched_identity(identity: RunIdentity, plan: TailPlan) -> str:
     """The `engine` JSON of rows a switched replica makes: the run's, with its speculative section."""
     spec = plan.params.engine.speculative.model_dump(mode="json", exclude_none=True)
     return json.dumps({**identity, "speculative": spec or None}, sort_keys=True)

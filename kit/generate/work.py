@@ -11,12 +11,13 @@ import shutil
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from kit.artifacts.manifest_sections import EngineIdentity, RunIdentity, StoredIdentity
 from kit.errors import ParamsError, RunFolderError
 from kit.generate.rowsampling import item_sampling
 from kit.generate.setting_changes import describe_changes
@@ -25,14 +26,17 @@ from kit.params import RunParams
 from kit.prompts.plan import tools_list
 from kit.runfolder import RunFolder, read_json, stamp, write_json_atomic
 
+if TYPE_CHECKING:
+    from kit.engines.flavors.base import SpeculativeJson
 
-def engine_identity(params: RunParams) -> dict[str, Any]:
+
+def engine_identity(params: RunParams) -> EngineIdentity:
     """What makes rows comparable: engine flavor, model (with its config's hash), speculation,
     thinking on or off, the parsers that split reasoning and tool calls out, and the row schema."""
     cfg = Path(params.model.path) / "config.json"
     cfg_hash = hashlib.sha256(cfg.read_bytes()).hexdigest()[:16] if cfg.is_file() else None
     eng = params.engine
-    spec = eng.speculative.model_dump(mode="json", exclude_none=True)
+    spec = cast("SpeculativeJson", eng.speculative.model_dump(mode="json", exclude_none=True))
     return {
         "flavor": eng.flavor,
         "model": str(params.model.path),
@@ -57,7 +61,7 @@ def archive_outputs(folder: RunFolder) -> Path | None:
     return dest
 
 
-def check_identity(folder: RunFolder, identity: dict[str, Any], settings: dict[str, Any]) -> None:
+def check_identity(folder: RunFolder, identity: RunIdentity, settings: dict[str, Any]) -> None:
     """Refuse to mix rows from another model, engine, sampling or prompt plan into this run, naming
     each setting that changed with its old and new value (`settings`: this run's, behind the hashes).
 
@@ -67,7 +71,7 @@ def check_identity(folder: RunFolder, identity: dict[str, Any], settings: dict[s
     path = folder.identity
     if not path.exists() or not _holds_results(folder):
         return
-    old = read_json(path)
+    old: StoredIdentity = read_json(path)
     changed = [k for k in identity if old.get(k) != identity[k]]
     if "batch_files" in changed:
         was, now = old.get("batch_files") or {}, identity["batch_files"] or {}
@@ -93,7 +97,7 @@ def check_identity(folder: RunFolder, identity: dict[str, Any], settings: dict[s
         )
 
 
-def record_identity(folder: RunFolder, identity: dict[str, Any], settings: dict[str, Any]) -> None:
+def record_identity(folder: RunFolder, identity: RunIdentity, settings: dict[str, Any]) -> None:
     """Bind the run folder to `identity`, with the `settings` behind its hashes (which a refusal
     names); called once the prompt plan exists, before the first row."""
     path = folder.identity

@@ -18,13 +18,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TypedDict
 
 import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from kit.artifacts.manifest_sections import CapBasis, FittedBasis, SourceBasis
 from kit.params import RunParams
 from kit.runfolder import RunFolder
 
@@ -37,12 +37,6 @@ MIN_BUCKET_ROWS = 4
 MIN_ANSWERS = 4
 """Sweep answers of a source that predict it while the run has too few rows of it."""
 LENGTH_COLUMNS = ["source", "prompt_tokens", "completion_tokens"]
-
-FittedBasis = TypedDict("FittedBasis", {"from": str, "rows": int, "mean_tokens": float})
-"""What a fitted source's prediction rests on, for the manifest (`LengthModel.describe`): `from`
-made rows, pilot answers or sweep answers, how many, their mean output tokens."""
-CapBasis = TypedDict("CapBasis", {"from": str, "cap": int | None})
-"""A source predicted by its cap (`from`: max_tokens; None: no cap)."""
 
 
 def done_lengths(paths: list[Path]) -> pd.DataFrame:
@@ -149,7 +143,7 @@ class LengthModel:
         """What a source's prediction rests on: made rows, pilot answers, sweep answers or max_tokens."""
         return self.basis.get(source, "made rows") if source in self.sources else "max_tokens"
 
-    def describe(self) -> dict[str, FittedBasis | CapBasis]:
+    def describe(self) -> dict[str, SourceBasis]:
         """For the manifest: what each source's prediction rests on."""
         return {name: self._basis(name) for name in sorted(set(self.sources) | set(self.caps))}
 
