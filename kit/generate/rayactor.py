@@ -34,6 +34,7 @@ from kit.generate.pool import ServerPool
 from kit.generate.session import build_loop, engine_capacity, hang_timeout, loop_concurrency, replica_of
 from kit.generate.store import FailureLog, ShardWriter
 from kit.generate.work import iter_items
+from kit.generate.work_item import WorkItem
 from kit.params import RunParams
 from kit.runfolder import RunFolder, write_json_atomic
 
@@ -44,11 +45,11 @@ class BlockFeed:
     """The actor's work items, as blocks arrive: `take` waits for more until `close`."""
 
     def __init__(self) -> None:
-        self._items: deque[dict[str, Any]] = deque()
+        self._items: deque[WorkItem] = deque()
         self._more = asyncio.Event()
         self._closed = False
 
-    def put(self, items: list[dict[str, Any]]) -> None:
+    def put(self, items: list[WorkItem]) -> None:
         self._items.extend(items)
         self._more.set()
 
@@ -57,7 +58,7 @@ class BlockFeed:
         self._closed = True
         self._more.set()
 
-    async def take(self) -> dict[str, Any] | None:
+    async def take(self) -> WorkItem | None:
         while not self._items:
             if self._closed:
                 return None
@@ -120,7 +121,7 @@ class BlockWriter:
     def add(self, row: dict[str, Any]) -> None:
         self.open[self.block_of[row["id"]]].writer.add(row)
 
-    def answered(self, item: dict[str, Any]) -> None:
+    def answered(self, item: WorkItem) -> None:
         block = self.open[self.block_of.pop(item["id"])]
         block.left -= 1
         if block.left == 0:
