@@ -23,6 +23,7 @@ from typing import Any, Protocol
 import orjson
 
 from kit.display import hours
+from kit.engines.answers import ChatResult
 from kit.engines.client import RequestRejected, TransientEngineError
 from kit.errors import EngineError
 from kit.generate.completions import not_a_completion
@@ -36,7 +37,7 @@ from kit.generate.rowsampling import sampling_identity as sampling_identity
 from kit.generate.store import FailureLog, ShardWriter, now_utc, shard_rows_for
 from kit.generate.tailswitch import TailSwitch
 from kit.generate.timeline_sample import TimelineSample
-from kit.generate.work_item import WorkItem
+from kit.generate.work_item import GeneratedRow, SamplingColumns, WorkItem
 from kit.params import GenerateParams
 from kit.progress import progress
 
@@ -267,7 +268,7 @@ class GenerationLoop:
             if self._shard_due():
                 await self._flush()
 
-    async def _generate(self, item: WorkItem) -> dict[str, Any] | None:
+    async def _generate(self, item: WorkItem) -> GeneratedRow | None:
         if self.context_limit and (item.get("prompt_tokens") or 0) >= self.context_limit:
             # Some servers (transformers serve) accept such prompts and produce garbage; SGLang
             # rejects them. Either way the row is a failure: say so without sending it.
@@ -303,7 +304,7 @@ class GenerationLoop:
                 return None
             await asyncio.sleep(min(30.0, 0.5 * 2**attempt) * (0.5 + random.random()))
 
-    async def _send(self, client: Any, item: WorkItem) -> Any:
+    async def _send(self, client: Any, item: WorkItem) -> ChatResult:
         s, fields = self.params.sampling, self.fields
         max_tokens = self.max_tokens_by_source.get(item["source"], s.max_tokens)
         own = item.get("sampling")
@@ -318,7 +319,7 @@ class GenerationLoop:
             item["messages"], tools=item["tools_list"], max_tokens=max_tokens, fields=fields
         )
 
-    def _row(self, item: WorkItem, r: Any, engine_json: str) -> dict[str, Any]:
+    def _row(self, item: WorkItem, r: ChatResult, engine_json: str) -> GeneratedRow:
         return {
             "id": item["id"],
             "prompt_id": item["prompt_id"],
@@ -341,7 +342,7 @@ class GenerationLoop:
             "finished_at": now_utc(),
         }
 
-    def _sampling_of(self, item: WorkItem) -> dict[str, str]:
+    def _sampling_of(self, item: WorkItem) -> SamplingColumns:
         """The row's `sampling` and `sampling_hash`: the run's, or the merged settings of a row with its
         own (and its source's max_tokens where the row set none, as sent)."""
         own = item.get("sampling")

@@ -34,7 +34,7 @@ from kit.generate.pool import ServerPool
 from kit.generate.session import build_loop, engine_capacity, hang_timeout, loop_concurrency, replica_of
 from kit.generate.store import FailureLog, ShardWriter
 from kit.generate.work import iter_items
-from kit.generate.work_item import WorkItem
+from kit.generate.work_item import GeneratedRow, WorkItem
 from kit.params import RunParams
 from kit.runfolder import RunFolder, write_json_atomic
 
@@ -118,7 +118,7 @@ class BlockWriter:
         self.open[index] = OpenBlock(index, writer, size=len(ids), left=len(ids))
         self.block_of.update(dict.fromkeys(ids, index))
 
-    def add(self, row: dict[str, Any]) -> None:
+    def add(self, row: GeneratedRow) -> None:
         self.open[self.block_of[row["id"]]].writer.add(row)
 
     def answered(self, item: WorkItem) -> None:

@@ -37,6 +37,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from kit.generate.work_item import GeneratedRow
 from kit.runfolder import ShardFiles, atomic_path, write_text_atomic
 
 log = logging.getLogger(__name__)
@@ -71,7 +72,7 @@ ROW_SCHEMA = pa.schema(
 )
 
 
-def row_bytes(row: dict[str, Any]) -> int:
+def row_bytes(row: GeneratedRow) -> int:
     """About the bytes a row's text takes (characters of completion, reasoning and messages)."""
     messages = row.get("messages") or ()
     return (
@@ -109,7 +110,7 @@ class ShardWriter:
 
     directory: Path
     tag: str = ""
-    buffer: list[dict[str, Any]] = field(default_factory=list)
+    buffer: list[GeneratedRow] = field(default_factory=list)
     last_flush: float = field(default_factory=time.monotonic)
     max_pending: int = 2
     buffer_bytes: int = 0
@@ -124,7 +125,7 @@ class ShardWriter:
         self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kit-shards")
         self._jobs: deque[Future[Path | None]] = deque()
 
-    def add(self, row: dict[str, Any]) -> None:
+    def add(self, row: GeneratedRow) -> None:
         self.buffer.append(row)
         self.buffer_bytes += row_bytes(row)
 
@@ -179,7 +180,7 @@ class ShardWriter:
         while self._jobs and self._jobs[0].done():
             self._jobs.popleft().result()  # raises the error of a failed write
 
-    def _write(self, rows: list[dict[str, Any]], target: Path | None, then: tuple) -> Path | None:
+    def _write(self, rows: list[GeneratedRow], target: Path | None, then: tuple) -> Path | None:
         if target is not None:
             table = pa.Table.from_pylist(rows, schema=ROW_SCHEMA)
             with atomic_path(target) as tmp:

@@ -1,13 +1,17 @@
-"""The records stage 3 hands from module to module: a work item (one request to send).
+"""The records stage 3 hands from module to module: a work item and the row generated for it.
 
     item = next(iter_items(prompts, work))   # kit.generate.work: a `WorkItem` per request to send
+    row = loop._row(item, answer, engine)     # kit.generate.loop: a `GeneratedRow`, one parquet row
 
-A dict at run time (a TypedDict). A leaf: it imports nothing of the kit, so the loop, the ETA and
-the Ray actor all take it without an import circle.
+They are dicts at run time (TypedDicts): a row goes to `pa.Table.from_pylist` under `ROW_SCHEMA`
+(kit.generate.store), whose column names are `GeneratedRow`'s keys in order (tests/test_store.py
+pins it). A leaf: it imports nothing of the kit, so the loop, the store, the ETA and the Ray actor
+all take it without an import circle.
 """
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any, TypedDict
 
 
@@ -38,3 +42,37 @@ class WorkItem(TypedDict):
     prompt_tokens: int | None
     sampling: str | None
     """A batch line's own sampling settings as sorted JSON (kit.generate.rowsampling), or None."""
+
+
+class SamplingColumns(TypedDict):
+    """A row's `sampling` (the settings' JSON) and `sampling_hash` (kit.generate.rowsampling `identity`)."""
+
+    sampling: str
+    sampling_hash: str
+
+
+class GeneratedRow(TypedDict):
+    """One generated row, keyed and ordered as `ROW_SCHEMA`'s columns (kit.generate.store)."""
+
+    id: str
+    prompt_id: str
+    sample_index: int
+    source: str
+    messages: list[Message]
+    tools: str | None
+    completion: str
+    reasoning: str | None
+    tool_calls: str | None
+    """The parsed tool calls as JSON text (OpenAI shape), None where there are none."""
+    finish_reason: str | None
+    prompt_tokens: int | None
+    completion_tokens: int | None
+    reasoning_tokens: int | None
+    latency_s: float
+    ttft_s: float | None
+    accept_length: float | None
+    engine: str
+    """The engine's identity as JSON (the run's, or a replica's own)."""
+    sampling: str
+    sampling_hash: str
+    finished_at: datetime
