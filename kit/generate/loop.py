@@ -37,7 +37,7 @@ from kit.generate.rowsampling import sampling_identity as sampling_identity
 from kit.generate.store import FailureLog, ShardWriter, now_utc, shard_rows_for
 from kit.generate.tailswitch import TailSwitch
 from kit.generate.timeline_sample import TimelineSample
-from kit.generate.work_item import GeneratedRow, SamplingColumns, WorkItem
+from kit.generate.work_item import FailureReason, GeneratedRow, SamplingColumns, WorkItem
 from kit.params import GenerateParams
 from kit.progress import progress
 
@@ -276,6 +276,7 @@ class GenerationLoop:
             self._fail(item, "context_overflow", reason, 0, permanent=True)
             return None
         attempt = 0
+        reason: FailureReason
         while True:
             replica = await self.pool.acquire()
             generation = replica.generation
@@ -370,7 +371,9 @@ class GenerationLoop:
                 "rerun the same command; the rejected prompts are retried, nothing was lost."
             )
 
-    def _fail(self, item: WorkItem, reason: str, error: str, attempts: int, permanent: bool) -> None:
+    def _fail(
+        self, item: WorkItem, reason: FailureReason, error: str, attempts: int, permanent: bool
+    ) -> None:
         self.stats.failures += 1
         self.failures.append(
             {

@@ -30,14 +30,13 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
 
 import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from kit.generate.work_item import GeneratedRow
+from kit.generate.work_item import FailureRecord, GeneratedRow, LoggedFailure
 from kit.runfolder import ShardFiles, atomic_path, write_text_atomic
 
 log = logging.getLogger(__name__)
@@ -338,12 +337,12 @@ class FailureLog:
         self._pending: list[bytes] = []
         self._lock = threading.Lock()
 
-    def append(self, record: dict[str, Any]) -> None:
-        record = {**record, "at": now_utc().isoformat()}
+    def append(self, record: FailureRecord) -> None:
+        logged: LoggedFailure = {**record, "at": now_utc().isoformat()}
         try:
-            line = orjson.dumps(record, default=str, option=orjson.OPT_APPEND_NEWLINE)
+            line = orjson.dumps(logged, default=str, option=orjson.OPT_APPEND_NEWLINE)
         except orjson.JSONEncodeError:  # e.g. a lone surrogate in an error text
-            line = (json.dumps(record, default=str) + "\n").encode()
+            line = (json.dumps(logged, default=str) + "\n").encode()
         self._pending.append(line)
         if len(self._pending) >= self.batch:
             self.flush()
@@ -356,12 +355,12 @@ class FailureLog:
                 with open(self.path, "ab") as f:
                     f.write(b"".join(lines))
 
-    def read(self) -> list[dict[str, Any]]:
-        """Every readable record; a line cut short by a crash is skipped."""
+    def read(self) -> list[LoggedFailure]:
+        """Every readable record (as written: read, not checked); a line cut short by a crash is skipped."""
         self.flush()
         if not self.path.exists():
             return []
-        out = []
+        out: list[LoggedFailure] = []
         for line in self.path.read_text().splitlines():
             try:
                 out.append(json.loads(line))

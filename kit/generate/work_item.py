@@ -1,18 +1,19 @@
-"""The records stage 3 hands from module to module: a work item and the row generated for it.
+"""The records stage 3 hands from module to module: a work item, a generated row, a failure record.
 
     item = next(iter_items(prompts, work))   # kit.generate.work: a `WorkItem` per request to send
     row = loop._row(item, answer, engine)     # kit.generate.loop: a `GeneratedRow`, one parquet row
+    failures.append(record)                   # kit.generate.store: a `FailureRecord`, one JSON line
 
 They are dicts at run time (TypedDicts): a row goes to `pa.Table.from_pylist` under `ROW_SCHEMA`
 (kit.generate.store), whose column names are `GeneratedRow`'s keys in order (tests/test_store.py
-pins it). A leaf: it imports nothing of the kit, so the loop, the store, the ETA and the Ray actor
-all take it without an import circle.
+pins it), and a failure record to `failures.jsonl` as it is, `at` added. A leaf: it imports nothing
+of the kit, so the loop, the store, the ETA and the Ray actor all take it without an import circle.
 """
 
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, TypedDict
+from typing import Any, Literal, TypedDict
 
 
 class Message(TypedDict):
@@ -76,3 +77,29 @@ class GeneratedRow(TypedDict):
     sampling: str
     sampling_hash: str
     finished_at: datetime
+
+
+FailureReason = Literal["context_overflow", "rejected", "transient", "bad_answer"]
+"""Why a request failed (kit.generate.loop; kit.generate.verdict words each)."""
+
+
+class FailureRecord(TypedDict):
+    """One failed request as the loop reports it (kit.generate.loop `_fail`)."""
+
+    id: str
+    prompt_id: str
+    sample_index: int
+    source: str
+    reason: FailureReason
+    error: str
+    """What the engine or the kit said, cut at 2,000 characters."""
+    attempts: int
+    permanent: bool
+    """The engine refuses it for good: not retried on resume (unless failures are retried)."""
+
+
+class LoggedFailure(FailureRecord):
+    """A line of `failures.jsonl` (kit.generate.store `FailureLog`): the record and when it was logged."""
+
+    at: str
+    """ISO 8601 time, UTC."""
