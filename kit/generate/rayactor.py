@@ -22,11 +22,12 @@ from collections import deque
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import pyarrow as pa
 
 from kit.engines import start_server
+from kit.engines.flavors.base import CapacityFacts
 from kit.errors import RunFolderError
 from kit.generate.blocks import block_tag
 from kit.generate.metrics import Timeline
@@ -39,6 +40,25 @@ from kit.params import RunParams
 from kit.runfolder import RunFolder, write_json_atomic
 
 log = logging.getLogger(__name__)
+
+
+class ActorPlace(TypedDict):
+    """Where an actor runs (`EngineActor.where`)."""
+
+    actor: int
+    pid: int
+    host: str
+
+
+class ActorInfo(ActorPlace, CapacityFacts):
+    """An actor's answer to `start` (and its `about.json`): where it runs, its engine's capacity, and
+    what to look at or kill."""
+
+    concurrency: int
+    """Requests its loop keeps in flight at the start."""
+    server_log: str
+    reaper_pid: int | None
+    """The kit's wrapper around the server: its child leads the server's process group."""
 
 
 class BlockFeed:
@@ -169,10 +189,10 @@ class EngineActor:
         self._task: asyncio.Task | None = None
         self.writer: BlockWriter | None = None
 
-    def where(self) -> dict[str, Any]:
+    def where(self) -> ActorPlace:
         return {"actor": self.index, "pid": os.getpid(), "host": socket.gethostname()}
 
-    async def start(self, total: int) -> dict[str, Any]:
+    async def start(self, total: int) -> ActorInfo:
         """Start the server (the kit's lifecycle) and the loop; return where it runs and its capacity."""
         if not self.folder.identity.exists():
             raise RunFolderError(
@@ -211,7 +231,7 @@ class EngineActor:
         )
         self._task = asyncio.get_running_loop().create_task(self.loop.run(self.feed, total, conc))
         log.info("actor %d: %s, %d in flight", self.index, cap.words(), conc)
-        info = {
+        info: ActorInfo = {
             **self.where(),
             **cap.as_dict(),
             "concurrency": conc,
