@@ -25,6 +25,7 @@ import orjson
 from kit.display import hours
 from kit.engines.answers import ChatResult
 from kit.engines.client import RequestRejected, TransientEngineError
+from kit.engines.flavors.base import ToolFields
 from kit.errors import EngineError
 from kit.generate.completions import not_a_completion
 from kit.generate.eta import TokenEta
@@ -101,7 +102,7 @@ class GenerationLoop:
     fields: dict[str, Any] = field(default_factory=dict)
     """Request fields for this engine (`kit.engines.request_fields.run_request_fields`); the seed is
     set per sample."""
-    tool_fields: dict[str, Any] = field(default_factory=dict)
+    tool_fields: ToolFields = field(default_factory=ToolFields)
     """Fields added to requests that offer tools (`kit.engines.request_fields.tool_request_fields`)."""
     max_tokens_by_source: dict[str, int] = field(default_factory=dict)
     """Output budgets of the sources that set their own (`data.sources[].max_tokens`)."""

@@ -20,7 +20,7 @@ class Message(TypedDict):
     """One turn of a planned prompt's conversation (the `messages` column's struct)."""
 
     role: str
-    content: str | None
+    content: str
 
 
 class WorkItem(TypedDict):
