@@ -5,13 +5,19 @@ from __future__ import annotations
 import asyncio
 import time
 from pathlib import Path
-from typing import Any
+from types import SimpleNamespace
+from typing import Any, get_type_hints
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from kit.engines.answers import ChatResult
 from kit.generate import store
-from kit.generate.store import FailureLog, ShardWriter, done_ids, now_utc
+from kit.generate.loop import GenerationLoop, LoopStats
+from kit.generate.store import ROW_SCHEMA, FailureLog, ShardWriter, done_ids, now_utc
+from kit.generate.work import iter_items
+from kit.generate.work_item import GeneratedRow, LoggedFailure
 
 
 def row(i: int) -> dict[str, Any]:
@@ -24,6 +30,29 @@ def row(i: int) -> dict[str, Any]:
         "completion": "done",
         "finished_at": now_utc(),
     }
+
+
+def test_the_row_record_names_the_row_schemas_columns_in_order() -> None:
+    assert list(GeneratedRow.__annotations__) == ROW_SCHEMA.names
+    assert list(get_type_hints(GeneratedRow)) == ROW_SCHEMA.names  # the annotations resolve
+
+
+def test_the_loop_fills_every_column_of_a_row() -> None:
+    item = next(iter_items(pa.table({"id": ["p"], "source": ["s"], "messages": [[]]}), [(0, 1)]))
+    stamp = SimpleNamespace(_sampling_of=lambda _: {"sampling": "{}", "sampling_hash": "h"})
+    made = GenerationLoop._row(stamp, item, ChatResult("hi", "stop", 3, 1, 0.5), "{}")  # type: ignore[arg-type]
+    assert sorted(made) == sorted(ROW_SCHEMA.names)
+    assert pa.Table.from_pylist([made], schema=ROW_SCHEMA).to_pylist()[0]["id"] == "p.1"
+
+
+def test_the_loop_logs_a_failure_record_with_its_keys(tmp_path: Path) -> None:
+    item = next(iter_items(pa.table({"id": ["p"], "source": ["s"], "messages": [[]]}), [(0, 0)]))
+    here = SimpleNamespace(stats=LoopStats(), failures=FailureLog(tmp_path / "failures.jsonl"))
+    GenerationLoop._fail(here, item, "transient", "timed out", 3, permanent=False)  # type: ignore[arg-type]
+    (logged,) = here.failures.read()
+    assert list(logged) == list(get_type_hints(LoggedFailure))
+    assert (logged["id"], logged["reason"], logged["attempts"]) == ("p", "transient", 3)
+    assert here.stats.failures == 1
 
 
 def slow_disk(monkeypatch: pytest.MonkeyPatch, seconds: float) -> None:

@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from kit.generate.work_item import WorkItem
 from kit.prompts.lengths import LengthModel
 
 MIN_ANSWERED = 16
@@ -45,13 +46,13 @@ class TokenEta:
         predicted = model.predict(src, tok) if len(src) else np.array([])
         return cls(model, float(np.nan_to_num(predicted, posinf=0.0).sum()))
 
-    def predicted(self, item: dict[str, Any]) -> float:
+    def predicted(self, item: WorkItem) -> float:
         p = self.model.predict(
             np.array([str(item.get("source"))]), np.array([item.get("prompt_tokens") or 0.0])
         )
         return float(p[0]) if np.isfinite(p[0]) else 0.0
 
-    def answered(self, item: dict[str, Any], made: int | None) -> None:
+    def answered(self, item: WorkItem, made: int | None) -> None:
         """One item answered (`made`: its output tokens; None: it failed, its tokens are not owed)."""
         p = self.predicted(item)
         self.left_predicted = max(0.0, self.left_predicted - p)

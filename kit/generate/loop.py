@@ -23,7 +23,9 @@ from typing import Any, Protocol
 import orjson
 
 from kit.display import hours
+from kit.engines.answers import ChatResult
 from kit.engines.client import RequestRejected, TransientEngineError
+from kit.engines.flavors.base import ToolFields
 from kit.errors import EngineError
 from kit.generate.completions import not_a_completion
 from kit.generate.eta import TokenEta
@@ -36,6 +38,7 @@ from kit.generate.rowsampling import sampling_identity as sampling_identity
 from kit.generate.store import FailureLog, ShardWriter, now_utc, shard_rows_for
 from kit.generate.tailswitch import TailSwitch
 from kit.generate.timeline_sample import TimelineSample
+from kit.generate.work_item import FailureReason, GeneratedRow, SamplingColumns, WorkItem
 from kit.params import GenerateParams
 from kit.progress import progress
 
@@ -60,7 +63,7 @@ class WorkSource(Protocol):
     """Work items handed out as they come (a Ray actor's blocks): `take` waits for the next one,
     None when there will be no more. A plain iterator is the other kind of source."""
 
-    async def take(self) -> dict[str, Any] | None: ...
+    async def take(self) -> WorkItem | None: ...
 
 
 @dataclass
@@ -99,7 +102,7 @@ class GenerationLoop:
     fields: dict[str, Any] = field(default_factory=dict)
     """Request fields for this engine (`kit.engines.request_fields.run_request_fields`); the seed is
     set per sample."""
-    tool_fields: dict[str, Any] = field(default_factory=dict)
+    tool_fields: ToolFields = field(default_factory=ToolFields)
     """Fields added to requests that offer tools (`kit.engines.request_fields.tool_request_fields`)."""
     max_tokens_by_source: dict[str, int] = field(default_factory=dict)
     """Output budgets of the sources that set their own (`data.sources[].max_tokens`)."""
@@ -114,7 +117,7 @@ class GenerationLoop:
     """The decision re-checked live against the timeline's samples (warned once each, in the manifest)."""
     eta: TokenEta | None = None
     """Time left in output tokens (kit.generate.eta): in the bar and the timeline."""
-    answered: Callable[[dict[str, Any]], None] | None = None
+    answered: Callable[[WorkItem], None] | None = None
     """Called with each work item once it is answered (its row added to the writer, or its
     failure logged); not for items cut by the end of the run."""
     show_progress: bool = True
@@ -130,9 +133,7 @@ class GenerationLoop:
     _taken: int = 0
     """Work items taken from the iterator so far."""
 
-    async def run(
-        self, items: Iterator[dict[str, Any]] | WorkSource, total: int, concurrency: int
-    ) -> LoopStats:
+    async def run(self, items: Iterator[WorkItem] | WorkSource, total: int, concurrency: int) -> LoopStats:
         self.total = total
         bar = progress(
             total=total, desc="generate", unit="row", smoothing=0.1, disable=not self.show_progress
@@ -247,7 +248,7 @@ class GenerationLoop:
         self._starved_ticks = 0
         self._spawn(more)
 
-    async def _worker(self, items: Iterator[dict[str, Any]] | WorkSource, bar: Any) -> None:
+    async def _worker(self, items: Iterator[WorkItem] | WorkSource, bar: Any) -> None:
         while (item := await _take(items)) is not None:
             self._taken += 1
             self.stats.in_flight += 1
@@ -268,7 +269,7 @@ class GenerationLoop:
             if self._shard_due():
                 await self._flush()
 
-    async def _generate(self, item: dict[str, Any]) -> dict[str, Any] | None:
+    async def _generate(self, item: WorkItem) -> GeneratedRow | None:
         if self.context_limit and (item.get("prompt_tokens") or 0) >= self.context_limit:
             # Some servers (transformers serve) accept such prompts and produce garbage; SGLang
             # rejects them. Either way the row is a failure: say so without sending it.
@@ -276,6 +277,7 @@ class GenerationLoop:
             self._fail(item, "context_overflow", reason, 0, permanent=True)
             return None
         attempt = 0
+        reason: FailureReason
         while True:
             replica = await self.pool.acquire()
             generation = replica.generation
@@ -304,7 +306,7 @@ class GenerationLoop:
                 return None
             await asyncio.sleep(min(30.0, 0.5 * 2**attempt) * (0.5 + random.random()))
 
-    async def _send(self, client: Any, item: dict[str, Any]) -> Any:
+    async def _send(self, client: Any, item: WorkItem) -> ChatResult:
         s, fields = self.params.sampling, self.fields
         max_tokens = self.max_tokens_by_source.get(item["source"], s.max_tokens)
         own = item.get("sampling")
@@ -319,7 +321,7 @@ class GenerationLoop:
             item["messages"], tools=item["tools_list"], max_tokens=max_tokens, fields=fields
         )
 
-    def _row(self, item: dict[str, Any], r: Any, engine_json: str) -> dict[str, Any]:
+    def _row(self, item: WorkItem, r: ChatResult, engine_json: str) -> GeneratedRow:
         return {
             "id": item["id"],
             "prompt_id": item["prompt_id"],
@@ -342,7 +344,7 @@ class GenerationLoop:
             "finished_at": now_utc(),
         }
 
-    def _sampling_of(self, item: dict[str, Any]) -> dict[str, str]:
+    def _sampling_of(self, item: WorkItem) -> SamplingColumns:
         """The row's `sampling` and `sampling_hash`: the run's, or the merged settings of a row with its
         own (and its source's max_tokens where the row set none, as sent)."""
         own = item.get("sampling")
@@ -354,7 +356,7 @@ class GenerationLoop:
         text, digest = row_identity(s)
         return {"sampling": text, "sampling_hash": digest}
 
-    def _rejected(self, item: dict[str, Any], e: RequestRejected, attempts: int) -> None:
+    def _rejected(self, item: WorkItem, e: RequestRejected, attempts: int) -> None:
         """A 4xx answer: permanent once the engine has accepted a request of this session; before
         that, a run of them means the engine refuses what the kit sends, and the run stops."""
         if self.stats.rows:
@@ -370,7 +372,9 @@ class GenerationLoop:
                 "rerun the same command; the rejected prompts are retried, nothing was lost."
             )
 
-    def _fail(self, item: dict[str, Any], reason: str, error: str, attempts: int, permanent: bool) -> None:
+    def _fail(
+        self, item: WorkItem, reason: FailureReason, error: str, attempts: int, permanent: bool
+    ) -> None:
         self.stats.failures += 1
         self.failures.append(
             {
@@ -420,7 +424,7 @@ class GenerationLoop:
                 await self._flush()
 
 
-async def _take(items: Iterator[dict[str, Any]] | WorkSource) -> dict[str, Any] | None:
+async def _take(items: Iterator[WorkItem] | WorkSource) -> WorkItem | None:
     """The next work item of either kind of source; None when it has no more."""
     if isinstance(items, Iterator):
         return next(items, None)

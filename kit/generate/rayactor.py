@@ -22,11 +22,12 @@ from collections import deque
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import pyarrow as pa
 
 from kit.engines import start_server
+from kit.engines.flavors.base import CapacityFacts
 from kit.errors import RunFolderError
 from kit.generate.blocks import block_tag
 from kit.generate.metrics import Timeline
@@ -34,21 +35,41 @@ from kit.generate.pool import ServerPool
 from kit.generate.session import build_loop, engine_capacity, hang_timeout, loop_concurrency, replica_of
 from kit.generate.store import FailureLog, ShardWriter
 from kit.generate.work import iter_items
+from kit.generate.work_item import GeneratedRow, WorkItem
 from kit.params import RunParams
 from kit.runfolder import RunFolder, write_json_atomic
 
 log = logging.getLogger(__name__)
 
 
+class ActorPlace(TypedDict):
+    """Where an actor runs (`EngineActor.where`)."""
+
+    actor: int
+    pid: int
+    host: str
+
+
+class ActorInfo(ActorPlace, CapacityFacts):
+    """An actor's answer to `start` (and its `about.json`): where it runs, its engine's capacity, and
+    what to look at or kill."""
+
+    concurrency: int
+    """Requests its loop keeps in flight at the start."""
+    server_log: str
+    reaper_pid: int | None
+    """The kit's wrapper around the server: its child leads the server's process group."""
+
+
 class BlockFeed:
     """The actor's work items, as blocks arrive: `take` waits for more until `close`."""
 
     def __init__(self) -> None:
-        self._items: deque[dict[str, Any]] = deque()
+        self._items: deque[WorkItem] = deque()
         self._more = asyncio.Event()
         self._closed = False
 
-    def put(self, items: list[dict[str, Any]]) -> None:
+    def put(self, items: list[WorkItem]) -> None:
         self._items.extend(items)
         self._more.set()
 
@@ -57,7 +78,7 @@ class BlockFeed:
         self._closed = True
         self._more.set()
 
-    async def take(self) -> dict[str, Any] | None:
+    async def take(self) -> WorkItem | None:
         while not self._items:
             if self._closed:
                 return None
@@ -117,10 +138,10 @@ class BlockWriter:
         self.open[index] = OpenBlock(index, writer, size=len(ids), left=len(ids))
         self.block_of.update(dict.fromkeys(ids, index))
 
-    def add(self, row: dict[str, Any]) -> None:
+    def add(self, row: GeneratedRow) -> None:
         self.open[self.block_of[row["id"]]].writer.add(row)
 
-    def answered(self, item: dict[str, Any]) -> None:
+    def answered(self, item: WorkItem) -> None:
         block = self.open[self.block_of.pop(item["id"])]
         block.left -= 1
         if block.left == 0:
@@ -168,10 +189,10 @@ class EngineActor:
         self._task: asyncio.Task | None = None
         self.writer: BlockWriter | None = None
 
-    def where(self) -> dict[str, Any]:
+    def where(self) -> ActorPlace:
         return {"actor": self.index, "pid": os.getpid(), "host": socket.gethostname()}
 
-    async def start(self, total: int) -> dict[str, Any]:
+    async def start(self, total: int) -> ActorInfo:
         """Start the server (the kit's lifecycle) and the loop; return where it runs and its capacity."""
         if not self.folder.identity.exists():
             raise RunFolderError(
@@ -210,7 +231,7 @@ class EngineActor:
         )
         self._task = asyncio.get_running_loop().create_task(self.loop.run(self.feed, total, conc))
         log.info("actor %d: %s, %d in flight", self.index, cap.words(), conc)
-        info = {
+        info: ActorInfo = {
             **self.where(),
             **cap.as_dict(),
             "concurrency": conc,

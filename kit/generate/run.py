@@ -47,6 +47,7 @@ from kit.generate.work import (
     record_identity,
     select_rows,
 )
+from kit.generate.work_item import LoggedFailure
 from kit.params import RunParams, SamplingParams, SpeculativeParams
 from kit.prompts.lengths import run_length_model
 from kit.prompts.plan import read_prompts
@@ -246,7 +247,7 @@ def _say_what_is_left(manifest: Manifest, folder: RunFolder) -> None:
         )
 
 
-def _never_generated(recorded: list[dict[str, Any]], done: set[str]) -> dict[str, int]:
+def _never_generated(recorded: list[LoggedFailure], done: set[str]) -> dict[str, int]:
     """Rows recorded (last record per id) as ones the engine refuses for good (too long for the
     context, rejected), by reason: the run is complete without them, and says so."""
     last = {f["id"]: f for f in recorded}

@@ -30,13 +30,13 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
 
 import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from kit.generate.work_item import FailureRecord, GeneratedRow, LoggedFailure
 from kit.runfolder import ShardFiles, atomic_path, write_text_atomic
 
 log = logging.getLogger(__name__)
@@ -71,7 +71,7 @@ ROW_SCHEMA = pa.schema(
 )
 
 
-def row_bytes(row: dict[str, Any]) -> int:
+def row_bytes(row: GeneratedRow) -> int:
     """About the bytes a row's text takes (characters of completion, reasoning and messages)."""
     messages = row.get("messages") or ()
     return (
@@ -109,7 +109,7 @@ class ShardWriter:
 
     directory: Path
     tag: str = ""
-    buffer: list[dict[str, Any]] = field(default_factory=list)
+    buffer: list[GeneratedRow] = field(default_factory=list)
     last_flush: float = field(default_factory=time.monotonic)
     max_pending: int = 2
     buffer_bytes: int = 0
@@ -124,7 +124,7 @@ class ShardWriter:
         self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kit-shards")
         self._jobs: deque[Future[Path | None]] = deque()
 
-    def add(self, row: dict[str, Any]) -> None:
+    def add(self, row: GeneratedRow) -> None:
         self.buffer.append(row)
         self.buffer_bytes += row_bytes(row)
 
@@ -179,7 +179,7 @@ class ShardWriter:
         while self._jobs and self._jobs[0].done():
             self._jobs.popleft().result()  # raises the error of a failed write
 
-    def _write(self, rows: list[dict[str, Any]], target: Path | None, then: tuple) -> Path | None:
+    def _write(self, rows: list[GeneratedRow], target: Path | None, then: tuple) -> Path | None:
         if target is not None:
             table = pa.Table.from_pylist(rows, schema=ROW_SCHEMA)
             with atomic_path(target) as tmp:
@@ -337,12 +337,12 @@ class FailureLog:
         self._pending: list[bytes] = []
         self._lock = threading.Lock()
 
-    def append(self, record: dict[str, Any]) -> None:
-        record = {**record, "at": now_utc().isoformat()}
+    def append(self, record: FailureRecord) -> None:
+        logged: LoggedFailure = {**record, "at": now_utc().isoformat()}
         try:
-            line = orjson.dumps(record, default=str, option=orjson.OPT_APPEND_NEWLINE)
+            line = orjson.dumps(logged, default=str, option=orjson.OPT_APPEND_NEWLINE)
         except orjson.JSONEncodeError:  # e.g. a lone surrogate in an error text
-            line = (json.dumps(record, default=str) + "\n").encode()
+            line = (json.dumps(logged, default=str) + "\n").encode()
         self._pending.append(line)
         if len(self._pending) >= self.batch:
             self.flush()
@@ -355,12 +355,12 @@ class FailureLog:
                 with open(self.path, "ab") as f:
                     f.write(b"".join(lines))
 
-    def read(self) -> list[dict[str, Any]]:
-        """Every readable record; a line cut short by a crash is skipped."""
+    def read(self) -> list[LoggedFailure]:
+        """Every readable record (as written: read, not checked); a line cut short by a crash is skipped."""
         self.flush()
         if not self.path.exists():
             return []
-        out = []
+        out: list[LoggedFailure] = []
         for line in self.path.read_text().splitlines():
             try:
                 out.append(json.loads(line))

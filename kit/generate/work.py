@@ -22,6 +22,7 @@ from kit.errors import ParamsError, RunFolderError
 from kit.generate.rowsampling import item_sampling
 from kit.generate.setting_changes import describe_changes
 from kit.generate.store import ROW_SCHEMA_VERSION, row_id
+from kit.generate.work_item import WorkItem
 from kit.params import RunParams
 from kit.prompts.plan import tools_list
 from kit.runfolder import RunFolder, read_json, stamp, write_json_atomic
@@ -167,7 +168,7 @@ def pending_items(
     return select_rows(prompts, work)
 
 
-def iter_items(prompts: pa.Table, work: list[tuple[int, int]], batch: int = 512) -> Iterator[dict[str, Any]]:
+def iter_items(prompts: pa.Table, work: list[tuple[int, int]], batch: int = 512) -> Iterator[WorkItem]:
     """Materialise work items a batch at a time, so memory stays flat for large plans."""
     for start in range(0, len(work), batch):
         chunk = work[start : start + batch]
