@@ -194,7 +194,8 @@ class ActorOptions(TypedDict):
 
 class ActorInfo(TypedDict, total=False):
     """Where an actor runs and its engine's capacity (EngineActor.start's answer, the actor's about
-    file): its place, a `Capacity`'s keys (kit.engines.flavors.base.CapacityFacts), its loop."""
+    file): its place (kit.generate.rayactor.ActorPlace), a `Capacity`'s keys
+    (kit.engines.flavors.base.CapacityFacts), its loop; empty until the actor has answered."""
 
     actor: int
     pid: int

@@ -22,6 +22,7 @@ from typing import Any, Protocol
 
 import orjson
 
+from kit.artifacts.manifest_sections import PremiseReport, RayReport
 from kit.display import hours
 from kit.engines.answers import ChatResult
 from kit.engines.client import RequestRejected, TransientEngineError
@@ -80,9 +81,9 @@ class LoopStats:
     """... at its start (it grows when the engine's gauges show the kit is the limit)."""
     capacity: Any = None
     """The engines' `Capacity` (requests they run at once, and where that figure came from)."""
-    premises: dict[str, Any] | None = None
+    premises: PremiseReport | None = None
     """The decision's premises checked against the run (kit.generate.premises), for the manifest."""
-    ray: dict[str, Any] | None = None
+    ray: RayReport | None = None
     """A Ray job's blocks and actors (kit.generate.raydriver), for the manifest."""
     started: float = field(default_factory=time.monotonic)
 

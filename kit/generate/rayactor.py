@@ -26,8 +26,8 @@ from typing import Any, TypedDict
 
 import pyarrow as pa
 
+from kit.artifacts.manifest_sections import ActorInfo
 from kit.engines import start_server
-from kit.engines.flavors.base import CapacityFacts
 from kit.errors import RunFolderError
 from kit.generate.blocks import block_tag
 from kit.generate.metrics import Timeline
@@ -48,17 +48,6 @@ class ActorPlace(TypedDict):
     actor: int
     pid: int
     host: str
-
-
-class ActorInfo(ActorPlace, CapacityFacts):
-    """An actor's answer to `start` (and its `about.json`): where it runs, its engine's capacity, and
-    what to look at or kill."""
-
-    concurrency: int
-    """Requests its loop keeps in flight at the start."""
-    server_log: str
-    reaper_pid: int | None
-    """The kit's wrapper around the server: its child leads the server's process group."""
 
 
 class BlockFeed:

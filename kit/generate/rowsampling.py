@@ -31,6 +31,7 @@ from kit.engines.flavors import flavor
 from kit.engines.request_fields import _generation_config, request_fields
 from kit.errors import DataError
 from kit.params import GenerateParams, RunParams, SamplingParams
+from kit.prompts.records import LineSampling
 
 KEY = "body_sampling"
 PER_REQUEST = ("seed", "max_tokens")
@@ -45,7 +46,7 @@ def item_sampling(metadata: str | None) -> str | None:
     return json.dumps(own, sort_keys=True) if own else None
 
 
-def merged(base: SamplingParams, own: dict[str, Any]) -> SamplingParams:
+def merged(base: SamplingParams, own: LineSampling) -> SamplingParams:
     """`base` with a row's own fields put over it (checked again: the line's values were)."""
     return SamplingParams.model_validate({**base.model_dump(), **own})
 

@@ -15,12 +15,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, Literal, TypedDict
 
-
-class Message(TypedDict):
-    """One turn of a planned prompt's conversation (the `messages` column's struct)."""
-
-    role: str
-    content: str
+from kit.prompts.records import PromptMessage
 
 
 class WorkItem(TypedDict):
@@ -34,7 +29,7 @@ class WorkItem(TypedDict):
     prompt_id: str
     sample_index: int
     source: str
-    messages: list[Message]
+    messages: list[PromptMessage]
     tools: str | None
     """The prompt's tools as the JSON text of the plan (kept as such in the row)."""
     tools_list: list[dict[str, Any]] | None
@@ -59,7 +54,7 @@ class GeneratedRow(TypedDict):
     prompt_id: str
     sample_index: int
     source: str
-    messages: list[Message]
+    messages: list[PromptMessage]
     tools: str | None
     completion: str
     reasoning: str | None
