@@ -11,6 +11,8 @@ in flight where that is unknown) and ends at the session's end.
 Beside it: what speculation would have saved there, predicted from decision.json's ladder (plain and
 speculative tokens/s per concurrency, kit.decide.costmodel.predict) with the cost model's known error.
 Its sentences are kit/analyse/tail_words.py's (`tail_sentence`, `speculation_clause`, imported here).
+The tail in the other stages: stage 2 picks its arm (kit/decide/tailarm.py), stage 3 switches to it
+(kit/generate/tailswitch.py).
 """
 
 from __future__ import annotations

@@ -13,6 +13,10 @@ it did not measure them, the predicted ratio must exceed 1 + the cost model's er
 The crossover of an arm is the largest concurrency (requests per server, as the sweep sent them)
 at which it wins; the arm with the largest crossover is the tail's (ties: the larger ratio at the
 lowest concurrency).
+
+The tail in the other stages: stage 3 switches to this arm when the work left falls below its
+crossover (kit/generate/tailswitch.py); stage 4 measures the tail a run had and what speculation
+would have saved there (kit/analyse/tail.py).
 """
 
 from __future__ import annotations

@@ -9,6 +9,7 @@ for the requests it has out to finish; requests still out then are cut by the re
 again (the pool's `recover`: a restart is never the request's fault), so no row is lost or made
 twice. The rows it makes afterwards carry the speculative engine settings in their `engine`
 column. Only a decision with a win outside its noise switches (kit.decide.tailarm).
+Stage 4 measures the tail the run had (kit/analyse/tail.py).
 """
 
 from __future__ import annotations
