@@ -6,8 +6,9 @@
 
 They are dicts at run time (TypedDicts): a row goes to `pa.Table.from_pylist` under `ROW_SCHEMA`
 (kit.generate.store), whose column names are `GeneratedRow`'s keys in order (tests/test_store.py
-pins it), and a failure record to `failures.jsonl` as it is, `at` added. A leaf: it imports nothing
-of the kit, so the loop, the store, the ETA and the Ray actor all take it without an import circle.
+pins it), and a failure record to `failures.jsonl` as it is, `at` added. It imports only the leaf
+kit.prompts.records (a prompt's turns), so the loop, the store, the ETA and the Ray actor all take
+it without an import circle.
 """
 
 from __future__ import annotations
