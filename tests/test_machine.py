@@ -122,9 +122,8 @@ def test_the_canary_counts_its_own_thread_only():
     whole process's CPU time, every thread's: the cause of false 'disturbed' flags). Alone and
     beside them in turns, as this shared machine's own speed wanders. What it guards: a canary
     slowed by the GIL handed back and forth (a wall-clock timing read 0.93x and 1.38x in two tries
-    here); it cannot
-    tell `time.process_time` from `time.thread_time` on this kernel, which charges the other
-    threads' time at its 4 ms tick, longer than one of the canary's best-of samples."""
+    here); it cannot tell `time.process_time` from `time.thread_time` on this kernel, which charges
+    the other threads' time at its 4 ms tick, longer than one of the canary's best-of samples."""
     alone, beside, others, ours = [], [], 0.0, 0.0
     for _ in range(6):
         alone += [canary_ms() for _ in range(3)]
