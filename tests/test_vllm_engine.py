@@ -15,6 +15,7 @@ received. Bad engine input ends in one clear message.
 from __future__ import annotations
 
 import ast
+import asyncio
 import contextlib
 import json
 import math
@@ -503,6 +504,42 @@ def test_the_kit_fills_an_engine_whose_capacity_it_does_not_know(
     metrics = pd.read_parquet(tmp_path / "outputs" / "fill" / "metrics.parquet")
     # at 64 in flight vLLM ran at most 64; once the kit sent more, it ran more at once
     assert (metrics.num_running_reqs > 64).any(), metrics[["in_flight", "num_running_reqs", "num_queue_reqs"]]
+
+
+def test_a_level_above_the_servers_cap_sends_two_waves_of_the_cap(
+    tmp_path: Path, hand_server: tuple[str, dict]
+) -> None:
+    """A sweep level sends twice its concurrency, or twice what the arm's server runs at once where
+    that is fewer (`engine.max_running_requests`, a memory cap of the sweep's): on the Qwen3.6-27B
+    shape capped at 8 on an H100 the level at 256 sent 512 requests, 8 at a time, for 258 s."""
+    from types import SimpleNamespace
+
+    from kit.decide.sweep_level import measure_level
+    from kit.params import RunParams
+
+    path = external(tmp_path, hand_server, "capped", {"use_decision": False})
+    params = yaml.safe_load(path.read_text())
+    params["decide"] = {**params["decide"], "max_tokens": 4, "level_s": 0}
+    server = SimpleNamespace(base_url=hand_server[0])
+    prompts = [
+        {
+            "id": f"p{i}",
+            "source": "s",
+            "prompt_tokens": 9,
+            "messages": [{"role": "user", "content": f"Say {i}."}],
+        }
+        for i in range(4)
+    ]
+
+    def sent(cap: int | None) -> int:
+        p = RunParams.model_validate({**params, "engine": {**params["engine"], "max_running_requests": cap}})
+        figures = asyncio.run(measure_level(p, server, prompts, 8))
+        assert figures.get("status", "ok") == "ok" and not figures["errors"], figures
+        return figures["requests"]
+
+    assert sent(2) == 4  # two waves of the 2 the server runs, not 16
+    assert sent(None) == 16  # no cap: twice the level
+    assert sent(64) == 16  # a cap above the level changes nothing
 
 
 def test_a_server_that_wants_an_api_key(tmp_path: Path, hand_server: tuple[str, dict]) -> None:

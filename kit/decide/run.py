@@ -195,8 +195,8 @@ def running_cap_sentence(caps: dict[int, int], top: int, name: str) -> str:
     return (
         f"memory capped the arms' servers: {arms} requests at once (of the sweep's top level {top}): "
         f"the engine reserves each running request's recurrent state (under speculation one more per "
-        f"draft token) before its KV cache, and memory holds no more; the levels above a cap queue, as "
-        f"they would in stage 3"
+        f"draft token) before its KV cache, and memory holds no more; a level above a cap measures that "
+        f"running batch, as stage 3 would run it (twice the cap's requests, not twice the level's)"
     )
 
 
