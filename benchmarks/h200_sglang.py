@@ -309,7 +309,9 @@ def mtp27(s: Session) -> dict:
     H200_MTP_K="1,2,3" with H200_ROUNDS=2 is the whole case (issue 45): seven server starts of ~115 s
     and eight rounds of levels, about 22 minutes, more than one call holds, so the phase goes on
     from the sweep's journal (kit.decide.sweep_journal) in the run folder it left, here or carried
-    back in .device/runs/run-<run>.tar.xz (H200_MTP_K="1,3": five starts, about 16 minutes)."""
+    back in .device/runs/run-<run>.tar.xz (H200_MTP_K="1,3": five starts, about 16 minutes).
+    `H200_TIME_BUDGET` (seconds) on the last call sets `decide.time_budget_s`: the sweep stops at the
+    round that would overrun it and decides from the rounds measured (2026-12-06: round 0 of two)."""
     backend = os.environ.get("H200_BACKEND")  # another attention backend than the params file's
     steps = [int(k) for k in os.environ.get("H200_MTP_K", "3").split(",")]
     rounds = int(os.environ.get("H200_ROUNDS", "1"))
