@@ -90,7 +90,9 @@ def ray_address(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         "--num-cpus=4",
         "--include-dashboard=false",
     ]
-    for _ in range(2):  # on a loaded machine the head's first start can time out: once more, clean
+    # on a loaded machine the head's start can time out (Ray waits 30 s for its raylet, a fixed
+    # figure): again, clean; under two suites side by side (load 6.6 on 2 CPUs) two tries failed
+    for _ in range(3):
         done = subprocess.run(start, capture_output=True, text=True, env=env, timeout=300)
         if done.returncode == 0:
             break
@@ -190,7 +192,12 @@ def test_two_actors_make_the_rows_of_a_single_process_run_once(write_params, ray
     manifest = json.loads((out / "on-ray" / "manifest.json").read_text())
     assert manifest["complete"] and manifest["exit_code"] == 0 and manifest["executor"] == "ray"
     actors = manifest["ray"]["actors"]
-    assert len(actors) == 2 and all(a["rows"] > 0 for a in actors)  # both worked
+    # each actor ready while blocks waited took some; one whose server came up after the other had
+    # taken them all is closed without work (2026-12-06, two suites side by side, load 6.6 on 2 CPUs:
+    # actor 0's start never answered before actor 1 had made every row)
+    assert len(actors) == 2 and any(a["rows"] > 0 for a in actors)
+    assert all(a["blocks_done"] > 0 for a in actors if a.get("found_work")), actors
+    assert all(a["blocks_done"] == 0 for a in actors if a.get("found_work") is not True), actors
     assert (
         sum(a["blocks_done"] for a in actors)
         == manifest["ray"]["blocks"]

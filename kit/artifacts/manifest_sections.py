@@ -212,6 +212,8 @@ class ActorReport(ActorInfo, total=False):
     """One actor in the manifest: its ActorInfo and what it did."""
 
     blocks_done: int
+    found_work: bool | None
+    """Whether blocks were waiting when it was first ready (None: it never was; an earlier kit: absent)."""
     rows: int
     failures: int
     server_restarts: int

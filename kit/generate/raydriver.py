@@ -125,6 +125,9 @@ class ActorState:
     last: ActorPoll = field(default_factory=ActorPoll)
     """Its latest poll (or finish) answer."""
     blocks_done: int = 0
+    found_work: bool | None = None
+    """Whether blocks were waiting when it was first ready for them (None: never ready): an actor
+    whose server came up after the others had taken every block is closed without one."""
     closed: bool = False
     finished: bool = False
     died: str | None = None
@@ -291,6 +294,8 @@ class RayJob:
             if not a.info or a.closed:
                 continue
             held = len(book.held_by(a.index))
+            if a.found_work is None:
+                a.found_work = bool(book.waiting)
             ahead = AHEAD if len(book.waiting) >= len(self.live()) else 1
             while held < ahead and (block := book.hand(a.index)) is not None:
                 prompts, items = select_rows(self.todo, block.items)
@@ -351,6 +356,7 @@ class RayJob:
                 **a.info,
                 "actor": a.index,
                 "blocks_done": a.blocks_done,
+                "found_work": a.found_work,
                 "rows": a.last.rows,
                 "failures": a.last.failures,
                 "server_restarts": a.last.restarts,
