@@ -113,3 +113,4 @@ _ALWAYS = {f.name for f in fields(TimelineSample) if f.default is not None}
 _RATES = {"rows_s", "tok_s"}
 _INTS = {SESSION, ROWS_DONE, OUTPUT_TOKENS_DONE, IN_FLIGHT, "failures", "tokens_left"}
 assert {SESSION, T_S, IN_FLIGHT, ROWS_DONE, OUTPUT_TOKENS_DONE} <= _ALWAYS, "names of TimelineSample's fields"
+assert list(TimelineRow.__annotations__) == [f.name for f in fields(TimelineSample)], "TimelineRow"

@@ -19,11 +19,9 @@ from typing import Any, Literal, TypedDict
 from kit.prompts.records import PromptMessage
 
 
-class WorkItem(TypedDict):
-    """One request to send: a prompt and the index of its sample (kit.generate.work `iter_items`).
-
-    Taken by the loop's workers (from an iterator, or a Ray actor's `BlockFeed`), predicted by the
-    ETA, and given back to `answered` once its row or failure is recorded."""
+class PromptKeys(TypedDict):
+    """What a request and its row both carry of the prompt, in the row's column order (its first
+    columns): a `WorkItem` hands them to the `GeneratedRow` made from it."""
 
     id: str
     """The row's id (kit.generate.store `row_id`: the prompt's id, `.k` for a sample k beyond 0)."""
@@ -33,6 +31,14 @@ class WorkItem(TypedDict):
     messages: list[PromptMessage]
     tools: str | None
     """The prompt's tools as the JSON text of the plan (kept as such in the row)."""
+
+
+class WorkItem(PromptKeys):
+    """One request to send: a prompt and the index of its sample (kit.generate.work `iter_items`).
+
+    Taken by the loop's workers (from an iterator, or a Ray actor's `BlockFeed`), predicted by the
+    ETA, and given back to `answered` once its row or failure is recorded."""
+
     tools_list: list[dict[str, Any]] | None
     """The same parsed for the client (kit.prompts.plan `tools_list`): the user's own tool schemas,
     free-form JSON sent as they are; None for a prompt without tools."""
@@ -48,15 +54,9 @@ class SamplingColumns(TypedDict):
     sampling_hash: str
 
 
-class GeneratedRow(TypedDict):
+class GeneratedRow(PromptKeys):
     """One generated row, keyed and ordered as `ROW_SCHEMA`'s columns (kit.generate.store)."""
 
-    id: str
-    prompt_id: str
-    sample_index: int
-    source: str
-    messages: list[PromptMessage]
-    tools: str | None
     completion: str
     reasoning: str | None
     tool_calls: str | None
