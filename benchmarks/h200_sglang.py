@@ -21,7 +21,7 @@ Phases (each a subprocess of the kit's own commands, as a user runs them, under 
   CUDA graphs up to 128 sequences (flashinfer's workspace on Qwen3 is too small for 256);
 - mtp27: `kit decide` on the Qwen3.6-27B shape, plain against MTP k=3 over its own random MTP layer;
 - moe: `kit decide` on Qwen3-30B-A3B's layer (16 of its 48 layers), plain against n-gram k = 1, 3;
-- ceiling: one SGLang server with stage 3's flags; `kit generate` against it (flavor external)
+- ceiling (`H200_CEILING_SHAPE=qwen3.6-27b`: on that shape): one SGLang server with stage 3's flags; `kit generate` against it (flavor external)
   interleaved with SGLang's own `bench_serving` on the same prompts and lengths, two rounds each;
   then `bench_offline_throughput` (no HTTP) on them; the kit's CPU seconds per 1,000 requests, and
   the largest `#running-req` SGLang logged against the capacity the kit read;
@@ -493,14 +493,18 @@ def engine_override(s: Session) -> dict:
     return {"engine": {"python": s.engine_python or sys.executable, "env": env}}
 
 
-def ceiling(s: Session, rounds: int = 2, limit: int = 1000) -> dict:
+def ceiling(s: Session) -> dict:
     """Stage 3 against SGLang's own client and its offline engine, like for like (issue 45): one server
     with stage 3's flags; the same prompts as the kit renders them (its messages and tools, sent as
     such by bench_serving's `openai` dataset; the chat template applied once for the offline engine,
     which takes text); the same sampling (the params' temperature and top-p, EOS respected: the
     kit's requests never set ignore_eos); the prefix cache flushed before every run; the kit and
     bench_serving interleaved (ABBA), after one warm-up run that pays the sampler's first-use compile.
-    The offline engine starts cold (a new engine, an empty cache) with the same flags and sampling."""
+    The offline engine starts cold (a new engine, an empty cache) with the same flags and sampling.
+    `H200_CEILING_SHAPE=qwen3.6-27b` runs it on the 27B shape (`ceiling_params`), with
+    `H200_CEILING_LIMIT` prompts a run (default 1,000) and `H200_CEILING_ROUNDS` rounds (default 2)."""
+    rounds = int(os.environ.get("H200_CEILING_ROUNDS", "2"))
+    limit = int(os.environ.get("H200_CEILING_LIMIT", "1000"))
     base, params, cmd, env = stage3_server(s)
     where = OUTPUTS / "h200-ceiling"
     where.mkdir(parents=True, exist_ok=True)
@@ -538,7 +542,7 @@ def stage3_server(s: Session):
     from kit.engines.settings import Arm, arm_engine
     from kit.params import load_params
 
-    base = load_params(main_params(s))
+    base = load_params(ceiling_params(s))
     params = base.model_copy(update={"engine": arm_engine(base, Arm(0), hybrid=False)})
     env = {**s.env, **server_env(params)}
     launcher = discover(params.engine_python, flavor(params.engine.flavor), env=env)
@@ -661,6 +665,23 @@ def flush_cache(port: int) -> None:
         pass
 
 
+def ceiling_params(s: Session) -> Path:
+    """The ceiling's params: the main params file, or with `H200_CEILING_SHAPE` that shape with what
+    its decision ran (the 27B shape: flashinfer attention, no prefill graphs, the plain arm's cap of 80
+    running on an 80 GB card, `kit.decide.run.running_caps` on 2026-12-06)."""
+    shape = os.environ.get("H200_CEILING_SHAPE")
+    if not shape:
+        return main_params(s)
+    over = engine_override(s).get("engine", {})
+    cap = int(os.environ.get("H200_CEILING_RUNNING", "80"))
+    return derived(f"h200-ceiling-{shape}", {
+        "run": f"h200-ceiling-{shape}",
+        "model": {"path": str(SHAPES / shape)},
+        "engine": {**over, "attention_backend": "flashinfer", "max_running_requests": cap,
+                   "extra_args": extra_args(over, "--disable-prefill-cuda-graph")},
+    })  # fmt: skip
+
+
 def kit_round(s: Session, port: int, i: int, limit: int, tag: str = "kit") -> dict:
     """`kit generate` (flavor external) on the server; output tok/s over its generating time."""
     import pyarrow.parquet as pq
@@ -672,7 +693,7 @@ def kit_round(s: Session, port: int, i: int, limit: int, tag: str = "kit") -> di
         "run": run,
         "engine": {"flavor": "external", "base_url": f"http://127.0.0.1:{port}"},
         "generate": {"limit": limit, "use_decision": False, "order": "plan"},
-    })  # fmt: skip
+    }, base=ceiling_params(s))  # fmt: skip
     t0 = os.times()
     kit = s.kit("generate", params, 400)
     t1 = os.times()
