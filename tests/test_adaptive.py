@@ -6,6 +6,7 @@ with plain decoding and the kit's pick per level, on a sweep's measurements with
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -213,3 +214,43 @@ def test_an_adaptive_arm_that_never_ran_is_said_and_a_sweep_without_one_changes_
     )
     again = Decision.from_json(json.loads(json.dumps(out.to_json())))
     assert again.adaptive == out.adaptive
+
+
+# ---- on the real engine ---------------------------------------------------------------------------
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_the_cpu_vllm_measures_its_schedule_beside_the_arms(tmp_path: Path, demo_model: Path) -> None:
+    """`kit decide` on vLLM's CPU build (params/demo-vllm.yaml, shrunk to two levels and one round):
+    the adaptive arm's server gets the schedule (its argv, and vLLM's own echo of the arguments it
+    took), its rows are marked in the sweep's tables and kept out of the decision's own table and
+    choice, and decision.json carries the comparison with its figures."""
+    from test_vllm_engine import demo_vllm, kit
+
+    decide = {"concurrencies": [1, 8], "spec_steps": [1], "adaptive_k": 2, "repetitions": 1, "level_s": 1}
+    params = demo_vllm(tmp_path, demo_model, "adaptive", decide={**decide, "pilot_per_source": 0})
+    done = kit("decide", str(params))
+    assert done.returncode == 0, done.stderr[-4000:]
+    run = tmp_path / "outputs" / "adaptive"
+    sweep = pd.read_parquet(run / "sweep.parquet")
+    assert set(sweep.arm) == {"plain", "spec_k1", "adaptive_k2"} and set(sweep.status) == {"ok"}, sweep
+    assert sweep[ADAPTIVE].tolist() == (sweep.arm == "adaptive_k2").tolist()
+    assert (sweep[sweep[ADAPTIVE]][SPEC_K] == 2).all()
+    runs = pd.read_parquet(run / "sweep_runs.parquet")
+    assert set(runs[runs[ADAPTIVE]].concurrency) == {1, 8}
+    log = (run / "logs" / "sweep-adaptive_k2.log").read_text()
+    schedule = '"num_speculative_tokens_per_batch_size": [[1, 7, 2], [8, 31, 2], [32, 63, 1], [64, 64, 0]]'
+    assert schedule in log.splitlines()[0], "the kit's argv"
+    assert "'num_speculative_tokens_per_batch_size': [[1, 7, 2], [8, 31, 2], [32, 63, 1], [64, 64, 0]]" in log
+    decision = json.loads((run / "decision.json").read_text())
+    assert {row["arm"] for row in decision["table"]} <= {"plain", "spec_k1"}
+    assert set(decision["measured"]) == {"plain", "spec_k1"} and decision["decided_by"] == "measured"
+    adaptive = decision["adaptive"]
+    assert (adaptive["arm"], adaptive["ceiling"], adaptive["status"]) == ("adaptive_k2", 2, "ok")
+    assert [lv["concurrency"] for lv in adaptive["levels"]] == [1, 8]
+    for lv in adaptive["levels"]:
+        assert lv["output_tok_s"] > 0 and lv["plain_tok_s"] > 0 and lv["kit_arm"] in ("plain", "spec_k1")
+        for key in ("vs_plain", "vs_kit"):  # paired by round: a disturbed level is measured once more
+            assert lv[f"{key}_lo"] <= lv[key] <= lv[f"{key}_hi"] and lv[f"{key}_rounds"] >= 1, lv
+    assert isinstance(adaptive["matches_kit"], bool) and adaptive["cost_at"] in (1, 8)
+    assert adaptive["sentence"].startswith("vLLM's adaptive n-gram (up to k=2): ")
+    assert adaptive["sentence"] in decision["reasons"]
