@@ -17,10 +17,13 @@ from kit.columns import ADAPTIVE, OUTPUT_TOK_S, SPEC_K
 from kit.decide.adaptive import check_adaptive, compare, mark, split, with_adaptive
 from kit.decide.levels import RUN_COLUMNS, summarise
 from kit.decide.sweep_journal import sweep_key
+from kit.decide.view import adaptive_table
+from kit.display import Answer
 from kit.engines.arms import Arm, adaptive_ceiling, arm_k
 from kit.engines.flavors import server_command
 from kit.engines.settings import arm_engine, sweep_arms
 from kit.errors import ParamsError
+from kit.index_page import _with_adaptive
 from kit.params import RunParams
 
 
@@ -169,6 +172,13 @@ def test_the_comparison_pairs_rounds_against_plain_and_the_kits_pick() -> None:
         "2.10x (2.10-2.10) plain at 1; it does not already get what the kit decides: the kit's pick leads "
         "it outside the noise at 16; cost 20% at 16 (0.80x (0.80-0.80) of plain decoding)"
     )
+    decision = with_adaptive(Decision(reasons=["r"]), adaptive, core, runs, "vLLM", "n-gram")
+    assert decision.adaptive == cmp and decision.reasons == ["r", cmp.sentence]
+    shown = adaptive_table(decision)
+    assert (shown.title, shown.note, len(shown.frame)) == (cmp.label, cmp.sentence, 2)
+    assert shown.frame["the pick leads outside the noise"].tolist() == ["no", "yes"]
+    answer = _with_adaptive(Answer("Decision", "plain decoding", "measured."), decision)
+    assert answer.detail == f"measured. The engine's own switch: {cmp.sentence}."
 
 
 def test_a_switch_within_the_noise_gets_what_the_kit_decides() -> None:
@@ -226,6 +236,10 @@ def test_the_cpu_vllm_measures_its_schedule_beside_the_arms(tmp_path: Path, demo
     choice, and decision.json carries the comparison with its figures."""
     from test_vllm_engine import demo_vllm, kit
 
+    from kit.decide.view import decision_tables
+    from kit.index_page import run_answers
+    from kit.runfolder import RunFolder
+
     decide = {"concurrencies": [1, 8], "spec_steps": [1], "adaptive_k": 2, "repetitions": 1, "level_s": 1}
     params = demo_vllm(tmp_path, demo_model, "adaptive", decide={**decide, "pilot_per_source": 0})
     done = kit("decide", str(params))
@@ -254,3 +268,9 @@ def test_the_cpu_vllm_measures_its_schedule_beside_the_arms(tmp_path: Path, demo
     assert isinstance(adaptive["matches_kit"], bool) and adaptive["cost_at"] in (1, 8)
     assert adaptive["sentence"].startswith("vLLM's adaptive n-gram (up to k=2): ")
     assert adaptive["sentence"] in decision["reasons"]
+    folder = RunFolder(run)  # notebook 02 and the index page show it
+    shown = [t for t in decision_tables(folder) if t.title == adaptive["label"]]
+    assert len(shown) == 1 and len(shown[0].frame) == 2
+    measured = [t for t in decision_tables(folder) if t.title == "Measured sweep"][0].frame
+    assert "n-gram adaptive (up to k=2)" in set(measured.arm)
+    assert any(adaptive["sentence"] in a.detail for a in run_answers(folder))
