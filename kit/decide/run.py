@@ -115,7 +115,7 @@ def sweep_kv_tokens(params: RunParams, prompts: list[SweepPrompt]) -> int:
     sweep's mean prompt (the sum over a few hundred sampled prompts is close to its mean times their
     count) plus `decide.max_tokens` and the drafted tokens, with `KV_HEADROOM`."""
     d = params.decide
-    per_seq = mean_prompt_tokens(params, prompts) + d.max_tokens + max(d.spec_steps, default=0) + 1
+    per_seq = mean_prompt_tokens(params, prompts) + d.max_tokens + max([*d.spec_steps, d.adaptive_k or 0]) + 1
     return int(KV_HEADROOM * max(d.concurrencies) * per_seq)
 
 
