@@ -6,6 +6,7 @@ with plain decoding and the kit's pick per level, on a sweep's measurements with
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pandas as pd
@@ -173,7 +174,15 @@ def test_the_comparison_pairs_rounds_against_plain_and_the_kits_pick() -> None:
         "it outside the noise at 16; cost 20% at 16 (0.80x (0.80-0.80) of plain decoding)"
     )
     decision = with_adaptive(Decision(reasons=["r"]), adaptive, core, runs, "vLLM", "n-gram")
-    assert decision.adaptive == cmp and decision.reasons == ["r", cmp.sentence]
+    assert decision.adaptive == cmp and decision.reasons == ["r", cmp.sentence] and decision.crashes == []
+    died = {"round": 3, "phase": "sweep", "arm": "adaptive_k3", SPEC_K: 3, "concurrency": 16,
+            "status": "crashed", "crash_error": "RuntimeError: x", "crash_in_flight": 9,
+            "restarted": True}  # fmt: skip
+    with_death = replace(adaptive, runs=pd.concat([adaptive.runs, pd.DataFrame([died])]))
+    dead = with_adaptive(Decision(), with_death, core, runs, "vLLM", "n-gram").crashes
+    assert [(c.arm, c.concurrency, c.error, c.restarted) for c in dead] == [
+        ("adaptive_k3", 16, "RuntimeError: x", True)
+    ]
     shown = adaptive_table(decision)
     assert (shown.title, shown.note, len(shown.frame)) == (cmp.label, cmp.sentence, 2)
     assert shown.frame["the pick leads outside the noise"].tolist() == ["no", "yes"]

@@ -21,6 +21,7 @@ import pandas as pd
 
 from kit.artifacts import AdaptiveComparison, AdaptiveLevel, Decision
 from kit.columns import ADAPTIVE, OUTPUT_TOK_S, OUTPUT_TOK_S_HI, OUTPUT_TOK_S_LO, SPEC_K
+from kit.decide.arm_status import crashes
 from kit.decide.levels import per_round, rests_on_disturbed
 from kit.decide.noise import Lead, lead
 from kit.engines.arms import adaptive_ceiling, adaptive_label, arm_label, arm_name
@@ -207,9 +208,10 @@ def with_adaptive(
     engine: str,
     spec_label: str,
 ) -> Decision:
-    """The decision with its `adaptive` section and its sentence among the reasons (as it is when
-    the sweep measured no adaptive arm)."""
+    """The decision with its `adaptive` section, its sentence among the reasons and every death of
+    its server among the `crashes` (as it is when the sweep measured no adaptive arm)."""
     if frames is None or frames.sweep.empty:
         return decision
     cmp = compare(frames, core, runs, engine, spec_label)
-    return replace(decision, adaptive=cmp, reasons=[*decision.reasons, cmp.sentence])
+    dead = [*decision.crashes, *crashes(frames.runs)]
+    return replace(decision, adaptive=cmp, reasons=[*decision.reasons, cmp.sentence], crashes=dead)
