@@ -136,7 +136,7 @@ def adaptive_config(spec: SpeculativeParams) -> Path:
     """The file of `--speculative-adaptive-config`: SGLang's default bands with every draft length
     capped at the arm's ceiling (`num_steps`; kit.engines.arms.adaptive_bands), so that the ceiling
     holds (its own defaults go up to 7 below 8 running) and `--speculative-num-steps`, the steps it
-    starts at, is one of its candidates. Written where the server starts, once per ceiling."""
+    starts at, is one of its candidates. Written where the server starts, once per ceiling and user."""
     k = spec.num_steps or 1
     bands = {
         str(first): {
@@ -148,7 +148,7 @@ def adaptive_config(spec: SpeculativeParams) -> Path:
         for first, steps in adaptive_bands(k)
     }
     text = json.dumps(bands, indent=1) + "\n"
-    path = Path(tempfile.gettempdir()) / "kit-sglang-adaptive" / f"bands-k{k}.json"
+    path = Path(tempfile.gettempdir()) / f"kit-sglang-adaptive-{os.getuid()}" / f"bands-k{k}.json"
     if not path.exists() or path.read_text() != text:
         path.parent.mkdir(parents=True, exist_ok=True)
         part = path.with_suffix(f".{os.getpid()}.part")
