@@ -19,7 +19,8 @@ Phases (each a subprocess of the kit's own commands, as a user runs them, under 
   side on the GPU (`decide.servers: together`, each with its own KV cache) for three rounds;
 - eagle_fi: the same with SGLang's flashinfer attention backend (is the per-sequence cost triton's?),
   CUDA graphs up to 128 sequences (flashinfer's workspace on Qwen3 is too small for 256);
-- mtp27: `kit decide` on the Qwen3.6-27B shape, plain against MTP k=3 over its own random MTP layer;
+- mtp27: `kit decide` on the Qwen3.6-27B shape, plain against MTP k=3 over its own random MTP layer
+  (`H200_ADAPTIVE_K`: and SGLang's own adaptive MTP up to that k, `decide.adaptive_k`);
 - moe: `kit decide` on Qwen3-30B-A3B's layer (16 of its 48 layers), plain against n-gram k = 1, 3;
 - ceiling (`H200_CEILING_SHAPE=qwen3.6-27b`: on that shape): one SGLang server with stage 3's flags; `kit generate` against it (flavor external)
   interleaved with SGLang's own `bench_serving` on the same prompts and lengths, two rounds each;
@@ -311,12 +312,17 @@ def mtp27(s: Session) -> dict:
     from the sweep's journal (kit.decide.sweep_journal) in the run folder it left, here or carried
     back in .device/runs/run-<run>.tar.xz (H200_MTP_K="1,3": five starts, about 16 minutes).
     `H200_TIME_BUDGET` (seconds) on the last call sets `decide.time_budget_s`: the sweep stops at the
-    round that would overrun it and decides from the rounds measured (2026-12-06: round 0 of two)."""
+    round that would overrun it and decides from the rounds measured (2026-12-06: round 0 of two).
+    `H200_ADAPTIVE_K=3` sets `decide.adaptive_k`: SGLang's own adaptive MTP (up to k=3) is measured
+    as one more arm (one more server start a round) and compared with the kit's pick per level
+    (decision.json's `adaptive`); the run's name gains `-adaptive3`, a case of its own."""
     backend = os.environ.get("H200_BACKEND")  # another attention backend than the params file's
     steps = [int(k) for k in os.environ.get("H200_MTP_K", "3").split(",")]
     rounds = int(os.environ.get("H200_ROUNDS", "1"))
-    whole = steps != [3] or rounds > 1
+    adaptive = int(os.environ["H200_ADAPTIVE_K"]) if os.environ.get("H200_ADAPTIVE_K") else None
+    whole = steps != [3] or rounds > 1 or adaptive is not None
     tag = f"-mtp{''.join(map(str, steps))}-r{rounds}" if whole else ""
+    tag += f"-adaptive{adaptive}" if adaptive else ""
     run = "h200-sglang-qwen3.6-27b" + (f"-{backend}" if backend else "") + tag
     s.touched.add(run)
     unpack_carried(run)
@@ -340,7 +346,8 @@ def mtp27(s: Session) -> dict:
         "model": {"path": str(SHAPES / "qwen3.6-27b")},
         "engine": {**over, "extra_args": extra, "speculative": {"algorithm": "MTP"},
                    **({"attention_backend": backend} if backend else {})},
-        "decide": {"spec_steps": steps, "repetitions": rounds, "crash_restarts": 1, **limits},
+        "decide": {"spec_steps": steps, "repetitions": rounds, "crash_restarts": 1, **limits,
+                   **({"adaptive_k": adaptive} if adaptive else {})},
     })  # fmt: skip
     out = {"decide": s.kit("decide", params, budget, interrupt_grace=45.0 if whole else None)}
     journal = OUTPUTS / run / "sweep_journal.jsonl"

@@ -20,3 +20,6 @@ OUTPUT_TOK_S: Final = "output_tok_s"
 OUTPUT_TOK_S_LO: Final = "output_tok_s_lo"
 OUTPUT_TOK_S_HI: Final = "output_tok_s_hi"
 """The 90% interval of a level's median (sweep.parquet, kit.decide.noise)."""
+ADAPTIVE: Final = "adaptive"
+"""Whether a sweep row's arm is the engine's own adaptive speculation (`decide.adaptive_k`), its
+`spec_k` then the ceiling (sweep_runs.parquet, sweep.parquet; a sweep without it lacks the column)."""

@@ -99,7 +99,7 @@ def run_answers(folder: RunFolder) -> list[Answer]:
     return [
         _data(folder, manifest, fitness),
         probe_answer(folder.read_probe(lenient=True)),
-        _with_forecast(decision_answer(decision, name, worth), decision),
+        _with_adaptive(_with_forecast(decision_answer(decision, name, worth), decision), decision),
         _judged(generation_answer(folder, manifest), summary),
         _beside_fitness(failure_answer(failures_by_reason(folder, summary)), fitness),
         _with_tail(throughput_answer(summary, manifest, baseline=measured_level(decision, name)), summary),
@@ -152,6 +152,13 @@ def _with_forecast(answer: Answer, decision: Decision | None) -> Answer:
     return _then(
         answer, f"Forecast for the whole plan: {forecast.sentence}." if forecast and forecast.sentence else ""
     )
+
+
+def _with_adaptive(answer: Answer, decision: Decision | None) -> Answer:
+    """The decision, then the engine's own adaptive speculation against it (kit.decide.adaptive) where
+    the sweep measured it (`decide.adaptive_k`)."""
+    cmp = decision.adaptive if decision is not None else None
+    return _then(answer, f"The engine's own switch: {cmp.sentence}." if cmp is not None else "")
 
 
 def _judged(answer: Answer, summary: Summary | None) -> Answer:

@@ -41,6 +41,9 @@ class SpeculativeParams(_Strict):
     eagle_topk: int | None = Field(default=None, ge=1, le=16)
     num_draft_tokens: int | None = Field(default=None, ge=1, le=64)
     draft_model_path: Path | None = None
+    adaptive: bool | None = None
+    """The engine's own adaptive speculation, num_steps its ceiling (the sweep's `decide.adaptive_k` arm
+    sets it; SGLang `--speculative-adaptive`, vLLM a batch-size schedule: docs/decision.md)."""
 
 
 SECRET_WORDS = {"KEY", "APIKEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD"}
@@ -205,6 +208,9 @@ class DecideParams(_Strict):
     a time (on a GPU each server takes the GPUs' memory)."""
     spec_steps: list[int] = [1, 2, 3]
     """Draft lengths k to try for the speculative arms."""
+    adaptive_k: int | None = Field(default=None, ge=1, le=7)
+    """Also measure the engine's own adaptive speculation with this ceiling (SGLang, vLLM): compared
+    with plain and the arm the decision picks per level (kit.decide.adaptive), never chosen."""
     accept_lengths: dict[int, float] = {}
     """Expected accept length per k for the prediction (e.g. {3: 3.2}); from the sweep when measured."""
     objective: Literal["throughput", "latency_bound"] = "throughput"

@@ -51,7 +51,11 @@ for argv in json.load(sys.stdin):
         out.append({"ok": True, "speculative_algorithm": a.speculative_algorithm,
                     "max_running_requests": a.max_running_requests, "tool_call_parser": a.tool_call_parser,
                     "reasoning_parser": a.reasoning_parser, "attention_backend": a.attention_backend,
-                    "disable_radix_cache": a.disable_radix_cache, "max_total_tokens": a.max_total_tokens})
+                    "disable_radix_cache": a.disable_radix_cache, "max_total_tokens": a.max_total_tokens,
+                    "speculative_adaptive": a.speculative_adaptive,
+                    "speculative_num_steps": a.speculative_num_steps,
+                    "speculative_eagle_topk": a.speculative_eagle_topk,
+                    "speculative_adaptive_config": a.speculative_adaptive_config})
     except SystemExit:
         out.append({"ok": False, "error": err.getvalue().strip().splitlines()[-1:]})
 print(json.dumps(out))
@@ -149,6 +153,48 @@ def test_every_command_the_kit_builds_parses(example: RunParams, launcher: Launc
     assert results["decision applied spec_k3"]["max_running_requests"] == 96, "what memory holds, not 48"
     assert results["decision applied plain"]["max_running_requests"] is None, "the engine's own capacity"
     assert {r["attention_backend"] for n, r in results.items() if n.startswith("backend")} == set(BACKENDS)
+
+
+BANDS = r"""
+import json, sys
+from sglang.srt.speculative.adaptive_spec_params import (
+    AdaptiveSpeculativeParams, resolve_candidate_steps_from_config)
+out = []
+for path, k in json.load(sys.stdin):
+    a = AdaptiveSpeculativeParams(initial_steps=k, cfg_path=path)
+    out.append({"candidates": resolve_candidate_steps_from_config(path),
+                "steps": {b: a.get_steps_for_batch(b) for b in (1, 8, 32, 64, 256)},
+                "most": max(max(a._route(b).candidate_steps) for b in (1, 8, 32, 64, 256))})
+print(json.dumps(out))
+"""
+
+
+def test_an_adaptive_arm_parses_with_its_ceiling(example: RunParams, launcher: Launcher) -> None:
+    """The sweep's adaptive arm (`decide.adaptive_k`): SGLang's own parser takes
+    `--speculative-adaptive` and the bands the kit writes, and SGLang's own adaptive code reads them:
+    the steps it starts at are among its candidates (else it refuses to start) and no band goes
+    above the ceiling (its default bands go up to 7 below 8 running). k=2 is no candidate of
+    SGLang's default bands, but is of the kit's, capped at the ceiling."""
+    cmds = []
+    for k in (1, 2, 3):
+        arm = Arm(k, "MTP", adaptive=True)
+        cmds.append(
+            kit_command(example.model_copy(update={"engine": arm_engine(example, arm, True)}), launcher)
+        )
+    fixed = example.model_copy(update={"engine": arm_engine(example, Arm(3, "MTP"), hybrid=True)})
+    parsed = sglang_parse([*cmds, kit_command(fixed, launcher)])
+    assert all(r["ok"] for r in parsed), parsed
+    for k, r in zip((1, 2, 3), parsed, strict=False):
+        assert r["speculative_adaptive"] is True and r["speculative_algorithm"] == "EAGLE", r
+        assert (r["speculative_num_steps"], r["speculative_eagle_topk"]) == (k, 1), r
+    assert parsed[-1]["speculative_adaptive"] is False, "a fixed arm stays fixed"
+    python = engine_python(SGLANG_PYTHON, "engine-sglang")
+    files = [[r["speculative_adaptive_config"], k] for k, r in zip((1, 2, 3), parsed, strict=False)]
+    out = subprocess.run([str(python), "-c", BANDS], input=json.dumps(files), capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr[-2000:]
+    for k, read in zip((1, 2, 3), json.loads(out.stdout.strip().splitlines()[-1]), strict=True):
+        assert k in read["candidates"] and read["most"] == k, read
+        assert read["steps"] == {"1": k, "8": k, "32": 1, "64": 0, "256": 0}, read
 
 
 def test_the_parser_refuses_what_the_kit_adapts_away(example: RunParams, launcher: Launcher) -> None:

@@ -14,6 +14,8 @@ summary_json), on the base in kit.artifacts.record; import them from here.
 
 from kit.artifacts.decision_json import (
     MEASURED,
+    AdaptiveComparison,
+    AdaptiveLevel,
     ArmCrash,
     ArmForecast,
     BackendResult,
@@ -44,6 +46,8 @@ from kit.artifacts.summary_json import (
 )
 
 __all__ = [
+    "AdaptiveComparison",
+    "AdaptiveLevel",
     "ArmCrash",
     "ArmForecast",
     "BackendResult",

@@ -164,6 +164,59 @@ class BackendResult(Record):
     reason: str = ""
 
 
+@dataclass(frozen=True, kw_only=True)
+class AdaptiveLevel(Record):
+    """One level of decision.json's `adaptive` (kit.decide.adaptive): the engine's adaptive arm beside
+    plain decoding and the kit's pick there (the fastest arm measured at that level). Ratios are the
+    median of the per-round ratios with their 90% interval, over `*_rounds` paired rounds."""
+
+    concurrency: int = 0
+    output_tok_s: float = 0.0
+    output_tok_s_lo: float | None = None
+    output_tok_s_hi: float | None = None
+    repetitions: int = 0
+    plain_tok_s: float | None = None
+    kit_arm: str | None = None
+    """plain, spec_k2, ...: the fastest arm measured at this level."""
+    kit_label: str | None = None
+    kit_tok_s: float | None = None
+    vs_plain: float | None = None
+    vs_plain_lo: float | None = None
+    vs_plain_hi: float | None = None
+    vs_plain_rounds: int = 0
+    vs_kit: float | None = None
+    vs_kit_lo: float | None = None
+    vs_kit_hi: float | None = None
+    vs_kit_rounds: int = 0
+    kit_leads: bool = False
+    """The kit's pick leads the adaptive arm outside the noise (kit.decide.noise.Lead.counts)."""
+    adaptive_leads: bool = False
+    """The adaptive arm leads the kit's pick outside the noise."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class AdaptiveComparison(Record):
+    """decision.json's `adaptive` (`decide.adaptive_k`): the engine's own adaptive speculation,
+    measured beside the arms and never chosen, against what the kit decides per level."""
+
+    arm: str = ""
+    """adaptive_k3: its name in the sweep's tables."""
+    ceiling: int = 0
+    """The most draft tokens the engine may use (the tables' spec_k of its rows)."""
+    label: str = ""
+    status: str = "ok"
+    """ok, or why it has no figures: skipped, failed, crashed."""
+    reason: str | None = None
+    levels: list[AdaptiveLevel] = field(default_factory=list)
+    matches_kit: bool | None = None
+    """Whether the kit's pick leads it outside the noise at no level (None: nothing to compare)."""
+    cost_pct: float | None = None
+    """Its largest shortfall against the kit's pick, in % of the pick (the median ratio's; 0: none)."""
+    cost_at: int | None = None
+    """The level of that shortfall (its lowest ratio to the kit's pick)."""
+    sentence: str = ""
+
+
 EARLIER_ARM_KEYS = ("speculative", SPEC_K, "algorithm", "num_steps", "eagle_topk", "num_draft_tokens")
 """How an earlier kit spelled the arm among decision.json's `engine_settings` (this kit stores the arm
 once, as `arm`): read into `EngineSettings.extra`, the arm by `EngineSettings.earlier_arm`."""
@@ -264,6 +317,8 @@ class Decision(Record):
     """Stage 3 in hours per arm, with an interval (kit.decide.forecast)."""
     backends: list[BackendResult] | None = optional()
     """The settings sweep (`decide.backends`): the baseline first, then each alternative."""
+    adaptive: AdaptiveComparison | None = optional()
+    """The engine's own adaptive speculation against the kit's pick per level (`decide.adaptive_k`)."""
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any] | None) -> Decision:

@@ -23,6 +23,7 @@ import pyarrow.parquet as pq
 from kit.arch import arch_from_config, load_arch
 from kit.artifacts import Decision, GpuSection, ProbeReport
 from kit.decide import costmodel as cm
+from kit.decide.adaptive import check_adaptive, split, with_adaptive
 from kit.decide.backend_choice import settings_sweep
 from kit.decide.backends import check_backends
 from kit.decide.decision import decide, speculation_label, with_gpus
@@ -31,6 +32,7 @@ from kit.decide.levels import SweepNotes
 from kit.decide.pilot import SweepPrompt
 from kit.decide.profile.budget import ProfilePlan, plan_cpu_profile
 from kit.decide.profile.profiler import ProfileGrid, load_profile, profile_steps
+from kit.decide.reasons import running_cap_sentence
 from kit.decide.sweep import run_sweep
 from kit.decide.sweep_journal import SweepJournal
 from kit.engines.flavors import flavor
@@ -113,7 +115,7 @@ def sweep_kv_tokens(params: RunParams, prompts: list[SweepPrompt]) -> int:
     sweep's mean prompt (the sum over a few hundred sampled prompts is close to its mean times their
     count) plus `decide.max_tokens` and the drafted tokens, with `KV_HEADROOM`."""
     d = params.decide
-    per_seq = mean_prompt_tokens(params, prompts) + d.max_tokens + max(d.spec_steps, default=0) + 1
+    per_seq = mean_prompt_tokens(params, prompts) + d.max_tokens + max([*d.spec_steps, d.adaptive_k or 0]) + 1
     return int(KV_HEADROOM * max(d.concurrencies) * per_seq)
 
 
@@ -170,7 +172,7 @@ def running_caps(
     free = int(devices[0]["memory_total_bytes"]) - CUDA_CONTEXT_BYTES
     top = max(d.concurrencies)
     caps = {}
-    for k in [0, *d.spec_steps]:
+    for k in sorted({0, *d.spec_steps, d.adaptive_k or 0}):  # an adaptive arm: at its ceiling
         plan = memory_plan(
             arch,
             free,
@@ -187,19 +189,6 @@ def running_caps(
     return caps
 
 
-def running_cap_sentence(caps: dict[int, int], top: int, name: str) -> str:
-    """The reason line of the capped arms (`name`: what the speculative arms are called)."""
-    arms = ", ".join(
-        f"{'plain decoding' if k == 0 else f'{name} k={k}'} at {c}" for k, c in sorted(caps.items())
-    )
-    return (
-        f"memory capped the arms' servers: {arms} requests at once (of the sweep's top level {top}): "
-        f"the engine reserves each running request's recurrent state (under speculation one more per "
-        f"draft token) before its KV cache, and memory holds no more; a level above a cap measures that "
-        f"running batch, as stage 3 would run it (twice the cap's requests, not twice the level's)"
-    )
-
-
 def servers_together(
     params: RunParams,
     probe: ProbeReport,
@@ -213,7 +202,7 @@ def servers_together(
     hybrid model's recurrent state, which the engine holds for each running sequence besides the KV."""
     mode = params.decide.servers
     eng = params.engine
-    arms = 1 + len(params.decide.spec_steps)
+    arms = 1 + len(params.decide.spec_steps) + bool(params.decide.adaptive_k)
     fl = flavor(eng.flavor)
     if mode == "one_at_a_time":
         return False, f"decide.servers is {mode}", []
@@ -358,6 +347,7 @@ def run_decision(params: RunParams, folder: RunFolder, probe: ProbeReport, fresh
     decision.json and return it."""
     arch = load_arch(params.model.path)
     check_backends(params)  # a settings sweep the installed engine cannot launch: said before measuring
+    check_adaptive(params)  # so is an adaptive arm it cannot run
     mtp = probe.mtp_status
     prompts = sweep_prompts(params, folder)
     together, why_together, cap = servers_together(
@@ -380,6 +370,7 @@ def run_decision(params: RunParams, folder: RunFolder, probe: ProbeReport, fresh
         sweep_params, folder, prompts, mtp, arch.is_hybrid, together, side_by_side, caps, pilot, more, fresh
     )
     runs = pd.read_parquet(folder.sweep_runs) if folder.sweep_runs.exists() else None
+    sweep, runs, adaptive = split(sweep, runs)  # the engine's own adaptive arm: compared apart, never chosen
     pilot, start_s = side_by_side.pop("pilot", None), side_by_side.pop("server_start_s", None)
     hw, profile, n_gpus, profile_plan = _hardware(params, folder, probe)
     lens = [p["prompt_tokens"] for p in prompts if p.get("prompt_tokens")]
@@ -428,6 +419,9 @@ def run_decision(params: RunParams, folder: RunFolder, probe: ProbeReport, fresh
         )
         decision = replace(decision, reasons=[*decision.reasons, line])
     decision = _with_profile_notes(replace(decision, noise=noise, mtp_status=mtp), profile_plan)
+    decision = with_adaptive(
+        decision, adaptive, sweep, runs, flavor(eng.flavor).title, speculation_label(params)
+    )
     decision = settings_sweep(params, sweep_params, folder, decision, prompts, arch.is_hybrid, together, caps)
     forecast = forecast_inputs(params, folder, decision, speculation_label(params), pilot, start_s).forecast()
     if forecast is not None:

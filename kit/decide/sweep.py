@@ -1,12 +1,13 @@
 """The measured sweep: the real engine per arm, at a ladder of concurrencies, in interleaved rounds.
 
-Each arm (plain; speculative with draft length k) runs on a server launched with that arm's flags
-and warmed up; each (arm, level) is then measured `decide.repetitions` times, in rounds that
-interleave the arms (plain, k1, k2, ... then k2, k1, plain, ...: a slow minute slows every arm
-alike), and plain decoding at the top level is measured once more at the very start and the very
-end, to see whether the machine drifted (kit.decide.noise). Where the arms' servers fit in memory
-together (a CPU engine with a small model) they stay up side by side and a round costs requests;
-otherwise each round starts each arm's server in turn (`decide.servers`).
+Each arm (plain; speculative with draft length k; the engine's own adaptive speculation up to k,
+`decide.adaptive_k`) runs on a server launched with that arm's flags and warmed up; each (arm,
+level) is then measured `decide.repetitions` times, in rounds that interleave the arms (plain, k1,
+k2, ... then k2, k1, plain, ...: a slow minute slows every arm alike), and plain decoding at the top
+level is measured once more at the very start and the very end, to see whether the machine drifted
+(kit.decide.noise). Where the arms' servers fit in memory together (a CPU engine with a small model)
+they stay up side by side and a round costs requests; otherwise each round starts each arm's server
+in turn (`decide.servers`).
 
 Each measurement is written to the sweep's journal as it ends (kit.decide.sweep_journal): a sweep
 stopped part way goes on where it stopped when `kit decide` runs again with the same settings.
@@ -34,6 +35,7 @@ import pandas as pd
 
 from kit.asyncrun import run_coroutine
 from kit.columns import OUTPUT_TOK_S, OUTPUT_TOK_S_HI, OUTPUT_TOK_S_LO, SPEC_K
+from kit.decide.adaptive import mark
 from kit.decide.levels import (
     RUN_COLUMNS,
     LevelFigures,
@@ -247,9 +249,11 @@ def run_sweep(
         notes["server_start_s"] = [round(x, 1) for x in servers.start_s]
         if servers.lowered:
             notes["running_lowered"] = servers.lowered
-    runs = flag_slow(pd.DataFrame(rows).reindex(columns=RUN_COLUMNS))
+    runs = mark(flag_slow(pd.DataFrame(rows).reindex(columns=RUN_COLUMNS)))
     runs.to_parquet(folder.sweep_runs, index=False)
-    table = given_up(summarise(runs), servers.crashed)
+    table = mark(
+        given_up(summarise(runs), servers.crashed)
+    )  # mark: an adaptive arm's rows (kit.decide.adaptive)
     table.to_parquet(folder.sweep, index=False)
     return table
 

@@ -34,6 +34,11 @@ MEASURED = ("concurrencies", "num_prompts", "requests_per_level", "max_tokens", 
 """The `decide` fields that change what a measurement is (spec_steps and the servers' layout come in
 through the arms and `together`); the others (the time budget, the prediction's inputs) do not."""
 
+UNSET_NEWER = {"speculative": {"adaptive"}}
+"""Engine fields left out of the key: each arm spells its own (kit.engines.settings.speculative_params
+clears the params' value), so they change nothing measured; an adaptive arm shows in the arms' names.
+Left out, the key of a sweep is what an earlier kit made of it: its journal is still resumed."""
+
 SlotKey = tuple[str, int, str, int]
 """(phase, round, arm, concurrency): what a measurement is in the sweep's schedule."""
 
@@ -58,7 +63,7 @@ def sweep_key(
 ) -> str:
     """What a measurement depends on, hashed: a journal of another key is not resumed."""
     what = {
-        "engine": params.engine.model_dump(mode="json"),
+        "engine": params.engine.model_dump(mode="json", exclude=UNSET_NEWER),
         "model": str(params.model.path),
         "decide": {k: getattr(params.decide, k) for k in MEASURED},
         "arms": arms,

@@ -8,7 +8,7 @@ from typing import Any
 import pandas as pd
 
 from kit.artifacts import Decision
-from kit.columns import OUTPUT_TOK_S, OUTPUT_TOK_S_HI, OUTPUT_TOK_S_LO
+from kit.columns import ADAPTIVE, OUTPUT_TOK_S, OUTPUT_TOK_S_HI, OUTPUT_TOK_S_LO
 from kit.decide.decision import speculation_label
 from kit.decide.plots import decision_figures as make_figures
 from kit.decide.verdict import decision_answer
@@ -83,7 +83,8 @@ BESIDE_COLUMNS = {
 
 
 def decision_tables(folder: RunFolder) -> list[Any]:
-    """Notebook 02's tables for reading: predicted beside measured, the measured sweep, arms not measured."""
+    """Notebook 02's tables for reading: predicted beside measured, the measured sweep, arms not measured,
+    and the engine's own adaptive speculation against the kit's pick (when the sweep measured it)."""
     name = speculation_name(folder)
     tables = []
     decision = folder.read_decision()
@@ -103,7 +104,11 @@ def decision_tables(folder: RunFolder) -> list[Any]:
         )
     if folder.sweep.exists():
         sweep = pd.read_parquet(folder.sweep)
-        sweep["arm"] = [arm_label(int(k), name) for k in sweep.spec_k]
+        adaptive = sweep[ADAPTIVE].astype(bool) if ADAPTIVE in sweep else pd.Series(False, index=sweep.index)
+        sweep["arm"] = [
+            f"{name} adaptive (up to k={int(k)})" if on else arm_label(int(k), name)
+            for k, on in zip(sweep.spec_k, adaptive, strict=True)
+        ]
         ran = sweep[sweep.status != "skipped"].dropna(axis=1, how="all")
         cols = [c for c in SWEEP_COLUMNS if c in ran]
         if len(ran):
@@ -111,7 +116,39 @@ def decision_tables(folder: RunFolder) -> list[Any]:
         skipped = sweep[sweep.status == "skipped"].drop_duplicates("arm")[["arm", "reason"]]
         if len(skipped):
             tables.append(table(skipped, "Arms not measured", {"reason": "why"}))
+    if decision is not None and decision.adaptive is not None and decision.adaptive.levels:
+        tables.append(adaptive_table(decision))
     return tables
+
+
+ADAPTIVE_COLUMNS = {
+    "concurrency": "concurrency",
+    OUTPUT_TOK_S: "adaptive tok/s (median)",
+    "vs_plain": "over plain",
+    "vs_plain_lo": "from",
+    "vs_plain_hi": "to",
+    "kit_label": "the kit's pick there",
+    "vs_kit": "over the kit's pick",
+    "vs_kit_lo": "ratio to the pick from",
+    "vs_kit_hi": "ratio to the pick to",
+    "kit_leads": "the pick leads outside the noise",
+}
+
+
+def adaptive_table(decision: Decision) -> Any:
+    """The engine's own adaptive speculation per level (decision.json's `adaptive`): its median, its
+    ratio to plain and to the fastest arm measured there, each the median of per-round ratios with
+    its interval, and the verdict as the table's note."""
+    cmp = decision.adaptive
+    assert cmp is not None
+    t = pd.DataFrame([lv.to_json() for lv in cmp.levels])
+    return table(
+        t[[c for c in ADAPTIVE_COLUMNS if c in t]],
+        cmp.label,
+        ADAPTIVE_COLUMNS,
+        note=cmp.sentence,
+        summary=f"{len(t)} levels",
+    )
 
 
 BACKEND_COLUMNS = {

@@ -1,8 +1,11 @@
 """The arms a sweep measures and a decision chooses: plain decoding (k = 0) or speculation with k
-drafted tokens per step, and the speculative algorithms an arm may name. Pure and dependency-free,
-so the cost model (which runs on GPU boxes without the kit's full dependencies) names arms the same
-way as the engines do. `Arm(k, algorithm)` is the one form of an arm until a flavor spells it
-(`kit.engines.flavors`: SGLang's steps / top-k / draft tokens, vLLM's `num_speculative_tokens`)."""
+drafted tokens per step, and the speculative algorithms an arm may name; beside them the engine's
+own adaptive speculation (`adaptive`: the engine picks the draft length per batch, k its ceiling),
+which the sweep measures but the decision never chooses (kit.decide.adaptive compares it). Pure and
+dependency-free, so the cost model (which runs on GPU boxes without the kit's full dependencies)
+names arms the same way as the engines do. `Arm(k, algorithm)` is the one form of an arm until a
+flavor spells it (`kit.engines.flavors`: SGLang's steps / top-k / draft tokens, vLLM's
+`num_speculative_tokens`)."""
 
 from __future__ import annotations
 
@@ -19,16 +22,45 @@ class Arm:
     """One configuration the sweep measures and the decision may choose: plain (k = 0) or speculative."""
 
     k: int
-    """Draft tokens per verify step; 0 is plain decoding."""
+    """Draft tokens per verify step; 0 is plain decoding. Of an adaptive arm: the ceiling, the most
+    draft tokens the engine may use."""
     algorithm: str | None = None
+    adaptive: bool = False
+    """The engine's own adaptive speculation (`decide.adaptive_k`): it picks k per batch, up to `k`."""
 
     @property
     def name(self) -> str:
-        return arm_name(self.k)
+        return f"{ADAPTIVE_PREFIX}{self.k}" if self.adaptive else arm_name(self.k)
 
     @property
     def speculative(self) -> bool:
         return self.k > 0
+
+
+ADAPTIVE_PREFIX = "adaptive_k"
+"""The name of an adaptive arm is this and its ceiling (adaptive_k3): never a fixed arm's name."""
+
+
+ADAPTIVE_BANDS: tuple[tuple[int, tuple[int, ...]], ...] = (
+    (1, (1, 3, 7)),
+    (8, (0, 1, 3)),
+    (32, (0, 1)),
+    (64, (0,)),
+)
+"""SGLang 0.5.16's default adaptive bands (sglang/srt/speculative/adaptive_spec_params.py): from this
+many running requests, the draft lengths it picks among (0: speculation off). An adaptive arm runs
+them capped at its ceiling, on every engine that has adaptive speculation (kit.engines.flavors)."""
+
+
+def adaptive_bands(ceiling: int) -> list[tuple[int, list[int]]]:
+    """`ADAPTIVE_BANDS` with every draft length capped at `ceiling` (no band above it)."""
+    return [(first, sorted({min(k, ceiling) for k in ks})) for first, ks in ADAPTIVE_BANDS]
+
+
+def adaptive_ceiling(name: str) -> int | None:
+    """The ceiling an adaptive arm's name says (adaptive_k3 -> 3); None for any other name."""
+    digits = name.removeprefix(ADAPTIVE_PREFIX)
+    return int(digits) if digits != name and digits.isdigit() else None
 
 
 def arm_name(k: int) -> str:
@@ -49,6 +81,11 @@ def arm_k(name: str) -> int | None:
 def arm_label(k: int, spec_label: str) -> str:
     """'plain decoding' or e.g. 'n-gram k=3' in reasons."""
     return "plain decoding" if k == 0 else f"{spec_label} k={k}"
+
+
+def adaptive_label(ceiling: int, spec_label: str, engine: str) -> str:
+    """An adaptive arm in reasons: e.g. "SGLang's adaptive MTP (up to k=3)"."""
+    return f"{engine}'s adaptive {spec_label} (up to k={ceiling})"
 
 
 @dataclass(frozen=True)

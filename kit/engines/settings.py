@@ -37,13 +37,16 @@ __all__ = [
 ]
 SPELT = tuple(ArmSpelling.__annotations__)
 """The fields of `engine.speculative` a flavor spells an arm's k in (`ArmSpelling`'s keys: num_steps,
-eagle_topk, num_draft_tokens); those the flavor leaves out are unset."""
+eagle_topk, num_draft_tokens, adaptive); those the flavor leaves out are unset."""
 
 
 def sweep_arms(params: RunParams) -> list[Arm]:
-    """Plain, then one speculative arm per draft length in `decide.spec_steps`."""
+    """Plain, then one speculative arm per draft length in `decide.spec_steps`, then the engine's own
+    adaptive speculation up to `decide.adaptive_k` when the params ask for it."""
     name = section_algorithm(params.engine.speculative).name
-    return [Arm(0), *(Arm(k, name) for k in params.decide.spec_steps)]
+    ceiling = params.decide.adaptive_k
+    adaptive = [Arm(ceiling, name, adaptive=True)] if ceiling else []
+    return [Arm(0), *(Arm(k, name) for k in params.decide.spec_steps), *adaptive]
 
 
 def speculative_params(

@@ -58,6 +58,8 @@ class ArmSpelling(TypedDict, total=False):
     eagle_topk: int
     num_draft_tokens: int
     """SGLang's chain: top-k 1 and k + 1 tokens verified per step."""
+    adaptive: bool
+    """The engine's own adaptive speculation, `num_steps` its ceiling (an adaptive `Arm`)."""
 
 
 class SpeculativeJson(ArmSpelling, total=False):
@@ -203,8 +205,17 @@ class Flavor:
     # ---- speculation ------------------------------------------------------------------------------
     def spell_arm(self, arm: Arm) -> ArmSpelling:
         """The speculative fields of `engine.speculative` that run `arm` on this flavor (none for plain
-        decoding): the draft length k as `num_steps`."""
-        return ArmSpelling(num_steps=arm.k) if arm.speculative else ArmSpelling()
+        decoding): the draft length k as `num_steps` (an adaptive arm: its ceiling, and `adaptive`)."""
+        if not arm.speculative:
+            return ArmSpelling()
+        return ArmSpelling(num_steps=arm.k, adaptive=True) if arm.adaptive else ArmSpelling(num_steps=arm.k)
+
+    def adaptive_problem(self, eng: EngineParams) -> str | None:
+        """Why its own adaptive speculation cannot run with these engine params (None: it can)."""
+        return (
+            f"{self.title} has no adaptive speculation the kit can run (it knows SGLang's "
+            "--speculative-adaptive and vLLM's num_speculative_tokens_per_batch_size)"
+        )
 
     def accept_gauge_ranks(self, eng: EngineParams) -> int:
         """How many accept-length gauges a scrape of all its servers sums (1: none, or one value)."""

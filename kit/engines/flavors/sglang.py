@@ -4,13 +4,17 @@ facts, with their sources and the versions checked, are in docs/engines.md."""
 
 from __future__ import annotations
 
+import json
+import os
+import tempfile
 import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from kit.engines import parsers
-from kit.engines.arms import Arm
+from kit.engines.arms import Arm, adaptive_bands
 from kit.engines.flavors.base import ArmSpelling, Flavor, draft_length, opt, section_algorithm
 
 if TYPE_CHECKING:
@@ -27,6 +31,11 @@ ALGORITHM_FLAG = {
 """`--speculative-algorithm` of each algorithm the kit names (MTP: EAGLE over the model's own heads)."""
 SPEC_MAX_RUNNING = 48
 """What SGLang lowers `--max-running-requests` to when speculation is on and the flag is unset."""
+ADAPTIVE_ALGORITHMS = ("EAGLE", "EAGLE3")
+"""The `--speculative-algorithm` values `--speculative-adaptive` runs with (0.5.16 and 0.5.23:
+speculative/adaptive_spec_params.py `adaptive_unsupported_reason`; MTP is served as EAGLE)."""
+ADAPTIVE_HYSTERESIS = {1: -0.25}
+"""Its default bands' `down_hysteresis` (0.0 from 8 running up), kept in the bands the kit writes."""
 ACCEPT_LENGTH = "sglang:spec_accept_length"
 """Its accept-length gauge (one per data-parallel rank); responses carry it too (`meta_info`)."""
 PARSERS = {
@@ -74,7 +83,22 @@ class SGLang(Flavor):
         last accepted token included)."""
         if not arm.speculative:
             return ArmSpelling()
+        if arm.adaptive:  # it sets the draft tokens itself, one more than the steps it picks
+            return ArmSpelling(num_steps=arm.k, eagle_topk=1, adaptive=True)
         return ArmSpelling(num_steps=arm.k, eagle_topk=1, num_draft_tokens=arm.k + 1)
+
+    def adaptive_problem(self, eng: EngineParams) -> str | None:
+        """`--speculative-adaptive` runs EAGLE / EAGLE3 (MTP served as EAGLE) at top-k 1, without DP
+        attention; anything else SGLang silently falls back to fixed steps, so the kit refuses it."""
+        name = section_algorithm(eng.speculative).name
+        if ALGORITHM_FLAG[name] not in ADAPTIVE_ALGORITHMS:
+            return (
+                f"SGLang's adaptive speculation runs EAGLE or EAGLE3 (MTP too), not {name}: set "
+                "engine.speculative.algorithm to one of MTP, EAGLE, EAGLE3"
+            )
+        if "--enable-dp-attention" in eng.extra_args:
+            return "SGLang's adaptive speculation does not run with DP attention (--enable-dp-attention)"
+        return None
 
     def accept_gauge_ranks(self, eng: EngineParams) -> int:
         return eng.dp_size * eng.replicas
@@ -96,6 +120,8 @@ def speculative_flags(spec: SpeculativeParams) -> list[str]:
             flags += ["--speculative-num-draft-tokens", str(k + 1)]
             flags += ["--speculative-ngram-max-bfs-breadth", "1"]
         return flags
+    if spec.adaptive:
+        flags += ["--speculative-adaptive", "--speculative-adaptive-config", str(adaptive_config(spec))]
     for flag, value in (
         ("--speculative-num-steps", spec.num_steps),
         ("--speculative-eagle-topk", spec.eagle_topk),
@@ -104,6 +130,31 @@ def speculative_flags(spec: SpeculativeParams) -> list[str]:
     ):
         flags += opt(flag, value)
     return flags
+
+
+def adaptive_config(spec: SpeculativeParams) -> Path:
+    """The file of `--speculative-adaptive-config`: SGLang's default bands with every draft length
+    capped at the arm's ceiling (`num_steps`; kit.engines.arms.adaptive_bands), so that the ceiling
+    holds (its own defaults go up to 7 below 8 running) and `--speculative-num-steps`, the steps it
+    starts at, is one of its candidates. Written where the server starts, once per ceiling and user."""
+    k = spec.num_steps or 1
+    bands = {
+        str(first): {
+            "candidate_steps": steps,
+            "up_hysteresis": 0.0,
+            "down_hysteresis": ADAPTIVE_HYSTERESIS.get(first, 0.0),
+            "ceiling_coeff": 0,
+        }
+        for first, steps in adaptive_bands(k)
+    }
+    text = json.dumps(bands, indent=1) + "\n"
+    path = Path(tempfile.gettempdir()) / f"kit-sglang-adaptive-{os.getuid()}" / f"bands-k{k}.json"
+    if not path.exists() or path.read_text() != text:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        part = path.with_suffix(f".{os.getpid()}.part")
+        part.write_text(text)
+        part.replace(path)
+    return path
 
 
 FLAVOR = SGLang(

