@@ -510,8 +510,10 @@ def test_a_level_above_the_servers_cap_sends_two_waves_of_the_cap(
     tmp_path: Path, hand_server: tuple[str, dict]
 ) -> None:
     """A sweep level sends twice its concurrency, or twice what the arm's server runs at once where
-    that is fewer (`engine.max_running_requests`, a memory cap of the sweep's): on the Qwen3.6-27B
-    shape capped at 8 on an H100 the level at 256 sent 512 requests, 8 at a time, for 258 s."""
+    that is fewer (`engine.max_running_requests`, a memory cap of the sweep's), and keeps no more
+    than that out at once: on the Qwen3.6-27B shape capped at 8 on an H100 the level at 256 sent
+    512 requests, 8 at a time, for 258 s; with the count alone halved, 264 for 135 s, since each of
+    256 clients sent at least once in the level's `level_s`."""
     from types import SimpleNamespace
 
     from kit.decide.sweep_level import measure_level
@@ -531,15 +533,25 @@ def test_a_level_above_the_servers_cap_sends_two_waves_of_the_cap(
         for i in range(4)
     ]
 
-    def sent(cap: int | None) -> int:
-        p = RunParams.model_validate({**params, "engine": {**params["engine"], "max_running_requests": cap}})
-        figures = asyncio.run(measure_level(p, server, prompts, 8))
+    def level(cap: int | None, c: int = 8, level_s: float = 0) -> tuple[int, int]:
+        p = RunParams.model_validate(
+            {
+                **params,
+                "engine": {**params["engine"], "max_running_requests": cap},
+                "decide": {**params["decide"], "level_s": level_s},
+            }
+        )
+        figures = asyncio.run(measure_level(p, server, prompts, c))
         assert figures.get("status", "ok") == "ok" and not figures["errors"], figures
-        return figures["requests"]
+        assert figures["concurrency"] == c
+        return figures["requests"], figures["clients"]
 
-    assert sent(2) == 4  # two waves of the 2 the server runs, not 16
-    assert sent(None) == 16  # no cap: twice the level
-    assert sent(64) == 16  # a cap above the level changes nothing
+    assert level(2) == (4, 4)  # two waves of the 2 the server runs, not 16
+    assert level(None) == (16, 8)  # no cap: twice the level
+    assert level(64) == (16, 8)  # a cap above the level changes nothing
+    # a level that lasts level_s: its clients each send at least once; capped, 4 of them, not 96
+    sent, clients = level(2, c=96, level_s=0.2)
+    assert clients == 4 and 4 <= sent < 96, sent
 
 
 def test_a_server_that_wants_an_api_key(tmp_path: Path, hand_server: tuple[str, dict]) -> None:

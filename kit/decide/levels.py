@@ -48,6 +48,9 @@ class LevelFigures(TypedDict, total=False):
     A level that failed has only its concurrency, status and reason."""
 
     concurrency: int
+    clients: int
+    """Requests kept out at once: the concurrency, or twice the server's running cap where that is
+    fewer (kit.decide.sweep_level.measure_level)."""
     requests: int
     errors: int
     output_tokens: int
@@ -124,6 +127,7 @@ LEVEL_COLUMNS = [
     "algorithm",
     SPEC_K,
     "concurrency",
+    "clients",
     "requests",
     "errors",
     "output_tokens",

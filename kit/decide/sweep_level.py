@@ -71,17 +71,20 @@ async def _level(
     min_s: float = 0.0,
     serving: Callable[[], bool] | None = None,
     sampling: Sampling | None = None,
+    clients: int | None = None,
 ) -> LevelFigures:
-    """A closed loop of `c` clients (greedy; `fields`: the run's chat-template switches, so the sweep
-    thinks as stage 3 will) that sends at least `n` requests and keeps sending until `min_s`
-    seconds have passed; tokens/s over the successful ones. A level of a fraction of a second is
-    one hiccup of a shared machine away from a 3x error (docs/decision.md, `decide.level_s`).
+    """A closed loop of `clients` clients (default `c`, the level's concurrency; greedy; `fields`:
+    the run's chat-template switches, so the sweep thinks as stage 3 will) that sends at least `n`
+    requests and keeps sending until `min_s` seconds have passed; tokens/s over the successful
+    ones. A level of a fraction of a second is one hiccup of a shared machine away from a 3x error
+    (docs/decision.md, `decide.level_s`).
 
     `serving()` says whether the server's process still runs: looked at every `WATCH_S` and after
     each failed request, so a server that dies stops the level at once (status `crashed`, with the
     requests that were out, `crash_in_flight`) rather than after thousands of refused connections
     (on the H200 a dead MTP server was sent 21,612 of them in one level). `sampling`: temperature,
     top_p and seed in place of greedy decoding (the settings sweep samples as stage 3 does)."""
+    clients = clients or c
     results: list[Any] = []
     errors: list[str] = []
     answers: dict[str, Answer] = {}
@@ -131,11 +134,12 @@ async def _level(
 
     before = await _spec_scrape(client)
     t0 = time.perf_counter()
-    await _until_done_or_dead([asyncio.ensure_future(worker()) for _ in range(c)], watch)
+    await _until_done_or_dead([asyncio.ensure_future(worker()) for _ in range(clients)], watch)
     dt = time.perf_counter() - t0
     if died:
         return LevelFigures(
             concurrency=c,
+            clients=clients,
             requests=sent,
             errors=len(errors),
             output_tokens=sum(r.completion_tokens or 0 for r in results),
@@ -152,6 +156,7 @@ async def _level(
     bad = len(errors) > MAX_ERROR_SHARE * sent
     return LevelFigures(
         concurrency=c,
+        clients=clients,
         requests=sent,
         errors=len(errors),
         output_tokens=tokens,
@@ -239,8 +244,11 @@ async def measure_level(
 
     Twice the level's requests, or twice what the server runs at once where that is fewer (its
     `max_running_requests`: a memory cap of the sweep's or the user's own): two waves of what it
-    runs either way. Above its cap a level measures the same running batch as at the cap; on the
-    Qwen3.6-27B shape capped at 8 on an H100, 512 requests at 256 took 258 s for the figure 16 give."""
+    runs either way. Above its cap a level measures the same running batch as at the cap, so it
+    keeps twice the cap out at once (`clients`: the cap running, as many queued), not the level's
+    concurrency: each client sends at least once while the level lasts `decide.level_s`, so on the
+    Qwen3.6-27B shape capped at 8 on an H100 the level at 256 sent 264 requests for 135 s
+    (2026-12-06 night) for the figure 16 give. Its latencies are then those of twice the cap out."""
     d = params.decide
     how = stage3_sampling(params) if sampled else None
     run = run_request_fields(params)
@@ -250,10 +258,12 @@ async def measure_level(
         else RequestFields()
     )
     async with arm_client(params, server) as client:
-        n = d.requests_per_level or 2 * min(c, params.engine.max_running_requests or c)
+        cap = params.engine.max_running_requests
+        clients = min(c, 2 * cap) if cap else c
+        n = d.requests_per_level or 2 * min(c, cap or c)
         tools = tool_request_fields(params)
         return await _level(
-            client, prompts, n, c, d.max_tokens, template, tools, d.level_s, _serving(server), how
+            client, prompts, n, c, d.max_tokens, template, tools, d.level_s, _serving(server), how, clients
         )
 
 
