@@ -80,6 +80,8 @@ class PilotFigures(TypedDict, total=False):
     cut: int
     """Answers cut at their max_tokens."""
     concurrency: int
+    queued: int
+    """Prompts it had (the sample and `more`): `sent` below it, the time rule stopped it."""
     seconds: float
     """The timed pass (the warm-up's `warmup_s` aside)."""
     warmup_s: float
@@ -154,6 +156,7 @@ async def pilot(
         output_tokens=sum(a["completion_tokens"] or 0 for a in answers),
         cut=sum(a["finish_reason"] == "length" for a in answers),
         concurrency=concurrency,
+        queued=len(queue),
         seconds=round(seconds, 3),
         warmup_s=round(warmup_s, 3),
     )
