@@ -25,7 +25,8 @@ The interval: `DRAWS` simulations, each with every source's answers resampled (t
 a source's mean from its few answers) and the ladder scaled within the top level's measured
 interval widened by what else moves the speed (`speed_spread`: plain decoding's drift over the
 sweep, and the sweep's noise once more when the pilot's single timing calibrates it); the 10th and
-90th percentiles. What the interval does not hold is said in `notes`
+90th percentiles, widened where earlier comparable runs were off by more (kit.decide.forecast_history,
+through kit.decide.forecast_inputs). What the interval does not hold is said in `notes`
 (lengths bounded by `max_tokens` only, a ladder predicted rather than measured, greedy accept
 lengths for speculative arms).
 """
@@ -174,7 +175,7 @@ def calibration(ladder: Ladder, pilot: Mapping[str, Any] | None, lengths: np.nda
     as many at once as it sent, against the seconds it took. The sweep measures greedy answers cut
     at `decide.max_tokens`; the pilot samples as stage 3 will, at its lengths (longer sequences,
     another sampler, less prefill per token): on the CPU demo it ran at 0.6x the sweep's ladder,
-    and stage 3 then at the pilot's speed. None without a pilot that answered for `MIN_PILOT_S`."""
+    and stage 3 then at the pilot's speed. None without a pilot that can be timed (`timed`)."""
     if not pilot or not timed(pilot):
         return None
     return pilot_ratio(ladder, pilot, lengths)

@@ -93,7 +93,8 @@ WARMUP_TOKENS = 8
 MIN_PILOT_S = 5.0
 """A pilot that took less than this is not timed: its speed is a sub-second measurement (2.6x apart
 over four runs of the same 24 requests on vLLM's CPU build), so the sweep's ladder stands
-uncalibrated. The pilot keeps sending further planned prompts until it has lasted this long."""
+uncalibrated. The pilot keeps sending further planned prompts until it has lasted this long; one
+that ran out of them first is not timed at all (kit.decide.forecast.timed)."""
 
 
 async def pilot(
