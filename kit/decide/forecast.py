@@ -193,9 +193,9 @@ def timed(pilot: Mapping[str, Any]) -> bool:
     """Whether the pilot's time can calibrate: it lasted `MIN_PILOT_S` and was stopped by that rule,
     not by running out of planned prompts (`queued`; a pilot of an earlier kit has none). A pilot
     whose prompts run out near `MIN_PILOT_S` lasts that long only when it runs slow, so timing it
-    then picks its slow draws: on vLLM's CPU build, all 210 prompts of a 240-prompt plan sent, the
-    pilots of 3.8-4.8 s ran at 0.90-1.10x the sweep's ladder, the three of 5.1-5.6 s (timed) at
-    0.79-0.85x, and their forecasts came 11-22% too slow (docs/lab/forecast.md)."""
+    then picks its slow draws: on vLLM's CPU build, every prompt of the plan sent, sixteen pilots ran
+    at 0.60-1.10x the sweep's ladder, the four that lasted past 5 s at 0.60-0.85x, and the three of
+    them timed forecast 11-22% too slow (docs/lab/forecast.md)."""
     if float(pilot.get("seconds") or 0) < MIN_PILOT_S:
         return False
     queued = pilot.get("queued")

@@ -186,12 +186,6 @@ def interval_words(history: Mapping[str, Any] | None) -> str:
     if not history:
         return ""
     n = history.get("judged_runs", 0)
-    if history.get("error_pct") is None:
-        return (
-            f"; intervals: the sweep's noise only ({n} judged run(s) of this engine, model and machine, "
-            f"{history.get('needed')} would widen them)"
-        )
-    return (
-        f"; intervals widened to the errors of {n} judged runs of this engine, model and machine "
-        f"(±{history['error_pct']:.0f}%)"
-    )
+    if history.get("error_pct") is None:  # short: the index page's first screen holds it
+        return f"; interval: the sweep's noise only ({n} of {history.get('needed')} judged runs)"
+    return f"; interval widened by {n} judged runs' errors (±{history['error_pct']:.0f}%)"
