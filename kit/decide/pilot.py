@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Any, TypedDict
+from typing import Any, NotRequired, TypedDict
 
 from kit.engines.client import EngineClient
 from kit.engines.flavors.base import RequestFields
@@ -35,6 +35,8 @@ ANSWER_COLUMNS = [
     "finish_reason",
     "max_tokens",
     "pilot",
+    "sent_s",
+    "ended_s",
 ]
 """sweep_answers.parquet: one answer per prompt, the pilot's or the sweep's plain arm's (`pilot`)."""
 
@@ -51,6 +53,10 @@ class Answer(TypedDict):
     max_tokens: int
     pilot: bool
     """Whether the pilot gave it (sampled as stage 3 samples), else a sweep level (greedy)."""
+    sent_s: NotRequired[float]
+    ended_s: NotRequired[float]
+    """The pilot's: when it was sent and answered, in seconds from the timed pass's start (the sweep's
+    answers have none: empty in the file)."""
 
 
 class SweepPrompt(TypedDict):
@@ -117,6 +123,7 @@ async def pilot(
         sent: RequestFields = {**fields, **(tools if p.get("tools_list") else {})}
         if sampling.seed is not None:
             sent["seed"] = sampling.seed + i
+        sent_s = time.perf_counter() - t0
         try:
             r = await client.chat(p["messages"], tools=p.get("tools_list"), max_tokens=budget, fields=sent)
         except EngineError as e:
@@ -130,6 +137,8 @@ async def pilot(
             finish_reason=r.finish_reason,
             max_tokens=budget,
             pilot=True,
+            sent_s=round(sent_s, 3),
+            ended_s=round(time.perf_counter() - t0, 3),
         )
 
     t0 = time.perf_counter()
