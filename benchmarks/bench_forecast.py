@@ -16,7 +16,8 @@ whole plan), `kit analyse` (summary.json's `forecast_check`). Each run's forecas
 actual: time generating, output tokens, speed, the error in percent, inside the interval or not,
 and the input that missed. Writes DIR/bench_forecast.json (every run) and prints a Markdown table.
 Target (issue 48): the median wall-time error within +-15%, the actual inside the interval in at
-least 4 of 5 runs.
+least 4 of 5 runs. Every run's forecast counts the judged runs already under DIR as its history
+(kit/decide/forecast_history.py): the later runs' intervals carry the earlier runs' errors.
 """
 
 from __future__ import annotations
@@ -111,6 +112,8 @@ def one(
         "calibration": forecast.get("calibration"),
         "pilot": forecast.get("pilot"),
         "lengths_from": forecast.get("lengths_from"),
+        "interval_from": forecast.get("interval_from"),
+        "history": forecast.get("history"),  # the judged runs under --out that widened the interval
         "check": check,
     }
 

@@ -306,6 +306,12 @@ def test_a_pilot_too_short_to_time_goes_on_with_more_planned_prompts(tmp_path: P
         server.wait()
     assert figures["seconds"] >= MIN_PILOT_S and 3 < figures["sent"] < 1003, figures
     assert figures["concurrency"] == 4 and figures["answered"] == figures["sent"] == len(answers)
+    assert figures["queued"] == 1003 and just["queued"] == 3  # stopped by the time rule; ran out
+    sent, ended = [a["sent_s"] for a in answers], [a["ended_s"] for a in answers]
+    assert sent == sorted(sent) and all(
+        0 <= s < e <= figures["seconds"] + 0.01 for s, e in zip(sent, ended, strict=True)
+    )
+    assert max(sent) >= MIN_PILOT_S - 0.5 and ended[-1] - sent[-1] >= 0.05  # each answer's own timing
     assert [a["id"] for a in answers] == [f"p{i}" for i in range(len(answers))]
     assert figures["output_tokens"] == 8 * len(answers)
     assert (

@@ -59,6 +59,8 @@ def test_the_forecast_is_made_in_stage_2_and_judged_in_stage_4(demo_run):
     index = (demo_run / "report" / "index.html").read_text()
     assert "Forecast for the whole plan: 18 requests" in html.unescape(index)
     assert "Stage 2 forecast" in html.unescape(index)
+    assert forecast["interval_from"] == "the sweep's noise" and forecast["history"]["judged_runs"] == 0
+    assert "interval: the sweep's noise only (0 of 4 judged runs)" in html.unescape(index)
     left = pq.read_table(demo_run / "metrics.parquet").to_pandas()["tokens_left"].dropna()
     assert len(left) and left.iloc[-1] < left.iloc[0]  # the time left, in tokens, as the run went
 

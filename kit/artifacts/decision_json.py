@@ -94,6 +94,12 @@ class Forecast(Record):
     """The pilot's speed over what the sweep's ladder gives for it (speeds are multiplied by it)."""
     notes: list[str] = field(default_factory=list)
     sentence: str = ""
+    interval_from: str | None = optional()
+    """What the intervals' width rests on: the sweep's noise, and judged runs' errors where enough
+    comparable ones were found (kit.decide.forecast_history)."""
+    history: JSONObject | None = optional()
+    """The comparable judged runs found (`judged_runs`, `runs`), how many widen the interval
+    (`needed`), the error that bounds it (`error_pct`, the `rank`-th smallest; None: too few)."""
 
     def arm(self, name: str | None) -> ArmForecast | None:
         return next((a for a in self.arms if a.arm == name), None)

@@ -25,7 +25,8 @@ The interval: `DRAWS` simulations, each with every source's answers resampled (t
 a source's mean from its few answers) and the ladder scaled within the top level's measured
 interval widened by what else moves the speed (`speed_spread`: plain decoding's drift over the
 sweep, and the sweep's noise once more when the pilot's single timing calibrates it); the 10th and
-90th percentiles. What the interval does not hold is said in `notes`
+90th percentiles, widened where earlier comparable runs were off by more (kit.decide.forecast_history,
+through kit.decide.forecast_inputs). What the interval does not hold is said in `notes`
 (lengths bounded by `max_tokens` only, a ladder predicted rather than measured, greedy accept
 lengths for speculative arms).
 """
@@ -41,6 +42,7 @@ from typing import Any
 import numpy as np
 
 from kit.artifacts import ArmForecast, Forecast, LadderPoint, Noise
+from kit.decide.forecast_history import interval_words
 from kit.decide.pilot import MIN_PILOT_S
 from kit.display import hours
 from kit.engines.arms import arm_label
@@ -173,11 +175,31 @@ def calibration(ladder: Ladder, pilot: Mapping[str, Any] | None, lengths: np.nda
     as many at once as it sent, against the seconds it took. The sweep measures greedy answers cut
     at `decide.max_tokens`; the pilot samples as stage 3 will, at its lengths (longer sequences,
     another sampler, less prefill per token): on the CPU demo it ran at 0.6x the sweep's ladder,
-    and stage 3 then at the pilot's speed. None without a pilot that answered for `MIN_PILOT_S`."""
-    if not pilot or not len(lengths) or float(pilot.get("seconds") or 0) < MIN_PILOT_S:
+    and stage 3 then at the pilot's speed. None without a pilot that can be timed (`timed`)."""
+    if not pilot or not timed(pilot):
+        return None
+    return pilot_ratio(ladder, pilot, lengths)
+
+
+def pilot_ratio(ladder: Ladder, pilot: Mapping[str, Any] | None, lengths: np.ndarray) -> float | None:
+    """The pilot's speed over what `ladder` predicts for it, timed or not (None: no answers)."""
+    if not pilot or not len(lengths) or not float(pilot.get("seconds") or 0):
         return None
     predicted, _ = simulate(lengths, int(pilot.get("concurrency") or 1), ladder)
     return predicted / float(pilot["seconds"]) if predicted > 0 else None
+
+
+def timed(pilot: Mapping[str, Any]) -> bool:
+    """Whether the pilot's time can calibrate: it lasted `MIN_PILOT_S` and was stopped by that rule,
+    not by running out of planned prompts (`queued`; a pilot of an earlier kit has none). A pilot
+    whose prompts run out near `MIN_PILOT_S` lasts that long only when it runs slow, so timing it
+    then picks its slow draws: on vLLM's CPU build, every prompt of the plan sent, sixteen pilots ran
+    at 0.60-1.10x the sweep's ladder, the four that lasted past 5 s at 0.60-0.85x, and the three of
+    them timed forecast 11-22% too slow (docs/lab/forecast.md)."""
+    if float(pilot.get("seconds") or 0) < MIN_PILOT_S:
+        return False
+    queued = pilot.get("queued")
+    return queued is None or int(pilot.get("sent") or 0) < int(queued)
 
 
 def speed_spread(noise: Noise | None, calibrated: bool) -> float:
@@ -298,6 +320,9 @@ def forecast_job(
         if plain
         else None
     )
+    ratio = pilot_ratio(plain, pilot, pilot_lengths) if plain and pilot_lengths is not None else None
+    if pilot and ratio:  # recorded timed or not: what a calibration would have been
+        pilot = {**pilot, "speed_over_sweep": round(ratio, 3)}
     arms, tokens = [], None
     spread = speed_spread(noise, bool(factor))
     for name, ladder in ladders.items():
@@ -341,6 +366,12 @@ def _notes(
             f"speeds are the sweep's x{factor:.2f}: the pilot ({pilot.get('answered')} requests sampled as "
             f"stage 3 samples, at its lengths, {pilot.get('concurrency')} at once) ran at that share of what "
             "the sweep's ladder gives for it (for every arm: the pilot ran on plain decoding)"
+        )
+    elif pilot and pilot.get("seconds") and float(pilot["seconds"]) >= MIN_PILOT_S and not timed(pilot):
+        notes.append(
+            f"the pilot sent all {pilot.get('sent')} planned prompts it had and took "
+            f"{float(pilot['seconds']):.1f} s: it lasted past the minimum only by running slow, so its "
+            "time is not taken (speeds as the sweep measured them, not calibrated)"
         )
     elif pilot and pilot.get("seconds") and float(pilot["seconds"]) < MIN_PILOT_S:
         notes.append(
@@ -407,4 +438,4 @@ def sentence(f: Forecast) -> str:
             text += f"; no difference between {best.label} and {next_.label} within their intervals"
         else:
             text += f"; {best.label} saves {hours(next_.wall_s - best.wall_s)} over {next_.label}"
-    return text
+    return text + interval_words(f.history)

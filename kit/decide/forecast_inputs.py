@@ -14,7 +14,8 @@ import pandas as pd
 import pyarrow.parquet as pq
 
 from kit.artifacts import Decision, Forecast, LadderPoint, Noise
-from kit.decide.forecast import JobSettings, PlanLengths, forecast_job
+from kit.decide.forecast import JobSettings, PlanLengths, forecast_job, sentence
+from kit.decide.forecast_history import MIN_RUNS, History, judged_history, widened_arm
 from kit.decide.pilot import PilotFigures
 from kit.engines.capacity import launched_capacity
 from kit.engines.flavors import flavor, server_env
@@ -77,12 +78,14 @@ class ForecastInputs:
     pilot: PilotFigures | None
     pilot_lengths: np.ndarray
     noise: Noise | None = None
+    history: History | None = None
+    """The comparable judged runs beside this one (kit.decide.forecast_history): None, not read."""
 
     def forecast(self, requests: int | None = None, replicas: int | None = None) -> Forecast | None:
         """The forecast for the plan as it is, or for `requests` requests of its mix on `replicas`."""
         plan = self.plan if requests in (None, len(self.plan)) else self.plan.scaled(int(requests))
         job = self.job if replicas is None else replace(self.job, replicas=int(replicas))
-        return forecast_job(
+        f = forecast_job(
             plan,
             self.model,
             self.table,
@@ -93,6 +96,7 @@ class ForecastInputs:
             self.pilot_lengths,
             self.noise,
         )
+        return with_history(f, self.history) if f is not None else None
 
 
 def forecast_inputs(
@@ -115,6 +119,7 @@ def forecast_inputs(
         pilot=pilot,
         pilot_lengths=pilot_lengths(folder),
         noise=decision.noise,
+        history=judged_history(params, folder, decision),
     )
 
 
@@ -137,3 +142,33 @@ def pilot_lengths(folder: RunFolder) -> np.ndarray:
         return np.array([])
     mine = answers[answers["pilot"].fillna(False).astype(bool)]
     return mine.completion_tokens.fillna(0).to_numpy(dtype=float)
+
+
+def with_history(f: Forecast, history: History | None) -> Forecast:
+    """`f` with where its interval's width came from (`interval_from`, `history`) and, with enough
+    comparable judged runs, every arm's interval widened by their errors (`sentence` follows)."""
+    if history is None:
+        return f
+    n, q = len(history.errors_pct), history.quantile()
+    if q is None:
+        note = (
+            f"the interval carries the sweep's noise only: {n} judged run(s) of this engine, model and "
+            f"machine under the outputs root, {MIN_RUNS} would widen it by their wall-time errors"
+        )
+        f = replace(f, interval_from="the sweep's noise", history=history.said(), notes=[*f.notes, note])
+    else:
+        gpus = f.replicas * f.gpus_per_replica
+        arms = [widened_arm(a, q, gpus) for a in f.arms]
+        note = (
+            f"the interval holds at least ±{100 * q:.0f}% (as error over the actual): the "
+            f"{history.rank}th smallest of the |wall-time errors| of {n} judged runs of this engine, "
+            "model and machine under the outputs root (split conformal, 80%)"
+        )
+        f = replace(
+            f,
+            arms=arms,
+            interval_from=f"the sweep's noise and {n} judged runs' errors",
+            history=history.said(),
+            notes=[*f.notes, note],
+        )
+    return replace(f, sentence=sentence(f))

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Any, TypedDict
+from typing import Any, NotRequired, TypedDict
 
 from kit.engines.client import EngineClient
 from kit.engines.flavors.base import RequestFields
@@ -35,6 +35,8 @@ ANSWER_COLUMNS = [
     "finish_reason",
     "max_tokens",
     "pilot",
+    "sent_s",
+    "ended_s",
 ]
 """sweep_answers.parquet: one answer per prompt, the pilot's or the sweep's plain arm's (`pilot`)."""
 
@@ -51,6 +53,10 @@ class Answer(TypedDict):
     max_tokens: int
     pilot: bool
     """Whether the pilot gave it (sampled as stage 3 samples), else a sweep level (greedy)."""
+    sent_s: NotRequired[float]
+    ended_s: NotRequired[float]
+    """The pilot's: when it was sent and answered, in seconds from the timed pass's start (the sweep's
+    answers have none: empty in the file)."""
 
 
 class SweepPrompt(TypedDict):
@@ -80,6 +86,8 @@ class PilotFigures(TypedDict, total=False):
     cut: int
     """Answers cut at their max_tokens."""
     concurrency: int
+    queued: int
+    """Prompts it had (the sample and `more`): `sent` below it, the time rule stopped it."""
     seconds: float
     """The timed pass (the warm-up's `warmup_s` aside)."""
     warmup_s: float
@@ -91,7 +99,8 @@ WARMUP_TOKENS = 8
 MIN_PILOT_S = 5.0
 """A pilot that took less than this is not timed: its speed is a sub-second measurement (2.6x apart
 over four runs of the same 24 requests on vLLM's CPU build), so the sweep's ladder stands
-uncalibrated. The pilot keeps sending further planned prompts until it has lasted this long."""
+uncalibrated. The pilot keeps sending further planned prompts until it has lasted this long; one
+that ran out of them first is not timed at all (kit.decide.forecast.timed)."""
 
 
 async def pilot(
@@ -114,6 +123,7 @@ async def pilot(
         sent: RequestFields = {**fields, **(tools if p.get("tools_list") else {})}
         if sampling.seed is not None:
             sent["seed"] = sampling.seed + i
+        sent_s = time.perf_counter() - t0
         try:
             r = await client.chat(p["messages"], tools=p.get("tools_list"), max_tokens=budget, fields=sent)
         except EngineError as e:
@@ -127,6 +137,8 @@ async def pilot(
             finish_reason=r.finish_reason,
             max_tokens=budget,
             pilot=True,
+            sent_s=round(sent_s, 3),
+            ended_s=round(time.perf_counter() - t0, 3),
         )
 
     t0 = time.perf_counter()
@@ -154,6 +166,7 @@ async def pilot(
         output_tokens=sum(a["completion_tokens"] or 0 for a in answers),
         cut=sum(a["finish_reason"] == "length" for a in answers),
         concurrency=concurrency,
+        queued=len(queue),
         seconds=round(seconds, 3),
         warmup_s=round(warmup_s, 3),
     )
