@@ -160,5 +160,5 @@ def running_cap_sentence(caps: dict[int, int], top: int, name: str) -> str:
         f"memory capped the arms' servers: {arms} requests at once (of the sweep's top level {top}): "
         f"the engine reserves each running request's recurrent state (under speculation one more per "
         f"draft token) before its KV cache, and memory holds no more; a level above a cap measures that "
-        f"running batch, as stage 3 would run it (twice the cap's requests, not twice the level's)"
+        f"running batch, as stage 3 would run it (twice the cap out at once and sent, not the level's)"
     )
