@@ -65,7 +65,7 @@ def alternatives(params: RunParams, arm: Arm) -> list[Alternative]:
     out = [Alternative(arm.k, arm.algorithm)]
     for setting, values in params.decide.backends.items():
         own = getattr(params.engine, setting)
-        out += [Alternative(arm.k, arm.algorithm, setting, v) for v in values if v != own]
+        out += [Alternative(arm.k, arm.algorithm, setting=setting, value=v) for v in values if v != own]
     return out
 
 

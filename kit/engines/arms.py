@@ -9,7 +9,7 @@ flavor spells it (`kit.engines.flavors`: SGLang's steps / top-k / draft tokens, 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 from kit.columns import SPEC_K
@@ -25,8 +25,10 @@ class Arm:
     """Draft tokens per verify step; 0 is plain decoding. Of an adaptive arm: the ceiling, the most
     draft tokens the engine may use."""
     algorithm: str | None = None
-    adaptive: bool = False
-    """The engine's own adaptive speculation (`decide.adaptive_k`): it picks k per batch, up to `k`."""
+    adaptive: bool = field(default=False, kw_only=True)
+    """The engine's own adaptive speculation (`decide.adaptive_k`): it picks k per batch, up to `k`.
+    Keyword-only, so that an arm's subclasses (the settings sweep's `Alternative`) keep their
+    positional fields after `algorithm`."""
 
     @property
     def name(self) -> str:
