@@ -22,7 +22,7 @@ import pandas as pd
 from kit.artifacts import AdaptiveComparison, AdaptiveLevel, Decision
 from kit.columns import ADAPTIVE, OUTPUT_TOK_S, OUTPUT_TOK_S_HI, OUTPUT_TOK_S_LO, SPEC_K
 from kit.decide.arm_status import crashes
-from kit.decide.levels import per_round, rests_on_disturbed
+from kit.decide.levels import arm_lead
 from kit.decide.noise import Lead, lead
 from kit.engines.arms import adaptive_ceiling, adaptive_label, arm_label, arm_name
 from kit.engines.flavors import flavor
@@ -138,9 +138,7 @@ def _lead(runs: pd.DataFrame | None, name: str, mine: pd.Series, other: pd.Serie
     c = int(mine.concurrency)
     if runs is None:
         return lead({0: float(mine[OUTPUT_TOK_S])}, {0: float(other[OUTPUT_TOK_S])})
-    theirs = str(other.arm)
-    disturbed = rests_on_disturbed(runs, name, c) or rests_on_disturbed(runs, theirs, c)
-    return lead(per_round(runs, name, c), per_round(runs, theirs, c), disturbed)
+    return arm_lead(runs, name, c, str(other.arm), c)
 
 
 def _ratio(key: str, x: Lead | None) -> dict[str, float | int | None]:

@@ -19,8 +19,8 @@ import pandas as pd
 from kit.artifacts import BackendResult, Decision
 from kit.columns import OUTPUT_TOK_S, OUTPUT_TOK_S_HI, OUTPUT_TOK_S_LO
 from kit.decide.backends import BASELINE, Alternative, BackendSweep, run_backends
-from kit.decide.levels import RUN_COLUMNS, per_round, rests_on_disturbed, summarise
-from kit.decide.noise import Lead, lead
+from kit.decide.levels import RUN_COLUMNS, arm_lead, summarise
+from kit.decide.noise import Lead
 from kit.decide.pilot import SweepPrompt
 from kit.params import RunParams
 from kit.runfolder import RunFolder
@@ -53,10 +53,7 @@ def judge_backends(
     for alt in alts[1:]:
         r = rows.get(alt.name)
         if base_ok and r is not None and _number(r.output_tok_s) is not None:
-            disturbed = any(rests_on_disturbed(runs, n, concurrency) for n in (alt.name, BASELINE))
-            leads[alt.name] = lead(
-                per_round(runs, alt.name, concurrency), per_round(runs, BASELINE, concurrency), disturbed
-            )
+            leads[alt.name] = arm_lead(runs, alt.name, concurrency, BASELINE, concurrency)
     winners: dict[str, Alternative] = {}
     for alt in alts[1:]:
         x = leads.get(alt.name)

@@ -12,7 +12,7 @@ import pandas as pd
 from kit.columns import OUTPUT_TOK_S, OUTPUT_TOK_S_HI, OUTPUT_TOK_S_LO, SPEC_K
 from kit.decide.disturbance import Disturbance
 from kit.decide.machine import judge_runs
-from kit.decide.noise import median_interval
+from kit.decide.noise import Lead, lead, median_interval
 from kit.decide.pilot import Answer, PilotFigures
 
 if TYPE_CHECKING:
@@ -233,3 +233,10 @@ def per_round(runs: pd.DataFrame, arm: str, concurrency: int) -> dict[int, float
 def rests_on_disturbed(runs: pd.DataFrame, arm: str, concurrency: int) -> bool:
     """Whether the figure of one arm at one level uses a disturbed measurement (too few calm ones)."""
     return bool(flags(_used(runs, arm, concurrency).disturbed).any())
+
+
+def arm_lead(runs: pd.DataFrame, a: str, a_level: int, b: str, b_level: int) -> Lead:
+    """Arm A's lead at its level over arm B at its level, paired by round over the measurements each
+    figure used (kit.decide.noise.lead), disturbed where either figure rests on a disturbed one."""
+    disturbed = rests_on_disturbed(runs, a, a_level) or rests_on_disturbed(runs, b, b_level)
+    return lead(per_round(runs, a, a_level), per_round(runs, b, b_level), disturbed)

@@ -17,7 +17,7 @@ from typing import Any, TypedDict
 import pandas as pd
 
 from kit.columns import OUTPUT_TOK_S_HI, OUTPUT_TOK_S_LO
-from kit.decide.levels import flags, per_round, rests_on_disturbed
+from kit.decide.levels import arm_lead, flags
 from kit.decide.noise import INTERVAL, UNMEASURED_NOISE, Drift, Interval, Lead, lead, sweep_noise
 
 
@@ -140,8 +140,7 @@ def _lead(runs: pd.DataFrame | None, a: ArmBest, b: ArmBest) -> Lead:
     """A's lead over B, paired by round when the sweep's runs are at hand."""
     if runs is None or runs.empty:
         return lead({0: a.median}, {0: b.median})
-    disturbed = any(rests_on_disturbed(runs, x.arm, x.concurrency) for x in (a, b))
-    return lead(per_round(runs, a.arm, a.concurrency), per_round(runs, b.arm, b.concurrency), disturbed)
+    return arm_lead(runs, a.arm, a.concurrency, b.arm, b.concurrency)
 
 
 ON_DISTURBED = (
