@@ -5,6 +5,7 @@ seeded plan; the whole path on the demo in tests/test_pipeline.py."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -17,9 +18,11 @@ from kit.decide.forecast import (
     JobSettings,
     Ladder,
     PlanLengths,
+    arm_forecast,
     calibration,
     forecast_job,
     simulate,
+    speed_scale,
     speed_spread,
 )
 from kit.decide.forecast_check import forecast_check, what_missed
@@ -143,6 +146,23 @@ def test_the_sweeps_drift_and_a_calibrating_pilots_noise_widen_the_interval(reco
     narrow, wide = forecast(recorded).arms[0], forecast(recorded, noise=drifted).arms[0]
     assert wide.wall_hi_s - wide.wall_lo_s > 1.5 * (narrow.wall_hi_s - narrow.wall_lo_s)
     assert wide.wall_s == pytest.approx(narrow.wall_s, rel=0.05)  # wider, not moved
+
+
+def test_a_lopsided_interval_widens_the_forecast_without_moving_its_median() -> None:
+    rng = np.random.default_rng(3)
+    scales = np.array([speed_scale(rng, 0.5, 1.02) for _ in range(4000)])
+    assert scales.min() >= 0.5 and scales.max() <= 1.02
+    assert np.median(scales) == pytest.approx(1.0, abs=0.01)  # the measured median, not 0.76
+    model = LengthModel.fit(NONE_MADE, {}, 1024, answers(np.random.default_rng(0)), 128)
+    plan = PlanLengths.of(["long"] * 2000 + ["short"] * 2000, np.full(4000, 200.0))
+    job = JobSettings(capacity={"plain": 64})
+    even, _ = arm_forecast("plain", "plain", linear(20.0, 64), model, plan, job)
+    lopsided = replace(linear(20.0, 64), lo_ratio=0.5, hi_ratio=1.02)
+    slow_side, _ = arm_forecast("plain", "plain", lopsided, model, plan, job)
+    # the lengths' own noise moves the joint median a little (1.09x); a uniform draw over 0.5-1.02
+    # centred it on the interval's middle (1.31x)
+    assert slow_side.wall_s < 1.15 * even.wall_s
+    assert slow_side.wall_hi_s > 1.5 * even.wall_hi_s  # the slow side is in the interval
 
 
 def test_lengths_come_from_the_pilot_not_the_greedy_answers_the_sweep_cut() -> None:

@@ -23,7 +23,7 @@ The model, in three parts:
 
 The interval: `DRAWS` simulations, each with every source's answers resampled (the uncertainty of
 a source's mean from its few answers) and the ladder scaled within the top level's measured
-interval widened by what else moves the speed (`speed_spread`: plain decoding's drift over the
+interval (half the draws either side of its median, `speed_scale`) widened by what else moves the speed (`speed_spread`: plain decoding's drift over the
 sweep, and the sweep's noise once more when the pilot's single timing calibrates it); the 10th and
 90th percentiles, widened where earlier comparable runs were off by more (kit.decide.forecast_history,
 through kit.decide.forecast_inputs). What the interval does not hold is said in `notes`
@@ -247,6 +247,16 @@ def draws_for(model: LengthModel, plan: PlanLengths, rng: np.random.Generator) -
     return np.round(out)
 
 
+def speed_scale(rng: np.random.Generator, lo: float, hi: float) -> float:
+    """One draw of the ladder's speed over its measured median, between `lo` and `hi`: uniform on
+    each side of 1 with half the draws on each, so the median draw is the measured median however
+    lopsided the interval (a uniform draw over [lo, hi] centred the forecast on the interval's middle:
+    a top level measured 0.5-1.02x its median forecast the job 1.3x slower than measured)."""
+    lo, hi = min(max(lo, 0.05), 1.0), max(hi, 1.0)
+    u = float(rng.random())  # one draw, as rng.uniform(lo, hi) took: a symmetric interval draws as before
+    return lo + 2 * u * (1.0 - lo) if u < 0.5 else 1.0 + (2 * u - 1) * (hi - 1.0)
+
+
 def arm_forecast(
     name: str,
     label: str,
@@ -267,7 +277,7 @@ def arm_forecast(
         lengths = draws_for(model, plan, rng)[order]
         mine = lengths[d % max(job.replicas, 1) :: max(job.replicas, 1)][:per_replica]
         lo, hi = ladder.lo_ratio * (1 - ladder.spread), ladder.hi_ratio * (1 + ladder.spread)
-        scale = rng.uniform(max(lo, 0.05), hi) if draws > 1 else 1.0
+        scale = speed_scale(rng, lo, hi) if draws > 1 else 1.0
         wall, tail = simulate(mine, capacity, ladder, scale)
         walls.append(wall + job.startup_s)
         tails.append(tail)
