@@ -22,8 +22,9 @@ Phases (each a subprocess of the kit's own commands, as a user runs them, under 
 - mtp27: `kit decide` on the Qwen3.6-27B shape, plain against MTP k=3 over its own random MTP layer
   (`H200_ADAPTIVE_K`: and SGLang's own adaptive MTP up to that k, `decide.adaptive_k`);
 - moe: `kit decide` on Qwen3-30B-A3B's layer (16 of its 48 layers), plain against n-gram k = 1, 3;
-- ceiling (`H200_CEILING_SHAPE=qwen3.6-27b`: on that shape): one SGLang server with stage 3's flags; `kit generate` against it (flavor external)
-  interleaved with SGLang's own `bench_serving` on the same prompts and lengths, two rounds each;
+- ceiling (`H200_CEILING_SHAPE=qwen3.6-27b`: on that shape): one SGLang server with stage 3's
+  flags; `kit generate` against it (flavor external) interleaved with SGLang's own `bench_serving`
+  on the same prompts and lengths, two rounds each;
   then `bench_offline_throughput` (no HTTP) on them; the kit's CPU seconds per 1,000 requests, and
   the largest `#running-req` SGLang logged against the capacity the kit read;
 - defaults: `kit generate` against SGLang with stage 3's settings and against SGLang started with its

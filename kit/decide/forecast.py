@@ -23,12 +23,12 @@ The model, in three parts:
 
 The interval: `DRAWS` simulations, each with every source's answers resampled (the uncertainty of
 a source's mean from its few answers) and the ladder scaled within the top level's measured
-interval (half the draws either side of its median, `speed_scale`) widened by what else moves the speed (`speed_spread`: plain decoding's drift over the
-sweep, and the sweep's noise once more when the pilot's single timing calibrates it); the 10th and
-90th percentiles, widened where earlier comparable runs were off by more (kit.decide.forecast_history,
-through kit.decide.forecast_inputs). What the interval does not hold is said in `notes`
-(lengths bounded by `max_tokens` only, a ladder predicted rather than measured, greedy accept
-lengths for speculative arms).
+interval (half the draws either side of its median, `speed_scale`) widened by what else moves the
+speed (`speed_spread`: plain decoding's drift over the sweep, and the sweep's noise once more when
+the pilot's single timing calibrates it); the 10th and 90th percentiles, widened where earlier
+comparable runs were off by more (kit.decide.forecast_history, through kit.decide.forecast_inputs).
+What the interval does not hold is said in `notes` (lengths bounded by `max_tokens` only, a ladder
+predicted rather than measured, greedy accept lengths for speculative arms).
 """
 
 from __future__ import annotations
