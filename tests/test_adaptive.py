@@ -16,6 +16,7 @@ from pydantic import ValidationError
 from kit.artifacts import Decision
 from kit.columns import ADAPTIVE, OUTPUT_TOK_S, SPEC_K
 from kit.decide.adaptive import check_adaptive, compare, mark, split, with_adaptive
+from kit.decide.apply import apply_decision
 from kit.decide.levels import RUN_COLUMNS, summarise
 from kit.decide.sweep_journal import sweep_key
 from kit.decide.view import adaptive_table
@@ -283,3 +284,13 @@ def test_the_cpu_vllm_measures_its_schedule_beside_the_arms(tmp_path: Path, demo
     measured = [t for t in decision_tables(folder) if t.title == "Measured sweep"][0].frame
     assert "n-gram adaptive (up to k=2)" in set(measured.arm)
     assert any(adaptive["sentence"] in a.detail for a in run_answers(folder))
+
+
+def test_stage_3_refuses_params_asking_for_the_engines_switch_under_a_decisions_arm() -> None:
+    """The decision's arm spells stage 3's speculation and would clear `adaptive`: said, not dropped."""
+    own = params(None, flavor="vllm", speculative={"algorithm": "NGRAM", "num_steps": 3, "adaptive": True})
+    decision = Decision(arm=Arm(0), decided_by="measured")
+    with pytest.raises(ParamsError, match="generate.use_decision: false"):
+        apply_decision(own, decision)
+    new, applied = apply_decision(params(None, flavor="vllm", speculative={"algorithm": "NGRAM"}), decision)
+    assert applied["chosen_arm"] == "plain" and not new.engine.speculative.algorithm

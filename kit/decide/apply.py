@@ -1,7 +1,9 @@
 """Stage 2 -> stage 3: the arm and engine settings of decision.json applied to the run's params.
 
 Speculation (on or off, its k) always follows the decision's arm; every other setting fills only
-what the params leave unset (see `kit.engines.settings.apply_settings`).
+what the params leave unset (see `kit.engines.settings.apply_settings`). The engine's own adaptive
+speculation (`engine.speculative.adaptive`) is never a decision's arm: params that ask for it with a
+decision applied are refused rather than run as the decision's arm without it.
 """
 
 from __future__ import annotations
@@ -9,12 +11,21 @@ from __future__ import annotations
 from kit.artifacts import Decision
 from kit.engines.arms import Arm, arm_k, arm_label
 from kit.engines.settings import AppliedSettings, apply_settings
+from kit.errors import ParamsError
 from kit.params import RunParams
 
 
 def apply_decision(params: RunParams, decision: Decision) -> tuple[RunParams, AppliedSettings]:
     """(params for stage 3, the settings taken from the decision, with the chosen arm's name)."""
     arm = decision.arm or Arm(0)
+    if params.engine.speculative.adaptive:
+        raise ParamsError(
+            "engine.speculative.adaptive asks for the engine's own adaptive speculation, but stage 3 "
+            f"applies the decision's arm ({arm.name}), which would drop it: to run the "
+            "engine's switch set generate.use_decision: false (the decision's other engine settings "
+            "are in decision.json's engine_settings, to copy into engine:), or remove "
+            "engine.speculative.adaptive to run the decision's arm"
+        )
     new, applied = apply_settings(params, arm, decision.engine_settings)
     applied["chosen_arm"] = arm.name
     return new, applied
