@@ -52,16 +52,19 @@ def run(
     """Execute the stage notebooks headless into outputs/<run>/notebooks/ and render the report;
     exits 3 when the generation it ran left rows (as `kit generate` does)."""
     from kit import stages as st
+    from kit.decide.apply import check_adaptive_switch
     from kit.notebooks import execute_all
     from kit.report import render_report
 
     p = _load(params, run)
-    folder = st.prepare(p)
     chosen = stages.split(",") if stages else None
+    generated = chosen is None or "generate" in chosen
+    if generated:
+        check_adaptive_switch(p)  # before stage 2 spends its sweep
+    folder = st.prepare(p)
     execute_all(p, folder, chosen)
     index = render_report(folder.root, hide_code=p.report.hide_code)
     typer.echo(f"report: {index}")
-    generated = chosen is None or "generate" in chosen
     manifest = folder.read_manifest() if generated else None
     if manifest is not None and manifest.complete is False:
         typer.secho(

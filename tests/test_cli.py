@@ -210,3 +210,12 @@ def test_analyse_reads_only_the_run_folder(tmp_path: Path):
     assert (tmp_path / "out" / "p" / "summary.json").is_file()
     stage3 = kit("generate", str(f))
     assert_clear_error(stage3, "model.path: /no/such/model", "engine.python: /no/such/python")
+
+
+def test_kit_run_refuses_the_engines_own_switch_before_stage_2(tmp_path: Path, write_params):
+    """Stage 3 would refuse it under the decision's arm: `kit run` says so before the sweep is spent."""
+    spec = {"algorithm": "NGRAM", "num_steps": 3, "adaptive": True}
+    path = write_params("switch", engine={"flavor": "vllm", "speculative": spec})
+    done = kit("run", str(path))
+    assert_clear_error(done, "engine.speculative.adaptive", "generate.use_decision: false")
+    assert not (tmp_path / "outputs" / "switch" / "notebooks").exists()

@@ -15,17 +15,26 @@ from kit.errors import ParamsError
 from kit.params import RunParams
 
 
+def check_adaptive_switch(params: RunParams, arm: Arm | None = None) -> None:
+    """Refuse params that ask stage 3 for the engine's own adaptive speculation while it applies a
+    decision's arm (which spells stage 3's speculation and would drop the switch); `kit run` asks
+    before stage 2, so the sweep is not spent first."""
+    if not (params.engine.speculative.adaptive and params.generate.use_decision):
+        return
+    which = arm.name if arm is not None else "plain or a fixed k"
+    raise ParamsError(
+        "engine.speculative.adaptive asks for the engine's own adaptive speculation, but stage 3 "
+        f"applies the decision's arm ({which}), which would drop it: to run the engine's switch set "
+        "generate.use_decision: false (the decision's other engine settings are in decision.json's "
+        "engine_settings, to copy into engine:), or remove engine.speculative.adaptive to run the "
+        "decision's arm"
+    )
+
+
 def apply_decision(params: RunParams, decision: Decision) -> tuple[RunParams, AppliedSettings]:
     """(params for stage 3, the settings taken from the decision, with the chosen arm's name)."""
     arm = decision.arm or Arm(0)
-    if params.engine.speculative.adaptive:
-        raise ParamsError(
-            "engine.speculative.adaptive asks for the engine's own adaptive speculation, but stage 3 "
-            f"applies the decision's arm ({arm.name}), which would drop it: to run the "
-            "engine's switch set generate.use_decision: false (the decision's other engine settings "
-            "are in decision.json's engine_settings, to copy into engine:), or remove "
-            "engine.speculative.adaptive to run the decision's arm"
-        )
+    check_adaptive_switch(params, arm)
     new, applied = apply_settings(params, arm, decision.engine_settings)
     applied["chosen_arm"] = arm.name
     return new, applied
