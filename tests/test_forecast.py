@@ -162,7 +162,7 @@ def test_a_lopsided_interval_widens_the_forecast_without_moving_its_median() -> 
     # the lengths' own noise moves the joint median a little (1.09x); a uniform draw over 0.5-1.02
     # centred it on the interval's middle (1.31x)
     assert slow_side.wall_s < 1.15 * even.wall_s
-    assert slow_side.wall_hi_s > 1.5 * even.wall_hi_s  # the slow side is in the interval
+    assert slow_side.wall_hi_s > 1.3 * even.wall_hi_s  # the slow side is in the interval (1.56x)
 
 
 def test_lengths_come_from_the_pilot_not_the_greedy_answers_the_sweep_cut() -> None:
