@@ -36,6 +36,7 @@ from kit.decide.reasons import running_cap_sentence
 from kit.decide.sweep import run_sweep
 from kit.decide.sweep_journal import SweepJournal
 from kit.engines.flavors import flavor
+from kit.engines.settings import sweep_arms
 from kit.errors import CostModelError
 from kit.memoryplan import memory_plan
 from kit.params import RunParams
@@ -115,7 +116,7 @@ def sweep_kv_tokens(params: RunParams, prompts: list[SweepPrompt]) -> int:
     sweep's mean prompt (the sum over a few hundred sampled prompts is close to its mean times their
     count) plus `decide.max_tokens` and the drafted tokens, with `KV_HEADROOM`."""
     d = params.decide
-    per_seq = mean_prompt_tokens(params, prompts) + d.max_tokens + max([*d.spec_steps, d.adaptive_k or 0]) + 1
+    per_seq = mean_prompt_tokens(params, prompts) + d.max_tokens + max(a.k for a in sweep_arms(params)) + 1
     return int(KV_HEADROOM * max(d.concurrencies) * per_seq)
 
 
@@ -172,7 +173,7 @@ def running_caps(
     free = int(devices[0]["memory_total_bytes"]) - CUDA_CONTEXT_BYTES
     top = max(d.concurrencies)
     caps = {}
-    for k in sorted({0, *d.spec_steps, d.adaptive_k or 0}):  # an adaptive arm: at its ceiling
+    for k in sorted({a.k for a in sweep_arms(params)}):  # an adaptive arm: at its ceiling
         plan = memory_plan(
             arch,
             free,
@@ -202,7 +203,7 @@ def servers_together(
     hybrid model's recurrent state, which the engine holds for each running sequence besides the KV."""
     mode = params.decide.servers
     eng = params.engine
-    arms = 1 + len(params.decide.spec_steps) + bool(params.decide.adaptive_k)
+    arms = len(sweep_arms(params))
     fl = flavor(eng.flavor)
     if mode == "one_at_a_time":
         return False, f"decide.servers is {mode}", []
