@@ -22,7 +22,7 @@ import pandas as pd
 from kit.artifacts import AdaptiveComparison, AdaptiveLevel, Decision
 from kit.columns import ADAPTIVE, OUTPUT_TOK_S, OUTPUT_TOK_S_HI, OUTPUT_TOK_S_LO, SPEC_K
 from kit.decide.arm_status import crashes
-from kit.decide.levels import arm_lead
+from kit.decide.levels import arm_lead, cell_float
 from kit.decide.noise import Lead, lead
 from kit.engines.arms import adaptive_ceiling, adaptive_label, arm_label, arm_name
 from kit.engines.flavors import flavor
@@ -116,8 +116,8 @@ def _level(
     return AdaptiveLevel(
         concurrency=c,
         output_tok_s=float(r[OUTPUT_TOK_S]),
-        output_tok_s_lo=_float(r.get(OUTPUT_TOK_S_LO)),
-        output_tok_s_hi=_float(r.get(OUTPUT_TOK_S_HI)),
+        output_tok_s_lo=cell_float(r.get(OUTPUT_TOK_S_LO)),
+        output_tok_s_hi=cell_float(r.get(OUTPUT_TOK_S_HI)),
         repetitions=int(r.repetitions) if pd.notna(r.get("repetitions")) else 1,
         plain_tok_s=float(plain[OUTPUT_TOK_S].iloc[0]) if len(plain) else None,
         kit_arm=None if best is None else arm_name(int(best[SPEC_K])),
@@ -146,10 +146,6 @@ def _ratio(key: str, x: Lead | None) -> dict[str, float | int | None]:
         return {key: None, f"{key}_lo": None, f"{key}_hi": None, f"{key}_rounds": 0}
     r = x.ratio
     return {key: r.median, f"{key}_lo": r.lo, f"{key}_hi": r.hi, f"{key}_rounds": r.n}
-
-
-def _float(x: object) -> float | None:
-    return float(x) if x is not None and pd.notna(x) else None  # type: ignore[arg-type]
 
 
 def _x(level: AdaptiveLevel, key: str) -> str:

@@ -19,15 +19,11 @@ import pandas as pd
 from kit.artifacts import BackendResult, Decision
 from kit.columns import OUTPUT_TOK_S, OUTPUT_TOK_S_HI, OUTPUT_TOK_S_LO
 from kit.decide.backends import BASELINE, Alternative, BackendSweep, run_backends
-from kit.decide.levels import RUN_COLUMNS, arm_lead, summarise
+from kit.decide.levels import RUN_COLUMNS, arm_lead, cell_float, summarise
 from kit.decide.noise import Lead
 from kit.decide.pilot import SweepPrompt
 from kit.params import RunParams
 from kit.runfolder import RunFolder
-
-
-def _number(v: object) -> float | None:
-    return None if v is None or pd.isna(v) else float(v)  # type: ignore[arg-type]
 
 
 def judge_backends(
@@ -48,11 +44,11 @@ def judge_backends(
     rows = {str(r.arm): r for r in table.itertuples()}
     starts, why_not = starts or {}, why_not or {}
     base = rows.get(BASELINE)
-    base_ok = base is not None and _number(base.output_tok_s) is not None
+    base_ok = base is not None and cell_float(base.output_tok_s) is not None
     leads: dict[str, Lead] = {}
     for alt in alts[1:]:
         r = rows.get(alt.name)
-        if base_ok and r is not None and _number(r.output_tok_s) is not None:
+        if base_ok and r is not None and cell_float(r.output_tok_s) is not None:
             leads[alt.name] = arm_lead(runs, alt.name, concurrency, BASELINE, concurrency)
     winners: dict[str, Alternative] = {}
     for alt in alts[1:]:
@@ -72,10 +68,10 @@ def judge_backends(
                 setting=alt.setting,
                 value=alt.value if alt.setting else None,
                 concurrency=concurrency,
-                output_tok_s=_number(getattr(r, OUTPUT_TOK_S, None)),
-                output_tok_s_lo=_number(getattr(r, OUTPUT_TOK_S_LO, None)),
-                output_tok_s_hi=_number(getattr(r, OUTPUT_TOK_S_HI, None)),
-                repetitions=int(_number(getattr(r, "repetitions", None)) or 0),
+                output_tok_s=cell_float(getattr(r, OUTPUT_TOK_S, None)),
+                output_tok_s_lo=cell_float(getattr(r, OUTPUT_TOK_S_LO, None)),
+                output_tok_s_hi=cell_float(getattr(r, OUTPUT_TOK_S_HI, None)),
+                repetitions=int(cell_float(getattr(r, "repetitions", None)) or 0),
                 ratio=x.ratio.median if x else None,
                 ratio_lo=x.ratio.lo if x else None,
                 ratio_hi=x.ratio.hi if x else None,

@@ -224,6 +224,11 @@ def _used(runs: pd.DataFrame, arm: str, concurrency: int) -> pd.DataFrame:
     return calm if len(calm) >= 2 else ok
 
 
+def cell_float(v: object) -> float | None:
+    """A cell of the sweep's tables as a float, None where it is empty (None or NaN)."""
+    return None if v is None or pd.isna(v) else float(v)  # type: ignore[arg-type]
+
+
 def per_round(runs: pd.DataFrame, arm: str, concurrency: int) -> dict[int, float]:
     """{round: tok/s} of one arm at one level, over the measurements the summary used."""
     used = _used(runs, arm, concurrency)
