@@ -251,9 +251,7 @@ def run_sweep(
             notes["running_lowered"] = servers.lowered
     runs = mark(flag_slow(pd.DataFrame(rows).reindex(columns=RUN_COLUMNS)))
     runs.to_parquet(folder.sweep_runs, index=False)
-    table = mark(
-        given_up(summarise(runs), servers.crashed)
-    )  # mark: an adaptive arm's rows (kit.decide.adaptive)
+    table = mark(given_up(summarise(runs), servers.crashed))  # mark: an adaptive arm's rows
     table.to_parquet(folder.sweep, index=False)
     return table
 
