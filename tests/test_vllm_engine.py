@@ -492,8 +492,12 @@ def test_the_kit_fills_an_engine_whose_capacity_it_does_not_know(
         tmp_path, hand_server, "fill", {"use_decision": False, "sampling": {"max_tokens": 64, "n": 12}}
     )
     params = yaml.safe_load(path.read_text())
-    for source in params["data"]["sources"]:  # about 1,200 requests: long enough to see the engine idle
-        source["count"] = 20
+    # 2,520 rows, some 30 s: the loop samples vLLM's gauges every 2-7 s and needs two
+    # samples in a row that catch the engine full with none waiting; a wave of 64 answers takes about
+    # a second, so most samples land between waves. With 1,440 (17 s) a quiet fresh clone saw one
+    # such sample of six (2026-12-07, 6d93add) and the kit rightly did not grow.
+    for source in params["data"]["sources"]:
+        source["count"] = 40
     path.write_text(yaml.safe_dump(params))
     done = kit("generate", str(path))
     assert done.returncode == 0, done.stderr[-4000:]
