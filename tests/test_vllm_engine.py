@@ -37,8 +37,8 @@ from conftest import REPO
 from engines import SHARED_VLLM_KEY, VLLM_PYTHON, SharedVllm, engine_python
 
 from kit.decide.decision import decision_arm
-from kit.decide.levels import per_round, rests_on_disturbed
-from kit.decide.noise import UNMEASURED_NOISE, lead
+from kit.decide.levels import arm_lead
+from kit.decide.noise import UNMEASURED_NOISE
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
 SIX = {"infinity_instruct", "webinstructsub", "codefeedback", "metamathqa", "hermes_fc", "agentinstruct"}
@@ -268,23 +268,36 @@ def test_a_cpu_hog_is_caught_and_does_not_flip_the_decision(
     if hogged["arm"] != calm["arm"]:
         # The two sweeps ran minutes apart beside the suite's other worker: a lead near the noise may
         # count in one and not the other (CI, 2026-12-03: n-gram k=1 chosen at +14% or more over one or
-        # two calm rounds, plain kept by the calm sweep). The hogs must not be the cause: the hogged
-        # sweep's lead rests on calm measurements only, and where the calm sweep's figure does too, the
-        # two agree within their pooled noise (at least the kit's figure for thin evidence). Counting the
-        # hogged repetition would move it by about the hogs' share (15-40%). Beside a second whole test
-        # run (CI, 2026-12-05) every repetition of both sweeps was disturbed: no lead counts then.
-        c = int(hogged["engine_settings"]["measured_at_concurrency"])
+        # two calm rounds, plain kept by the calm sweep). The hogs must not be the cause. Each sweep's
+        # lead is read as its decision read it: n-gram k=1 at its best level over plain at its own.
         calm_runs = pd.read_parquet(vllm_run / "sweep_runs.parquet")
-        arms = ("spec_k1", "plain")
-        on_disturbed = [any(rests_on_disturbed(r, a, c) for a in arms) for r in (runs, calm_runs)]
-        assert not on_disturbed[0], (c, hogged["noise"], hogged["reasons"])
-        here, there = (lead(per_round(r, "spec_k1", c), per_round(r, "plain", c)) for r in (runs, calm_runs))
+        here, there = (
+            arm_lead(r, "spec_k1", best(d, "spec_k1"), "plain", best(d, "plain"))
+            for r, d in ((runs, hogged), (calm_runs, calm))
+        )
+        if here.disturbed:
+            # Too few calm repetitions were left where the hogged lead reads (the level measured again
+            # was disturbed as well, by the suite's other worker: CI, 2026-12-07, plain at 8 with one
+            # calm repetition): such a lead never counts, so the kit keeps plain decoding and says why.
+            # Declining to decide on disturbed measurements is the kit at work, not a flip by the hogs.
+            assert decision_arm(hogged).name == "plain", (hogged["arm"], hogged["noise"]["comparison"])
+            assert any("read off disturbed measurements" in r for r in hogged["reasons"]), hogged["reasons"]
+            return
+        # The hogged lead rests on calm measurements only; where the calm sweep's does too, the two agree
+        # within their pooled noise (at least the kit's figure for thin evidence). Counting the hogged
+        # repetition would move it by about the hogs' share (15-40%). Beside a second whole test run
+        # (CI, 2026-12-05) every repetition of both sweeps was disturbed: no lead counts then.
         apart = abs(here.ratio.median / there.ratio.median - 1)
         allowed = max(
             math.hypot(here.pooled_noise, there.pooled_noise), math.hypot(UNMEASURED_NOISE, UNMEASURED_NOISE)
         )
-        if not on_disturbed[1]:
-            assert apart <= allowed, (c, here.as_dict(), there.as_dict(), hogged["reasons"], calm["reasons"])
+        if not there.disturbed:
+            assert apart <= allowed, (here.as_dict(), there.as_dict(), hogged["reasons"], calm["reasons"])
+
+
+def best(decision: dict, arm: str) -> int:
+    """The level the decision read `arm` at: its best measured one."""
+    return int(decision["measured"][arm]["concurrency"])
 
 
 def test_the_report_shows_the_measured_arms(vllm_run: Path) -> None:
