@@ -211,6 +211,11 @@ class DecideParams(_Strict):
     adaptive_k: int | None = Field(default=None, ge=1, le=7)
     """Also measure the engine's own adaptive speculation with this ceiling (SGLang, vLLM): compared
     with plain and the arm the decision picks per level (kit.decide.adaptive), never chosen."""
+    answers_check: bool = True
+    """Before stage 3 samples with the speculative arm the decision picked, answer the pilot's prompts
+    four times with it and four times with plain decoding, as stage 3 samples, and compare
+    (kit.decide.answers_check): an arm whose speculation changes the answers is set aside. Costs two
+    more server starts (plain's and the arm's), outside `time_budget_s`."""
     accept_lengths: dict[int, float] = {}
     """Expected accept length per k for the prediction (e.g. {3: 3.2}); from the sweep when measured."""
     objective: Literal["throughput", "latency_bound"] = "throughput"

@@ -20,12 +20,14 @@ import contextlib
 import json
 import math
 import re
+import shutil
 import signal
 import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pandas as pd
@@ -36,9 +38,16 @@ import yaml
 from conftest import REPO
 from engines import SHARED_VLLM_KEY, VLLM_PYTHON, SharedVllm, engine_python
 
+from kit.artifacts import Decision
+from kit.decide.answers_check import ALPHA, SAMPLES, answers_checked
+from kit.decide.arm_status import unmeasured
 from kit.decide.decision import decision_arm
 from kit.decide.levels import arm_lead
 from kit.decide.noise import UNMEASURED_NOISE
+from kit.decide.run import pilot_prompts
+from kit.engines.arms import Arm
+from kit.params import load_params
+from kit.runfolder import RunFolder
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
 SIX = {"infinity_instruct", "webinstructsub", "codefeedback", "metamathqa", "hermes_fc", "agentinstruct"}
@@ -344,14 +353,6 @@ def test_parsers_split_reasoning_and_tool_calls_out_of_real_answers(vllm_run: Pa
     assert summary["reasoning"]["from_parser"] == len(thought)
     hermes = rows[rows.source == "hermes_fc"]
     parsed = hermes[hermes.tool_calls.notna()]
-    arm = decision_arm(json.loads((vllm_run / "decision.json").read_text()))
-    if parsed.empty and arm is not None and arm.speculative:
-        # Stage 3 ran the n-gram arm the sweep chose (near the noise, as on CI, 2026-12-07). vLLM 0.32's
-        # CPU build does not sample as plain decoding does under speculation: on these Hermes prompts
-        # 72% of plain answers call a tool, none of n-gram k=1's, at temperature 0.7 or 1.0; greedy
-        # answers are identical (benchmarks/vllm_cpu_sampled_ngram.py, docs/decision.md). The sweep is
-        # greedy and cannot see it; the kit does not yet check sampled answers before choosing an arm.
-        pytest.xfail(f"stage 3 ran {arm.name}: vLLM's CPU build changes sampled answers under speculation")
     assert len(parsed) >= 1, hermes[["completion", "tool_calls", "finish_reason"]]
     for _, row in parsed.iterrows():
         calls = json.loads(row.tool_calls)
@@ -389,6 +390,44 @@ def ngram_run(tmp_path_factory: pytest.TempPathFactory, demo_model: Path) -> Pat
         done = kit(stage, str(path))
         assert done.returncode == 0, done.stderr[-4000:]
     return path
+
+
+def test_speculation_that_changes_sampled_answers_is_set_aside(vllm_run: Path, tmp_path: Path) -> None:
+    """vLLM 0.32's CPU build does not sample as plain decoding under n-gram speculation (its Hermes
+    answers stop calling tools: docs/decision.md). Handed a decision for n-gram k=1 at the run's own
+    sampling (temperature 0.7), the answers check starts plain's server and the arm's, answers the
+    pilot's prompts on each, sets the arm aside in the sweep's table and on disk, and decides again
+    (`redecide` stands in for kit.decide.decision.decide, which run_decision passes), saying why."""
+    run = tmp_path / "run"
+    shutil.copytree(vllm_run, run)
+    params = load_params(run / "params.yaml")
+    folder = RunFolder(run)
+    sample, _ = pilot_prompts(params, folder)
+    plain = Decision.from_json(json.loads((run / "decision.json").read_text()))
+    assert plain.arm is not None and not plain.arm.speculative, (
+        "the sweep itself chose n-gram: see the parser test"
+    )
+    spec = replace(plain, arm=Arm(1, "NGRAM"))
+    tables: list[pd.DataFrame] = []
+
+    def redecide(table: pd.DataFrame) -> Decision:
+        tables.append(table)
+        return plain
+
+    sweep = pd.read_parquet(folder.sweep)
+    sweep, decided = answers_checked(params, params, folder, sweep, spec, redecide, sample)
+    check = (decided.answers_check or {}).get("spec_k1")
+    assert check is not None and check["changed"], (check, decided.reasons[-2:])
+    assert "finish:tool_calls" in check["differs"] and check["features"]["finish:tool_calls"][1] == 0.0, check
+    assert check["answers"] == [SAMPLES * len(sample)] * 2 and check["p_value"] < ALPHA
+    assert decided.arm == plain.arm and decided.reasons[-1] == check["sentence"]
+    assert len(tables) == 1 and set(tables[0][tables[0].arm == "spec_k1"].status) == {"answers_differ"}
+    on_disk = pd.read_parquet(folder.sweep)
+    assert set(on_disk[on_disk.arm == "spec_k1"].status) == {"answers_differ"}
+    assert set(on_disk[on_disk.arm != "spec_k1"].status) == {"ok"}
+    assert unmeasured(on_disk) == {}, "measured, and set aside: not an arm that could not be measured"
+    log = (folder.logs / "sweep.log").read_text()
+    assert "answers check: " in log and "spec_k1 changed the answers" in log
 
 
 def test_stage4_shows_the_accept_length_of_a_speculative_run(ngram_run: Path) -> None:

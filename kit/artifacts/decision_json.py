@@ -325,6 +325,9 @@ class Decision(Record):
     """The settings sweep (`decide.backends`): the baseline first, then each alternative."""
     adaptive: AdaptiveComparison | None = optional()
     """The engine's own adaptive speculation against the kit's pick per level (`decide.adaptive_k`)."""
+    answers_check: dict[str, JSONObject] | None = optional()
+    """Per speculative arm the decision picked: its sampled answers against plain decoding's
+    (kit.decide.answers_check); an arm that changed them was set aside and the decision made again."""
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any] | None) -> Decision:

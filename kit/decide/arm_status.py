@@ -27,6 +27,8 @@ def unmeasured(sweep: pd.DataFrame | None) -> dict[str, str]:
         return {}
     out: dict[str, str] = {}
     for arm, g in sweep.groupby("arm", sort=False):
+        if (g.status == "answers_differ").all():
+            continue  # measured, and set aside for its answers: kit.decide.answers_check says so
         gave_up = (g.status == "crashed").all()
         if gave_up or not ((g.status == "ok") & g.output_tok_s.notna()).any():
             bad = g[g.status.isin(NOT_MEASURED)]

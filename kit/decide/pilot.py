@@ -18,6 +18,7 @@ are left out (a pilot is a sample: a missing answer loses a length, never the de
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from typing import Any, NotRequired, TypedDict
 
@@ -57,6 +58,9 @@ class Answer(TypedDict):
     ended_s: NotRequired[float]
     """The pilot's: when it was sent and answered, in seconds from the timed pass's start (the sweep's
     answers have none: empty in the file)."""
+    text: NotRequired[str]
+    """The pilot's: all the answer made, its reasoning, content and tool calls (`answer_text`), for
+    kit.decide.answers_check; not written to sweep_answers.parquet."""
 
 
 class SweepPrompt(TypedDict):
@@ -92,6 +96,12 @@ class PilotFigures(TypedDict, total=False):
     """The timed pass (the warm-up's `warmup_s` aside)."""
     warmup_s: float
     why: str
+
+
+def answer_text(r: Any) -> str:
+    """All an answer made: its reasoning, its content and its tool calls (kit.engines.answers.ChatResult)."""
+    calls = json.dumps(r.tool_calls) if r.tool_calls else ""
+    return " ".join(x for x in (r.reasoning or "", r.text or "", calls) if x)
 
 
 WARMUP_TOKENS = 8
@@ -139,6 +149,7 @@ async def pilot(
             pilot=True,
             sent_s=round(sent_s, 3),
             ended_s=round(time.perf_counter() - t0, 3),
+            text=answer_text(r),
         )
 
     t0 = time.perf_counter()

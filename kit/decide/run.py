@@ -24,6 +24,7 @@ from kit.arch import arch_from_config, load_arch
 from kit.artifacts import Decision, GpuSection, ProbeReport
 from kit.decide import costmodel as cm
 from kit.decide.adaptive import check_adaptive, split, with_adaptive
+from kit.decide.answers_check import answers_checked
 from kit.decide.backend_choice import settings_sweep
 from kit.decide.backends import check_backends
 from kit.decide.decision import decide, speculation_label, with_gpus
@@ -366,9 +367,9 @@ def run_decision(params: RunParams, folder: RunFolder, probe: ProbeReport, fresh
     caps = running_caps(params, probe, arch, prompts)
     if caps:
         side_by_side["running_caps"] = {str(k): c for k, c in caps.items()}
-    pilot, more = pilot_prompts(params, folder)
+    sample, more = pilot_prompts(params, folder)
     sweep = run_sweep(
-        sweep_params, folder, prompts, mtp, arch.is_hybrid, together, side_by_side, caps, pilot, more, fresh
+        sweep_params, folder, prompts, mtp, arch.is_hybrid, together, side_by_side, caps, sample, more, fresh
     )
     runs = pd.read_parquet(folder.sweep_runs) if folder.sweep_runs.exists() else None
     sweep, runs, adaptive = split(sweep, runs)  # the engine's own adaptive arm: compared apart, never chosen
@@ -388,17 +389,24 @@ def run_decision(params: RunParams, folder: RunFolder, probe: ProbeReport, fresh
         scenario = with_gpus(scenario, n_gpus)  # params leave the layout open: use every GPU
     probed = probe.recommended.attention_backend if flavor(eng.flavor).attention_backends else None
     backend = eng.attention_backend or probed  # the probe's names are SGLang's
-    decision = decide(
-        scenario,
-        sweep,
-        params.decide,
-        mtp or "absent",
-        eng.flavor,
-        profile=profile,
-        attention_backend=backend,
-        algorithm=eng.speculative.algorithm,
-        draft_model=eng.speculative.draft_model_path is not None,
-        runs=runs,
+
+    def decided(table: pd.DataFrame) -> Decision:
+        return decide(
+            scenario,
+            table,
+            params.decide,
+            mtp or "absent",
+            eng.flavor,
+            profile=profile,
+            attention_backend=backend,
+            algorithm=eng.speculative.algorithm,
+            draft_model=eng.speculative.draft_model_path is not None,
+            runs=runs,
+        )
+
+    decision = decided(sweep)
+    sweep, decision = answers_checked(
+        params, sweep_params, folder, sweep, decision, decided, sample, arch.is_hybrid, caps
     )
     noise = decision.noise
     if noise is not None:

@@ -74,8 +74,11 @@ class ArmServers:
         prompts: list[SweepPrompt] | None = None,
         running_caps: dict[int, int] | None = None,
         warm_sampling: Sampling | None = None,
+        log_name: str = "sweep",
     ):
         self.params, self.folder, self.hybrid, self.together = params, folder, hybrid, together
+        self.log_name = log_name
+        """Each server's log is logs/<log_name>-<arm>.log (the answers check keeps the sweep's)."""
         self.warm_sampling = warm_sampling or Sampling()
         """How the warm-up's first requests sample (default the client's): the settings sweep sends
         the run's own, so a sampler's first-use compile (FlashInfer's, ~87 s on the H200) falls in
@@ -106,7 +109,9 @@ class ArmServers:
         started = time.monotonic()
         starting = {}
         for arm in arms:
-            server = start_server(self.arm_params[arm.name], self.folder.logs, name=f"sweep-{arm.name}")
+            server = start_server(
+                self.arm_params[arm.name], self.folder.logs, name=f"{self.log_name}-{arm.name}"
+            )
             try:
                 starting[arm.name] = server.start()
             except EngineError as e:
@@ -135,7 +140,9 @@ class ArmServers:
             if not self.together:
                 self.stop_all()
             while True:
-                server = start_server(self.arm_params[arm.name], self.folder.logs, name=f"sweep-{arm.name}")
+                server = start_server(
+                    self.arm_params[arm.name], self.folder.logs, name=f"{self.log_name}-{arm.name}"
+                )
                 started = time.monotonic()
                 try:
                     self.up[arm.name] = server.__enter__()

@@ -21,6 +21,8 @@ def _not_measured(decision: Decision) -> str | None:
     if not spec or any(r.status == "ok" and is_number(r.measured_tok_s) for r in spec):
         return None
     why = decision.speculation_unavailable_reason
+    if not why and any(r.status == "answers_differ" for r in spec):
+        return "Speculation was measured and set aside: it changed the sampled answers (see the reasons)."
     if not why and any(r.status == "crashed" for r in spec):
         return None  # `_crashed` names the engine's error
     if not why:
