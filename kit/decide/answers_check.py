@@ -169,15 +169,7 @@ def compare(
         for n, d, pf in zip(names, observed, p_each, strict=True)
         if pf < ALPHA and abs(d) >= EFFECT[n.split(":")[0]]
     ]
-    said = {
-        "repetition": lambda a, b: f"repeated word 3-grams {a:.1%} -> {b:.1%}",
-        "length": lambda a, b: f"length {a:.0%} -> {b:.0%} of max_tokens",
-        "finish": lambda a, b: f"{a:.0%} -> {b:.0%} of answers",
-    }
-    shown = [
-        (said[n.split(":")[0]](a, b) if ":" not in n else f"ended {n.split(':')[1]} " + said["finish"](a, b))
-        for n, a, b in zip(names, mean_plain, mean_arm, strict=True)
-    ]
+    shown = [_said(n, a, b) for n, a, b in zip(names, mean_plain, mean_arm, strict=True)]
     counted = [s for n, s in zip(names, shown, strict=True) if n in differs]
     if differs:
         sentence = (
@@ -203,6 +195,16 @@ def compare(
         differs=differs,
         sentence=sentence,
     )
+
+
+def _said(feature: str, a: float, b: float) -> str:
+    """A feature's means, plain's then the arm's, in words."""
+    kind, _, end = feature.partition(":")
+    if kind == "repetition":
+        return f"repeated word 3-grams {a:.1%} -> {b:.1%}"
+    if kind == "length":
+        return f"length {a:.0%} -> {b:.0%} of max_tokens"
+    return f"ended {end} {a:.0%} -> {b:.0%} of answers"
 
 
 def arm_answers(
