@@ -64,6 +64,9 @@ def test_a_measured_win_outside_the_noise_sets_the_crossover() -> None:
     only_measured = [r for r in table if r["spec_k"] != 3]
     arm, _ = tail_arm(_decision(only_measured))
     assert (arm.k, arm.crossover, arm.evidence) == (2, 8, "measured")
+    answers_differ = [{**r, "status": "answers_differ"} if r["spec_k"] == 2 else r for r in only_measured]
+    arm, why = tail_arm(_decision(answers_differ))  # its sampled answers were not plain's: never run
+    assert arm is None and "no concurrency where speculation wins" in why
 
 
 def test_no_win_outside_the_noise_no_tail_arm() -> None:
