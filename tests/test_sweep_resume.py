@@ -93,6 +93,23 @@ def _sigint_after(proc: subprocess.Popen, log: Path, mark: str, timeout: float) 
 
 
 @pytest.mark.slow
+def test_an_interrupt_inside_a_lines_fsync_is_counted_as_the_file_has_it(tmp_path: Path, monkeypatch) -> None:
+    """SIGINT while a measurement's line is being flushed to disk: the line is written, the journal's
+    memory never counted it. `kept()` says what a rerun will find (CI, 2026-12-07, on a loaded
+    machine: the sweep said 2 kept beside a journal of 3)."""
+    j = SweepJournal.open(tmp_path / "j.jsonl", "key")
+    j.add(_row("start", 0, "plain", 4))
+
+    def interrupted(fd: int) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr("kit.decide.sweep_journal.os.fsync", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        j.add(_row("sweep", 0, "plain", 1))
+    assert len(j.done()) == 1 and j.kept() == 2
+    assert len(SweepJournal.open(tmp_path / "j.jsonl", "key").done()) == 2, "a rerun finds both"
+
+
 def test_an_interrupted_sweep_goes_on_from_its_journal(write_params) -> None:
     path = write_params(
         "resumed",

@@ -220,7 +220,7 @@ def run_sweep(
             if notes is not None:
                 notes["pilot"] = figures
     except BaseException:
-        kept = len(journal.done())
+        kept = journal.kept()  # what is on disk: the interrupt may have cut a line's count short
         log.warning(
             "the sweep stopped: %d measurement(s) are kept in %s; run kit decide again with the same "
             "params to go on from them (kit decide --fresh starts over)",
