@@ -34,6 +34,8 @@ Phases (each a subprocess of the kit's own commands, as a user runs them, under 
 - faults: `kit generate` with the kit's own server, whose scheduler process is killed (-9) and whose
   HTTP process is then frozen (SIGSTOP) mid-run; every id once at the end;
 - demo: the kit's demo model on SGLang (real text: its parsers, a real n-gram accept length);
+- answers: the answers check on SGLang with the demo model (benchmarks/answers_check.py): n-gram
+  k=`H200_ANSWERS_K` (default 3) against plain decoding, sampled, four answers per pilot prompt;
 - backends: `kit decide` (Qwen3-8B shape, plain at 256) with `decide.backends`: SGLang's default
   sampler against the pytorch one at the run's own sampling, chosen by the decision (issue 45);
 - forecast, forecast_run: issue 48's forecast judged on the GPU: `kit decide` on a 22,400-prompt
@@ -977,8 +979,41 @@ def demo(s: Session) -> dict:
     }
 
 
+def answers(s: Session) -> dict:
+    """The answers check (kit.decide.answers_check) on SGLang: the demo model's pilot prompts answered
+    four times each by plain decoding and by n-gram k=`H200_ANSWERS_K` (default 3), at temperature
+    0.7 / top-p 0.95, compared. Does SGLang's speculation sample as plain decoding does? (vLLM 0.32's
+    CPU build does not: docs/decision.md.) Needs .cache/demo carried."""
+    run = "h200-sglang-answers"
+    s.touched.add(run)
+    k = int(os.environ.get("H200_ANSWERS_K", "3"))
+    p = yaml.safe_load(PARAMS.read_text())
+    sources = [
+        dict(src, count=40, data_files=[str((PARAMS.parent / f).resolve()) for f in src["data_files"]])
+        for src in p["data"]["sources"]
+    ]
+    params = derived(run, {
+        "run": run, "model": {"path": str(DEMO_MODEL)},
+        "engine": {**engine_override(s).get("engine", {}), "context_length": 2048,
+                   "mem_fraction_static": 0.5},
+        "probe": {"context_length": 2048},
+        "decide": {"concurrencies": [1, 64], "spec_steps": [k], "pilot_per_source": 8},
+        "data": {"max_prompt_tokens": 1536, "sources": sources},
+        "generate": {"sampling": {"max_tokens": 192, "temperature": 0.7, "top_p": 0.95}},
+    })  # fmt: skip
+    out = OUTPUTS / run / "answers_check.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    rc, wall, text = s.run(
+        [sys.executable, str(REPO / "benchmarks" / "answers_check.py"), str(params), "--arm", f"spec_k{k}",
+         "--out", str(out)], 420, "answers_check",
+    )  # fmt: skip
+    result = json.loads(out.read_text()) if out.is_file() else None
+    return {"rc": rc, "wall_s": round(wall, 1), "result": result, "tail": text[-3000:]}
+
+
 PHASES = {
     "setup": setup,
+    "answers": answers,
     "probe": stage("probe", 240),
     "decide": stage("decide", 540),
     "generate": stage("generate", 400),

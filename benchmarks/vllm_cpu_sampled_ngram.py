@@ -20,6 +20,8 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import yaml
 
+from kit.decide.answers_check import repetition
+
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -46,17 +48,6 @@ def params_for(out: Path, temperature: float, k: int) -> Path:
     return path
 
 
-def repeated(text: str, context: str) -> float | None:
-    seen, words = set(), text.split()
-    ctx = context.split()
-    seen.update(tuple(ctx[i : i + 3]) for i in range(len(ctx) - 2))
-    hits = 0
-    for i in range(len(words) - 2):
-        hits += tuple(words[i : i + 3]) in seen
-        seen.add(tuple(words[i : i + 3]))
-    return hits / (len(words) - 2) if len(words) > 2 else None
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--temperature", type=float, default=0.7)
@@ -69,7 +60,7 @@ def main() -> None:
         run = yaml.safe_load(path.read_text())["run"]
         df = pq.read_table(sorted((args.out / run / "generations").glob("part-*.parquet"))).to_pandas()
         text = df.reasoning.fillna("") + " " + df.completion.fillna("") + " " + df.tool_calls.fillna("")
-        reps = [r for r in map(repeated, text, df.messages.astype(str)) if r is not None]
+        reps = list(map(repetition, text, df.messages.astype(str)))
         print(
             f"{'plain' if not k else f'n-gram k={k}'} at temperature {args.temperature:g}: "
             f"{len(df)} answers, tool calls {df.tool_calls.notna().mean():.0%}, "
