@@ -983,7 +983,9 @@ def answers(s: Session) -> dict:
     """The answers check (kit.decide.answers_check) on SGLang: the demo model's pilot prompts answered
     four times each by plain decoding and by n-gram k=`H200_ANSWERS_K` (default 3), at temperature
     0.7 / top-p 0.95, compared. Does SGLang's speculation sample as plain decoding does? (vLLM 0.32's
-    CPU build does not: docs/decision.md.) Needs .cache/demo carried."""
+    CPU build does not: docs/decision.md.) `H200_ANSWERS_SAMPLER=pytorch`: that sampler, without the
+    default's first-use compile; `H200_ANSWERS_PER_SOURCE`: pilot prompts per source (default 8).
+    Needs .cache/demo carried."""
     run = "h200-sglang-answers"
     s.touched.add(run)
     k = int(os.environ.get("H200_ANSWERS_K", "3"))
@@ -995,9 +997,10 @@ def answers(s: Session) -> dict:
     params = derived(run, {
         "run": run, "model": {"path": str(DEMO_MODEL)},
         "engine": {**engine_override(s).get("engine", {}), "context_length": 2048,
-                   "mem_fraction_static": 0.5},
+                   "mem_fraction_static": 0.5, "sampling_backend": os.environ.get("H200_ANSWERS_SAMPLER")},
         "probe": {"context_length": 2048},
-        "decide": {"concurrencies": [1, 64], "spec_steps": [k], "pilot_per_source": 8},
+        "decide": {"concurrencies": [1, 64], "spec_steps": [k],
+                   "pilot_per_source": int(os.environ.get("H200_ANSWERS_PER_SOURCE", "8"))},
         "data": {"max_prompt_tokens": 1536, "sources": sources},
         "generate": {"sampling": {"max_tokens": 192, "temperature": 0.7, "top_p": 0.95}},
     })  # fmt: skip
