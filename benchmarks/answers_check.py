@@ -22,6 +22,7 @@ sys.path.insert(0, str(REPO))
 
 from kit.decide.answers_check import SAMPLES, check_answers  # noqa: E402
 from kit.decide.run import pilot_prompts  # noqa: E402
+from kit.decide.sweep_setup import SweepSetup  # noqa: E402
 from kit.engines.settings import sweep_arms  # noqa: E402
 from kit.params import load_params  # noqa: E402
 from kit.runfolder import RunFolder  # noqa: E402
@@ -40,7 +41,8 @@ def main() -> None:
     folder = RunFolder(params.run_dir).ensure()
     sample, _ = pilot_prompts(params, folder)
     t0 = time.monotonic()
-    check, plain = check_answers(params, params, folder, arms[args.arm], sample)
+    setup = SweepSetup(params, params, folder, [], hybrid=False, together=False, pilot_prompts=sample)
+    check, plain = check_answers(setup, arms[args.arm])
     out = {
         "arm": args.arm,
         "samples": SAMPLES,

@@ -17,6 +17,7 @@ from kit.artifacts import Decision, Fitness, Manifest, Summary
 from kit.decide.costmodel.validation import ErrorBand
 from kit.decide.decision import speculation_label
 from kit.decide.plots import throughput_alt, throughput_curves
+from kit.decide.reasons import sweep_cost_sentence
 from kit.decide.verdict import decision_answer, measured_level
 from kit.decide.whatif_model import band_for_run
 from kit.decide.worth import worth_for_run
@@ -99,7 +100,10 @@ def run_answers(folder: RunFolder) -> list[Answer]:
     return [
         _data(folder, manifest, fitness),
         probe_answer(folder.read_probe(lenient=True)),
-        _with_adaptive(_with_forecast(decision_answer(decision, name, worth), decision), decision),
+        _with_cost(
+            _with_adaptive(_with_forecast(decision_answer(decision, name, worth), decision), decision),
+            decision,
+        ),
         _judged(generation_answer(folder, manifest), summary),
         _beside_fitness(failure_answer(failures_by_reason(folder, summary)), fitness),
         _with_tail(throughput_answer(summary, manifest, baseline=measured_level(decision, name)), summary),
@@ -159,6 +163,16 @@ def _with_adaptive(answer: Answer, decision: Decision | None) -> Answer:
     the sweep measured it (`decide.adaptive_k`)."""
     cmp = decision.adaptive if decision is not None else None
     return _then(answer, f"The engine's own switch: {cmp.sentence}." if cmp is not None else "")
+
+
+def _with_cost(answer: Answer, decision: Decision | None) -> Answer:
+    """The decision, then what its sweep took beside what it is worth on this job (decision.json's
+    `sweep_cost`, kit.decide.reasons.sweep_cost_sentence)."""
+    cost = decision.sweep_cost if decision is not None else None
+    if cost is None:
+        return answer
+    sentence = sweep_cost_sentence(cost, decision.forecast)
+    return _then(answer, f"{sentence[0].upper()}{sentence[1:]}.")
 
 
 def _judged(answer: Answer, summary: Summary | None) -> Answer:

@@ -80,6 +80,9 @@ def write_params(tmp_path, demo_model, fixture_data):
                 "max_tokens": 8,
                 "spec_steps": [2],
                 "level_s": 0.5,
+                # every round, whatever the job: the tests check what is measured (the budget rule
+                # that follows the job has tests of its own)
+                "budget_share": 0,
             },
             "data": {
                 "seed": 0,

@@ -307,8 +307,9 @@ def test_measuring_again_counts_the_server_starts_it_takes(tmp_path: Path) -> No
     its levels alone would. Side by side (no restarts) it fits; with 120 s spent it fits."""
     from types import SimpleNamespace
 
-    from kit.decide.sweep import SweepLog, _fits
+    from kit.decide.sweep_rounds import fits
     from kit.decide.sweep_servers import ArmServers, Slot
+    from kit.decide.sweep_slots import SweepLog
     from kit.engines.arms import Arm
 
     plain, spec = Arm(0), Arm(2, "NGRAM")
@@ -323,32 +324,35 @@ def test_measuring_again_counts_the_server_starts_it_takes(tmp_path: Path) -> No
     log = SweepLog(tmp_path / "sweep.log")
     rows = [{}] * 9
     now = time.monotonic()
-    assert not _fits(rows, 420.0, now - 291.0, redo, end, one_at_a_time, log)
+    again = "the disturbed levels are not measured again"
+    assert not fits(rows, 420.0, now - 291.0, redo, end, one_at_a_time, log, again)
     assert "not measured again (about 3" in log.path.read_text()  # 3 x 11 s + 3 x 95 s
     side_by_side = SimpleNamespace(start_s=[95.0], starts_for=lambda slots: 0)
-    assert _fits(rows, 420.0, now - 291.0, redo, end, side_by_side, log)
-    assert _fits(rows[:2], 420.0, now - 120.0, redo[:1], [], one_at_a_time, log)  # a level and a start
-    assert _fits(rows, None, now - 10_000.0, redo, end, one_at_a_time, log)
+    assert fits(rows, 420.0, now - 291.0, redo, end, side_by_side, log, again)
+    assert fits(rows[:2], 420.0, now - 120.0, redo[:1], [], one_at_a_time, log, again)  # a level and a start
+    assert fits(rows, None, now - 10_000.0, redo, end, one_at_a_time, log, again)
 
 
 def test_a_rounds_pace_leaves_out_the_first_server_start(tmp_path: Path) -> None:
-    """Three servers side by side took 170 s to come up on the H200, then a round ~110 s: at the
-    second round's start (280 s in), a 400 s budget has room for it (280 + 110), which a pace that
-    counted the start (280 per round) refused."""
-    from kit.decide.sweep import SweepLog, _within_budget
+    """Three servers side by side took 170 s to come up on the H200, then a round of ten levels
+    ~110 s: at the second round's start (280 s in), a 400 s budget has room for it (280 + 110), which
+    a pace that counted the start in every round (280 per round) refused."""
+    from types import SimpleNamespace
+
+    from kit.decide.sweep_rounds import fits
     from kit.decide.sweep_servers import Slot
+    from kit.decide.sweep_slots import SweepLog
     from kit.engines.arms import Arm
 
-    slots = [Slot(0, Arm(0), 256), Slot(1, Arm(0), 256), Slot(1, Arm(0), 256, "end")]
+    rows = [{}] * 10
+    round_1 = [Slot(1, Arm(0), c) for c in range(9)]
+    end = [Slot(1, Arm(0), 256, "end")]
     t0 = time.monotonic() - 280.0
     log = SweepLog(tmp_path / "sweep.log")
-
-    def rounds(first_start: float | None) -> list[int]:
-        got = _within_budget(slots, t0, 400.0, {0: 0.0}, log, first_start and (lambda: first_start))
-        return [s.round for s in got if s.phase == "sweep"]
-
-    assert rounds(170.0) == [0, 1]
-    assert rounds(None) == [0], "the start counted in the pace: one round"
+    side_by_side = SimpleNamespace(start_s=[170.0], starts_for=lambda slots: 0)
+    assert fits(rows, 400.0, t0, round_1, end, side_by_side, log, "stopping after 1 round(s)")
+    assert not fits(rows, 380.0, t0, round_1, end, side_by_side, log, "stopping after 1 round(s)")
+    assert "time budget 380 s: stopping after 1 round(s) (about 110 s more" in log.path.read_text()
 
 
 def test_drift_is_caught() -> None:

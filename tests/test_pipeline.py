@@ -14,6 +14,8 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
+from kit.display import hours
+
 pytestmark = pytest.mark.slow
 ROW_COLUMNS = {
     "id",
@@ -43,6 +45,13 @@ def test_probe_and_decision(demo_run):
     assert list(plain.concurrency) == [1, 4] and (plain.output_tok_s > 0).all()
     assert (sweep[sweep.arm != "plain"].status == "skipped").all()
     assert any("transformers serve has no speculative decoding" in r for r in set(sweep.reason))
+    cost = decision["sweep_cost"]  # one arm, so nothing for racing to leave out
+    runs = pq.read_table(demo_run / "sweep_runs.parquet").to_pandas()
+    assert cost["server_starts"] == 1 and cost["skipped"] == 0 and cost["rounds"] == 3, cost
+    assert cost["measurements"] == (runs.status != "skipped").sum() and cost["wall_s"] > 0
+    assert cost["budget_rule"] == "decide.time_budget_s: 600 s"
+    index = html.unescape((demo_run / "report" / "index.html").read_text())
+    assert f"The sweep took {hours(cost['wall_s'])} (1 server start(s)" in index
 
 
 def test_the_forecast_is_made_in_stage_2_and_judged_in_stage_4(demo_run):

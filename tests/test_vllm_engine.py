@@ -45,6 +45,7 @@ from kit.decide.decision import decision_arm
 from kit.decide.levels import arm_lead
 from kit.decide.noise import UNMEASURED_NOISE
 from kit.decide.run import pilot_prompts
+from kit.decide.sweep_setup import SweepSetup
 from kit.engines.arms import Arm
 from kit.params import load_params
 from kit.runfolder import RunFolder
@@ -102,7 +103,18 @@ def test_stage2_measures_plain_and_ngram_for_real(vllm_run: Path) -> None:
     sweep = pd.read_parquet(vllm_run / "sweep.parquet")
     assert set(sweep.arm) == {"plain", "spec_k1", "spec_k3"} and set(sweep.status) == {"ok"}, sweep
     assert (sweep.output_tok_s > 0).all() and (sweep.errors == 0).all()
-    assert (sweep.repetitions >= 2).all(), "three interleaved rounds (two where one was disturbed)"
+    decision = json.loads((vllm_run / "decision.json").read_text())
+    cost = decision["sweep_cost"]
+    settled = {(m["arm"], m["concurrency"]) for m in cost["skipped_measurements"]}
+    once = sweep[sweep.repetitions < 2]
+    assert {(a, int(c)) for a, c in zip(once.arm, once.concurrency, strict=True)} <= settled, (
+        "three interleaved rounds (two where one was disturbed), fewer only where racing settled it"
+    )
+    made = pd.read_parquet(vllm_run / "sweep_runs.parquet")
+    assert cost["measurements"] == len(made) and cost["server_starts"] == 3 and cost["wall_s"] > 0, cost
+    assert (
+        cost["skipped"] == len(cost["skipped_measurements"]) and "decide.time_budget_s" in cost["budget_rule"]
+    )
     assert (sweep.output_tok_s_lo <= sweep.output_tok_s).all() and (
         sweep.output_tok_s <= sweep.output_tok_s_hi
     ).all()
@@ -113,7 +125,6 @@ def test_stage2_measures_plain_and_ngram_for_real(vllm_run: Path) -> None:
     positions = spec[spec.spec_k == 3].position_acceptance.iloc[-1]
     assert len(positions) == 3 and all(0 <= a <= 1 for a in positions)
     assert sweep[sweep.spec_k == 0].accept_length.isna().all()
-    decision = json.loads((vllm_run / "decision.json").read_text())
     assert decision["decided_by"] == "measured" and decision["speculation_available"] is True
     assert any("n-gram k=" in r for r in decision["reasons"])
     settings = decision["engine_settings"]
@@ -415,7 +426,8 @@ def test_speculation_that_changes_sampled_answers_is_set_aside(vllm_run: Path, t
         return plain
 
     sweep = pd.read_parquet(folder.sweep)
-    sweep, decided = answers_checked(params, params, folder, sweep, spec, redecide, sample)
+    setup = SweepSetup(params, params, folder, [], hybrid=False, together=False, pilot_prompts=sample)
+    sweep, decided = answers_checked(setup, sweep, spec, redecide)
     check = (decided.answers_check or {}).get("spec_k1")
     assert check is not None and check["changed"], (check, decided.reasons[-2:])
     assert "finish:tool_calls" in check["differs"] and check["features"]["finish:tool_calls"][1] == 0.0, check

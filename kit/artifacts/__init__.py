@@ -24,6 +24,8 @@ from kit.artifacts.decision_json import (
     Forecast,
     LadderPoint,
     Noise,
+    SkippedMeasurement,
+    SweepCost,
 )
 from kit.artifacts.manifest_json import Manifest, TailNote
 from kit.artifacts.probe_json import (
@@ -70,8 +72,10 @@ __all__ = [
     "ProbeSummary",
     "Recommended",
     "Record",
+    "SkippedMeasurement",
     "SourceSummary",
     "Summary",
+    "SweepCost",
     "TailNote",
     "TailSpeculation",
     "TailSummary",

@@ -144,6 +144,47 @@ class Noise(Record):
 
 
 @dataclass(frozen=True, kw_only=True)
+class SkippedMeasurement(Record):
+    """One measurement the sweep did not make because racing had settled it (kit.decide.racing): the
+    arm at that level in that round, and why."""
+
+    arm: str = ""
+    concurrency: int = 0
+    round: int = 0
+    why: str = ""
+
+
+@dataclass(frozen=True, kw_only=True)
+class SweepCost(Record):
+    """decision.json's `sweep_cost`: what the sweep took (kit.decide.sweep), beside what the decision
+    is worth on this job (the forecast)."""
+
+    wall_s: float = 0.0
+    """From the sweep's first server start to its last measurement (the pilot included); a resumed
+    sweep counts this run only."""
+    server_starts: int = 0
+    server_start_s: float = 0.0
+    """The starts' seconds together, launch to ready with the warm-up."""
+    server_start_parts: dict[str, float] = field(default_factory=dict)
+    """Of those seconds, what the servers' logs say took how long, summed over the starts
+    (kit.engines.start_parts: weights, graphs, compile ...); empty where the logs say nothing."""
+    measurements: int = 0
+    """Measurements made by this run (the drift check's and the redone ones included)."""
+    skipped: int = 0
+    """Measurements racing left out (`skipped_measurements` says which and why)."""
+    skipped_measurements: list[SkippedMeasurement] = field(default_factory=list)
+    rounds: int = 0
+    """Rounds the sweep began (of `decide.repetitions`)."""
+    budget_s: float | None = None
+    """The time budget the sweep ran under (None: none)."""
+    budget_rule: str = ""
+    """Where the budget came from: the params' decide.time_budget_s, or a share of the job's
+    forecast hours (kit.decide.budget)."""
+    compile_cache: str | None = optional()
+    """The folder the engine's compile caches were kept in across the sweep's starts."""
+
+
+@dataclass(frozen=True, kw_only=True)
 class BackendResult(Record):
     """decision.json's `backends`: one server of the settings sweep (kit.decide.backends), the chosen
     arm at the sweep's top level with one engine setting changed from the params' own (the baseline)."""
@@ -325,6 +366,8 @@ class Decision(Record):
     """The settings sweep (`decide.backends`): the baseline first, then each alternative."""
     adaptive: AdaptiveComparison | None = optional()
     """The engine's own adaptive speculation against the kit's pick per level (`decide.adaptive_k`)."""
+    sweep_cost: SweepCost | None = optional()
+    """What the sweep took: its wall time, server starts, measurements and those racing skipped."""
     answers_check: dict[str, JSONObject] | None = optional()
     """Per speculative arm the decision picked: its sampled answers against plain decoding's
     (kit.decide.answers_check); an arm that changed them was set aside and the decision made again."""

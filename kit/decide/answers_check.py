@@ -33,9 +33,10 @@ import pandas as pd
 from kit.asyncrun import run_coroutine
 from kit.decide.decision import decision_arm
 from kit.decide.pilot import Answer, SweepPrompt, pilot
-from kit.decide.sweep import SweepLog
 from kit.decide.sweep_level import arm_client, stage3_sampling
 from kit.decide.sweep_servers import ArmServers
+from kit.decide.sweep_setup import SweepSetup
+from kit.decide.sweep_slots import SweepLog
 from kit.engines.settings import Arm, sweep_arms
 
 if TYPE_CHECKING:
@@ -247,18 +248,18 @@ def arm_answers(
 
 
 def check_answers(
-    params: RunParams,
-    sweep_params: RunParams,
-    folder: RunFolder,
-    arm: Arm,
-    prompts: list[SweepPrompt],
-    plain: list[Answer] | None = None,
-    hybrid: bool = False,
-    running_caps: dict[int, int] | None = None,
+    setup: SweepSetup, arm: Arm, plain: list[Answer] | None = None
 ) -> tuple[ArmAnswersCheck | None, list[Answer] | None]:
-    """`arm`'s answers to `prompts` against plain decoding's (`plain`, else answered now), `SAMPLES`
-    each, compared (`compare`); and plain's answers, for the next arm. The check is None when a
-    server would not start or too few answers came back."""
+    """`arm`'s answers to the pilot's prompts against plain decoding's (`plain`, else answered now),
+    `SAMPLES` each, compared (`compare`); and plain's answers, for the next arm. The check is None
+    when a server would not start or too few answers came back."""
+    params, sweep_params, folder, prompts = (
+        setup.params,
+        setup.server_params,
+        setup.folder,
+        setup.pilot_prompts,
+    )
+    hybrid, running_caps = setup.hybrid, setup.running_caps
     sweep_log = SweepLog(folder.logs / "sweep.log")
     sweep_log.line(f"answers check: {len(prompts)} pilot prompts x {SAMPLES}, plain and {arm.name}, sampled")
     if plain is None:
@@ -270,22 +271,19 @@ def check_answers(
 
 
 def answers_checked(
-    params: RunParams,
-    sweep_params: RunParams,
-    folder: RunFolder,
-    sweep: pd.DataFrame,
-    decision: Decision,
-    redecide: Callable[[pd.DataFrame], Decision],
-    prompts: list[SweepPrompt],
-    hybrid: bool = False,
-    running_caps: dict[int, int] | None = None,
+    setup: SweepSetup, sweep: pd.DataFrame, decision: Decision, redecide: Callable[[pd.DataFrame], Decision]
 ) -> tuple[pd.DataFrame, Decision]:
     """The decision once its speculative arm's sampled answers were checked against plain's: an arm
     that changed them is marked `answers_differ` in the sweep's table and the decision is made again
     without it (and the next speculative pick checked in turn). Nothing to check where stage 3 is
     greedy (the sweep's own answers are greedy: identical where verification is exact), where the
     check is off (`decide.answers_check`), or where there is no pilot sample (`decide.pilot_per_source`)."""
-    if not params.decide.answers_check or not prompts or params.generate.sampling.temperature == 0:
+    params, folder = setup.params, setup.folder
+    if (
+        not params.decide.answers_check
+        or not setup.pilot_prompts
+        or params.generate.sampling.temperature == 0
+    ):
         return sweep, decision
     arms = {a.name: a for a in sweep_arms(params)}
     checks: dict[str, ArmAnswersCheck] = {}
@@ -296,7 +294,7 @@ def answers_checked(
         arm = arms.get(chosen.name) if chosen is not None and chosen.speculative else None
         if arm is None or arm.name in checks:
             break
-        check, plain = check_answers(params, sweep_params, folder, arm, prompts, plain, hybrid, running_caps)
+        check, plain = check_answers(setup, arm, plain)
         if check is None:
             lines.append(
                 f"{arm.name}'s sampled answers could not be checked against plain decoding's (a server "

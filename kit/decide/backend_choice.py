@@ -21,9 +21,7 @@ from kit.columns import OUTPUT_TOK_S, OUTPUT_TOK_S_HI, OUTPUT_TOK_S_LO
 from kit.decide.backends import BASELINE, Alternative, BackendSweep, run_backends
 from kit.decide.levels import RUN_COLUMNS, arm_lead, cell_float, summarise
 from kit.decide.noise import Lead
-from kit.decide.pilot import SweepPrompt
-from kit.params import RunParams
-from kit.runfolder import RunFolder
+from kit.decide.sweep_setup import SweepSetup
 
 
 def judge_backends(
@@ -184,23 +182,15 @@ def decide_backends(
     return replace(decision, backends=results, engine_settings=settings, reasons=reasons)
 
 
-def settings_sweep(
-    params: RunParams,
-    sweep_params: RunParams,
-    folder: RunFolder,
-    decision: Decision,
-    prompts: list[SweepPrompt],
-    hybrid: bool = False,
-    together: bool = False,
-    running_caps: dict[int, int] | None = None,
-) -> Decision:
-    """Run the settings sweep for the decision's arm (`sweep_params`: the speculation sweep's server
-    params) and fold its verdict into the decision; `decision` as it is without `decide.backends`."""
+def settings_sweep(setup: SweepSetup, decision: Decision) -> Decision:
+    """Run the settings sweep for the decision's arm (on the speculation sweep's servers' params) and
+    fold its verdict into the decision; `decision` as it is without `decide.backends`."""
+    params = setup.params
     wanted = params.decide.backends
     if not wanted or decision.arm is None:
         return decision
     eng = params.engine
     own = {s: getattr(eng, s) for s in wanted}
     explicit = {s for s in wanted if s in eng.model_fields_set and getattr(eng, s) is not None}
-    sweep = run_backends(sweep_params, folder, decision.arm, prompts, hybrid, together, running_caps)
+    sweep = run_backends(setup, decision.arm)
     return decide_backends(decision, sweep, own, explicit)

@@ -24,17 +24,17 @@ from dataclasses import dataclass
 import pandas as pd
 
 from kit.decide.levels import RUN_COLUMNS, flag_slow
-from kit.decide.pilot import SweepPrompt
-from kit.decide.sweep import SweepLog, interleaved, run_slots
+from kit.decide.sweep import interleaved
 from kit.decide.sweep_level import stage3_sampling
 from kit.decide.sweep_servers import ArmServers, Slot
+from kit.decide.sweep_setup import SweepSetup
+from kit.decide.sweep_slots import SweepLog, run_slots
 from kit.engines.arms import Arm
 from kit.engines.flavors import flavor, server_env
 from kit.engines.launcher import discover
 from kit.errors import ParamsError
 from kit.params import RunParams
 from kit.progress import progress
-from kit.runfolder import RunFolder
 
 BASELINE = "baseline"
 """The name of the baseline's server and rows: the chosen arm with the params' own settings."""
@@ -127,17 +127,11 @@ class BackendSweep:
     concurrency: int
 
 
-def run_backends(
-    params: RunParams,
-    folder: RunFolder,
-    arm: Arm,
-    prompts: list[SweepPrompt],
-    hybrid: bool = False,
-    together: bool = False,
-    running_caps: dict[int, int] | None = None,
-) -> BackendSweep:
-    """Measure the chosen `arm` under each alternative of `decide.backends` (`params`: the sweep's
-    server params, prefix cache off); write `sweep_backends.parquet`."""
+def run_backends(setup: SweepSetup, arm: Arm) -> BackendSweep:
+    """Measure the chosen `arm` under each alternative of `decide.backends` (on the sweep's servers'
+    params, prefix cache off); write `sweep_backends.parquet`."""
+    params, folder, prompts = setup.server_params, setup.folder, setup.prompts
+    hybrid, together, running_caps = setup.hybrid, setup.together, setup.running_caps
     d = params.decide
     alts = alternatives(params, arm)
     top = max(d.concurrencies)
@@ -156,7 +150,7 @@ def run_backends(
     try:
         if together:
             servers.start_all(alts)
-        rows = run_slots(slots, servers, prompts, bar, sweep_log, None, time.monotonic(), sampled=True)
+        rows = run_slots(slots, servers, prompts, bar, sweep_log, time.monotonic(), sampled=True)
     finally:
         servers.stop_all()
         bar.close()

@@ -33,9 +33,10 @@ from kit.decide.levels import SweepNotes
 from kit.decide.pilot import SweepPrompt
 from kit.decide.profile.budget import ProfilePlan, plan_cpu_profile
 from kit.decide.profile.profiler import ProfileGrid, load_profile, profile_steps
-from kit.decide.reasons import running_cap_sentence
+from kit.decide.reasons import racing_sentences, running_cap_sentence, sweep_cost_sentence
 from kit.decide.sweep import run_sweep
 from kit.decide.sweep_journal import SweepJournal
+from kit.decide.sweep_setup import SweepResult, SweepSetup
 from kit.engines.flavors import flavor
 from kit.engines.settings import sweep_arms
 from kit.errors import CostModelError
@@ -368,12 +369,12 @@ def run_decision(params: RunParams, folder: RunFolder, probe: ProbeReport, fresh
     if caps:
         side_by_side["running_caps"] = {str(k): c for k, c in caps.items()}
     sample, more = pilot_prompts(params, folder)
-    sweep = run_sweep(
-        sweep_params, folder, prompts, mtp, arch.is_hybrid, together, side_by_side, caps, sample, more, fresh
+    setup = SweepSetup(
+        params, sweep_params, folder, prompts, arch.is_hybrid, together, caps, mtp, sample, more
     )
-    runs = pd.read_parquet(folder.sweep_runs) if folder.sweep_runs.exists() else None
-    sweep, runs, adaptive = split(sweep, runs)  # the engine's own adaptive arm: compared apart, never chosen
-    pilot, start_s = side_by_side.pop("pilot", None), side_by_side.pop("server_start_s", None)
+    result = run_sweep(setup, fresh)
+    side_by_side.update(_notes(result))
+    sweep, runs, adaptive = split(result.table, result.runs)  # the adaptive arm: compared apart, never chosen
     hw, profile, n_gpus, profile_plan = _hardware(params, folder, probe)
     lens = [p["prompt_tokens"] for p in prompts if p.get("prompt_tokens")]
     eng = params.engine
@@ -405,9 +406,7 @@ def run_decision(params: RunParams, folder: RunFolder, probe: ProbeReport, fresh
         )
 
     decision = decided(sweep)
-    sweep, decision = answers_checked(
-        params, sweep_params, folder, sweep, decision, decided, sample, arch.is_hybrid, caps
-    )
+    sweep, decision = answers_checked(setup, sweep, decision, decided)
     noise = decision.noise
     if noise is not None:
         extra = {**noise.extra, **side_by_side}
@@ -431,15 +430,33 @@ def run_decision(params: RunParams, folder: RunFolder, probe: ProbeReport, fresh
     decision = with_adaptive(
         decision, adaptive, sweep, runs, flavor(eng.flavor).title, speculation_label(params)
     )
-    decision = settings_sweep(params, sweep_params, folder, decision, prompts, arch.is_hybrid, together, caps)
-    forecast = forecast_inputs(params, folder, decision, speculation_label(params), pilot, start_s).forecast()
+    decision = settings_sweep(setup, decision)
+    label = speculation_label(params)
+    forecast = forecast_inputs(
+        params, folder, decision, label, result.pilot, result.server_start_s
+    ).forecast()
     if forecast is not None:
         decision = replace(
             decision, forecast=forecast, reasons=[*decision.reasons, f"forecast: {forecast.sentence}"]
         )
+    cost = [*racing_sentences(result.cost), sweep_cost_sentence(result.cost, decision.forecast)]
+    decision = replace(decision, sweep_cost=result.cost, reasons=[*decision.reasons, *cost])
     folder.write_decision(decision)
     SweepJournal.finish(folder.sweep_journal)  # only now: a run stopped before it goes on
     return decision
+
+
+def _notes(result: SweepResult) -> SweepNotes:
+    """What the sweep said of how it ran, as decision.json's `noise` keeps it beside the servers'
+    flags (an earlier kit's keys: old decisions read the same)."""
+    notes = SweepNotes()
+    if result.running_lowered:
+        notes["running_lowered"] = result.running_lowered
+    if result.resumed:
+        notes["sweep_resumed"] = result.resumed
+    if result.servers_idle_cpu_pct is not None:
+        notes.update(servers_idle_cpu_pct=result.servers_idle_cpu_pct, servers_held=result.servers_held)
+    return notes
 
 
 def _with_profile_notes(decision: Decision, plan: ProfilePlan | None) -> Decision:

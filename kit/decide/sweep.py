@@ -27,8 +27,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
+from collections.abc import Iterable
 from typing import Any
 
 import pandas as pd
@@ -36,25 +35,17 @@ import pandas as pd
 from kit.asyncrun import run_coroutine
 from kit.columns import OUTPUT_TOK_S, OUTPUT_TOK_S_HI, OUTPUT_TOK_S_LO, SPEC_K
 from kit.decide.adaptive import mark
-from kit.decide.levels import (
-    RUN_COLUMNS,
-    LevelFigures,
-    SweepNotes,
-    SweepRow,
-    crash_fields,
-    flag_slow,
-    summarise,
-)
-from kit.decide.machine import MachineReading, interference
+from kit.decide.levels import RUN_COLUMNS, SweepRow, flag_slow, summarise
 from kit.decide.pilot import ANSWER_COLUMNS, Answer, PilotFigures, SweepPrompt, pilot
 from kit.decide.sweep_journal import SweepJournal, sweep_key
-from kit.decide.sweep_level import arm_client, measure_level
+from kit.decide.sweep_level import arm_client
+from kit.decide.sweep_rounds import Race, fits
 from kit.decide.sweep_servers import ArmServers, Slot
+from kit.decide.sweep_setup import SweepResult, SweepSetup
+from kit.decide.sweep_slots import SweepLog, run_slots, slot_head, slot_of
 from kit.engines.settings import Arm, engine_unavailable_reason, sweep_arms
-from kit.errors import EngineError
 from kit.params import RunParams
 from kit.progress import progress
-from kit.runfolder import RunFolder
 
 log = logging.getLogger(__name__)
 
@@ -129,96 +120,77 @@ def _pilot(
     return answers, figures
 
 
-@dataclass
-class SweepLog:
-    """`logs/sweep.log`: one line as each measurement starts and ends (what the sweep is doing now)."""
-
-    path: Any
-
-    def line(self, text: str) -> None:
-        with open(self.path, "a") as f:
-            f.write(f"{time.strftime('%Y-%m-%dT%H:%M:%S')} {text}\n")
-
-
-def run_sweep(
-    params: RunParams,
-    folder: RunFolder,
-    prompts: list[SweepPrompt],
-    mtp_status: str | None,
-    hybrid: bool = False,
-    together: bool = False,
-    notes: SweepNotes | None = None,
-    running_caps: dict[int, int] | None = None,
-    pilot_prompts: list[SweepPrompt] | None = None,
-    pilot_more: list[SweepPrompt] | None = None,
-    fresh: bool = False,
-) -> pd.DataFrame:
-    """Measure every arm in interleaved rounds; write `sweep_runs.parquet` (every measurement) and
-    `sweep.parquet` (per arm and level, with intervals); return the per-level table. `notes` receives
-    how the servers ran side by side (`servers_idle_cpu_pct`, `servers_held`); `running_caps` (k ->
-    requests) caps the servers of arms that memory cannot give the top level; `pilot_prompts` are
+def run_sweep(setup: SweepSetup, fresh: bool = False) -> SweepResult:
+    """Measure every arm in interleaved rounds, racing (each round after the first measures only
+    what is still open: kit.decide.racing) within the time budget (kit.decide.budget); write
+    `sweep_runs.parquet` (every measurement) and `sweep.parquet` (per arm and level, with intervals)
+    and return them with what the sweep learnt of itself (`SweepResult`). The pilot's prompts are
     answered once by the plain arm's server at the end, as stage 3 samples (kit.decide.pilot), then
-    `pilot_more` while the pilot is too short to time: their answers go to `sweep_answers.parquet`
-    before the sweep's own, and `notes["pilot"]` says how it went. A journal of this sweep left by a
-    run that stopped part way is resumed: its measurements count and only the rest are made (`fresh`:
-    it is set aside and the sweep starts over)."""
+    the further ones while the pilot is too short to time: their answers go to
+    `sweep_answers.parquet` before the sweep's own. A journal of this sweep left by a run that
+    stopped part way is resumed: its measurements count and only the rest are made (`fresh`: it is
+    set aside and the sweep starts over)."""
+    params, folder = setup.server_params, setup.folder
     d = params.decide
     arms = sweep_arms(params)
-    runnable = [a for a in arms if not skip_reason(params, a, mtp_status)]
+    runnable = [a for a in arms if not skip_reason(params, a, setup.mtp_status)]
     rows: list[SweepRow] = []
-    piloted: list[Answer] = []
     for arm in arms:
-        reason = skip_reason(params, arm, mtp_status)
+        reason = skip_reason(params, arm, setup.mtp_status)
         if reason:
-            rows += [_head(arm, c) | {"status": "skipped", "reason": reason} for c in d.concurrencies]
-    slots = schedule(runnable, d.concurrencies, d.repetitions, together) if runnable else []
+            rows += [slot_head(arm, c) | {"status": "skipped", "reason": reason} for c in d.concurrencies]
+    plan = schedule(runnable, d.concurrencies, d.repetitions, setup.together) if runnable else []
     sweep_log = SweepLog(folder.logs / "sweep.log")
     folder.logs.mkdir(parents=True, exist_ok=True)
-    sweep_log.line(f"sweep of {len(runnable)} arm(s), {d.repetitions} round(s), servers together: {together}")
-    key = sweep_key(params, prompts, [a.name for a in runnable], together, running_caps or {})
+    sweep_log.line(
+        f"sweep of {len(runnable)} arm(s), {d.repetitions} round(s), servers together: {setup.together}"
+    )
+    key = sweep_key(params, setup.prompts, [a.name for a in runnable], setup.together, setup.running_caps)
     journal = SweepJournal.open(folder.sweep_journal, key, fresh)
-    servers = ArmServers(params, folder, runnable, hybrid, together, prompts, running_caps)
+    servers = ArmServers(
+        params, folder, runnable, setup.hybrid, setup.together, setup.prompts, setup.running_caps
+    )
     servers.crashes.update(journal.crashes())
     servers.crashed.update(journal.given_up)
     done = journal.done()
-    prior = _resumed(journal, len(done), sweep_log, notes)
-    left = [s for s in slots if slot_of(s) not in done]
-    bar = progress(total=len(slots), desc="sweep", unit="level", initial=len(slots) - len(left))
-    t0 = time.monotonic()
+    prior = _resumed(journal, len(done), sweep_log)
+    race = Race(setup, runnable, done, sweep_log)
+    kept = len([s for s in plan if slot_of(s) in done])
+    bar = progress(total=len(plan), desc="sweep", unit="level", initial=kept)
+    piloted: list[Answer] = []
+    figures: PilotFigures | None = None
     try:
-        if together:
+        if setup.together:
             servers.start_all(runnable)
             if servers.idle_cpu is not None:
                 sweep_log.line(
                     f"idle, the servers take {100 * servers.idle_cpu:.0f}% of the CPU between them: "
                     + ("each is paused while another arm is measured" if servers.held else "they stay up")
                 )
-        end = [s for s in left if s.phase == "end"]
-        new = run_slots(
-            [s for s in left if s.phase != "end"],
-            servers,
-            prompts,
-            bar,
-            sweep_log,
-            d.time_budget_s,
-            t0,
-            journal,
-        )
-        measured = [r for r in prior if r["phase"] != "end"] + new
+        measured = [r for r in prior if r["phase"] != "end"]
+        new = race.rounds(plan, measured, servers, bar, journal)
+        measured += new
+        end = [s for s in plan if s.phase == "end" and slot_of(s) not in done]
         redo = redo_slots(
-            [r for r in measured if r["round"] < d.repetitions], runnable, together, d.repetitions
+            [r for r in measured if r["round"] < d.repetitions], runnable, setup.together, d.repetitions
         )
+        redo, _ = race.drop_settled(redo, measured)
         redo = [s for s in redo if slot_of(s) not in done]
-        if redo and _fits(new, d.time_budget_s, t0, redo, end, servers, sweep_log):
+        again = "the disturbed levels are not measured again"
+        if redo and fits(new, race.budget.seconds, race.t0, redo, end, servers, sweep_log, again):
             bar.total += len(redo)
             sweep_log.line(f"measuring {len({s.concurrency for s in redo})} disturbed level(s) once more")
-            measured += run_slots(redo, servers, prompts, bar, sweep_log, None, t0, journal)
+            redone = run_slots(redo, servers, setup.prompts, bar, sweep_log, race.t0, journal)
+            new += redone
+            measured += redone
         ended = [r for r in prior if r["phase"] == "end"]
-        rows += measured + ended + run_slots(end, servers, prompts, bar, sweep_log, None, t0, journal)
-        if pilot_prompts and runnable:
-            piloted, figures = _pilot(params, servers, runnable, pilot_prompts, pilot_more or [], sweep_log)
-            if notes is not None:
-                notes["pilot"] = figures
+        finals = run_slots(end, servers, setup.prompts, bar, sweep_log, race.t0, journal)
+        new += finals
+        rows += measured + ended + finals
+        if setup.pilot_prompts and runnable:
+            piloted, figures = _pilot(
+                params, servers, runnable, setup.pilot_prompts, setup.pilot_more, sweep_log
+            )
     except BaseException:
         kept = journal.kept()  # what is on disk: the interrupt may have cut a line's count short
         log.warning(
@@ -231,49 +203,47 @@ def run_sweep(
     finally:
         servers.stop_all()
         bar.close()
-    if notes is not None and servers.idle_cpu is not None:
-        notes.update(servers_idle_cpu_pct=round(100 * servers.idle_cpu, 1), servers_held=servers.held)
+    wall_s = time.monotonic() - race.t0
     for name, error in servers.failed.items():
         arm = next(a for a in runnable if a.name == name)
-        rows += [_head(arm, c) | {"status": "failed", "reason": error} for c in d.concurrencies]
+        rows += [slot_head(arm, c) | {"status": "failed", "reason": error} for c in d.concurrencies]
     for name, error in servers.crashed.items():  # the levels it never reached
         arm = next(a for a in runnable if a.name == name)
         reached = {r["concurrency"] for r in rows if r.get("arm") == name and r.get("phase") == "sweep"}
         rows += [
-            _head(arm, c) | {"status": "crashed", "reason": error}
+            slot_head(arm, c) | {"status": "crashed", "reason": error}
             for c in d.concurrencies
             if c not in reached
         ]
     save_answers(rows, folder.sweep_answers, piloted)
-    if notes is not None:
-        notes["server_start_s"] = [round(x, 1) for x in servers.start_s]
-        if servers.lowered:
-            notes["running_lowered"] = servers.lowered
-    runs = mark(flag_slow(pd.DataFrame(rows).reindex(columns=RUN_COLUMNS)))
-    runs.to_parquet(folder.sweep_runs, index=False)
+    mark(flag_slow(pd.DataFrame(rows).reindex(columns=RUN_COLUMNS))).to_parquet(
+        folder.sweep_runs, index=False
+    )
+    runs = pd.read_parquet(folder.sweep_runs)  # as every later reader of the file sees it
     table = mark(given_up(summarise(runs), servers.crashed))  # mark: an adaptive arm's rows
     table.to_parquet(folder.sweep, index=False)
-    return table
+    return SweepResult(
+        table=table,
+        runs=runs,
+        pilot=figures,
+        server_start_s=[round(x, 1) for x in servers.start_s],
+        running_lowered=dict(servers.lowered),
+        resumed=len(prior),
+        servers_idle_cpu_pct=None if servers.idle_cpu is None else round(100 * servers.idle_cpu, 1),
+        servers_held=servers.held,
+        cost=race.cost(wall_s, len(new), servers),
+    )
 
 
-def slot_of(slot: Slot) -> tuple[str, int, str, int]:
-    """A slot as the journal keys its measurement (kit.decide.sweep_journal.slot_key)."""
-    return (slot.phase, slot.round, slot.arm.name, slot.concurrency)
-
-
-def _resumed(
-    journal: SweepJournal, kept: int, sweep_log: SweepLog, notes: SweepNotes | None
-) -> list[SweepRow]:
-    """The measurements an earlier, stopped run of this sweep finished (said in the log and in
-    `notes["sweep_resumed"]`); their `started_s` stay as they were measured, on that run's clock."""
+def _resumed(journal: SweepJournal, kept: int, sweep_log: SweepLog) -> list[SweepRow]:
+    """The measurements an earlier, stopped run of this sweep finished (said in the log); their
+    `started_s` stay as they were measured, on that run's clock."""
     if not journal.resumed:
         return []
     sweep_log.line(
         f"resumed: {kept} measurement(s) of an earlier run of this sweep kept"
         + (f"; given up before: {', '.join(journal.given_up)}" if journal.given_up else "")
     )
-    if notes is not None:
-        notes["sweep_resumed"] = kept
     return [r.copy() for r in journal.rows]
 
 
@@ -291,10 +261,6 @@ def given_up(table: pd.DataFrame, crashed: dict[str, str]) -> pd.DataFrame:
     return table
 
 
-def _head(arm: Arm, c: int) -> SweepRow:
-    return SweepRow(arm=arm.name, algorithm=arm.algorithm, spec_k=arm.k, concurrency=c, phase="sweep")
-
-
 def redo_slots(rows: list[SweepRow], arms: list[Arm], together: bool, next_round: int) -> list[Slot]:
     """One more round at each level where a measurement was disturbed, every arm again (so leads stay
     paired by round): set aside, a disturbed repetition must not leave its level one short."""
@@ -303,135 +269,3 @@ def redo_slots(rows: list[SweepRow], arms: list[Arm], together: bool, next_round
     runs = flag_slow(pd.DataFrame(rows).reindex(columns=RUN_COLUMNS))
     hit = sorted({int(c) for c in runs[(runs.phase == "sweep") & runs.disturbed].concurrency})
     return interleaved(arms, hit, [next_round], together)
-
-
-def _fits(
-    rows: list[SweepRow],
-    budget: float | None,
-    t0: float,
-    redo: list[Slot],
-    end: list[Slot],
-    servers: ArmServers,
-    sweep_log: SweepLog,
-) -> bool:
-    """Whether measuring `redo` again, then the end check, fits in the time budget, at the sweep's
-    pace so far: its levels' mean time, plus a server start (their mean so far) for each change of
-    arm when the servers run one at a time. On the H200 a Qwen3-32B server took ~95 s to start and
-    a level ~11 s: two disturbed levels cost three restarts, not two levels' time."""
-    if budget is None or not rows:
-        return True
-    elapsed = time.monotonic() - t0
-    starting = sum(servers.start_s)
-    per_level = max(elapsed - starting, 0.0) / len(rows)
-    per_start = starting / len(servers.start_s) if servers.start_s else 0.0
-    with_redo = (len(redo) + len(end)) * per_level + servers.starts_for(redo + end) * per_start
-    if elapsed + with_redo <= budget:
-        return True
-    sweep_log.line(
-        f"time budget {budget:g} s: the disturbed levels are not measured again "
-        f"(about {with_redo:.0f} s more with the end check, {elapsed:.0f} s spent)"
-    )
-    return False
-
-
-def run_slots(
-    slots: list[Slot],
-    servers: ArmServers,
-    prompts: list[SweepPrompt],
-    bar: Any,
-    sweep_log: SweepLog,
-    budget: float | None,
-    t0: float,
-    journal: SweepJournal | None = None,
-    sampled: bool = False,
-) -> list[SweepRow]:
-    """Measure `slots` in order (`sampled`: as stage 3 samples, else greedy), restarting a server
-    that dies (kit.decide.sweep_servers.ArmServers.crash) and journaling each measurement."""
-    rows: list[SweepRow] = []
-    round_started: dict[int, float] = {}
-    first_start = (lambda: servers.start_s[0] if servers.start_s else 0.0) if budget is not None else None
-    for slot in _within_budget(slots, t0, budget, round_started, sweep_log, first_start):
-        bar.update(1)
-        while (server := servers.get(slot.arm)) is not None:
-            row = _run_slot(slot, server, servers, prompts, sweep_log, t0, sampled)
-            rows.append(row)
-            if row["status"] != "crashed":
-                if journal is not None:
-                    journal.add(row)
-                break
-            crash, again = servers.crash(slot.arm, row.get("crash_in_flight"))
-            row.update(crash_fields(crash), restarted=again)
-            row["reason"] = crash.sentence(f"{slot.arm.name}'s server") if crash else "the server died"
-            if journal is not None:
-                journal.add(row)
-                if not again:
-                    journal.give_up(slot.arm.name, servers.crashed[slot.arm.name])
-            sweep_log.line(
-                f"crashed round {slot.round} {slot.phase} {slot.arm.name} at {slot.concurrency}: "
-                + f"{row['reason']}; "
-                + ("restarting it to measure the level again" if again else "the arm is given up")
-            )
-    return rows
-
-
-def _run_slot(
-    slot: Slot,
-    server: Any,
-    servers: ArmServers,
-    prompts: list[SweepPrompt],
-    sweep_log: SweepLog,
-    t0: float,
-    sampled: bool = False,
-) -> SweepRow:
-    """One measurement, bracketed by what else the machine did."""
-    p = servers.arm_params[slot.arm.name]
-    what = f"round {slot.round} {slot.phase} {slot.arm.name} at {slot.concurrency}"
-    sweep_log.line(f"start {what}")
-    near = servers.neighbours(slot.arm)
-    before = MachineReading.now(servers.pids(), near)
-    started = time.monotonic() - t0
-    try:
-        measured = run_coroutine(measure_level(p, server, prompts, slot.concurrency, sampled))
-    except EngineError as e:  # no answer to the level's scrapes: the arm's measurement failed
-        measured = LevelFigures(status="failed", reason=str(e)[:2000], concurrency=slot.concurrency)
-    seen = interference(before, servers.pids(), near)
-    row = _head(slot.arm, slot.concurrency) | measured | SweepRow(round=slot.round, phase=slot.phase)
-    tok_s = measured.get(OUTPUT_TOK_S)
-    sweep_log.line(
-        f"end {what}: {tok_s or 0:.0f} tok/s, others took {100 * seen.foreign_cpu:.0f}% of the CPU, "
-        f"the other arms' servers {100 * seen.neighbour_cpu:.0f}%, CPU canary {seen.canary_ms:.1f} ms"
-        + (f" (disturbed: {seen.why})" if seen.disturbed else "")
-        + (" (its server died)" if measured.get("status") == "crashed" else "")
-    )
-    return {**row, "started_s": started, **seen.as_dict()}
-
-
-def _within_budget(
-    slots: list[Slot],
-    t0: float,
-    budget: float | None,
-    started: dict[int, float],
-    sweep_log: SweepLog,
-    first_start: Callable[[], float] | None = None,
-) -> Iterator[Slot]:
-    """The slots, until starting another round would overrun `budget` seconds (the first round and
-    the end check always run; the rounds left out are said in the log and in decision.json). A
-    round's pace leaves out the first server start (`first_start`: its seconds), which no later
-    round pays again: on the H200 three servers side by side took 170 s to come up and a round of
-    levels ~110 s, so with the start counted in the pace a 400 s budget allowed one round of two
-    that fit."""
-    for slot in slots:
-        if slot.phase == "sweep" and slot.round not in started:
-            now = time.monotonic() - t0
-            if budget is not None and started:  # the pace of the rounds run here (a resumed sweep's
-                once = first_start() if first_start else 0.0  # earlier ones cost this run nothing)
-                per_round = max(now - once, 0.0) / len(started)
-                if now + per_round > budget:
-                    sweep_log.line(f"time budget {budget:g} s: stopping after {slot.round} round(s)")
-                    log.warning(
-                        "decide.time_budget_s (%g s) allows %d round(s) of the sweep", budget, slot.round
-                    )
-                    yield from (s for s in slots if s.phase == "end")
-                    return
-            started[slot.round] = now
-        yield slot

@@ -98,6 +98,10 @@ class ArmServers:
         self.held = False
         self.start_s: list[float] = []
         """Seconds each server start took (launch to answering, warm-up included)."""
+        self.launched = 0
+        """Server processes started (side by side, each of `start_all`'s counts)."""
+        self.start_parts: list[dict[str, float]] = []
+        """Of each start, what its server's log says took how long (kit.engines.start_parts)."""
         self.started: dict[str, list[float]] = {}
         """The same per arm, one at a time (side by side, `start_all` times them together)."""
         self.lowered: dict[str, list[int]] = {}
@@ -112,6 +116,7 @@ class ArmServers:
             server = start_server(
                 self.arm_params[arm.name], self.folder.logs, name=f"{self.log_name}-{arm.name}"
             )
+            self.launched += 1
             try:
                 starting[arm.name] = server.start()
             except EngineError as e:
@@ -119,6 +124,7 @@ class ArmServers:
         for name, server in starting.items():
             try:
                 self.up[name] = server.wait_ready()
+                self._record_parts(self.up[name])
                 self._warm(name)
             except EngineError as e:
                 server.stop()
@@ -144,8 +150,10 @@ class ArmServers:
                     self.arm_params[arm.name], self.folder.logs, name=f"{self.log_name}-{arm.name}"
                 )
                 started = time.monotonic()
+                self.launched += 1
                 try:
                     self.up[arm.name] = server.__enter__()
+                    self._record_parts(self.up[arm.name])
                     self._warm(arm.name)
                     break
                 except EngineError as e:
@@ -155,6 +163,12 @@ class ArmServers:
             self.start_s.append(time.monotonic() - started)
             self.started.setdefault(arm.name, []).append(self.start_s[-1])
         return self.up[arm.name]
+
+    def _record_parts(self, server: Any) -> None:
+        """What the server's log says its start took, part by part (`start_parts`: none where the
+        engine's log says nothing, or the server is someone else's)."""
+        parts = getattr(server, "start_parts", None)
+        self.start_parts.append(parts() if callable(parts) else {})
 
     def _lower_running(self, name: str, server: Any) -> bool:
         """After a start that failed for want of memory for the running requests' state

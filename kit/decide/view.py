@@ -11,6 +11,7 @@ from kit.artifacts import Decision
 from kit.columns import ADAPTIVE, OUTPUT_TOK_S, OUTPUT_TOK_S_HI, OUTPUT_TOK_S_LO
 from kit.decide.decision import speculation_label
 from kit.decide.plots import decision_figures as make_figures
+from kit.decide.reasons import sweep_cost_sentence
 from kit.decide.verdict import decision_answer
 from kit.decide.worth import worth_for_run
 from kit.display import figure_image, human_name, signed_percent, table
@@ -35,7 +36,10 @@ def decision_verdict(folder: RunFolder) -> str:
     decision = _decision(folder)
     name = speculation_name(folder)
     answer = decision_answer(decision, name)
-    lines = [f"## Decision: {answer.headline}", "", answer.detail, "", "**Why**", ""]
+    lines = [f"## Decision: {answer.headline}", "", answer.detail, ""]
+    if decision.sweep_cost is not None:
+        lines += [f"**What it cost:** {sweep_cost_sentence(decision.sweep_cost, decision.forecast)}.", ""]
+    lines += ["**Why**", ""]
     lines += [f"- {r}" for r in decision.reasons]
     lines += [f"- **warning:** {w}" for w in decision.warnings]
     lines += ["", "**Engine settings for stage 3**", ""]
