@@ -124,7 +124,11 @@ def test_an_interrupted_sweep_goes_on_from_its_journal(write_params) -> None:
     _, err = first.communicate(timeout=120)
     assert first.returncode == 130, err[-3000:]
     assert "run kit decide again with the same params to go on" in err, err[-3000:]
-    kept = [json.loads(line)["row"] for line in journal.read_text().splitlines()[1:]]
+    lines = [json.loads(line) for line in journal.read_text().splitlines()[1:]]
+    kept = [line["row"] for line in lines if "row" in line]
+    assert [line["spent"]["measurements"] for line in lines if "spent" in line] == [len(kept)], (
+        "the stopped run said what it had cost"
+    )
     kept_slots = {(r["phase"], r["round"], r["arm"], r["concurrency"]) for r in kept}
     assert f"the sweep stopped: {len(kept_slots)} measurement(s) are kept" in err, err[-3000:]
     # the drift check and round 0 were measured before the interrupt; round 1 and the end were not
@@ -141,7 +145,7 @@ def test_an_interrupted_sweep_goes_on_from_its_journal(write_params) -> None:
     after = text.split("resumed:", 1)[1]
     for phase, rnd, arm, c in kept_slots:  # what was kept is not measured again
         assert f"start round {rnd} {phase} {arm} at {c}\n" not in after, (phase, rnd, arm, c)
-    whole = len(journal.read_text().splitlines()) - 1
+    whole = sum('"row"' in line for line in journal.read_text().splitlines()[1:])
 
     third = subprocess.run(cmd, capture_output=True, text=True, timeout=420)
     assert third.returncode == 0, third.stderr[-3000:]
@@ -165,6 +169,8 @@ def test_an_interrupted_sweep_goes_on_from_its_journal(write_params) -> None:
         )
     decision = json.loads((run / "decision.json").read_text())
     assert decision["noise"]["sweep_resumed"] == whole  # the last run's, which kept them all
+    cost = decision["sweep_cost"]  # the three runs' together
+    assert cost["runs"] == 3 and cost["measurements"] == whole and cost["server_starts"] == 3, cost
     assert any(
         r.startswith("the sweep went on from a run of it stopped part way") for r in decision["reasons"]
     )

@@ -160,8 +160,9 @@ class SweepCost(Record):
     is worth on this job (the forecast)."""
 
     wall_s: float = 0.0
-    """From the sweep's first server start to its last measurement (the pilot included); a resumed
-    sweep counts this run only."""
+    """From the sweep's first server start to its last measurement (the pilot included), over every
+    run of it: a sweep stopped part way and resumed adds what each stopped run had cost (its line in
+    the sweep's journal; a run killed outright leaves none)."""
     server_starts: int = 0
     server_start_s: float = 0.0
     """The starts' seconds together, launch to ready with the warm-up."""
@@ -180,6 +181,8 @@ class SweepCost(Record):
     budget_rule: str = ""
     """Where the budget came from: the params' decide.time_budget_s, or a share of the job's
     forecast hours (kit.decide.budget)."""
+    runs: int = 1
+    """The `kit decide` runs the sweep took (more than one: stopped part way and resumed)."""
     compile_cache: str | None = optional()
     """The folder the engine's compile caches were kept in across the sweep's starts."""
 

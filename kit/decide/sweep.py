@@ -28,6 +28,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterable
+from dataclasses import replace
 from typing import Any
 
 import pandas as pd
@@ -192,6 +193,7 @@ def run_sweep(setup: SweepSetup, fresh: bool = False) -> SweepResult:
                 params, servers, runnable, setup.pilot_prompts, setup.pilot_more, sweep_log
             )
     except BaseException:
+        journal.stopped(race.spent(len(journal.rows) - len(prior), servers))
         kept = journal.kept()  # what is on disk: the interrupt may have cut a line's count short
         log.warning(
             "the sweep stopped: %d measurement(s) are kept in %s; run kit decide again with the same "
@@ -231,7 +233,7 @@ def run_sweep(setup: SweepSetup, fresh: bool = False) -> SweepResult:
         resumed=len(prior),
         servers_idle_cpu_pct=None if servers.idle_cpu is None else round(100 * servers.idle_cpu, 1),
         servers_held=servers.held,
-        cost=race.cost(wall_s, len(new), servers),
+        cost=replace(race.cost(wall_s, len(new), servers, journal.spent), rounds=_rounds(runs)),
     )
 
 
@@ -245,6 +247,11 @@ def _resumed(journal: SweepJournal, kept: int, sweep_log: SweepLog) -> list[Swee
         + (f"; given up before: {', '.join(journal.given_up)}" if journal.given_up else "")
     )
     return [r.copy() for r in journal.rows]
+
+
+def _rounds(runs: pd.DataFrame) -> int:
+    """Rounds that measured anything (over every run of a resumed sweep)."""
+    return int(runs[runs.phase == "sweep"]["round"].nunique())
 
 
 def given_up(table: pd.DataFrame, crashed: dict[str, str]) -> pd.DataFrame:

@@ -50,12 +50,24 @@ class Header(TypedDict):
     started: str
 
 
+class Spent(TypedDict):
+    """What one run of the sweep that was stopped part way had cost when it stopped (the sweep's
+    cost, decision.json's `sweep_cost`, counts every run of it)."""
+
+    wall_s: float
+    server_starts: int
+    server_start_s: float
+    measurements: int
+
+
 class Entry(TypedDict, total=False):
-    """Every later line: a measurement that ended (`row`), or an arm given up (`given_up`, `why`)."""
+    """Every later line: a measurement that ended (`row`), an arm given up (`given_up`, `why`), or
+    what a stopped run had cost (`spent`)."""
 
     row: SweepRow
     given_up: str
     why: str
+    spent: Spent
 
 
 def sweep_key(
@@ -102,6 +114,8 @@ class SweepJournal:
     key: str
     rows: list[SweepRow] = field(default_factory=list)
     given_up: dict[str, str] = field(default_factory=dict)
+    spent: list[Spent] = field(default_factory=list)
+    """What each earlier, stopped run of this sweep cost (a run killed outright leaves no line)."""
 
     @classmethod
     def open(cls, path: Path, key: str, fresh: bool = False) -> SweepJournal:
@@ -116,6 +130,8 @@ class SweepJournal:
                         journal.rows.append(entry["row"])
                     elif "given_up" in entry:
                         journal.given_up[entry["given_up"]] = entry["why"]
+                    elif "spent" in entry:
+                        journal.spent.append(entry["spent"])
                 return journal
             aside = _aside(path)
             path.rename(aside)
@@ -159,6 +175,10 @@ class SweepJournal:
     def give_up(self, arm: str, why: str) -> None:
         _append(self.path, Entry(given_up=arm, why=why))
         self.given_up[arm] = why
+
+    def stopped(self, spent: Spent) -> None:
+        """This run stops part way: what it cost, for the run that goes on from here."""
+        _append(self.path, Entry(spent=spent))
 
     @staticmethod
     def finish(path: Path) -> None:

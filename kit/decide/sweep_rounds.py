@@ -23,7 +23,7 @@ from kit.decide.budget import SweepBudget, job_budget, job_output_tokens, params
 from kit.decide.levels import RUN_COLUMNS, SweepRow, flag_slow, summarise
 from kit.decide.pilot import Answer
 from kit.decide.racing import Settled, race, settle
-from kit.decide.sweep_journal import SlotKey, SweepJournal
+from kit.decide.sweep_journal import SlotKey, Spent, SweepJournal
 from kit.decide.sweep_servers import ArmServers, Slot
 from kit.decide.sweep_setup import SweepSetup
 from kit.decide.sweep_slots import SweepLog, run_slots, slot_of
@@ -114,18 +114,30 @@ class Race:
         self.log.line(f"time budget: {budget.rule}")
         return budget
 
-    def cost(self, wall_s: float, measurements: int, servers: ArmServers) -> SweepCost:
-        """decision.json's `sweep_cost` for this run of the sweep."""
+    def spent(self, measurements: int, servers: ArmServers) -> Spent:
+        """What this run of the sweep has cost so far (a stopped run's line in the journal)."""
+        return Spent(
+            wall_s=round(time.monotonic() - self.t0, 1),
+            server_starts=servers.launched,
+            server_start_s=round(sum(servers.start_s), 1),
+            measurements=measurements,
+        )
+
+    def cost(
+        self, wall_s: float, measurements: int, servers: ArmServers, before: list[Spent] | None = None
+    ) -> SweepCost:
+        """decision.json's `sweep_cost`: this run of the sweep and the stopped runs `before` it."""
+        before = before or []
         parts: dict[str, float] = {}
         for start in servers.start_parts:
             for name, seconds in start.items():
                 parts[name] = round(parts.get(name, 0.0) + seconds, 1)
         return SweepCost(
-            wall_s=round(wall_s, 1),
-            server_starts=servers.launched,
-            server_start_s=round(sum(servers.start_s), 1),
+            wall_s=round(wall_s + sum(b["wall_s"] for b in before), 1),
+            server_starts=servers.launched + sum(b["server_starts"] for b in before),
+            server_start_s=round(sum(servers.start_s) + sum(b["server_start_s"] for b in before), 1),
             server_start_parts=parts,
-            measurements=measurements,
+            measurements=measurements + sum(b["measurements"] for b in before),
             skipped=len(self.skipped),
             skipped_measurements=[
                 SkippedMeasurement(
@@ -136,6 +148,7 @@ class Race:
             rounds=self.began,
             budget_s=None if self.budget.seconds is None else round(self.budget.seconds, 1),
             budget_rule=self.budget.rule or "no budget",
+            runs=1 + len(before),
         )
 
 
