@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypedDict
 
 from kit.engines.arms import Algorithm, Arm, resolve_algorithm
+from kit.engines.compile_cache import TORCH_CACHE_VARS
 from kit.errors import EngineError
 from kit.modelshape import shape_of
 
@@ -170,6 +171,10 @@ class Flavor:
     """Python modules its server imports only once a speculative algorithm starts: module ->
     (the distribution that installs it, the `--speculative-algorithm` values that import it). The
     probe looks for them, so that a missing one is said before stage 2's arms fail to start."""
+    compile_cache_vars: Mapping[str, str] = field(default_factory=lambda: dict(TORCH_CACHE_VARS))
+    """The environment variables that place its server's compile caches (FlashInfer JIT, torch.compile,
+    Triton, its own): variable -> subfolder of the one folder the kit gives them
+    (kit.engines.compile_cache); by default torch's and Triton's."""
 
     @property
     def can_speculate(self) -> bool:

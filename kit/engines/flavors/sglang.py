@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 from kit.engines import parsers
 from kit.engines.arms import Arm, adaptive_bands
+from kit.engines.compile_cache import CUDA_CACHE_VARS, TORCH_CACHE_VARS
 from kit.engines.flavors.base import ArmSpelling, Flavor, draft_length, opt, section_algorithm
 
 if TYPE_CHECKING:
@@ -36,6 +37,24 @@ ADAPTIVE_ALGORITHMS = ("EAGLE", "EAGLE3")
 speculative/adaptive_spec_params.py `adaptive_unsupported_reason`; MTP is served as EAGLE)."""
 ADAPTIVE_HYSTERESIS = {1: -0.25}
 """Its default bands' `down_hysteresis` (0.0 from 8 running up), kept in the bands the kit writes."""
+COMPILE_CACHE_VARS = {
+    **TORCH_CACHE_VARS,
+    **CUDA_CACHE_VARS,
+    # its own cache root (0.5.16 srt/environ.py:1135, 0.5.23 srt/environ.py:1383; else ~/.cache/sglang):
+    # torch.compile graphs (srt/compilation/backend.py), FlashInfer autotune results
+    # (srt/model_executor/runner/flashinfer_autotune.py); 0.5.23 also puts DeepGEMM, CuTe AOT and, unless
+    # set, the variables above under it (srt/environ.py:2308 third_party_cache_defaults)
+    "SGLANG_CACHE_DIR": "sglang",
+    # 0.5.16: DeepGEMM's JIT kernels (srt/environ.py:675, else ~/.cache/deep_gemm), copied into
+    # DG_JIT_CACHE_DIR over any value there (srt/layers/deep_gemm_wrapper/compile_utils.py:39)
+    "SGLANG_DG_CACHE_DIR": "deep_gemm",
+    # 0.5.16: its JIT kernels built through tvm-ffi (jit_kernel/utils/compile.py:244, else ~/.cache/tvm-ffi)
+    "TVM_FFI_CACHE_DIR": "tvm-ffi",
+    # 0.5.23: its JIT kernels (kernels/jit/utils/compile/cache.py:318, else ~/.cache/sglang/jit: not
+    # under SGLANG_CACHE_DIR)
+    "SGLANG_JIT_CACHE_DIR": "sglang-jit",
+}
+"""Where its server's compile caches go (kit.engines.compile_cache), with the files that read each."""
 ACCEPT_LENGTH = "sglang:spec_accept_length"
 """Its accept-length gauge (one per data-parallel rank); responses carry it too (`meta_info`)."""
 PARSERS = {
@@ -185,4 +204,5 @@ FLAVOR = SGLang(
     # 0.5.16 on CUDA: the EAGLE draft's CUDA-graph capture imports the DSA attention backend, which
     # imports deep_gemm (speculative/eagle_worker_v2.py); seen on the H200 (docs/lab/h200/sglang/)
     speculative_modules={"deep_gemm": ("sgl-deep-gemm", ("EAGLE", "EAGLE3", "NEXTN"))},
+    compile_cache_vars=COMPILE_CACHE_VARS,
 )

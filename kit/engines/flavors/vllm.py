@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, TypedDict
 
 from kit.engines import parsers
 from kit.engines.arms import adaptive_bands
+from kit.engines.compile_cache import CUDA_CACHE_VARS, TORCH_CACHE_VARS
 from kit.engines.flavors.base import Capacity, Flavor, ToolFields, draft_length, opt, section_algorithm
 from kit.errors import ParamsError
 
@@ -66,6 +67,15 @@ DRAFT_TOKENS = "vllm:spec_decode_num_draft_tokens_total"
 ACCEPTED = "vllm:spec_decode_num_accepted_tokens_total"
 PER_POSITION = "vllm:spec_decode_num_accepted_tokens_per_pos_total"
 """Its speculative counters: no accept length in its responses, these in `/metrics` instead."""
+COMPILE_CACHE_VARS = {
+    **TORCH_CACHE_VARS,
+    **CUDA_CACHE_VARS,
+    # its own cache root (0.32 vllm/envs.py:712; else $XDG_CACHE_HOME/vllm): torch.compile graphs
+    # (vllm/compilation/backends.py:1075 torch_compile_cache/, where it points Inductor itself,
+    # compilation/compiler_interface.py:467), FlashInfer autotune, DeepGEMM, model infos
+    "VLLM_CACHE_ROOT": "vllm",
+}
+"""Where its server's compile caches go (kit.engines.compile_cache), with the files that read each."""
 PARSERS = {
     parsers.QWEN_XML: ("qwen3_coder", "qwen3"),
     parsers.QWEN_JSON: ("hermes", "qwen3"),
@@ -240,4 +250,5 @@ FLAVOR = VLLM(
     spec_metrics=(DRAFTS, DRAFT_TOKENS, ACCEPTED, PER_POSITION),
     dummy_weights_args=("--load-format", "dummy"),
     no_prefix_cache_args=("--no-enable-prefix-caching",),
+    compile_cache_vars=COMPILE_CACHE_VARS,
 )
