@@ -532,7 +532,7 @@ def hand_server(
 def test_a_server_the_kit_starts_keeps_its_compile_caches_in_the_kits_folder(vllm_server: SharedVllm) -> None:
     """The session's vLLM: every compile-cache variable in its environment (read from /proc) points
     into the folder the kit named in its log (KIT_CACHE_DIR is the session's, tests/isolation.py),
-    and vLLM wrote there."""
+    vLLM wrote there, and its start's parts are read from its log."""
     srv = vllm_server.ready()
     folder = srv.compile_cache
     assert folder is not None and folder.is_relative_to(os.environ["KIT_CACHE_DIR"])
@@ -543,6 +543,8 @@ def test_a_server_the_kit_starts_keeps_its_compile_caches_in_the_kits_folder(vll
         assert environ[name] == str(folder / sub), name
     assert f"==== kit: compile caches in {folder}\n" in srv.log_path.read_text()
     assert any((folder / "vllm").rglob("*.json")), "vLLM wrote nothing into VLLM_CACHE_ROOT"
+    parts = srv.start_parts()  # --enforce-eager: no compile, no graphs
+    assert set(parts) == {"weights_s", "engine_init_s"} and 0 < parts["weights_s"] < parts["engine_init_s"]
 
 
 def test_every_server_of_a_run_shares_one_compile_cache_folder(vllm_run: Path) -> None:

@@ -318,6 +318,17 @@ class ServerProcess:
         except FileNotFoundError:
             return ""
 
+    def start_parts(self, max_bytes: int = 1024 * 1024) -> dict[str, float]:
+        """What its latest start spent time on, in seconds, as far as its log shows (the flavor's
+        `start_parts`: weights, graphs, compile, ...), read from the start's first `max_bytes`."""
+        try:
+            with open(self.log_path, "rb") as f:
+                f.seek(self._log_offset)
+                head = f.read(max_bytes).decode("utf-8", errors="replace")
+        except FileNotFoundError:
+            return {}
+        return flavor(self.params.engine.flavor).start_parts(head)
+
     def log_tail(self, n: int = LOG_TAIL_LINES) -> str:
         """The last `n` non-empty lines that the server wrote since its latest start, one per line."""
         lines = [line.rstrip() for line in self.log_since_start().splitlines()]

@@ -172,9 +172,7 @@ class Flavor:
     (the distribution that installs it, the `--speculative-algorithm` values that import it). The
     probe looks for them, so that a missing one is said before stage 2's arms fail to start."""
     compile_cache_vars: Mapping[str, str] = field(default_factory=lambda: dict(TORCH_CACHE_VARS))
-    """The environment variables that place its server's compile caches (FlashInfer JIT, torch.compile,
-    Triton, its own): variable -> subfolder of the one folder the kit gives them
-    (kit.engines.compile_cache); by default torch's and Triton's."""
+    """Where its compile caches go: variable -> subfolder of the kit's one folder (compile_cache.py)."""
 
     @property
     def can_speculate(self) -> bool:
@@ -200,6 +198,11 @@ class Flavor:
 
     def env(self, eng: EngineParams) -> dict[str, str]:
         """Environment variables of its own for the server process (`engine.env` is added over them)."""
+        return {}
+
+    def start_parts(self, log: str) -> dict[str, float]:
+        """Seconds its server's start spent on each part `log` (its output since the start) shows:
+        `weights_s`, `graphs_s`, `compile_s`, ... (kit.engines.start_parts); none by default."""
         return {}
 
     def needs_gpu(self, device: str, packages: Mapping[str, str | None] | None) -> bool:
