@@ -108,15 +108,15 @@ def isolate() -> Session:
             "TMPDIR": str(tmp),  # Ray's session folder (/tmp/ray otherwise), Chromium's profile, mkdtemp
             "RAY_TMPDIR": str(tmp),
             "HF_HOME": str(cache / "huggingface"),
-            "TORCHINDUCTOR_CACHE_DIR": str(cache / "torchinductor"),
-            "TRITON_CACHE_DIR": str(cache / "triton"),
+            # the compile caches of the servers the kit starts (kit.engines.compile_cache); torch's,
+            # Triton's and vLLM's own defaults lie under TMPDIR, HOME and XDG_CACHE_HOME above
+            "KIT_CACHE_DIR": str(cache / "kit"),
             "PIP_CACHE_DIR": str(cache / "pip"),
             "MPLCONFIGDIR": str(config / "matplotlib"),
             "JUPYTER_CONFIG_DIR": str(home / ".jupyter"),
             "JUPYTER_DATA_DIR": str(data / "jupyter"),
             "JUPYTER_RUNTIME_DIR": str(run / "jupyter"),
             "IPYTHONDIR": str(home / ".ipython"),
-            "VLLM_CACHE_ROOT": str(cache / "vllm"),
             "VLLM_CONFIG_ROOT": str(config / "vllm"),
             "PLAYWRIGHT_BROWSERS_PATH": str(cache / "ms-playwright"),
         }

@@ -222,7 +222,7 @@ def test_a_port_taken_between_the_kits_check_and_the_servers_bind_gets_another_p
             assert srv.port != taken and accepts_connections(srv.port or 0)
             log = srv.log_path.read_text()
     assert f"port {taken}:" in log and "address already in use" in log, log[-2000:]
-    assert log.count("==== kit") == 2, "one failed start, one on another port"
+    assert log.count("==== kit ") == 2, "one failed start, one on another port"
 
 
 def test_a_port_the_user_named_is_not_swapped_for_another(

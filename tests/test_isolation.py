@@ -33,7 +33,7 @@ def test_this_session_has_its_own_home_temp_and_caches(tmp_path: Path) -> None:
     assert root.name == os.environ[isolation.TAG] and root.name.startswith("kit-t-")
     assert Path.home() == root / "home" != Path(os.environ[isolation.ORIGINAL_HOME])
     assert tmp_path.is_relative_to(root)  # pytest's own tmp_path too
-    for name in ("HF_HOME", "XDG_CACHE_HOME", "TORCHINDUCTOR_CACHE_DIR", "MPLCONFIGDIR", "JUPYTER_DATA_DIR"):
+    for name in ("HF_HOME", "XDG_CACHE_HOME", "KIT_CACHE_DIR", "MPLCONFIGDIR", "JUPYTER_DATA_DIR"):
         assert Path(os.environ[name]).is_relative_to(root), name
     code = (
         "import json, pathlib, tempfile; print(json.dumps([str(pathlib.Path.home()), tempfile.gettempdir()]))"

@@ -19,6 +19,7 @@ import asyncio
 import contextlib
 import json
 import math
+import os
 import re
 import shutil
 import signal
@@ -47,6 +48,7 @@ from kit.decide.noise import UNMEASURED_NOISE
 from kit.decide.run import pilot_prompts
 from kit.decide.sweep_setup import SweepSetup
 from kit.engines.arms import Arm
+from kit.engines.flavors import flavor
 from kit.params import load_params
 from kit.runfolder import RunFolder
 
@@ -537,6 +539,36 @@ def hand_server(
     with pytest.MonkeyPatch.context() as env:
         env.setenv(KEY_ENV, vllm_server.api_key)
         yield vllm_server.ready().base_url, params
+
+
+def test_a_server_the_kit_starts_keeps_its_compile_caches_in_the_kits_folder(vllm_server: SharedVllm) -> None:
+    """The session's vLLM: every compile-cache variable in its environment (read from /proc) points
+    into the folder the kit named in its log (KIT_CACHE_DIR is the session's, tests/isolation.py),
+    vLLM wrote there, and its start's parts are read from its log."""
+    srv = vllm_server.ready()
+    folder = srv.compile_cache
+    assert folder is not None and folder.is_relative_to(os.environ["KIT_CACHE_DIR"])
+    engine = psutil.Process(srv.pid).children()[0]  # the reaper's child is the server
+    raw = Path(f"/proc/{engine.pid}/environ").read_bytes().decode().split("\0")
+    environ = dict(line.split("=", 1) for line in raw if "=" in line)
+    for name, sub in flavor(srv.params.engine.flavor).compile_cache_vars.items():
+        assert environ[name] == str(folder / sub), name
+    assert f"==== kit: compile caches in {folder}\n" in srv.log_path.read_text()
+    assert any((folder / "vllm").rglob("*.json")), "vLLM wrote nothing into VLLM_CACHE_ROOT"
+    parts = srv.start_parts()  # --enforce-eager: no compile, no graphs
+    assert set(parts) == {"weights_s", "engine_init_s"} and 0 < parts["weights_s"] < parts["engine_init_s"]
+
+
+def test_every_server_of_a_run_shares_one_compile_cache_folder(vllm_run: Path) -> None:
+    """Stage 2's sweep servers, one after the other, and stage 3's: one folder, named in each log."""
+    named = {
+        log.name: re.findall(r"^==== kit: compile caches in (\S+)", log.read_text(), re.M)
+        for log in (vllm_run / "logs").glob("*.log")
+        if log.name.startswith(("sweep-", "server-"))
+    }
+    assert {"sweep-plain.log", "server-0.log"} <= set(named), named
+    assert len({folder for found in named.values() for folder in found}) == 1, named
+    assert all(named.values()), named
 
 
 def external(tmp: Path, server: tuple[str, dict], run: str, generate: dict) -> Path:

@@ -9,13 +9,13 @@ in the run's logs/), renames the flags it knows to have moved, and checks choice
 
 from __future__ import annotations
 
-import hashlib
-import os
 import re
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
+
+from kit.engines.compile_cache import install_key, kit_cache_root
 
 if TYPE_CHECKING:
     from kit.engines.flavors.base import Flavor
@@ -67,9 +67,8 @@ def parse_help(text: str, version: str | None = None, help_path: str | None = No
 
 def _cache_file(python: Path, flavor: Flavor, version: str) -> Path:
     """Where the --help of this interpreter's engine install is kept (KIT_CACHE_DIR, ~/.cache/kit)."""
-    root = Path(os.environ.get("KIT_CACHE_DIR") or Path.home() / ".cache" / "kit") / "launcher-help"
-    key = hashlib.sha256(f"{Path(python).absolute()}|{version}".encode()).hexdigest()[:12]
-    return root / f"{flavor.name}-{version.split('@')[0]}-{key}.txt"
+    root = kit_cache_root() / "launcher-help"
+    return root / f"{flavor.name}-{version.split('@')[0]}-{install_key(python, version)}.txt"
 
 
 _VERSION_CODE = """
@@ -88,11 +87,11 @@ def engine_version(
     python: Path, flavor: Flavor, env: dict[str, str] | None = None, timeout_s: float = 60.0
 ) -> str | None:
     """The installed version of the flavor's engine package (any of its distributions), or None."""
-    found = _installed(python, flavor, env, timeout_s)
+    found = engine_install(python, flavor, env, timeout_s)
     return found.split("@")[0] if found else None
 
 
-def _installed(
+def engine_install(
     python: Path, flavor: Flavor, env: dict[str, str] | None, timeout_s: float = 60.0
 ) -> str | None:
     """`version@dist-info path` of the engine package: two installs of one version differ by path."""
@@ -140,7 +139,7 @@ def discover(
     """
     if flavor.launcher is None:
         return None
-    installed = _installed(python, flavor, env)
+    installed = engine_install(python, flavor, env)
     if installed is None:
         return None
     text, path, from_cache, _ = cached_help(python, flavor, installed, copy_to, env)

@@ -28,6 +28,7 @@ import psutil
 from kit.engines import launcher as launchers
 from kit.engines import reaper
 from kit.engines.client import is_loopback, key_refused
+from kit.engines.compile_cache import compile_cache_env, compile_cache_folder, kept_by_user
 from kit.engines.crashes import Crash, read_crash
 from kit.engines.flavors import flavor, server_command, server_env
 from kit.engines.start_failures import explain_start_failure, start_failure_name
@@ -102,6 +103,8 @@ class ServerProcess:
         self.port: int | None = None
         self.command: list[str] = []
         self.exit_code: int | None = None
+        self.compile_cache: Path | None = None
+        """The folder its compile caches go to (kit.engines.compile_cache), once started."""
         self._proc: subprocess.Popen[bytes] | None = None
         self._server_pgid: int | None = None
         self._log_offset = 0
@@ -167,6 +170,7 @@ class ServerProcess:
         launcher = self._launcher()
         built = server_command(self.params, self.port)
         self.command, self.flag_notes = launchers.adapt_flags(built, launcher)
+        self.compile_cache = self.compile_cache or self._compile_cache_folder()
         problems = launchers.choice_problems(self.command, launcher)
         if problems:
             raise EngineStartError(
@@ -201,6 +205,29 @@ class ServerProcess:
         self.launcher = launchers.discover(python, fl, copy_to=self.log_dir, env=env)
         return self.launcher
 
+    def _compile_cache_folder(self) -> Path:
+        """This engine install's compile-cache folder (made here, so that a user finds it)."""
+        python = self.params.engine_python
+        fl = flavor(self.params.engine.flavor)
+        installed = launchers.engine_install(python, fl, {**os.environ, **server_env(self.params)})
+        folder = compile_cache_folder(fl.name, python, installed)
+        folder.mkdir(parents=True, exist_ok=True)
+        return folder
+
+    def server_environment(self) -> dict[str, str]:
+        """The server's environment: its compile caches in `compile_cache`, under the kit's own
+        environment and the flavor's variables and `engine.env` (a variable set there wins)."""
+        variables = flavor(self.params.engine.flavor).compile_cache_vars
+        own = compile_cache_env(variables, self.compile_cache) if self.compile_cache else {}
+        return {**own, **os.environ, **server_env(self.params)}
+
+    def _compile_cache_note(self) -> str:
+        """The log line that names the compile-cache folder, and the variables the user set."""
+        variables = flavor(self.params.engine.flavor).compile_cache_vars
+        kept = kept_by_user(variables, os.environ, server_env(self.params))
+        note = f"==== kit: compile caches in {self.compile_cache}"
+        return note + (f" (kept as set: {', '.join(kept)})" if kept else "") + "\n"
+
     def _launch(self) -> subprocess.Popen[bytes]:
         """Start the reaper (by file path: it needs only the standard library) with the server command."""
         self.log_dir.mkdir(parents=True, exist_ok=True)
@@ -209,6 +236,7 @@ class ServerProcess:
         stamp = dt.datetime.now().isoformat(timespec="seconds")
         header = f"==== kit {stamp}: start '{self.name}', port {self.port}: {shlex.join(self.command)}\n"
         header += "".join(f"==== kit: {note}\n" for note in self.flag_notes)
+        header += self._compile_cache_note() if self.compile_cache else ""
         with open(self.log_path, "ab") as log:
             self._log_offset = log.tell()
             log.write(header.encode())
@@ -218,7 +246,7 @@ class ServerProcess:
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
-                env={**os.environ, **server_env(self.params)},
+                env=self.server_environment(),
                 start_new_session=True,
             )
 
@@ -289,6 +317,17 @@ class ServerProcess:
                 return f.read().decode("utf-8", errors="replace")
         except FileNotFoundError:
             return ""
+
+    def start_parts(self, max_bytes: int = 1024 * 1024) -> dict[str, float]:
+        """What its latest start spent time on, in seconds, as far as its log shows (the flavor's
+        `start_parts`: weights, graphs, compile, ...), read from the start's first `max_bytes`."""
+        try:
+            with open(self.log_path, "rb") as f:
+                f.seek(self._log_offset)
+                head = f.read(max_bytes).decode("utf-8", errors="replace")
+        except FileNotFoundError:
+            return {}
+        return flavor(self.params.engine.flavor).start_parts(head)
 
     def log_tail(self, n: int = LOG_TAIL_LINES) -> str:
         """The last `n` non-empty lines that the server wrote since its latest start, one per line."""

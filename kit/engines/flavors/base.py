@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypedDict
 
 from kit.engines.arms import Algorithm, Arm, resolve_algorithm
+from kit.engines.compile_cache import TORCH_CACHE_VARS
 from kit.errors import EngineError
 from kit.modelshape import shape_of
 
@@ -170,6 +171,8 @@ class Flavor:
     """Python modules its server imports only once a speculative algorithm starts: module ->
     (the distribution that installs it, the `--speculative-algorithm` values that import it). The
     probe looks for them, so that a missing one is said before stage 2's arms fail to start."""
+    compile_cache_vars: Mapping[str, str] = field(default_factory=lambda: dict(TORCH_CACHE_VARS))
+    """Where its compile caches go: variable -> subfolder of the kit's one folder (compile_cache.py)."""
 
     @property
     def can_speculate(self) -> bool:
@@ -195,6 +198,11 @@ class Flavor:
 
     def env(self, eng: EngineParams) -> dict[str, str]:
         """Environment variables of its own for the server process (`engine.env` is added over them)."""
+        return {}
+
+    def start_parts(self, log: str) -> dict[str, float]:
+        """Seconds its server's start spent on each part `log` (its output since the start) shows:
+        `weights_s`, `graphs_s`, `compile_s`, ... (kit.engines.start_parts); none by default."""
         return {}
 
     def needs_gpu(self, device: str, packages: Mapping[str, str | None] | None) -> bool:

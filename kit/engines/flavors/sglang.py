@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import tempfile
 import warnings
 from collections.abc import Mapping
@@ -15,7 +16,9 @@ from typing import TYPE_CHECKING
 
 from kit.engines import parsers
 from kit.engines.arms import Arm, adaptive_bands
+from kit.engines.compile_cache import CUDA_CACHE_VARS, TORCH_CACHE_VARS
 from kit.engines.flavors.base import ArmSpelling, Flavor, draft_length, opt, section_algorithm
+from kit.engines.start_parts import NUMBER, parts, span, stamped, summed
 
 if TYPE_CHECKING:
     from kit.params import EngineParams, RunParams, SpeculativeParams
@@ -36,6 +39,38 @@ ADAPTIVE_ALGORITHMS = ("EAGLE", "EAGLE3")
 speculative/adaptive_spec_params.py `adaptive_unsupported_reason`; MTP is served as EAGLE)."""
 ADAPTIVE_HYSTERESIS = {1: -0.25}
 """Its default bands' `down_hysteresis` (0.0 from 8 running up), kept in the bands the kit writes."""
+COMPILE_CACHE_VARS = {
+    **TORCH_CACHE_VARS,
+    **CUDA_CACHE_VARS,
+    # its own cache root (0.5.16 srt/environ.py:1135, 0.5.23 srt/environ.py:1383; else ~/.cache/sglang):
+    # torch.compile graphs (srt/compilation/backend.py), FlashInfer autotune results
+    # (srt/model_executor/runner/flashinfer_autotune.py); 0.5.23 also puts DeepGEMM, CuTe AOT and, unless
+    # set, the variables above under it (srt/environ.py:2308 third_party_cache_defaults)
+    "SGLANG_CACHE_DIR": "sglang",
+    # 0.5.16: DeepGEMM's JIT kernels (srt/environ.py:675, else ~/.cache/deep_gemm), copied into
+    # DG_JIT_CACHE_DIR over any value there (srt/layers/deep_gemm_wrapper/compile_utils.py:39)
+    "SGLANG_DG_CACHE_DIR": "deep_gemm",
+    # 0.5.16: its JIT kernels built through tvm-ffi (jit_kernel/utils/compile.py:244, else ~/.cache/tvm-ffi)
+    "TVM_FFI_CACHE_DIR": "tvm-ffi",
+    # 0.5.23: its JIT kernels (kernels/jit/utils/compile/cache.py:318, else ~/.cache/sglang/jit: not
+    # under SGLANG_CACHE_DIR)
+    "SGLANG_JIT_CACHE_DIR": "sglang-jit",
+}
+"""Where its server's compile caches go (kit.engines.compile_cache), with the files that read each."""
+# its start, as 0.5.16 and 0.5.23 log it (model_executor/model_runner.py "Load weight end",
+# model_runner_components/cuda_graph_setup.py "Capture <what> CUDA graph end" (0.5.23: "... end. bs=[..],
+# elapsed="), speculative/eagle_worker_v2.py "Capture draft decode / extend CUDA graph end" and "Built
+# adaptive runtime state steps=N: elapsed=", compilation/backend.py torch.compile, and
+# entrypoints/http_server.py "The server is fired up and ready to roll!")
+WEIGHTS_LINE = re.compile(rf"Load weight end\. elapsed={NUMBER} s")
+GRAPHS_LINE = re.compile(
+    rf"Capture [^\n]*? end\. [^\n]*?elapsed={NUMBER} s|Built adaptive runtime state [^\n]*?elapsed={NUMBER}s"
+)
+COMPILE_LINE = re.compile(rf"Compiling a graph for dynamic shape takes {NUMBER} s")
+WARMUP_FROM = re.compile(r"Load weight end\.|Capture [^\n]*? end\.|Built adaptive runtime state")
+READY_LINE = re.compile(r"The server is fired up and ready to roll!")
+STAMP = re.compile(r"^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)[\] ]")
+"""Its log lines' timestamp (`[2026-12-03 10:50:36]`, `[... TP0]` under tensor parallelism)."""
 ACCEPT_LENGTH = "sglang:spec_accept_length"
 """Its accept-length gauge (one per data-parallel rank); responses carry it too (`meta_info`)."""
 PARSERS = {
@@ -77,6 +112,19 @@ class SGLang(Flavor):
 
     def needs_gpu(self, device: str, packages: Mapping[str, str | None] | None) -> bool:
         return True
+
+    def start_parts(self, log: str) -> dict[str, float]:
+        """`weights_s` (every model it loads, the draft too), `graphs_s` (every CUDA graph capture),
+        `compile_s` (torch.compile, within the captures), `warmup_s` (from the last of those to
+        "ready to roll", by its timestamps: the warmup request, where first-use JIT compiles such as
+        FlashInfer's land)."""
+        graphs = [float(a or b) for a, b in GRAPHS_LINE.findall(log)]
+        return parts(
+            weights_s=summed(log, WEIGHTS_LINE),
+            graphs_s=round(sum(graphs), 3) if graphs else None,
+            compile_s=summed(log, COMPILE_LINE),
+            warmup_s=span(stamped(log, WARMUP_FROM, STAMP), stamped(log, READY_LINE, STAMP)),
+        )
 
     def spell_arm(self, arm: Arm) -> ArmSpelling:
         """A chain of k drafted tokens: k draft steps, top-k 1, k + 1 tokens verified per step (the
@@ -185,4 +233,5 @@ FLAVOR = SGLang(
     # 0.5.16 on CUDA: the EAGLE draft's CUDA-graph capture imports the DSA attention backend, which
     # imports deep_gemm (speculative/eagle_worker_v2.py); seen on the H200 (docs/lab/h200/sglang/)
     speculative_modules={"deep_gemm": ("sgl-deep-gemm", ("EAGLE", "EAGLE3", "NEXTN"))},
+    compile_cache_vars=COMPILE_CACHE_VARS,
 )

