@@ -149,6 +149,7 @@ class Race:
             budget_s=None if self.budget.seconds is None else round(self.budget.seconds, 1),
             budget_rule=self.budget.rule or "no budget",
             runs=1 + len(before),
+            compile_cache=str(servers.compile_cache) if servers.compile_cache else None,
         )
 
 

@@ -101,6 +101,8 @@ class ArmServers:
         self.launched = 0
         """Server processes started (side by side, each of `start_all`'s counts)."""
         self.start_parts: list[dict[str, float]] = []
+        self.compile_cache: Any = None
+        """The folder the servers keep their compile caches in (kit.engines.compile_cache)."""
         """Of each start, what its server's log says took how long (kit.engines.start_parts)."""
         self.started: dict[str, list[float]] = {}
         """The same per arm, one at a time (side by side, `start_all` times them together)."""
@@ -169,6 +171,7 @@ class ArmServers:
         engine's log says nothing, or the server is someone else's)."""
         parts = getattr(server, "start_parts", None)
         self.start_parts.append(parts() if callable(parts) else {})
+        self.compile_cache = self.compile_cache or getattr(server, "compile_cache", None)
 
     def _lower_running(self, name: str, server: Any) -> bool:
         """After a start that failed for want of memory for the running requests' state
