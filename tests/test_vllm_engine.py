@@ -117,6 +117,7 @@ def test_stage2_measures_plain_and_ngram_for_real(vllm_run: Path) -> None:
     assert (
         cost["skipped"] == len(cost["skipped_measurements"]) and "decide.time_budget_s" in cost["budget_rule"]
     )
+    assert cost["compile_cache"] and "weights_s" in cost["server_start_parts"], cost  # from vLLM's logs
     assert (sweep.output_tok_s_lo <= sweep.output_tok_s).all() and (
         sweep.output_tok_s <= sweep.output_tok_s_hi
     ).all()
