@@ -122,7 +122,7 @@ def side_by_side(work: Path, pairs: int, settle_s: float) -> dict[str, list[floa
 
 
 def canary_trace(seconds: float) -> list[float]:
-    from kit.decide.machine import canary_ms
+    from kit.decide.machine.watch import canary_ms
 
     out, end = [], time.monotonic() + seconds
     while time.monotonic() < end:

@@ -44,8 +44,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))  # the kit of this checkout
 
-from kit.decide import gpu_watch, machine  # noqa: E402
-from kit.decide.machine import (  # noqa: E402
+from kit.decide.machine import gpu_watch  # noqa: E402
+from kit.decide.machine import watch as machine  # noqa: E402
+from kit.decide.machine.watch import (  # noqa: E402
     CANARY_LOOPS,
     DISTURBED_CPU,
     SLOW_CANARY,

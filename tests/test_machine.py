@@ -17,8 +17,16 @@ import psutil
 import pytest
 from conftest import REPO
 
-from kit.decide import gpu_watch
-from kit.decide.machine import DISTURBED_CPU, MachineReading, canary_ms, idle_cpu, interference, judge, pause
+from kit.decide.machine import gpu_watch
+from kit.decide.machine.watch import (
+    DISTURBED_CPU,
+    MachineReading,
+    canary_ms,
+    idle_cpu,
+    interference,
+    judge,
+    pause,
+)
 
 SPIN = "import time\nwhile True:\n    time.perf_counter()\n"
 
@@ -471,7 +479,7 @@ def test_the_quiet_gpu_sweeps_of_2026_12_06_flag_nothing():
     """Issue 45's quiet-box count on the GPU: the two SGLang sweeps measured on an H100 on 2026-12-06
     (docs/lab/h200/sglang/2026-12-06/), their signals judged again: 0 of 22 measurements disturbed
     (the rule before flagged 1, a 2.3x canary alone)."""
-    from kit.decide.machine import judge_runs
+    from kit.decide.machine.watch import judge_runs
 
     root = REPO / "docs/lab/h200/sglang/2026-12-06"
     runs = pd.concat([pd.read_parquet(root / f"{n}/sweep_runs.parquet") for n in ("qwen3-8b", "backends")])

@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING, TypedDict
 import pandas as pd
 
 from kit.columns import OUTPUT_TOK_S, OUTPUT_TOK_S_HI, OUTPUT_TOK_S_LO, SPEC_K
-from kit.decide.disturbance import Disturbance
-from kit.decide.machine import judge_runs
+from kit.decide.machine.disturbance import Disturbance
+from kit.decide.machine.watch import judge_runs
 from kit.decide.noise import Lead, lead, median_interval
 from kit.decide.pilot import Answer, PilotFigures
 

@@ -45,7 +45,7 @@ from kit.decide.levels import (
     flag_slow,
     summarise,
 )
-from kit.decide.machine import MachineReading, interference
+from kit.decide.machine.watch import MachineReading, interference
 from kit.decide.pilot import ANSWER_COLUMNS, Answer, PilotFigures, SweepPrompt, pilot
 from kit.decide.sweep_journal import SweepJournal, sweep_key
 from kit.decide.sweep_level import arm_client, measure_level

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kit.asyncrun import run_coroutine
-from kit.decide.machine import DISTURBED_CPU, idle_cpu, pause
+from kit.decide.machine.watch import DISTURBED_CPU, idle_cpu, pause
 from kit.decide.pilot import SweepPrompt
 from kit.decide.sweep_level import Sampling, arm_client
 from kit.engines import start_server

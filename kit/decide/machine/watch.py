@@ -46,8 +46,8 @@ from typing import Any
 
 import psutil
 
-from kit.decide.disturbance import Disturbance
-from kit.decide.gpu_watch import FLAGGED_THROTTLES, GpuReading, read_gpus, throttle_during
+from kit.decide.machine.disturbance import Disturbance
+from kit.decide.machine.gpu_watch import FLAGGED_THROTTLES, GpuReading, read_gpus, throttle_during
 
 DISTURBED_CPU = 0.10
 """Share of all CPU cores that other processes took during a measurement beyond which it is
