@@ -15,10 +15,10 @@ from pydantic import ValidationError
 
 from kit.artifacts import Decision
 from kit.columns import ADAPTIVE, OUTPUT_TOK_S, SPEC_K
-from kit.decide.adaptive import check_adaptive, compare, mark, split, with_adaptive
 from kit.decide.apply import apply_decision
-from kit.decide.levels import RUN_COLUMNS, summarise
-from kit.decide.sweep_journal import sweep_key
+from kit.decide.measure.adaptive import check_adaptive, compare, mark, split, with_adaptive
+from kit.decide.measure.journal import sweep_key
+from kit.decide.measure.tables import RUN_COLUMNS, summarise
 from kit.decide.view import adaptive_table
 from kit.display import Answer
 from kit.engines.arms import Arm, adaptive_ceiling, arm_k

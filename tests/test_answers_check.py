@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from kit.decide.answers_check import ALPHA, SAMPLES, compare, repetition
-from kit.decide.pilot import Answer, SweepPrompt
+from kit.decide.measure.pilot import Answer, SweepPrompt
 
 PROMPTS = 20
 TEMPLATE = '<tool_call> {"name": <function-name>, "arguments": <args-json-object>} </tool_call>'

@@ -15,7 +15,7 @@ from kit.arch import load_arch
 from kit.artifacts.decision_json import EARLIER_ARM_KEYS
 from kit.decide.costmodel import Hardware, Scenario, Workload
 from kit.decide.decision import decide, decision_arm, with_gpus
-from kit.decide.levels import RUN_COLUMNS, summarise
+from kit.decide.measure.tables import RUN_COLUMNS, summarise
 from kit.engines.arms import Arm
 from kit.params import DecideParams
 
@@ -286,7 +286,7 @@ def test_many_disturbed_repetitions_are_one_reason_with_their_count() -> None:
 
 
 def test_the_sweep_measures_a_disturbed_level_once_more_with_every_arm() -> None:
-    from kit.decide.sweep import redo_slots
+    from kit.decide.measure.sweep import redo_slots
     from kit.engines.arms import Arm
 
     arms = [Arm(0), Arm(1, "NGRAM"), Arm(3, "NGRAM")]
@@ -307,8 +307,8 @@ def test_measuring_again_counts_the_server_starts_it_takes(tmp_path: Path) -> No
     its levels alone would. Side by side (no restarts) it fits; with 120 s spent it fits."""
     from types import SimpleNamespace
 
-    from kit.decide.sweep import SweepLog, _fits
-    from kit.decide.sweep_servers import ArmServers, Slot
+    from kit.decide.measure.servers import ArmServers, Slot
+    from kit.decide.measure.sweep import SweepLog, _fits
     from kit.engines.arms import Arm
 
     plain, spec = Arm(0), Arm(2, "NGRAM")
@@ -335,8 +335,8 @@ def test_a_rounds_pace_leaves_out_the_first_server_start(tmp_path: Path) -> None
     """Three servers side by side took 170 s to come up on the H200, then a round ~110 s: at the
     second round's start (280 s in), a 400 s budget has room for it (280 + 110), which a pace that
     counted the start (280 per round) refused."""
-    from kit.decide.sweep import SweepLog, _within_budget
-    from kit.decide.sweep_servers import Slot
+    from kit.decide.measure.servers import Slot
+    from kit.decide.measure.sweep import SweepLog, _within_budget
     from kit.engines.arms import Arm
 
     slots = [Slot(0, Arm(0), 256), Slot(1, Arm(0), 256), Slot(1, Arm(0), 256, "end")]
@@ -363,7 +363,7 @@ def test_drift_is_caught() -> None:
 def test_a_drift_against_a_noise_under_one_percent_prints_that_noise() -> None:
     """The H200's EAGLE-3 sweep (docs/lab/h200/sglang/eagle3-rounds2/): plain at 256 measured 12,197 then
     12,413 tok/s against a level noise of 0.14%; the reason said "beyond its ±0% noise"."""
-    from kit.decide.noise import Drift
+    from kit.decide.measure.noise import Drift
 
     sentence = Drift(256, 12_197, 12_413, 0.0014).sentence()
     assert "(+2%, beyond its ±0.1% noise)" in sentence and "the machine changed" in sentence
@@ -589,7 +589,7 @@ def test_the_sweeps_warm_up_sends_the_top_levels_prompts_at_once(tmp_path: Path)
 
     from test_order import recording_server
 
-    from kit.decide.sweep_servers import WARMUP_BURST_TOKENS, WARMUP_REQUESTS, ArmServers
+    from kit.decide.measure.servers import WARMUP_BURST_TOKENS, WARMUP_REQUESTS, ArmServers
     from kit.engines.settings import sweep_arms
     from kit.params import RunParams
     from kit.runfolder import RunFolder

@@ -289,7 +289,7 @@ def test_a_pilot_too_short_to_time_goes_on_with_more_planned_prompts(tmp_path: P
     import sys
     import time
 
-    from kit.decide.pilot import MIN_PILOT_S, pilot
+    from kit.decide.measure.pilot import MIN_PILOT_S, pilot
     from kit.engines.client import EngineClient
     from kit.engines.process import free_port
     from kit.params import RunParams

@@ -217,7 +217,7 @@ def test_each_signal_says_its_name():
 
 def test_the_sweep_judges_its_rows_and_keeps_the_why():
     """sweep_runs as `flag_slow` sees it: on a GPU box the slow canary is kept as a figure, not a flag."""
-    from kit.decide.levels import RUN_COLUMNS, flag_slow
+    from kit.decide.measure.tables import RUN_COLUMNS, flag_slow
 
     rows = [{"canary_ms": c, "foreign_cpu": 0.005, "gpus": g, "disturbed": False, "phase": "sweep"}
             for g in (1, None) for c in (2.0, 2.0, 2.1, 3.2)]  # fmt: skip
@@ -231,7 +231,7 @@ def test_the_sweep_judges_its_rows_and_keeps_the_why():
 
 
 def test_the_decision_says_what_disturbed_a_measurement():
-    from kit.decide.levels import RUN_COLUMNS, flag_slow, summarise
+    from kit.decide.measure.tables import RUN_COLUMNS, flag_slow, summarise
     from kit.decide.measured import noise_section, noise_sentences
 
     rows = [{"round": r, "phase": "sweep", "arm": "plain", "spec_k": 0, "concurrency": 16, "status": "ok",

@@ -196,7 +196,7 @@ def test_an_arm_without_memory_for_its_running_requests_is_started_again_at_half
     """The memory plan's cap is an estimate: on the H100 the Qwen3.6-27B shape's MTP k=1 server at
     24 running did not start (SGLang's own words in its log). The sweep starts it again at 8 (half,
     in steps of 8, never below 8), and says so; another failure, or a limit the user set, is final."""
-    from kit.decide.sweep_servers import ArmServers
+    from kit.decide.measure.servers import ArmServers
     from kit.engines.arms import Arm
     from kit.runfolder import RunFolder
 

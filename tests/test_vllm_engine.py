@@ -40,10 +40,10 @@ from engines import SHARED_VLLM_KEY, VLLM_PYTHON, SharedVllm, engine_python
 
 from kit.artifacts import Decision
 from kit.decide.answers_check import ALPHA, SAMPLES, answers_checked
-from kit.decide.arm_status import unmeasured
 from kit.decide.decision import decision_arm
-from kit.decide.levels import arm_lead
-from kit.decide.noise import UNMEASURED_NOISE
+from kit.decide.measure.arm_status import unmeasured
+from kit.decide.measure.noise import UNMEASURED_NOISE
+from kit.decide.measure.tables import arm_lead
 from kit.decide.run import pilot_prompts
 from kit.engines.arms import Arm
 from kit.params import load_params
@@ -580,7 +580,7 @@ def test_a_level_above_the_servers_cap_sends_two_waves_of_the_cap(
     256 clients sent at least once in the level's `level_s`."""
     from types import SimpleNamespace
 
-    from kit.decide.sweep_level import measure_level
+    from kit.decide.measure.level import measure_level
     from kit.params import RunParams
 
     path = external(tmp_path, hand_server, "capped", {"use_decision": False})

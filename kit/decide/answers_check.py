@@ -32,10 +32,10 @@ import pandas as pd
 
 from kit.asyncrun import run_coroutine
 from kit.decide.decision import decision_arm
-from kit.decide.pilot import Answer, SweepPrompt, pilot
-from kit.decide.sweep import SweepLog
-from kit.decide.sweep_level import arm_client, stage3_sampling
-from kit.decide.sweep_servers import ArmServers
+from kit.decide.measure.level import arm_client, stage3_sampling
+from kit.decide.measure.pilot import Answer, SweepPrompt, pilot
+from kit.decide.measure.servers import ArmServers
+from kit.decide.measure.sweep import SweepLog
 from kit.engines.settings import Arm, sweep_arms
 
 if TYPE_CHECKING:

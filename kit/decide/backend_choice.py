@@ -19,9 +19,9 @@ import pandas as pd
 from kit.artifacts import BackendResult, Decision
 from kit.columns import OUTPUT_TOK_S, OUTPUT_TOK_S_HI, OUTPUT_TOK_S_LO
 from kit.decide.backends import BASELINE, Alternative, BackendSweep, run_backends
-from kit.decide.levels import RUN_COLUMNS, arm_lead, cell_float, summarise
-from kit.decide.noise import Lead
-from kit.decide.pilot import SweepPrompt
+from kit.decide.measure.noise import Lead
+from kit.decide.measure.pilot import SweepPrompt
+from kit.decide.measure.tables import RUN_COLUMNS, arm_lead, cell_float, summarise
 from kit.params import RunParams
 from kit.runfolder import RunFolder
 

@@ -23,11 +23,11 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from kit.decide.levels import RUN_COLUMNS, flag_slow
-from kit.decide.pilot import SweepPrompt
-from kit.decide.sweep import SweepLog, interleaved, run_slots
-from kit.decide.sweep_level import stage3_sampling
-from kit.decide.sweep_servers import ArmServers, Slot
+from kit.decide.measure.level import stage3_sampling
+from kit.decide.measure.pilot import SweepPrompt
+from kit.decide.measure.servers import ArmServers, Slot
+from kit.decide.measure.sweep import SweepLog, interleaved, run_slots
+from kit.decide.measure.tables import RUN_COLUMNS, flag_slow
 from kit.engines.arms import Arm
 from kit.engines.flavors import flavor, server_env
 from kit.engines.launcher import discover

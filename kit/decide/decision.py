@@ -17,7 +17,6 @@ import pandas as pd
 
 from kit.artifacts import Decision, EngineSettings, LadderPoint, Noise
 from kit.columns import OUTPUT_TOK_S, OUTPUT_TOK_S_HI, OUTPUT_TOK_S_LO, SPEC_K
-from kit.decide.arm_status import crash_sentences, crashes, decided_by, unmeasured, unmeasured_sentences
 from kit.decide.costmodel import (
     Efficiency,
     Scenario,
@@ -27,6 +26,13 @@ from kit.decide.costmodel import (
     weight_bytes,
     with_engine,
     workload_dict,
+)
+from kit.decide.measure.arm_status import (
+    crash_sentences,
+    crashes,
+    decided_by,
+    unmeasured,
+    unmeasured_sentences,
 )
 from kit.decide.measured import MeasuredChoice, choose, measured_fall, noise_section, noise_sentences
 from kit.decide.profile.profiler import calibrate

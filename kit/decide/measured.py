@@ -17,8 +17,8 @@ from typing import Any, TypedDict
 import pandas as pd
 
 from kit.columns import OUTPUT_TOK_S_HI, OUTPUT_TOK_S_LO
-from kit.decide.levels import arm_lead, flags
-from kit.decide.noise import INTERVAL, UNMEASURED_NOISE, Drift, Interval, Lead, lead, sweep_noise
+from kit.decide.measure.noise import INTERVAL, UNMEASURED_NOISE, Drift, Interval, Lead, lead, sweep_noise
+from kit.decide.measure.tables import arm_lead, flags
 
 
 class BestLevel(TypedDict):

@@ -23,19 +23,19 @@ import pyarrow.parquet as pq
 from kit.arch import arch_from_config, load_arch
 from kit.artifacts import Decision, GpuSection, ProbeReport
 from kit.decide import costmodel as cm
-from kit.decide.adaptive import check_adaptive, split, with_adaptive
 from kit.decide.answers_check import answers_checked
 from kit.decide.backend_choice import settings_sweep
 from kit.decide.backends import check_backends
 from kit.decide.decision import decide, speculation_label, with_gpus
 from kit.decide.forecast_inputs import forecast_inputs
-from kit.decide.levels import SweepNotes
-from kit.decide.pilot import SweepPrompt
+from kit.decide.measure.adaptive import check_adaptive, split, with_adaptive
+from kit.decide.measure.journal import SweepJournal
+from kit.decide.measure.pilot import SweepPrompt
+from kit.decide.measure.sweep import run_sweep
+from kit.decide.measure.tables import SweepNotes
 from kit.decide.profile.budget import ProfilePlan, plan_cpu_profile
 from kit.decide.profile.profiler import ProfileGrid, load_profile, profile_steps
 from kit.decide.reasons import running_cap_sentence
-from kit.decide.sweep import run_sweep
-from kit.decide.sweep_journal import SweepJournal
 from kit.engines.flavors import flavor
 from kit.engines.settings import sweep_arms
 from kit.errors import CostModelError

@@ -24,8 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypedDict
 
-from kit.decide.levels import SweepRow
-from kit.decide.pilot import SweepPrompt
+from kit.decide.measure.pilot import SweepPrompt
+from kit.decide.measure.tables import SweepRow
 from kit.params import RunParams
 
 log = logging.getLogger(__name__)

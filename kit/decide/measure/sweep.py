@@ -35,8 +35,13 @@ import pandas as pd
 
 from kit.asyncrun import run_coroutine
 from kit.columns import OUTPUT_TOK_S, OUTPUT_TOK_S_HI, OUTPUT_TOK_S_LO, SPEC_K
-from kit.decide.adaptive import mark
-from kit.decide.levels import (
+from kit.decide.machine.watch import MachineReading, interference
+from kit.decide.measure.adaptive import mark
+from kit.decide.measure.journal import SweepJournal, sweep_key
+from kit.decide.measure.level import arm_client, measure_level
+from kit.decide.measure.pilot import ANSWER_COLUMNS, Answer, PilotFigures, SweepPrompt, pilot
+from kit.decide.measure.servers import ArmServers, Slot
+from kit.decide.measure.tables import (
     RUN_COLUMNS,
     LevelFigures,
     SweepNotes,
@@ -45,11 +50,6 @@ from kit.decide.levels import (
     flag_slow,
     summarise,
 )
-from kit.decide.machine.watch import MachineReading, interference
-from kit.decide.pilot import ANSWER_COLUMNS, Answer, PilotFigures, SweepPrompt, pilot
-from kit.decide.sweep_journal import SweepJournal, sweep_key
-from kit.decide.sweep_level import arm_client, measure_level
-from kit.decide.sweep_servers import ArmServers, Slot
 from kit.engines.settings import Arm, engine_unavailable_reason, sweep_arms
 from kit.errors import EngineError
 from kit.params import RunParams

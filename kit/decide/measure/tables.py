@@ -12,8 +12,8 @@ import pandas as pd
 from kit.columns import OUTPUT_TOK_S, OUTPUT_TOK_S_HI, OUTPUT_TOK_S_LO, SPEC_K
 from kit.decide.machine.disturbance import Disturbance
 from kit.decide.machine.watch import judge_runs
-from kit.decide.noise import Lead, lead, median_interval
-from kit.decide.pilot import Answer, PilotFigures
+from kit.decide.measure.noise import Lead, lead, median_interval
+from kit.decide.measure.pilot import Answer, PilotFigures
 
 if TYPE_CHECKING:
     from kit.engines.crashes import Crash

@@ -21,9 +21,9 @@ import pandas as pd
 
 from kit.artifacts import AdaptiveComparison, AdaptiveLevel, Decision
 from kit.columns import ADAPTIVE, OUTPUT_TOK_S, OUTPUT_TOK_S_HI, OUTPUT_TOK_S_LO, SPEC_K
-from kit.decide.arm_status import crashes
-from kit.decide.levels import arm_lead, cell_float
-from kit.decide.noise import Lead, lead
+from kit.decide.measure.arm_status import crashes
+from kit.decide.measure.noise import Lead, lead
+from kit.decide.measure.tables import arm_lead, cell_float
 from kit.engines.arms import adaptive_ceiling, adaptive_label, arm_label, arm_name
 from kit.engines.flavors import flavor
 from kit.errors import ParamsError

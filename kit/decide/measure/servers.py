@@ -13,8 +13,8 @@ from typing import Any
 
 from kit.asyncrun import run_coroutine
 from kit.decide.machine.watch import DISTURBED_CPU, idle_cpu, pause
-from kit.decide.pilot import SweepPrompt
-from kit.decide.sweep_level import Sampling, arm_client
+from kit.decide.measure.level import Sampling, arm_client
+from kit.decide.measure.pilot import SweepPrompt
 from kit.engines import start_server
 from kit.engines.process import ServerProcess
 from kit.engines.servers import ExternalServer

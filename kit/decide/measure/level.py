@@ -13,8 +13,8 @@ import time
 from collections.abc import Callable
 from typing import Any, TypedDict
 
-from kit.decide.levels import LevelFigures
-from kit.decide.pilot import Answer, SweepPrompt
+from kit.decide.measure.pilot import Answer, SweepPrompt
+from kit.decide.measure.tables import LevelFigures
 from kit.engines.answers import TransientEngineError
 from kit.engines.client import EngineClient
 from kit.engines.flavors.base import RequestFields, ToolFields
