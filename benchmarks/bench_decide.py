@@ -53,7 +53,7 @@ def demo_params(work: Path, run: str) -> Path:
 
 def _arm(decision: dict[str, Any]) -> str:
     """The arm a decision.json chose, by name (`plain`, `spec_k3`), whichever kit wrote it."""
-    from kit.decide.decision import decision_arm
+    from kit.decide.choose.decision import decision_arm
 
     return decision_arm(decision).name
 

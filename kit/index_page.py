@@ -14,8 +14,8 @@ from matplotlib.figure import Figure
 
 from kit.analyse.view import fitness_answer
 from kit.artifacts import Decision, Fitness, Manifest, Summary
+from kit.decide.choose.decision import speculation_label
 from kit.decide.costmodel.validation import ErrorBand
-from kit.decide.decision import speculation_label
 from kit.decide.plots import throughput_alt, throughput_curves
 from kit.decide.verdict import decision_answer, measured_level
 from kit.decide.whatif_model import band_for_run

@@ -15,7 +15,7 @@ from pydantic import ValidationError
 
 from kit.artifacts import Decision
 from kit.columns import ADAPTIVE, OUTPUT_TOK_S, SPEC_K
-from kit.decide.apply import apply_decision
+from kit.decide.choose.apply import apply_decision
 from kit.decide.measure.adaptive import check_adaptive, compare, mark, split, with_adaptive
 from kit.decide.measure.journal import sweep_key
 from kit.decide.measure.tables import RUN_COLUMNS, summarise

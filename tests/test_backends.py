@@ -17,9 +17,9 @@ import pandas as pd
 import pytest
 
 from kit.artifacts import Decision, EngineSettings
-from kit.decide.apply import apply_decision
 from kit.decide.backend_choice import backend_reasons, decide_backends, judge_backends
 from kit.decide.backends import BASELINE, Alternative, BackendSweep, alternatives, backend_slots
+from kit.decide.choose.apply import apply_decision
 from kit.engines.arms import Arm
 from kit.engines.flavors import server_command
 from kit.engines.settings import apply_settings

@@ -13,8 +13,8 @@ import pytest
 
 from kit.arch import load_arch
 from kit.artifacts.decision_json import EARLIER_ARM_KEYS
+from kit.decide.choose.decision import decide, decision_arm, with_gpus
 from kit.decide.costmodel import Hardware, Scenario, Workload
-from kit.decide.decision import decide, decision_arm, with_gpus
 from kit.decide.measure.tables import RUN_COLUMNS, summarise
 from kit.engines.arms import Arm
 from kit.params import DecideParams
@@ -198,7 +198,7 @@ def test_a_lead_outside_the_noise_chooses_speculation() -> None:
 def test_the_settings_stage_3_takes_are_said_in_words(tmp_path: Path) -> None:
     """`kit generate` says which settings it took from decision.json: the arm by its name and each
     setting with its value, not the raw dict it printed."""
-    from kit.decide.apply import applied_words, apply_decision
+    from kit.decide.choose.apply import applied_words, apply_decision
     from kit.params import EngineParams, ModelParams, RunParams
 
     steady = {("plain", 0, 16): [2000.0, 1500.0, 2100.0], ("spec_k3", 3, 16): [2600.0, 1950.0, 2750.0]}
@@ -451,7 +451,7 @@ def load_arch_from(name: str):
 def test_a_decision_never_rests_on_nothing() -> None:
     """Unmeasured speculation wins only on a predicted lead beyond the model's known error; a measured
     lead within the noise keeps plain decoding; a failed arm never wins over a measured one."""
-    from kit.decide.decision import PREDICTION_ERROR, _pick_predicted
+    from kit.decide.choose.decision import PREDICTION_ERROR, _pick_predicted
 
     ladder = pd.DataFrame(
         {"arm": ["plain", "spec_k3"], "spec_k": [0, 3], "concurrency": [64, 64], "feasible": [True, True]}

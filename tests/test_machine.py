@@ -231,8 +231,8 @@ def test_the_sweep_judges_its_rows_and_keeps_the_why():
 
 
 def test_the_decision_says_what_disturbed_a_measurement():
+    from kit.decide.choose.measured import noise_section, noise_sentences
     from kit.decide.measure.tables import RUN_COLUMNS, flag_slow, summarise
-    from kit.decide.measured import noise_section, noise_sentences
 
     rows = [{"round": r, "phase": "sweep", "arm": "plain", "spec_k": 0, "concurrency": 16, "status": "ok",
              "output_tok_s": 1000.0 + r, "canary_ms": 2.0, "foreign_cpu": 0.0, "gpus": 1,

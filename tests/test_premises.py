@@ -15,8 +15,8 @@ import pytest
 from test_decision import H200, _runs, decide_measured, load_arch_from, measured
 
 from kit.artifacts import Decision
+from kit.decide.choose.decision import decide
 from kit.decide.costmodel import Scenario
-from kit.decide.decision import decide
 from kit.decide.measure.tables import summarise
 from kit.engines.capacity import Capacity
 from kit.generate.metrics import load_timeline

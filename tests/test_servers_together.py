@@ -167,7 +167,7 @@ def test_plain_decoding_of_a_hybrid_model_is_capped_too_where_its_state_does_not
     each running request's recurrent state, ~147 MiB here, without speculation too. The plain arm
     gets a cap of its own (k 0), larger than any speculative arm's, and the sentence names it."""
     from kit.arch import arch_from_config
-    from kit.decide.reasons import running_cap_sentence
+    from kit.decide.choose.reasons import running_cap_sentence
     from kit.decide.run import running_caps
     from kit.engines.arms import Arm
     from kit.engines.settings import arm_engine

@@ -16,8 +16,8 @@ from test_decision import CONFIGS, decide_measured, load_arch_from, measured
 
 from kit.artifacts import Decision
 from kit.decide import costmodel as cm
+from kit.decide.choose.decision import decide
 from kit.decide.costmodel import Hardware, Scenario, Workload, accept_length
-from kit.decide.decision import decide
 from kit.decide.whatif import LIVE_NOTE, draw, what_if
 from kit.decide.whatif_model import RunBasis, gpu_names, predict_scenario, spec_wins_up_to
 from kit.errors import CostModelError, KitError

@@ -30,9 +30,9 @@ from kit.analyse.tail_words import speculation_clause as speculation_clause
 from kit.analyse.tail_words import tail_sentence
 from kit.artifacts import Decision, Manifest, ProbeReport, TailSpeculation, TailSummary
 from kit.columns import SPEC_K
+from kit.decide.choose.decision import speculation_label
+from kit.decide.choose.tailarm import tail_arm
 from kit.decide.costmodel import MODEL_ERROR
-from kit.decide.decision import speculation_label
-from kit.decide.tailarm import tail_arm
 from kit.engines.flavors import FLAVORS
 from kit.generate.timeline_sample import IN_FLIGHT, OUTPUT_TOKENS_DONE, ROWS_DONE, SESSION, T_S
 from kit.params import EngineParams, saved_params

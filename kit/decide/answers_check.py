@@ -31,7 +31,7 @@ import numpy as np
 import pandas as pd
 
 from kit.asyncrun import run_coroutine
-from kit.decide.decision import decision_arm
+from kit.decide.choose.decision import decision_arm
 from kit.decide.measure.level import arm_client, stage3_sampling
 from kit.decide.measure.pilot import Answer, SweepPrompt, pilot
 from kit.decide.measure.servers import ArmServers

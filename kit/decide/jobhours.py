@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from kit.artifacts import Forecast
-from kit.decide.decision import speculation_label
+from kit.decide.choose.decision import speculation_label
 from kit.decide.forecast_inputs import ForecastInputs, forecast_inputs
 from kit.display import hours, in_live_kernel
 from kit.errors import KitError

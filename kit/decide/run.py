@@ -26,7 +26,8 @@ from kit.decide import costmodel as cm
 from kit.decide.answers_check import answers_checked
 from kit.decide.backend_choice import settings_sweep
 from kit.decide.backends import check_backends
-from kit.decide.decision import decide, speculation_label, with_gpus
+from kit.decide.choose.decision import decide, speculation_label, with_gpus
+from kit.decide.choose.reasons import running_cap_sentence
 from kit.decide.forecast_inputs import forecast_inputs
 from kit.decide.measure.adaptive import check_adaptive, split, with_adaptive
 from kit.decide.measure.journal import SweepJournal
@@ -35,7 +36,6 @@ from kit.decide.measure.sweep import run_sweep
 from kit.decide.measure.tables import SweepNotes
 from kit.decide.profile.budget import ProfilePlan, plan_cpu_profile
 from kit.decide.profile.profiler import ProfileGrid, load_profile, profile_steps
-from kit.decide.reasons import running_cap_sentence
 from kit.engines.flavors import flavor
 from kit.engines.settings import sweep_arms
 from kit.errors import CostModelError

@@ -9,7 +9,7 @@ import pandas as pd
 
 from kit.artifacts import Decision
 from kit.columns import ADAPTIVE, OUTPUT_TOK_S, OUTPUT_TOK_S_HI, OUTPUT_TOK_S_LO
-from kit.decide.decision import speculation_label
+from kit.decide.choose.decision import speculation_label
 from kit.decide.plots import decision_figures as make_figures
 from kit.decide.verdict import decision_answer
 from kit.decide.worth import worth_for_run

@@ -25,6 +25,7 @@ from kit.arch import ModelArch, load_arch
 from kit.artifacts import Decision
 from kit.columns import SPEC_K
 from kit.decide import costmodel as cm
+from kit.decide.choose.decision import speculation_label
 from kit.decide.costmodel import (
     MTP,
     Draft,
@@ -37,7 +38,6 @@ from kit.decide.costmodel import (
 )
 from kit.decide.costmodel import accept_length as accept_length_of
 from kit.decide.costmodel.validation import ErrorBand, error_band
-from kit.decide.decision import speculation_label
 from kit.decide.worth import decision_efficiency, decision_hardware
 from kit.engines.arms import Arm
 from kit.errors import CostModelError, KitError

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, Required, TypedDict
 
 from kit.artifacts import Decision
 from kit.artifacts.manifest_sections import RunIdentity
-from kit.decide.tailarm import TailArm, tail_arm
+from kit.decide.choose.tailarm import TailArm, tail_arm
 from kit.engines.arms import Arm
 from kit.engines.flavors import flavor
 from kit.engines.settings import speculative_params

@@ -12,7 +12,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from kit.artifacts import Manifest
-from kit.decide.decision import speculation_label
+from kit.decide.choose.decision import speculation_label
 from kit.decide.forecast_check import forecast_check
 from kit.decide.verdict import measured_level
 from kit.display import Table, hours, seconds, table, text, timestamp

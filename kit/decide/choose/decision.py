@@ -17,6 +17,15 @@ import pandas as pd
 
 from kit.artifacts import Decision, EngineSettings, LadderPoint, Noise
 from kit.columns import OUTPUT_TOK_S, OUTPUT_TOK_S_HI, OUTPUT_TOK_S_LO, SPEC_K
+from kit.decide.choose.measured import MeasuredChoice, choose, measured_fall, noise_section, noise_sentences
+from kit.decide.choose.reasons import (
+    PREDICTION_ERROR,
+    arm_label,
+    batch_sentence,
+    gap_sentences,
+    is_number,
+    reason_sentences,
+)
 from kit.decide.costmodel import (
     Efficiency,
     Scenario,
@@ -34,16 +43,7 @@ from kit.decide.measure.arm_status import (
     unmeasured,
     unmeasured_sentences,
 )
-from kit.decide.measured import MeasuredChoice, choose, measured_fall, noise_section, noise_sentences
 from kit.decide.profile.profiler import calibrate
-from kit.decide.reasons import (
-    PREDICTION_ERROR,
-    arm_label,
-    batch_sentence,
-    gap_sentences,
-    is_number,
-    reason_sentences,
-)
 from kit.engines.arms import Arm, resolve_algorithm
 from kit.engines.settings import decided_settings, unavailable_reason
 from kit.errors import CostModelError
