@@ -20,7 +20,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from kit.decide.answers_check import SAMPLES, check_answers  # noqa: E402
+from kit.decide.checks.answers import SAMPLES, check_answers  # noqa: E402
 from kit.decide.run import pilot_prompts  # noqa: E402
 from kit.engines.settings import sweep_arms  # noqa: E402
 from kit.params import load_params  # noqa: E402

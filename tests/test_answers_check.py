@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from kit.decide.answers_check import ALPHA, SAMPLES, compare, repetition
+from kit.decide.checks.answers import ALPHA, SAMPLES, compare, repetition
 from kit.decide.measure.pilot import Answer, SweepPrompt
 
 PROMPTS = 20

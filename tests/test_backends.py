@@ -17,8 +17,8 @@ import pandas as pd
 import pytest
 
 from kit.artifacts import Decision, EngineSettings
-from kit.decide.backend_choice import backend_reasons, decide_backends, judge_backends
-from kit.decide.backends import BASELINE, Alternative, BackendSweep, alternatives, backend_slots
+from kit.decide.checks.settings_choice import backend_reasons, decide_backends, judge_backends
+from kit.decide.checks.settings_sweep import BASELINE, Alternative, BackendSweep, alternatives, backend_slots
 from kit.decide.choose.apply import apply_decision
 from kit.engines.arms import Arm
 from kit.engines.flavors import server_command

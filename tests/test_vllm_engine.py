@@ -39,7 +39,7 @@ from conftest import REPO
 from engines import SHARED_VLLM_KEY, VLLM_PYTHON, SharedVllm, engine_python
 
 from kit.artifacts import Decision
-from kit.decide.answers_check import ALPHA, SAMPLES, answers_checked
+from kit.decide.checks.answers import ALPHA, SAMPLES, answers_checked
 from kit.decide.choose.decision import decision_arm
 from kit.decide.measure.arm_status import unmeasured
 from kit.decide.measure.noise import UNMEASURED_NOISE

@@ -23,9 +23,9 @@ import pyarrow.parquet as pq
 from kit.arch import arch_from_config, load_arch
 from kit.artifacts import Decision, GpuSection, ProbeReport
 from kit.decide import costmodel as cm
-from kit.decide.answers_check import answers_checked
-from kit.decide.backend_choice import settings_sweep
-from kit.decide.backends import check_backends
+from kit.decide.checks.answers import answers_checked
+from kit.decide.checks.settings_choice import settings_sweep
+from kit.decide.checks.settings_sweep import check_backends
 from kit.decide.choose.decision import decide, speculation_label, with_gpus
 from kit.decide.choose.reasons import running_cap_sentence
 from kit.decide.forecast_inputs import forecast_inputs

@@ -18,7 +18,7 @@ import pandas as pd
 
 from kit.artifacts import BackendResult, Decision
 from kit.columns import OUTPUT_TOK_S, OUTPUT_TOK_S_HI, OUTPUT_TOK_S_LO
-from kit.decide.backends import BASELINE, Alternative, BackendSweep, run_backends
+from kit.decide.checks.settings_sweep import BASELINE, Alternative, BackendSweep, run_backends
 from kit.decide.measure.noise import Lead
 from kit.decide.measure.pilot import SweepPrompt
 from kit.decide.measure.tables import RUN_COLUMNS, arm_lead, cell_float, summarise
