@@ -13,7 +13,8 @@ import pandas as pd
 import pytest
 
 from kit.artifacts import Decision, Manifest, Noise
-from kit.decide.forecast import (
+from kit.decide.forecast.check import forecast_check, what_missed
+from kit.decide.forecast.job import (
     MIN_PILOT_S,
     JobSettings,
     Ladder,
@@ -25,7 +26,6 @@ from kit.decide.forecast import (
     speed_scale,
     speed_spread,
 )
-from kit.decide.forecast_check import forecast_check, what_missed
 from kit.display import hours
 from kit.generate.eta import MIN_ANSWERED, TokenEta
 from kit.prompts.lengths import LENGTH_COLUMNS, LengthModel

@@ -14,10 +14,10 @@ import numpy as np
 import pytest
 
 from kit.artifacts import Decision, LadderPoint, Manifest, Summary
-from kit.decide.forecast import Ladder, calibration, pilot_ratio
-from kit.decide.forecast_check import forecast_check
-from kit.decide.forecast_history import MIN_RUNS, judged_history, model_identity, rank_of
-from kit.decide.forecast_inputs import with_history
+from kit.decide.forecast.check import forecast_check
+from kit.decide.forecast.history import MIN_RUNS, judged_history, model_identity, rank_of
+from kit.decide.forecast.inputs import with_history
+from kit.decide.forecast.job import Ladder, calibration, pilot_ratio
 from kit.params import RunParams
 from kit.runfolder import RunFolder
 from tests.test_forecast import RECORDED, forecast

@@ -28,7 +28,7 @@ from kit.decide.checks.settings_choice import settings_sweep
 from kit.decide.checks.settings_sweep import check_backends
 from kit.decide.choose.decision import decide, speculation_label, with_gpus
 from kit.decide.choose.reasons import running_cap_sentence
-from kit.decide.forecast_inputs import forecast_inputs
+from kit.decide.forecast.inputs import forecast_inputs
 from kit.decide.measure.adaptive import check_adaptive, split, with_adaptive
 from kit.decide.measure.journal import SweepJournal
 from kit.decide.measure.pilot import SweepPrompt

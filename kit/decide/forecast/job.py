@@ -42,7 +42,7 @@ from typing import Any
 import numpy as np
 
 from kit.artifacts import ArmForecast, Forecast, LadderPoint, Noise
-from kit.decide.forecast_history import interval_words
+from kit.decide.forecast.history import interval_words
 from kit.decide.measure.pilot import MIN_PILOT_S
 from kit.display import hours
 from kit.engines.arms import arm_label

@@ -14,8 +14,8 @@ import pandas as pd
 import pyarrow.parquet as pq
 
 from kit.artifacts import Decision, Forecast, LadderPoint, Noise
-from kit.decide.forecast import JobSettings, PlanLengths, forecast_job, sentence
-from kit.decide.forecast_history import MIN_RUNS, History, judged_history, widened_arm
+from kit.decide.forecast.history import MIN_RUNS, History, judged_history, widened_arm
+from kit.decide.forecast.job import JobSettings, PlanLengths, forecast_job, sentence
 from kit.decide.measure.pilot import PilotFigures
 from kit.engines.capacity import launched_capacity
 from kit.engines.flavors import flavor, server_env

@@ -19,7 +19,7 @@ from typing import Any
 
 from kit.artifacts import Forecast
 from kit.decide.choose.decision import speculation_label
-from kit.decide.forecast_inputs import ForecastInputs, forecast_inputs
+from kit.decide.forecast.inputs import ForecastInputs, forecast_inputs
 from kit.display import hours, in_live_kernel
 from kit.errors import KitError
 from kit.params import saved_params
