@@ -19,7 +19,7 @@ from pathlib import Path
 
 from kit.arch import arch_from_config
 from kit.decide.costmodel import Hardware, Scenario, Workload
-from kit.decide.worth import mtp_worth
+from kit.decide.views.worth import mtp_worth
 from kit.probe.gpu import lookup_datasheet
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -16,10 +16,10 @@ from kit.analyse.view import fitness_answer
 from kit.artifacts import Decision, Fitness, Manifest, Summary
 from kit.decide.choose.decision import speculation_label
 from kit.decide.costmodel.validation import ErrorBand
-from kit.decide.plots import throughput_alt, throughput_curves
-from kit.decide.verdict import decision_answer, measured_level
-from kit.decide.whatif_model import band_for_run
-from kit.decide.worth import worth_for_run
+from kit.decide.views.plots import throughput_alt, throughput_curves
+from kit.decide.views.verdict import decision_answer, measured_level
+from kit.decide.views.whatif_model import band_for_run
+from kit.decide.views.worth import worth_for_run
 from kit.display import Answer, timestamp
 from kit.export.run import CARD
 from kit.generate.verdict import (

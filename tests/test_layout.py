@@ -150,7 +150,7 @@ def test_the_checks_see_a_violation() -> None:
     """The walker finds what it looks for: a later stage, and a circle of two."""
     assert cycles({"a": {"b"}, "b": {"a"}, "c": {"a"}}) == [["a", "b"]]
     modules = kit_modules()
-    assert "kit.generate.run" in modules and "kit.decide.view" in modules
+    assert "kit.generate.run" in modules and "kit.decide.views.notebook" in modules
     probe_imports = {i.target for i in imports_of("kit.stages", modules["kit.stages"], modules)}
     assert {"kit.probe", "kit.generate.run"} <= probe_imports
 

@@ -14,7 +14,7 @@ import pyarrow.parquet as pq
 from kit.artifacts import Manifest
 from kit.decide.choose.decision import speculation_label
 from kit.decide.forecast.check import forecast_check
-from kit.decide.verdict import measured_level
+from kit.decide.views.verdict import measured_level
 from kit.display import Table, hours, seconds, table, text, timestamp
 from kit.generate.metrics import load_timeline
 from kit.generate.store import FailureLog

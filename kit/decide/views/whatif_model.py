@@ -38,7 +38,7 @@ from kit.decide.costmodel import (
 )
 from kit.decide.costmodel import accept_length as accept_length_of
 from kit.decide.costmodel.validation import ErrorBand, error_band
-from kit.decide.worth import decision_efficiency, decision_hardware
+from kit.decide.views.worth import decision_efficiency, decision_hardware
 from kit.engines.arms import Arm
 from kit.errors import CostModelError, KitError
 from kit.params import load_params

@@ -2,7 +2,7 @@
 scenario a researcher sets by moving controls (accept length, draft length k, concurrency range,
 context length, GPU) instead of editing YAML, the sweep's measured ratios fixed on the figure.
 
-    from kit.decide.whatif import what_if
+    from kit.decide.views.whatif import what_if
     w = what_if(folder)        # the run's own scenario first; a widget in a live kernel
     w.ladder, w.crossover      # the scenario the controls show now, for the next cell
     w.set(gpu="B200", accept_length=2.2)
@@ -22,7 +22,7 @@ import pandas as pd
 import seaborn as sns
 
 from kit.columns import SPEC_K
-from kit.decide.whatif_model import (
+from kit.decide.views.whatif_model import (
     COLUMNS,
     K_MAX,
     SCENARIO_KEYS,

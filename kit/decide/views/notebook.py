@@ -10,9 +10,9 @@ import pandas as pd
 from kit.artifacts import Decision
 from kit.columns import ADAPTIVE, OUTPUT_TOK_S, OUTPUT_TOK_S_HI, OUTPUT_TOK_S_LO
 from kit.decide.choose.decision import speculation_label
-from kit.decide.plots import decision_figures as make_figures
-from kit.decide.verdict import decision_answer
-from kit.decide.worth import worth_for_run
+from kit.decide.views.plots import decision_figures as make_figures
+from kit.decide.views.verdict import decision_answer
+from kit.decide.views.worth import worth_for_run
 from kit.display import figure_image, human_name, signed_percent, table
 from kit.engines.arms import Arm, arm_label
 from kit.params import saved_params
