@@ -7,7 +7,6 @@ answers stay as plain decoding's, and which other engine settings stage 3 should
                       other attention / sampling backends (not kit/probe/backends.py: which can run)
 - settings_choice.py  which setting the settings sweep hands stage 3 (a lead outside the noise)
 
-Imports choose/, measure/ and machine/ below it (the sweep's servers and levels run its
-measurements); nothing of forecast/ or views/. Importing the package loads nothing: each module is
-imported by name.
+Imports choose/ and measure/ below it (the sweep's servers and levels run its measurements);
+nothing of forecast/ or views/. Importing the package loads nothing: each module is imported by name.
 """
