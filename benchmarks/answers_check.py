@@ -1,5 +1,5 @@
 """Stage 2's answers check on its own: one speculative arm's sampled answers against plain decoding's,
-on the engine a params file names (kit.decide.answers_check), without a sweep.
+on the engine a params file names (kit.decide.checks.answers), without a sweep.
 
     .venv/bin/python benchmarks/answers_check.py params/demo-vllm.yaml --arm spec_k1 --out check.json
 

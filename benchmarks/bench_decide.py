@@ -12,7 +12,7 @@ Three parts, all on the 2-core development machine with vLLM's CPU build and the
 2. Servers side by side: plain decoding at concurrency 8 on one server, measured alone and with a
    second (idle) server up beside it, alternating `--pairs` times: whether an idle neighbour changes
    what is measured (the sweep keeps every arm's server up at once on a CPU).
-3. The CPU canary (`kit.decide.machine.canary_ms`) every 0.2 s for `--canary-s` seconds with nothing
+3. The CPU canary (`kit.decide.machine.watch.canary_ms`) every 0.2 s for `--canary-s` seconds with nothing
    else running: how often this shared host is slower than itself, and by how much.
 """
 

@@ -147,7 +147,7 @@ def _with_tail(answer: Answer, summary: Summary | None) -> Answer:
 
 
 def _with_forecast(answer: Answer, decision: Decision | None) -> Answer:
-    """The decision, then stage 3 in hours per arm (kit.decide.forecast) where stage 2 made one."""
+    """The decision, then stage 3 in hours per arm (kit.decide.forecast.job) where stage 2 made one."""
     forecast = decision.forecast if decision is not None else None
     return _then(
         answer, f"Forecast for the whole plan: {forecast.sentence}." if forecast and forecast.sentence else ""
@@ -155,14 +155,14 @@ def _with_forecast(answer: Answer, decision: Decision | None) -> Answer:
 
 
 def _with_adaptive(answer: Answer, decision: Decision | None) -> Answer:
-    """The decision, then the engine's own adaptive speculation against it (kit.decide.adaptive) where
+    """The decision, then the engine's own adaptive speculation against it (kit.decide.measure.adaptive) where
     the sweep measured it (`decide.adaptive_k`)."""
     cmp = decision.adaptive if decision is not None else None
     return _then(answer, f"The engine's own switch: {cmp.sentence}." if cmp is not None else "")
 
 
 def _judged(answer: Answer, summary: Summary | None) -> Answer:
-    """The generation, then stage 2's forecast against what it took (kit.decide.forecast_check)."""
+    """The generation, then stage 2's forecast against what it took (kit.decide.forecast.check)."""
     check = summary.forecast_check if summary is not None else None
     text = check.sentence if check is not None else ""
     return _then(answer, f"{text[0].upper()}{text[1:]}." if text else "")

@@ -1,4 +1,4 @@
-"""The engine's own adaptive speculation as a sweep arm (`decide.adaptive_k`, kit.decide.adaptive):
+"""The engine's own adaptive speculation as a sweep arm (`decide.adaptive_k`, kit.decide.measure.adaptive):
 its name, how each flavor spells it, the errors for what an engine cannot run, and the comparison
 with plain decoding and the kit's pick per level, on a sweep's measurements with known figures
 (summarised by the sweep's own code, paired by round as the decision pairs its leads)."""

@@ -1,4 +1,4 @@
-"""The answers check's statistics (kit.decide.answers_check): answers drawn alike are not flagged,
+"""The answers check's statistics (kit.decide.checks.answers): answers drawn alike are not flagged,
 answers a lossy speculation changed are, and the sentence says what moved. The check on the real
 vLLM (its CPU build's n-gram arm changes sampled answers) is in tests/test_vllm_engine.py."""
 

@@ -1,4 +1,4 @@
-"""Stage 2's settings sweep (`decide.backends`, kit.decide.backends and kit.decide.backend_choice).
+"""Stage 2's settings sweep (`decide.backends`: kit.decide.checks.settings_sweep, .settings_choice).
 
 The choosing rule on tables first (a lead outside the noise wins, one inside keeps the params' own,
 a setting the params set is kept, a server that would not start is named), the spelling per flavor

@@ -213,7 +213,7 @@ def test_the_settings_stage_3_takes_are_said_in_words(tmp_path: Path) -> None:
 
 def test_a_disturbed_repetition_is_set_aside_and_does_not_flip_the_decision() -> None:
     """k1 leads plain by 5% in every calm round; a CPU hog in round 1 of k1 halves that repetition.
-    The sweep measures that level once more (round 3, both arms: kit.decide.sweep.redo_slots); the
+    The sweep measures that level once more (round 3, both arms: kit.decide.measure.sweep.redo_slots); the
     hogged repetition set aside, three calm rounds remain and the lead still counts. Taken as it
     came, the hogged round would have hidden it; without the extra round, two pairs are too few."""
     calm = {("plain", 0, 16): [2000.0, 2010.0, 2050.0], ("spec_k1", 1, 16): [2100.0, 2110.0, 2150.0]}

@@ -1,4 +1,4 @@
-"""Stage 3 in hours (kit.decide.forecast), judged at the end (kit.decide.forecast_check), and the time
+"""Stage 3 in hours (kit.decide.forecast.job), judged at the end (kit.decide.forecast.check), and the time
 left counted in tokens (kit.generate.eta): the arithmetic pinned on a recorded H200 sweep and a
 seeded plan; the whole path on the demo in tests/test_pipeline.py."""
 

@@ -1,7 +1,7 @@
 """The forecast's interval widened by the wall-time errors of earlier, comparable judged runs
-(kit.decide.forecast_history): pinned on run folders whose decision.json, manifest.json and
+(kit.decide.forecast.history): pinned on run folders whose decision.json, manifest.json and
 summary.json the kit's own writers wrote in a tmp outputs root, each summary's `forecast_check` made
-by kit.decide.forecast_check; and the pilot timed only when the time rule stopped it, on the pilots
+by kit.decide.forecast.check; and the pilot timed only when the time rule stopped it, on the pilots
 recorded on vLLM's CPU build (docs/lab/forecast/2026-12-06-pilot-timing.json)."""
 
 from __future__ import annotations

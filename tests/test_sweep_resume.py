@@ -1,4 +1,4 @@
-"""A stage-2 sweep stopped part way goes on where it stopped (kit.decide.sweep_journal).
+"""A stage-2 sweep stopped part way goes on where it stopped (kit.decide.measure.journal).
 
 The journal on its own first (what it keeps, what it sets aside, a line cut short by a kill), then
 `kit decide` on the embedded demo's real `transformers serve`: interrupted with SIGINT (Ctrl-C) once

@@ -397,7 +397,7 @@ def test_speculation_that_changes_sampled_answers_is_set_aside(vllm_run: Path, t
     answers stop calling tools: docs/decision.md). Handed a decision for n-gram k=1 at the run's own
     sampling (temperature 0.7), the answers check starts plain's server and the arm's, answers the
     pilot's prompts on each, sets the arm aside in the sweep's table and on disk, and decides again
-    (`redecide` stands in for kit.decide.decision.decide, which run_decision passes), saying why."""
+    (`redecide` stands in for kit.decide.choose.decision.decide, which run_decision passes), saying why."""
     run = tmp_path / "run"
     shutil.copytree(vllm_run, run)
     params = load_params(run / "params.yaml")

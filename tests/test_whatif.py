@@ -1,4 +1,4 @@
-"""Notebook 02's what-if control (kit.decide.whatif): scenarios priced by the cost model, measured
+"""Notebook 02's what-if control (kit.decide.views.whatif): scenarios priced by the cost model, measured
 points fixed, static HTML for reports, a widget whose controls re-draw, one line when nothing fits."""
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ in flight where that is unknown) and ends at the session's end.
 Beside it: what speculation would have saved there, predicted from decision.json's ladder (plain and
 speculative tokens/s per concurrency, kit.decide.costmodel.predict) with the cost model's known error.
 Its sentences are kit/analyse/tail_words.py's (`tail_sentence`, `speculation_clause`, imported here).
-The tail in the other stages: stage 2 picks its arm (kit/decide/tailarm.py), stage 3 switches to it
+The tail in the other stages: stage 2 picks its arm (kit/decide/choose/tailarm.py), stage 3 switches to it
 (kit/generate/tailswitch.py).
 """
 
@@ -382,7 +382,7 @@ def _speculation_entry(
 
 
 def switch_rule(decision: Decision) -> dict[str, Any]:
-    """What stage 3's `generate.tail_speculation` would switch to on this decision (kit.decide.tailarm:
+    """What stage 3's `generate.tail_speculation` would switch to on this decision (kit.decide.choose.tailarm:
     only a win outside the decision's noise counts), beside the prediction above (any predicted win)."""
     arm, why = tail_arm(decision)
     return {"would_switch": False, "why": why} if arm is None else {"would_switch": True, **arm.as_dict()}

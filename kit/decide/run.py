@@ -1,4 +1,5 @@
-"""Stage 2: probe facts + measured sweep + cost model -> decision.json (its display: kit.decide.view).
+"""Stage 2: probe facts + measured sweep + cost model -> decision.json (its display:
+kit.decide.views.notebook).
 
 Hardware comes from the probe: the datasheet of the first GPU (its efficiency factors from a
 step profile when `decide.profile` names one), or, with no GPU, this CPU calibrated by a short

@@ -191,7 +191,7 @@ def _time_left(folder: RunFolder, manifest: Manifest | None) -> str | None:
 
 
 def _judged(folder: RunFolder, manifest: Manifest | None) -> str | None:
-    """For a complete run: stage 2's forecast against what it took (kit.decide.forecast_check)."""
+    """For a complete run: stage 2's forecast against what it took (kit.decide.forecast.check)."""
     check = forecast_check(folder.read_decision(lenient=True), manifest, _output_tokens(folder) or 0, None)
     return f"{check.sentence[0].upper()}{check.sentence[1:]}." if check is not None else None
 

@@ -218,7 +218,7 @@ def arm_answers(
     samples: int = SAMPLES,
 ) -> list[Answer] | None:
     """`prompts` answered `samples` times each on `arm`'s server (started for it as the sweep starts
-    it, then stopped), sampled as stage 3 samples (kit.decide.pilot). None when its server would not
+    it, then stopped), sampled as stage 3 samples (kit.decide.measure.pilot). None when its server would not
     start."""
     warm = stage3_sampling(params)  # the sampler's first-use compile in the start, never in the answers
     servers = ArmServers(
@@ -320,7 +320,7 @@ def answers_checked(
 
 def set_aside(sweep: pd.DataFrame, arm: str, why: str) -> pd.DataFrame:
     """The sweep's table with `arm`'s rows marked `answers_differ`, `why` their reason: measured,
-    never chosen (kit.decide.measured reads only `ok` rows)."""
+    never chosen (kit.decide.choose.measured reads only `ok` rows)."""
     sweep = sweep.copy()
     sweep.loc[sweep.arm == arm, ["status", "reason"]] = ["answers_differ", why]
     return sweep

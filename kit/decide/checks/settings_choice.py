@@ -1,6 +1,6 @@
-"""Which engine setting the settings sweep (kit.decide.backends) hands to stage 3, and why.
+"""Which engine setting the settings sweep (kit.decide.checks.settings_sweep) hands to stage 3, and why.
 
-The rule is the arms' (kit.decide.noise): an alternative wins only when its lead over the baseline,
+The rule is the arms' (kit.decide.measure.noise): an alternative wins only when its lead over the baseline,
 the median of their per-round ratios, counts (an interval that excludes 1 and a lead past the two
 servers' pooled noise; over fewer than three rounds, past the noise of two levels measured once; never
 when read off disturbed measurements). Of the winners of one setting the fastest is chosen; with none,

@@ -6,11 +6,11 @@ own; all are measured at the sweep's top level only (stage 3 runs the engine at 
 as stage 3 samples (`generate.sampling`: temperature, top_p, seed; `decide.max_tokens` long), in
 `decide.repetitions` interleaved rounds (baseline, alt1, alt2, then alt2, alt1, baseline), with the
 speculation sweep's machinery: `ArmServers` (warm-up, crashes, start times), `measure_level`, the
-machine readings and the intervals of kit.decide.noise. It is a second, small sweep and not a cross
+machine readings and the intervals of kit.decide.measure.noise. It is a second, small sweep and not a cross
 product with every k and level: each combination is a server start (~100 s for a 27B model on the
 H200), and a setting that moves throughput at capacity moves it for the arm stage 3 runs.
 
-Which alternative wins is kit.decide.backend_choice's. Every measurement goes to
+Which alternative wins is kit.decide.checks.settings_choice's. Every measurement goes to
 `sweep_backends.parquet`, each server's log to logs/ (`sweep-<setting>-<value>`).
 """
 

@@ -3,7 +3,7 @@
 Measured sweep results decide when there are any; the cost model explains them and fills in for
 arms that could not be measured (for example: what MTP would be worth if its weights were fetched).
 The reasons' sentences (and PREDICTION_ERROR, the margin they and the choice respect) are
-kit/decide/reasons.py's.
+kit/decide/choose/reasons.py's.
 """
 
 from __future__ import annotations
@@ -54,7 +54,8 @@ if TYPE_CHECKING:
 
 class Pick(TypedDict, total=False):
     """The arm and level the decision chose, as the rest of `decide` reads it: measured (from
-    kit.decide.measured's choice) or predicted (the ladder's best row, whose other columns it keeps)."""
+    kit.decide.choose.measured's choice) or predicted (the ladder's best row, whose other columns it
+    keeps)."""
 
     arm: str
     spec_k: int
@@ -122,7 +123,7 @@ def _has_rows(sweep: pd.DataFrame | None) -> bool:
 def _pick_measured(
     sweep: pd.DataFrame, runs: pd.DataFrame | None, latency_bound_s: float | None, name: str
 ) -> tuple[Pick | None, MeasuredChoice | None]:
-    """The measured choice (kit.decide.measured) as the dict the rest of the decision reads."""
+    """The measured choice (kit.decide.choose.measured) as the dict the rest of the decision reads."""
     choice = choose(sweep, runs, latency_bound_s, lambda k: arm_label(pd.Series({SPEC_K: k}), name))
     if choice is None:
         return None, None

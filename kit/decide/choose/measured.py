@@ -1,6 +1,6 @@
 """What the measured sweep decides, with its noise: the arm to run, a fall to stop at, the drift.
 
-The rule (kit.decide.noise for the statistics): take every arm at its best level (the median of its
+The rule (kit.decide.measure.noise for the statistics): take every arm at its best level (the median of its
 repetitions); the arm with the highest median leads; the arm chosen is the simplest one (plain,
 then the smallest k) that the leader does not beat outside the noise. A lead inside the noise, or
 one read off measurements the machine disturbed, keeps the simpler arm, which needs no draft weights
@@ -33,7 +33,7 @@ class BestLevel(TypedDict):
 
 class DisturbedRun(TypedDict):
     """One disturbed measurement among decision.json's `noise.disturbed`: where it ran and what
-    the machine did meanwhile (kit.decide.machine)."""
+    the machine did meanwhile (kit.decide.machine.watch)."""
 
     round: int
     arm: str
@@ -54,10 +54,11 @@ class NoiseFigures(TypedDict, total=False):
     repetitions: int
     repetitions_min: int
     drift: dict[str, object] | None
-    """kit.decide.noise.Drift.as_dict."""
+    """kit.decide.measure.noise.Drift.as_dict."""
     disturbed: list[DisturbedRun]
     comparison: dict[str, object] | None
-    """The best speculative arm against plain decoding: its name, lead and kit.decide.noise.Lead.as_dict."""
+    """The best speculative arm against plain decoding: its name, lead and
+    kit.decide.measure.noise.Lead.as_dict."""
     servers_held: bool
     servers_idle_cpu_pct: float
 
@@ -354,7 +355,7 @@ def _disturbance(disturbed: list[DisturbedRun]) -> str:
         why.append(f"the other arms' servers took {_span(neighbour, '%')} of the CPU")
     if slow:
         why.append(f"the CPU ran up to {max(slow):.1f}x slower than usual (a canary of fixed work)")
-    said = (d.get("why") or "" for d in disturbed)  # the signals kit.decide.machine.judge named
+    said = (d.get("why") or "" for d in disturbed)  # the signals kit.decide.machine.watch.judge named
     why += dict.fromkeys(part for w in said for part in w.split(" and ") if "GPU" in part)
     return " and ".join(why or ["the machine was busy"])
 

@@ -3,8 +3,9 @@ and speculative arms side by side (when nothing was measured), where the verify 
 and the predicted crossover, the predicted ratio by concurrency, what the decision does to stage 3's
 batch, where the prediction still misses a measurement by more than the cost model's known error, and
 the arms' servers that memory capped (kit/decide/run.py adds that one).
-kit/decide/decision.py chooses the arm and calls these; the measured choice's own sentences (with
-intervals) are kit/decide/measured.py's, a crashed or unmeasured arm's kit/decide/arm_status.py's.
+kit/decide/choose/decision.py chooses the arm and calls these; the measured choice's own sentences
+(with intervals) are kit/decide/choose/measured.py's, a crashed or unmeasured arm's
+kit/decide/measure/arm_status.py's.
 """
 
 from __future__ import annotations
@@ -57,12 +58,12 @@ def reason_sentences(
     measured: bool,
     name: str = "MTP",
 ) -> list[str]:
-    out = skipped_reasons(table, unavailable)  # failed and crashed arms: kit.decide.arm_status
+    out = skipped_reasons(table, unavailable)  # failed and crashed arms: kit.decide.measure.arm_status
     col, how = ("measured_tok_s", "measured") if measured else ("predicted_tok_s", "predicted")
     p, s = best_of(table, col, False), best_of(table, col, True)
     if (
         p is not None and s is not None and not measured
-    ):  # measured: kit.decide.measured says it, with intervals
+    ):  # measured: kit.decide.choose.measured says it, with intervals
         pv, sv = float(p[col]), float(s[col])
         lead, lag, lv, gv = (p, s, pv, sv) if pv >= sv else (s, p, sv, pv)
         hypo = "would beat" if unavailable and int(lead.spec_k) > 0 else "beats"

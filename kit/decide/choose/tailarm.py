@@ -80,7 +80,7 @@ def tail_arm(decision: Decision | None) -> tuple[TailArm | None, str]:
         return None, f"the decision found no speculative arm to run ({why})"
     rows = decision.table
     plain = {int(r.concurrency): r for r in rows if int(r.spec_k or 0) == 0}
-    # an arm whose sampled answers differed from plain's (kit.decide.answers_check): never run
+    # an arm whose sampled answers differed from plain's (kit.decide.checks.answers): never run
     set_aside = {int(r.spec_k or 0) for r in rows if r.status == "answers_differ"}
     best: TailArm | None = None
     for k in sorted({int(r.spec_k or 0) for r in rows} - {0} - set_aside):

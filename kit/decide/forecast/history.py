@@ -1,11 +1,11 @@
 """A forecast's interval widened by how far the forecasts of earlier, comparable runs were off: split
 conformal, on the wall-time errors the kit judged at the end of each (summary.json's
-`forecast_check`, kit.decide.forecast_check).
+`forecast_check`, kit.decide.forecast.check).
 
-    past = judged_history(params, folder, decision)   # kit.decide.forecast_inputs reads it
+    past = judged_history(params, folder, decision)   # kit.decide.forecast.inputs reads it
     f = with_history(forecast, past)                   # the interval at least as wide as the past's errors
 
-The interval the simulation gives carries the sweep's noise (kit.decide.forecast.speed_spread); a
+The interval the simulation gives carries the sweep's noise (kit.decide.forecast.job.speed_spread); a
 job's own run-to-run spread can be larger (on a 2-CPU machine, 8-17 s jobs of vLLM's CPU build erred
 -22% to +33% where the sweep's intervals said a few percent: docs/lab/forecast.md). So, where the
 outputs root holds at least `MIN_RUNS` judged runs comparable to this one (`Comparable`: the same

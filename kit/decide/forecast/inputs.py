@@ -1,6 +1,6 @@
 """What a run's forecast rests on, read from the run: the planned requests, how stage 3 will hold
 them (its running cap per replica, replicas, start-up), the pilot's answers. The arithmetic that
-turns them into hours is kit.decide.forecast; the what-if of notebook 02 (kit.decide.jobhours)
+turns them into hours is kit.decide.forecast.job; the what-if of notebook 02 (kit.decide.forecast.jobhours)
 changes the plan's size and the replicas of a `ForecastInputs` and asks again.
 """
 
@@ -79,7 +79,7 @@ class ForecastInputs:
     pilot_lengths: np.ndarray
     noise: Noise | None = None
     history: History | None = None
-    """The comparable judged runs beside this one (kit.decide.forecast_history): None, not read."""
+    """The comparable judged runs beside this one (kit.decide.forecast.history): None, not read."""
 
     def forecast(self, requests: int | None = None, replicas: int | None = None) -> Forecast | None:
         """The forecast for the plan as it is, or for `requests` requests of its mix on `replicas`."""

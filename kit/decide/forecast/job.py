@@ -2,7 +2,7 @@
 pilot's output lengths and the sweep's throughput ladder (decision.json's `forecast`).
 
     f = forecast_inputs(params, folder, decision, spec_label, pilot, start_s).forecast()
-    # forecast_inputs: kit.decide.forecast_inputs (what the run holds); called by kit.decide.run
+    # forecast_inputs: kit.decide.forecast.inputs (what the run holds); called by kit.decide.run
     f.sentence    # "plain decoding: 2 h 10 min (1 h 55 min to 2 h 30 min) for 193,000 requests ..."
 
 The model, in three parts:
@@ -26,7 +26,7 @@ a source's mean from its few answers) and the ladder scaled within the top level
 interval (half the draws either side of its median, `speed_scale`) widened by what else moves the
 speed (`speed_spread`: plain decoding's drift over the sweep, and the sweep's noise once more when
 the pilot's single timing calibrates it); the 10th and 90th percentiles, widened where earlier
-comparable runs were off by more (kit.decide.forecast_history, through kit.decide.forecast_inputs).
+comparable runs were off by more (kit.decide.forecast.history, through kit.decide.forecast.inputs).
 What the interval does not hold is said in `notes` (lengths bounded by `max_tokens` only, a ladder
 predicted rather than measured, greedy accept lengths for speculative arms).
 """

@@ -1,4 +1,4 @@
-"""Notebook 02's job in hours: stage 2's forecast (kit.decide.forecast) for this plan, or for another
+"""Notebook 02's job in hours: stage 2's forecast (kit.decide.forecast.job) for this plan, or for another
 number of prompts of the same mix on another number of replicas, so a 2M-prompt job is sized from a
 2K-prompt pilot run.
 

@@ -1,6 +1,6 @@
-"""What else the machine did during one measurement, as a record: the signals kit.decide.machine reads
+"""What else the machine did during one measurement, as a record: the signals kit.decide.machine.watch reads
 (`Interference.signals`), its verdict (`Interference.as_dict`) and the columns of sweep_runs.parquet
-they become (kit.decide.levels.SweepRow). A leaf, so that both can name it."""
+they become (kit.decide.measure.tables.SweepRow). A leaf, so that both can name it."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import TypedDict
 
 
 class Disturbance(TypedDict, total=False):
-    """The signals of one measurement (each described in kit.decide.machine), then `disturbed` and
+    """The signals of one measurement (each described in kit.decide.machine.watch), then `disturbed` and
     `why` (`Interference.as_dict`; `Interference.signals` has all but those two). Keys optional only
     because a sweep row of an arm that never ran has none of them."""
 

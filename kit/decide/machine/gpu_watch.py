@@ -1,6 +1,6 @@
 """What the GPUs the engine's servers use did during a measurement, as NVML says it: compute
 processes that are not the kit's, clock-event (throttle) reasons, thermal and power violation time,
-the SM clock. Read by kit.decide.machine into each `MachineReading`; without nvidia-ml-py, a
+the SM clock. Read by kit.decide.machine.watch into each `MachineReading`; without nvidia-ml-py, a
 driver or a GPU, every figure is unknown (None), never an error.
 """
 

@@ -31,7 +31,7 @@ next still flagged, on an H100 (2026-12-06), a 2.3x canary whose level ran withi
 measurements, others at 0.1% of the CPU, no other process on the GPU (the sweep's first measurement,
 right after the servers' warm-up: the engine's own threads share the canary's cores). A
 disturbed measurement is set aside when enough undisturbed repetitions of its level remain
-(kit.decide.sweep).
+(kit.decide.measure.sweep).
 """
 
 from __future__ import annotations

@@ -3,11 +3,11 @@
 SGLang (`--speculative-adaptive`) and vLLM (`num_speculative_tokens_per_batch_size`) can change the
 draft length by batch size themselves: the closest thing to this kit's decision an engine offers. The
 sweep measures such an arm (`adaptive_k3`: the engine picks k per batch, up to 3) at every level,
-in the same interleaved rounds as the fixed arms (kit.decide.sweep); the decision never chooses it.
+in the same interleaved rounds as the fixed arms (kit.decide.measure.sweep); the decision never chooses it.
 Its rows are taken out of the frames the decision's core reads (which key arms by their draft
 length) and compared here, per level, with plain decoding and with the arm the kit's measurements
 pick at that level (the fastest measured there), as paired per-round ratios with the intervals the
-decision uses for its own leads (kit.decide.noise.lead):
+decision uses for its own leads (kit.decide.measure.noise.lead):
 
     core, runs, frames = split(sweep, runs)     # the decision reads `core` and `runs` as before
     comparison = compare(frames, core, runs, label, spec_label)   # decision.json's `adaptive`
@@ -131,7 +131,7 @@ def _level(
 
 
 def _lead(runs: pd.DataFrame | None, name: str, mine: pd.Series, other: pd.Series | None) -> Lead | None:
-    """The adaptive arm's lead over `other` at its level, paired by round (kit.decide.noise.lead); the
+    """The adaptive arm's lead over `other` at its level, paired by round (kit.decide.measure.noise.lead); the
     ratio of the two medians, measured once, where the measurements are not at hand."""
     if other is None:
         return None

@@ -1,6 +1,6 @@
 """Which arms the sweep measured and which it could not, and every crash of an arm's server.
 
-The sweep (kit.decide.sweep) marks an arm `skipped` (the engine or model cannot run it: no MTP
+The sweep (kit.decide.measure.sweep) marks an arm `skipped` (the engine or model cannot run it: no MTP
 weights, no speculation in this engine), `failed` (its server would not start, or its requests
 failed) or `crashed` (its server died while measured more often than `decide.crash_restarts`). A
 server that died and came back is a `crashed` measurement in sweep_runs.parquet with `restarted`
@@ -28,7 +28,7 @@ def unmeasured(sweep: pd.DataFrame | None) -> dict[str, str]:
     out: dict[str, str] = {}
     for arm, g in sweep.groupby("arm", sort=False):
         if (g.status == "answers_differ").all():
-            continue  # measured, and set aside for its answers: kit.decide.answers_check says so
+            continue  # measured, and set aside for its answers: kit.decide.checks.answers says so
         gave_up = (g.status == "crashed").all()
         if gave_up or not ((g.status == "ok") & g.output_tok_s.notna()).any():
             bad = g[g.status.isin(NOT_MEASURED)]
@@ -100,7 +100,7 @@ def unmeasured_sentences(sweep: pd.DataFrame | None, missing: dict[str, str]) ->
         full = sweep[(sweep.arm == arm) & (sweep.status == status)].reason
         text = _str(full.iloc[0]) if len(full) else None
         if status == "skipped":
-            continue  # said once per reason with the arms it kept out (kit.decide.decision)
+            continue  # said once per reason with the arms it kept out (kit.decide.choose.decision)
         if status == "crashed":
             out.append(f"{arm} crashed and is not chosen: {text}")
         else:

@@ -2,7 +2,7 @@
 server, for at least `decide.level_s` and two waves of requests, watching the server's process
 (a dead server stops the level at once); its tokens/s, latencies and accept length (from the
 responses where the engine puts it there, else from its `/metrics` counters). Driven by
-kit.decide.sweep."""
+kit.decide.measure.sweep."""
 
 from __future__ import annotations
 

@@ -2,10 +2,10 @@
 sweep, sampled as stage 3 samples them and with its output budget, so the job's output lengths are
 measured, not assumed (the sweep's own answers are greedy and cut at `decide.max_tokens`); then,
 while it has lasted under `MIN_PILOT_S`, further planned prompts (`more`), so that its speed can be
-timed against the sweep's (kit.decide.forecast calibrates on it): on an H100, 48 prompts took 0.7 s
+timed against the sweep's (kit.decide.forecast.job calibrates on it): on an H100, 48 prompts took 0.7 s
 and stage 3 then ran 28% below the greedy, prefix-cached sweep's speed.
 
-    answers, figures = await pilot(params, client, prompts, more)   # kit.decide.sweep awaits it
+    answers, figures = await pilot(params, client, prompts, more)   # kit.decide.measure.sweep awaits it
 
 Before the timed pass, as many short sampled requests as it sends at once warm the engine's
 sampler (the sweep is greedy; SGLang's FlashInfer sampler compiles on its first sampled batch, ~87
@@ -44,7 +44,7 @@ ANSWER_COLUMNS = [
 
 class Answer(TypedDict):
     """One answer of the pilot or the sweep's levels: a row of sweep_answers.parquet (`ANSWER_COLUMNS`),
-    read by kit.prompts.lengths and the forecast (kit.decide.forecast_inputs.pilot_lengths)."""
+    read by kit.prompts.lengths and the forecast (kit.decide.forecast.inputs.pilot_lengths)."""
 
     id: str | None
     source: str | None
@@ -60,7 +60,7 @@ class Answer(TypedDict):
     answers have none: empty in the file)."""
     text: NotRequired[str]
     """The pilot's: all the answer made, its reasoning, content and tool calls (`answer_text`), for
-    kit.decide.answers_check; not written to sweep_answers.parquet."""
+    kit.decide.checks.answers; not written to sweep_answers.parquet."""
 
 
 class SweepPrompt(TypedDict):
@@ -79,7 +79,7 @@ class SweepPrompt(TypedDict):
 
 
 class PilotFigures(TypedDict, total=False):
-    """How the pilot went: decision.json's `forecast.pilot`, read by kit.decide.forecast (its timing
+    """How the pilot went: decision.json's `forecast.pilot`, read by kit.decide.forecast.job (its timing
     calibrates the sweep's ladder). A pilot not sent has `sent` 0 and `why`."""
 
     sent: int
@@ -110,7 +110,7 @@ MIN_PILOT_S = 5.0
 """A pilot that took less than this is not timed: its speed is a sub-second measurement (2.6x apart
 over four runs of the same 24 requests on vLLM's CPU build), so the sweep's ladder stands
 uncalibrated. The pilot keeps sending further planned prompts until it has lasted this long; one
-that ran out of them first is not timed at all (kit.decide.forecast.timed)."""
+that ran out of them first is not timed at all (kit.decide.forecast.job.timed)."""
 
 
 async def pilot(

@@ -1,6 +1,6 @@
 """The sweep's servers, one per arm: side by side or one at a time, warmed up, paused while another
-arm is measured when idle ones take the CPU, restarted after a crash (kit.decide.sweep drives
-them; kit.decide.sweep_level measures a level on one)."""
+arm is measured when idle ones take the CPU, restarted after a crash (kit.decide.measure.sweep drives
+them; kit.decide.measure.level measures a level on one)."""
 
 from __future__ import annotations
 

@@ -5,17 +5,17 @@ Each arm (plain; speculative with draft length k; the engine's own adaptive spec
 level) is then measured `decide.repetitions` times, in rounds that interleave the arms (plain, k1,
 k2, ... then k2, k1, plain, ...: a slow minute slows every arm alike), and plain decoding at the top
 level is measured once more at the very start and the very end, to see whether the machine drifted
-(kit.decide.noise). Where the arms' servers fit in memory together (a CPU engine with a small model)
+(kit.decide.measure.noise). Where the arms' servers fit in memory together (a CPU engine with a small model)
 they stay up side by side and a round costs requests; otherwise each round starts each arm's server
 in turn (`decide.servers`).
 
-Each measurement is written to the sweep's journal as it ends (kit.decide.sweep_journal): a sweep
+Each measurement is written to the sweep's journal as it ends (kit.decide.measure.journal): a sweep
 stopped part way goes on where it stopped when `kit decide` runs again with the same settings.
 
-Every measurement is bracketed by readings of what else the machine did (kit.decide.machine); a
+Every measurement is bracketed by readings of what else the machine did (kit.decide.machine.watch); a
 level where one was disturbed is measured once more, every arm again, and the disturbed
 measurement is set aside while two undisturbed repetitions of its level remain (where fewer remain,
-a lead read off it does not count: kit.decide.noise). `sweep_runs.parquet` keeps every measurement;
+a lead read off it does not count: kit.decide.measure.noise). `sweep_runs.parquet` keeps every measurement;
 `sweep.parquet` one row per (arm, level): the median, its interval and how many repetitions back
 it. An arm the engine cannot run is a row with status `skipped` and the reason; one whose server
 would not start, or whose requests failed, is `failed` with the error. Accept length comes from the
@@ -109,7 +109,7 @@ def _pilot(
     more: list[SweepPrompt],
     sweep_log: SweepLog,
 ) -> tuple[list[Answer], PilotFigures]:
-    """The pilot on the plain arm's server (kit.decide.pilot); nothing when it will not serve."""
+    """The pilot on the plain arm's server (kit.decide.measure.pilot); nothing when it will not serve."""
     plain = next((a for a in arms if not a.speculative), None)
     server = servers.get(plain) if plain is not None else None
     if server is None:
@@ -157,7 +157,7 @@ def run_sweep(
     `sweep.parquet` (per arm and level, with intervals); return the per-level table. `notes` receives
     how the servers ran side by side (`servers_idle_cpu_pct`, `servers_held`); `running_caps` (k ->
     requests) caps the servers of arms that memory cannot give the top level; `pilot_prompts` are
-    answered once by the plain arm's server at the end, as stage 3 samples (kit.decide.pilot), then
+    answered once by the plain arm's server at the end, as stage 3 samples (kit.decide.measure.pilot), then
     `pilot_more` while the pilot is too short to time: their answers go to `sweep_answers.parquet`
     before the sweep's own, and `notes["pilot"]` says how it went. A journal of this sweep left by a
     run that stopped part way is resumed: its measurements count and only the rest are made (`fresh`:
@@ -257,7 +257,7 @@ def run_sweep(
 
 
 def slot_of(slot: Slot) -> tuple[str, int, str, int]:
-    """A slot as the journal keys its measurement (kit.decide.sweep_journal.slot_key)."""
+    """A slot as the journal keys its measurement (kit.decide.measure.journal.slot_key)."""
     return (slot.phase, slot.round, slot.arm.name, slot.concurrency)
 
 
@@ -346,7 +346,7 @@ def run_slots(
     sampled: bool = False,
 ) -> list[SweepRow]:
     """Measure `slots` in order (`sampled`: as stage 3 samples, else greedy), restarting a server
-    that dies (kit.decide.sweep_servers.ArmServers.crash) and journaling each measurement."""
+    that dies (kit.decide.measure.servers.ArmServers.crash) and journaling each measurement."""
     rows: list[SweepRow] = []
     round_started: dict[int, float] = {}
     first_start = (lambda: servers.start_s[0] if servers.start_s else 0.0) if budget is not None else None

@@ -1,7 +1,8 @@
 """The sweep's tables and how they are read: the columns of `sweep_runs.parquet` (every measurement,
 one `SweepRow`) and `sweep.parquet` (one row per arm and level), the figure of a level (the median of its
 repetitions, disturbed ones set aside while two undisturbed remain), and the rounds a lead between
-two arms pairs (kit.decide.noise). Written by kit.decide.sweep, read by kit.decide.measured."""
+two arms pairs (kit.decide.measure.noise). Written by kit.decide.measure.sweep, read by
+kit.decide.choose.measured."""
 
 from __future__ import annotations
 
@@ -43,14 +44,14 @@ def crash_fields(crash: Crash | None) -> CrashFields:
 
 
 class LevelFigures(TypedDict, total=False):
-    """What one level measured (kit.decide.sweep_level): the `LEVEL_COLUMNS` it knows, its answers
+    """What one level measured (kit.decide.measure.level): the `LEVEL_COLUMNS` it knows, its answers
     (for sweep_answers.parquet, never a column) and, when the server died, the requests out then.
     A level that failed has only its concurrency, status and reason."""
 
     concurrency: int
     clients: int
     """Requests kept out at once: the concurrency, or twice the server's running cap where that is
-    fewer (kit.decide.sweep_level.measure_level)."""
+    fewer (kit.decide.measure.level.measure_level)."""
     requests: int
     errors: int
     output_tokens: int
@@ -75,10 +76,10 @@ class LevelFigures(TypedDict, total=False):
 
 
 class SweepRow(LevelFigures, CrashFields, Disturbance, total=False):
-    """One measurement as the sweep hands it on (kit.decide.sweep): a row of sweep_runs.parquet
-    (`RUN_COLUMNS`) and a line of the sweep's journal (kit.decide.sweep_journal), which a resumed
+    """One measurement as the sweep hands it on (kit.decide.measure.sweep): a row of sweep_runs.parquet
+    (`RUN_COLUMNS`) and a line of the sweep's journal (kit.decide.measure.journal), which a resumed
     sweep reads back as it was written. An arm that never ran has only its head and the reason.
-    What else the machine did meanwhile: its `Disturbance` keys (kit.decide.disturbance)."""
+    What else the machine did meanwhile: its `Disturbance` keys (kit.decide.machine.disturbance)."""
 
     round: int
     phase: str
@@ -92,7 +93,7 @@ class SweepRow(LevelFigures, CrashFields, Disturbance, total=False):
 
 class SweepNotes(TypedDict, total=False):
     """What the sweep says of how it ran, beside its tables: filled by kit.decide.run (the servers'
-    flags) and kit.decide.sweep.run_sweep; the pilot's figures and the server starts go to the
+    flags) and kit.decide.measure.sweep.run_sweep; the pilot's figures and the server starts go to the
     forecast, the rest into decision.json's `noise`."""
 
     servers_kv_cap_args: list[str]
@@ -181,7 +182,8 @@ def flags(column: pd.Series) -> pd.Series:
 
 def flag_slow(runs: pd.DataFrame) -> pd.DataFrame:
     """Judge every measurement by its signals, the CPU canary's `slowdown` over the sweep's median
-    among them (kit.decide.machine.judge_runs): `disturbed`, and `why` names the signals that said so."""
+    among them (kit.decide.machine.watch.judge_runs): `disturbed`, and `why` names the signals that
+    said so."""
     return judge_runs(runs)
 
 
@@ -242,6 +244,6 @@ def rests_on_disturbed(runs: pd.DataFrame, arm: str, concurrency: int) -> bool:
 
 def arm_lead(runs: pd.DataFrame, a: str, a_level: int, b: str, b_level: int) -> Lead:
     """Arm A's lead at its level over arm B at its level, paired by round over the measurements each
-    figure used (kit.decide.noise.lead), disturbed where either figure rests on a disturbed one."""
+    figure used (kit.decide.measure.noise.lead), disturbed where either figure rests on a disturbed one."""
     disturbed = rests_on_disturbed(runs, a, a_level) or rests_on_disturbed(runs, b, b_level)
     return lead(per_round(runs, a, a_level), per_round(runs, b, b_level), disturbed)

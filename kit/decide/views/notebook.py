@@ -200,7 +200,7 @@ def decision_figures(folder: RunFolder) -> list[Any]:
 
 
 def mtp_worth(folder: RunFolder) -> Any:
-    """What the model's MTP heads would be worth (kit.decide.worth) for this run, or a line saying
+    """What the model's MTP heads would be worth (kit.decide.views.worth) for this run, or a line saying
     why it cannot be computed."""
     from IPython.display import Markdown  # Jupyter's display layer: see docs/files.md, "Deferred imports"
 

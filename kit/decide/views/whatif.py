@@ -7,7 +7,7 @@ context length, GPU) instead of editing YAML, the sweep's measured ratios fixed 
     w.ladder, w.crossover      # the scenario the controls show now, for the next cell
     w.set(gpu="B200", accept_length=2.2)
 
-The predictions are kit.decide.whatif_model's; this module draws them. As with kit.analyse.explore,
+The predictions are kit.decide.views.whatif_model's; this module draws them. As with kit.analyse.explore,
 reports show the default state as static HTML and say the controls are live in JupyterLab.
 """
 

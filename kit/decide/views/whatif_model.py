@@ -8,9 +8,9 @@ length or GPU, with the run's own scenario (from decision.json) as the default.
 
 No new physics: each scenario is `predict_ladder` (kit.decide.costmodel) for plain decoding and one
 draft length, every arm running at most what its memory holds per replica (the rest queue), as
-kit.decide.worth does. A run without a GPU (the CPU demo) shows an H200 by default, with the cost
+kit.decide.views.worth does. A run without a GPU (the CPU demo) shows an H200 by default, with the cost
 model's default efficiency (a CPU calibration says nothing of a GPU), and keeps its own hardware as
-a choice. The view (figure, widget, static HTML) is kit.decide.whatif.
+a choice. The view (figure, widget, static HTML) is kit.decide.views.whatif.
 """
 
 from __future__ import annotations
@@ -143,7 +143,7 @@ def spec_wins_up_to(ladder: pd.DataFrame) -> int | None:
 
 def measured_ratios(decision: Decision) -> pd.DataFrame:
     """The sweep's measured speculative / plain tok/s per arm and concurrency (decision.json's table,
-    as kit.decide.plots reads it): only levels where both were measured."""
+    as kit.decide.views.plots reads it): only levels where both were measured."""
     t = pd.DataFrame(decision.table_rows())
     cols = [SPEC_K, "concurrency", "ratio"]
     if t.empty or "measured_tok_s" not in t:
@@ -190,7 +190,7 @@ class RunBasis:
     def from_decision(
         cls, arch: ModelArch, decision: Decision, draft: Draft = MTP, name: str = "MTP"
     ) -> RunBasis:
-        """The basis of a decision.json (kit.decide.decision.decide) for the model `arch`; a KeyError
+        """The basis of a decision.json (kit.decide.choose.decision.decide) for the model `arch`; a KeyError
         names what an earlier kit's decision.json lacks."""
         for key in ("hardware", "workload"):
             if key not in decision:
@@ -265,7 +265,7 @@ class RunBasis:
 
 def _default_k(decision: Decision, accepts: Mapping[int, float]) -> int:
     """The chosen draft length, else the longest with an accept length given or measured, else the
-    longest predicted, else 3 (the draft length of the published MTP figures, kit.decide.worth)."""
+    longest predicted, else 3 (the draft length of the published MTP figures, kit.decide.views.worth)."""
     chosen = (decision.arm or Arm(0)).k
     predicted = {int(r.spec_k) for r in decision.table if int(r.spec_k) > 0}
     return chosen or max(accepts, default=0) or max(predicted, default=3)
