@@ -1,5 +1,5 @@
 """Stage 2's answers check on its own: one speculative arm's sampled answers against plain decoding's,
-on the engine a params file names (kit.decide.answers_check), without a sweep.
+on the engine a params file names (kit.decide.checks.answers), without a sweep.
 
     .venv/bin/python benchmarks/answers_check.py params/demo-vllm.yaml --arm spec_k1 --out check.json
 
@@ -20,9 +20,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from kit.decide.answers_check import SAMPLES, check_answers  # noqa: E402
+from kit.decide.checks.answers import SAMPLES, check_answers  # noqa: E402
 from kit.decide.run import pilot_prompts  # noqa: E402
-from kit.decide.sweep_setup import SweepSetup  # noqa: E402
+from kit.decide.sweep.setup import SweepSetup  # noqa: E402
 from kit.engines.settings import sweep_arms  # noqa: E402
 from kit.params import load_params  # noqa: E402
 from kit.runfolder import RunFolder  # noqa: E402

@@ -258,7 +258,7 @@ def client_cells(params: Any, items: list[dict[str, Any]], work: Path, capacity:
 
 def kit_cell(work: Path, round_no: int, samples: int, capacity: int) -> dict[str, Any]:
     """`kit decide` then `kit generate`, as a user runs them, in a new run folder."""
-    from kit.decide.decision import decision_arm
+    from kit.decide.choose.decision import decision_arm
     from kit.engines.process import free_port
 
     port = free_port()

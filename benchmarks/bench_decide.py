@@ -12,7 +12,7 @@ Three parts, all on the 2-core development machine with vLLM's CPU build and the
 2. Servers side by side: plain decoding at concurrency 8 on one server, measured alone and with a
    second (idle) server up beside it, alternating `--pairs` times: whether an idle neighbour changes
    what is measured (the sweep keeps every arm's server up at once on a CPU).
-3. The CPU canary (`kit.decide.machine.canary_ms`) every 0.2 s for `--canary-s` seconds with nothing
+3. The CPU canary (`kit.decide.machine.watch.canary_ms`) every 0.2 s for `--canary-s` seconds with nothing
    else running: how often this shared host is slower than itself, and by how much.
 """
 
@@ -53,7 +53,7 @@ def demo_params(work: Path, run: str) -> Path:
 
 def _arm(decision: dict[str, Any]) -> str:
     """The arm a decision.json chose, by name (`plain`, `spec_k3`), whichever kit wrote it."""
-    from kit.decide.decision import decision_arm
+    from kit.decide.choose.decision import decision_arm
 
     return decision_arm(decision).name
 
@@ -97,8 +97,8 @@ def side_by_side(work: Path, pairs: int, settle_s: float) -> dict[str, list[floa
     """Plain at 8 concurrent, 3 s a measurement: alone, then beside an idle server, `pairs` times;
     `settle_s` after the neighbour starts or stops before measuring (a server just up may still be
     busy finishing its start)."""
+    from kit.decide.measure.servers import arm_params
     from kit.decide.run import sweep_prompts
-    from kit.decide.sweep_servers import arm_params
     from kit.engines import start_server
     from kit.engines.settings import Arm
     from kit.params import load_params
@@ -122,7 +122,7 @@ def side_by_side(work: Path, pairs: int, settle_s: float) -> dict[str, list[floa
 
 
 def canary_trace(seconds: float) -> list[float]:
-    from kit.decide.machine import canary_ms
+    from kit.decide.machine.watch import canary_ms
 
     out, end = [], time.monotonic() + seconds
     while time.monotonic() < end:

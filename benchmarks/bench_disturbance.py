@@ -3,7 +3,7 @@
     python3 benchmarks/bench_disturbance.py --out DIR      # about 80 s; prints a JSON summary
     python3 benchmarks/bench_disturbance.py --out DIR --rejudge docs/lab/h200/sglang   # recorded sweeps
 
-Uses the kit of this checkout (kit.decide.machine; psutil, and nvidia-ml-py where the box has GPUs),
+Uses the kit of this checkout (kit.decide.machine.watch; psutil, and nvidia-ml-py where the box has GPUs),
 no engine and no GPU work. A synthetic engine (a child process that computes one core's worth while
 a "level" runs, idle between levels, free to run on any CPU as a real server is) stands in for the
 measured server; the kit's process runs a client thread during each level, as the sweep's client
@@ -15,7 +15,7 @@ does. Around each level, the sweep's two readings (`MachineReading.now` / `inter
 2. quiet: `--readings` levels with nothing else running; then as many with two threads of the kit
    left busy through the readings (the client's leftovers, a tokenizer's pool): the share of
    levels each check flags. Old: others > 10% of the CPU, the other arms' servers > 10%, or the
-   process-time canary 1.3x its median. New: `kit.decide.machine.judge` on the reading's signals
+   process-time canary 1.3x its median. New: `kit.decide.machine.watch.judge` on the reading's signals
    with the thread-time canary's slowdown (on a box with GPUs the canary alone flags only past 2x).
 3. hog: `--hog-readings` levels with the synthetic engine pinned to two CPUs and two busy-looping
    processes pinned to the same two: both checks must flag every one, the new one saying why.
@@ -44,8 +44,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))  # the kit of this checkout
 
-from kit.decide import gpu_watch, machine  # noqa: E402
-from kit.decide.machine import (  # noqa: E402
+from kit.decide.machine import gpu_watch  # noqa: E402
+from kit.decide.machine import watch as machine  # noqa: E402
+from kit.decide.machine.watch import (  # noqa: E402
     CANARY_LOOPS,
     DISTURBED_CPU,
     SLOW_CANARY,

@@ -17,7 +17,7 @@ actual: time generating, output tokens, speed, the error in percent, inside the 
 and the input that missed. Writes DIR/bench_forecast.json (every run) and prints a Markdown table.
 Target (issue 48): the median wall-time error within +-15%, the actual inside the interval in at
 least 4 of 5 runs. Every run's forecast counts the judged runs already under DIR as its history
-(kit/decide/forecast_history.py): the later runs' intervals carry the earlier runs' errors.
+(kit/decide/forecast/history.py): the later runs' intervals carry the earlier runs' errors.
 """
 
 from __future__ import annotations

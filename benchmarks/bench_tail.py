@@ -122,7 +122,7 @@ def one_run(work: Path, run: str, args: argparse.Namespace, decision: Path | Non
 def decide(work: Path, args: argparse.Namespace) -> tuple[Path, bool, str]:
     """A real `kit decide` on the bench's params; (decision.json for the spec run, forced?, why)."""
     from kit.artifacts import Decision
-    from kit.decide.tailarm import tail_arm
+    from kit.decide.choose.tailarm import tail_arm
 
     path = params_file(work, "decide", args, ngram=True)
     kit("decide", str(path))
@@ -279,7 +279,7 @@ def main() -> None:
     saved = args.work / "bench_tail.json"
     if args.report_only:
         from kit.artifacts import Decision
-        from kit.decide.tailarm import tail_arm
+        from kit.decide.choose.tailarm import tail_arm
 
         runs = json.loads(saved.read_text())
         forced = (args.work / "decision-forced.json").exists()
@@ -294,7 +294,7 @@ def main() -> None:
         forced_path = args.work / "decision-forced.json"
         decision, forced = (forced_path, True) if forced_path.exists() else (real, False)
         from kit.artifacts import Decision
-        from kit.decide.tailarm import tail_arm
+        from kit.decide.choose.tailarm import tail_arm
 
         why = tail_arm(Decision.from_json(json.loads(real.read_text())))[1]
     else:

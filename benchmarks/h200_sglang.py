@@ -312,7 +312,7 @@ def mtp27(s: Session) -> dict:
     ~1: the pure cost of MTP on this architecture. 55 GB of weights: the servers run one at a time.
     H200_MTP_K="1,2,3" with H200_ROUNDS=2 is the whole case (issue 45): seven server starts of ~115 s
     and eight rounds of levels, about 22 minutes, more than one call holds, so the phase goes on
-    from the sweep's journal (kit.decide.sweep_journal) in the run folder it left, here or carried
+    from the sweep's journal (kit.decide.measure.journal) in the run folder it left, here or carried
     back in .device/runs/run-<run>.tar.xz (H200_MTP_K="1,3": five starts, about 16 minutes).
     `H200_TIME_BUDGET` (seconds) on the last call sets `decide.time_budget_s`: the sweep stops at the
     round that would overrun it and decides from the rounds measured (2026-12-06: round 0 of two).
@@ -984,7 +984,7 @@ def demo(s: Session) -> dict:
 
 
 def answers(s: Session) -> dict:
-    """The answers check (kit.decide.answers_check) on SGLang: the demo model's pilot prompts answered
+    """The answers check (kit.decide.checks.answers) on SGLang: the demo model's pilot prompts answered
     four times each by plain decoding and by n-gram k=`H200_ANSWERS_K` (default 3), at temperature
     0.7 / top-p 0.95, compared. Does SGLang's speculation sample as plain decoding does? (vLLM 0.32's
     CPU build does not: docs/decision.md.) `H200_ANSWERS_SAMPLER=pytorch`: that sampler, without the

@@ -5,7 +5,7 @@
 The seed's shape: Qwen3.6-27B (tests/configs/qwen3_6_27b.json), one GPU per replica (tp 1, as
 `params/sglang-8gpu.example.yaml`), prompts of 1,024 tokens answered with up to 1,024 (the example's
 max_tokens; the mean answer is shorter, so these are upper bounds). Per replica, the cost model's
-plain ladder (`kit.decide.worth.mtp_worth`, with MTP's accept-length bands) gives the best tokens/s
+plain ladder (`kit.decide.views.worth.mtp_worth`, with MTP's accept-length bands) gives the best tokens/s
 over concurrency: the job runs at that point, its bulk at full load, then its tail (the last wave
 of requests draining: one request's whole answer at the speed of a lightly loaded replica, where
 MTP helps most). Printed as a markdown table for docs/scaling.md; the model's own error is ±25%.
@@ -19,7 +19,7 @@ from pathlib import Path
 
 from kit.arch import arch_from_config
 from kit.decide.costmodel import Hardware, Scenario, Workload
-from kit.decide.worth import mtp_worth
+from kit.decide.views.worth import mtp_worth
 from kit.probe.gpu import lookup_datasheet
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -20,7 +20,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import yaml
 
-from kit.decide.answers_check import repetition
+from kit.decide.checks.answers import repetition
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -52,7 +52,7 @@ def run(
     """Execute the stage notebooks headless into outputs/<run>/notebooks/ and render the report;
     exits 3 when the generation it ran left rows (as `kit generate` does)."""
     from kit import stages as st
-    from kit.decide.apply import check_adaptive_switch
+    from kit.decide.choose.apply import check_adaptive_switch
     from kit.notebooks import execute_all
     from kit.report import render_report
 

@@ -1,5 +1,5 @@
 """Column names that cross the stages, spelled once: the sweep's tables (sweep_runs.parquet,
-sweep.parquet, kit.decide.levels), the cost model's ladder, decision.json's table and what stage 4
+sweep.parquet, kit.decide.measure.tables), the cost model's ladder, decision.json's table and what stage 4
 and the notebooks read of them. Dependency-free, so the shared modules (kit.display, kit.artifacts)
 and every stage import it alike; the names are the files' own, so older run folders read as before.
 
@@ -19,7 +19,7 @@ OUTPUT_TOK_S: Final = "output_tok_s"
 (sweep.parquet), or the cost model's prediction (the ladder)."""
 OUTPUT_TOK_S_LO: Final = "output_tok_s_lo"
 OUTPUT_TOK_S_HI: Final = "output_tok_s_hi"
-"""The 90% interval of a level's median (sweep.parquet, kit.decide.noise)."""
+"""The 90% interval of a level's median (sweep.parquet, kit.decide.measure.noise)."""
 ADAPTIVE: Final = "adaptive"
 """Whether a sweep row's arm is the engine's own adaptive speculation (`decide.adaptive_k`), its
 `spec_k` then the ceiling (sweep_runs.parquet, sweep.parquet; a sweep without it lacks the column)."""

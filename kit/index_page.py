@@ -14,13 +14,13 @@ from matplotlib.figure import Figure
 
 from kit.analyse.view import fitness_answer
 from kit.artifacts import Decision, Fitness, Manifest, Summary
+from kit.decide.choose.decision import speculation_label
+from kit.decide.choose.reasons import sweep_cost_sentence
 from kit.decide.costmodel.validation import ErrorBand
-from kit.decide.decision import speculation_label
-from kit.decide.plots import throughput_alt, throughput_curves
-from kit.decide.reasons import sweep_cost_sentence
-from kit.decide.verdict import decision_answer, measured_level
-from kit.decide.whatif_model import band_for_run
-from kit.decide.worth import worth_for_run
+from kit.decide.views.plots import throughput_alt, throughput_curves
+from kit.decide.views.verdict import decision_answer, measured_level
+from kit.decide.views.whatif_model import band_for_run
+from kit.decide.views.worth import worth_for_run
 from kit.display import Answer, timestamp
 from kit.export.run import CARD
 from kit.generate.verdict import (
@@ -151,7 +151,7 @@ def _with_tail(answer: Answer, summary: Summary | None) -> Answer:
 
 
 def _with_forecast(answer: Answer, decision: Decision | None) -> Answer:
-    """The decision, then stage 3 in hours per arm (kit.decide.forecast) where stage 2 made one."""
+    """The decision, then stage 3 in hours per arm (kit.decide.forecast.job) where stage 2 made one."""
     forecast = decision.forecast if decision is not None else None
     return _then(
         answer, f"Forecast for the whole plan: {forecast.sentence}." if forecast and forecast.sentence else ""
@@ -159,7 +159,7 @@ def _with_forecast(answer: Answer, decision: Decision | None) -> Answer:
 
 
 def _with_adaptive(answer: Answer, decision: Decision | None) -> Answer:
-    """The decision, then the engine's own adaptive speculation against it (kit.decide.adaptive) where
+    """The decision, then the engine's own adaptive speculation against it (kit.decide.measure.adaptive) where
     the sweep measured it (`decide.adaptive_k`)."""
     cmp = decision.adaptive if decision is not None else None
     return _then(answer, f"The engine's own switch: {cmp.sentence}." if cmp is not None else "")
@@ -167,7 +167,7 @@ def _with_adaptive(answer: Answer, decision: Decision | None) -> Answer:
 
 def _with_cost(answer: Answer, decision: Decision | None) -> Answer:
     """The decision, then what its sweep took beside what it is worth on this job (decision.json's
-    `sweep_cost`, kit.decide.reasons.sweep_cost_sentence)."""
+    `sweep_cost`, kit.decide.choose.reasons.sweep_cost_sentence)."""
     cost = decision.sweep_cost if decision is not None else None
     if cost is None:
         return answer
@@ -176,7 +176,7 @@ def _with_cost(answer: Answer, decision: Decision | None) -> Answer:
 
 
 def _judged(answer: Answer, summary: Summary | None) -> Answer:
-    """The generation, then stage 2's forecast against what it took (kit.decide.forecast_check)."""
+    """The generation, then stage 2's forecast against what it took (kit.decide.forecast.check)."""
     check = summary.forecast_check if summary is not None else None
     text = check.sentence if check is not None else ""
     return _then(answer, f"{text[0].upper()}{text[1:]}." if text else "")

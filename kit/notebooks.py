@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import signal
 import sys
 import threading
@@ -106,14 +107,64 @@ def execute_stage(params: RunParams, stage: str, folder: RunFolder) -> Path:
     return out
 
 
+MOVED_MODULES = {
+    "kit.decide.adaptive": "kit.decide.measure.adaptive",
+    "kit.decide.answers_check": "kit.decide.checks.answers",
+    "kit.decide.apply": "kit.decide.choose.apply",
+    "kit.decide.arm_status": "kit.decide.measure.arm_status",
+    "kit.decide.backend_choice": "kit.decide.checks.settings_choice",
+    "kit.decide.backends": "kit.decide.checks.settings_sweep",
+    "kit.decide.decision": "kit.decide.choose.decision",
+    "kit.decide.disturbance": "kit.decide.machine.disturbance",
+    "kit.decide.forecast_check": "kit.decide.forecast.check",
+    "kit.decide.forecast_history": "kit.decide.forecast.history",
+    "kit.decide.forecast_inputs": "kit.decide.forecast.inputs",
+    "kit.decide.gpu_watch": "kit.decide.machine.gpu_watch",
+    "kit.decide.jobhours": "kit.decide.forecast.jobhours",
+    "kit.decide.levels": "kit.decide.measure.tables",
+    "kit.decide.measured": "kit.decide.choose.measured",
+    "kit.decide.noise": "kit.decide.measure.noise",
+    "kit.decide.pilot": "kit.decide.measure.pilot",
+    "kit.decide.plots": "kit.decide.views.plots",
+    "kit.decide.reasons": "kit.decide.choose.reasons",
+    "kit.decide.sweep_journal": "kit.decide.measure.journal",
+    "kit.decide.sweep_level": "kit.decide.measure.level",
+    "kit.decide.sweep_servers": "kit.decide.measure.servers",
+    "kit.decide.tailarm": "kit.decide.choose.tailarm",
+    "kit.decide.verdict": "kit.decide.views.verdict",
+    "kit.decide.view": "kit.decide.views.notebook",
+    "kit.decide.whatif": "kit.decide.views.whatif",
+    "kit.decide.whatif_model": "kit.decide.views.whatif_model",
+    "kit.decide.worth": "kit.decide.views.worth",
+}
+"""Stage 2's modules as a kit before its subpackages named them, and where they are now: an executed
+notebook of an older run imports them by the old name, and `open_on_rerun` (`kit lab`) writes the new
+one, so the run opens and runs again. kit.decide.machine, kit.decide.forecast and kit.decide.sweep are not
+here: those names are packages now (and no stage notebook ever imported them)."""
+_OLD_IMPORT = re.compile(
+    r"^(\s*(?:from|import)\s+)("
+    + "|".join(map(re.escape, MOVED_MODULES))
+    + r")(?=\s+import\b|\s+as\b|\s*,|\s*$)",
+    re.M,
+)
+
+
+def moved_imports(source: str) -> str:
+    """A code cell's imports of stage 2's modules under their old names, written with the new ones."""
+    return _OLD_IMPORT.sub(lambda m: m.group(1) + MOVED_MODULES[m.group(2)], source)
+
+
 REOPEN = "rerun = False  # kit run ran this with rerun = True; run again here, it opens the artifacts"
 
 
 def open_on_rerun(notebook: Path) -> None:
     """Turn the `rerun = True` papermill injected into an executed notebook to False (with a comment):
-    the notebook keeps its outputs, and running it again opens the run's artifacts."""
+    the notebook keeps its outputs, and running it again opens the run's artifacts (an older run's
+    imports of stage 2's modules written as they are named now: `MOVED_MODULES`)."""
     book = nbformat.read(notebook, as_version=4)
     for cell in book.cells:
+        if cell.get("cell_type") == "code":
+            cell.source = moved_imports(cell.source)
         if "injected-parameters" in cell.get("metadata", {}).get("tags", []):
             lines = [REOPEN if line.strip() == "rerun = True" else line for line in cell.source.splitlines()]
             cell.source = "\n".join(lines)

@@ -188,17 +188,17 @@ class DecideParams(_Strict):
     pilot_per_source: int = Field(default=8, ge=0)
     """Prompts of each source the plain arm's server answers once after the sweep, sampled as stage 3
     samples and with its output budget (`generate.sampling`, each source's `max_tokens`): their
-    lengths predict the job's output tokens (kit.decide.forecast) and stage 3's order; 0: no pilot
+    lengths predict the job's output tokens (kit.decide.forecast.job) and stage 3's order; 0: no pilot
     (the forecast then rests on the sweep's greedy answers, cut at `max_tokens`, or on the budgets)."""
     level_s: float = Field(default=5.0, ge=0)
     """Seconds each measurement lasts at least (requests keep coming until then): a level of a
     fraction of a second is one hiccup of a shared machine away from a 3x error."""
     repetitions: int = Field(default=3, ge=1)
     """Rounds of the sweep: each (arm, level) is measured this many times, the arms interleaved,
-    and the decision compares the intervals of their medians (kit.decide.noise)."""
+    and the decision compares the intervals of their medians (kit.decide.measure.noise)."""
     time_budget_s: float | None = Field(default=None, gt=0)
     """Seconds the sweep may take: rounds that would overrun it are left out (at least one runs).
-    Unset: `budget_share` of the job's forecast hours on the plain arm (kit.decide.budget)."""
+    Unset: `budget_share` of the job's forecast hours on the plain arm (kit.decide.sweep.budget)."""
     budget_share: float = Field(default=0.02, ge=0, le=1)
     """Without `time_budget_s`, the sweep may take this share of the job it decides for (the plan's
     output tokens at plain decoding's measured rate, read after the first round), never less than
@@ -206,7 +206,7 @@ class DecideParams(_Strict):
     gets its repetitions. 0: no budget (every round runs)."""
     racing: bool = True
     """After each round, leave out the (arm, level) measurements already ruled out outside the
-    noise (kit.decide.racing): the rounds that remain go to the close calls. False: every round
+    noise (kit.decide.sweep.racing): the rounds that remain go to the close calls. False: every round
     measures every arm at every level."""
     crash_restarts: int = Field(default=2, ge=0)
     """Times an arm's server that dies while measured is restarted (and its level measured again)
@@ -220,11 +220,11 @@ class DecideParams(_Strict):
     """Draft lengths k to try for the speculative arms."""
     adaptive_k: int | None = Field(default=None, ge=1, le=7)
     """Also measure the engine's own adaptive speculation with this ceiling (SGLang, vLLM): compared
-    with plain and the arm the decision picks per level (kit.decide.adaptive), never chosen."""
+    with plain and the arm the decision picks per level (kit.decide.measure.adaptive), never chosen."""
     answers_check: bool = True
     """Before stage 3 samples with the speculative arm the decision picked, answer the pilot's prompts
     four times with it and four times with plain decoding, as stage 3 samples, and compare
-    (kit.decide.answers_check): an arm whose speculation changes the answers is set aside. Costs two
+    (kit.decide.checks.answers): an arm whose speculation changes the answers is set aside. Costs two
     more server starts (plain's and the arm's), outside `time_budget_s`."""
     accept_lengths: dict[int, float] = {}
     """Expected accept length per k for the prediction (e.g. {3: 3.2}); from the sweep when measured."""
@@ -244,8 +244,8 @@ class DecideParams(_Strict):
     backends: dict[Literal["attention_backend", "sampling_backend"], list[str]] = {}
     """Engine settings to measure against the params' own after the speculation sweep, e.g.
     `{attention_backend: [triton, flashinfer], sampling_backend: [pytorch]}`: one server per value, the
-    chosen arm at the top level, sampled as stage 3 samples (kit.decide.backends); a value that beats
-    the params' own outside the noise goes to stage 3. {}: nothing more is measured."""
+    chosen arm at the top level, sampled as stage 3 samples (kit.decide.checks.settings_sweep); a value
+    that beats the params' own outside the noise goes to stage 3. {}: nothing more is measured."""
 
     @field_validator("backends")
     @classmethod

@@ -274,13 +274,14 @@ class RunFolder:
 
     @property
     def sweep_backends(self) -> Path:
-        """Stage 2's settings sweep (`decide.backends`, kit.decide.backends): every measurement."""
+        """Stage 2's settings sweep (`decide.backends`, kit.decide.checks.settings_sweep): every
+        measurement."""
         return self.root / "sweep_backends.parquet"
 
     @property
     def sweep_journal(self) -> Path:
         """Stage 2's measurements as they finish, while its sweep runs: a stopped sweep goes on from
-        them (kit.decide.sweep_journal); gone once decision.json is written."""
+        them (kit.decide.measure.journal); gone once decision.json is written."""
         return self.root / "sweep_journal.jsonl"
 
     @property

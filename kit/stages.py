@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 import pandas as pd
 
 from kit.artifacts import Decision, Manifest, ProbeReport
-from kit.decide.apply import applied_words, apply_decision
+from kit.decide.choose.apply import applied_words, apply_decision
 from kit.demo.fixtures import ensure_demo_fixtures
 from kit.demo.model import build_notice, ensure_demo_model
 from kit.engines.flavors import flavor, server_env
@@ -193,7 +193,7 @@ def generate(
 ) -> Manifest:
     """Stage 3: plan prompts, generate completions (resuming), write manifest.json; rerun=False:
     read manifest.json when there is one (no engine started, nothing resumed)."""
-    from kit.decide.decision import speculation_label
+    from kit.decide.choose.decision import speculation_label
     from kit.generate.run import run_generation  # each stage's stack loads when it runs
 
     folder = run_folder(params)

@@ -1,4 +1,4 @@
-"""The engine's own adaptive speculation as a sweep arm (`decide.adaptive_k`, kit.decide.adaptive):
+"""The engine's own adaptive speculation as a sweep arm (`decide.adaptive_k`, kit.decide.measure.adaptive):
 its name, how each flavor spells it, the errors for what an engine cannot run, and the comparison
 with plain decoding and the kit's pick per level, on a sweep's measurements with known figures
 (summarised by the sweep's own code, paired by round as the decision pairs its leads)."""
@@ -15,11 +15,11 @@ from pydantic import ValidationError
 
 from kit.artifacts import Decision
 from kit.columns import ADAPTIVE, OUTPUT_TOK_S, SPEC_K
-from kit.decide.adaptive import check_adaptive, compare, mark, split, with_adaptive
-from kit.decide.apply import apply_decision
-from kit.decide.levels import RUN_COLUMNS, summarise
-from kit.decide.sweep_journal import sweep_key
-from kit.decide.view import adaptive_table
+from kit.decide.choose.apply import apply_decision
+from kit.decide.measure.adaptive import check_adaptive, compare, mark, split, with_adaptive
+from kit.decide.measure.journal import sweep_key
+from kit.decide.measure.tables import RUN_COLUMNS, summarise
+from kit.decide.views.notebook import adaptive_table
 from kit.display import Answer
 from kit.engines.arms import Arm, adaptive_ceiling, arm_k
 from kit.engines.flavors import server_command
@@ -246,7 +246,7 @@ def test_the_cpu_vllm_measures_its_schedule_beside_the_arms(tmp_path: Path, demo
     choice, and decision.json carries the comparison with its figures."""
     from test_vllm_engine import demo_vllm, kit
 
-    from kit.decide.view import decision_tables
+    from kit.decide.views.notebook import decision_tables
     from kit.index_page import run_answers
     from kit.runfolder import RunFolder
 

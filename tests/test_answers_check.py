@@ -1,4 +1,4 @@
-"""The answers check's statistics (kit.decide.answers_check): answers drawn alike are not flagged,
+"""The answers check's statistics (kit.decide.checks.answers): answers drawn alike are not flagged,
 answers a lossy speculation changed are, and the sentence says what moved. The check on the real
 vLLM (its CPU build's n-gram arm changes sampled answers) is in tests/test_vllm_engine.py."""
 
@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from kit.decide.answers_check import ALPHA, SAMPLES, compare, repetition
-from kit.decide.pilot import Answer, SweepPrompt
+from kit.decide.checks.answers import ALPHA, SAMPLES, compare, repetition
+from kit.decide.measure.pilot import Answer, SweepPrompt
 
 PROMPTS = 20
 TEMPLATE = '<tool_call> {"name": <function-name>, "arguments": <args-json-object>} </tool_call>'

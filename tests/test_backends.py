@@ -1,4 +1,4 @@
-"""Stage 2's settings sweep (`decide.backends`, kit.decide.backends and kit.decide.backend_choice).
+"""Stage 2's settings sweep (`decide.backends`: kit.decide.checks.settings_sweep, .settings_choice).
 
 The choosing rule on tables first (a lead outside the noise wins, one inside keeps the params' own,
 a setting the params set is kept, a server that would not start is named), the spelling per flavor
@@ -17,9 +17,9 @@ import pandas as pd
 import pytest
 
 from kit.artifacts import Decision, EngineSettings
-from kit.decide.apply import apply_decision
-from kit.decide.backend_choice import backend_reasons, decide_backends, judge_backends
-from kit.decide.backends import BASELINE, Alternative, BackendSweep, alternatives, backend_slots
+from kit.decide.checks.settings_choice import backend_reasons, decide_backends, judge_backends
+from kit.decide.checks.settings_sweep import BASELINE, Alternative, BackendSweep, alternatives, backend_slots
+from kit.decide.choose.apply import apply_decision
 from kit.engines.arms import Arm
 from kit.engines.flavors import server_command
 from kit.engines.settings import apply_settings

@@ -500,7 +500,7 @@ def test_draft_settings_from_params_and_engine() -> None:
 
 def test_mtp_worth_band_for_the_seed_case() -> None:
     """params/sglang-8gpu.example.yaml: Qwen3.6-27B, dp 8 on RTX PRO 6000s, 1024 output tokens."""
-    from kit.decide.worth import mtp_worth
+    from kit.decide.views.worth import mtp_worth
     from kit.params import load_params
     from kit.probe.gpu import lookup_datasheet
 

@@ -13,9 +13,9 @@ import pytest
 
 from kit.arch import load_arch
 from kit.artifacts.decision_json import EARLIER_ARM_KEYS
+from kit.decide.choose.decision import decide, decision_arm, with_gpus
 from kit.decide.costmodel import Hardware, Scenario, Workload
-from kit.decide.decision import decide, decision_arm, with_gpus
-from kit.decide.levels import RUN_COLUMNS, summarise
+from kit.decide.measure.tables import RUN_COLUMNS, summarise
 from kit.engines.arms import Arm
 from kit.params import DecideParams
 
@@ -198,7 +198,7 @@ def test_a_lead_outside_the_noise_chooses_speculation() -> None:
 def test_the_settings_stage_3_takes_are_said_in_words(tmp_path: Path) -> None:
     """`kit generate` says which settings it took from decision.json: the arm by its name and each
     setting with its value, not the raw dict it printed."""
-    from kit.decide.apply import applied_words, apply_decision
+    from kit.decide.choose.apply import applied_words, apply_decision
     from kit.params import EngineParams, ModelParams, RunParams
 
     steady = {("plain", 0, 16): [2000.0, 1500.0, 2100.0], ("spec_k3", 3, 16): [2600.0, 1950.0, 2750.0]}
@@ -213,7 +213,7 @@ def test_the_settings_stage_3_takes_are_said_in_words(tmp_path: Path) -> None:
 
 def test_a_disturbed_repetition_is_set_aside_and_does_not_flip_the_decision() -> None:
     """k1 leads plain by 5% in every calm round; a CPU hog in round 1 of k1 halves that repetition.
-    The sweep measures that level once more (round 3, both arms: kit.decide.sweep.redo_slots); the
+    The sweep measures that level once more (round 3, both arms: kit.decide.sweep.sweep.redo_slots); the
     hogged repetition set aside, three calm rounds remain and the lead still counts. Taken as it
     came, the hogged round would have hidden it; without the extra round, two pairs are too few."""
     calm = {("plain", 0, 16): [2000.0, 2010.0, 2050.0], ("spec_k1", 1, 16): [2100.0, 2110.0, 2150.0]}
@@ -286,7 +286,7 @@ def test_many_disturbed_repetitions_are_one_reason_with_their_count() -> None:
 
 
 def test_the_sweep_measures_a_disturbed_level_once_more_with_every_arm() -> None:
-    from kit.decide.sweep import redo_slots
+    from kit.decide.sweep.sweep import redo_slots
     from kit.engines.arms import Arm
 
     arms = [Arm(0), Arm(1, "NGRAM"), Arm(3, "NGRAM")]
@@ -307,9 +307,9 @@ def test_measuring_again_counts_the_server_starts_it_takes(tmp_path: Path) -> No
     its levels alone would. Side by side (no restarts) it fits; with 120 s spent it fits."""
     from types import SimpleNamespace
 
-    from kit.decide.sweep_rounds import fits
-    from kit.decide.sweep_servers import ArmServers, Slot
-    from kit.decide.sweep_slots import SweepLog
+    from kit.decide.measure.servers import ArmServers, Slot
+    from kit.decide.measure.slots import SweepLog
+    from kit.decide.sweep.rounds import fits
     from kit.engines.arms import Arm
 
     plain, spec = Arm(0), Arm(2, "NGRAM")
@@ -339,9 +339,9 @@ def test_a_rounds_pace_leaves_out_the_first_server_start(tmp_path: Path) -> None
     a pace that counted the start in every round (280 per round) refused."""
     from types import SimpleNamespace
 
-    from kit.decide.sweep_rounds import fits
-    from kit.decide.sweep_servers import Slot
-    from kit.decide.sweep_slots import SweepLog
+    from kit.decide.measure.servers import Slot
+    from kit.decide.measure.slots import SweepLog
+    from kit.decide.sweep.rounds import fits
     from kit.engines.arms import Arm
 
     rows = [{}] * 10
@@ -367,7 +367,7 @@ def test_drift_is_caught() -> None:
 def test_a_drift_against_a_noise_under_one_percent_prints_that_noise() -> None:
     """The H200's EAGLE-3 sweep (docs/lab/h200/sglang/eagle3-rounds2/): plain at 256 measured 12,197 then
     12,413 tok/s against a level noise of 0.14%; the reason said "beyond its ±0% noise"."""
-    from kit.decide.noise import Drift
+    from kit.decide.measure.noise import Drift
 
     sentence = Drift(256, 12_197, 12_413, 0.0014).sentence()
     assert "(+2%, beyond its ±0.1% noise)" in sentence and "the machine changed" in sentence
@@ -455,7 +455,7 @@ def load_arch_from(name: str):
 def test_a_decision_never_rests_on_nothing() -> None:
     """Unmeasured speculation wins only on a predicted lead beyond the model's known error; a measured
     lead within the noise keeps plain decoding; a failed arm never wins over a measured one."""
-    from kit.decide.decision import PREDICTION_ERROR, _pick_predicted
+    from kit.decide.choose.decision import PREDICTION_ERROR, _pick_predicted
 
     ladder = pd.DataFrame(
         {"arm": ["plain", "spec_k3"], "spec_k": [0, 3], "concurrency": [64, 64], "feasible": [True, True]}
@@ -593,7 +593,7 @@ def test_the_sweeps_warm_up_sends_the_top_levels_prompts_at_once(tmp_path: Path)
 
     from test_order import recording_server
 
-    from kit.decide.sweep_servers import WARMUP_BURST_TOKENS, WARMUP_REQUESTS, ArmServers
+    from kit.decide.measure.servers import WARMUP_BURST_TOKENS, WARMUP_REQUESTS, ArmServers
     from kit.engines.settings import sweep_arms
     from kit.params import RunParams
     from kit.runfolder import RunFolder

@@ -356,7 +356,7 @@ MEASURED_AT = {"previous_release_mtp": 64, "earlier_kit_mtp": 32, "earlier_kit_p
 def test_an_earlier_kits_decision_opens_and_applies_the_same_settings(
     tmp_path: Path, name: str, user: bool
 ) -> None:
-    from kit.decide.apply import apply_decision
+    from kit.decide.choose.apply import apply_decision
     from kit.runfolder import RunFolder
 
     text = (DECISIONS / f"{name}.json").read_text()

@@ -1,4 +1,4 @@
-"""Stage 3 in hours (kit.decide.forecast), judged at the end (kit.decide.forecast_check), and the time
+"""Stage 3 in hours (kit.decide.forecast.job), judged at the end (kit.decide.forecast.check), and the time
 left counted in tokens (kit.generate.eta): the arithmetic pinned on a recorded H200 sweep and a
 seeded plan; the whole path on the demo in tests/test_pipeline.py."""
 
@@ -13,7 +13,8 @@ import pandas as pd
 import pytest
 
 from kit.artifacts import Decision, Manifest, Noise
-from kit.decide.forecast import (
+from kit.decide.forecast.check import forecast_check, what_missed
+from kit.decide.forecast.job import (
     MIN_PILOT_S,
     JobSettings,
     Ladder,
@@ -25,7 +26,6 @@ from kit.decide.forecast import (
     speed_scale,
     speed_spread,
 )
-from kit.decide.forecast_check import forecast_check, what_missed
 from kit.display import hours
 from kit.generate.eta import MIN_ANSWERED, TokenEta
 from kit.prompts.lengths import LENGTH_COLUMNS, LengthModel
@@ -289,7 +289,7 @@ def test_a_pilot_too_short_to_time_goes_on_with_more_planned_prompts(tmp_path: P
     import sys
     import time
 
-    from kit.decide.pilot import MIN_PILOT_S, pilot
+    from kit.decide.measure.pilot import MIN_PILOT_S, pilot
     from kit.engines.client import EngineClient
     from kit.engines.process import free_port
     from kit.params import RunParams

@@ -1,7 +1,7 @@
 """The forecast's interval widened by the wall-time errors of earlier, comparable judged runs
-(kit.decide.forecast_history): pinned on run folders whose decision.json, manifest.json and
+(kit.decide.forecast.history): pinned on run folders whose decision.json, manifest.json and
 summary.json the kit's own writers wrote in a tmp outputs root, each summary's `forecast_check` made
-by kit.decide.forecast_check; and the pilot timed only when the time rule stopped it, on the pilots
+by kit.decide.forecast.check; and the pilot timed only when the time rule stopped it, on the pilots
 recorded on vLLM's CPU build (docs/lab/forecast/2026-12-06-pilot-timing.json)."""
 
 from __future__ import annotations
@@ -14,10 +14,10 @@ import numpy as np
 import pytest
 
 from kit.artifacts import Decision, LadderPoint, Manifest, Summary
-from kit.decide.forecast import Ladder, calibration, pilot_ratio
-from kit.decide.forecast_check import forecast_check
-from kit.decide.forecast_history import MIN_RUNS, judged_history, model_identity, rank_of
-from kit.decide.forecast_inputs import with_history
+from kit.decide.forecast.check import forecast_check
+from kit.decide.forecast.history import MIN_RUNS, judged_history, model_identity, rank_of
+from kit.decide.forecast.inputs import with_history
+from kit.decide.forecast.job import Ladder, calibration, pilot_ratio
 from kit.params import RunParams
 from kit.runfolder import RunFolder
 from tests.test_forecast import RECORDED, forecast

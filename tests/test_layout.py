@@ -1,6 +1,7 @@
 """The package's shape, read from its source with `ast`: stages import only earlier stages, shared
-modules import no stage, no two modules import each other (directly or round a circle), and no
-module outside kit/engines/ compares an engine flavor's name (it asks the flavor object)."""
+modules import no stage, no two modules import each other (directly or round a circle), stage 2's
+subpackages import only the floors below them and stay small, and no module outside kit/engines/
+compares an engine flavor's name (it asks the flavor object)."""
 
 from __future__ import annotations
 
@@ -150,9 +151,105 @@ def test_the_checks_see_a_violation() -> None:
     """The walker finds what it looks for: a later stage, and a circle of two."""
     assert cycles({"a": {"b"}, "b": {"a"}, "c": {"a"}}) == [["a", "b"]]
     modules = kit_modules()
-    assert "kit.generate.run" in modules and "kit.decide.view" in modules
+    assert "kit.generate.run" in modules and "kit.decide.views.notebook" in modules
     probe_imports = {i.target for i in imports_of("kit.stages", modules["kit.stages"], modules)}
     assert {"kit.probe", "kit.generate.run"} <= probe_imports
+
+
+# ---- stage 2's floors -------------------------------------------------------------------------
+DECIDE = KIT / "decide"
+DECIDE_FLOORS: dict[str, set[str]] = {
+    "costmodel": set(),
+    "machine": set(),
+    "profile": {"costmodel"},
+    "measure": {"machine"},
+    "choose": {"measure", "costmodel", "profile"},
+    "checks": {"choose", "measure", "sweep"},
+    "forecast": {"choose", "measure"},
+    "sweep": {"measure", "forecast"},
+    "views": {"choose", "costmodel"},
+}
+"""What each subpackage of kit/decide/ imports of the others (its __init__ says the same): all on
+floors below it. The stage's entry, kit/decide/run.py, stands above them all and may import any."""
+MOST_DECIDE_IMPORTS = 6
+"""The most modules of kit.decide one of its modules imports (a package counts as one)."""
+OVER_THE_LIMIT = {"kit.decide.run": 15, "kit.decide.sweep.sweep": 9, "kit.decide.sweep.rounds": 8}
+"""Above MOST_DECIDE_IMPORTS until the sweep's set-up is one typed record handed down (issue 59,
+item 2): a ceiling each may only fall below, and an entry to strike once it is within the limit."""
+MOST_FLAT = 3
+MOST_IN_A_FOLDER = 9
+
+
+def decide_part(module: str) -> str | None:
+    """The subpackage of kit.decide a module lies in (kit.decide.sweep.sweep: measure); None for the
+    stage's entry and its package (kit.decide.run, kit.decide) and for modules outside the stage."""
+    parts = module.split(".")
+    if parts[:2] != ["kit", "decide"] or len(parts) < 3:
+        return None
+    return parts[2] if (DECIDE / parts[2]).is_dir() else None
+
+
+def test_decide_subpackages_import_downward() -> None:
+    """measure/ never imports choose/, choose/ never views/, ...: each subpackage imports only the
+    floors DECIDE_FLOORS lists for it, none imports the stage's entry, and the floors form no circle."""
+    folders = {p.parent.name for p in DECIDE.glob("*/__init__.py")}
+    assert folders == set(DECIDE_FLOORS), f"subpackages without a floor: {folders ^ set(DECIDE_FLOORS)}"
+    assert not cycles(DECIDE_FLOORS)
+    wrong = []
+    for i in all_imports():
+        mine, theirs = decide_part(i.source), decide_part(i.target)
+        if mine and i.target in ("kit.decide", "kit.decide.run"):
+            wrong.append(str(i))
+        elif mine and theirs and mine != theirs and theirs not in DECIDE_FLOORS[mine]:
+            wrong.append(f"{i} ({mine}/ may import {sorted(DECIDE_FLOORS[mine]) or 'nothing of kit.decide'})")
+    assert not wrong, "a subpackage of kit/decide/ imports upward or sideways:\n" + "\n".join(wrong)
+
+
+def decide_imports() -> dict[str, set[str]]:
+    """Each module of kit.decide -> the modules of kit.decide it imports (a package's face, an
+    __init__ that hands on its own modules' names, as costmodel/'s does, is left out)."""
+    modules = kit_modules()
+    found: dict[str, set[str]] = {}
+    for i in all_imports():
+        if i.source.startswith("kit.decide") and i.target.startswith("kit.decide"):
+            found.setdefault(i.source, set()).add(i.target)
+    faces = {m for m, p in modules.items() if p.name == "__init__.py"}
+    return {
+        m: targets
+        for m, targets in found.items()
+        if not (m in faces and all(t.startswith(m + ".") for t in targets))
+    }
+
+
+def test_no_decide_module_imports_more_than_six_of_its_own() -> None:
+    counts = {m: len(t) for m, t in decide_imports().items()}
+    over = {m: n for m, n in counts.items() if n > OVER_THE_LIMIT.get(m, MOST_DECIDE_IMPORTS)}
+    assert not over, f"modules of kit.decide importing more than {MOST_DECIDE_IMPORTS} of its modules: {over}"
+    within = [m for m in OVER_THE_LIMIT if counts.get(m, 0) <= MOST_DECIDE_IMPORTS]
+    assert not within, f"strike from OVER_THE_LIMIT, now within the limit: {within}"
+
+
+def test_decide_folders_stay_small() -> None:
+    """At most three modules lie flat in kit/decide/ (the stage's entry and little else), at most nine
+    in any of its folders (each folder one concept a reader takes in at once)."""
+    flat = sorted(p.name for p in DECIDE.glob("*.py") if p.name != "__init__.py")
+    assert len(flat) <= MOST_FLAT, f"flat in kit/decide/: {flat}"
+    crowded = {
+        str(folder.relative_to(KIT)): n
+        for folder in sorted({p.parent for p in DECIDE.rglob("__init__.py")} - {DECIDE})
+        if (n := sum(1 for p in folder.glob("*.py") if p.name != "__init__.py")) > MOST_IN_A_FOLDER
+    }
+    assert not crowded, f"folders of kit/decide/ holding more than {MOST_IN_A_FOLDER} modules: {crowded}"
+
+
+def test_the_floor_check_sees_an_upward_import() -> None:
+    assert (
+        decide_part("kit.decide.sweep.sweep") == "sweep"
+        and decide_part("kit.decide.measure.level") == "measure"
+    )
+    assert decide_part("kit.decide.run") is None and decide_part("kit.decide") is None
+    assert decide_part("kit.generate.run") is None
+    assert "choose" not in DECIDE_FLOORS["measure"] and "kit.decide.costmodel" not in decide_imports()
 
 
 # ---- one home per engine flavor ----------------------------------------------------------------

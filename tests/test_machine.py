@@ -17,8 +17,16 @@ import psutil
 import pytest
 from conftest import REPO
 
-from kit.decide import gpu_watch
-from kit.decide.machine import DISTURBED_CPU, MachineReading, canary_ms, idle_cpu, interference, judge, pause
+from kit.decide.machine import gpu_watch
+from kit.decide.machine.watch import (
+    DISTURBED_CPU,
+    MachineReading,
+    canary_ms,
+    idle_cpu,
+    interference,
+    judge,
+    pause,
+)
 
 SPIN = "import time\nwhile True:\n    time.perf_counter()\n"
 
@@ -209,7 +217,7 @@ def test_each_signal_says_its_name():
 
 def test_the_sweep_judges_its_rows_and_keeps_the_why():
     """sweep_runs as `flag_slow` sees it: on a GPU box the slow canary is kept as a figure, not a flag."""
-    from kit.decide.levels import RUN_COLUMNS, flag_slow
+    from kit.decide.measure.tables import RUN_COLUMNS, flag_slow
 
     rows = [{"canary_ms": c, "foreign_cpu": 0.005, "gpus": g, "disturbed": False, "phase": "sweep"}
             for g in (1, None) for c in (2.0, 2.0, 2.1, 3.2)]  # fmt: skip
@@ -223,8 +231,8 @@ def test_the_sweep_judges_its_rows_and_keeps_the_why():
 
 
 def test_the_decision_says_what_disturbed_a_measurement():
-    from kit.decide.levels import RUN_COLUMNS, flag_slow, summarise
-    from kit.decide.measured import noise_section, noise_sentences
+    from kit.decide.choose.measured import noise_section, noise_sentences
+    from kit.decide.measure.tables import RUN_COLUMNS, flag_slow, summarise
 
     rows = [{"round": r, "phase": "sweep", "arm": "plain", "spec_k": 0, "concurrency": 16, "status": "ok",
              "output_tok_s": 1000.0 + r, "canary_ms": 2.0, "foreign_cpu": 0.0, "gpus": 1,
@@ -471,7 +479,7 @@ def test_the_quiet_gpu_sweeps_of_2026_12_06_flag_nothing():
     """Issue 45's quiet-box count on the GPU: the two SGLang sweeps measured on an H100 on 2026-12-06
     (docs/lab/h200/sglang/2026-12-06/), their signals judged again: 0 of 22 measurements disturbed
     (the rule before flagged 1, a 2.3x canary alone)."""
-    from kit.decide.machine import judge_runs
+    from kit.decide.machine.watch import judge_runs
 
     root = REPO / "docs/lab/h200/sglang/2026-12-06"
     runs = pd.concat([pd.read_parquet(root / f"{n}/sweep_runs.parquet") for n in ("qwen3-8b", "backends")])

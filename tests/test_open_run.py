@@ -3,6 +3,7 @@ executed notebooks turned to open their artifacts, `kit lab`'s notebooks folder.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import socket
@@ -18,7 +19,7 @@ from conftest import REPO
 from fixtures_outputs import write_run
 
 from kit import stages
-from kit.notebooks import REOPEN, STAGES, open_on_rerun, prepare_lab
+from kit.notebooks import MOVED_MODULES, REOPEN, STAGES, moved_imports, open_on_rerun, prepare_lab
 from kit.params import load_params
 from kit.runfolder import RunFolder, write_json_atomic
 
@@ -111,6 +112,25 @@ def test_open_on_rerun_turns_the_injected_line(tmp_path: Path) -> None:
     assert REOPEN in cells[1].source.splitlines()
     assert cells[0].source.endswith("rerun = False") and cells[2].source == "rerun_seen = rerun"
     assert "rerun = True" not in cells[1].source.splitlines()
+
+
+def test_an_older_runs_notebook_imports_stage_2_where_it_is_now(tmp_path: Path) -> None:
+    """An executed notebook 02 of a kit before kit/decide/'s subpackages imports kit.decide.view and
+    its neighbours: `kit lab` writes the modules' names as they are now, and each of them exists."""
+    path = tmp_path / "02.ipynb"
+    _executed(path)
+    book = nbformat.read(path, as_version=4)
+    old = "from kit.decide.view import decision_verdict\nfrom kit.decide.jobhours import job_in_hours"
+    book.cells.append(nbformat.v4.new_code_cell(old))
+    nbformat.write(book, path)
+    open_on_rerun(path)
+    assert nbformat.read(path, as_version=4).cells[-1].source == (
+        "from kit.decide.views.notebook import decision_verdict\n"
+        "from kit.decide.forecast.jobhours import job_in_hours"
+    )
+    assert moved_imports("import kit.decide.sweep_level as sl") == "import kit.decide.measure.level as sl"
+    assert moved_imports("from kit.decide.forecast.job import x") == "from kit.decide.forecast.job import x"
+    assert all(importlib.util.find_spec(new) for new in MOVED_MODULES.values())
 
 
 def test_prepare_lab_writes_the_missing_notebooks(finished) -> None:

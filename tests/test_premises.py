@@ -15,9 +15,9 @@ import pytest
 from test_decision import H200, _runs, decide_measured, load_arch_from, measured
 
 from kit.artifacts import Decision
+from kit.decide.choose.decision import decide
 from kit.decide.costmodel import Scenario
-from kit.decide.decision import decide
-from kit.decide.levels import summarise
+from kit.decide.measure.tables import summarise
 from kit.engines.capacity import Capacity
 from kit.generate.metrics import load_timeline
 from kit.generate.premise_kinds import ACCEPT_MARGIN, GRACE_S, THROUGHPUT_WINDOW_S

@@ -1,6 +1,7 @@
-"""Racing and the sweep's budget (kit.decide.racing, kit.decide.budget): after each round the (arm,
-level) pairs already ruled out are not measured again, and the decision is the one the full sweep
-reaches; without a budget in the params the sweep may take a share of the job it decides for."""
+"""Racing and the sweep's budget (kit.decide.sweep.racing, kit.decide.sweep.budget): after each
+round the (arm, level) pairs already ruled out are not measured again, and the decision is the one
+the full sweep reaches; without a budget in the params the sweep may take a share of the job it
+decides for."""
 
 from __future__ import annotations
 
@@ -11,12 +12,12 @@ import pytest
 
 from kit.artifacts import Decision, Forecast, SkippedMeasurement, SweepCost
 from kit.artifacts.decision_json import ArmForecast
-from kit.decide.budget import job_budget, job_output_tokens, params_budget
-from kit.decide.levels import RUN_COLUMNS, summarise
-from kit.decide.measured import choose
-from kit.decide.racing import race, replay, settle
-from kit.decide.reasons import racing_sentences, sweep_cost_sentence
-from kit.decide.sweep_servers import Slot
+from kit.decide.choose.measured import choose
+from kit.decide.choose.reasons import racing_sentences, sweep_cost_sentence
+from kit.decide.measure.servers import Slot
+from kit.decide.measure.tables import RUN_COLUMNS, summarise
+from kit.decide.sweep.budget import job_budget, job_output_tokens, params_budget
+from kit.decide.sweep.racing import race, replay, settle
 from kit.engines.arms import Arm
 from kit.params import load_params
 from kit.runfolder import RunFolder
@@ -70,7 +71,7 @@ def test_a_dominated_arm_is_not_measured_again_and_a_close_call_is() -> None:
         ("plain", 64, "end"),
     ], "the close call at 1 stays open; the drift check's end is always kept"
     assert len(skip) == 4
-    # a disturbed measurement never settles a level (kit.decide.levels.arm_lead)
+    # a disturbed measurement never settles a level (kit.decide.measure.tables.arm_lead)
     disturbed = _runs({("plain", 0, 64): [-1691.0], ("spec_k1", 1, 64): [489.0]})
     assert settle(disturbed) == []
 

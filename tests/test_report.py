@@ -389,7 +389,7 @@ def test_the_key_figure_fits_its_title_and_names_every_line() -> None:
 
     from kit.artifacts import Decision
     from kit.decide.costmodel.validation import ErrorBand
-    from kit.decide.plots import throughput_curves
+    from kit.decide.views.plots import throughput_curves
     from kit.index_page import key_figure_png
 
     rows = [dict(r, predicted_before_tok_s=r["predicted_tok_s"] * 1.5) for r in SPEC_DECISION["table"]]
@@ -449,7 +449,7 @@ def test_index_of_a_run_with_no_stage_says_what_is_missing(tmp_path: Path) -> No
 
 def test_predicted_decision_and_speculation_not_measured() -> None:
     from kit.artifacts import Decision
-    from kit.decide.verdict import decision_answer
+    from kit.decide.views.verdict import decision_answer
 
     table = [
         {"arm": "plain", "spec_k": 0, "concurrency": 8, "predicted_tok_s": 100.0, "status": "not measured"},

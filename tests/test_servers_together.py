@@ -167,7 +167,7 @@ def test_plain_decoding_of_a_hybrid_model_is_capped_too_where_its_state_does_not
     each running request's recurrent state, ~147 MiB here, without speculation too. The plain arm
     gets a cap of its own (k 0), larger than any speculative arm's, and the sentence names it."""
     from kit.arch import arch_from_config
-    from kit.decide.reasons import running_cap_sentence
+    from kit.decide.choose.reasons import running_cap_sentence
     from kit.decide.run import running_caps
     from kit.engines.arms import Arm
     from kit.engines.settings import arm_engine
@@ -196,7 +196,7 @@ def test_an_arm_without_memory_for_its_running_requests_is_started_again_at_half
     """The memory plan's cap is an estimate: on the H100 the Qwen3.6-27B shape's MTP k=1 server at
     24 running did not start (SGLang's own words in its log). The sweep starts it again at 8 (half,
     in steps of 8, never below 8), and says so; another failure, or a limit the user set, is final."""
-    from kit.decide.sweep_servers import ArmServers
+    from kit.decide.measure.servers import ArmServers
     from kit.engines.arms import Arm
     from kit.runfolder import RunFolder
 

@@ -17,7 +17,7 @@ import pandas as pd
 import pytest
 
 from kit import stages
-from kit.decide.decision import decision_arm
+from kit.decide.choose.decision import decision_arm
 from kit.params import load_params
 from kit.runfolder import RunFolder
 

@@ -1,4 +1,4 @@
-"""A stage-2 sweep stopped part way goes on where it stopped (kit.decide.sweep_journal).
+"""A stage-2 sweep stopped part way goes on where it stopped (kit.decide.measure.journal).
 
 The journal on its own first (what it keeps, what it sets aside, a line cut short by a kill), then
 `kit decide` on the embedded demo's real `transformers serve`: interrupted with SIGINT (Ctrl-C) once
@@ -19,7 +19,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from kit.decide.sweep_journal import SweepJournal, slot_key
+from kit.decide.measure.journal import SweepJournal, slot_key
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -103,7 +103,7 @@ def test_an_interrupt_inside_a_lines_fsync_is_counted_as_the_file_has_it(tmp_pat
     def interrupted(fd: int) -> None:
         raise KeyboardInterrupt
 
-    monkeypatch.setattr("kit.decide.sweep_journal.os.fsync", interrupted)
+    monkeypatch.setattr("kit.decide.measure.journal.os.fsync", interrupted)
     with pytest.raises(KeyboardInterrupt):
         j.add(_row("sweep", 0, "plain", 1))
     assert len(j.done()) == 1 and j.kept() == 2

@@ -264,7 +264,7 @@ def test_the_predicted_saving_is_the_hand_computation(
         pytest.approx(high, abs=1e-3),
     )
     assert 0 < low < spec["saved_s"] < high
-    # stage 3's switch (kit.decide.tailarm) takes the same k here: 1.5x at 4 is beyond the model's ±25%
+    # stage 3's switch (kit.decide.choose.tailarm) takes the same k here: 1.5x at 4 is beyond the model's ±25%
     rule = {"would_switch": True, "k": 2, "crossover": 4, "evidence": "predicted", "ratio": 2.0}
     assert spec["switch_rule"] == rule
     said = f"{seconds(spec['saved_s'])} ({seconds(low)} to {seconds(high)}, predicted)."

@@ -12,8 +12,8 @@ import pytest
 
 from kit import stages
 from kit.artifacts import Decision
+from kit.decide.choose.tailarm import tail_arm
 from kit.decide.costmodel import MODEL_ERROR
-from kit.decide.tailarm import tail_arm
 from kit.generate.tailswitch import tail_plan
 from kit.params import SpeculativeParams, load_params
 from kit.runfolder import RunFolder

@@ -40,13 +40,13 @@ from conftest import REPO
 from engines import SHARED_VLLM_KEY, VLLM_PYTHON, SharedVllm, engine_python
 
 from kit.artifacts import Decision
-from kit.decide.answers_check import ALPHA, SAMPLES, answers_checked
-from kit.decide.arm_status import unmeasured
-from kit.decide.decision import decision_arm
-from kit.decide.levels import arm_lead
-from kit.decide.noise import UNMEASURED_NOISE
+from kit.decide.checks.answers import ALPHA, SAMPLES, answers_checked
+from kit.decide.choose.decision import decision_arm
+from kit.decide.measure.arm_status import unmeasured
+from kit.decide.measure.noise import UNMEASURED_NOISE
+from kit.decide.measure.tables import arm_lead
 from kit.decide.run import pilot_prompts
-from kit.decide.sweep_setup import SweepSetup
+from kit.decide.sweep.setup import SweepSetup
 from kit.engines.arms import Arm
 from kit.engines.flavors import flavor
 from kit.params import load_params
@@ -411,7 +411,7 @@ def test_speculation_that_changes_sampled_answers_is_set_aside(vllm_run: Path, t
     answers stop calling tools: docs/decision.md). Handed a decision for n-gram k=1 at the run's own
     sampling (temperature 0.7), the answers check starts plain's server and the arm's, answers the
     pilot's prompts on each, sets the arm aside in the sweep's table and on disk, and decides again
-    (`redecide` stands in for kit.decide.decision.decide, which run_decision passes), saying why."""
+    (`redecide` stands in for kit.decide.choose.decision.decide, which run_decision passes), saying why."""
     run = tmp_path / "run"
     shutil.copytree(vllm_run, run)
     params = load_params(run / "params.yaml")
@@ -625,7 +625,7 @@ def test_a_level_above_the_servers_cap_sends_two_waves_of_the_cap(
     256 clients sent at least once in the level's `level_s`."""
     from types import SimpleNamespace
 
-    from kit.decide.sweep_level import measure_level
+    from kit.decide.measure.level import measure_level
     from kit.params import RunParams
 
     path = external(tmp_path, hand_server, "capped", {"use_decision": False})

@@ -1,4 +1,4 @@
-"""Notebook 02's what-if control (kit.decide.whatif): scenarios priced by the cost model, measured
+"""Notebook 02's what-if control (kit.decide.views.whatif): scenarios priced by the cost model, measured
 points fixed, static HTML for reports, a widget whose controls re-draw, one line when nothing fits."""
 
 from __future__ import annotations
@@ -16,10 +16,10 @@ from test_decision import CONFIGS, decide_measured, load_arch_from, measured
 
 from kit.artifacts import Decision
 from kit.decide import costmodel as cm
+from kit.decide.choose.decision import decide
 from kit.decide.costmodel import Hardware, Scenario, Workload, accept_length
-from kit.decide.decision import decide
-from kit.decide.whatif import LIVE_NOTE, draw, what_if
-from kit.decide.whatif_model import RunBasis, gpu_names, predict_scenario, spec_wins_up_to
+from kit.decide.views.whatif import LIVE_NOTE, draw, what_if
+from kit.decide.views.whatif_model import RunBasis, gpu_names, predict_scenario, spec_wins_up_to
 from kit.errors import CostModelError, KitError
 from kit.params import DecideParams
 from kit.runfolder import RunFolder
@@ -232,7 +232,7 @@ def test_nothing_to_predict_is_one_line_not_a_traceback(gpu_run: RunFolder, tmp_
 
 
 def test_nothing_in_memory_is_said_in_the_caption(basis: RunBasis) -> None:
-    from kit.decide.whatif import WhatIf
+    from kit.decide.views.whatif import WhatIf
 
     w = WhatIf(basis)
     w.set(gpu="L4", context=131072)

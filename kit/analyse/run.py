@@ -15,7 +15,7 @@ from kit.analyse.flags import FLAGS, flag_counts
 from kit.analyse.reasoning import row_parts
 from kit.analyse.scan import NEAR_KINDS, duplicated_completions, near_settings, read_rows, scan_shards
 from kit.artifacts import Manifest, SourceSummary, Summary
-from kit.decide.forecast_check import forecast_check
+from kit.decide.forecast.check import forecast_check
 from kit.errors import RunFolderError
 from kit.params import AnalyseParams
 from kit.runfolder import RunFolder

@@ -11,7 +11,7 @@ in flight where that is unknown) and ends at the session's end.
 Beside it: what speculation would have saved there, predicted from decision.json's ladder (plain and
 speculative tokens/s per concurrency, kit.decide.costmodel.predict) with the cost model's known error.
 Its sentences are kit/analyse/tail_words.py's (`tail_sentence`, `speculation_clause`, imported here).
-The tail in the other stages: stage 2 picks its arm (kit/decide/tailarm.py), stage 3 switches to it
+The tail in the other stages: stage 2 picks its arm (kit/decide/choose/tailarm.py), stage 3 switches to it
 (kit/generate/tailswitch.py).
 """
 
@@ -30,9 +30,9 @@ from kit.analyse.tail_words import speculation_clause as speculation_clause
 from kit.analyse.tail_words import tail_sentence
 from kit.artifacts import Decision, Manifest, ProbeReport, TailSpeculation, TailSummary
 from kit.columns import SPEC_K
+from kit.decide.choose.decision import speculation_label
+from kit.decide.choose.tailarm import tail_arm
 from kit.decide.costmodel import MODEL_ERROR
-from kit.decide.decision import speculation_label
-from kit.decide.tailarm import tail_arm
 from kit.engines.flavors import FLAVORS
 from kit.generate.timeline_sample import IN_FLIGHT, OUTPUT_TOKENS_DONE, ROWS_DONE, SESSION, T_S
 from kit.params import EngineParams, saved_params
@@ -382,7 +382,7 @@ def _speculation_entry(
 
 
 def switch_rule(decision: Decision) -> dict[str, Any]:
-    """What stage 3's `generate.tail_speculation` would switch to on this decision (kit.decide.tailarm:
+    """What stage 3's `generate.tail_speculation` would switch to on this decision (kit.decide.choose.tailarm:
     only a win outside the decision's noise counts), beside the prediction above (any predicted win)."""
     arm, why = tail_arm(decision)
     return {"would_switch": False, "why": why} if arm is None else {"would_switch": True, **arm.as_dict()}

@@ -50,7 +50,7 @@ class LadderPoint(Record):
 
 @dataclass(frozen=True, kw_only=True)
 class ArmForecast(Record):
-    """One arm's line of decision.json's `forecast` (kit.decide.forecast): stage 3 in hours."""
+    """One arm's line of decision.json's `forecast` (kit.decide.forecast.job): stage 3 in hours."""
 
     arm: str = ""
     label: str = ""
@@ -89,14 +89,14 @@ class Forecast(Record):
     """Fastest first."""
     chosen: str | None = None
     pilot: JSONObject | None = None
-    """How the pilot went (kit.decide.pilot): sent, answered, cut, tokens, seconds."""
+    """How the pilot went (kit.decide.measure.pilot): sent, answered, cut, tokens, seconds."""
     calibration: float | None = None
     """The pilot's speed over what the sweep's ladder gives for it (speeds are multiplied by it)."""
     notes: list[str] = field(default_factory=list)
     sentence: str = ""
     interval_from: str | None = optional()
     """What the intervals' width rests on: the sweep's noise, and judged runs' errors where enough
-    comparable ones were found (kit.decide.forecast_history)."""
+    comparable ones were found (kit.decide.forecast.history)."""
     history: JSONObject | None = optional()
     """The comparable judged runs found (`judged_runs`, `runs`), how many widen the interval
     (`needed`), the error that bounds it (`error_pct`, the `rank`-th smallest; None: too few)."""
@@ -130,7 +130,7 @@ class ArmCrash(Record):
 @dataclass(frozen=True, kw_only=True)
 class Noise(Record):
     """decision.json's `noise`: the sweep's noise, repetitions, drift, what was set aside, how the arms'
-    servers ran (kit.decide.measured.noise_section)."""
+    servers ran (kit.decide.choose.measured.noise_section)."""
 
     noise_pct: float | None = None
     """The median half-width of the levels' 90% intervals, in % (None: measured once each)."""
@@ -145,7 +145,7 @@ class Noise(Record):
 
 @dataclass(frozen=True, kw_only=True)
 class SkippedMeasurement(Record):
-    """One measurement the sweep did not make because racing had settled it (kit.decide.racing): the
+    """One measurement the sweep did not make because racing had settled it (kit.decide.sweep.racing): the
     arm at that level in that round, and why."""
 
     arm: str = ""
@@ -180,7 +180,7 @@ class SweepCost(Record):
     """The time budget the sweep ran under (None: none)."""
     budget_rule: str = ""
     """Where the budget came from: the params' decide.time_budget_s, or a share of the job's
-    forecast hours (kit.decide.budget)."""
+    forecast hours (kit.decide.sweep.budget)."""
     runs: int = 1
     """The `kit decide` runs the sweep took (more than one: stopped part way and resumed)."""
     compile_cache: str | None = optional()
@@ -189,8 +189,9 @@ class SweepCost(Record):
 
 @dataclass(frozen=True, kw_only=True)
 class BackendResult(Record):
-    """decision.json's `backends`: one server of the settings sweep (kit.decide.backends), the chosen
-    arm at the sweep's top level with one engine setting changed from the params' own (the baseline)."""
+    """decision.json's `backends`: one server of the settings sweep (kit.decide.checks.settings_sweep),
+    the chosen arm at the sweep's top level with one engine setting changed from the params' own (the
+    baseline)."""
 
     setting: str | None = None
     """attention_backend or sampling_backend; None: the baseline (the params' own settings)."""
@@ -216,7 +217,7 @@ class BackendResult(Record):
 
 @dataclass(frozen=True, kw_only=True)
 class AdaptiveLevel(Record):
-    """One level of decision.json's `adaptive` (kit.decide.adaptive): the engine's adaptive arm beside
+    """One level of decision.json's `adaptive` (kit.decide.measure.adaptive): the engine's adaptive arm beside
     plain decoding and the kit's pick there (the fastest arm measured at that level). Ratios are the
     median of the per-round ratios with their 90% interval, over `*_rounds` paired rounds."""
 
@@ -239,7 +240,7 @@ class AdaptiveLevel(Record):
     vs_kit_hi: float | None = None
     vs_kit_rounds: int = 0
     kit_leads: bool = False
-    """The kit's pick leads the adaptive arm outside the noise (kit.decide.noise.Lead.counts)."""
+    """The kit's pick leads the adaptive arm outside the noise (kit.decide.measure.noise.Lead.counts)."""
     adaptive_leads: bool = False
     """The adaptive arm leads the kit's pick outside the noise."""
 
@@ -348,7 +349,7 @@ class Decision(Record):
     speculation_available: bool = True
     speculation_unavailable_reason: str | None = None
     engine_settings: EngineSettings = field(default_factory=EngineSettings)
-    """Stage 3's engine settings beside the arm, keyed as the engine params are (kit.decide.apply)."""
+    """Stage 3's engine settings beside the arm, keyed as the engine params are (kit.decide.choose.apply)."""
     reasons: list[str] = field(default_factory=list)
     hardware: JSONObject = field(default_factory=dict)
     """The cost model's Hardware (kit.decide.costmodel.hardware)."""
@@ -364,7 +365,7 @@ class Decision(Record):
     """What the CPU step profile was (kit.decide.profile.budget.ProfilePlan), when one was planned."""
     mtp_status: str | None = None
     forecast: Forecast | None = optional()
-    """Stage 3 in hours per arm, with an interval (kit.decide.forecast)."""
+    """Stage 3 in hours per arm, with an interval (kit.decide.forecast.job)."""
     backends: list[BackendResult] | None = optional()
     """The settings sweep (`decide.backends`): the baseline first, then each alternative."""
     adaptive: AdaptiveComparison | None = optional()
@@ -373,7 +374,7 @@ class Decision(Record):
     """What the sweep took: its wall time, server starts, measurements and those racing skipped."""
     answers_check: dict[str, JSONObject] | None = optional()
     """Per speculative arm the decision picked: its sampled answers against plain decoding's
-    (kit.decide.answers_check); an arm that changed them was set aside and the decision made again."""
+    (kit.decide.checks.answers); an arm that changed them was set aside and the decision made again."""
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any] | None) -> Decision:

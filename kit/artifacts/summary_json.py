@@ -69,13 +69,13 @@ class TailSpeculation(Record):
     available: bool = True
     unavailable_reason: str | None = None
     switch_rule: JSONObject | None = optional()
-    """What `generate.tail_speculation` would switch to (kit.decide.tailarm)."""
+    """What `generate.tail_speculation` would switch to (kit.decide.choose.tailarm)."""
 
 
 @dataclass(frozen=True, kw_only=True)
 class ForecastCheck(Record):
     """summary.json's `forecast_check`: stage 2's forecast against what stage 3 took
-    (kit.decide.forecast_check); errors are (forecast - actual) / actual in %."""
+    (kit.decide.forecast.check); errors are (forecast - actual) / actual in %."""
 
     arm: str | None = None
     judged: bool = False
@@ -183,4 +183,4 @@ class Summary(Record):
     fitness: Fitness | None = optional()
     """The rows fit to train on (kit.export.fitness): written by stage 4 through kit.stages."""
     forecast_check: ForecastCheck | None = optional()
-    """Stage 2's forecast against what stage 3 took (kit.decide.forecast_check)."""
+    """Stage 2's forecast against what stage 3 took (kit.decide.forecast.check)."""

@@ -1,4 +1,5 @@
-"""Stage 2: probe facts + measured sweep + cost model -> decision.json (its display: kit.decide.view).
+"""Stage 2: probe facts + measured sweep + cost model -> decision.json (its display:
+kit.decide.views.notebook).
 
 Hardware comes from the probe: the datasheet of the first GPU (its efficiency factors from a
 step profile when `decide.profile` names one), or, with no GPU, this CPU calibrated by a short
@@ -23,20 +24,20 @@ import pyarrow.parquet as pq
 from kit.arch import arch_from_config, load_arch
 from kit.artifacts import Decision, GpuSection, ProbeReport
 from kit.decide import costmodel as cm
-from kit.decide.adaptive import check_adaptive, split, with_adaptive
-from kit.decide.answers_check import answers_checked
-from kit.decide.backend_choice import settings_sweep
-from kit.decide.backends import check_backends
-from kit.decide.decision import decide, speculation_label, with_gpus
-from kit.decide.forecast_inputs import forecast_inputs
-from kit.decide.levels import SweepNotes
-from kit.decide.pilot import SweepPrompt
+from kit.decide.checks.answers import answers_checked
+from kit.decide.checks.settings_choice import settings_sweep
+from kit.decide.checks.settings_sweep import check_backends
+from kit.decide.choose.decision import decide, speculation_label, with_gpus
+from kit.decide.choose.reasons import racing_sentences, running_cap_sentence, sweep_cost_sentence
+from kit.decide.forecast.inputs import forecast_inputs
+from kit.decide.measure.adaptive import check_adaptive, split, with_adaptive
+from kit.decide.measure.journal import SweepJournal
+from kit.decide.measure.pilot import SweepPrompt
+from kit.decide.measure.tables import SweepNotes
 from kit.decide.profile.budget import ProfilePlan, plan_cpu_profile
 from kit.decide.profile.profiler import ProfileGrid, load_profile, profile_steps
-from kit.decide.reasons import racing_sentences, running_cap_sentence, sweep_cost_sentence
-from kit.decide.sweep import run_sweep
-from kit.decide.sweep_journal import SweepJournal
-from kit.decide.sweep_setup import SweepResult, SweepSetup
+from kit.decide.sweep.setup import SweepResult, SweepSetup
+from kit.decide.sweep.sweep import run_sweep
 from kit.engines.flavors import flavor
 from kit.engines.settings import sweep_arms
 from kit.errors import CostModelError

@@ -1,7 +1,7 @@
 """The arms a sweep measures and a decision chooses: plain decoding (k = 0) or speculation with k
 drafted tokens per step, and the speculative algorithms an arm may name; beside them the engine's
 own adaptive speculation (`adaptive`: the engine picks the draft length per batch, k its ceiling),
-which the sweep measures but the decision never chooses (kit.decide.adaptive compares it). Pure and
+which the sweep measures but the decision never chooses (kit.decide.measure.adaptive compares it). Pure and
 dependency-free, so the cost model (which runs on GPU boxes without the kit's full dependencies)
 names arms the same way as the engines do. `Arm(k, algorithm)` is the one form of an arm until a
 flavor spells it (`kit.engines.flavors`: SGLang's steps / top-k / draft tokens, vLLM's

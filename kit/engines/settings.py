@@ -153,7 +153,7 @@ class AppliedSettings(SettingValues, total=False):
     """What stage 3 took from decision.json (`apply_settings`; manifest.json's
     `settings_from_decision`): each of SETTING_FIELDS the params left unset and the decision sets,
     the speculative section the decision's arm spells (None: plain decoding), and the arm's name
-    (`chosen_arm`, added by kit.decide.apply)."""
+    (`chosen_arm`, added by kit.decide.choose.apply)."""
 
     speculative: SpeculativeJson | None
     chosen_arm: str

@@ -33,7 +33,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from kit.analyse.run import RunData, read_run
-from kit.decide.verdict import decision_answer
+from kit.decide.views.verdict import decision_answer
 from kit.errors import ExportError
 from kit.export import card as cards
 from kit.export.drops import DEFAULT_DROP, NEAR_RULES, drop_reasons

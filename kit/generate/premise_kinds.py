@@ -18,7 +18,7 @@ from typing import Any
 
 from kit.artifacts import Decision, LadderPoint
 from kit.artifacts import manifest_sections as sections
-from kit.decide.noise import UNMEASURED_NOISE
+from kit.decide.measure.noise import UNMEASURED_NOISE
 from kit.display import finite
 from kit.engines.arms import arm_name
 from kit.generate.timeline_sample import IN_FLIGHT, TimelineSample

@@ -8,7 +8,7 @@ A replica that switches first stops taking requests (the pool skips it) and wait
 for the requests it has out to finish; requests still out then are cut by the restart and sent
 again (the pool's `recover`: a restart is never the request's fault), so no row is lost or made
 twice. The rows it makes afterwards carry the speculative engine settings in their `engine`
-column. Only a decision with a win outside its noise switches (kit.decide.tailarm).
+column. Only a decision with a win outside its noise switches (kit.decide.choose.tailarm).
 Stage 4 measures the tail the run had (kit/analyse/tail.py).
 """
 
@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, Required, TypedDict
 
 from kit.artifacts import Decision
 from kit.artifacts.manifest_sections import RunIdentity
-from kit.decide.tailarm import TailArm, tail_arm
+from kit.decide.choose.tailarm import TailArm, tail_arm
 from kit.engines.arms import Arm
 from kit.engines.flavors import flavor
 from kit.engines.settings import speculative_params
@@ -50,7 +50,7 @@ class SwitchReport(TypedDict):
 
 class TailPlanNote(TypedDict, total=False):
     """manifest.json's `tail_speculation` as `tail_plan` writes it (kit.artifacts.TailNote reads it):
-    whether the tail switches and why; where it does, the arm's figures (kit.decide.tailarm
+    whether the tail switches and why; where it does, the arm's figures (kit.decide.choose.tailarm
     TailArmFigures' keys) and the speculative section it switches to; once the switch ran, the run
     adds its SwitchReport."""
 

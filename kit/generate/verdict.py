@@ -117,7 +117,7 @@ def throughput_answer(
     """Output tokens/s and rows/s over the time spent generating: stage 4's figures, else the
     manifest's rows over its time generating (summed over sessions), with `output_tokens` (the
     rows' completion tokens) for tokens/s; beside it `baseline`, what the sweep measured for the
-    arm the run used (kit.decide.verdict.measured_level). No peak: one timeline sample's rate (rows
+    arm the run used (kit.decide.views.verdict.measured_level). No peak: one timeline sample's rate (rows
     and their tokens count when a row finishes) is no number to act on beside the mean."""
     health = summary.health if summary is not None else Health()
     tok_s, rows_s, duration = health.output_tok_s, health.rows_s, health.duration_s

@@ -12,9 +12,9 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from kit.artifacts import Manifest
-from kit.decide.decision import speculation_label
-from kit.decide.forecast_check import forecast_check
-from kit.decide.verdict import measured_level
+from kit.decide.choose.decision import speculation_label
+from kit.decide.forecast.check import forecast_check
+from kit.decide.views.verdict import measured_level
 from kit.display import Table, hours, seconds, table, text, timestamp
 from kit.generate.metrics import load_timeline
 from kit.generate.store import FailureLog
@@ -191,7 +191,7 @@ def _time_left(folder: RunFolder, manifest: Manifest | None) -> str | None:
 
 
 def _judged(folder: RunFolder, manifest: Manifest | None) -> str | None:
-    """For a complete run: stage 2's forecast against what it took (kit.decide.forecast_check)."""
+    """For a complete run: stage 2's forecast against what it took (kit.decide.forecast.check)."""
     check = forecast_check(folder.read_decision(lenient=True), manifest, _output_tokens(folder) or 0, None)
     return f"{check.sentence[0].upper()}{check.sentence[1:]}." if check is not None else None
 

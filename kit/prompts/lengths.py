@@ -1,5 +1,5 @@
 """Predicted output tokens per prompt, from its source and prompt length: what stage 3 sends first
-(kit.generate.order), how many tokens the job will make (kit.decide.forecast) and how long is left
+(kit.generate.order), how many tokens the job will make (kit.decide.forecast.job) and how long is left
 (the live ETA). Read from what is on disk, so the same on every resume.
 
 Each source's mean output length, by prompt-length quartile, over the rows the run already made

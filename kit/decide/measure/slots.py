@@ -1,0 +1,111 @@
+"""One measurement of the sweep at a time: an arm's server at a level, bracketed by what else the
+machine did (kit.decide.machine), restarted when it dies (kit.decide.measure.servers), each measurement
+journaled as it ends (kit.decide.measure.journal) and said in `logs/sweep.log`. The sweep
+(kit.decide.sweep), its rounds (kit.decide.sweep.rounds) and the settings sweep measure through here."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from kit.asyncrun import run_coroutine
+from kit.columns import OUTPUT_TOK_S
+from kit.decide.machine.watch import MachineReading, interference
+from kit.decide.measure.journal import SweepJournal
+from kit.decide.measure.level import measure_level
+from kit.decide.measure.pilot import SweepPrompt
+from kit.decide.measure.servers import ArmServers, Slot
+from kit.decide.measure.tables import LevelFigures, SweepRow, crash_fields
+from kit.engines.settings import Arm
+from kit.errors import EngineError
+
+
+@dataclass
+class SweepLog:
+    """`logs/sweep.log`: one line as each measurement starts and ends (what the sweep is doing now)."""
+
+    path: Any
+
+    def line(self, text: str) -> None:
+        with open(self.path, "a") as f:
+            f.write(f"{time.strftime('%Y-%m-%dT%H:%M:%S')} {text}\n")
+
+
+def slot_of(slot: Slot) -> tuple[str, int, str, int]:
+    """A slot as the journal keys its measurement (kit.decide.measure.journal.slot_key)."""
+    return (slot.phase, slot.round, slot.arm.name, slot.concurrency)
+
+
+def slot_head(arm: Arm, c: int) -> SweepRow:
+    """The keys that name a measurement of `arm` at level `c` (a sweep row's head)."""
+    return SweepRow(arm=arm.name, algorithm=arm.algorithm, spec_k=arm.k, concurrency=c, phase="sweep")
+
+
+def run_slots(
+    slots: list[Slot],
+    servers: ArmServers,
+    prompts: list[SweepPrompt],
+    bar: Any,
+    sweep_log: SweepLog,
+    t0: float,
+    journal: SweepJournal | None = None,
+    sampled: bool = False,
+) -> list[SweepRow]:
+    """Measure `slots` in order (`sampled`: as stage 3 samples, else greedy), restarting a server
+    that dies (kit.decide.measure.servers.ArmServers.crash) and journaling each measurement."""
+    rows: list[SweepRow] = []
+    for slot in slots:
+        bar.update(1)
+        while (server := servers.get(slot.arm)) is not None:
+            row = _run_slot(slot, server, servers, prompts, sweep_log, t0, sampled)
+            rows.append(row)
+            if row["status"] != "crashed":
+                if journal is not None:
+                    journal.add(row)
+                break
+            crash, again = servers.crash(slot.arm, row.get("crash_in_flight"))
+            row.update(crash_fields(crash), restarted=again)
+            row["reason"] = crash.sentence(f"{slot.arm.name}'s server") if crash else "the server died"
+            if journal is not None:
+                journal.add(row)
+                if not again:
+                    journal.give_up(slot.arm.name, servers.crashed[slot.arm.name])
+            sweep_log.line(
+                f"crashed round {slot.round} {slot.phase} {slot.arm.name} at {slot.concurrency}: "
+                + f"{row['reason']}; "
+                + ("restarting it to measure the level again" if again else "the arm is given up")
+            )
+    return rows
+
+
+def _run_slot(
+    slot: Slot,
+    server: Any,
+    servers: ArmServers,
+    prompts: list[SweepPrompt],
+    sweep_log: SweepLog,
+    t0: float,
+    sampled: bool = False,
+) -> SweepRow:
+    """One measurement, bracketed by what else the machine did."""
+    p = servers.arm_params[slot.arm.name]
+    what = f"round {slot.round} {slot.phase} {slot.arm.name} at {slot.concurrency}"
+    sweep_log.line(f"start {what}")
+    near = servers.neighbours(slot.arm)
+    before = MachineReading.now(servers.pids(), near)
+    started = time.monotonic() - t0
+    try:
+        measured = run_coroutine(measure_level(p, server, prompts, slot.concurrency, sampled))
+    except EngineError as e:  # no answer to the level's scrapes: the arm's measurement failed
+        measured = LevelFigures(status="failed", reason=str(e)[:2000], concurrency=slot.concurrency)
+    seen = interference(before, servers.pids(), near)
+    row = slot_head(slot.arm, slot.concurrency) | measured | SweepRow(round=slot.round, phase=slot.phase)
+    tok_s = measured.get(OUTPUT_TOK_S)
+    sweep_log.line(
+        f"end {what}: {tok_s or 0:.0f} tok/s, others took {100 * seen.foreign_cpu:.0f}% of the CPU, "
+        f"the other arms' servers {100 * seen.neighbour_cpu:.0f}%, CPU canary {seen.canary_ms:.1f} ms"
+        + (f" (disturbed: {seen.why})" if seen.disturbed else "")
+        + (" (its server died)" if measured.get("status") == "crashed" else "")
+    )
+    return {**row, "started_s": started, **seen.as_dict()}
