@@ -211,7 +211,7 @@ def test_drop_rules_parse_and_refuse_unknown_names() -> None:
     assert parse_drop("default") == DEFAULT_DROP
     assert parse_drop("refusal,empty") == ("empty", "refusal")  # judged in the rules' order
     assert parse_drop("none") == ()
-    with pytest.raises(ExportError, match="unknown rule 'emtpy'.*failed, empty"):
+    with pytest.raises(ExportError, match="unknown rule 'emtpy'.*failed, unterminated_think, empty"):
         parse_drop("emtpy")
 
 
