@@ -433,14 +433,25 @@ def test_function_calling_rows_reload_and_render_each_tool_list_once(
     tok = AutoTokenizer.from_pretrained(demo_model)
     train = datasets.load_dataset(str(tmp_path / "fc"), split="train")
     assert len(train) == 10
+    earlier = 0
     for row in train:
         tools = json.loads(row["tools"])
         text = tok.apply_chat_template(row["messages"], tools=tools, tokenize=False)
         for tool in tools:
             assert text.count(json.dumps(tool["function"]["parameters"])) == 1, (row["id"], tool)
+        # one format a row: every turn's calls structured, as the generated turn's (issue 60), and
+        # each tool answer wrapped once, by the template
+        calls = [c for m in row["messages"] for c in m["tool_calls"] or []]
+        responses = [m for m in row["messages"] if m["role"] == "tool"]
+        turns = [m for m in row["messages"] if m["role"] in ("assistant", "tool")]
+        assert not any("<tool_call>" in (m["content"] or "") for m in turns), row["id"]
+        assert text.count('<tool_call>\n{"name": "') == len(calls), row["id"]  # rendered from tool_calls
+        assert text.count("<tool_response>") == len(responses), row["id"]
+        earlier += len(calls) - len(row["messages"][-1]["tool_calls"])
         system = next(m["content"] for m in row["messages"] if m["role"] == "system")
         assert "<tools></tools> XML tags" in system and tools[0]["function"]["name"] not in system
         assert row["messages"][-1]["tool_calls"][0]["function"]["name"] == tools[0]["function"]["name"]
+    assert earlier > 0, "no row of the plan calls a tool in an earlier turn: the check above saw none"
     assert (
         "The offered tools are in one place, the `tools` column"
         in (tmp_path / "fc" / "README.md").read_text()

@@ -254,7 +254,9 @@ def card_body(facts: CardFacts) -> str:
             if facts.reasoning == "inline"
             else "(reasoning in `reasoning_content`)"
         )
-        + ", tool calls in the OpenAI shape, `tools` as JSON text. The offered tools are in one place, "
+        + ", tool calls in the OpenAI shape in every assistant turn (an earlier turn's `<tool_call>` "
+        "text too; a tool turn without its `<tool_response>` wrapper, which the chat template writes), "
+        "`tools` as JSON text. The offered tools are in one place, "
         "the `tools` column (`json.loads` it and pass it to the chat template as `tools`, as TRL's "
         "conversational format does); a `<tools>` listing of them in a system prompt was taken out, "
         "so a template renders each schema once"
