@@ -159,7 +159,7 @@ def test_a_vllm_worker_killed_while_serving_is_the_cause_not_the_api_servers_exi
     the cause is the worker's death (SIGKILL: the OOM killer), and the advice is memory's (issue 60)."""
     log = (
         VLLM_LOG.splitlines(keepends=True)[0]
-        + "(EngineCore_DP0 pid=903) INFO 12-04 10:00:10 [cpu_worker.py:262] Auto set (20.90/23.54) GiB for KV cache on node 0\n"
+        + "(EngineCore_DP0 pid=903) INFO 12-04 10:00:10 [cpu_worker.py:262] Auto set (20.9/23.54) GiB for KV cache on node 0\n"
         + "(EngineCore_DP0 pid=903) ERROR 12-04 10:01:03 [multiproc_executor.py:316] Worker proc VllmWorker-0 died unexpectedly (exit code: -9), shutting down executor.\n"
         + "(APIServer pid=811) ERROR 12-04 10:01:03 [async_llm.py:480] AsyncLLM output_handler failed.\n"
         + "Traceback (most recent call last):\n"
@@ -171,5 +171,5 @@ def test_a_vllm_worker_killed_while_serving_is_the_cause_not_the_api_servers_exi
         "plain's server exited with code 1 while serving: vLLM's worker VllmWorker-0 was killed by SIGKILL (exit code -9)"
     ), crash.sentence()
     advice = crash.advice(speculative=False)
-    assert "out-of-memory killer" in advice and "20.90 of the machine's 23.54 GiB" in advice
+    assert "out-of-memory killer" in advice and "20.9 of the machine's 23.54 GiB" in advice
     assert "VLLM_CPU_KVCACHE_SPACE" in advice and "error inside the engine" not in advice

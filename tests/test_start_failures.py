@@ -116,7 +116,7 @@ def test_the_same_reservation_without_speculation_does_not_blame_a_draft() -> No
 
 
 VLLM_CPU_OOM = (
-    "(EngineCore_DP0 pid=811) INFO 12-07 14:02:11 [cpu_worker.py:262] Auto set (20.90/23.54) GiB for KV "
+    "(EngineCore_DP0 pid=811) INFO 12-07 14:02:11 [cpu_worker.py:262] Auto set (20.9/23.54) GiB for KV "
     "cache on node 0, with 21.66 GiB requested memory for the worker. 0.76 GiB memory was consumed by "
     "non-kv usages.\n"
     "(EngineCore_DP0 pid=811) ERROR 12-07 14:02:40 [multiproc_executor.py:316] Worker proc VllmWorker-0 "
@@ -136,7 +136,7 @@ def test_a_vllm_worker_killed_for_memory_is_named_with_what_to_set() -> None:
         "vLLM's worker VllmWorker-0 was killed by SIGKILL (exit code -9): SIGKILL from no one else is the "
         "kernel's out-of-memory killer"
     ), sentence
-    for part in ("20.90 of the machine's 23.54 GiB", "VLLM_CPU_KVCACHE_SPACE", "engine.mem_fraction_static"):
+    for part in ("20.9 of the machine's 23.54 GiB", "VLLM_CPU_KVCACHE_SPACE", "engine.mem_fraction_static"):
         assert part in sentence, (part, sentence)
     other = explain_start_failure("Worker proc VllmWorker-1 died unexpectedly (exit code: 1), shutting down")
     assert other is not None and other.startswith("vLLM's worker VllmWorker-1 exited with code 1: its log")
