@@ -18,6 +18,7 @@ import logging
 import os
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -28,6 +29,7 @@ from kit.artifacts import Decision, Manifest, ProbeReport
 from kit.decide.choose.apply import applied_words, apply_decision
 from kit.demo.fixtures import ensure_demo_fixtures
 from kit.demo.model import build_notice, ensure_demo_model
+from kit.engines.cpu_kv import with_cpu_kv_space
 from kit.engines.flavors import flavor, server_env
 from kit.engines.launcher import discover
 from kit.engines.parsers import chat_template
@@ -168,7 +170,13 @@ def decide(params: RunParams, *, rerun: bool = True, fresh: bool = False) -> Dec
     if _opens(folder, "decide", rerun or fresh):
         return required(folder.read_decision(), folder.decision)
     folder = prepare(params)
-    return run_decision(params, folder, _probe_report(params, folder), fresh=fresh)
+    probe = _probe_report(params, folder)
+    params, sized = with_cpu_kv_space(params, probe)  # the arms' servers fit the machine's memory
+    decision = run_decision(params, folder, probe, fresh=fresh)
+    if sized:
+        decision = replace(decision, reasons=[*decision.reasons, sized])
+        folder.write_decision(decision)
+    return decision
 
 
 def sweep(params: RunParams) -> pd.DataFrame:
@@ -208,6 +216,7 @@ def generate(
         log.info(
             "engine settings from %s: %s", folder.decision, applied_words(applied, speculation_label(params))
         )
+    params, _ = with_cpu_kv_space(params, folder.read_probe(lenient=True))  # said in the log
     problems = check_sampling(params)
     return run_generation(
         params,

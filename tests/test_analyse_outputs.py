@@ -31,6 +31,7 @@ from fixtures_outputs import (  # noqa: E402
 from kit.analyse import analyse_run, compare_runs, load_generations, row_parts, sample_browser, split_think
 from kit.analyse.browser import static_table
 from kit.analyse.flags import compute_flags
+from kit.analyse.reasoning import split_row
 from kit.analyse.run import read_run
 from kit.analyse.tables import summary_tables
 from kit.artifacts import Summary
@@ -48,6 +49,45 @@ def test_split_think_shapes() -> None:
     assert split_think("opened by the template</think>Yes.") == ("opened by the template", "Yes.", False)
     assert split_think("<think>cut here") == ("cut here", "", True)
     assert split_think("No thinking.") == (None, "No thinking.", False)
+    # closed twice: no think tag is left in the answer (a kept row had a stray `</think>`, issue 60)
+    assert split_think("<think>a</think>b\n</think>\n\nYes.") == ("a\nb", "Yes.", False)
+    assert split_think("opened</think>more<think>again</think>Yes.") == ("opened\nmore\nagain", "Yes.", False)
+
+
+def test_a_parsers_row_keeps_all_its_thinking_and_one_that_stopped_thinking_is_unterminated() -> None:
+    """transformers serve's parser, seen on the demo: reasoning split early with the rest of the
+    thinking and its `</think>` left in the content (that thinking was lost from the answer and the
+    reasoning both), and the model ending its turn inside its thinking (finish `stop`, reasoning
+    ending in `<|im_end|>`, no content): 8 rows counted `empty`, whose thinking never closed."""
+    assert split_row("I should explain.", "More thought.\n</think>\n\nThe answer.") == (
+        "I should explain.\nMore thought.",
+        "parser",
+        "The answer.",
+        False,
+    )
+    rows = [  # completion, reasoning, finish
+        ("", "Thinking on and on.<|im_end|>", "stop"),  # stopped while thinking
+        ("", "Thinking on and on", "length"),  # cut while thinking
+        ("The answer.", "Thought.", "stop"),
+        ("More thought.\n</think>", "Thought.", "stop"),  # closed, on nothing: empty, not unterminated
+    ]
+    df = pd.DataFrame(
+        {
+            "id": [f"r{i}" for i in range(len(rows))],
+            "source": "s",
+            "messages": [[{"role": "user", "content": "Tell me."}]] * len(rows),
+            "tools": None,
+            "completion": [r[0] for r in rows],
+            "reasoning": [r[1] for r in rows],
+            "tool_calls": None,
+            "finish_reason": [r[2] for r in rows],
+            "completion_tokens": 10,
+            "reasoning_tokens": None,
+        }
+    )
+    flags = compute_flags(df)
+    assert flags["unterminated_think"].tolist() == [True, True, False, False]
+    assert flags["empty"].tolist() == [True, True, False, True]
 
 
 def test_old_and_new_shards_load_together(run: RunFolder) -> None:

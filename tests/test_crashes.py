@@ -152,3 +152,24 @@ def test_a_real_process_that_dies_is_seen_at_once_and_read(tmp_path: Path) -> No
         assert crash.exit_code == 1 and crash.running == 5 and crash.in_flight == 2
     finally:
         server.stop()
+
+
+def test_a_vllm_worker_killed_while_serving_is_the_cause_not_the_api_servers_exit() -> None:
+    """vLLM's API server exits 1 once its worker is gone and logs a traceback of its own shutdown;
+    the cause is the worker's death (SIGKILL: the OOM killer), and the advice is memory's (issue 60)."""
+    log = (
+        VLLM_LOG.splitlines(keepends=True)[0]
+        + "(EngineCore_DP0 pid=903) INFO 12-04 10:00:10 [cpu_worker.py:262] Auto set (20.9/23.54) GiB for KV cache on node 0\n"
+        + "(EngineCore_DP0 pid=903) ERROR 12-04 10:01:03 [multiproc_executor.py:316] Worker proc VllmWorker-0 died unexpectedly (exit code: -9), shutting down executor.\n"
+        + "(APIServer pid=811) ERROR 12-04 10:01:03 [async_llm.py:480] AsyncLLM output_handler failed.\n"
+        + "Traceback (most recent call last):\n"
+        + '  File "/work/.venv-vllm/lib/python3.11/site-packages/vllm/v1/engine/async_llm.py", line 470, in output_handler\n'
+        + "vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue. See stack trace (above) for the root cause.\n"
+    )
+    crash = read_crash(log, 1, in_flight=8)
+    assert crash.sentence("plain's server").startswith(
+        "plain's server exited with code 1 while serving: vLLM's worker VllmWorker-0 was killed by SIGKILL (exit code -9)"
+    ), crash.sentence()
+    advice = crash.advice(speculative=False)
+    assert "out-of-memory killer" in advice and "20.9 of the machine's 23.54 GiB" in advice
+    assert "VLLM_CPU_KVCACHE_SPACE" in advice and "error inside the engine" not in advice

@@ -417,3 +417,17 @@ def test_without_parsers_the_same_text_stays_in_the_content(vllm_answers) -> Non
                 "name": call["function"]["name"],
                 "arguments": json.loads(call["function"]["arguments"]),
             }
+
+
+@pytest.mark.slow
+def test_the_build_is_readable_as_the_users_files_are(tmp_path) -> None:
+    """Every file of the model (the weights too: safetensors wrote them 0600) gets 0666 less the
+    umask, the folder 0777 less it."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    build = subprocess.run(
+        [sys.executable, "-c", BUILD, str(tmp_path / "m")], env=env, preexec_fn=lambda: os.umask(0o027)
+    )
+    assert build.returncode == 0
+    modes = {p.name: p.stat().st_mode & 0o777 for p in (tmp_path / "m").iterdir()}
+    assert "model.safetensors" in modes and set(modes.values()) == {0o640}, modes
+    assert (tmp_path / "m").stat().st_mode & 0o777 == 0o750

@@ -21,7 +21,7 @@ from fixtures_outputs import NEW_SCHEMA, made_row, write_run
 from huggingface_hub import DatasetCard, DatasetCardData
 
 import kit
-from kit.artifacts import Manifest
+from kit.artifacts import Manifest, Summary
 from kit.errors import ExportError
 from kit.export import DEFAULT_DROP, ExportOptions, export_run, parse_drop, push_folder
 from kit.params import DataParams, RunParams, dump_params
@@ -211,7 +211,7 @@ def test_drop_rules_parse_and_refuse_unknown_names() -> None:
     assert parse_drop("default") == DEFAULT_DROP
     assert parse_drop("refusal,empty") == ("empty", "refusal")  # judged in the rules' order
     assert parse_drop("none") == ()
-    with pytest.raises(ExportError, match="unknown rule 'emtpy'.*failed, empty"):
+    with pytest.raises(ExportError, match="unknown rule 'emtpy'.*failed, unterminated_think, empty"):
         parse_drop("emtpy")
 
 
@@ -349,8 +349,9 @@ def test_the_partitioned_dedups_keep_the_first_row_as_pandas_did(tmp_path, monke
 def test_the_card_says_license_origins_date_version_and_the_flags_kept(tmp_path, fixture_data) -> None:
     """What a trainer needs of the card: the license (or that none was given), where each source came
     from, when and with which kit, the rules applied and the rows of `train` meeting the others (here
-    two refusals, the same through the flat first pass and through stage 4's scan), the model named
-    once and without its local path."""
+    two refusals, the same through the flat first pass and through stage 4's scan; the near
+    duplicates stage 4 found where the export did not count them), the model named once, and no local
+    path anywhere (`--push` would publish it)."""
     folder, planted = planned_run(tmp_path / "run", fixture_data, refusals=(5, 9))
     out = tmp_path / "card"
     export_run(folder.root, ExportOptions(to=out), progress=False)
@@ -360,13 +361,28 @@ def test_the_card_says_license_origins_date_version_and_the_flags_kept(tmp_path,
     for s in ("webinstructsub", "metamathqa", "codefeedback"):
         f = fixture_data / f"{s}.jsonl"
         sha = hashlib.sha256(f.read_bytes()).hexdigest()
-        assert f"- `{s}`: local json file `{f}` (sha256 `{sha}`)" in card.text
+        assert f"- `{s}`: local json file `{f.name}` (sha256 `{sha}`)" in card.text
+    assert (
+        str(tmp_path) not in card.text and str(fixture_data) not in card.text and str(REPO) not in card.text
+    )
     today = datetime.now(timezone.utc).strftime("%Y-%m-%d")
     assert f"- **Created**: exported {today} " in card.text and f"with kit {kit.__version__}" in card.text
     assert "- **Model**: `model` (" in card.text and str(folder.root / "model") not in card.text
     assert "| `refusal` | 2 | the answer matches analyse.refusal_patterns |" in card.text
-    assert "| `repeats_prompt` | 0 |" in card.text and "| `near_duplicate` | not looked for |" in card.text
+    assert "| `repeats_prompt` | 0 |" in card.text
+    assert "| `near_duplicate` | not looked for (stage 4 made no clusters) |" in card.text
     assert "| `refusal` | 0 |" not in card.text and f"| `truncated` | {1:,} |" in card.text  # applied
+
+    clusters = {"clusters": 2, "rows": 5, "extra_rows": 3}  # as stage 4's summary.json says them
+    folder.write_summary(
+        Summary(near_duplicates={"answers": clusters, "prompts": {**clusters, "clusters": 0}})
+    )
+    found = tmp_path / "found"
+    export_run(folder.root, ExportOptions(to=found), progress=False)
+    assert (
+        "| `near_duplicate` | not counted in `train`; stage 4 found 2 cluster(s) among all rows, 3 row(s) "
+        "beyond the first of each |" in (found / "README.md").read_text()
+    )
 
     near = tmp_path / "near"  # stage 4's scan, with its clusters
     export_run(folder.root, ExportOptions(to=near, drop=(*DEFAULT_DROP, "near_duplicate")), progress=False)
@@ -392,7 +408,7 @@ def test_a_plan_without_origins_gets_them_from_the_params_and_says_so(run, tmp_p
     export_run(folder.root, ExportOptions(to=tmp_path / "old"), progress=False)
     text = (tmp_path / "old" / "README.md").read_text()
     assert "Where each source's rows came from (read at export: this run's plan.json does not record" in text
-    assert f"- `metamathqa`: local json file `{fixture_data / 'metamathqa.jsonl'}` (sha256 `" in text
+    assert "- `metamathqa`: local json file `metamathqa.jsonl` (sha256 `" in text
 
 
 def hermes_run(root: Path, fixture_data: Path) -> RunFolder:
@@ -433,15 +449,68 @@ def test_function_calling_rows_reload_and_render_each_tool_list_once(
     tok = AutoTokenizer.from_pretrained(demo_model)
     train = datasets.load_dataset(str(tmp_path / "fc"), split="train")
     assert len(train) == 10
+    earlier = 0
     for row in train:
         tools = json.loads(row["tools"])
         text = tok.apply_chat_template(row["messages"], tools=tools, tokenize=False)
         for tool in tools:
             assert text.count(json.dumps(tool["function"]["parameters"])) == 1, (row["id"], tool)
+        # one format a row: every turn's calls structured, as the generated turn's (issue 60), and
+        # each tool answer wrapped once, by the template
+        calls = [c for m in row["messages"] for c in m["tool_calls"] or []]
+        responses = [m for m in row["messages"] if m["role"] == "tool"]
+        turns = [m for m in row["messages"] if m["role"] in ("assistant", "tool")]
+        assert not any("<tool_call>" in (m["content"] or "") for m in turns), row["id"]
+        assert text.count('<tool_call>\n{"name": "') == len(calls), row["id"]  # rendered from tool_calls
+        assert text.count("<tool_response>") == len(responses), row["id"]
+        earlier += len(calls) - len(row["messages"][-1]["tool_calls"])
         system = next(m["content"] for m in row["messages"] if m["role"] == "system")
         assert "<tools></tools> XML tags" in system and tools[0]["function"]["name"] not in system
         assert row["messages"][-1]["tool_calls"][0]["function"]["name"] == tools[0]["function"]["name"]
+    assert earlier > 0, "no row of the plan calls a tool in an earlier turn: the check above saw none"
     assert (
         "The offered tools are in one place, the `tools` column"
         in (tmp_path / "fc" / "README.md").read_text()
     )
+
+
+def test_the_cards_how_it_was_made_reads_as_text_without_nulls_or_local_paths(run, tmp_path) -> None:
+    """Seen on the demo's card (issue 60): the model line's code span held another, a 16-digit hash
+    was called sha256, the sampling was a JSON dump of nulls, and the paths of this machine stood in
+    it. The model here is a demo model's folder; the manifest's sampling and engine are as stage 3
+    writes them (unset fields null, the draft model by its absolute path)."""
+    from kit.modelshape import DEMO_MARKER
+
+    folder, _ = run
+    model = folder.root / "model"
+    model.mkdir()
+    (model / "config.json").write_text('{"model_type": "qwen3"}')
+    (model / DEMO_MARKER).write_text('{"version": 7}')
+    sampling = {"max_tokens": 256, "temperature": 0.7, "top_p": 0.95, "top_k": None, "min_p": None,
+                "stop": [], "seed": None, "extra_body": {}}  # fmt: skip
+    spec = {"algorithm": "EAGLE", "num_steps": 3, "draft_model_path": str(tmp_path / "drafts" / "eagle-8b")}
+    old = json.loads(folder.manifest.read_text())
+    folder.manifest.write_text(
+        json.dumps({**old, "sampling": sampling, "engine": {"flavor": "vllm", "speculative": spec}})
+    )
+    out = tmp_path / "card"
+    export_run(folder.root, ExportOptions(to=out), progress=False)
+    text = (out / "README.md").read_text()
+    line = {ln.split("**")[1]: ln for ln in text.splitlines() if ln.startswith("- **")}
+    sha = hashlib.sha256((model / "config.json").read_bytes()).hexdigest()
+    assert line["Model"] == (
+        "- **Model**: `kit demo model v7` (a tiny model `kit demo-assets` trains; "
+        f"config.json sha256 `{sha}`)"
+    )
+    assert line["Sampling"] == (
+        "- **Sampling**: `max_tokens` 256, `temperature` 0.7, `top_p` 0.95; the 5 setting(s) left unset "
+        "were not sent (the engine's and the model's defaults)"
+    )
+    assert line["Engine"].endswith(
+        "speculative decoding: `algorithm` EAGLE, `num_steps` 3, `draft_model_path` eagle-8b"
+    )
+    assert str(tmp_path) not in text and "null" not in text
+    from kit.export.card import no_local_paths
+
+    said = "no shards in /home/me/outputs/run/generations/; 51 tok/s, k 1/2, see https://hf.co/a/b"
+    assert no_local_paths(said) == "no shards in generations; 51 tok/s, k 1/2, see https://hf.co/a/b"

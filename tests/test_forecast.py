@@ -250,11 +250,12 @@ def test_time_left_counts_tokens_and_learns_from_the_answers() -> None:
     model = LengthModel.fit(NONE_MADE, {"long": 1000, "short": 100}, 100, None)  # no answers: the caps
     eta = TokenEta.for_work(model, ["long"] * 10 + ["short"] * 10, [5] * 20)
     assert eta.tokens_left() == 11_000
-    assert eta.seconds(1100.0) == pytest.approx(10.0)
+    assert eta.seconds(1100.0) is None  # no time left said before answers: the demo's said 31 min for 45 s
     for _ in range(MIN_ANSWERED):  # short answers come back at half their prediction
         eta.answered({"source": "short", "prompt_tokens": 5}, 50)
     eta.left_predicted = 10_000.0
     assert eta.tokens_left() == pytest.approx(5_000.0)
+    assert eta.seconds(500.0) == pytest.approx(10.0)  # the rate from the answers on, not before them
     eta.answered({"source": "long", "prompt_tokens": 5}, None)  # failed: not owed, and not learned from
     assert eta.left_predicted == 9_000.0 and eta.answered_n == MIN_ANSWERED
 

@@ -136,6 +136,7 @@ def test_kill9_at_several_points_then_resume_exactly_once(write_params):
     assert_planned_with_margin(folder)
     assert_exactly_once(folder)
     assert manifest["complete"] and manifest["rows"] == len(ids) and len(ids) > done_before
+    assert not folder.lock.exists(), "a finished run leaves no lock file (a killed one's never blocked)"
 
 
 def server_processes(kit_pid: int) -> list[psutil.Process]:
@@ -350,7 +351,8 @@ def test_static_shards_merge_by_id(write_params):
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP], ids=lambda s: s.name)
 def test_a_stop_signal_saves_finished_rows_and_stops_the_server(write_params, sig):
     """SIGINT (Ctrl-C, a kernel interrupt), SIGTERM (a scheduler), SIGHUP (a closed terminal): the
-    rows buffered so far are flushed, the server is stopped, the exit code is 128 + the signal."""
+    rows buffered so far are flushed, the server is stopped, the exit code is 128 + the signal, and
+    manifest.json says so (docs/operations.md); the lock file is gone."""
     params_file = write_params(
         "stop", counts=LONGER, generate={**SLOW, "shard_rows": 1000, "shard_seconds": 600}
     )
@@ -371,4 +373,9 @@ def test_a_stop_signal_saves_finished_rows_and_stops_the_server(write_params, si
     assert len(ids) >= answered - 1 >= 3 and len(ids) == len(set(ids))
     said = params_file.with_suffix(".log").read_text()
     assert f"interrupted by {sig.name}: finished work is saved; rerun the same command to resume" in said
+    manifest = json.loads(folder.manifest.read_text())
+    ending = (manifest["status"], manifest["exit_code"], manifest["complete"])
+    assert ending == ("interrupted", 128 + sig, False)
+    assert manifest["rows"] == manifest["rows_this_session"] == len(ids) and manifest["left"] > 0
+    assert not folder.lock.exists()
     wait_for(lambda: not [p for p in family if alive(p)], 30, "the server to stop")

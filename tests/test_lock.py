@@ -95,3 +95,49 @@ def test_a_shard_of_another_split_is_refused_while_one_runs(tmp_path):
         other.wait()
     with RunLock(tmp_path, "s0of3"):  # once the other split is done, a new split may start
         pass
+
+
+def test_a_session_that_ends_removes_its_lock_files(tmp_path):
+    """A finished run leaves no `.generate.lock`; shards remove their own at once and the folder's
+    shared one when the last of them ends."""
+    with RunLock(tmp_path):
+        assert (tmp_path / ".generate.lock").exists()
+    assert not list(tmp_path.glob(".generate*.lock"))
+    other = holder(tmp_path, "s1of2")
+    try:
+        with RunLock(tmp_path, "s0of2"):
+            pass
+        assert sorted(p.name for p in tmp_path.glob(".generate*.lock")) == [
+            ".generate-s1of2.lock",
+            ".generate.lock",
+        ]
+    finally:
+        other.terminate()  # a holder that ends by a signal releases through the kernel: files stay
+        other.wait()
+    with RunLock(tmp_path, "s0of2"):  # the last shard to end removes the shared file too
+        pass
+    assert [p.name for p in tmp_path.glob(".generate*.lock")] == [".generate-s1of2.lock"]
+
+
+def test_a_writer_that_locked_a_removed_file_takes_the_one_there_now(tmp_path, monkeypatch):
+    """The race the removal opens: a writer opens the lock file, its holder ends (removing it), the
+    writer's flock then succeeds on the removed file. It must see that and lock the path's file, or a
+    third writer would be let in beside it."""
+    import fcntl
+
+    first = RunLock(tmp_path).__enter__()
+    real, raced = fcntl.flock, []
+
+    def holder_ends_first(fd: int, mode: int) -> None:
+        if not raced:
+            raced.append(fd)
+            first.release()  # between the writer's open and its flock
+        real(fd, mode)
+
+    monkeypatch.setattr(fcntl, "flock", holder_ends_first)
+    with RunLock(tmp_path):
+        monkeypatch.setattr(fcntl, "flock", real)
+        assert raced and (tmp_path / ".generate.lock").exists()
+        argv = [sys.executable, "-c", HOLD, str(tmp_path), ""]
+        third = subprocess.run(argv, capture_output=True, text=True)
+        assert third.returncode == 1 and "another kit generate is writing into" in third.stderr

@@ -113,3 +113,31 @@ def test_the_same_reservation_without_speculation_does_not_blame_a_draft() -> No
     assert sentence and "mem_fraction_static 0.85" in sentence, sentence
     assert "engine.max_running_requests" in sentence and "max_seqs," in sentence
     assert "target and draft" not in sentence and "under speculation once more per draft token" in sentence
+
+
+VLLM_CPU_OOM = (
+    "(EngineCore_DP0 pid=811) INFO 12-07 14:02:11 [cpu_worker.py:262] Auto set (20.9/23.54) GiB for KV "
+    "cache on node 0, with 21.66 GiB requested memory for the worker. 0.76 GiB memory was consumed by "
+    "non-kv usages.\n"
+    "(EngineCore_DP0 pid=811) ERROR 12-07 14:02:40 [multiproc_executor.py:316] Worker proc VllmWorker-0 "
+    "died unexpectedly (exit code: -9), shutting down executor.\n"
+    "(EngineCore_DP0 pid=811) ERROR 12-07 14:02:40 [core.py:1120] EngineCore failed to start.\n"
+    "RuntimeError: Engine core initialization failed. See root cause above. Failed core proc(s): {}\n"
+)
+"""vLLM 0.32's CPU build started with no VLLM_CPU_KVCACHE_SPACE on a shared 23.5 GiB machine (issue 60):
+its worker sized the KV cache itself, then the kernel's OOM killer ended the worker. The words are
+vLLM's own (v1/worker/cpu_worker.py, v1/executor/multiproc_executor.py); the figures the issue's."""
+
+
+def test_a_vllm_worker_killed_for_memory_is_named_with_what_to_set() -> None:
+    """The decision and the notebook said only "exited with code 1 before answering" (issue 60)."""
+    sentence = explain_start_failure(VLLM_CPU_OOM)
+    assert sentence is not None and sentence.startswith(
+        "vLLM's worker VllmWorker-0 was killed by SIGKILL (exit code -9): SIGKILL from no one else is the "
+        "kernel's out-of-memory killer"
+    ), sentence
+    for part in ("20.9 of the machine's 23.54 GiB", "VLLM_CPU_KVCACHE_SPACE", "engine.mem_fraction_static"):
+        assert part in sentence, (part, sentence)
+    other = explain_start_failure("Worker proc VllmWorker-1 died unexpectedly (exit code: 1), shutting down")
+    assert other is not None and other.startswith("vLLM's worker VllmWorker-1 exited with code 1: its log")
+    assert "VLLM_CPU_KVCACHE_SPACE" not in other  # not a memory kill: not memory advice

@@ -94,11 +94,31 @@ def vllm_run(tmp_path_factory: pytest.TempPathFactory, demo_model: Path) -> Path
     """`kit run` of params/demo-vllm.yaml, shrunk: the module's one measured sweep (plain, n-gram k=1
     and k=3, servers side by side) and stage 3 with the decided settings, read by the tests below.
     Its own servers, not the shared one: `kit run` starts, pauses and stops the arms it measures and
-    starts stage 3's from the decision; starting them is what is tested."""
+    starts stage 3's from the decision; starting them is what is tested. Its engine.env sets no
+    VLLM_CPU_KVCACHE_SPACE, as a new user's params (issue 60): the kit gives the servers one."""
     tmp = tmp_path_factory.mktemp("vllm")
-    done = kit("run", str(demo_vllm(tmp, demo_model, "demo-vllm")))
+    path = demo_vllm(tmp, demo_model, "demo-vllm")
+    params = yaml.safe_load(path.read_text())
+    params["engine"]["env"] = {}
+    path.write_text(yaml.safe_dump(params))
+    done = kit("run", str(path))
     assert done.returncode == 0, done.stderr[-4000:]
     return tmp / "outputs" / "demo-vllm"
+
+
+def test_without_a_kv_space_the_kit_gives_one_that_fits_and_the_arms_are_measured(vllm_run: Path) -> None:
+    """vLLM's CPU build left to size its KV cache took 20.9 of 23.5 GiB, the kernel killed its worker
+    and both arms fell back to predicted figures (issue 60): the kit sets VLLM_CPU_KVCACHE_SPACE from
+    the memory the probe found free, says so, and every arm is measured with it."""
+    decision = json.loads((vllm_run / "decision.json").read_text())
+    said = [r for r in decision["reasons"] if "engine.env sets no VLLM_CPU_KVCACHE_SPACE" in r]
+    assert len(said) == 1 and "the kit gives each server VLLM_CPU_KVCACHE_SPACE=1 (GiB)" in said[0], said
+    assert decision["decided_by"] == "measured" and not decision["unmeasured"], decision["unmeasured"]
+    for arm in ("plain", "spec_k1", "spec_k3"):
+        log = (vllm_run / "logs" / f"sweep-{arm}.log").read_text()
+        assert re.search(r"Explicitly set \(1\.0/[\d.]+\) GiB for KV cache", log), arm  # round(GiB, 2)
+        assert "Auto set (" not in log, arm
+    assert "VLLM_CPU_KVCACHE_SPACE" not in (vllm_run / "params.yaml").read_text()  # the user's, as given
 
 
 def test_stage2_measures_plain_and_ngram_for_real(vllm_run: Path) -> None:

@@ -11,7 +11,7 @@ judged on it, so a run with a reasoning parser and one without flag the same row
 - `tool_call_broken`: a parsed call (`tool_calls`) or, on a function-calling row, a `<tool_call>`
   block in the answer whose JSON does not parse, whose arguments are not a JSON object, whose name
   is not among the prompt's `tools`, or a block opened and never closed (kit.analyse.toolcalls).
-- `unterminated_think`: the row ran out of budget while thinking (kit.analyse.reasoning).
+- `unterminated_think`: the row's thinking never closed (kit.analyse.reasoning).
 """
 
 from __future__ import annotations

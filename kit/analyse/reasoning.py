@@ -6,10 +6,17 @@ completion without that block. Token lengths come from the engine: `reasoning_to
 reports them (vLLM), the answer's as `completion_tokens - reasoning_tokens`, or all of
 `completion_tokens` for a row that did not think.
 
-`unterminated_think` marks a row that ran out of budget while thinking: a `<think>` opened in the
-completion and never closed, or (parser on) a row cut at max_tokens with reasoning and no answer.
+`unterminated_think` marks a row whose thinking never closed: a `<think>` opened in the completion
+and never closed, or (parser on) reasoning with no answer and no tool call, whether max_tokens cut
+it or the model stopped while thinking (transformers serve's parser then keeps the end-of-turn
+token in the reasoning: the demo's 8 rows of that shape were counted `empty`). The parser's output
+cannot tell such a row from one that closed its thinking on nothing, which has no answer either.
 A chat template that opens `<think>` in the prompt leaves no opening tag in the completion; such a
 row cut while thinking, without a parser, looks like a plain answer and is not flagged.
+
+The answer never holds a think tag: thinking closed twice leaves what came before the last close
+in the reasoning, and the thinking a parser left in the completion before its `</think>` (the demo
+with transformers serve: 1 row of 104) joins the parser's reasoning instead of being lost.
 """
 
 from __future__ import annotations
@@ -40,14 +47,21 @@ def split_think(completion: str) -> tuple[str | None, str, bool]:
     """
     start, end = completion.find(OPEN), completion.find(CLOSE)
     if end >= 0 and (start < 0 or start > end):
-        return completion[:end].strip(), completion[end + len(CLOSE) :].strip(), False
-    if start < 0:
+        reasoning, answer = completion[:end], completion[end + len(CLOSE) :]
+    elif start < 0:
         return None, completion.strip(), False
-    end = completion.find(CLOSE, start)
-    if end < 0:
-        return completion[start + len(OPEN) :].strip(), completion[:start].strip(), True
-    reasoning = completion[start + len(OPEN) : end].strip()
-    return reasoning, (completion[:start] + completion[end + len(CLOSE) :]).strip(), False
+    else:
+        end = completion.find(CLOSE, start)
+        if end < 0:
+            return completion[start + len(OPEN) :].strip(), completion[:start].strip(), True
+        reasoning = completion[start + len(OPEN) : end]
+        answer = completion[:start] + completion[end + len(CLOSE) :]
+    last = answer.rfind(CLOSE)
+    if last >= 0:  # closed again: what came before the last close was thinking too
+        before = answer[:last].replace(OPEN, "\n").strip()
+        reasoning = f"{reasoning.strip()}\n{before}"
+        answer = answer[last + len(CLOSE) :]
+    return reasoning.strip(), answer.strip(), False
 
 
 def _present(text: Any) -> bool:
@@ -55,10 +69,12 @@ def _present(text: Any) -> bool:
 
 
 def split_row(reasoning: Any, completion: str) -> tuple[str | None, str | None, str, bool]:
-    """(reasoning text, where it came from, answer text, unterminated in the text) of one row."""
+    """(reasoning text, where it came from, answer text, unterminated in the text) of one row; the
+    thinking a parser left in the completion before a `</think>` is added to the parser's."""
     think, answer, unterminated = split_think(completion)
     if _present(reasoning):
-        return str(reasoning).strip(), "parser", answer, unterminated
+        more = f"\n{think}" if _present(think) else ""
+        return str(reasoning).strip() + more, "parser", answer, unterminated
     if _present(think):
         return think, "text", answer, unterminated
     return None, None, answer, unterminated
@@ -106,18 +122,16 @@ def reasoning_parts(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def flag_unterminated_think(df: pd.DataFrame, parts: pd.DataFrame) -> pd.Series:
-    """True where the row ran out of budget while thinking (`parts`: row_parts(df)).
+    """True where the row's thinking never closed (`parts`: row_parts(df)).
 
     Either a `<think>` opened in the completion and never closed, or the parser's reasoning is
-    present with an empty answer, no parsed tool call, and finish_reason 'length'.
+    present with an empty answer and no parsed tool call (cut by max_tokens, or stopped while
+    thinking: see the module's docstring).
     """
-    cut_while_thinking = (
-        parts["reasoning_from"].eq("parser")
-        & df["completion"].str.strip().eq("")
-        & ~parts["parsed_calls"]
-        & column_or_nulls(df, "finish_reason").eq("length")
+    stopped_while_thinking = (  # an empty completion: no `</think>` in it either
+        parts["reasoning_from"].eq("parser") & df["completion"].str.strip().eq("") & ~parts["parsed_calls"]
     )
-    return (parts["text_unterminated"] | cut_while_thinking).astype(bool)
+    return (parts["text_unterminated"] | stopped_while_thinking).astype(bool)
 
 
 def row_parts(df: pd.DataFrame) -> pd.DataFrame:

@@ -32,7 +32,7 @@ class Manifest(Record):
     run: str | None = None
     complete: bool | None = None
     status: str | None = None
-    """complete or incomplete."""
+    """complete, incomplete or interrupted (a stop signal: `exit_code` 128 + the signal)."""
     exit_code: int | None = None
     rows: int = 0
     left: int = 0

@@ -34,6 +34,7 @@ from kit.demo.tokenizer import train_tokenizer
 from kit.demo.training import TRAIN_THREADS, deterministic, encode, pack, train
 from kit.errors import KitError
 from kit.modelshape import DEMO_MARKER
+from kit.runfolder import current_umask
 
 MARKER = DEMO_MARKER
 MODEL_SHAPE = dict(
@@ -124,10 +125,21 @@ def ensure_demo_model(path: Path, *, train_steps: int = 400, seed: int = 0, quie
         info = _build_pinned(build, train_steps=train_steps, seed=seed, quiet=quiet)
         info["files"] = file_hashes(build)
         (build / MARKER).write_text(json.dumps(info, indent=2))
+        as_the_user_writes(build)
         if path.exists():
             shutil.rmtree(path)
         build.rename(path)
     return path
+
+
+def as_the_user_writes(folder: Path) -> None:
+    """Give `folder` and its files the modes the user's files get (0777 / 0666 less the umask):
+    safetensors writes the weights 0600, which left them unreadable to a colleague or a server
+    running as another user."""
+    umask = current_umask()
+    folder.chmod(0o777 & ~umask)
+    for f in folder.rglob("*"):
+        f.chmod((0o777 if f.is_dir() else 0o666) & ~umask)
 
 
 def _build_pinned(out: Path, *, train_steps: int, seed: int, quiet: bool) -> dict:

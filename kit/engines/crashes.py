@@ -23,6 +23,7 @@ import signal
 from dataclasses import dataclass
 
 from kit.engines.reaper import TEARDOWN
+from kit.engines.start_failures import worker_death, worker_death_advice
 
 TRACEBACK = re.compile(r"Traceback \(most recent call last\):")
 FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<func>\S+)')
@@ -57,6 +58,10 @@ class Crash:
     """The kit's requests out when it saw the server gone."""
     log: str | None = None
     """The server's log file."""
+    worker: str | None = None
+    """What the log says of an engine worker process that died ("vLLM's worker VllmWorker-0 was
+    killed by SIGKILL (exit code -9)"): the cause, where the server's own exit is its consequence."""
+    worker_advice: str | None = None
 
     @property
     def how(self) -> str:
@@ -78,25 +83,32 @@ class Crash:
 
     def what(self) -> str:
         """The sentence without its subject: 'was killed by SIGKILL (exit 137) while serving: ...'."""
-        said = (
-            f": {self.error}" + (f" (raised in {self.where})" if self.where else "")
-            if self.error
-            else ", with no error in its log (killed from outside: the kernel's out-of-memory killer, "
-            "or another process; `dmesg` says which)"
-        )
         load = []
         if self.running is not None:
             load.append(f"the engine last reported {self.running} running requests")
         if self.in_flight is not None:
             load.append(f"the kit had {self.in_flight} requests out")
         return (
-            f"{self.how} while serving{said}"
+            f"{self.how} while serving{self._said()}"
             + (f"; {' and '.join(load)}" if load else "")
             + (f"; log: {self.log}" if self.log else "")
         )
 
+    def _said(self) -> str:
+        """What the log names as the cause: a worker's death, else the last exception, else none."""
+        if self.worker:
+            return f": {self.worker}"
+        if self.error:
+            return f": {self.error}" + (f" (raised in {self.where})" if self.where else "")
+        return (
+            ", with no error in its log (killed from outside: the kernel's out-of-memory killer, "
+            "or another process; `dmesg` says which)"
+        )
+
     def advice(self, speculative: bool) -> str:
         """What a user can try: an error inside the engine is the engine's, not the kit's request."""
+        if self.worker_advice:
+            return self.worker_advice
         if not self.error:
             return (
                 "see the log and `dmesg` for what killed it; if it was memory, lower "
@@ -121,7 +133,9 @@ def read_crash(
     (vLLM's engine core aborting its requests with `RuntimeError: cancelled`) are not why it died."""
     log_text = before_teardown(log_text)
     error, where = last_exception(log_text)
-    return Crash(exit_code, error, where, last_running(log_text), in_flight, log)
+    worker = worker_death(log_text)
+    advice = worker_death_advice(log_text) if worker else None
+    return Crash(exit_code, error, where, last_running(log_text), in_flight, log, worker, advice)
 
 
 def before_teardown(log_text: str) -> str:

@@ -10,6 +10,7 @@ vLLM command carries as `--gpu-memory-utilization`), `engine.context_length`, `e
 from __future__ import annotations
 
 import re
+import signal
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -29,6 +30,48 @@ def _vllm_cpu_memory(m: re.Match[str]) -> str:
         f"{m['fraction']}) of the node's memory, {m['want']} GiB, but only {m['free']} of {m['total']} GiB "
         "is free: lower engine.mem_fraction_static (e.g. 0.5), or set an explicit KV cache size "
         "(engine.env VLLM_CPU_KVCACHE_SPACE: GiB, which skips this check), or stop what else uses memory"
+    )
+
+
+WORKER_DIED = re.compile(r"Worker proc (?P<worker>\S+) died unexpectedly \(exit code: (?P<code>-?\d+)\)")
+"""vLLM's executor when one of its worker processes ends (vLLM 0.32, v1/executor/multiproc_executor.py)."""
+AUTO_KV = re.compile(r"Auto set \((?P<kv>[\d.]+)/(?P<total>[\d.]+)\) GiB for KV cache")
+"""vLLM's CPU worker sizing its KV cache itself (no VLLM_CPU_KVCACHE_SPACE)."""
+KILLED_BY_MEMORY = signal.SIGKILL
+
+
+def worker_death(log_text: str) -> str | None:
+    """What vLLM's log says of a worker process that died, as the start of a sentence ("vLLM's worker
+    VllmWorker-0 was killed by SIGKILL (exit code -9)"), or None when no worker died."""
+    m = WORKER_DIED.search(log_text)
+    if m is None:
+        return None
+    code = int(m["code"])
+    try:
+        how = f"was killed by {signal.Signals(-code).name}" if code < 0 else f"exited with code {code}"
+    except ValueError:
+        how = f"ended with code {code}"
+    return f"vLLM's worker {m['worker']} {how}" + (f" (exit code {code})" if code < 0 else "")
+
+
+def worker_death_advice(log_text: str) -> str:
+    """What to do after a worker's death: for SIGKILL, the memory it most likely ran out of."""
+    m = WORKER_DIED.search(log_text)
+    if m is None or int(m["code"]) != -KILLED_BY_MEMORY:
+        return "its log says why (the lines before it); if it repeats, report it to vLLM's maintainers"
+    auto = AUTO_KV.search(log_text)
+    sized = (
+        f"; vLLM's CPU build had sized its KV cache at {auto['kv']} of the machine's {auto['total']} GiB "
+        "(engine.mem_fraction_static, default 0.92, of all the memory, whatever else runs)"
+        if auto
+        else ""
+    )
+    return (
+        "SIGKILL from no one else is the kernel's out-of-memory killer (`dmesg` names the process)"
+        f"{sized}: give it a KV cache that fits beside what else runs, engine.env VLLM_CPU_KVCACHE_SPACE "
+        "(whole GiB; on a CPU the kit sets one itself where neither it nor engine.mem_fraction_static "
+        "is set), or a lower engine.mem_fraction_static, or fewer running requests, or stop what else "
+        "uses the memory"
     )
 
 
@@ -88,6 +131,11 @@ FAILURES: tuple[StartFailure, ...] = (
             f"vLLM's CPU backend was asked for {m['want']} GiB of KV cache but only {m['free']} GiB is free: "
             "lower VLLM_CPU_KVCACHE_SPACE in engine.env, or stop what else uses memory"
         ),
+    ),
+    StartFailure(
+        "vllm_worker_died",
+        WORKER_DIED,
+        lambda m: f"{worker_death(m.string)}: {worker_death_advice(m.string)}",
     ),
     StartFailure(
         "vllm_gpu_free_memory",

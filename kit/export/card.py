@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -72,6 +73,9 @@ class CardFacts:
     """How the origins were found, where not from the plan (an older plan.json lacks them)."""
     kept_flags: dict[str, int | None] = field(default_factory=dict)
     """Rows in `train` that meet a rule the export did not apply (ExportFacts.kept_flags)."""
+    near_found: dict[str, dict[str, int]] = field(default_factory=dict)
+    """Per near-duplicate rule, stage 4's clusters over all rows (summary.json's near_duplicates:
+    clusters, rows, extra_rows), for the rules whose rows in `train` the export did not count."""
     created: str = ""
     """When the export was made (UTC, ISO 8601)."""
     kit_version: str = ""
@@ -123,43 +127,101 @@ def model_revision(params: RunParams | None) -> str:
         return f"Hub commit {path.name}"
     config = path / "config.json"
     if config.is_file():
-        return f"config.json sha256 {hashlib.sha256(config.read_bytes()).hexdigest()[:16]}"
+        return f"config.json sha256 `{hashlib.sha256(config.read_bytes()).hexdigest()}`"
     return "unknown (no config.json beside the model)"
 
 
-def model_name(params: RunParams | None, engine: dict[str, Any]) -> str:
-    """How the card names the model, never by a local path: the name it was served under, the repo
-    id of a Hub snapshot, the kit's demo model, else the model folder's name."""
+def model_name(params: RunParams | None, engine: dict[str, Any]) -> tuple[str, str]:
+    """How the card names the model, never by a local path, and a note on it (or ""): the name it was
+    served under, the repo id of a Hub snapshot, the kit's demo model, else the model folder's name."""
     if params is not None and params.model.served_name:
-        return params.model.served_name
+        return params.model.served_name, ""
     path = Path(params.model.path if params is not None else str(engine.get("model") or "unknown"))
-    repo = next((p for p in reversed(path.parts) if p.startswith("models--")), None)
+    repo = hub_repo(path)
     if repo is not None:
-        return repo.removeprefix("models--").replace("--", "/")
+        return repo, ""
     try:
         demo = json.loads((path / DEMO_MARKER).read_text())
     except (OSError, ValueError):
         demo = None
     if isinstance(demo, dict):
-        return f"kit demo model v{demo.get('version')} (a tiny model `kit demo-assets` trains)"
-    return path.name
+        return f"kit demo model v{demo.get('version')}", "a tiny model `kit demo-assets` trains"
+    return path.name, ""
+
+
+def hub_repo(path: Path) -> str | None:
+    """The Hub repo id of a folder in the Hub's cache (`.../models--org--name/snapshots/<commit>`)."""
+    repo = next((p for p in reversed(path.parts) if p.startswith(("models--", "datasets--"))), None)
+    return repo.split("--", 1)[1].replace("--", "/") if repo is not None else None
+
+
+def public_path(path: str | Path) -> str:
+    """A local path as the card may publish it: a Hub cache folder's repo id (and the rest below its
+    snapshot), else the file or folder's own name; never where it lies on this machine."""
+    p = Path(path)
+    repo = hub_repo(p)
+    if repo is not None and "snapshots" in p.parts:
+        below = p.parts[p.parts.index("snapshots") + 2 :]
+        return "/".join((repo, *below))
+    return p.name or str(p)
+
+
+ABSOLUTE = re.compile(r"(?<![\w:/.~])(/[^\s/`'\"()\[\],;]+)+/?")
+"""An absolute local path in free text (a URL's `//host/...` is not one: the lookbehind)."""
+
+
+def no_local_paths(text: str) -> str:
+    """`text` with each absolute local path replaced by its public form (`public_path`)."""
+    return ABSOLUTE.sub(lambda m: public_path(m.group(0).rstrip("/")), text)
 
 
 def _model_lines(facts: CardFacts) -> list[str]:
     params, engine = facts.params, facts.engine
     versions = engine.get("versions") or {}
     version = ", ".join(f"{k} {v}" for k, v in versions.items()) if isinstance(versions, dict) else versions
-    spec = engine.get("speculative") or "off"
+    name, note = model_name(params, engine)
+    decision = (
+        no_local_paths(facts.decision_text) if facts.decision_text else "not decided (no decision.json)"
+    )
     return [
-        f"- **Model**: `{model_name(params, engine)}` ({model_revision(params)})",
+        f"- **Model**: `{name}` ({'; '.join(filter(None, (note, model_revision(params))))})",
         f"- **Engine**: {engine.get('flavor', 'unknown')}"
         + (f" ({version})" if version else "")
-        + f"; speculative decoding: `{json.dumps(spec) if isinstance(spec, dict) else spec}`",
-        f"- **Decision** (stage 2): {facts.decision_text or 'not decided (no decision.json)'}",
-        f"- **Sampling**: `{json.dumps(facts.sampling, sort_keys=True)}`",
+        + f"; speculative decoding: {_speculation(engine.get('speculative'))}",
+        f"- **Decision** (stage 2): {decision}",
+        f"- **Sampling**: {sampling_words(facts.sampling)}",
         f"- **Created**: {_created(facts)}, with {facts.kit_version or 'an unknown kit version'}",
         f"- **License**: {_license_line(facts)}",
     ]
+
+
+def _speculation(spec: Any) -> str:
+    """The speculative settings as `key` value pairs (the draft model by its public name), or off."""
+    if not spec:
+        return "off"
+    if not isinstance(spec, dict):
+        return f"`{spec}`"
+    shown = {k: public_path(v) if k == "draft_model_path" else v for k, v in spec.items() if v is not None}
+    return ", ".join(f"`{k}` {_value(v)}" for k, v in shown.items())
+
+
+def sampling_words(sampling: dict[str, Any]) -> str:
+    """The sampling settings sent with each request, `key` value, the unset ones left out (they were
+    not sent: the engine's and the model's defaults applied)."""
+    given = {k: v for k, v in sampling.items() if v is not None and v != [] and v != {}}
+    if not given:
+        return "none recorded"
+    shown = ", ".join(f"`{k}` {_value(v)}" for k, v in given.items())
+    unset = len(sampling) - len(given)
+    return shown + (
+        f"; the {unset} setting(s) left unset were not sent (the engine's and the model's defaults)"
+        if unset
+        else ""
+    )
+
+
+def _value(v: Any) -> str:
+    return v if isinstance(v, str) else json.dumps(v, ensure_ascii=False)
 
 
 def _created(facts: CardFacts) -> str:
@@ -195,7 +257,9 @@ def _origin(o: SourceOrigin) -> str:
     """One source's origin in words: the Hub id and its commit, or each local file and its sha256."""
     if "hub" not in o:
         files = [
-            f"`{f['path']}` (sha256 `{f['sha256']}`)" if f.get("sha256") else f"`{f['path']}` (missing)"
+            f"`{public_path(f['path'])}` (sha256 `{f['sha256']}`)"
+            if f.get("sha256")
+            else f"`{public_path(f['path'])}` (missing)"
             for f in o.get("files") or []
         ]
         return f"local {o.get('builder', '')} file{'s' if len(files) > 1 else ''} " + ", ".join(files)
@@ -217,8 +281,21 @@ def _kept_table(facts: CardFacts) -> list[str]:
         "|---|---:|---|",
     ]
     for rule, n in facts.kept_flags.items():
-        lines.append(f"| `{rule}` | {'not looked for' if n is None else f'{n:,}'} | {RULES[rule]} |")
+        lines.append(f"| `{rule}` | {_kept_count(n, facts.near_found.get(rule))} | {RULES[rule]} |")
     return lines
+
+
+def _kept_count(n: int | None, found: dict[str, int] | None) -> str:
+    """A kept-flags cell: the rows of `train`, else what stage 4 found among all rows, else why none."""
+    if n is not None:
+        return f"{n:,}"
+    if found is None:
+        return "not looked for (stage 4 made no clusters)"
+    extra, clusters = found.get("extra_rows", 0), found.get("clusters", 0)
+    return (
+        f"not counted in `train`; stage 4 found {clusters:,} cluster(s) among all rows, "
+        f"{extra:,} row(s) beyond the first of each"
+    )
 
 
 def _sources_table(facts: CardFacts) -> list[str]:
@@ -254,7 +331,9 @@ def card_body(facts: CardFacts) -> str:
             if facts.reasoning == "inline"
             else "(reasoning in `reasoning_content`)"
         )
-        + ", tool calls in the OpenAI shape, `tools` as JSON text. The offered tools are in one place, "
+        + ", tool calls in the OpenAI shape in every assistant turn (an earlier turn's `<tool_call>` "
+        "text too; a tool turn without its `<tool_response>` wrapper, which the chat template writes), "
+        "`tools` as JSON text. The offered tools are in one place, "
         "the `tools` column (`json.loads` it and pass it to the chat template as `tools`, as TRL's "
         "conversational format does); a `<tools>` listing of them in a system prompt was taken out, "
         "so a template renders each schema once"
@@ -306,7 +385,7 @@ def card_body(facts: CardFacts) -> str:
     ]
     if facts.gaps:
         parts += ["", "## Gaps", "", "Parts of the run folder that could not be read:", ""]
-        parts += [f"- {g}" for g in facts.gaps]
+        parts += [f"- {no_local_paths(g)}" for g in facts.gaps]
     return "\n".join(parts) + "\n"
 
 

@@ -16,9 +16,9 @@ from kit.errors import ExportError
 
 RULES = {
     "failed": "the request failed (no completion: failures.jsonl)",
+    "unterminated_think": "its thinking never closed (cut by max_tokens, or it stopped while thinking)",
     "empty": "no answer text and no tool call",
     "truncated": "cut by max_tokens (finish_reason length)",
-    "unterminated_think": "ran out of budget while thinking",
     "tool_call_broken": "a tool call that does not parse or names no offered tool",
     "duplicate": "the same completion as a row kept (exact)",
     "refusal": "the answer matches analyse.refusal_patterns",
@@ -26,8 +26,10 @@ RULES = {
     "near_duplicate": "an answer that is a near copy of a row kept (MinHash LSH)",
     "near_duplicate_prompt": "a prompt that is a near copy of a row kept's (MinHash LSH)",
 }
-"""Every drop rule, in the order a row is judged, with what it means."""
-DEFAULT_DROP = ("failed", "empty", "truncated", "unterminated_think", "tool_call_broken", "duplicate")
+"""Every drop rule, in the order a row is judged, with what it means. `unterminated_think` comes
+before `empty` and `truncated`, which such a row meets too (no answer, cut by max_tokens): its
+thinking never closing is the cause to count."""
+DEFAULT_DROP = ("failed", "unterminated_think", "empty", "truncated", "tool_call_broken", "duplicate")
 NEAR_RULES = {"near_duplicate": "answer_cluster", "near_duplicate_prompt": "prompt_cluster"}
 
 

@@ -7,15 +7,19 @@ and SGLang answer with), or inline as a `<think>` block before the answer (`reas
 for chat templates that render thinking from the text); tool calls in the OpenAI shape
 (`{id, type: function, function: {name, arguments}}`, arguments as JSON text), from the engine's
 parser or, where none ran, from the `<tool_call>` blocks of a function-calling row's answer (taken
-out of the content). `tools` stays JSON text: the schemas of different rows have different fields,
-which one Arrow type cannot hold. The tools are in `tools` only: a `<tools>` listing of them in the
-system prompt is taken out, as the adapters do for the prompt sent (kit.prompts.adapters), so a chat
-template that renders `tools` shows each schema once.
+out of the content). The prompt's earlier turns of a function-calling row take the same shape: an
+assistant turn's `<tool_call>` blocks become its `tool_calls`, a tool turn loses its `<tool_response>`
+wrapper (the chat template writes both tags), so a row holds one format. `tools` stays JSON text:
+the schemas of different rows have different fields, which one Arrow type cannot hold. The tools
+are in `tools` only: a `<tools>` listing of them in the system prompt is taken out, as the adapters
+do for the prompt sent (kit.prompts.adapters), so a chat template that renders `tools` shows each
+schema once.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Literal, TypedDict
@@ -135,22 +139,45 @@ def assistant_turn(row: dict[str, Any], reasoning: Reasoning) -> ChatTurn:
     return ChatTurn(role="assistant", content=content, tool_calls=calls)
 
 
-def prompt_turns(messages: Any, reasoning: Reasoning, tools: str | None = None) -> list[ChatTurn]:
+def prompt_turns(
+    messages: Any, reasoning: Reasoning, tools: str | None = None, row_id: str = ""
+) -> list[ChatTurn]:
     """The prompt's messages with the fields the assistant turn adds, empty; with `tools`, the tool
-    listing out of the system prompt (a run planned before the adapters took it out held both)."""
+    listing out of the system prompt (a run planned before the adapters took it out held both), and
+    the earlier turns of a function-calling conversation in the shape of the generated one
+    (`earlier_turn`)."""
     out = []
-    for m in tools_in_one_place(list(messages) if messages is not None else [], tools):
-        turn = ChatTurn(role=m.get("role"), content=m.get("content"), tool_calls=None)
+    for i, m in enumerate(tools_in_one_place(list(messages) if messages is not None else [], tools)):
+        turn = earlier_turn(m, tools, f"{row_id}_t{i}")
         if reasoning == "field":
             turn["reasoning_content"] = None
         out.append(turn)
     return out
 
 
+TOOL_RESPONSE = re.compile(r"\A\s*<tool_response>\s*(.*?)\s*</tool_response>\s*\Z", re.DOTALL)
+"""A tool turn that is one `<tool_response>` block, as Hermes-style data writes it."""
+
+
+def earlier_turn(m: Any, tools: str | None, turn_id: str) -> ChatTurn:
+    """One prompt message as a chat turn. In a function-calling row (`tools`) an assistant turn's
+    `<tool_call>` blocks become `tool_calls` and a tool turn's `<tool_response>` wrapper is taken off,
+    as the generated turn and OpenAI's format have them: a chat template renders both tags itself
+    (Qwen's and Hermes' do), so text left in the content would be one row in two formats."""
+    role, content = m.get("role"), m.get("content")
+    if not is_function_calling(tools) or not isinstance(content, str):
+        return ChatTurn(role=role, content=content, tool_calls=None)
+    if role == "assistant":
+        calls, content = openai_calls(None, content, tools, turn_id)
+        return ChatTurn(role=role, content=content, tool_calls=calls)
+    wrapped = TOOL_RESPONSE.match(content) if role == "tool" else None
+    return ChatTurn(role=role, content=wrapped[1] if wrapped else content, tool_calls=None)
+
+
 def message_row(row: dict[str, Any], reasoning: Reasoning, reason: str | None) -> MessageRow:
     """One row in the `messages` format; a row without a completion (a failed request) keeps the
     prompt alone."""
-    messages = prompt_turns(row.get("messages"), reasoning, row.get("tools"))
+    messages = prompt_turns(row.get("messages"), reasoning, row.get("tools"), str(row.get("id")))
     if row.get("completion") is not None or row.get("tool_calls") is not None:
         messages.append(assistant_turn(row, reasoning))
     return MessageRow(

@@ -397,9 +397,24 @@ def card_facts(
         origins=origins,
         origins_note=origins_note,
         kept_flags=dict(facts.kept_flags),
+        near_found=near_found(folder, facts.kept_flags),
         created=datetime.now(timezone.utc).isoformat(timespec="seconds"),
         kit_version=version_text(),
     )
+
+
+def near_found(folder: RunFolder, kept_flags: dict[str, int | None]) -> dict[str, dict[str, int]]:
+    """Stage 4's near-duplicate clusters (summary.json) for each near rule the export did not count."""
+    summary = folder.read_summary(lenient=True)
+    entry = summary.near_duplicates if summary is not None else None
+    if not isinstance(entry, dict):
+        return {}
+    kinds = {"near_duplicate": "answers", "near_duplicate_prompt": "prompts"}
+    return {
+        rule: dict(entry[kind])
+        for rule, kind in kinds.items()
+        if kept_flags.get(rule, 0) is None and isinstance(entry.get(kind), dict)
+    }
 
 
 def source_origins(plan: PlanReport | None, params: RunParams | None) -> tuple[dict[str, SourceOrigin], str]:

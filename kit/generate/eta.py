@@ -7,8 +7,10 @@ answers were sent first (stage 3's order) and "1 minute" an hour later.
     eta.seconds(tok_s)                                          # at each tick of the timeline
 
 The tokens left are the predicted output tokens of the work not answered yet, corrected by what the
-answered work made against what it was predicted to make (once `MIN_ANSWERED` have landed); over
-the recent output tokens/s, smoothed (`SMOOTHING`). Shown in the progress bar and kept in the
+answered work made against what it was predicted to make; over the recent output tokens/s, smoothed
+(`SMOOTHING`). No time is said before `MIN_ANSWERED` answers have landed: before them both halves
+are guesses (the lengths predicted, not made; the rate of a loop still filling its batch), and the
+demo's first time left said 31 min for a job that took 45 s. Shown in the progress bar and kept in the
 timeline (`eta_s`, `tokens_left`), which notebook 03's view reads while a run is going.
 """
 
@@ -67,7 +69,10 @@ class TokenEta:
         return self.left_predicted
 
     def seconds(self, tok_s: float | None) -> float | None:
-        """Seconds left at the recent tokens/s (`tok_s`: the newest sample's; None while unknown)."""
+        """Seconds left at the recent tokens/s (`tok_s`: the newest sample's); None while unknown and
+        before `MIN_ANSWERED` answers (the rate is smoothed from then on)."""
+        if self.answered_n < MIN_ANSWERED:
+            return None
         if tok_s is not None and tok_s > 0:
             self.tok_s = tok_s if self.tok_s is None else SMOOTHING * tok_s + (1 - SMOOTHING) * self.tok_s
         if not self.tok_s:

@@ -7,7 +7,10 @@ the same run or shard is refused with a message naming the holder (pid, host, st
 is a shard of another split (`--shard 0/3` while `--shard 1/2` runs: the two would divide the plan
 differently and each take the other's rows for copies). The
 locks are `flock` locks: the kernel (or the NFS server, when the holder's lease ends) releases
-them when the holder dies, even by `kill -9`, so a lock file left behind is never stale.
+them when the holder dies, even by `kill -9`, so a lock file left behind is never stale. A session
+that ends removes its lock files while it still holds them alone (a shard the folder's shared file
+only when no other shard holds it), so a finished run leaves none; a writer that locked a file its
+holder removed meanwhile sees that the path no longer names it, and takes the file there now.
 """
 
 from __future__ import annotations
@@ -52,8 +55,11 @@ def describe(path: Path) -> str:
 
 
 def _held(path: Path) -> bool:
-    """Whether some process holds lock file `path` now."""
-    fd = os.open(path, os.O_RDONLY)
+    """Whether some process holds lock file `path` now (a file removed meanwhile: no)."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return False
     try:
         fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
     except OSError:
@@ -61,6 +67,23 @@ def _held(path: Path) -> bool:
     finally:
         os.close(fd)
     return False
+
+
+def _names(path: Path, fd: int) -> bool:
+    """Whether `path` names the file open as `fd` (not one removed, or made anew since)."""
+    try:
+        here, held = os.stat(path), os.fstat(fd)
+    except FileNotFoundError:
+        return False
+    return (here.st_dev, here.st_ino) == (held.st_dev, held.st_ino)
+
+
+def _try_flock(fd: int, mode: int) -> bool:
+    try:
+        fcntl.flock(fd, mode)
+    except OSError:
+        return False
+    return True
 
 
 class RunLock:
@@ -71,7 +94,8 @@ class RunLock:
         self.folder = RunFolder(root)
         self.folder_lock = self.folder.lock
         self.own_lock = ShardView(self.folder, tag).lock if tag else self.folder_lock
-        self._fds: list[int] = []
+        self._fds: list[tuple[int, Path, int]] = []
+        """(descriptor, lock file, flock mode) of each lock held."""
 
     def __enter__(self) -> RunLock:
         self.root.mkdir(parents=True, exist_ok=True)
@@ -88,21 +112,25 @@ class RunLock:
         return self
 
     def _take(self, path: Path, mode: int, record: bool) -> None:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)  # not inherited by the servers (O_CLOEXEC)
-        try:
-            fcntl.flock(fd, mode | fcntl.LOCK_NB)
-        except OSError as e:
-            os.close(fd)
-            if e.errno in _BUSY:
-                raise RunFolderError(self._refusal(path)) from None
-            log.warning(
-                "%s: this filesystem does not support file locks (%s); a second kit generate on this "
-                "run folder would not be refused",
-                path,
-                e,
-            )
-            return
-        self._fds.append(fd)
+        while True:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)  # not inherited by the servers (O_CLOEXEC)
+            try:
+                fcntl.flock(fd, mode | fcntl.LOCK_NB)
+            except OSError as e:
+                os.close(fd)
+                if e.errno in _BUSY:
+                    raise RunFolderError(self._refusal(path)) from None
+                log.warning(
+                    "%s: this filesystem does not support file locks (%s); a second kit generate on "
+                    "this run folder would not be refused",
+                    path,
+                    e,
+                )
+                return
+            if _names(path, fd):
+                break
+            os.close(fd)  # its holder removed it as it ended: lock the file the path names now
+        self._fds.append((fd, path, mode))
         if record:
             os.ftruncate(fd, 0)
             os.pwrite(fd, (json.dumps(holder_info()) + "\n").encode(), 0)
@@ -133,8 +161,12 @@ class RunLock:
             )
 
     def release(self) -> None:
-        for fd in reversed(self._fds):
-            os.close(fd)  # closing the descriptor releases the flock
+        """Remove each lock file this session holds alone, then close it (which releases the flock)."""
+        for fd, path, mode in reversed(self._fds):
+            alone = mode == fcntl.LOCK_EX or _try_flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            if alone and _names(path, fd):
+                path.unlink(missing_ok=True)
+            os.close(fd)
         self._fds = []
 
     def __exit__(

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import json
 import logging
+import signal
 from collections import Counter
 from collections.abc import Callable
 from contextlib import ExitStack
+from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypedDict
+from typing import TYPE_CHECKING, Any, NamedTuple, TypedDict
 
 import pyarrow as pa
 
@@ -127,7 +129,7 @@ def _generate(
     if sampling_problems is not None:
         check_row_sampling(prompts_path, params, sampling_problems)
     record_identity(folder, session.identity, identity_settings(params))
-    session.files.manifest.unlink(missing_ok=True)  # present again only once this run completes
+    session.files.manifest.unlink(missing_ok=True)  # written again when this session ends, however
 
     ids = read_prompt_ids(prompts_path)  # what is left is decided on ids; the prompts are read if any is
     found = done_ids(folder.generations)
@@ -151,25 +153,74 @@ def _generate(
         if tail is not None:
             engine_json = switched_identity(session.identity, tail)
             switch = TailSwitch(tail, params.generate.tail_drain_s, engine_json, replica_params)
-        if on_ray:
-            stats = RayJob(session, todo, work).run()
-        else:
-            stats = _run_loop(session, todo, work, switch, eta)
+        try:
+            if on_ray:
+                stats = RayJob(session, todo, work).run()
+            else:
+                stats = _run_loop(session, todo, work, switch, eta)
+        except KeyboardInterrupt as stop:  # Ctrl-C, SIGTERM, SIGHUP: the finished rows are on disk
+            after = done_ids(folder.generations, verify=False)
+            end = Ending("interrupted", 128 + getattr(stop, "signum", signal.SIGINT))
+            said = {"order": order, "tail_note": tail_note, "from_decision": from_decision}
+            session.files.write_manifest(_manifest(session, ids, found, after, None, started, end, **said))
+            raise
         tail_note.update(switch.report() if switch else {})
         del todo
         after = done_ids(folder.generations, verify=False)
+    manifest = _manifest(
+        session,
+        ids,
+        found,
+        after,
+        stats,
+        started,
+        order=order,
+        tail_note=tail_note,
+        from_decision=from_decision,
+    )
+    session.files.write_manifest(manifest)
+    _say_what_is_left(manifest, folder)
+    return manifest
+
+
+class Ending(NamedTuple):
+    """How a session ended other than by running out of work: manifest.json's status, exit code."""
+
+    status: str
+    exit_code: int
+
+
+def _manifest(
+    session: Session,
+    ids: pa.ChunkedArray,
+    found: ShardCheck,
+    after: ShardCheck,
+    stats: LoopStats | None,
+    started: datetime,
+    ending: Ending | None = None,
+    *,
+    order: OrderReport,
+    tail_note: TailPlanNote,
+    from_decision: AppliedSettings | None,
+) -> Manifest:
+    """manifest.json of this session: complete or incomplete by the rows left (`found` before it,
+    `after` it), or how it ended (`ending`)."""
+    params, folder, failures = session.params, session.folder, session.failures
+    n_samples, limit = params.generate.sampling.n, params.generate.limit
     left = pending_work(ids, n_samples, after.with_ids(failures.permanent_ids()), session.shard, limit)
     failed, never = _failure_counts(failures, after)
-    manifest = Manifest(
+    if ending is None:
+        ending = Ending("incomplete", EXIT_INCOMPLETE) if left else Ending("complete", EXIT_COMPLETE)
+    return Manifest(
         run=params.run,
         complete=not left,
-        status="complete" if not left else "incomplete",
-        exit_code=EXIT_COMPLETE if not left else EXIT_INCOMPLETE,
+        status=ending.status,
+        exit_code=ending.exit_code,
         rows=after.rows,
         left=len(left),
         planned_prompts=len(ids),
-        samples_per_prompt=params.generate.sampling.n,
-        rows_this_session=stats.rows if stats else 0,
+        samples_per_prompt=n_samples,
+        rows_this_session=stats.rows if stats else max(0, after.rows - found.rows),
         failures=failed,
         never_generated=never,
         rows_by_source=dict(sorted(after.by_source.items())),
@@ -188,9 +239,6 @@ def _generate(
         session_started_at=started.isoformat(),
         finished_at=now_utc().isoformat(),
     )
-    session.files.write_manifest(manifest)
-    _say_what_is_left(manifest, folder)
-    return manifest
 
 
 def _failure_counts(failures: FailureLog, after: ShardCheck) -> tuple[int, dict[str, int]]:

@@ -276,6 +276,12 @@ class Flavor:
         starts (so that several can share one GPU), or None when the kit knows none."""
         return [self.kv_cap_flag, str(tokens)] if self.kv_cap_flag else None
 
+    def cpu_kv_variable(self, eng: EngineParams, distribution: str | None) -> str | None:
+        """The environment variable that sizes its KV cache on a CPU, where the engine as `eng` sets it
+        up (its installed `distribution`) would size it from all of the machine's memory instead;
+        None when it would not (kit.engines.cpu_kv)."""
+        return None
+
     def cpu_cache_gib(self, eng: EngineParams) -> float:
         """GiB of KV cache one of its servers takes on a CPU."""
         return DEFAULT_CPU_CACHE_GIB

