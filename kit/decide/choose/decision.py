@@ -270,7 +270,7 @@ def decide(
     if choice.get("note"):
         reasons.append(choice["note"])
     noise = noise_section(sweep, runs, measured) if _has_rows(sweep) else None
-    reasons += noise_sentences(noise)
+    reasons += noise_sentences(noise, params.repetitions)
     reasons.append(batch_sentence(settings, fall))
     missing, dead = unmeasured(sweep), crashes(runs)
     reasons += unmeasured_sentences(sweep, missing) + crash_sentences(missing, dead)

@@ -289,8 +289,10 @@ def drift_check(runs: pd.DataFrame, sweep: pd.DataFrame) -> Drift | None:
     return Drift(c, float(start.output_tok_s.iloc[0]), float(end.output_tok_s.iloc[0]), noise, seen)
 
 
-def noise_sentences(noise: NoiseFigures | None) -> list[str]:
-    """The reasons that say what the sweep's noise was: its figure, the drift, what was set aside."""
+def noise_sentences(noise: NoiseFigures | None, planned: int | None = None) -> list[str]:
+    """The reasons that say what the sweep's noise was: its figure, the drift, what was set aside
+    (`planned`: the rounds the params asked for; fewer measured were left out by racing or the
+    sweep's time budget, which decision.json's `sweep_cost` says)."""
     if not noise:
         return []
     reps = noise["repetitions"]
@@ -298,10 +300,12 @@ def noise_sentences(noise: NoiseFigures | None) -> list[str]:
     per_level = f"{fewest}-{reps}" if fewest != reps else f"{reps}"
     if noise["noise_pct"] is None:
         pooled = 100 * math.hypot(UNMEASURED_NOISE, UNMEASURED_NOISE)
+        advice = "(set decide.repetitions to 3 or more)"
+        if planned is not None and planned > reps:
+            advice = f"(of the {planned} rounds planned, racing or the time budget left the rest out)"
         out = [
             f"each level was measured {reps} time(s): the noise could not be measured, so a lead must "
-            f"exceed ±{100 * UNMEASURED_NOISE:.0f}% on each arm (±{pooled:.0f}% pooled) to count "
-            "(set decide.repetitions to 3 or more)"
+            f"exceed ±{100 * UNMEASURED_NOISE:.0f}% on each arm (±{pooled:.0f}% pooled) to count {advice}"
         ]
     else:
         out = [
