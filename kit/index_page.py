@@ -17,7 +17,7 @@ from kit.artifacts import Decision, Fitness, Manifest, Summary
 from kit.decide.costmodel.validation import ErrorBand
 from kit.decide.decision import speculation_label
 from kit.decide.plots import throughput_alt, throughput_curves
-from kit.decide.verdict import decision_answer, measured_level
+from kit.decide.verdict import against_sweep, decision_answer
 from kit.decide.whatif_model import band_for_run
 from kit.decide.worth import worth_for_run
 from kit.display import Answer, timestamp
@@ -102,8 +102,16 @@ def run_answers(folder: RunFolder) -> list[Answer]:
         _with_adaptive(_with_forecast(decision_answer(decision, name, worth), decision), decision),
         _judged(generation_answer(folder, manifest), summary),
         _beside_fitness(failure_answer(failures_by_reason(folder, summary)), fitness),
-        _with_tail(throughput_answer(summary, manifest, baseline=measured_level(decision, name)), summary),
+        _with_tail(
+            throughput_answer(summary, manifest, baseline=_against_sweep(decision, summary, name)), summary
+        ),
     ]
+
+
+def _against_sweep(decision: Decision | None, summary: Summary | None, name: str) -> str | None:
+    """The run's tokens/s against the sweep's interval for its arm: the decision's answer above states
+    that figure, so the first screen does not say it twice."""
+    return against_sweep(decision, summary.health.output_tok_s if summary is not None else None, name)
 
 
 def _data(folder: RunFolder, manifest: Manifest | None, fitness: Fitness | None) -> Answer:
