@@ -10,6 +10,7 @@ import pandas as pd
 
 from kit.analyse.tables import NearDuplicates, summary_tables
 from kit.analyse.tail import speculation_clause
+from kit.analyse.tail_words import rate_words
 from kit.artifacts import Fitness, Health, Summary, TailSpeculation, TailSummary
 from kit.display import Answer, Table, file_image, number, percent, seconds, table
 
@@ -85,16 +86,14 @@ def tail_table(tail: TailSummary) -> Table:
     if not tail.known:
         rows = {"tail": f"unknown, because {tail.reason}"}
     else:
-        full, part = tail.tok_s_full_load, tail.tok_s_tail
         session = f"session {tail.session} of {tail.sessions}" if tail.session else "the run"
         rows = {
             "measured on": f"{session}, from {MEASURED_FROM.get(tail.measured_from or '', '–')}",
             "full load": f"{number(tail.full_load_in_flight)} in flight: {tail.full_load_source}",
             "tail (start to end)": f"{seconds(tail.start_s)} to {seconds(tail.end_s)} "
             f"of {seconds(tail.session_s)}",
-            "tail duration (share)": f"{seconds(tail.duration_s)} ({percent(tail.share)})",
-            "output tok/s (tail, full load)": f"{number(part)}, {number(full)}"
-            + (f" ({percent(part / full, 0)})" if part is not None and full else ""),
+            "tail duration (share)": f"{seconds(tail.duration_s)} ({percent(tail.share, 0)} of the session)",
+            "output tokens/s": rate_words(tail),
             "rows finished in the tail": number(tail.rows_in_tail),
             "capacity left idle": _idle_line(tail),
         }

@@ -121,6 +121,9 @@ class TailSummary(Record):
     in_flight_at_end: float | None = None
     tok_s_tail: float | None = None
     tok_s_full_load: float | None = None
+    tok_s_from: str | None = optional()
+    """rows' lives (each row's tokens spread over its life: kit.analyse.generated) or finishes (the
+    timeline's counter, which takes a row's tokens when it finishes); absent: finishes (earlier kits)."""
     rows_in_tail: int | None = None
     idle_minutes: float | None = None
     devices: int | None = None
