@@ -39,6 +39,8 @@ class Health(Record):
     rows_s: float | None = None
     output_tok_s: float | None = None
     output_tok_s_peak: float | None = None
+    """The highest tokens/s sustained over `output_tok_s_peak_window_s` (None: the run was shorter)."""
+    output_tok_s_peak_window_s: float | None = optional()
     latency_s: Distribution = field(default_factory=dict)
     ttft_s: Distribution = field(default_factory=dict)
     failures: int = 0
