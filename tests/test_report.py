@@ -331,7 +331,7 @@ def test_answers_from_every_json(tmp_path: Path) -> None:
     # the decision states the sweep's figure with its interval; the run's tokens/s is read against
     # it, not said twice on the first screen; no one-sample "peak"
     assert "120 output tok/s at concurrency 16 (measured once: no interval)" in decision.detail
-    against = "; below what stage 2 measured once for MTP k=3 at concurrency 16 (the decision)"
+    against = "; below the sweep's one measurement of MTP k=3 at 16 (the decision)"
     assert against in answers["Throughput"].detail and "120" not in answers["Throughput"].detail
     assert "; peak" not in answers["Throughput"].detail
     run.decision.write_text("{broken")
@@ -460,10 +460,10 @@ def test_a_measured_headline_states_its_interval_and_the_run_is_read_against_it(
            "measured_hi": 310.0, "repetitions": 3, "status": "ok"}  # fmt: skip
     decision = Decision.from_json({"chosen_arm": "plain", "decided_by": "measured", "table": [row]})
     detail = decision_answer(decision).detail
-    assert "242 output tok/s at concurrency 16 (90% interval 160-310 over 3 repetitions)" in detail
+    assert "242 output tok/s at concurrency 16 (90% interval 160-310, 3 repetitions)" in detail
     said = [against_sweep(decision, v) for v in (100.0, 200.0, 400.0)]
-    assert [s.split(" the 90% interval")[0] for s in said] == ["below", "within", "above"]
-    assert said[0].endswith("stage 2 measured for plain decoding at concurrency 16 (the decision)")
+    assert [s.split(" the sweep's 90% interval")[0] for s in said] == ["below", "within", "above"]
+    assert said[0].endswith("interval for plain decoding at 16 (the decision)")
 
 
 def test_predicted_decision_and_speculation_not_measured() -> None:

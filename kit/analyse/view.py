@@ -13,7 +13,7 @@ from kit.analyse.tables import NearDuplicates, summary_tables
 from kit.analyse.tail import speculation_clause
 from kit.analyse.tail_words import rate_words
 from kit.artifacts import Fitness, Health, Summary, TailSpeculation, TailSummary
-from kit.display import Answer, Table, file_image, number, percent, seconds, table
+from kit.display import Answer, Table, file_image, hours, number, percent, seconds, table
 
 TITLES = {
     "per source": "Rows and tokens per source",
@@ -38,7 +38,7 @@ def _seconds_line(entry: Any) -> str:
 
 
 def _window(health: Health) -> str:
-    return seconds(health.output_tok_s_peak_window_s or PEAK_WINDOW_S)
+    return hours(health.output_tok_s_peak_window_s or PEAK_WINDOW_S)
 
 
 def peak_words(health: Health) -> str:

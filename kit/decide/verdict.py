@@ -64,9 +64,7 @@ def interval_words(row: LadderPoint) -> str:
     lo, hi, n = row.measured_lo, row.measured_hi, row.repetitions or 1
     if n < 2 or not (is_number(lo) and is_number(hi)):
         return "measured once: no interval"
-    return (
-        f"{100 * INTERVAL:.0f}% interval {number(float(lo), 0)}-{number(float(hi), 0)} over {n} repetitions"
-    )
+    return f"{100 * INTERVAL:.0f}% interval {number(float(lo), 0)}-{number(float(hi), 0)}, {n} repetitions"
 
 
 def _measured_row(decision: Decision | None) -> LadderPoint | None:
@@ -77,7 +75,7 @@ def _measured_row(decision: Decision | None) -> LadderPoint | None:
 
 def measured_level(decision: Decision | None, name: str = "MTP") -> str | None:
     """What the sweep measured for the chosen arm where stage 3 runs it, as a baseline for the run's
-    own tokens/s: '141 tok/s (90% interval 120-160 over 3 repetitions) for plain decoding at
+    own tokens/s: '141 tok/s (90% interval 120-160, 3 repetitions) for plain decoding at
     concurrency 16'; None when nothing was measured."""
     row = _measured_row(decision)
     if row is None:
@@ -89,19 +87,19 @@ def measured_level(decision: Decision | None, name: str = "MTP") -> str | None:
 
 def against_sweep(decision: Decision | None, tok_s: float | None, name: str = "MTP") -> str | None:
     """The run's own tokens/s against the interval the sweep measured for its arm, without restating
-    that figure (the decision's answer beside it says it): 'below the interval stage 2 measured for
-    plain decoding at concurrency 16'; None when nothing was measured."""
+    that figure (the decision's answer beside it says it): 'below the sweep's 90% interval for plain
+    decoding at 16 (the decision)'; None when nothing was measured."""
     row = _measured_row(decision)
     if row is None or not is_number(tok_s):
         return None
-    label = f"{arm_label((decision.arm or Arm(0)).k, name)} at concurrency {int(row.concurrency)}"
+    label = f"{arm_label((decision.arm or Arm(0)).k, name)} at {int(row.concurrency)}"
     lo, hi = row.measured_lo, row.measured_hi
     if (row.repetitions or 1) < 2 or not (is_number(lo) and is_number(hi)):
         lo = hi = float(row.measured_tok_s)
         where = "below" if tok_s < lo else "above" if tok_s > hi else "at"
-        return f"{where} what stage 2 measured once for {label} (the decision)"
+        return f"{where} the sweep's one measurement of {label} (the decision)"
     where = "below" if tok_s < lo else "above" if tok_s > hi else "within"
-    return f"{where} the {100 * INTERVAL:.0f}% interval stage 2 measured for {label} (the decision)"
+    return f"{where} the sweep's {100 * INTERVAL:.0f}% interval for {label} (the decision)"
 
 
 def _lead(win: LadderPoint, other: LadderPoint | None, col: str, label: str, name: str, runs: bool) -> str:
