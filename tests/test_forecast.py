@@ -251,6 +251,10 @@ def test_the_forecast_is_judged_and_the_input_that_missed_is_named(recorded) -> 
     # an error's sign in words (forecast - actual over actual): the forecast was short by half
     assert "(forecast 50% under, outside its interval)" in slow.sentence
     assert "(as forecast, inside its interval)" in check.sentence
+    # a run that made no output tokens has no speed: said as a dash, not a TypeError in stage 3's
+    # notebook (a shrunk demo run in this suite met it once)
+    none = forecast_check(decision, on_time, 0, None)
+    assert none.output_tok_s is None and "– measured (not compared)" in none.sentence
     longer = forecast_check(decision, on_time, 2 * made, None)
     assert longer.tokens_error_pct == -50.0 and longer.missed == ["output lengths", "speed"]
     near = forecast_check(

@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from kit.artifacts import Decision, ForecastCheck, Manifest, TailSummary
-from kit.display import hours
+from kit.display import hours, tok_s
 from kit.engines.arms import arm_name
 
 OFF = 0.15
@@ -118,10 +118,8 @@ def check_sentence(c: ForecastCheck) -> str:
     where = "inside its interval" if c.inside_interval else "outside its interval"
     took = f"{hours(c.generating_s or 0)} ({_off(c.wall_error_pct)}, {where})"
     tokens = f"{c.forecast_output_tokens:,} forecast, {c.output_tokens:,} made ({_off(c.tokens_error_pct)})"
-    speed = (
-        f"{c.forecast_output_tok_s:,.0f} tok/s forecast, {c.output_tok_s:,.0f} measured "
-        f"({_off(c.speed_error_pct)})"
-    )
+    speed = f"{tok_s(c.forecast_output_tok_s)} forecast, {tok_s(c.output_tok_s)} measured"
+    speed += f" ({_off(c.speed_error_pct)})"
     text = (
         f"stage 2 forecast {hours(c.forecast_s)} generating ({hours(c.forecast_lo_s)} to "
         f"{hours(c.forecast_hi_s)}); it took {took}; output tokens {tokens}; speed {speed}"
