@@ -23,6 +23,7 @@ from kit.display import number  # noqa: E402
 
 def test_every_figure_on_the_pages_is_in_the_artifacts(demo_run: Path) -> None:
     from kit.decide.whatif_model import band_for_run
+    from kit.decide.worth import worth_for_run
     from kit.runfolder import RunFolder
 
     pages = sorted((demo_run / "report").glob("*.html"))
@@ -31,6 +32,9 @@ def test_every_figure_on_the_pages_is_in_the_artifacts(demo_run: Path) -> None:
     named = [100 * band.lo, 100 * band.hi, band.points] if band is not None else []
     flags = json.loads((demo_run / "summary.json").read_text())["flags"]  # named: the verdict's flags fired
     named.append(sum(v for k, v in flags.items() if k != "function_calling"))
+    # named: the index's 'If MTP could run here ...', the cost model's band made as the page renders
+    worth = worth_for_run(RunFolder(demo_run))
+    named += [f.value for f in figures_in(worth.headline())] if worth is not None else []
     missing = untraced(pages, demo_run, named)
     assert missing == [], "\n".join(f"{page}: {f.value:g} in {f.context!r}" for page, f in missing)
 
