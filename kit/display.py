@@ -109,8 +109,21 @@ def decimals_for(values: Any) -> int:
     return 0 if typical >= 100 else 1 if typical >= 10 else 2 if typical >= 1 else 3
 
 
+def _unsigned_zero(shown: str) -> str:
+    """`shown` without the minus of a value that rounded to zero ("-0.0" reads as a loss of nothing)."""
+    return shown[1:] if shown.startswith("-") and not any(c in "123456789" for c in shown) else shown
+
+
+def _fraction_trimmed(shown: str) -> str:
+    """`shown` without the trailing zeros of its fraction ("2.50" -> "2.5", "3.00" -> "3"); the zeros
+    of a whole number are its magnitude and stay ("160" is not "16")."""
+    return shown.rstrip("0").rstrip(".") if "." in shown else shown
+
+
 def number(x: Any, decimals: int | None = None) -> str:
-    """A number rounded for reading (thousands separated); integers stay whole; missing is a dash."""
+    """A number rounded for reading (thousands separated); integers stay whole; missing is a dash.
+    Without `decimals`, as many as its magnitude needs (`decimals_for`), trailing zeros of the fraction
+    dropped; below 0.001, two significant digits (`4.2e-04`)."""
     if _missing(x):
         return MISSING
     if _is_bool(x):
@@ -121,19 +134,27 @@ def number(x: Any, decimals: int | None = None) -> str:
         return f"{int(x):,}"
     if decimals is None and 0 < abs(float(x)) < 0.001:
         return f"{float(x):.1e}"
-    if decimals is None:  # a lone number: no trailing zeros
-        return f"{float(x):,.{decimals_for([x])}f}".rstrip("0").rstrip(".")
-    return f"{float(x):,.{decimals}f}"
+    if decimals is None:  # a lone number: no trailing zeros in its fraction
+        return _unsigned_zero(_fraction_trimmed(f"{float(x):,.{decimals_for([x])}f}"))
+    return _unsigned_zero(f"{float(x):,.{decimals}f}")
 
 
 def percent(x: Any, decimals: int = 1) -> str:
     """A share (0..1) as a percentage."""
-    return MISSING if _missing(x) else f"{100 * float(x):.{decimals}f}%"
+    return MISSING if _missing(x) else _unsigned_zero(f"{100 * float(x):,.{decimals}f}%")
 
 
 def signed_percent(x: Any) -> str:
-    """A value already in percent, with its sign: +7.7%."""
-    return MISSING if _missing(x) else f"{float(x):+.1f}%"
+    """A value already in percent, with its sign: +7.7% (0.0% where it rounds to nothing)."""
+    if _missing(x):
+        return MISSING
+    shown = f"{float(x):+,.1f}%"
+    return "0.0%" if shown in ("+0.0%", "-0.0%") else shown
+
+
+def tok_s(x: Any) -> str:
+    """A throughput in output tokens per second, rounded as `number` rounds: 160 tok/s, 2.5 tok/s."""
+    return MISSING if _missing(x) else f"{number(x)} tok/s"
 
 
 def gib(x: Any) -> str:
@@ -141,26 +162,39 @@ def gib(x: Any) -> str:
     return MISSING if _missing(x) else f"{float(x) / GIB:,.1f} GiB"
 
 
+def _negative(shown: str) -> str:
+    """A duration shown for minus what it measured (`shown` of its size), unless that rounds to nothing."""
+    return shown if shown.strip("0.,s ") == "" else f"-{shown}"
+
+
 def seconds(x: Any) -> str:
-    """Seconds, as minutes and seconds from a minute on."""
+    """Seconds, as minutes and seconds from a minute on: 0.25 s, 12.5 s, 2 min 0 s (a negative one with
+    its minus: -1 min 40 s)."""
     if _missing(x):
         return MISSING
-    s = float(x)
+    s = float(x) + 0.0  # -0.0 is 0.0
+    if s < 0:
+        return _negative(seconds(-s))
     if s >= 59.5:
         whole = round(s)
-        return f"{whole // 60} min {whole % 60} s"
+        return f"{whole // 60:,} min {whole % 60} s"
     return f"{s:.1f} s" if s >= 1 else f"{s:.2f} s"
 
 
-def hours(seconds: float) -> str:
-    """2 h 05 min, 12 min, 1 min 40 s, 40 s."""
+def hours(seconds: float | None) -> str:
+    """2 h 05 min, 12 min, 1 min 40 s, 40 s (a negative one with its minus); missing is a dash."""
+    if _missing(seconds):
+        return MISSING
+    seconds = float(seconds) + 0.0  # -0.0 is 0.0
+    if seconds < 0:
+        return _negative(hours(-seconds))
     if seconds < 60:
         return f"{seconds:.0f} s"
     if seconds < 600:
         m, s = divmod(round(seconds), 60)
         return f"{m} min {s:02d} s" if s else f"{m} min"
     h, m = divmod(round(seconds / 60), 60)
-    return f"{h} h {m:02d} min" if h else f"{m} min"
+    return f"{h:,} h {m:02d} min" if h else f"{m} min"
 
 
 def timestamp(value: Any) -> str:

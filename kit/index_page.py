@@ -18,7 +18,7 @@ from kit.decide.choose.decision import speculation_label
 from kit.decide.choose.reasons import sweep_cost_sentence
 from kit.decide.costmodel.validation import ErrorBand
 from kit.decide.views.plots import throughput_alt, throughput_curves
-from kit.decide.views.verdict import decision_answer, measured_level
+from kit.decide.views.verdict import against_sweep, decision_answer
 from kit.decide.views.whatif_model import band_for_run
 from kit.decide.views.worth import worth_for_run
 from kit.display import Answer, timestamp
@@ -106,8 +106,16 @@ def run_answers(folder: RunFolder) -> list[Answer]:
         ),
         _judged(generation_answer(folder, manifest), summary),
         _beside_fitness(failure_answer(failures_by_reason(folder, summary)), fitness),
-        _with_tail(throughput_answer(summary, manifest, baseline=measured_level(decision, name)), summary),
+        _with_tail(
+            throughput_answer(summary, manifest, baseline=_against_sweep(decision, summary, name)), summary
+        ),
     ]
+
+
+def _against_sweep(decision: Decision | None, summary: Summary | None, name: str) -> str | None:
+    """The run's tokens/s against the sweep's interval for its arm: the decision's answer above states
+    that figure, so the first screen does not say it twice."""
+    return against_sweep(decision, summary.health.output_tok_s if summary is not None else None, name)
 
 
 def _data(folder: RunFolder, manifest: Manifest | None, fitness: Fitness | None) -> Answer:

@@ -20,6 +20,7 @@ import isolation
 import pytest
 import yaml
 from engines import SharedVllm
+from hypothesis import settings
 
 REPO = Path(__file__).resolve().parent.parent
 DEMO_MODEL = REPO / ".cache" / "demo" / "model"
@@ -28,6 +29,11 @@ SOURCES = ["infinity_instruct", "webinstructsub", "codefeedback", "metamathqa", 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+# Property tests (tests/test_display.py): no time limit per example (two loaded cores can stall one),
+# and no example database written into the checkout; a failure prints the example that falsified it.
+settings.register_profile("kit", deadline=None, database=None)
+settings.load_profile("kit")
 
 
 def pytest_configure(config: pytest.Config) -> None:

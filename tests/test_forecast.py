@@ -104,6 +104,20 @@ def test_a_recorded_h200_sweep_forecasts_each_arm_with_its_interval(recorded) ->
     assert generating == pytest.approx(13511.7 / 6129.7, rel=0.05)
     assert "plain decoding saves" in f.sentence and "n-gram k=2" in f.sentence
     assert f.lengths_from == {"long": "pilot answers", "short": "pilot answers"}
+    # the wall time says that it counts the server's start (stage 4 judges the time generating)
+    said = f"plain decoding: {hours(plain.wall_s)} ({hours(plain.wall_lo_s)} to {hours(plain.wall_hi_s)}) "
+    assert said + f"with the server's start ({hours(plain.startup_s)}), " in f.sentence
+    assert "GPU-hours" in f.sentence and f.on_gpu
+
+
+def test_a_forecast_on_a_cpu_says_no_gpu_hours(recorded) -> None:
+    """Issue 60: the demo's index said '0.01 GPU-hours' for a run on a CPU."""
+    from dataclasses import replace
+
+    from kit.decide.forecast.job import sentence
+
+    f = replace(forecast(recorded), gpu_name="cpu")
+    assert not f.on_gpu and "GPU-hours" not in sentence(f) and "with the server's start" in sentence(f)
 
 
 def test_twice_the_replicas_halve_the_time_but_not_the_gpu_hours(recorded) -> None:
@@ -234,6 +248,13 @@ def test_the_forecast_is_judged_and_the_input_that_missed_is_named(recorded) -> 
     slow = forecast_check(decision, manifest(generating_s=2 * (f.wall_s - f.startup_s)), made, None)
     assert slow.wall_error_pct == -50.0 and not slow.inside_interval and slow.missed == ["speed"]
     assert "what missed: speed" in slow.sentence
+    # an error's sign in words (forecast - actual over actual): the forecast was short by half
+    assert "(forecast 50% under, outside its interval)" in slow.sentence
+    assert "(as forecast, inside its interval)" in check.sentence
+    # a run that made no output tokens has no speed: said as a dash, not a TypeError in stage 3's
+    # notebook (a shrunk demo run in this suite met it once)
+    none = forecast_check(decision, on_time, 0, None)
+    assert none.output_tok_s is None and "– measured (not compared)" in none.sentence
     longer = forecast_check(decision, on_time, 2 * made, None)
     assert longer.tokens_error_pct == -50.0 and longer.missed == ["output lengths", "speed"]
     near = forecast_check(

@@ -167,7 +167,7 @@ DECIDE_FLOORS: dict[str, set[str]] = {
     "checks": {"choose", "measure", "sweep"},
     "forecast": {"choose", "measure"},
     "sweep": {"measure", "forecast", "choose", "costmodel"},
-    "views": {"choose", "costmodel"},
+    "views": {"choose", "costmodel", "measure"},
 }
 """What each subpackage of kit/decide/ imports of the others (its __init__ says the same): all on
 floors below it. The stage's entry, kit/decide/run.py, stands above them all and may import any."""

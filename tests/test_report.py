@@ -328,8 +328,11 @@ def test_answers_from_every_json(tmp_path: Path) -> None:
         answers["Throughput"].headline.endswith("output tok/s")
         and "over 20.0 s" in answers["Throughput"].detail
     )
-    # beside the run's tokens/s, the sweep's figure for the arm it ran; no one-sample "peak"
-    assert "; stage 2 measured 120 tok/s for MTP k=3 at concurrency 16" in answers["Throughput"].detail
+    # the decision states the sweep's figure with its interval; the run's tokens/s is read against
+    # it, not said twice on the first screen; no one-sample "peak"
+    assert "120 output tok/s at concurrency 16 (measured once: no interval)" in decision.detail
+    against = "; below the sweep's one measurement of MTP k=3 at 16 (the decision)"
+    assert against in answers["Throughput"].detail and "120" not in answers["Throughput"].detail
     assert "; peak" not in answers["Throughput"].detail
     run.decision.write_text("{broken")
     assert {a.topic: a for a in run_answers(run)}["Decision"].status == "missing"
@@ -445,6 +448,22 @@ def test_index_of_a_run_with_no_stage_says_what_is_missing(tmp_path: Path) -> No
     for said in ("stage 1 has not run", "stage 2 has not run", "stage 3 has not run", "not rendered"):
         assert said in page
     assert "<img" not in page and readability_problems(page) == []
+
+
+def test_a_measured_headline_states_its_interval_and_the_run_is_read_against_it() -> None:
+    """Issue 60: the index led with one number (242 tok/s) from a sweep at ±43% noise; it states the
+    level's 90% interval, and the run's own tokens/s says where it fell against it."""
+    from kit.artifacts import Decision
+    from kit.decide.views.verdict import against_sweep, decision_answer
+
+    row = {"arm": "plain", "spec_k": 0, "concurrency": 16, "measured_tok_s": 242.4, "measured_lo": 160.2,
+           "measured_hi": 310.0, "repetitions": 3, "status": "ok"}  # fmt: skip
+    decision = Decision.from_json({"chosen_arm": "plain", "decided_by": "measured", "table": [row]})
+    detail = decision_answer(decision).detail
+    assert "242 output tok/s at concurrency 16 (90% interval 160-310, 3 repetitions)" in detail
+    said = [against_sweep(decision, v) for v in (100.0, 200.0, 400.0)]
+    assert [s.split(" the sweep's 90% interval")[0] for s in said] == ["below", "within", "above"]
+    assert said[0].endswith("interval for plain decoding at 16 (the decision)")
 
 
 def test_predicted_decision_and_speculation_not_measured() -> None:

@@ -147,6 +147,32 @@ def test_a_closing_sample_a_split_second_after_the_last_is_no_peak(
     assert t["end_s"] == 130.2 and t["rows_in_tail"] == 12 and t["tok_s_tail"] == round(850 / 30.2, 3)
 
 
+def test_a_peak_is_a_rate_sustained_over_its_window_or_none(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 60: 'peak 616' at 3.8x the mean, one sample's rate. A burst of rows finishing within one
+    10 s sample (5,000 extra tokens) is no peak of 500 tok/s: the best 60 s holds it once beside 6,000
+    tokens at 100 tok/s; a run shorter than the window shows none, and says why."""
+    from kit.analyse import health
+    from kit.analyse.view import health_table
+
+    burst = (
+        FULL[:5]
+        + [(50.0, 16, 60, 9000)]
+        + [(10.0 * n, 16, 10 * n + 20, 1000 * n + 5000) for n in range(6, 13)]
+    )
+    m, _ = load_metrics(make_run(tmp_path / "burst", monkeypatch, burst))
+    assert m["tok_s"].max() == 500.0  # the sample's own rate
+    h = health.run_health(generation_frame().iloc[:0], m, pd.DataFrame(columns=["reason"]), None)
+    assert h.output_tok_s_peak == pytest.approx(11_000 / 60, abs=1e-3) and h.output_tok_s_peak_window_s == 60
+    m, _ = load_metrics(make_run(tmp_path / "short", monkeypatch, FULL[:5]))  # 40 s
+    h = health.run_health(generation_frame().iloc[:0], m, pd.DataFrame(columns=["reason"]), None)
+    said = dict(zip(*(health_table(h).frame[c] for c in ("measure", "value")), strict=True))
+    assert h.output_tok_s_peak is None and said["output tok/s (peak over 1 min)"] == (
+        "none: no session lasted 1 min"
+    )
+
+
 def test_the_tail_sentence_says_no_share_over_full_and_no_idle_noise(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -232,8 +258,50 @@ def test_rows_rebuild_the_tail_where_the_timeline_is_thin(
     )
     t = entry_of(folder, rows)
     assert t["measured_from"] == "rows" and (t["start_s"], t["end_s"], t["share"]) == (10.0, 30.0, 0.6667)
-    assert t["tok_s_full_load"] == 0.0 and t["tok_s_tail"] == 8.0 and t["rows_in_tail"] == 2
+    # each row's tokens over its life: 0-10 s holds A's 100 and 10 of B's 30 s (20), 10-30 s B's other 40
+    assert t["tok_s_full_load"] == 12.0 and t["tok_s_tail"] == 2.0 and t["tok_s_from"] == "rows' lives"
+    assert t["rows_in_tail"] == 2
     assert t["idle_minutes"] == pytest.approx(20 * 0.5 / 60, abs=1e-3)  # half the capacity, 20 s, 1 GPU
+
+
+def test_the_tail_on_a_timeline_counts_the_tokens_generated_in_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 60: the demo's stage 4 page said 'output tok/s (tail, full load) 523, 135 (387%)'. The
+    timeline's counter takes a row's tokens when it finishes, so a tail shorter than a request's life
+    reads the answers generated before it. With the rows, each one's tokens are spread over its life:
+    12 rows of 600 tokens, each running 60 s, four from 0 s, four from 40 s, four from 60 s; capacity 8,
+    so the tail runs from 90 s to 120 s. In it were generated 1/6 of the middle four's tokens and half
+    of the last four's (1,600 tokens in 30 s), not the 4,800 the counter took there (160 tok/s, 600% of
+    its full load)."""
+    points = [(10.0 * n, 4, 0, 0) for n in range(4)] + [(40.0, 8, 0, 0), (50.0, 8, 0, 0)]
+    points += [(10.0 * n, 8, 4, 2400) for n in range(6, 10)] + [(100.0, 4, 8, 4800), (110.0, 4, 8, 4800)]
+    folder = make_run(tmp_path / "run", monkeypatch, [*points, (120.0, 0, 12, 7200)])
+    starts = [0.0] * 4 + [40.0] * 4 + [60.0] * 4
+    rows = pd.DataFrame(
+        {
+            "finished_at": [START + timedelta(seconds=s + 60) for s in starts],
+            "latency_s": [60.0] * 12,
+            "completion_tokens": [600] * 12,
+        }
+    )
+    t = entry_of(folder, rows)
+    assert (t["start_s"], t["end_s"], t["tok_s_from"]) == (90.0, 120.0, "rows' lives")
+    assert t["tok_s_tail"] == pytest.approx(1600 / 30, abs=1e-3)
+    assert t["tok_s_full_load"] == pytest.approx(5600 / 90, abs=1e-3)
+    counted = entry_of(folder)  # without rows: the counter, and it says so
+    assert counted["tok_s_from"] == "finishes" and counted["tok_s_tail"] == 160.0
+    from kit.analyse.view import tail_table
+
+    said = dict(zip(*(tail_table(t).frame[c] for c in ("measure", "value")), strict=True))
+    assert said["output tokens/s"] == "53.3 tok/s in the tail, 62.2 tok/s at full load (the tail at 86%)"
+    # the share as the sentence says it, rounded the same way (the demo: 7% and 6.5%)
+    assert said["tail duration (share)"] == "30.0 s (25% of the session)" and "(25% of the run)" in t.sentence
+    said = dict(zip(*(tail_table(counted).frame[c] for c in ("measure", "value")), strict=True))
+    assert said["output tokens/s"] == (
+        "160 tok/s in the tail, 26.7 tok/s at full load; tokens counted as requests finished "
+        "(the rows do not say when they ran)"
+    )
 
 
 def _hand_saving(c: float, factor: float = 1.0) -> float:
@@ -376,6 +444,6 @@ def test_the_tail_reaches_the_summary_tables_figures_and_index(
     assert any(Path(p).stem == "in_flight_and_tail" for p in summary["figures"])
     assert t["sentence"] in figure_alt("in_flight_and_tail", summary)
     tables = {x.title: x for x in analysis_tables(summary)}
-    assert "40.0 s (28.6%)" in tables["The tail"].frame["value"].tolist()
+    assert "40.0 s (29% of the session)" in tables["The tail"].frame["value"].tolist()
     assert t["sentence"] in analysis_verdict(summary)
     assert {a.topic: a for a in run_answers(folder)}["Throughput"].detail.endswith(t["sentence"])

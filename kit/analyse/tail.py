@@ -25,6 +25,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
+from kit.analyse.generated import phase_rates
 from kit.analyse.plots import in_flight_tail
 from kit.analyse.tail_words import speculation_clause as speculation_clause
 from kit.analyse.tail_words import tail_sentence
@@ -116,6 +117,8 @@ class Load:
     session: int | None
     sessions: int
     source: str
+    t0: pd.Timestamp | None = None
+    """The wall clock at t_s 0 (None: the samples carry no time), where the rows' lives are laid."""
 
 
 def _last_session(metrics: pd.DataFrame | None) -> tuple[pd.DataFrame, int | None, int]:
@@ -146,7 +149,9 @@ def _from_samples(samples: pd.DataFrame, session: int | None, sessions: int) -> 
             ROWS_DONE: counter(ROWS_DONE).to_numpy(),
         }
     )
-    return Load(frame, session, sessions, "timeline")
+    at = pd.to_datetime(samples["at"], utc=True, errors="coerce") if "at" in samples.columns else None
+    t0 = at.iloc[0] if at is not None and pd.notna(at.iloc[0]) else None  # the clock at t_s 0
+    return Load(frame, session, sessions, "timeline", t0)
 
 
 def _from_rows(
@@ -181,7 +186,7 @@ def _from_rows(
     after = step.cumsum()
     both = pd.concat([(after - step).assign(order=0), after.assign(order=1)]).reset_index()
     frame = both.sort_values(["t", "order"]).rename(columns={"t": "t_s"}).drop(columns="order")
-    return Load(frame.reset_index(drop=True), session, sessions, "rows")
+    return Load(frame.reset_index(drop=True), session, sessions, "rows", t0)
 
 
 def _session_start(manifest: Manifest | None, metrics: pd.DataFrame | None) -> pd.Timestamp | None:
@@ -234,19 +239,19 @@ def _trapezoid(t: np.ndarray, y: np.ndarray) -> float:
     return float(np.sum(np.diff(t) * (y[1:] + y[:-1]) / 2)) if len(t) > 1 else 0.0
 
 
-def _rate(amount: float, span: float) -> float | None:
-    return round(amount / span, 3) if span > 0 and not math.isnan(amount) else None
-
-
-def measure(load: Load, manifest: Manifest | None, devices: Devices) -> TailSummary:
-    """Start, end, share, tokens/s in and before the tail, rows finished in it and capacity left idle
-    (its sentence not written yet)."""
+def measure(
+    load: Load, manifest: Manifest | None, devices: Devices, rows: pd.DataFrame | None = None
+) -> TailSummary:
+    """Start, end, share, tokens/s in and before the tail (kit.analyse.generated.phase_rates: from
+    `rows` where they say when they ran), rows finished in it and capacity left idle (its sentence not
+    written yet)."""
     f = load.frame
     t, v = f["t_s"].to_numpy(float), f[IN_FLIGHT].to_numpy(float)
     level, capacity, level_source = full_load(manifest, float(v.max()))
     i = start_index(load, level)
     start, end = t[i], t[-1]
-    tok, rows = f["tokens_done"].to_numpy(float), f["rows_done"].to_numpy(float)
+    done = f["rows_done"].to_numpy(float)
+    full_tok_s, tail_tok_s, tok_s_from = phase_rates(f, load.t0, rows, i)
     idle_s = _trapezoid(t[i:], 1 - np.minimum(v[i:], level) / level) if level > 0 else 0.0
     share = (end - start) / end if end > 0 else 0.0
     return TailSummary(
@@ -263,9 +268,10 @@ def measure(load: Load, manifest: Manifest | None, devices: Devices) -> TailSumm
         session_s=round(end, 3),
         share=round(share, 4),
         in_flight_at_end=float(v[-1]),
-        tok_s_tail=_rate(tok[-1] - tok[i], end - start),
-        tok_s_full_load=_rate(tok[i] - tok[0], start - t[0]),
-        rows_in_tail=None if math.isnan(rows[-1] - rows[i]) else int(rows[-1] - rows[i]),
+        tok_s_tail=tail_tok_s,
+        tok_s_full_load=full_tok_s,
+        tok_s_from=tok_s_from,
+        rows_in_tail=None if math.isnan(done[-1] - done[i]) else int(done[-1] - done[i]),
         idle_minutes=round(idle_s * devices.count / 60, 3),
         devices=devices.count,
         device_unit=devices.unit,
@@ -402,7 +408,7 @@ def tail_entry(
         return TailSummary.from_json(
             {"known": False, "reason": why, "sentence": f"The tail: unknown, because {why}."}
         )
-    entry = measure(load, manifest, inputs.devices)
+    entry = measure(load, manifest, inputs.devices, df)
     if entry.duration_s > 0:
         entry = replace(entry, speculation=speculation_entry(load, entry, manifest, inputs))
     return replace(entry, sentence=tail_sentence(entry))

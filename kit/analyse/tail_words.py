@@ -6,7 +6,7 @@ the index). What they say is measured and predicted in kit/analyse/tail.py, whic
 from __future__ import annotations
 
 from kit.artifacts import TailSpeculation, TailSummary
-from kit.display import percent, seconds
+from kit.display import percent, seconds, tok_s
 
 MIN_IDLE_MINUTES = 0.05
 """Idle device time below this (3 s) is left unsaid: it rounds to nothing a reader could win back."""
@@ -18,6 +18,19 @@ MIN_SAVED_S = 1.0
 
 def _minutes(x: float) -> str:
     return f"{x:.0f}" if x >= 10 else f"{x:.1f}"
+
+
+def rate_words(entry: TailSummary) -> str:
+    """The tail's and full load's tokens/s for the stage 4 table, with the tail's share of full load's
+    where it means something (`_ratio_words`' rule), and how the tokens were counted where they were
+    counted as rows finished (which a tail shorter than a request's life inflates)."""
+    tail, full = entry.tok_s_tail, entry.tok_s_full_load
+    said = f"{tok_s(tail)} in the tail, {tok_s(full)} at full load"
+    if tail is not None and full and tail <= full:
+        said += f" (the tail at {percent(tail / full, 0)})"
+    if entry.tok_s_from != "rows' lives":
+        said += "; tokens counted as requests finished (the rows do not say when they ran)"
+    return said
 
 
 def _ratio_words(entry: TailSummary) -> str:

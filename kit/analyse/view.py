@@ -8,10 +8,12 @@ from typing import Any
 
 import pandas as pd
 
+from kit.analyse.health import PEAK_WINDOW_S
 from kit.analyse.tables import NearDuplicates, summary_tables
 from kit.analyse.tail import speculation_clause
+from kit.analyse.tail_words import rate_words
 from kit.artifacts import Fitness, Health, Summary, TailSpeculation, TailSummary
-from kit.display import Answer, Table, file_image, number, percent, seconds, table
+from kit.display import Answer, Table, file_image, hours, number, percent, seconds, table
 
 TITLES = {
     "per source": "Rows and tokens per source",
@@ -35,6 +37,17 @@ def _seconds_line(entry: Any) -> str:
     return f"p50 {seconds(entry['p50'])}, p90 {seconds(entry['p90'])}, max {seconds(entry['max'])}"
 
 
+def _window(health: Health) -> str:
+    return hours(health.output_tok_s_peak_window_s or PEAK_WINDOW_S)
+
+
+def peak_words(health: Health) -> str:
+    """The peak sustained over its window, or why there is none: a session shorter than the window."""
+    if health.output_tok_s_peak is not None:
+        return number(health.output_tok_s_peak)
+    return f"none: no session lasted {_window(health)}"
+
+
 def health_table(health: Health) -> Table:
     """Run health as named lines with units."""
     by_reason = health.failures_by_reason or {}
@@ -42,9 +55,8 @@ def health_table(health: Health) -> Table:
         "complete": "yes" if health.complete else "no",
         "time generating": seconds(health.duration_s),
         "rows/s": number(health.rows_s),
-        "output tok/s (mean, peak)": ", ".join(
-            number(v) for v in (health.output_tok_s, health.output_tok_s_peak)
-        ),
+        "output tok/s (mean)": number(health.output_tok_s),
+        f"output tok/s (peak over {_window(health)})": peak_words(health),
         "latency per request": _seconds_line(health.latency_s),
         "time to first token": _seconds_line(health.ttft_s),
         "failed requests": number(health.failures)
@@ -85,16 +97,14 @@ def tail_table(tail: TailSummary) -> Table:
     if not tail.known:
         rows = {"tail": f"unknown, because {tail.reason}"}
     else:
-        full, part = tail.tok_s_full_load, tail.tok_s_tail
         session = f"session {tail.session} of {tail.sessions}" if tail.session else "the run"
         rows = {
             "measured on": f"{session}, from {MEASURED_FROM.get(tail.measured_from or '', '–')}",
             "full load": f"{number(tail.full_load_in_flight)} in flight: {tail.full_load_source}",
             "tail (start to end)": f"{seconds(tail.start_s)} to {seconds(tail.end_s)} "
             f"of {seconds(tail.session_s)}",
-            "tail duration (share)": f"{seconds(tail.duration_s)} ({percent(tail.share)})",
-            "output tok/s (tail, full load)": f"{number(part)}, {number(full)}"
-            + (f" ({percent(part / full, 0)})" if part is not None and full else ""),
+            "tail duration (share)": f"{seconds(tail.duration_s)} ({percent(tail.share, 0)} of the session)",
+            "output tokens/s": rate_words(tail),
             "rows finished in the tail": number(tail.rows_in_tail),
             "capacity left idle": _idle_line(tail),
         }
@@ -240,7 +250,7 @@ def _health_alt(summary: Summary, what: str) -> str:
     if what == "throughput":
         return (
             f"Lines: rows/s and output tokens/s over the run; mean {number(h.output_tok_s)} tok/s, "
-            f"peak {number(h.output_tok_s_peak)} tok/s, {number(h.rows_s)} rows/s."
+            f"peak over {_window(h)}: {peak_words(h)}, {number(h.rows_s)} rows/s."
         )
     if what == "accept":
         return f"Line: accept length over the run; mean {number(h.accept_length_mean)} tokens per step."

@@ -101,6 +101,12 @@ class Forecast(Record):
     """The comparable judged runs found (`judged_runs`, `runs`), how many widen the interval
     (`needed`), the error that bounds it (`error_pct`, the `rank`-th smallest; None: too few)."""
 
+    @property
+    def on_gpu(self) -> bool:
+        """Whether the job runs on GPUs (kit.decide.run names the hardware of a run without one "cpu"):
+        GPU-hours are said only then."""
+        return (self.gpu_name or "").lower() != "cpu"
+
     def arm(self, name: str | None) -> ArmForecast | None:
         return next((a for a in self.arms if a.arm == name), None)
 

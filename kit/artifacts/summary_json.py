@@ -39,6 +39,8 @@ class Health(Record):
     rows_s: float | None = None
     output_tok_s: float | None = None
     output_tok_s_peak: float | None = None
+    """The highest tokens/s sustained over `output_tok_s_peak_window_s` (None: the run was shorter)."""
+    output_tok_s_peak_window_s: float | None = optional()
     latency_s: Distribution = field(default_factory=dict)
     ttft_s: Distribution = field(default_factory=dict)
     failures: int = 0
@@ -121,6 +123,9 @@ class TailSummary(Record):
     in_flight_at_end: float | None = None
     tok_s_tail: float | None = None
     tok_s_full_load: float | None = None
+    tok_s_from: str | None = optional()
+    """rows' lives (each row's tokens spread over its life: kit.analyse.generated) or finishes (the
+    timeline's counter, which takes a row's tokens when it finishes); absent: finishes (earlier kits)."""
     rows_in_tail: int | None = None
     idle_minutes: float | None = None
     devices: int | None = None

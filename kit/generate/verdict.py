@@ -116,9 +116,10 @@ def throughput_answer(
 ) -> Answer:
     """Output tokens/s and rows/s over the time spent generating: stage 4's figures, else the
     manifest's rows over its time generating (summed over sessions), with `output_tokens` (the
-    rows' completion tokens) for tokens/s; beside it `baseline`, what the sweep measured for the
-    arm the run used (kit.decide.views.verdict.measured_level). No peak: one timeline sample's rate (rows
-    and their tokens count when a row finishes) is no number to act on beside the mean."""
+    rows' completion tokens) for tokens/s; beside it `baseline`, the run against what the sweep
+    measured for the arm it used (kit.decide.views.verdict.against_sweep). No peak: one timeline
+    sample's rate (rows and their tokens count when a row finishes) is no number to act on beside
+    the mean."""
     health = summary.health if summary is not None else Health()
     tok_s, rows_s, duration = health.output_tok_s, health.rows_s, health.duration_s
     if duration is None and manifest is not None and manifest.generating_s:
@@ -131,7 +132,7 @@ def throughput_answer(
     parts = [f"over {seconds(duration)} of generation"]
     if is_number(rows_s):
         parts.insert(0, f"{number(float(rows_s))} rows/s")
-    tail = f"; stage 2 measured {baseline}" if baseline else ""
+    tail = f"; {baseline}" if baseline else ""
     head = f"{number(float(tok_s), 0)} output tok/s" if is_number(tok_s) else parts[0]
     return Answer("Throughput", head, " ".join(parts) + tail + ".")
 

@@ -149,7 +149,8 @@ def _output_tokens(folder: RunFolder) -> int | None:
 def _baseline(folder: RunFolder) -> str | None:
     """What stage 2 measured for the arm the run used, beside the run's own tokens/s."""
     name = speculation_label(saved_params(folder.params))
-    return measured_level(folder.read_decision(lenient=True), name)
+    level = measured_level(folder.read_decision(lenient=True), name)
+    return f"stage 2 measured {level}" if level else None
 
 
 def generation_verdict(folder: RunFolder) -> str:

@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from kit.artifacts import Decision, ForecastCheck, Manifest, TailSummary
-from kit.display import hours
+from kit.display import hours, tok_s
 from kit.engines.arms import arm_name
 
 OFF = 0.15
@@ -101,17 +101,25 @@ def forecast_check(
     return replace(check, sentence=check_sentence(check))
 
 
+def _off(pct: float | None) -> str:
+    """A forecast's error over the actual, in words that carry its sign's meaning: 'forecast 51% under',
+    'forecast 94% over', 'as forecast' (where it rounds to nothing)."""
+    if pct is None:
+        return "not compared"
+    shown = f"{abs(pct):.0f}"
+    return "as forecast" if shown == "0" else f"forecast {shown}% {'under' if pct < 0 else 'over'}"
+
+
 def check_sentence(c: ForecastCheck) -> str:
-    """'stage 2 forecast 1 h 05 min generating (1 h 03 min to 1 h 08 min); it took 1 h 10 min (-7%, ...'."""
+    """'stage 2 forecast 1 h 05 min generating (1 h 03 min to 1 h 08 min); it took 1 h 10 min (forecast
+    7% under, inside its interval); ...': each error said as over or under, not as a bare sign."""
     if not c.judged:
         return f"forecast not judged: {c.why}"
     where = "inside its interval" if c.inside_interval else "outside its interval"
-    took = f"{hours(c.generating_s or 0)} ({c.wall_error_pct:+.0f}%, {where})"
-    tokens = f"{c.forecast_output_tokens:,} forecast, {c.output_tokens:,} made ({c.tokens_error_pct:+.0f}%)"
-    speed = (
-        f"{c.forecast_output_tok_s:,.0f} tok/s forecast, {c.output_tok_s:,.0f} measured "
-        f"({c.speed_error_pct:+.0f}%)"
-    )
+    took = f"{hours(c.generating_s or 0)} ({_off(c.wall_error_pct)}, {where})"
+    tokens = f"{c.forecast_output_tokens:,} forecast, {c.output_tokens:,} made ({_off(c.tokens_error_pct)})"
+    speed = f"{tok_s(c.forecast_output_tok_s)} forecast, {tok_s(c.output_tok_s)} measured"
+    speed += f" ({_off(c.speed_error_pct)})"
     text = (
         f"stage 2 forecast {hours(c.forecast_s)} generating ({hours(c.forecast_lo_s)} to "
         f"{hours(c.forecast_hi_s)}); it took {took}; output tokens {tokens}; speed {speed}"

@@ -433,12 +433,15 @@ def _above_the_sweep(arms: list[ArmForecast], ladders: Mapping[str, Ladder]) -> 
 
 
 def sentence(f: Forecast) -> str:
-    """'193,000 requests, ~96,500,000 output tokens: plain decoding: 2 h 10 min (1 h 55 min to 2 h 30 min),
-    2.17 GPU-hours; n-gram k=2: ...; plain decoding saves 30 min over n-gram k=2'."""
+    """'193,000 requests, ~96,500,000 output tokens: plain decoding: 2 h 10 min (1 h 55 min to 2 h 30 min)
+    with the server's start (1 min 10 s), 2.17 GPU-hours; n-gram k=2: ...; plain decoding saves 30 min over
+    n-gram k=2'. The wall time counts the server's start (stage 4's check judges the time generating,
+    without it); no GPU-hours for a run on a CPU."""
     where = f" on {f.replicas} replica(s) x {f.gpus_per_replica} GPU" if f.replicas > 1 else ""
     parts = [
-        f"{a.label}: {hours(a.wall_s)} ({hours(a.wall_lo_s)} to {hours(a.wall_hi_s)}), "
-        f"{a.gpu_hours:.2f} GPU-hours"
+        f"{a.label}: {hours(a.wall_s)} ({hours(a.wall_lo_s)} to {hours(a.wall_hi_s)})"
+        + (f" with the server's start ({hours(a.startup_s)})" if a.startup_s else "")
+        + (f", {a.gpu_hours:.2f} GPU-hours" if f.on_gpu else "")
         for a in f.arms
     ]
     text = f"{f.requests:,} requests, ~{f.output_tokens:,} output tokens{where}: " + "; ".join(parts)

@@ -8,7 +8,8 @@ number of prompts of the same mix on another number of replicas, so a 2M-prompt 
 
 Same model as decision.json's forecast, from the same inputs (the plan's sources and prompt lengths,
 the pilot's answers and speed, the sweep's ladders, the sweep's server start-up); more requests than
-the plan holds are drawn from its mix. GPU-hours count every replica's GPUs for the whole wall time.
+the plan holds are drawn from its mix. GPU-hours count every replica's GPUs for the whole wall time
+(none are said for a run on a CPU).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from typing import Any
 from kit.artifacts import Forecast
 from kit.decide.choose.decision import speculation_label
 from kit.decide.forecast.inputs import ForecastInputs, forecast_inputs
-from kit.display import hours, in_live_kernel
+from kit.display import hours, in_live_kernel, tok_s
 from kit.errors import KitError
 from kit.params import saved_params
 from kit.runfolder import RunFolder
@@ -60,17 +61,19 @@ class JobHours:
         if self.forecast is None:
             return f"<p><i>{html.escape(self.message)}</i></p>"
         f = self.forecast
+        gpu_hours = (lambda a: f"<td>{a.gpu_hours:,.2f}</td>") if f.on_gpu else (lambda a: "")
         rows = "".join(
             f"<tr><td>{html.escape(a.label)}</td><td>{hours(a.wall_s)}</td>"
-            f"<td>{hours(a.wall_lo_s)} to {hours(a.wall_hi_s)}</td><td>{a.gpu_hours:,.2f}</td>"
-            f"<td>{hours(a.tail_s)}</td><td>{a.full_load_tok_s:,.0f}</td></tr>"
+            f"<td>{hours(a.wall_lo_s)} to {hours(a.wall_hi_s)}</td>{gpu_hours(a)}"
+            f"<td>{hours(a.startup_s)}</td><td>{hours(a.tail_s)}</td><td>{tok_s(a.full_load_tok_s)}</td></tr>"
             for a in f.arms
         )
         notes = "".join(f"<li>{html.escape(n)}</li>" for n in f.notes)
+        gpu_head = "<th>GPU-hours</th>" if f.on_gpu else ""
         return (
             f"<p>{html.escape(f.sentence)}.</p><table><tr><th>arm</th><th>wall time</th><th>interval</th>"
-            f"<th>GPU-hours</th><th>of it, the tail</th><th>tok/s at full load</th></tr>{rows}</table>"
-            f"<ul>{notes}</ul>"
+            f"{gpu_head}<th>of it, the server's start</th><th>of it, the tail</th>"
+            f"<th>output at full load</th></tr>{rows}</table><ul>{notes}</ul>"
         )
 
     def _repr_html_(self) -> str:

@@ -14,7 +14,8 @@ decision compares intervals, not single numbers:
   arm: a sweep beside a second test run chose n-gram k=1 at 3.1x, every repetition disturbed);
 - the sweep's noise is the median half-width of its levels' intervals, as a share of their medians;
 - drift: plain decoding measured at the start and at the end of the sweep; when the two differ by
-  more than that level's interval, the machine changed under the sweep.
+  more than that level's interval, the machine changed under the sweep; within an interval wider than
+  `DRIFT_SEEN`, the sweep cannot tell (not "no drift").
 """
 
 from __future__ import annotations
@@ -31,6 +32,9 @@ RESAMPLES = 2000
 SEED = 0
 UNMEASURED_NOISE = 0.10
 """The noise assumed when a level was measured once (no spread to measure): a lead must be larger."""
+DRIFT_SEEN = 0.10
+"""A drift check whose level is noisier than this cannot say "no drift": a change that matters (more
+than this) would hide in its noise. Within the noise it then says the sweep cannot tell."""
 MIN_PAIRS = 3
 """Rounds that measured both arms a lead needs before it can count: two agreeing rounds of a
 machine that swings 2x are no evidence."""
@@ -168,6 +172,9 @@ class Drift:
         if self.drifted:
             changed = "the machine changed under the sweep"
             return f"{head}, beyond its ±{_pct(self.noise)} noise{seen}): {changed}"
+        if self.noise > DRIFT_SEEN:
+            unseen = f"cannot tell at this noise (a drift of up to ±{_pct(self.noise)} would not show)"
+            return f"{head}, within its ±{_pct(self.noise)} noise{seen}): {unseen}"
         return f"{head}, within its ±{_pct(self.noise)} noise{seen}): no drift"
 
     def as_dict(self) -> dict[str, object]:

@@ -4,10 +4,11 @@ predicted, its lead over the best arm of the other kind, why speculation was not
 from __future__ import annotations
 
 from kit.artifacts import Decision, LadderPoint
+from kit.decide.measure.noise import INTERVAL
 from kit.display import Answer, is_number, number
 from kit.engines.arms import Arm, arm_label
 
-__all__ = ["arm_label", "decision_answer", "measured_level"]
+__all__ = ["against_sweep", "arm_label", "decision_answer", "interval_words", "measured_level"]
 
 
 def _best(rows: list[LadderPoint], col: str, spec: bool) -> LadderPoint | None:
@@ -57,16 +58,48 @@ def _chosen_row(decision: Decision, col: str) -> LadderPoint | None:
     return at_level[0] if at_level else max(mine, key=lambda r: float(r.value(col)), default=None)
 
 
-def measured_level(decision: Decision | None, name: str = "MTP") -> str | None:
-    """What the sweep measured for the chosen arm where stage 3 runs it, as a baseline for the run's
-    own tokens/s: '141 tok/s for plain decoding at concurrency 16'; None when nothing was measured."""
+def interval_words(row: LadderPoint) -> str:
+    """The interval of a measured level, as the sweep measured it: '90% interval 180-310 over 3
+    repetitions', or 'measured once: no interval'."""
+    lo, hi, n = row.measured_lo, row.measured_hi, row.repetitions or 1
+    if n < 2 or not (is_number(lo) and is_number(hi)):
+        return "measured once: no interval"
+    return f"{100 * INTERVAL:.0f}% interval {number(float(lo), 0)}-{number(float(hi), 0)}, {n} repetitions"
+
+
+def _measured_row(decision: Decision | None) -> LadderPoint | None:
     if decision is None or decision.decided_by != "measured":
         return None
-    row = _chosen_row(decision, "measured_tok_s")
+    return _chosen_row(decision, "measured_tok_s")
+
+
+def measured_level(decision: Decision | None, name: str = "MTP") -> str | None:
+    """What the sweep measured for the chosen arm where stage 3 runs it, as a baseline for the run's
+    own tokens/s: '141 tok/s (90% interval 120-160, 3 repetitions) for plain decoding at
+    concurrency 16'; None when nothing was measured."""
+    row = _measured_row(decision)
     if row is None:
         return None
     label = arm_label((decision.arm or Arm(0)).k, name)
-    return f"{number(float(row.measured_tok_s), 0)} tok/s for {label} at concurrency {int(row.concurrency)}"
+    figure = f"{number(float(row.measured_tok_s), 0)} tok/s ({interval_words(row)})"
+    return f"{figure} for {label} at concurrency {int(row.concurrency)}"
+
+
+def against_sweep(decision: Decision | None, tok_s: float | None, name: str = "MTP") -> str | None:
+    """The run's own tokens/s against the interval the sweep measured for its arm, without restating
+    that figure (the decision's answer beside it says it): 'below the sweep's 90% interval for plain
+    decoding at 16 (the decision)'; None when nothing was measured."""
+    row = _measured_row(decision)
+    if row is None or not is_number(tok_s):
+        return None
+    label = f"{arm_label((decision.arm or Arm(0)).k, name)} at {int(row.concurrency)}"
+    lo, hi = row.measured_lo, row.measured_hi
+    if (row.repetitions or 1) < 2 or not (is_number(lo) and is_number(hi)):
+        lo = hi = float(row.measured_tok_s)
+        where = "below" if tok_s < lo else "above" if tok_s > hi else "at"
+        return f"{where} the sweep's one measurement of {label} (the decision)"
+    where = "below" if tok_s < lo else "above" if tok_s > hi else "within"
+    return f"{where} the sweep's {100 * INTERVAL:.0f}% interval for {label} (the decision)"
 
 
 def _lead(win: LadderPoint, other: LadderPoint | None, col: str, label: str, name: str, runs: bool) -> str:
@@ -104,7 +137,8 @@ def decision_answer(decision: Decision | None, name: str = "MTP", worth: str | N
     if win:
         how = "Measured by the sweep" if measured else "Predicted, nothing measured"
         tok_s = number(float(win.value(col)), 0)
-        text = f"{how}: {tok_s} output tok/s at concurrency {int(win.concurrency)}. "
+        spread = f" ({interval_words(win)})" if measured else ""
+        text = f"{how}: {tok_s} output tok/s at concurrency {int(win.concurrency)}{spread}. "
         runs = not decision.speculation_unavailable_reason
         text += _lead(win, _best(decision.table, col, k == 0), col, label, name, runs)
     crashed = _crashed(decision)
