@@ -10,81 +10,11 @@ needs a KV slot, and built-in MTP layers keep their own KV cache over the contex
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from kit.arch import ModelArch
-from kit.artifacts.probe_sections import MemoryFigures
+from kit.artifacts.probe_memory import MemoryPlan
 from kit.errors import CostModelError
 
-
-@dataclass(frozen=True)
-class MemoryPlan:
-    """Per-GPU memory budget and the largest batch it allows, plain and speculative."""
-
-    gpu_mem_bytes: int
-    mem_fraction: float
-    context_len: int
-    tp_size: int
-    weight_bytes: int
-    """Target-model weights on one GPU (the checkpoint divided by tp_size)."""
-    draft_weight_bytes: int
-    kv_bytes_per_token: int
-    """KV cache of one token on one GPU (full-attention layers only; the MLA latent for MLA)."""
-    state_bytes_per_seq: int
-    """Recurrent state (SSM + conv) of one sequence on one GPU, hybrid models only."""
-    spec_draft_tokens: int
-    spec_buffer_bytes_per_seq: int
-    """Extra bytes per running request with speculation (intermediate states, draft KV)."""
-
-    @property
-    def budget_bytes(self) -> int:
-        return int(self.gpu_mem_bytes * self.mem_fraction)
-
-    @property
-    def pool_bytes_plain(self) -> int:
-        return self.budget_bytes - self.weight_bytes
-
-    @property
-    def pool_bytes_spec(self) -> int:
-        return self.budget_bytes - self.weight_bytes - self.draft_weight_bytes
-
-    @property
-    def bytes_per_seq(self) -> int:
-        return self.context_len * self.kv_bytes_per_token + self.state_bytes_per_seq
-
-    @property
-    def bytes_per_seq_spec(self) -> int:
-        return self.bytes_per_seq + self.spec_buffer_bytes_per_seq
-
-    @property
-    def max_seqs_plain(self) -> int:
-        return max(self.pool_bytes_plain, 0) // max(self.bytes_per_seq, 1)
-
-    @property
-    def max_seqs_spec(self) -> int:
-        return max(self.pool_bytes_spec, 0) // max(self.bytes_per_seq_spec, 1)
-
-    def to_dict(self) -> MemoryFigures:
-        """Fields and derived figures, JSON-ready (probe.json's `memory`)."""
-        return MemoryFigures(
-            gpu_mem_bytes=self.gpu_mem_bytes,
-            mem_fraction=self.mem_fraction,
-            context_len=self.context_len,
-            tp_size=self.tp_size,
-            weight_bytes=self.weight_bytes,
-            draft_weight_bytes=self.draft_weight_bytes,
-            kv_bytes_per_token=self.kv_bytes_per_token,
-            state_bytes_per_seq=self.state_bytes_per_seq,
-            spec_draft_tokens=self.spec_draft_tokens,
-            spec_buffer_bytes_per_seq=self.spec_buffer_bytes_per_seq,
-            budget_bytes=self.budget_bytes,
-            pool_bytes_plain=self.pool_bytes_plain,
-            pool_bytes_spec=self.pool_bytes_spec,
-            bytes_per_seq=self.bytes_per_seq,
-            bytes_per_seq_spec=self.bytes_per_seq_spec,
-            max_seqs_plain=self.max_seqs_plain,
-            max_seqs_spec=self.max_seqs_spec,
-        )
+__all__ = ["MemoryPlan", "memory_plan"]
 
 
 def _kv_per_gpu(arch: ModelArch, kv_dtype_bytes: int | None, tp: int) -> int:
@@ -144,3 +74,4 @@ def memory_plan(
         spec_draft_tokens=spec_draft_tokens,
         spec_buffer_bytes_per_seq=spec,
     )
+
