@@ -21,8 +21,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from kit.decide.checks.answers import SAMPLES, check_answers  # noqa: E402
-from kit.decide.run import pilot_prompts  # noqa: E402
-from kit.decide.sweep.setup import SweepSetup  # noqa: E402
+from kit.decide.sweep.setup import SweepSetup, pilot_prompts  # noqa: E402
 from kit.engines.settings import sweep_arms  # noqa: E402
 from kit.params import load_params  # noqa: E402
 from kit.runfolder import RunFolder  # noqa: E402

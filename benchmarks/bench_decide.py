@@ -98,7 +98,7 @@ def side_by_side(work: Path, pairs: int, settle_s: float) -> dict[str, list[floa
     `settle_s` after the neighbour starts or stops before measuring (a server just up may still be
     busy finishing its start)."""
     from kit.decide.measure.servers import arm_params
-    from kit.decide.run import sweep_prompts
+    from kit.decide.sweep.setup import sweep_prompts
     from kit.engines import start_server
     from kit.engines.settings import Arm
     from kit.params import load_params

@@ -149,8 +149,8 @@ def predictions(sweep: pd.DataFrame, cfg: dict, input_len: int, max_tokens: int)
 
     from kit.arch import arch_from_config
     from kit.decide import costmodel as cm
+    from kit.decide.choose.scenario import CPU_NOMINAL
     from kit.decide.profile.profiler import ProfileGrid, calibrate, profile_steps
-    from kit.decide.run import CPU_NOMINAL
 
     arch, work = arch_from_config(cfg), cm.Workload(input_len, max_tokens, 0.9)
     s = cm.Scenario(arch, CPU_NOMINAL, work=work, draft=cm.NGRAM)
@@ -210,7 +210,7 @@ def render(sweep: pd.DataFrame, raw: pd.DataFrame, pred: dict, meta: dict) -> st
 
 def main() -> None:
     from kit import stages
-    from kit.decide.run import sweep_prompts
+    from kit.decide.sweep.setup import sweep_prompts
     from kit.params import load_params
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)

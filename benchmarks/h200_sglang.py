@@ -682,7 +682,7 @@ def flush_cache(port: int) -> None:
 def ceiling_params(s: Session) -> Path:
     """The ceiling's params: the main params file, or with `H200_CEILING_SHAPE` that shape with what
     its decision ran (the 27B shape: flashinfer attention, no prefill graphs, the plain arm's cap of 80
-    running on an 80 GB card, `kit.decide.run.running_caps` on 2026-12-06)."""
+    running on an 80 GB card, `kit.decide.sweep.layout.running_caps` on 2026-12-06)."""
     shape = os.environ.get("H200_CEILING_SHAPE")
     if not shape:
         return main_params(s)

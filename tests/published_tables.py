@@ -458,7 +458,7 @@ def h200_eagle3_markdown(rows: list[dict]) -> str:
 H200_QWEN36_MTP = ROOT / "docs" / "lab" / "h200" / "sglang" / "qwen3.6-27b-mtp"
 """SGLang 0.5.16 on the H200 (2026-12-03): the Qwen3.6-27B shape (48 Gated DeltaNet and 16 attention
 layers) plain and MTP k=3 over its own random MTP layer, attention backend triton, accept length 1,
-MTP capped at 80 running by its recurrent state (`kit.decide.run.running_caps`)."""
+MTP capped at 80 running by its recurrent state (`kit.decide.sweep.layout.running_caps`)."""
 H200_QWEN36_LEVELS = {0: (1, 16, 64, 255), 3: (1, 16, 64, 79)}
 """The levels SGLang logged steady steps at (plain at 256 ran 255; MTP at 256 ran its cap of 80)."""
 

@@ -16,9 +16,9 @@ from pydantic import ValidationError
 from kit.artifacts import Decision
 from kit.columns import ADAPTIVE, OUTPUT_TOK_S, SPEC_K
 from kit.decide.choose.apply import apply_decision
-from kit.decide.measure.adaptive import check_adaptive, compare, mark, split, with_adaptive
+from kit.decide.measure.adaptive import check_adaptive, compare, split, with_adaptive
 from kit.decide.measure.journal import sweep_key
-from kit.decide.measure.tables import RUN_COLUMNS, summarise
+from kit.decide.measure.tables import RUN_COLUMNS, mark, summarise
 from kit.decide.views.notebook import adaptive_table
 from kit.display import Answer
 from kit.engines.arms import Arm, adaptive_ceiling, arm_k

@@ -90,14 +90,14 @@ def test_seed_case_no_mtp_weights_on_eight_rtx_pro_6000(tmp_path, demo_model, fi
 
 def test_gpu_hardware_from_datasheet_then_measurement_then_a_clear_error():
     from kit.artifacts import GpuSection
-    from kit.decide.run import _gpu_hardware
+    from kit.decide.choose.scenario import gpu_hardware
     from kit.errors import CostModelError
 
     gpus = [{"name": "NVIDIA Future GPU", "memory_total_bytes": 200 * 10**9}]
     sheet = {"bandwidth_bytes_s": 8e12, "bf16_flops": 2.25e15, "memory_bytes": 192e9}
-    assert _gpu_hardware(GpuSection(devices=gpus, datasheet=sheet)).bandwidth_Bps == 8e12
+    assert gpu_hardware(GpuSection(devices=gpus, datasheet=sheet)).bandwidth_Bps == 8e12
     measured = {"measured": {"copy_bandwidth_bytes_s": 5e12, "bf16_flops": 1e15}}
-    hw = _gpu_hardware(GpuSection(devices=gpus, torch=measured))
+    hw = gpu_hardware(GpuSection(devices=gpus, torch=measured))
     assert hw.bandwidth_Bps == 5e12 and "measured" in hw.name
     with pytest.raises(CostModelError, match="probe.measure_gpu: true"):
-        _gpu_hardware(GpuSection(devices=gpus))
+        gpu_hardware(GpuSection(devices=gpus))

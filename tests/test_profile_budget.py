@@ -73,7 +73,7 @@ CHILD = r"""
 import json, resource, sys
 import psutil, torch, transformers.models.qwen3.modeling_qwen3  # imported before the limit is set
 from kit.decide.profile.budget import available_memory_bytes
-from kit.decide.run import _cpu_profile
+from kit.decide.choose.scenario import cpu_profile
 from kit.params import RunParams
 from kit.runfolder import RunFolder
 
@@ -85,7 +85,7 @@ folder = RunFolder(params.run_dir).ensure()
 start = psutil.Process().memory_info()
 resource.setrlimit(resource.RLIMIT_AS, (start.vms + headroom, resource.RLIM_INFINITY))
 available = available_memory_bytes()
-profile, plan = _cpu_profile(params, folder)
+profile, plan = cpu_profile(params, folder)
 peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 layers = {"profiled": sorted(set(profile.n_layers_profiled)), "full": sorted(set(profile.n_layers_full))}
 print(json.dumps({"available": available, "mode": plan.mode, "n_layers": plan.n_layers,
@@ -174,7 +174,7 @@ def test_kit_decide_on_a_27b_directory_without_gpu_stays_small(tmp_path: Path) -
     folder.write_probe(replace(probe, host=big_box))
     code, log, peak = kit_decide_under_ulimit(params_file, 6 * GIB)
     assert code == 0, log[-3000:]
-    assert "Traceback" not in log and "WARNING kit.decide.run: no CPU step profile" in log
+    assert "Traceback" not in log and "WARNING kit.decide.choose.scenario: no CPU step profile" in log
     decision = read_json(folder.decision)
     assert decision["efficiency"]["source"].startswith("nominal CPU figures")
     assert decision["cpu_profile"]["mode"] == "skipped" and "no CPU step profile" in decision["warnings"][0]

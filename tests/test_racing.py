@@ -1,4 +1,4 @@
-"""Racing and the sweep's budget (kit.decide.sweep.racing, kit.decide.sweep.budget): after each
+"""Racing and the sweep's budget (kit.decide.sweep.limits): after each
 round the (arm, level) pairs already ruled out are not measured again, and the decision is the one
 the full sweep reaches; without a budget in the params the sweep may take a share of the job it
 decides for."""
@@ -16,8 +16,7 @@ from kit.decide.choose.measured import choose
 from kit.decide.choose.reasons import racing_sentences, sweep_cost_sentence
 from kit.decide.measure.servers import Slot
 from kit.decide.measure.tables import RUN_COLUMNS, summarise
-from kit.decide.sweep.budget import job_budget, job_output_tokens, params_budget
-from kit.decide.sweep.racing import race, replay, settle
+from kit.decide.sweep.limits import job_budget, job_output_tokens, params_budget, race, replay, settle
 from kit.engines.arms import Arm
 from kit.params import load_params
 from kit.runfolder import RunFolder

@@ -1,4 +1,4 @@
-"""Whether stage 2's arms share one GPU (kit.decide.run.servers_together): each server then gets a
+"""Whether stage 2's arms share one GPU (kit.decide.sweep.layout.servers_together): each server then gets a
 KV cache of its own size through the flavor's cap flag, sized for the sweep's top level, and only
 while weights plus caches fit under the memory fraction."""
 
@@ -8,7 +8,7 @@ import pytest
 from conftest import REPO
 
 from kit.artifacts import GpuSection, ProbeReport
-from kit.decide.run import GIB, servers_together, sweep_kv_tokens
+from kit.decide.sweep.layout import GIB, servers_together, sweep_kv_tokens
 from kit.params import RunParams
 
 H200 = {"name": "NVIDIA H200", "memory_total_bytes": 143771 * 2**20, "index": 0}
@@ -109,7 +109,7 @@ def test_the_sweeps_servers_run_without_a_prefix_cache_and_stage_3s_keep_theirs(
     """The sweep sends its prompts again at every level (stage 3 sends each once): its servers get
     the flavor's prefix cache off, and the KV cap when the arms share a GPU; stage 3's params are
     not touched, and a user's own prefix-cache flag is kept as it is."""
-    from kit.decide.run import sweep_server_params
+    from kit.decide.sweep.layout import sweep_server_params
 
     sglang = params(tmp_path)
     sweep, added = sweep_server_params(sglang, ["--max-total-tokens", "91052"])
@@ -131,7 +131,7 @@ def test_a_speculative_arm_of_a_hybrid_model_is_capped_to_what_its_state_leaves(
     layer and an embedding and LM head of its own), so 61.65 GiB for pools under 0.85. The kit's cap
     must fit in that, state and KV of the sweep's sequences together, and not waste half of it."""
     from kit.arch import arch_from_config
-    from kit.decide.run import running_caps
+    from kit.decide.sweep.layout import running_caps
     from kit.engines.arms import Arm
     from kit.engines.settings import arm_engine
     from kit.modelshape import SHAPES
@@ -167,8 +167,7 @@ def test_plain_decoding_of_a_hybrid_model_is_capped_too_where_its_state_does_not
     each running request's recurrent state, ~147 MiB here, without speculation too. The plain arm
     gets a cap of its own (k 0), larger than any speculative arm's, and the sentence names it."""
     from kit.arch import arch_from_config
-    from kit.decide.choose.reasons import running_cap_sentence
-    from kit.decide.run import running_caps
+    from kit.decide.sweep.layout import running_cap_sentence, running_caps
     from kit.engines.arms import Arm
     from kit.engines.settings import arm_engine
     from kit.modelshape import SHAPES

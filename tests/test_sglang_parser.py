@@ -19,7 +19,7 @@ import yaml
 from engines import SGLANG_PYTHON, engine_python
 from fixtures_models import qwen36_like
 
-from kit.decide.run import sweep_server_params
+from kit.decide.sweep.layout import sweep_server_params
 from kit.engines.arms import ALGORITHMS, Arm
 from kit.engines.flavors import flavor, server_command
 from kit.engines.launcher import Launcher, adapt_flags, choice_problems, discover

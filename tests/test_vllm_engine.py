@@ -45,8 +45,7 @@ from kit.decide.choose.decision import decision_arm
 from kit.decide.measure.arm_status import unmeasured
 from kit.decide.measure.noise import UNMEASURED_NOISE
 from kit.decide.measure.tables import arm_lead
-from kit.decide.run import pilot_prompts
-from kit.decide.sweep.setup import SweepSetup
+from kit.decide.sweep.setup import SweepSetup, pilot_prompts
 from kit.engines.arms import Arm
 from kit.engines.flavors import flavor
 from kit.params import load_params

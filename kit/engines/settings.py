@@ -102,7 +102,7 @@ def engine_unavailable_reason(eng: EngineParams, mtp_status: str | None) -> str 
 def arm_engine(params: RunParams, arm: Arm, hybrid: bool, running_cap: int | None = None) -> EngineParams:
     """Engine params of one sweep arm. Max running requests is always explicit: SGLang lowers it to
     48 under speculation when it is unset, which would cap the concurrency ladder silently. An arm
-    whose server cannot hold the top level (`running_cap`, `kit.decide.run.running_caps`) is
+    whose server cannot hold the top level (`running_cap`, `kit.decide.sweep.layout.running_caps`) is
     started with that cap when the params set none: the levels above it queue, as stage 3 would."""
     eng = params.engine
     fl = flavors.flavor(eng.flavor)

@@ -2,7 +2,7 @@
 and speculative arms side by side (when nothing was measured), where the verify step turns compute-bound
 and the predicted crossover, the predicted ratio by concurrency, what the decision does to stage 3's
 batch, where the prediction still misses a measurement by more than the cost model's known error, and
-the arms' servers that memory capped (kit/decide/run.py adds that one).
+the arms' servers that memory capped (kit.decide.sweep.setup adds that one).
 kit/decide/choose/decision.py chooses the arm and calls these; the measured choice's own sentences
 (with intervals) are kit/decide/choose/measured.py's, a crashed or unmeasured arm's
 kit/decide/measure/arm_status.py's.
@@ -151,19 +151,6 @@ def gap_sentences(table: pd.DataFrame, s: Scenario, name: str = "MTP") -> list[s
             f"{term}, the term to distrust first there"
         )
     return out
-
-
-def running_cap_sentence(caps: dict[int, int], top: int, name: str) -> str:
-    """The reason line of the capped arms (`name`: what the speculative arms are called)."""
-    arms = ", ".join(
-        f"{'plain decoding' if k == 0 else f'{name} k={k}'} at {c}" for k, c in sorted(caps.items())
-    )
-    return (
-        f"memory capped the arms' servers: {arms} requests at once (of the sweep's top level {top}): "
-        f"the engine reserves each running request's recurrent state (under speculation one more per "
-        f"draft token) before its KV cache, and memory holds no more; a level above a cap measures that "
-        f"running batch, as stage 3 would run it (twice the cap out at once and sent, not the level's)"
-    )
 
 
 def sweep_cost_sentence(cost: SweepCost, forecast: Forecast | None = None) -> str:

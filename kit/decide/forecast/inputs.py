@@ -13,7 +13,8 @@ import numpy as np
 import pandas as pd
 import pyarrow.parquet as pq
 
-from kit.artifacts import Decision, Forecast, LadderPoint, Noise
+from kit.artifacts import Decision, Forecast, LadderPoint, Noise, SweepCost
+from kit.decide.choose.reasons import racing_sentences, sweep_cost_sentence
 from kit.decide.forecast.history import MIN_RUNS, History, judged_history, widened_arm
 from kit.decide.forecast.job import JobSettings, PlanLengths, forecast_job, sentence
 from kit.decide.measure.pilot import PilotFigures
@@ -172,3 +173,25 @@ def with_history(f: Forecast, history: History | None) -> Forecast:
             notes=[*f.notes, note],
         )
     return replace(f, sentence=sentence(f))
+
+
+def with_forecast(
+    params: RunParams,
+    folder: RunFolder,
+    decision: Decision,
+    spec_label: str,
+    pilot: PilotFigures | None,
+    start_s: list[float] | None,
+    cost: SweepCost | None = None,
+) -> Decision:
+    """The decision with stage 3 in hours per arm (its `forecast` and a reason), then what the sweep
+    cost beside what the decision saves on this job (`sweep_cost`, its reasons)."""
+    forecast = forecast_inputs(params, folder, decision, spec_label, pilot, start_s).forecast()
+    if forecast is not None:
+        decision = replace(
+            decision, forecast=forecast, reasons=[*decision.reasons, f"forecast: {forecast.sentence}"]
+        )
+    if cost is None:
+        return decision
+    lines = [*racing_sentences(cost), sweep_cost_sentence(cost, decision.forecast)]
+    return replace(decision, sweep_cost=cost, reasons=[*decision.reasons, *lines])

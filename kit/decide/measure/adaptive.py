@@ -24,7 +24,7 @@ from kit.columns import ADAPTIVE, OUTPUT_TOK_S, OUTPUT_TOK_S_HI, OUTPUT_TOK_S_LO
 from kit.decide.measure.arm_status import crashes
 from kit.decide.measure.noise import Lead, lead
 from kit.decide.measure.tables import arm_lead, cell_float
-from kit.engines.arms import adaptive_ceiling, adaptive_label, arm_label, arm_name
+from kit.engines.arms import adaptive_label, arm_label, arm_name
 from kit.engines.flavors import flavor
 from kit.errors import ParamsError
 from kit.params import RunParams
@@ -41,18 +41,6 @@ def check_adaptive(params: RunParams) -> None:
             f"decide.adaptive_k {params.decide.adaptive_k}: {problem}; or remove decide.adaptive_k "
             "(then run kit decide again)"
         )
-
-
-def mark(frame: pd.DataFrame) -> pd.DataFrame:
-    """A sweep table with its `adaptive` column, when it has an adaptive arm (else as it is: a sweep
-    without one writes the files it always wrote)."""
-    if "arm" not in frame or not frame.arm.map(_is_adaptive).any():
-        return frame
-    return frame.assign(**{ADAPTIVE: frame.arm.map(_is_adaptive).astype(bool)})
-
-
-def _is_adaptive(name: object) -> bool:
-    return isinstance(name, str) and adaptive_ceiling(name) is not None
 
 
 @dataclass(frozen=True)

@@ -64,7 +64,7 @@ class Answer(TypedDict):
 
 
 class SweepPrompt(TypedDict):
-    """A planned prompt as the sweep and the pilot send it (kit.decide.run.sweep_prompts,
+    """A planned prompt as the sweep and the pilot send it (kit.decide.sweep.setup.sweep_prompts,
     pilot_prompts): a row of prompts.parquet (kit.prompts.plan.PROMPTS_SCHEMA) with its tools parsed
     for the engine's client (`tools_list`: kit.prompts.plan.tools_list, None without tools)."""
 

@@ -177,7 +177,7 @@ class ArmServers:
         """After a start that failed for want of memory for the running requests' state
         (`LOWERED_ON`), halve the arm's running requests (never below `RUNNING_FLOOR`, never a
         limit the params set) so that it is started again; False when there is nothing to lower.
-        The memory plan's cap (kit.decide.run.running_caps) is an estimate: on an 80 GB H100 the
+        The memory plan's cap (kit.decide.sweep.layout.running_caps) is an estimate: on an 80 GB H100 the
         Qwen3.6-27B shape's MTP servers at 24 and 16 running did not start (2026-12-06; its weights
         load 3.3 GiB above the plan's, a fifth of what was left there for the pools)."""
         log_text = getattr(server, "log_since_start", lambda: "")()

@@ -13,12 +13,13 @@ from kit.asyncrun import run_coroutine
 from kit.columns import OUTPUT_TOK_S
 from kit.decide.machine.watch import MachineReading, interference
 from kit.decide.measure.journal import SweepJournal
-from kit.decide.measure.level import measure_level
-from kit.decide.measure.pilot import SweepPrompt
+from kit.decide.measure.level import arm_client, measure_level
+from kit.decide.measure.pilot import Answer, PilotFigures, SweepPrompt, pilot
 from kit.decide.measure.servers import ArmServers, Slot
 from kit.decide.measure.tables import LevelFigures, SweepRow, crash_fields
 from kit.engines.settings import Arm
 from kit.errors import EngineError
+from kit.params import RunParams
 
 
 @dataclass
@@ -109,3 +110,31 @@ def _run_slot(
         + (" (its server died)" if measured.get("status") == "crashed" else "")
     )
     return {**row, "started_s": started, **seen.as_dict()}
+
+
+def pilot_on_plain(
+    params: RunParams,
+    servers: ArmServers,
+    arms: list[Arm],
+    prompts: list[SweepPrompt],
+    more: list[SweepPrompt],
+    sweep_log: SweepLog,
+) -> tuple[list[Answer], PilotFigures]:
+    """The pilot on the plain arm's server (kit.decide.measure.pilot); nothing when it will not serve."""
+    plain = next((a for a in arms if not a.speculative), None)
+    server = servers.get(plain) if plain is not None else None
+    if server is None:
+        return [], PilotFigures(sent=0, why="the plain arm's server was not up")
+    sweep_log.line(f"pilot: {len(prompts)} prompts as stage 3 samples them, on {plain.name}")
+
+    async def go() -> tuple[list[Answer], PilotFigures]:
+        async with arm_client(servers.arm_params[plain.name], server) as client:
+            return await pilot(params, client, prompts, more)
+
+    answers, figures = run_coroutine(go())
+    sweep_log.line(
+        f"pilot: {figures['answered']} of {figures['sent']} answered "
+        f"({figures['cut']} cut at their max_tokens), "
+        f"{figures['output_tokens']} tokens in {figures['seconds']:.1f} s"
+    )
+    return answers, figures

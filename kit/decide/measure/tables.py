@@ -1,20 +1,21 @@
 """The sweep's tables and how they are read: the columns of `sweep_runs.parquet` (every measurement,
 one `SweepRow`) and `sweep.parquet` (one row per arm and level), the figure of a level (the median of its
 repetitions, disturbed ones set aside while two undisturbed remain), and the rounds a lead between
-two arms pairs (kit.decide.measure.noise). Written by kit.decide.sweep.sweep, read by
-kit.decide.choose.measured."""
+two arms pairs (kit.decide.measure.noise). Written by kit.decide.sweep.sweep (`write_tables`: also
+sweep_answers.parquet, and an adaptive arm's rows marked), read by kit.decide.choose.measured."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, TypedDict
+from typing import TYPE_CHECKING, Any, TypedDict
 
 import pandas as pd
 
-from kit.columns import OUTPUT_TOK_S, OUTPUT_TOK_S_HI, OUTPUT_TOK_S_LO, SPEC_K
+from kit.columns import ADAPTIVE, OUTPUT_TOK_S, OUTPUT_TOK_S_HI, OUTPUT_TOK_S_LO, SPEC_K
 from kit.decide.machine.disturbance import Disturbance
 from kit.decide.machine.watch import judge_runs
 from kit.decide.measure.noise import Lead, lead, median_interval
-from kit.decide.measure.pilot import Answer, PilotFigures
+from kit.decide.measure.pilot import ANSWER_COLUMNS, Answer, PilotFigures
+from kit.engines.arms import adaptive_ceiling
 
 if TYPE_CHECKING:
     from kit.engines.crashes import Crash
@@ -247,3 +248,57 @@ def arm_lead(runs: pd.DataFrame, a: str, a_level: int, b: str, b_level: int) -> 
     figure used (kit.decide.measure.noise.lead), disturbed where either figure rests on a disturbed one."""
     disturbed = rests_on_disturbed(runs, a, a_level) or rests_on_disturbed(runs, b, b_level)
     return lead(per_round(runs, a, a_level), per_round(runs, b, b_level), disturbed)
+
+
+def mark(frame: pd.DataFrame) -> pd.DataFrame:
+    """A sweep table with its `adaptive` column, when it has an adaptive arm (else as it is: a sweep
+    without one writes the files it always wrote)."""
+    if "arm" not in frame or not frame.arm.map(_is_adaptive).any():
+        return frame
+    return frame.assign(**{ADAPTIVE: frame.arm.map(_is_adaptive).astype(bool)})
+
+
+def _is_adaptive(name: object) -> bool:
+    return isinstance(name, str) and adaptive_ceiling(name) is not None
+
+
+def save_answers(rows: list[SweepRow], path: Any, pilot: list[Answer] | None = None) -> None:
+    """One answer per prompt: the pilot's (sampled as stage 3 samples, at its output budget), else
+    the plain arm's in the sweep (greedy: every level answers a prompt alike, cut at
+    `decide.max_tokens`)."""
+    seen: dict[str | None, Answer] = {a["id"]: a for a in pilot or []}
+    for row in rows:
+        if row.get(SPEC_K) == 0:
+            for a in row.get("answers") or []:
+                seen.setdefault(a["id"], a)
+    pd.DataFrame(list(seen.values()), columns=ANSWER_COLUMNS).to_parquet(path, index=False)
+
+
+def given_up(table: pd.DataFrame, crashed: dict[str, str]) -> pd.DataFrame:
+    """The per-level table with every level of an arm whose server kept dying marked `crashed` (its
+    reason: the last crash and what to try) and no figure: such an arm is never chosen, whatever
+    levels it ran before it died, since stage 3 would meet the same crash at full load (what those
+    levels measured stays in sweep_runs.parquet)."""
+    table = table.copy()
+    for name, why in crashed.items():
+        mine = table.arm == name
+        table.loc[mine, "status"] = "crashed"
+        table.loc[mine, "reason"] = why
+        table.loc[mine, [OUTPUT_TOK_S, OUTPUT_TOK_S_LO, OUTPUT_TOK_S_HI]] = None
+    return table
+
+
+def write_tables(
+    rows: list[SweepRow], folder: Any, crashed: dict[str, str], piloted: list[Answer] | None = None
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Write the sweep's files from its measurements: sweep_answers.parquet (the pilot's answers,
+    then the plain arm's), sweep_runs.parquet (every measurement, judged for disturbance) and
+    sweep.parquet (per arm and level); return (the per-level table, the measurements as every later
+    reader of the file sees them). An adaptive arm's rows are marked (`mark`)."""
+    save_answers(rows, folder.sweep_answers, piloted)
+    measured = mark(flag_slow(pd.DataFrame(rows).reindex(columns=RUN_COLUMNS)))
+    measured.to_parquet(folder.sweep_runs, index=False)
+    runs = pd.read_parquet(folder.sweep_runs)
+    table = mark(given_up(summarise(runs), crashed))
+    table.to_parquet(folder.sweep, index=False)
+    return table, runs

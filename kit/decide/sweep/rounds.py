@@ -15,17 +15,21 @@ import logging
 import time
 from typing import Any
 
-import pandas as pd
-
 from kit.artifacts import SkippedMeasurement, SweepCost
-from kit.columns import OUTPUT_TOK_S
 from kit.decide.measure.journal import SlotKey, Spent, SweepJournal
-from kit.decide.measure.pilot import Answer
 from kit.decide.measure.servers import ArmServers, Slot
 from kit.decide.measure.slots import SweepLog, run_slots, slot_of
-from kit.decide.measure.tables import RUN_COLUMNS, SweepRow, flag_slow, summarise
-from kit.decide.sweep.budget import SweepBudget, job_budget, job_output_tokens, params_budget
-from kit.decide.sweep.racing import Settled, race, settle
+from kit.decide.measure.tables import SweepRow
+from kit.decide.sweep.limits import (
+    Settled,
+    SweepBudget,
+    fits,
+    params_budget,
+    race,
+    round_budget,
+    runs_frame,
+    settle,
+)
 from kit.decide.sweep.setup import SweepSetup
 from kit.engines.settings import Arm
 
@@ -64,7 +68,8 @@ class Race:
             slots = [s for s in plan if s.phase == "sweep" and s.round == r]
             if r > 0:
                 if not self.budget.rule:
-                    self.budget = self._size(measured + new)
+                    self.budget = round_budget(self.setup, measured + new, self.adaptive)
+                    self.log.line(f"time budget: {self.budget.rule}")
                 slots, skipped = self.drop_settled(slots, measured + new)
                 bar.total -= len(skipped)
                 if skipped:
@@ -86,33 +91,23 @@ class Race:
             new += run_slots(todo, servers, prompts, bar, self.log, self.t0, journal)
         return new
 
+    def fits(
+        self, rows: list[SweepRow], slots: list[Slot], end: list[Slot], servers: ArmServers, what: str
+    ) -> bool:
+        """Whether measuring `slots`, then the end check, fits in the budget at the pace so far
+        (kit.decide.sweep.limits.fits)."""
+        return fits(rows, self.budget.seconds, self.t0, slots, end, servers, self.log, what)
+
     def drop_settled(self, slots: list[Slot], rows: list[SweepRow]) -> tuple[list[Slot], list[Slot]]:
         """(the slots still open, those racing leaves out) after the measurements `rows`; every slot
         is open when `decide.racing` is off."""
         if not self.setup.params.decide.racing or not slots:
             return slots, []
-        closed = settle(_runs(rows), self.adaptive)
+        closed = settle(runs_frame(rows), self.adaptive)
         keep, skip = race(slots, closed)
         why = {(s.arm, s.concurrency): s for s in closed}
         self.skipped += [(s, why[(s.arm.name, s.concurrency)]) for s in skip]
         return keep, skip
-
-    def _size(self, rows: list[SweepRow]) -> SweepBudget:
-        """The budget from the job (kit.decide.sweep.budget), read off the first round's measurements."""
-        runs = _runs(rows)
-        table = summarise(runs) if not runs.empty else runs
-        plain = table[(table.spec_k == 0) & ~table.arm.isin(self.adaptive)] if len(table) else table
-        rate = plain[OUTPUT_TOK_S].astype(float).max() if len(plain) else None
-        answers: list[Answer] = [
-            a
-            for r in rows
-            if r.get("spec_k") == 0 and r.get("phase") == "sweep"
-            for a in r.get("answers") or []
-        ]
-        requests, tokens = job_output_tokens(self.setup.params, self.setup.folder, answers)
-        budget = job_budget(self.setup.params, requests, tokens, None if pd.isna(rate) else float(rate))
-        self.log.line(f"time budget: {budget.rule}")
-        return budget
 
     def spent(self, measurements: int, servers: ArmServers) -> Spent:
         """What this run of the sweep has cost so far (a stopped run's line in the journal)."""
@@ -151,41 +146,3 @@ class Race:
             runs=1 + len(before),
             compile_cache=str(servers.compile_cache) if servers.compile_cache else None,
         )
-
-
-def _runs(rows: list[SweepRow]) -> pd.DataFrame:
-    """Measurements as sweep_runs.parquet keeps them, judged for disturbance (as the decision reads
-    them)."""
-    if not rows:
-        return pd.DataFrame(columns=RUN_COLUMNS)
-    return flag_slow(pd.DataFrame(rows).reindex(columns=RUN_COLUMNS))
-
-
-def fits(
-    rows: list[SweepRow],
-    budget: float | None,
-    t0: float,
-    slots: list[Slot],
-    end: list[Slot],
-    servers: ArmServers,
-    sweep_log: SweepLog,
-    what: str,
-) -> bool:
-    """Whether measuring `slots`, then the end check, fits in the time budget, at the sweep's pace so
-    far: its levels' mean time, plus a server start (their mean so far) for each change of arm when
-    the servers run one at a time (`what`: the log's word on what is left out when it does not
-    fit). On the H200 a Qwen3-32B server took ~95 s to start and a level
-    ~11 s: two disturbed levels cost three restarts, not two levels' time; and three servers side
-    by side took 170 s to come up, once, before rounds of ~110 s (the first start is paid once)."""
-    if budget is None or not rows:
-        return True
-    elapsed = time.monotonic() - t0
-    starting = sum(servers.start_s)
-    per_level = max(elapsed - starting, 0.0) / len(rows)
-    per_start = starting / len(servers.start_s) if servers.start_s else 0.0
-    more = (len(slots) + len(end)) * per_level + servers.starts_for(slots + end) * per_start
-    if elapsed + more <= budget:
-        return True
-    spent = f"about {more:.0f} s more with the end check, {elapsed:.0f} s spent"
-    sweep_log.line(f"time budget {budget:g} s: {what} ({spent})")
-    return False

@@ -1,17 +1,35 @@
-"""What stage 2 hands its measurements, built once (`SweepSetup`), and what the sweep hands back
-(`SweepResult`): the sweep (kit.decide.sweep), the answers check and the settings sweep read the same
-set-up, and what the sweep learnt of itself comes back typed, not as keys written into a shared dict.
+"""What stage 2 hands its measurements, built once (`sweep_setup` -> `SweepSetup`), and what the sweep
+hands back (`SweepResult`): the sweep (kit.decide.sweep.sweep), the answers check and the settings
+sweep read the same set-up, and what the sweep learnt of itself comes back typed, not as keys
+written into a shared dict. Its prompts: a fixed, seeded sample of the plan (`sweep_prompts`) and the
+pilot's few per source (`pilot_prompts`); how its servers run: kit.decide.sweep.layout.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import random
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, cast
 
 import pandas as pd
+import pyarrow.parquet as pq
 
-from kit.artifacts import SweepCost
+from kit.artifacts import Decision, ProbeReport, SweepCost
+from kit.decide import costmodel as cm
+from kit.decide.choose.decision import speculation_label
 from kit.decide.measure.pilot import PilotFigures, SweepPrompt
+from kit.decide.measure.tables import SweepNotes
+from kit.decide.sweep.layout import (
+    running_cap_sentence,
+    running_caps,
+    servers_together,
+    sweep_kv_tokens,
+    sweep_server_params,
+)
 from kit.params import RunParams
+from kit.prompts.plan import take_prompts, tools_list
+from kit.prompts.prompt_set import ensure_plan
 from kit.runfolder import RunFolder
 
 
@@ -23,14 +41,14 @@ class SweepSetup:
     """The run's params, as stage 3 will run."""
     server_params: RunParams
     """The sweep's servers' params: the run's, with the flags the sweep adds (a KV cap when the arms
-    share a GPU, the prefix cache off: kit.decide.run.sweep_server_params)."""
+    share a GPU, the prefix cache off: kit.decide.sweep.layout.sweep_server_params)."""
     folder: RunFolder
     prompts: list[SweepPrompt]
-    """The sweep's fixed sample of the plan (kit.decide.run.sweep_prompts)."""
+    """The sweep's fixed sample of the plan (kit.decide.sweep.setup.sweep_prompts)."""
     hybrid: bool
     """Whether the model keeps recurrent state (a hybrid model: its servers size pools for it)."""
     together: bool
-    """Whether the arms' servers run side by side (kit.decide.run.servers_together)."""
+    """Whether the arms' servers run side by side (kit.decide.sweep.layout.servers_together)."""
     running_caps: dict[int, int] = field(default_factory=dict)
     """k -> running requests an arm's server is capped at where memory holds fewer than the top level."""
     mtp_status: str | None = None
@@ -39,6 +57,98 @@ class SweepSetup:
     """Answered once by plain's server after the sweep, as stage 3 samples (kit.decide.measure.pilot)."""
     pilot_more: list[SweepPrompt] = field(default_factory=list)
     """Sent while the pilot is too short to time."""
+    why_together: str = ""
+    """Why the servers run side by side or one at a time (decision.json's `noise.servers_why`)."""
+    kv_cap_args: list[str] = field(default_factory=list)
+    """The flags that cap each server's KV cache when the arms' servers share a GPU."""
+    extra_args: list[str] = field(default_factory=list)
+    """The flags the sweep adds to stage 3's for its servers (the KV cap, the prefix cache off)."""
+
+    @property
+    def label(self) -> str:
+        """What this run's speculative arms are called (MTP, n-gram, EAGLE, draft model)."""
+        return speculation_label(self.params)
+
+    def notes(self) -> SweepNotes:
+        """How the servers were set up, as decision.json's `noise` keeps it."""
+        notes = SweepNotes(servers_kv_cap_args=self.kv_cap_args) if self.kv_cap_args else SweepNotes()
+        if self.extra_args:
+            notes["sweep_extra_args"] = self.extra_args
+        if self.running_caps:
+            notes["running_caps"] = {str(k): c for k, c in self.running_caps.items()}
+        return notes
+
+
+def sweep_setup(params: RunParams, folder: RunFolder, probe: ProbeReport, arch: Any) -> SweepSetup:
+    """The stage's set-up, built once: the sweep's prompts and the pilot's, how the arms' servers run
+    (side by side or in turn, memory's running caps, the flags the sweep adds)."""
+    prompts = sweep_prompts(params, folder)
+    together, why, cap = servers_together(
+        params,
+        probe,
+        cm.weight_bytes(arch),
+        sweep_kv_tokens(params, prompts),
+        arch.kv_bytes_per_token(),
+        arch.state_bytes_per_seq(),
+    )
+    server_params, added = sweep_server_params(params, cap)
+    sample, more = pilot_prompts(params, folder)
+    return SweepSetup(
+        params,
+        server_params,
+        folder,
+        prompts,
+        arch.is_hybrid,
+        together,
+        running_caps(params, probe, arch, prompts),
+        probe.mtp_status,
+        sample,
+        more,
+        why_together=why,
+        kv_cap_args=list(cap),
+        extra_args=added,
+    )
+
+
+def sweep_prompts(params: RunParams, folder: RunFolder) -> list[SweepPrompt]:
+    """A fixed, seeded sample of the planned prompts for every arm of the sweep."""
+    path = ensure_plan(params, folder)
+    order = list(range(pq.ParquetFile(path).metadata.num_rows))
+    random.Random(params.data.seed).shuffle(order)  # shuffle positions: only the sample is read
+    return _prompts(path, order[: params.decide.num_prompts])
+
+
+def _prompts(path: Path, at: list[int]) -> list[SweepPrompt]:
+    """The planned prompts at these positions, with their tools parsed for the engine's client."""
+    rows = take_prompts(path, at).to_pylist() if at else []
+    return [cast(SweepPrompt, {**r, "tools_list": tools_list(r)}) for r in rows]
+
+
+PILOT_MORE = 2048
+"""Further planned prompts the pilot may send while it has lasted under `MIN_PILOT_S` (at the H100's
+13,000 tok/s and 64-token answers, 5 s is about 1,000 requests)."""
+
+
+def pilot_prompts(params: RunParams, folder: RunFolder) -> tuple[list[SweepPrompt], list[SweepPrompt]]:
+    """(`decide.pilot_per_source` planned prompts of each source: its first in a seeded shuffle of the
+    plan, for the pilot that measures the run's own output lengths; then up to `PILOT_MORE` further
+    planned prompts in that shuffle, which the pilot sends while it is too short to time)."""
+    k = params.decide.pilot_per_source
+    if not k:
+        return [], []
+    path = ensure_plan(params, folder)
+    sources = pq.read_table(path, columns=["source"]).column("source").to_pylist()
+    order = list(range(len(sources)))
+    random.Random(params.data.seed + 1).shuffle(order)
+    taken: dict[str, list[int]] = {}
+    for i in order:
+        mine = taken.setdefault(sources[i], [])
+        if len(mine) < k:
+            mine.append(i)
+    picked = sorted(i for mine in taken.values() for i in mine)
+    chosen = set(picked)
+    more = [i for i in order if i not in chosen][:PILOT_MORE]
+    return _prompts(path, picked), _prompts(path, more)
 
 
 @dataclass(frozen=True)
@@ -62,3 +172,45 @@ class SweepResult:
     """Whether each idle server was paused while another arm was measured."""
     cost: SweepCost
     """decision.json's `sweep_cost`."""
+
+    def notes(self) -> SweepNotes:
+        """What the sweep said of how it ran, as decision.json's `noise` keeps it beside the servers'
+        flags (an earlier kit's keys: old decisions read the same)."""
+        notes = SweepNotes()
+        if self.running_lowered:
+            notes["running_lowered"] = self.running_lowered
+        if self.resumed:
+            notes["sweep_resumed"] = self.resumed
+        if self.servers_idle_cpu_pct is not None:
+            notes.update(servers_idle_cpu_pct=self.servers_idle_cpu_pct, servers_held=self.servers_held)
+        return notes
+
+
+def sweep_reasons(setup: SweepSetup, result: SweepResult) -> list[str]:
+    """decision.json's reasons on how the sweep ran: memory's caps, servers started again with fewer
+    running requests, a sweep resumed from its journal."""
+    out = []
+    if setup.running_caps:
+        top = max(setup.params.decide.concurrencies)
+        out.append(running_cap_sentence(setup.running_caps, top, setup.label))
+    for name, starts in result.running_lowered.items():
+        out.append(
+            f"{name}'s server had no memory for the state of {starts[0]} running requests and was "
+            f"started again at {', then '.join(map(str, starts[1:]))}: its levels above that queue"
+        )
+    if result.resumed:
+        out.append(
+            f"the sweep went on from a run of it stopped part way ({result.resumed} measurements kept): "
+            "its drift check, plain decoding at the top level first and last, spans both"
+        )
+    return out
+
+
+def with_sweep_notes(decision: Decision, setup: SweepSetup, result: SweepResult) -> Decision:
+    """The decision with how the sweep ran: decision.json's `noise` gains the servers' layout and
+    flags and what the sweep said of itself; the reasons, memory's caps, lowered starts, a resume."""
+    noise = decision.noise
+    if noise is not None:
+        extra = {**noise.extra, **setup.notes(), **result.notes()}
+        noise = replace(noise, servers_together=setup.together, servers_why=setup.why_together, extra=extra)
+    return replace(decision, noise=noise, reasons=[*decision.reasons, *sweep_reasons(setup, result)])

@@ -29,20 +29,14 @@ import logging
 import time
 from collections.abc import Iterable
 from dataclasses import replace
-from typing import Any
 
 import pandas as pd
 
-from kit.asyncrun import run_coroutine
-from kit.columns import OUTPUT_TOK_S, OUTPUT_TOK_S_HI, OUTPUT_TOK_S_LO, SPEC_K
-from kit.decide.measure.adaptive import mark
 from kit.decide.measure.journal import SweepJournal, sweep_key
-from kit.decide.measure.level import arm_client
-from kit.decide.measure.pilot import ANSWER_COLUMNS, Answer, PilotFigures, SweepPrompt, pilot
 from kit.decide.measure.servers import ArmServers, Slot
-from kit.decide.measure.slots import SweepLog, run_slots, slot_head, slot_of
-from kit.decide.measure.tables import RUN_COLUMNS, SweepRow, flag_slow, summarise
-from kit.decide.sweep.rounds import Race, fits
+from kit.decide.measure.slots import SweepLog, pilot_on_plain, run_slots, slot_head, slot_of
+from kit.decide.measure.tables import RUN_COLUMNS, SweepRow, flag_slow, write_tables
+from kit.decide.sweep.rounds import Race
 from kit.decide.sweep.setup import SweepResult, SweepSetup
 from kit.engines.settings import Arm, engine_unavailable_reason, sweep_arms
 from kit.params import RunParams
@@ -79,46 +73,6 @@ def interleaved(arms: list[Arm], levels: list[int], rounds: Iterable[int], toget
 def skip_reason(params: RunParams, arm: Arm, mtp_status: str | None) -> str | None:
     """Why `arm` cannot run here, or None when it can."""
     return None if not arm.speculative else engine_unavailable_reason(params.engine, mtp_status)
-
-
-def save_answers(rows: list[SweepRow], path: Any, pilot: list[Answer] | None = None) -> None:
-    """One answer per prompt: the pilot's (sampled as stage 3 samples, at its output budget), else
-    the plain arm's in the sweep (greedy: every level answers a prompt alike, cut at
-    `decide.max_tokens`)."""
-    seen: dict[str | None, Answer] = {a["id"]: a for a in pilot or []}
-    for row in rows:
-        if row.get(SPEC_K) == 0:
-            for a in row.get("answers") or []:
-                seen.setdefault(a["id"], a)
-    pd.DataFrame(list(seen.values()), columns=ANSWER_COLUMNS).to_parquet(path, index=False)
-
-
-def _pilot(
-    params: RunParams,
-    servers: ArmServers,
-    arms: list[Arm],
-    prompts: list[SweepPrompt],
-    more: list[SweepPrompt],
-    sweep_log: SweepLog,
-) -> tuple[list[Answer], PilotFigures]:
-    """The pilot on the plain arm's server (kit.decide.measure.pilot); nothing when it will not serve."""
-    plain = next((a for a in arms if not a.speculative), None)
-    server = servers.get(plain) if plain is not None else None
-    if server is None:
-        return [], PilotFigures(sent=0, why="the plain arm's server was not up")
-    sweep_log.line(f"pilot: {len(prompts)} prompts as stage 3 samples them, on {plain.name}")
-
-    async def go() -> tuple[list[Answer], PilotFigures]:
-        async with arm_client(servers.arm_params[plain.name], server) as client:
-            return await pilot(params, client, prompts, more)
-
-    answers, figures = run_coroutine(go())
-    sweep_log.line(
-        f"pilot: {figures['answered']} of {figures['sent']} answered "
-        f"({figures['cut']} cut at their max_tokens), "
-        f"{figures['output_tokens']} tokens in {figures['seconds']:.1f} s"
-    )
-    return answers, figures
 
 
 def run_sweep(setup: SweepSetup, fresh: bool = False) -> SweepResult:
@@ -158,8 +112,7 @@ def run_sweep(setup: SweepSetup, fresh: bool = False) -> SweepResult:
     race = Race(setup, runnable, done, sweep_log)
     kept = len([s for s in plan if slot_of(s) in done])
     bar = progress(total=len(plan), desc="sweep", unit="level", initial=kept)
-    piloted: list[Answer] = []
-    figures: PilotFigures | None = None
+    piloted, figures = [], None  # the pilot's answers and figures, where it runs
     try:
         if setup.together:
             servers.start_all(runnable)
@@ -178,7 +131,7 @@ def run_sweep(setup: SweepSetup, fresh: bool = False) -> SweepResult:
         redo, _ = race.drop_settled(redo, measured)
         redo = [s for s in redo if slot_of(s) not in done]
         again = "the disturbed levels are not measured again"
-        if redo and fits(new, race.budget.seconds, race.t0, redo, end, servers, sweep_log, again):
+        if redo and race.fits(new, redo, end, servers, again):
             bar.total += len(redo)
             sweep_log.line(f"measuring {len({s.concurrency for s in redo})} disturbed level(s) once more")
             redone = run_slots(redo, servers, setup.prompts, bar, sweep_log, race.t0, journal)
@@ -189,7 +142,7 @@ def run_sweep(setup: SweepSetup, fresh: bool = False) -> SweepResult:
         new += finals
         rows += measured + ended + finals
         if setup.pilot_prompts and runnable:
-            piloted, figures = _pilot(
+            piloted, figures = pilot_on_plain(
                 params, servers, runnable, setup.pilot_prompts, setup.pilot_more, sweep_log
             )
     except BaseException:
@@ -217,13 +170,7 @@ def run_sweep(setup: SweepSetup, fresh: bool = False) -> SweepResult:
             for c in d.concurrencies
             if c not in reached
         ]
-    save_answers(rows, folder.sweep_answers, piloted)
-    mark(flag_slow(pd.DataFrame(rows).reindex(columns=RUN_COLUMNS))).to_parquet(
-        folder.sweep_runs, index=False
-    )
-    runs = pd.read_parquet(folder.sweep_runs)  # as every later reader of the file sees it
-    table = mark(given_up(summarise(runs), servers.crashed))  # mark: an adaptive arm's rows
-    table.to_parquet(folder.sweep, index=False)
+    table, runs = write_tables(rows, folder, servers.crashed, piloted)
     return SweepResult(
         table=table,
         runs=runs,
@@ -254,20 +201,6 @@ def _rounds(runs: pd.DataFrame) -> int:
     return int(runs[runs.phase == "sweep"]["round"].nunique())
 
 
-def given_up(table: pd.DataFrame, crashed: dict[str, str]) -> pd.DataFrame:
-    """The per-level table with every level of an arm whose server kept dying marked `crashed` (its
-    reason: the last crash and what to try) and no figure: such an arm is never chosen, whatever
-    levels it ran before it died, since stage 3 would meet the same crash at full load (what those
-    levels measured stays in sweep_runs.parquet)."""
-    table = table.copy()
-    for name, why in crashed.items():
-        mine = table.arm == name
-        table.loc[mine, "status"] = "crashed"
-        table.loc[mine, "reason"] = why
-        table.loc[mine, [OUTPUT_TOK_S, OUTPUT_TOK_S_LO, OUTPUT_TOK_S_HI]] = None
-    return table
-
-
 def redo_slots(rows: list[SweepRow], arms: list[Arm], together: bool, next_round: int) -> list[Slot]:
     """One more round at each level where a measurement was disturbed, every arm again (so leads stay
     paired by round): set aside, a disturbed repetition must not leave its level one short."""
@@ -276,3 +209,9 @@ def redo_slots(rows: list[SweepRow], arms: list[Arm], together: bool, next_round
     runs = flag_slow(pd.DataFrame(rows).reindex(columns=RUN_COLUMNS))
     hit = sorted({int(c) for c in runs[(runs.phase == "sweep") & runs.disturbed].concurrency})
     return interleaved(arms, hit, [next_round], together)
+
+
+def finish(setup: SweepSetup) -> None:
+    """Stage 2 is written whole (decision.json): the sweep's journal goes, so a later `kit decide`
+    measures anew (a run stopped before this goes on from it)."""
+    SweepJournal.finish(setup.folder.sweep_journal)

@@ -1,0 +1,230 @@
+"""How the sweep's servers run: side by side or one at a time (`servers_together`: on a CPU when they
+fit in memory, on one GPU when each can be given a KV cache of its own), the running requests an
+arm's server is capped at where memory holds fewer than the sweep's top level (`running_caps`), and
+the flags the sweep adds to stage 3's for its servers (`sweep_server_params`: the KV cap, the
+prefix cache off). kit.decide.sweep.setup builds the stage's set-up from these.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import psutil
+
+from kit.arch import load_arch
+from kit.artifacts import ProbeReport
+from kit.decide.measure.pilot import SweepPrompt
+from kit.engines.flavors import flavor
+from kit.engines.settings import sweep_arms
+from kit.memoryplan import memory_plan
+from kit.params import RunParams
+
+log = logging.getLogger(__name__)
+GIB = 1024**3
+
+
+SERVER_OVERHEAD_BYTES = 2 * GIB
+"""Memory one engine server takes besides its weights and KV cache (its processes, buffers)."""
+TOGETHER_SHARE = 0.6
+"""Servers run side by side only while they need less than this share of the memory free."""
+
+
+GPU_SERVER_OVERHEAD_BYTES = 4 * GIB
+"""GPU memory one server takes besides its weights and its KV cache: the CUDA context, CUDA graphs,
+activations and sampling buffers (SGLang's slack outside `mem_fraction_static` covers the rest)."""
+KV_HEADROOM = 1.25
+"""The KV cache a server side by side is given over what the sweep's top level needs."""
+
+
+def mean_prompt_tokens(params: RunParams, prompts: list[SweepPrompt]) -> float:
+    """The sweep's mean prompt length in tokens (`data.max_prompt_tokens` when none was counted)."""
+    lens = [int(p["prompt_tokens"]) for p in prompts if p.get("prompt_tokens")]
+    return sum(lens) / len(lens) if lens else params.data.max_prompt_tokens
+
+
+def sweep_kv_tokens(params: RunParams, prompts: list[SweepPrompt]) -> int:
+    """KV-cache tokens one arm's server needs for the sweep's top level: that many sequences of the
+    sweep's mean prompt (the sum over a few hundred sampled prompts is close to its mean times their
+    count) plus `decide.max_tokens` and the drafted tokens, with `KV_HEADROOM`."""
+    d = params.decide
+    per_seq = mean_prompt_tokens(params, prompts) + d.max_tokens + max(a.k for a in sweep_arms(params)) + 1
+    return int(KV_HEADROOM * max(d.concurrencies) * per_seq)
+
+
+def _draft_weight_bytes(params: RunParams, arch: Any) -> int:
+    """Draft weights a speculative server holds when it sizes its pools: a separate draft model's
+    (EAGLE / STANDALONE, from its config), else the target's MTP layers with the embedding and LM
+    head of their own that SGLang 0.5.16 builds before sharing the target's (Qwen3.6-27B shape on
+    the H200: 5.53 GiB loaded, of which the layer is 0.71), and nothing for n-gram."""
+    spec = params.engine.speculative
+    if spec.draft_model_path:
+        return int(load_arch(spec.draft_model_path).param_counts()[0] * arch.dtype_bytes)
+    if (spec.algorithm or "").upper() in ("NGRAM", "LOOKAHEAD") or not arch.mtp_layers:
+        return 0
+    heads = arch.vocab_size * arch.hidden_size * (1 if arch.tie_embeddings else 2)
+    return int((arch.mtp_layers * arch.layer_params + heads) * arch.dtype_bytes)
+
+
+RUNNING_CAP_STEP = 8
+"""A capped arm's running requests are rounded down to a multiple of this (CUDA-graph batch sizes)."""
+RUNNING_CAP_MARGIN = 0.9
+"""The share of the memory plan's sequences a capped arm is given, for what the plan does not see
+(the engine's own buffers, its activations at the top level): on the H200 the plan's 151 sequences
+for the Qwen3.6-27B shape's MTP k=1 would have asked 64 GiB of the 61.65 that server had."""
+CUDA_CONTEXT_BYTES = int(1.3 * 2**30)
+"""GPU memory gone before the engine plans its pools (the CUDA context): SGLang sizes them as a
+share of the memory free when it starts, 1.18 GiB under the total on an H100 80GB, 1.31 on the
+H200 (2026-12-03 / 12-06)."""
+
+
+def running_caps(
+    params: RunParams, probe: ProbeReport, arch: Any, prompts: list[SweepPrompt]
+) -> dict[int, int]:
+    """k -> the running requests an arm's server is started with (0: plain decoding), for the arms
+    whose GPU memory cannot hold the sweep's top level (none when the params set max_running_requests).
+
+    An engine that reserves a hybrid model's recurrent state up front (`Flavor.spec_state_up_front`)
+    keeps, per running request, its state (and under speculation one more for each draft token)
+    before the KV cache gets any: the Qwen3.6-27B shape under MTP k=3 at 256 asked 183 GiB of the
+    H200's 62 left after the weights, and its server did not start; on an 80 GB H100 its plain
+    server at 256 did not start either (27 GiB left after 51 GiB of weights: SGLang's "no GPU memory
+    for the KV cache", 2026-12-06). The cap is the memory plan's (kit.memoryplan) at the sweep's
+    context, so the arm is measured as it can run; its levels above the cap queue."""
+    eng = params.engine
+    d = params.decide
+    devices = probe.gpus.devices if probe.gpus else []
+    if eng.max_running_requests or not arch.is_hybrid or not flavor(eng.flavor).spec_state_up_front:
+        return {}
+    if not devices or not devices[0].get("memory_total_bytes"):
+        return {}
+    mean = mean_prompt_tokens(params, prompts)
+    # what the engine loads (the embedding and a vision tower too: the cost model's weight_bytes is
+    # what a step reads, 3.3 GiB under what SGLang held for the Qwen3.6-27B shape)
+    weights, draft = arch.resident_weight_bytes(), _draft_weight_bytes(params, arch)
+    free = int(devices[0]["memory_total_bytes"]) - CUDA_CONTEXT_BYTES
+    top = max(d.concurrencies)
+    caps = {}
+    for k in sorted({a.k for a in sweep_arms(params)}):  # an adaptive arm: at its ceiling
+        plan = memory_plan(
+            arch,
+            free,
+            eng.mem_fraction_static or params.probe.mem_fraction,
+            int(mean + d.max_tokens + k + 1),
+            weight_bytes=weights,
+            spec_draft_tokens=k + 1 if k else 0,
+            draft_weight_bytes=draft if k else 0,
+            tp_size=eng.tp_size,
+        )
+        fits = int(RUNNING_CAP_MARGIN * (plan.max_seqs_spec if k else plan.max_seqs_plain))
+        if 0 < fits < top:
+            caps[k] = max(fits // RUNNING_CAP_STEP * RUNNING_CAP_STEP, min(fits, RUNNING_CAP_STEP))
+    return caps
+
+
+def servers_together(
+    params: RunParams,
+    probe: ProbeReport,
+    weight_bytes: float,
+    kv_tokens: int | None = None,
+    kv_bytes_per_token: int | None = None,
+    state_bytes_per_seq: int = 0,
+) -> tuple[bool, str, list[str]]:
+    """Whether the sweep keeps every arm's server up at once, why (decide.servers: auto), and the
+    flags that cap each server's KV cache when they share a GPU (else []). `state_bytes_per_seq`: a
+    hybrid model's recurrent state, which the engine holds for each running sequence besides the KV."""
+    mode = params.decide.servers
+    eng = params.engine
+    arms = len(sweep_arms(params))
+    fl = flavor(eng.flavor)
+    if mode == "one_at_a_time":
+        return False, f"decide.servers is {mode}", []
+    if not fl.can_speculate:
+        return False, f"{eng.flavor} runs one server (it has no speculative arms)", []
+    if probe.gpus.devices:
+        return _together_on_gpu(
+            params, probe, arms, weight_bytes, kv_tokens, kv_bytes_per_token, state_bytes_per_seq
+        )
+    if mode == "together":
+        return True, f"decide.servers is {mode}", []
+    apart = fl.apart_on_cpu(eng)
+    if apart:
+        return False, apart, []
+    need = arms * (weight_bytes + fl.cpu_cache_gib(eng) * GIB + SERVER_OVERHEAD_BYTES)
+    free = psutil.virtual_memory().available
+    if need > TOGETHER_SHARE * free:
+        return False, f"{arms} servers would need {need / GIB:.1f} GiB of the {free / GIB:.1f} GiB free", []
+    return True, f"{arms} servers fit side by side ({need / GIB:.1f} of {free / GIB:.1f} GiB free)", []
+
+
+def _together_on_gpu(
+    params: RunParams,
+    probe: ProbeReport,
+    arms: int,
+    weight_bytes: float,
+    kv_tokens: int | None,
+    kv_bytes_per_token: int | None,
+    state_bytes_per_seq: int = 0,
+) -> tuple[bool, str, list[str]]:
+    """On one GPU the arms' servers can share it when each is given a KV cache of its own size
+    (`Flavor.kv_cap_args`: an engine left alone sizes its cache from the memory free when it starts,
+    and the second server would find none) and weights plus caches fit under the memory fraction."""
+    eng = params.engine
+    one_at_a_time = "each arm's server takes the GPUs' memory, so the arms run one at a time"
+    if eng.tp_size > 1 or eng.dp_size > 1 or eng.replicas > 1:
+        return False, f"{one_at_a_time} (a server spans several GPUs)", []
+    flag = flavor(eng.flavor).kv_cap_flag
+    cap = flavor(eng.flavor).kv_cap_args(kv_tokens) if kv_tokens else None
+    if flag in eng.extra_args:  # the user's own cap: kept, and the sizes read from it
+        kv_tokens, cap = int(eng.extra_args[eng.extra_args.index(flag) + 1]), []
+    memory = probe.gpus.devices[0].get("memory_total_bytes")
+    if cap is None or not memory or not kv_bytes_per_token or not kv_tokens:
+        why = f"{eng.flavor} has no flag the kit knows to cap a server's KV cache" if cap is None else ""
+        return False, f"{one_at_a_time}{f' ({why})' if why else ''}", []
+    frac = eng.mem_fraction_static or params.probe.mem_fraction
+    state = max(params.decide.concurrencies) * state_bytes_per_seq
+    per = weight_bytes + kv_tokens * kv_bytes_per_token + state + GPU_SERVER_OVERHEAD_BYTES
+    have = frac * memory
+    held = f", {state / GIB:.1f} GiB of recurrent state" if state else ""
+    sizes = f"{arms} x {per / GIB:.1f} GiB (weights, {kv_tokens:,} tokens of KV cache{held}, overhead)"
+    if arms * per > have:
+        if params.decide.servers == "together":
+            log.warning(
+                "decide.servers is together, but %s exceed %.0f GiB: one at a time", sizes, have / GIB
+            )
+        return False, f"{one_at_a_time}: {sizes} would exceed {have / GIB:.0f} GiB", []
+    return True, f"the arms share the GPU: {sizes} fit in {have / GIB:.0f} GiB", cap or []
+
+
+PREFIX_CACHE_WORDS = ("prefix-caching", "radix-cache")
+"""A user's own extra_args naming one of these chose the prefix cache: the sweep keeps that choice."""
+
+
+def sweep_server_params(params: RunParams, kv_cap: list[str] | None) -> tuple[RunParams, list[str]]:
+    """The params of the sweep's servers and the flags added to stage 3's for them: the KV cap that
+    lets arms share a GPU (`servers_together`), and the prefix cache off (`Flavor.no_prefix_cache_args`).
+    The sweep sends its prompts again at every level while stage 3 sends each once, so with the cache
+    a level's tokens/s depends on what its server served before: on the H200 a Qwen3-32B server
+    measured plain at 256 concurrent at 4.1K tok/s fresh and 6.1K after three lower levels of the
+    same prompts. Stage 3's servers are left as they are."""
+    eng = params.engine
+    added = list(kv_cap or [])
+    if not any(w in a for a in eng.extra_args for w in PREFIX_CACHE_WORDS):
+        added += flavor(eng.flavor).no_prefix_cache_args
+    if not added:
+        return params, []
+    engine = eng.model_copy(update={"extra_args": [*eng.extra_args, *added]})
+    return params.model_copy(update={"engine": engine}), added
+
+
+def running_cap_sentence(caps: dict[int, int], top: int, name: str) -> str:
+    """The reason line of the capped arms (`name`: what the speculative arms are called)."""
+    arms = ", ".join(
+        f"{'plain decoding' if k == 0 else f'{name} k={k}'} at {c}" for k, c in sorted(caps.items())
+    )
+    return (
+        f"memory capped the arms' servers: {arms} requests at once (of the sweep's top level {top}): "
+        f"the engine reserves each running request's recurrent state (under speculation one more per "
+        f"draft token) before its KV cache, and memory holds no more; a level above a cap measures that "
+        f"running batch, as stage 3 would run it (twice the cap out at once and sent, not the level's)"
+    )
