@@ -13,78 +13,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from kit.arch import ModelArch
-from kit.artifacts.probe_sections import MemoryFigures
+from kit.artifacts.probe_memory import MemoryPlan
 from kit.errors import CostModelError
 
-
-@dataclass(frozen=True)
-class MemoryPlan:
-    """Per-GPU memory budget and the largest batch it allows, plain and speculative."""
-
-    gpu_mem_bytes: int
-    mem_fraction: float
-    context_len: int
-    tp_size: int
-    weight_bytes: int
-    """Target-model weights on one GPU (the checkpoint divided by tp_size)."""
-    draft_weight_bytes: int
-    kv_bytes_per_token: int
-    """KV cache of one token on one GPU (full-attention layers only; the MLA latent for MLA)."""
-    state_bytes_per_seq: int
-    """Recurrent state (SSM + conv) of one sequence on one GPU, hybrid models only."""
-    spec_draft_tokens: int
-    spec_buffer_bytes_per_seq: int
-    """Extra bytes per running request with speculation (intermediate states, draft KV)."""
-
-    @property
-    def budget_bytes(self) -> int:
-        return int(self.gpu_mem_bytes * self.mem_fraction)
-
-    @property
-    def pool_bytes_plain(self) -> int:
-        return self.budget_bytes - self.weight_bytes
-
-    @property
-    def pool_bytes_spec(self) -> int:
-        return self.budget_bytes - self.weight_bytes - self.draft_weight_bytes
-
-    @property
-    def bytes_per_seq(self) -> int:
-        return self.context_len * self.kv_bytes_per_token + self.state_bytes_per_seq
-
-    @property
-    def bytes_per_seq_spec(self) -> int:
-        return self.bytes_per_seq + self.spec_buffer_bytes_per_seq
-
-    @property
-    def max_seqs_plain(self) -> int:
-        return max(self.pool_bytes_plain, 0) // max(self.bytes_per_seq, 1)
-
-    @property
-    def max_seqs_spec(self) -> int:
-        return max(self.pool_bytes_spec, 0) // max(self.bytes_per_seq_spec, 1)
-
-    def to_dict(self) -> MemoryFigures:
-        """Fields and derived figures, JSON-ready (probe.json's `memory`)."""
-        return MemoryFigures(
-            gpu_mem_bytes=self.gpu_mem_bytes,
-            mem_fraction=self.mem_fraction,
-            context_len=self.context_len,
-            tp_size=self.tp_size,
-            weight_bytes=self.weight_bytes,
-            draft_weight_bytes=self.draft_weight_bytes,
-            kv_bytes_per_token=self.kv_bytes_per_token,
-            state_bytes_per_seq=self.state_bytes_per_seq,
-            spec_draft_tokens=self.spec_draft_tokens,
-            spec_buffer_bytes_per_seq=self.spec_buffer_bytes_per_seq,
-            budget_bytes=self.budget_bytes,
-            pool_bytes_plain=self.pool_bytes_plain,
-            pool_bytes_spec=self.pool_bytes_spec,
-            bytes_per_seq=self.bytes_per_seq,
-            bytes_per_seq_spec=self.bytes_per_seq_spec,
-            max_seqs_plain=self.max_seqs_plain,
-            max_seqs_spec=self.max_seqs_spec,
-        )
+__all__ = ["MemoryPlan", "RunningCapacity", "memory_plan", "running_capacity"]
 
 
 def _kv_per_gpu(arch: ModelArch, kv_dtype_bytes: int | None, tp: int) -> int:
@@ -144,3 +76,74 @@ def memory_plan(
         spec_draft_tokens=spec_draft_tokens,
         spec_buffer_bytes_per_seq=spec,
     )
+
+
+# ---- what one server of an arm runs at once ------------------------------------
+CUDA_CONTEXT_BYTES = int(1.3 * 2**30)
+"""GPU memory gone before the engine plans its pools (the CUDA context): SGLang sizes them as a
+share of the memory free when it starts, 1.18 GiB under the total on an H100 80GB, 1.31 on the
+H200 (2026-12-03 / 12-06)."""
+RUNNING_CAP_MARGIN = 0.9
+"""The share of the plan's sequences an arm is given, for what the plan does not see (the engine's
+own buffers, its activations at the top level): on the H200 the plan's 151 sequences for the
+Qwen3.6-27B shape's MTP k=1 would have asked 64 GiB of the 61.65 that server had."""
+RUNNING_CAP_STEP = 8
+"""The figure is rounded down to a multiple of this (CUDA-graph batch sizes), never below its own
+value under 8."""
+
+
+@dataclass(frozen=True)
+class RunningCapacity:
+    """The requests one server of an arm runs at once, from memory: `running`, the one figure that
+    decision.json's `mem_max_running`, the sweep's running caps and the forecast's capacity state;
+    `plan`, what it rests on."""
+
+    k: int
+    """Draft length (0: plain decoding)."""
+    plan: MemoryPlan
+
+    @property
+    def planned(self) -> int:
+        """The sequences the plan fits, before the margin."""
+        return self.plan.max_seqs_spec if self.k else self.plan.max_seqs_plain
+
+    @property
+    def running(self) -> int:
+        """`planned` x RUNNING_CAP_MARGIN, rounded down to a multiple of RUNNING_CAP_STEP."""
+        fits = int(RUNNING_CAP_MARGIN * self.planned)
+        return max(fits // RUNNING_CAP_STEP * RUNNING_CAP_STEP, min(fits, RUNNING_CAP_STEP))
+
+
+def running_capacity(
+    arch: ModelArch,
+    gpu_mem_bytes: int,
+    mem_fraction: float,
+    context_len: int,
+    k: int = 0,
+    *,
+    weight_bytes: int | None = None,
+    draft_weight_bytes: int = 0,
+    kv_dtype_bytes: int | None = None,
+    ssm_dtype_bytes: int = 4,
+    tp_size: int = 1,
+    reserved_bytes: int = CUDA_CONTEXT_BYTES,
+) -> RunningCapacity:
+    """The requests one server of the arm with draft length `k` runs at once on a card of
+    `gpu_mem_bytes`: the memory plan of what the engine loads (`weight_bytes`, whole checkpoint;
+    default `ModelArch.resident_weight_bytes`, with the embedding and a vision tower; and the
+    draft's, under speculation) out of what is free at its start (the total less `reserved_bytes`,
+    the CUDA context; 0 on a CPU), each running request holding its KV over `context_len`, its
+    recurrent state and, under speculation, one more per draft token (`memory_plan`)."""
+    plan = memory_plan(
+        arch,
+        max(int(gpu_mem_bytes) - reserved_bytes, 1),
+        mem_fraction,
+        context_len,
+        weight_bytes=arch.resident_weight_bytes() if weight_bytes is None else weight_bytes,
+        spec_draft_tokens=k + 1 if k else 0,
+        draft_weight_bytes=draft_weight_bytes if k else 0,
+        kv_dtype_bytes=kv_dtype_bytes,
+        ssm_dtype_bytes=ssm_dtype_bytes,
+        tp_size=tp_size,
+    )
+    return RunningCapacity(k, plan)

@@ -376,7 +376,7 @@ def test_moe_mtp_head_reads_its_touched_experts_in_the_checkpoint_dtype() -> Non
     fp8 = draft_time(replace(s, work=Workload(weight_dtype_bytes=1)), 1, 1, 1024)
     assert fp8 < bf16
     head_all_experts = 3 * ds.hidden_size * ds.moe_intermediate_size * ds.num_experts * 2
-    assert draft_weight_bytes(s) > head_all_experts  # memory holds every expert of the head ...
+    assert draft_weight_bytes(ds, MTP) > head_all_experts  # memory holds every expert of the head ...
     assert bf16 < head_all_experts / (H200.bandwidth_Bps * cm.DEFAULT_EFFICIENCY.bw)  # ... a pass reads few
 
 

@@ -96,3 +96,35 @@ def test_bad_inputs_raise_cost_model_error(kw: dict) -> None:
     args = {"gpu_mem_bytes": H200_BYTES, "mem_fraction": 0.8, "context_len": 10, "tp_size": 1} | kw
     with pytest.raises(CostModelError, match="memory_plan"):
         memory_plan(arch("qwen3_32b.json"), **args)
+
+
+H100_BYTES = 81559 * 2**20  # NVML's total for an H100 80GB HBM3: 85,520,809,984 B
+
+
+def test_what_one_server_runs_at_once_is_the_plan_of_what_the_engine_loads_out_of_what_is_free() -> None:
+    """The one figure of an arm's running requests (kit.memoryplan.running_capacity), on the
+    Qwen3.6-27B shape on an 80 GB H100 as SGLang 0.5.16 ran it (docs/lab/h200/sglang/2026-12-06.md:
+    `Load weight end ... avail mem=27.42 GB, mem usage=51.05 GB`; plain started at 80 running, MTP k=1
+    at 16, k=3 at 8; MTP at 24 and 16 did not start): the weights the engine loads, the memory free at
+    its start, a recurrent state per running request and one more per draft token."""
+    from kit.decide import costmodel as cm
+    from kit.memoryplan import CUDA_CONTEXT_BYTES, running_capacity
+    from kit.modelshape import SHAPES
+
+    a = arch_from_config(SHAPES["qwen3.6-27b"].config)
+    gib = 2**30
+    plain = running_capacity(a, H100_BYTES, 0.85, 139 + 128)
+    assert abs(plain.plan.weight_bytes / gib - 51.05) < 0.15  # what SGLang loaded, not the 47.7 a step reads
+    assert abs(plain.plan.gpu_mem_bytes / gib - (27.42 + 51.05)) < 0.15  # free at its start
+    assert (plain.planned, plain.running) == (97, 80)  # 0.9 x 97 = 87, rounded down to CUDA-graph steps of 8
+    work = cm.Workload(139, 128, 0.85)
+    figures = {k: cm.arm_capacity(a, H100_BYTES, work, cm.MTP, k) for k in (0, 1, 3)}
+    assert {k: c.running for k, c in figures.items()} == {0: 80, 1: 16, 3: 8}
+    assert figures[0] == plain and abs(figures[1].plan.draft_weight_bytes / gib - 5.53) < 0.1
+    assert figures[1].planned < 24 and figures[3].planned < 16  # the caps that did not start
+    # a CPU has no CUDA context; a plan that fits nothing gives 0, one under 8 is kept as it is
+    cpu = running_capacity(a, H100_BYTES, 0.85, 267, reserved_bytes=0)
+    assert cpu.plan.gpu_mem_bytes == H100_BYTES == plain.plan.gpu_mem_bytes + CUDA_CONTEXT_BYTES
+    assert running_capacity(a, 60 * gib, 0.85, 267).running == 0
+    small = running_capacity(a, 62 * gib, 0.85, 267)
+    assert 0 < small.running == int(0.9 * small.planned) < 8, small.planned

@@ -9,9 +9,12 @@ from dataclasses import asdict, fields
 from pathlib import Path
 from typing import Any
 
+from conftest import REPO
+
 from kit.arch import arch_from_config
 from kit.artifacts import ProbeReport
-from kit.artifacts.probe_sections import DatasheetEntry, GpuDevice, InputsSection, MemoryFigures
+from kit.artifacts.probe_memory import FIGURES, MemoryPlan, MemorySection
+from kit.artifacts.probe_sections import DatasheetEntry, GpuDevice, InputsSection
 from kit.memoryplan import memory_plan
 from kit.probe.checks import ProbeInputs
 from kit.probe.gpu import GpuFacts, lookup_datasheet
@@ -37,13 +40,23 @@ def test_gpu_device_is_every_field_of_gpu_facts_in_order() -> None:
     assert set(g.to_dict()) == declared(GpuDevice) and GpuFacts.from_dict(g.to_dict()) == g
 
 
-def test_memory_figures_are_the_plan_fields_then_its_derived_figures() -> None:
+def test_memory_section_is_the_plan_fields_then_its_figures_then_the_weight_source() -> None:
+    """probe.json's `memory` is the plan itself (kit.artifacts.probe_memory, declared once): its
+    inputs, its derived figures, `weight_source`, in the order the files always had; the same JSON
+    the kit wrote when the section re-declared the plan's fields (docs/lab/h200/probe.json)."""
     arch = arch_from_config(json.loads((CONFIGS / "qwen3_6_27b.json").read_text()))
     plan = memory_plan(arch, 143771 * 2**20, 0.85, 4096, weight_bytes=55_600_000_000)
-    figures = plan.to_dict()
-    assert list(figures)[: len(fields(plan))] == list(asdict(plan))
-    assert set(figures) == declared(MemoryFigures)
-    assert figures["max_seqs_plain"] == plan.max_seqs_plain and figures["budget_bytes"] == plan.budget_bytes
+    inputs = [f.name for f in fields(MemoryPlan) if f.init and f.name != "extra"]
+    written = MemorySection.of(plan, "safetensors headers").to_json()
+    assert list(written) == [*inputs, *FIGURES, "weight_source"]
+    assert written["max_seqs_plain"] == plan.max_seqs_plain == 171
+    assert written["budget_bytes"] == plan.budget_bytes
+    assert plan.to_dict() == {k: v for k, v in written.items() if k != "weight_source"}
+    lab = json.loads((REPO / "docs/lab/h200/probe.json").read_text())["memory"]
+    section = MemorySection.from_json(lab)
+    rebuilt = MemorySection.of(MemoryPlan(**{k: lab[k] for k in inputs}), lab["weight_source"])
+    assert json.dumps(rebuilt.to_json()) == json.dumps(section.to_json()) == json.dumps(lab)
+    assert section["max_seqs_spec"] == lab["max_seqs_spec"] and section.max_seqs_spec == lab["max_seqs_spec"]
 
 
 def test_datasheet_entry_keys() -> None:
@@ -60,9 +73,11 @@ def test_a_probe_json_reads_back_as_it_was_written() -> None:
         "gpus": {"devices": [{"name": "NVIDIA H200", "memory_total_bytes": 7}], "torch": None},
         "host": {"ram_total_bytes": 5},
         "backends": [{"backend": "fa3", "status": "ok", "reason": "Hopper"}],
-        "memory": None,
+        "memory": json.loads((REPO / "docs/lab/h200/probe.json").read_text())["memory"],
     }
     report = ProbeReport.from_json(json.loads(json.dumps(data)))
     assert json.dumps(report.to_json()) == json.dumps(data)
     assert report.ram_total_bytes == 5 and report.mtp_status is None and report.launcher_help is None
     assert report.gpus.devices[0].get("memory_total_bytes") == 7
+    assert isinstance(report.memory, MemorySection)
+    assert report.memory.max_seqs_plain == data["memory"]["max_seqs_plain"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from kit.artifacts.probe_memory import MemorySection
 from kit.artifacts.probe_sections import (
     BackendVerdict,
     DatasheetEntry,
@@ -12,7 +13,6 @@ from kit.artifacts.probe_sections import (
     GpuDevice,
     HostFacts,
     InputsSection,
-    MemorySection,
     ModelFacts,
     TorchInfo,
 )
@@ -118,7 +118,7 @@ class ProbeReport(Record):
     engine_env: EngineEnvFacts = field(default_factory=lambda: EngineEnvFacts())
     """The engine's interpreter, packages and launcher (kit.probe.engine_env)."""
     memory: MemorySection | None = None
-    """The memory plan (kit.memoryplan.MemoryPlan.to_dict), None without a GPU."""
+    """The memory plan (kit.artifacts.probe_memory), None without a GPU."""
     backends: list[BackendVerdict] = field(default_factory=list)
     host: HostFacts = field(default_factory=lambda: HostFacts())
     """Cores, RAM, disk, /dev/shm, OS and Python (kit.probe.host)."""

@@ -226,36 +226,6 @@ class EngineEnvFacts(TypedDict, total=False):
     missing_flags: list[MissingFlag]
 
 
-# ---- memory (kit.memoryplan) ----------------------------------------------------
-class MemoryFigures(TypedDict):
-    """A memory plan's inputs and figures, per GPU (kit.memoryplan.MemoryPlan.to_dict)."""
-
-    gpu_mem_bytes: int
-    mem_fraction: float
-    context_len: int
-    tp_size: int
-    weight_bytes: int
-    draft_weight_bytes: int
-    kv_bytes_per_token: int
-    state_bytes_per_seq: int
-    spec_draft_tokens: int
-    spec_buffer_bytes_per_seq: int
-    budget_bytes: int
-    pool_bytes_plain: int
-    pool_bytes_spec: int
-    bytes_per_seq: int
-    bytes_per_seq_spec: int
-    max_seqs_plain: int
-    max_seqs_spec: int
-
-
-class MemorySection(MemoryFigures):
-    """probe.json's `memory`: the plan's figures, and where the weight bytes came from."""
-
-    weight_source: str
-    """safetensors headers, the index's total_size, or the config's parameter count."""
-
-
 # ---- host (kit.probe.host) ----------------------------------------------------
 class HostFacts(TypedDict, total=False):
     """probe.json's `host`; kit.probe.host.host_facts writes every key."""

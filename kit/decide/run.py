@@ -27,7 +27,7 @@ def run_decision(params: RunParams, folder: RunFolder, probe: ProbeReport, fresh
     refuse_what_cannot_run(params)
     setup = sweep_setup(params, folder, probe, arch)
     result = run_sweep(setup, fresh)
-    model = run_scenario(params, folder, probe, arch, setup.prompts)
+    model = run_scenario(params, folder, probe, arch, setup.prompts, setup.running_caps)
     checked = checked_decision(setup, result, model)
     decision = model.with_profile_notes(with_sweep_notes(checked.decision, setup, result))
     decision = replace(decision, mtp_status=probe.mtp_status)

@@ -10,7 +10,8 @@ from pathlib import Path
 
 from kit.arch import arch_from_config
 from kit.artifacts import Finding, GpuSection, ProbeReport
-from kit.artifacts.probe_sections import EngineEnvFacts, GpuDevice, InputsSection, MemorySection, ModelFacts
+from kit.artifacts.probe_memory import MemorySection
+from kit.artifacts.probe_sections import EngineEnvFacts, GpuDevice, InputsSection, ModelFacts
 from kit.engines.flavors import flavor
 from kit.memoryplan import MemoryPlan, memory_plan
 from kit.probe import backends, engine_env, gpu, gpu_findings, host, model_dir, model_findings
@@ -167,7 +168,7 @@ def _memory_section(
         draft_weight_bytes=mtp,
         tp_size=inp.tp_size,
     )
-    section: MemorySection = {**plan.to_dict(), "weight_source": source}
+    section = MemorySection.of(plan, source)
     return plan, section, _memory_findings(plan, arch.max_positions, inp.context_len)
 
 

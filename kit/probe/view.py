@@ -177,11 +177,10 @@ def probe_tables(report: ProbeReport) -> list[Table]:
     if report.backends:
         backends = pd.DataFrame(report.backends)
         out.append(table(backends, "Attention backends", {"reason": "why"}))
-    memory = report.memory or {}
-    if memory:
+    if report.memory is not None:
         rows = [
             {"item": human_name(k.removesuffix("_bytes")), "value": _memory_value(k, v)}
-            for k, v in memory.items()
+            for k, v in report.memory.to_json().items()
         ]
         out.append(table(pd.DataFrame(rows), "Memory plan per GPU"))
     rec = {k: v for k, v in report.recommended.to_json().items() if k not in ("speculative", "commands")}

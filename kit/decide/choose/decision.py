@@ -215,12 +215,16 @@ def decide(
     attention_backend: str | None = None,
     algorithm: str | None = None,
     draft_model: bool = False,
+    running_caps: Mapping[int, int] | None = None,
 ) -> Decision:
     """The content of decision.json for the scenario `s` (model, hardware, workload, and the draft the
     speculative arms run; its efficiency is the start, calibrated on `profile` when one is given).
     `params` is a DecideParams (concurrencies, spec_steps, accept_lengths, objective, latency_bound_s).
     Measured rows decide (`sweep`: one row per arm and level with its interval; `runs`: every
-    measurement, for leads paired by round); predictions explain."""
+    measurement, for leads paired by round); predictions explain. `running_caps`: k -> the running
+    requests the sweep's server of that arm was started with (kit.decide.sweep.layout.running_caps,
+    the table's `mem_max_running` where memory set it): the levels above it are predicted queued
+    at it, as they were measured."""
     if profile is not None:
         s = replace(s, eff=calibrate(profile, s.arch, s.hw))
     # the speculative fixed costs of this engine (and backend, where measured apart): issue 32
@@ -232,9 +236,10 @@ def decide(
     }
     before, fitted = s, _fitted(sweep, s)
     s = replace(s, eff=fitted)
-    predicted = predict_ladder(s, params.concurrencies, ks, accept, strict=False)
+    caps = dict(running_caps or {})
+    predicted = predict_ladder(s, params.concurrencies, ks, accept, engine_caps=caps, strict=False)
     if fitted is not before.eff:  # calibrated on the sweep: keep what the model said before measuring
-        unfitted = predict_ladder(before, params.concurrencies, ks, accept, strict=False)
+        unfitted = predict_ladder(before, params.concurrencies, ks, accept, engine_caps=caps, strict=False)
         predicted["predicted_before_tok_s"] = unfitted.output_tok_s.to_numpy()
     if predicted[predicted.spec_k == 0].feasible.sum() == 0:
         raise CostModelError(

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 import logging
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +38,8 @@ log = logging.getLogger(__name__)
 @dataclass(frozen=True)
 class RunScenario:
     """The cost model of this run and what it needs to decide: the scenario, the step profile (None:
-    the roofline), the CPU profile's plan, the attention backend, the probe's word on MTP weights."""
+    the roofline), the CPU profile's plan, the attention backend, the probe's word on MTP weights,
+    and the running caps the sweep's servers had (k -> requests: the arms' memory figure)."""
 
     params: RunParams
     scenario: cm.Scenario
@@ -46,6 +47,7 @@ class RunScenario:
     plan: ProfilePlan | None
     backend: str | None
     mtp: str | None
+    running_caps: dict[int, int] = field(default_factory=dict)
 
     def decide(self, table: pd.DataFrame, runs: pd.DataFrame | None) -> Decision:
         """The decision from the sweep's table and its measurements (kit.decide.choose.decision),
@@ -62,6 +64,7 @@ class RunScenario:
             algorithm=eng.speculative.algorithm,
             draft_model=eng.speculative.draft_model_path is not None,
             runs=runs,
+            running_caps=self.running_caps,
         )
         return decision
 
@@ -76,26 +79,40 @@ class RunScenario:
 
 
 def run_scenario(
-    params: RunParams, folder: RunFolder, probe: ProbeReport, arch: Any, prompts: list[Any]
+    params: RunParams,
+    folder: RunFolder,
+    probe: ProbeReport,
+    arch: Any,
+    prompts: list[Any],
+    running_caps: dict[int, int] | None = None,
 ) -> RunScenario:
     """The cost model of this run: hardware from the probe (or a CPU profile), the workload of the
-    sweep's prompts, every GPU used where the params leave the layout open."""
+    sweep's prompts, every GPU used where the params leave the layout open; `running_caps`: the
+    sweep's servers' (kit.decide.sweep.layout.running_caps)."""
     hw, profile, n_gpus, plan = hardware(params, folder, probe)
+    eng = params.engine
+    work = sweep_workload(params, prompts)
+    scenario = cm.Scenario(arch, hw, work=work, draft=cm.draft_for(params.decide, eng.speculative))
+    if n_gpus > 1 and eng.tp_size == 1 and eng.dp_size == 1:
+        scenario = with_gpus(scenario, n_gpus)  # params leave the layout open: use every GPU
+    probed = probe.recommended.attention_backend if flavor(eng.flavor).attention_backends else None
+    backend = eng.attention_backend or probed  # the probe's names are SGLang's
+    return RunScenario(params, scenario, profile, plan, backend, probe.mtp_status, dict(running_caps or {}))
+
+
+def sweep_workload(params: RunParams, prompts: list[Any]) -> cm.Workload:
+    """The workload the sweep measures: its mean prompt, `decide.max_tokens`, the engine's memory
+    fraction and layout. The cost model predicts at it, and the sweep's running caps
+    (kit.decide.sweep.layout.running_caps) are its memory figure, so both are one."""
     lens = [p["prompt_tokens"] for p in prompts if p.get("prompt_tokens")]
     eng = params.engine
-    work = cm.Workload(
+    return cm.Workload(
         input_len=int(sum(lens) / len(lens)) if lens else 512,
         output_len=params.decide.max_tokens,
         mem_fraction=eng.mem_fraction_static or params.probe.mem_fraction,
         tp_size=eng.tp_size,
         dp_size=eng.dp_size,
     )
-    scenario = cm.Scenario(arch, hw, work=work, draft=cm.draft_for(params.decide, eng.speculative))
-    if n_gpus > 1 and eng.tp_size == 1 and eng.dp_size == 1:
-        scenario = with_gpus(scenario, n_gpus)  # params leave the layout open: use every GPU
-    probed = probe.recommended.attention_backend if flavor(eng.flavor).attention_backends else None
-    backend = eng.attention_backend or probed  # the probe's names are SGLang's
-    return RunScenario(params, scenario, profile, plan, backend, probe.mtp_status)
 
 
 CPU_NOMINAL = cm.Hardware(bandwidth_Bps=20e9, flops_bf16=200e9, memory_bytes=16e9, name="cpu")

@@ -32,6 +32,7 @@ from kit.decide.costmodel.fit import fit_efficiency, fit_to_sweep, predict_sweep
 from kit.decide.costmodel.hardware import DEFAULT_EFFICIENCY, Efficiency, Hardware
 from kit.decide.costmodel.predict import (
     Capacity,
+    arm_capacity,
     best_arm,
     crossover,
     default_capacity,
@@ -81,6 +82,7 @@ __all__ = [
     "best_arm",
     "check_accept_length",
     "crossover",
+    "arm_capacity",
     "default_capacity",
     "draft_for",
     "draft_from_config",

@@ -28,7 +28,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from kit.arch import ModelArch, arch_from_config
-from kit.decide.costmodel.scenario import PLAIN_SHAPE, Draft, DraftKind, Scenario
+from kit.decide.costmodel.scenario import PLAIN_SHAPE, Draft, DraftKind, Scenario, StepShape
 from kit.decide.costmodel.step import param_split, step_terms
 from kit.errors import CostModelError
 
@@ -92,10 +92,13 @@ def draft_time(s: Scenario, B: int, k: int, L: float) -> float:
     return extend + (k - 1) * _pass(passes, B, 1, L, extra) + k * eff.draft_pass_s
 
 
-def draft_weight_bytes(s: Scenario) -> float:
-    """Extra weight memory the scenario's draft needs beside the target (shared LM heads and
-    embeddings excluded), in the target checkpoint's bytes per weight."""
-    target, draft = s.arch, s.draft
+def draft_weight_bytes(target: ModelArch, draft: Draft, shape: StepShape = PLAIN_SHAPE) -> float:
+    """Weight memory a server of `target` loads for `draft` beside the target, in the target
+    checkpoint's bytes per weight (`shape`): a draft model's own weights; an MTP draft's layers with
+    an embedding and LM head of their own, which SGLang 0.5.16 builds before sharing the target's
+    (Qwen3.6-27B shape on the H200: 5.53 GiB loaded, of which the layer is 0.71); an EAGLE head's
+    layer and fusion (an EAGLE-3 head with its reduced LM head), sharing the target's; nothing for
+    n-gram and self-speculation."""
     if draft.kind in ("ngram", "self_spec"):
         return 0.0
     if draft.kind == "draft_model":
@@ -105,8 +108,10 @@ def draft_weight_bytes(s: Scenario) -> float:
     layers = max(target.mtp_layers, 1) if draft.kind == "mtp" else 1
     dense, routed, _, lm_head = param_split(head)
     own_head = lm_head if draft.kind == "eagle3" else 0.0
+    if draft.kind == "mtp":
+        own_head = target.vocab_size * target.hidden_size * (1 if target.tie_embeddings else 2)
     params = layers * (dense + routed + _fusion_params(target, draft)) + own_head
-    return float(params * s.shape.per_weight(target))
+    return float(params * shape.per_weight(target))
 
 
 _BY_ALGORITHM = {"NGRAM": "ngram", "EAGLE3": "eagle3", "STANDALONE": "draft_model"}

@@ -37,6 +37,11 @@ class Hardware:
         ):
             raise CostModelError(f"hardware {self.name!r}: bandwidth, FLOP/s and memory must be positive")
 
+    @property
+    def on_cpu(self) -> bool:
+        """A CPU standing in for the accelerator (kit.decide.run's `cpu` hardware): no CUDA context."""
+        return self.name == "cpu"
+
     def peak(self, weight_dtype_bytes: float) -> float:
         """FLOP/s of the GEMMs: FP8 rate for 1-byte weights, else bf16."""
         return (self.flops_fp8 or 2 * self.flops_bf16) if weight_dtype_bytes <= 1 else self.flops_bf16

@@ -20,45 +20,57 @@ from dataclasses import asdict, dataclass
 
 import pandas as pd
 
+from kit.arch import ModelArch
 from kit.columns import OUTPUT_TOK_S, SPEC_K
 from kit.decide.costmodel.acceptance import accept_length_for, check_accept_length
 from kit.decide.costmodel.drafts import draft_time, draft_weight_bytes
-from kit.decide.costmodel.scenario import Scenario, Workload
-from kit.decide.costmodel.step import is_compute_bound, prefill_time, step_terms, step_time, weight_bytes
+from kit.decide.costmodel.scenario import Draft, Scenario, Workload
+from kit.decide.costmodel.step import is_compute_bound, prefill_time, step_terms, step_time
 from kit.engines.arms import arm_name
 from kit.errors import CostModelError
-from kit.memoryplan import memory_plan
+from kit.memoryplan import CUDA_CONTEXT_BYTES, RunningCapacity, running_capacity
 
 
 @dataclass(frozen=True)
 class Capacity:
-    """Largest number of running sequences per replica, from memory."""
+    """Largest number of running sequences per replica, from memory (`arm_capacity`'s figure)."""
 
     plain: int
     spec: dict[int, int]
     """Per draft length k."""
 
 
+def arm_capacity(
+    arch: ModelArch, memory_bytes: float, work: Workload, draft: Draft, k: int, *, on_cpu: bool = False
+) -> RunningCapacity:
+    """What one server of the arm with draft length `k` runs at once on a device of `memory_bytes`
+    (kit.memoryplan.running_capacity, at the workload's context and memory settings): the weights it
+    loads (every parameter and a vision tower, in the checkpoint's bytes per weight), the draft's,
+    the memory free at its start (less the CUDA context on a GPU). The cost model's capacity and
+    the sweep's running caps (kit.decide.sweep.layout) are this one figure."""
+    loaded = (arch.param_counts()[0] + arch.vision_params) * work.shape.per_weight(arch)
+    return running_capacity(
+        arch,
+        int(memory_bytes),
+        work.mem_fraction,
+        work.input_len + work.output_len,
+        k,
+        weight_bytes=int(loaded),
+        draft_weight_bytes=int(draft_weight_bytes(arch, draft, work.shape)),
+        kv_dtype_bytes=work.kv_dtype_bytes,
+        ssm_dtype_bytes=work.ssm_dtype_bytes,
+        tp_size=work.tp_size,
+        reserved_bytes=0 if on_cpu else CUDA_CONTEXT_BYTES,
+    )
+
+
 def default_capacity(s: Scenario, ks: Sequence[int]) -> Capacity:
-    """Memory limit per replica from kit.memoryplan (pure Python: the cost model stays standalone)."""
-    work = s.work
-    weights = weight_bytes(s.arch, work.shape)
+    """Memory limit per replica, `arm_capacity` of each arm (pure Python: the cost model stays standalone)."""
 
-    def plan(k: int):
-        return memory_plan(
-            s.arch,
-            int(s.hw.memory_bytes),
-            work.mem_fraction,
-            work.input_len + work.output_len,
-            weight_bytes=int(weights),
-            spec_draft_tokens=k + 1 if k else 0,
-            draft_weight_bytes=int(draft_weight_bytes(s)) if k else 0,
-            kv_dtype_bytes=work.kv_dtype_bytes,
-            ssm_dtype_bytes=work.ssm_dtype_bytes,
-            tp_size=work.tp_size,
-        )
+    def held(k: int) -> int:
+        return arm_capacity(s.arch, s.hw.memory_bytes, s.work, s.draft, k, on_cpu=s.hw.on_cpu).running
 
-    return Capacity(plain=plan(0).max_seqs_plain, spec={k: plan(k).max_seqs_spec for k in ks})
+    return Capacity(plain=held(0), spec={k: held(k) for k in ks})
 
 
 CapacityFn = Callable[[Scenario, Sequence[int]], Capacity]

@@ -44,14 +44,18 @@ def plan_lengths(params: RunParams, folder: RunFolder) -> PlanLengths:
 def job_settings(
     params: RunParams, decision: Decision, start_s: list[float] | None, launched: int | None = None
 ) -> JobSettings:
-    """How stage 3 will run the arms (per replica): the decided running cap, else what the engine
-    holds (its cap; else `launched`, what stage 3 reads from the launch flag or the flavor's default,
-    per replica; else what memory holds), never more than `generate.concurrency` when it is set."""
+    """How stage 3 will run each arm (per replica): the params' running cap; for the chosen arm the
+    decision's; else the cap its sweep server ran at (the table's `engine_cap`); else `launched`,
+    what stage 3 reads from the launch flag or the flavor's default, per replica; else what memory
+    holds (`mem_max_running`: kit.memoryplan.running_capacity, the figure the sweep's caps are);
+    never more than `generate.concurrency` when it is set."""
     eng = params.engine
-    capped = decision.engine_settings.max_running_requests or eng.max_running_requests
+    chosen = decision.arm.name if decision.arm is not None else None
+    decided = decision.engine_settings.max_running_requests
     capacity = {}
     for row in decision.table:
-        held = capped or row.extra.get("engine_cap") or launched or row.mem_max_running
+        own = decided if row.arm == chosen else None
+        held = eng.max_running_requests or own or row.value("engine_cap") or launched or row.mem_max_running
         if params.generate.concurrency:
             held = min(held, params.generate.concurrency) if held else params.generate.concurrency
         if held:

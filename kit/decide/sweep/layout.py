@@ -12,12 +12,12 @@ from typing import Any
 
 import psutil
 
-from kit.arch import load_arch
 from kit.artifacts import ProbeReport
+from kit.decide import costmodel as cm
+from kit.decide.choose.scenario import sweep_workload
 from kit.decide.measure.pilot import SweepPrompt
 from kit.engines.flavors import flavor
 from kit.engines.settings import sweep_arms
-from kit.memoryplan import memory_plan
 from kit.params import RunParams
 
 log = logging.getLogger(__name__)
@@ -52,32 +52,6 @@ def sweep_kv_tokens(params: RunParams, prompts: list[SweepPrompt]) -> int:
     return int(KV_HEADROOM * max(d.concurrencies) * per_seq)
 
 
-def _draft_weight_bytes(params: RunParams, arch: Any) -> int:
-    """Draft weights a speculative server holds when it sizes its pools: a separate draft model's
-    (EAGLE / STANDALONE, from its config), else the target's MTP layers with the embedding and LM
-    head of their own that SGLang 0.5.16 builds before sharing the target's (Qwen3.6-27B shape on
-    the H200: 5.53 GiB loaded, of which the layer is 0.71), and nothing for n-gram."""
-    spec = params.engine.speculative
-    if spec.draft_model_path:
-        return int(load_arch(spec.draft_model_path).param_counts()[0] * arch.dtype_bytes)
-    if (spec.algorithm or "").upper() in ("NGRAM", "LOOKAHEAD") or not arch.mtp_layers:
-        return 0
-    heads = arch.vocab_size * arch.hidden_size * (1 if arch.tie_embeddings else 2)
-    return int((arch.mtp_layers * arch.layer_params + heads) * arch.dtype_bytes)
-
-
-RUNNING_CAP_STEP = 8
-"""A capped arm's running requests are rounded down to a multiple of this (CUDA-graph batch sizes)."""
-RUNNING_CAP_MARGIN = 0.9
-"""The share of the memory plan's sequences a capped arm is given, for what the plan does not see
-(the engine's own buffers, its activations at the top level): on the H200 the plan's 151 sequences
-for the Qwen3.6-27B shape's MTP k=1 would have asked 64 GiB of the 61.65 that server had."""
-CUDA_CONTEXT_BYTES = int(1.3 * 2**30)
-"""GPU memory gone before the engine plans its pools (the CUDA context): SGLang sizes them as a
-share of the memory free when it starts, 1.18 GiB under the total on an H100 80GB, 1.31 on the
-H200 (2026-12-03 / 12-06)."""
-
-
 def running_caps(
     params: RunParams, probe: ProbeReport, arch: Any, prompts: list[SweepPrompt]
 ) -> dict[int, int]:
@@ -89,36 +63,25 @@ def running_caps(
     before the KV cache gets any: the Qwen3.6-27B shape under MTP k=3 at 256 asked 183 GiB of the
     H200's 62 left after the weights, and its server did not start; on an 80 GB H100 its plain
     server at 256 did not start either (27 GiB left after 51 GiB of weights: SGLang's "no GPU memory
-    for the KV cache", 2026-12-06). The cap is the memory plan's (kit.memoryplan) at the sweep's
-    context, so the arm is measured as it can run; its levels above the cap queue."""
+    for the KV cache", 2026-12-06). The cap is the arm's one memory figure, the table's
+    `mem_max_running` (kit.decide.costmodel.arm_capacity, at the workload the cost model predicts:
+    kit.decide.choose.scenario.sweep_workload), so the arm is measured as it can run; its levels
+    above the cap queue."""
     eng = params.engine
-    d = params.decide
     devices = probe.gpus.devices if probe.gpus else []
     if eng.max_running_requests or not arch.is_hybrid or not flavor(eng.flavor).spec_state_up_front:
         return {}
     if not devices or not devices[0].get("memory_total_bytes"):
         return {}
-    mean = mean_prompt_tokens(params, prompts)
-    # what the engine loads (the embedding and a vision tower too: the cost model's weight_bytes is
-    # what a step reads, 3.3 GiB under what SGLang held for the Qwen3.6-27B shape)
-    weights, draft = arch.resident_weight_bytes(), _draft_weight_bytes(params, arch)
-    free = int(devices[0]["memory_total_bytes"]) - CUDA_CONTEXT_BYTES
-    top = max(d.concurrencies)
+    work = sweep_workload(params, prompts)
+    draft = cm.draft_for(params.decide, eng.speculative)
+    memory = int(devices[0]["memory_total_bytes"])
+    top = max(params.decide.concurrencies)
     caps = {}
     for k in sorted({a.k for a in sweep_arms(params)}):  # an adaptive arm: at its ceiling
-        plan = memory_plan(
-            arch,
-            free,
-            eng.mem_fraction_static or params.probe.mem_fraction,
-            int(mean + d.max_tokens + k + 1),
-            weight_bytes=weights,
-            spec_draft_tokens=k + 1 if k else 0,
-            draft_weight_bytes=draft if k else 0,
-            tp_size=eng.tp_size,
-        )
-        fits = int(RUNNING_CAP_MARGIN * (plan.max_seqs_spec if k else plan.max_seqs_plain))
-        if 0 < fits < top:
-            caps[k] = max(fits // RUNNING_CAP_STEP * RUNNING_CAP_STEP, min(fits, RUNNING_CAP_STEP))
+        held = cm.arm_capacity(arch, memory, work, draft, k).running
+        if 0 < held < top:
+            caps[k] = held
     return caps
 
 
