@@ -7,7 +7,8 @@
 - whatif_model.py  the what-if's predictions: a run's basis, a scenario of the controls -> the ratio
 - whatif.py        notebook 02's what-if control: the predicted ratio re-drawn beside the measured points
 
-Imports choose/, measure/ (the interval the sweep states) and costmodel/ below it; nothing of decide imports it but the stage's entry (the
-wiring, the index page and the later stages read it too). Importing the package loads nothing: each
+Imports choose/, measure/ (the interval the sweep states) and costmodel/ below it; nothing of
+decide imports it but the stage's entry (the wiring, the index page and the later stages read it
+too). Importing the package loads nothing: each
 module is imported by name.
 """
