@@ -12,6 +12,7 @@ from pathlib import Path
 
 from matplotlib.figure import Figure
 
+from kit.analyse.tail_words import tail_sentence
 from kit.analyse.view import fitness_answer
 from kit.artifacts import Decision, Fitness, Manifest, Summary
 from kit.decide.choose.decision import speculation_label
@@ -127,7 +128,7 @@ def _data(folder: RunFolder, manifest: Manifest | None, fitness: Fitness | None)
     answer = fitness_answer(fitness)
     if (folder.dataset / CARD).exists():  # every row made is in the run folder the subtitle names
         where = (
-            f"Exported to {folder.dataset.resolve()}/ (`train`: these rows; `rejected`: the rest, with why)."
+            "Exported to dataset/ in the run folder (`train`: these rows; `rejected`: the rest, with why)."
         )
     else:
         every = f"Every row made: {made.headline} {made.detail}"
@@ -154,8 +155,17 @@ def _then(answer: Answer, sentence: str) -> Answer:
 
 
 def _with_tail(answer: Answer, summary: Summary | None) -> Answer:
-    """The throughput answer, then the tail's sentence (kit.analyse.tail) where stage 4 measured it."""
-    return _then(answer, summary.tail.sentence if summary is not None and summary.tail is not None else "")
+    """The throughput answer, then the tail's sentence (kit.analyse.tail) where stage 4 measured it;
+    what speculation would have done there only where it could act on it (it ran, switched, or would
+    save where it is available: the stage 4 page says the rest)."""
+    tail = summary.tail if summary is not None else None
+    if tail is None:
+        return answer
+    spec = tail.speculation
+    acts = spec is not None and (
+        spec.status in ("already speculating", "switched") or (spec.status == "saves" and spec.available)
+    )
+    return _then(answer, tail_sentence(tail, speculation=acts))
 
 
 def _with_forecast(answer: Answer, decision: Decision | None) -> Answer:
@@ -177,7 +187,8 @@ def _with_cost(answer: Answer, decision: Decision | None) -> Answer:
     """The decision, then what its sweep took beside what it is worth on this job (decision.json's
     `sweep_cost`, kit.decide.choose.reasons.sweep_cost_sentence)."""
     cost = decision.sweep_cost if decision is not None else None
-    if cost is None:
+    arms = len(decision.forecast.arms) if decision is not None and decision.forecast is not None else 0
+    if cost is None or (not cost.skipped and arms < 2):  # one arm measured in full: nothing it saved
         return answer
     sentence = sweep_cost_sentence(cost, decision.forecast)
     return _then(answer, f"{sentence[0].upper()}{sentence[1:]}.")

@@ -50,8 +50,10 @@ def test_probe_and_decision(demo_run):
     assert cost["server_starts"] == 1 and cost["skipped"] == 0 and cost["rounds"] == 3, cost
     assert cost["measurements"] == (runs.status != "skipped").sum() and cost["wall_s"] > 0
     assert cost["budget_rule"] == "decide.time_budget_s: 600 s"
+    said = f"the sweep took {hours(cost['wall_s'])} (1 server start(s)"
+    assert said in html.unescape((demo_run / "report" / "02_decide_mtp.html").read_text())
     index = html.unescape((demo_run / "report" / "index.html").read_text())
-    assert f"The sweep took {hours(cost['wall_s'])} (1 server start(s)" in index
+    assert "The sweep took" not in index, "one arm, measured in full: nothing it saved to say first"
 
 
 def test_the_forecast_is_made_in_stage_2_and_judged_in_stage_4(demo_run):

@@ -390,8 +390,8 @@ def test_no_saving_where_the_tail_runs_above_the_crossover(
     t = entry_of(folder)
     assert t["speculation"]["status"] == "no win" and t["speculation"]["saved_s"] == 0
     assert t["sentence"].endswith(
-        "MTP there would have saved nothing: the decision predicts no win at the tail's "
-        "concurrencies (k=2, the one that wins furthest up, wins only up to concurrency 4)."
+        "MTP there would have saved nothing: no win predicted at the tail's concurrencies "
+        "(k=2 wins only up to concurrency 4)."
     )
 
 

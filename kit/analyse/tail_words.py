@@ -80,11 +80,9 @@ def speculation_clause(spec: TailSpeculation | None) -> str:
         )
     if status == "no win":
         x = spec.crossover
-        where = f"it wins only up to concurrency {x}" if x else "it wins at no concurrency on its ladder"
-        where = f"k={spec.spec_k}, the one that wins furthest up, {where.removeprefix('it ')}"
+        where = f"k={spec.spec_k} wins only up to concurrency {x}" if x else "no k wins on its ladder"
         return (
-            f"{name} there would have saved nothing: the decision predicts no win at the tail's "
-            f"concurrencies ({where})"
+            f"{name} there would have saved nothing: no win predicted at the tail's concurrencies ({where})"
         )
     k = f" k={spec.spec_k}" if spec.spec_k else ""
     if status == "already speculating":
@@ -96,10 +94,11 @@ def speculation_clause(spec: TailSpeculation | None) -> str:
     return ""
 
 
-def tail_sentence(entry: TailSummary) -> str:
+def tail_sentence(entry: TailSummary, speculation: bool = True) -> str:
     """One sentence for the tail, e.g. "The tail: the last 4 min 10 s (12% of the run) ran below capacity
     (256 requests) at 38% of full-load tokens/s, leaving 21 GPU-minutes idle; MTP k=2 there would have
-    saved 1 min 30 s (50.0 s to 2 min 5 s, predicted)."."""
+    saved 1 min 30 s (50.0 s to 2 min 5 s, predicted)." (`speculation`: with what speculation would
+    have done there)."""
     if not entry.known:
         return f"The tail: unknown, because {entry.reason}."
     of = "the run" if (entry.sessions or 1) <= 1 else f"its last session, {entry.session}"
@@ -108,7 +107,7 @@ def tail_sentence(entry: TailSummary) -> str:
             f"The tail: none; {of} ended with {entry.in_flight_at_end:,.0f} requests in flight, "
             f"at or above {_full_load_words(entry)}: nothing idled at its end."
         )
-    clause = speculation_clause(entry.speculation)
+    clause = speculation_clause(entry.speculation) if speculation else ""
     return (
         f"The tail: the last {seconds(entry.duration_s)} ({percent(entry.share, 0)} of {of}) ran "
         f"below {_full_load_words(entry)}{_ratio_words(entry)}{_idle_words(entry)}"

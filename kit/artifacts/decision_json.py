@@ -181,7 +181,8 @@ class SweepCost(Record):
     """Measurements racing left out (`skipped_measurements` says which and why)."""
     skipped_measurements: list[SkippedMeasurement] = field(default_factory=list)
     rounds: int = 0
-    """Rounds the sweep began (of `decide.repetitions`)."""
+    """The rounds of `decide.repetitions` that measured anything (racing or the budget may leave
+    later ones out; a disturbed level's round measured again is not counted here)."""
     budget_s: float | None = None
     """The time budget the sweep ran under (None: none)."""
     budget_rule: str = ""

@@ -180,7 +180,9 @@ def run_sweep(setup: SweepSetup, fresh: bool = False) -> SweepResult:
         resumed=len(prior),
         servers_idle_cpu_pct=None if servers.idle_cpu is None else round(100 * servers.idle_cpu, 1),
         servers_held=servers.held,
-        cost=replace(race.cost(wall_s, len(new), servers, journal.spent), rounds=_rounds(runs)),
+        cost=replace(
+            race.cost(wall_s, len(new), servers, journal.spent), rounds=_rounds(runs, d.repetitions)
+        ),
     )
 
 
@@ -196,9 +198,11 @@ def _resumed(journal: SweepJournal, kept: int, sweep_log: SweepLog) -> list[Swee
     return [r.copy() for r in journal.rows]
 
 
-def _rounds(runs: pd.DataFrame) -> int:
-    """Rounds that measured anything (over every run of a resumed sweep)."""
-    return int(runs[runs.phase == "sweep"]["round"].nunique())
+def _rounds(runs: pd.DataFrame, planned: int) -> int:
+    """The planned rounds that measured anything, over every run of a resumed sweep (a disturbed
+    level's round measured again is not one: its measurements count in `measurements`)."""
+    sweep = runs[(runs.phase == "sweep") & (runs["round"] < planned)]
+    return int(sweep["round"].nunique())
 
 
 def redo_slots(rows: list[SweepRow], arms: list[Arm], together: bool, next_round: int) -> list[Slot]:
