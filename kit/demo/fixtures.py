@@ -35,7 +35,7 @@ from kit.demo.fixture_rows import (
 )
 from kit.demo.fixture_text import between, pick
 from kit.params import SourceParams
-from kit.params_paths import FIXTURE_SOURCES
+from kit.params.paths import FIXTURE_SOURCES
 
 DUP_EVERY = 12
 """Row i with i % 12 == 11 repeats the prompt of row i - 5 (i - 6 when that one is long)."""

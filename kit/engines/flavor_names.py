@@ -1,6 +1,6 @@
 """The engine flavors' names, and the two facts of a flavor that checking a params file needs, in a
-module that imports nothing: kit/params_sections.py (`engine.flavor`'s allowed values, two checks)
-and kit/params_paths.py read them here without loading the flavor registry (kit/engines/flavors/),
+module that imports nothing: kit/params/engine.py (`engine.flavor`'s allowed values, two checks),
+run_params.py and paths.py read them here without loading the flavor registry (kit/engines/flavors/),
 whose modules name the params' types in their annotations. Each flavor's module stays the home of
 what is true of it: the registry checks at import that its flavors agree with this file.
 """

@@ -21,6 +21,7 @@ stage 4's scan for them (kit.export.run) and turns its reasons into the same cod
 from __future__ import annotations
 
 import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -36,6 +37,7 @@ from kit.analyse.run import RunData
 from kit.analyse.scan import READ_COLUMNS, _iter_batches, batch_facts
 from kit.artifacts import Manifest
 from kit.export.drops import NEAR_RULES, RULES, kept_flag_counts
+from kit.export.rows import shard_batches
 from kit.params import AnalyseParams
 from kit.progress import progress as progress_bar
 from kit.prompts.records import PlanReport
@@ -87,6 +89,20 @@ class ExportFacts:
     def shard_codes(self, index: int) -> np.ndarray | None:
         span = self.shards.get(index)
         return None if span is None else self.codes[span[0] : span[1]]
+
+    def coded_batches(self) -> Iterator[tuple[list[dict[str, Any]], np.ndarray]]:
+        """Each shard's rows a batch at a time, shard by shard, beside their codes: `SKIP_CODE` for a
+        row past the codes read (written after the facts were gathered); a shard with no codes is passed
+        over."""
+        for index, path in enumerate(self.paths):
+            codes = self.shard_codes(index)
+            if codes is None:
+                continue
+            start = 0
+            for rows in shard_batches(path):
+                batch = codes[start : start + len(rows)]
+                start += len(rows)
+                yield rows, np.pad(batch, (0, len(rows) - len(batch)), constant_values=SKIP_CODE)
 
     def exported(self) -> int:
         """Rows exported (each id once)."""

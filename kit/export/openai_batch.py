@@ -29,7 +29,7 @@ from kit.engines.openai_json import AssistantMessage, ChatCompletion, Choice, Us
 from kit.errors import DataError, ExportError
 from kit.export.facts import SKIP_CODE, ExportFacts, failure_samples
 from kit.export.result import ExportResult
-from kit.export.rows import openai_calls, shard_batches
+from kit.export.rows import openai_calls
 from kit.params import RunParams
 from kit.prompts.datafiles import local_files
 from kit.prompts.openai_batch import parse_line
@@ -127,16 +127,8 @@ def _custom_ids(folder: RunFolder, batch_sources: set[str]) -> dict[str, str]:
 
 def _rows(facts: ExportFacts) -> Iterator[dict[str, Any]]:
     """The rows exported (each id once), shard by shard."""
-    for index, path in enumerate(facts.paths):
-        codes = facts.shard_codes(index)
-        if codes is None:
-            continue
-        position = 0
-        for rows in shard_batches(path):
-            for row, code in zip(rows, codes[position : position + len(rows)].tolist(), strict=False):
-                if code != SKIP_CODE:
-                    yield row
-            position += len(rows)
+    for rows, codes in facts.coded_batches():
+        yield from (row for row, code in zip(rows, codes.tolist(), strict=True) if code != SKIP_CODE)
 
 
 def line_digest(source: str, custom_id: str) -> int:

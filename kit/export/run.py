@@ -40,7 +40,7 @@ from kit.export.drops import DEFAULT_DROP, NEAR_RULES, drop_reasons
 from kit.export.facts import SKIP_CODE, ExportFacts, export_facts, facts_from_run, failure_samples
 from kit.export.openai_batch import write_batch_output
 from kit.export.result import ExportResult
-from kit.export.rows import Format, Reasoning, convert, export_schema, shard_batches
+from kit.export.rows import Format, Reasoning, convert, export_schema
 from kit.params import AnalyseParams, RunParams, saved_params
 from kit.progress import progress as progress_bar
 from kit.prompts.origin import source_origin
@@ -256,17 +256,10 @@ def write_splits(
     labels[SKIP_CODE] = SKIP
     bar = progress_bar(total=facts.exported(), desc="export", unit="row", disable=not progress)
     with bar:
-        for index, path in enumerate(facts.paths):
-            codes = facts.shard_codes(index)
-            if codes is None:
-                continue
-            start = 0
-            for rows in shard_batches(path):
-                why = labels[codes[start : start + len(rows)]].tolist()
-                why += [SKIP] * (len(rows) - len(why))
-                start += len(rows)
-                _write_batch(rows, why, writers, fmt, options.reasoning, by_source)
-                bar.update(sum(1 for w in why if w != SKIP))
+        for rows, codes in facts.coded_batches():
+            why = labels[codes].tolist()
+            _write_batch(rows, why, writers, fmt, options.reasoning, by_source)
+            bar.update(sum(1 for w in why if w != SKIP))
         if "failed" in options.drop:
             for rows in failed_rows(folder, facts.failures):
                 _write_batch(rows, ["failed"] * len(rows), writers, fmt, options.reasoning, by_source)

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from datetime import datetime
-from typing import Any, NotRequired, TypedDict
+from typing import Any
 
 from kit.display import finite
 
@@ -24,29 +24,6 @@ IN_FLIGHT = "in_flight"
 ROWS_DONE = "rows_done"
 OUTPUT_TOKENS_DONE = "output_tokens_done"
 """Column names stage 4 (and the timeline's own files) read a saved frame by: fields of TimelineSample."""
-
-
-class TimelineRow(TypedDict):
-    """A saved sample (a row of metrics.jsonl / metrics.parquet): TimelineSample's fields by name, a
-    gauge only where served, `eta_s` and `tokens_left` only where the run forecasts."""
-
-    session: int
-    at: datetime | None
-    t_s: float
-    rows_done: int
-    output_tokens_done: int
-    rows_s: float | None
-    tok_s: float | None
-    in_flight: int
-    failures: int
-    gen_throughput: NotRequired[float]
-    num_running_reqs: NotRequired[float]
-    num_queue_reqs: NotRequired[float]
-    token_usage: NotRequired[float]
-    accept_length: NotRequired[float]
-    cache_hit_rate: NotRequired[float]
-    eta_s: NotRequired[float | None]
-    tokens_left: NotRequired[int]
 
 
 @dataclass(frozen=True)
@@ -80,15 +57,16 @@ class TimelineSample:
     """Seconds left at this sample's tokens/s (kit.generate.eta), where the run forecasts them."""
     tokens_left: int | None = None
 
-    def to_row(self) -> TimelineRow:
-        """The saved row: every column up to `failures`, a gauge where served, `eta_s` and
-        `tokens_left` where the run forecasts (eta_s then even when None: no tokens/s yet)."""
+    def to_row(self) -> dict[str, object]:
+        """The saved row (a line of metrics.jsonl), keyed by these fields' names in their order:
+        every column up to `failures`, a gauge where served, `eta_s` and `tokens_left` where the run
+        forecasts (eta_s then even when None: no tokens/s yet)."""
         forecast = self.tokens_left is not None
-        row: TimelineRow = {}  # type: ignore[typeddict-item]  # filled field by field, in their order
+        row: dict[str, object] = {}
         for f in fields(self):
             value = getattr(self, f.name)
             if value is not None or f.name in _ALWAYS or (forecast and f.name == "eta_s"):
-                row[f.name] = value  # type: ignore[literal-required]
+                row[f.name] = value
         return row
 
     @classmethod
@@ -113,4 +91,3 @@ _ALWAYS = {f.name for f in fields(TimelineSample) if f.default is not None}
 _RATES = {"rows_s", "tok_s"}
 _INTS = {SESSION, ROWS_DONE, OUTPUT_TOKENS_DONE, IN_FLIGHT, "failures", "tokens_left"}
 assert {SESSION, T_S, IN_FLIGHT, ROWS_DONE, OUTPUT_TOKENS_DONE} <= _ALWAYS, "names of TimelineSample's fields"
-assert list(TimelineRow.__annotations__) == [f.name for f in fields(TimelineSample)], "TimelineRow"

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from kit.params import SourceParams
-from kit.params_paths import LOCAL_BUILDERS
+from kit.params.paths import LOCAL_BUILDERS
 from kit.prompts.datafiles import local_files
 from kit.prompts.records import FilesOrigin, HubOrigin, OriginFile, SourceOrigin
 

@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable
 from typing import Any, TypedDict
 
-from kit.decide.measure.pilot import Answer, SweepPrompt
+from kit.decide.measure.pilot import Answer, SweepPrompt, answer_of
 from kit.decide.measure.tables import LevelFigures
 from kit.engines.answers import TransientEngineError
 from kit.engines.client import EngineClient
@@ -39,18 +39,6 @@ GREEDY = Sampling(temperature=0.0, top_p=1.0)
 """How the speculation sweep asks: every arm answers a prompt alike, so they compare on equal work."""
 MAX_ERROR_SHARE = 0.1
 """A level where more than this share of requests failed is not a measurement of the arm."""
-
-
-def _answer(prompt: SweepPrompt, r: Any, max_tokens: int) -> Answer:
-    return Answer(
-        id=prompt["id"],
-        source=prompt.get("source"),
-        prompt_tokens=prompt.get("prompt_tokens"),
-        completion_tokens=r.completion_tokens,
-        finish_reason=r.finish_reason,
-        max_tokens=max_tokens,
-        pilot=False,
-    )
 
 
 def _pct(values: list[float], q: float) -> float | None:
@@ -120,7 +108,7 @@ async def _level(
             out -= 1
         results.append(r)
         if "id" in p:
-            answers.setdefault(p["id"], _answer(p, r, max_tokens))
+            answers.setdefault(p["id"], answer_of(p, r, max_tokens))
 
     async def worker() -> None:
         nonlocal sent

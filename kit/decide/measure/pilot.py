@@ -22,6 +22,7 @@ import json
 import time
 from typing import Any, NotRequired, TypedDict
 
+from kit.engines.answers import ChatResult
 from kit.engines.client import EngineClient
 from kit.engines.flavors.base import RequestFields
 from kit.engines.request_fields import run_request_fields, tool_request_fields
@@ -98,6 +99,20 @@ class PilotFigures(TypedDict, total=False):
     why: str
 
 
+def answer_of(prompt: SweepPrompt, r: ChatResult, max_tokens: int, *, pilot: bool = False) -> Answer:
+    """The answer `r` to `prompt`, asked with `max_tokens`: a sweep level's (greedy), or the pilot's,
+    which then adds when it was sent and answered and its text."""
+    return Answer(
+        id=prompt.get("id"),
+        source=prompt.get("source"),
+        prompt_tokens=prompt.get("prompt_tokens"),
+        completion_tokens=r.completion_tokens,
+        finish_reason=r.finish_reason,
+        max_tokens=max_tokens,
+        pilot=pilot,
+    )
+
+
 def answer_text(r: Any) -> str:
     """All an answer made: its reasoning, its content and its tool calls (kit.engines.answers.ChatResult)."""
     calls = json.dumps(r.tool_calls) if r.tool_calls else ""
@@ -139,18 +154,11 @@ async def pilot(
         except EngineError as e:
             errors.append(str(e)[:300])
             return None
-        return Answer(
-            id=p.get("id"),
-            source=p.get("source"),
-            prompt_tokens=p.get("prompt_tokens"),
-            completion_tokens=r.completion_tokens,
-            finish_reason=r.finish_reason,
-            max_tokens=budget,
-            pilot=True,
-            sent_s=round(sent_s, 3),
-            ended_s=round(time.perf_counter() - t0, 3),
-            text=answer_text(r),
-        )
+        answer = answer_of(p, r, budget, pilot=True)
+        answer["sent_s"] = round(sent_s, 3)
+        answer["ended_s"] = round(time.perf_counter() - t0, 3)
+        answer["text"] = answer_text(r)
+        return answer
 
     t0 = time.perf_counter()
     await asyncio.gather(*(one(i, p, WARMUP_TOKENS) for i, p in enumerate(queue[:concurrency])))

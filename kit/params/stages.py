@@ -1,175 +1,19 @@
-"""The params file's sections: one frozen pydantic model per top-level key (`model`, `engine`, `probe`,
-`decide`, `data`, `generate`, `analyse`, `export`, `report`) and `RunParams`, the whole file. Unknown keys
-are errors, values are frozen once read; each section's validators check what one section can.
-
-Reading a file into these (paths resolved, every bad key named, YAML's duplicate keys refused) is
-kit/params.py, which re-exports every name here: import them from `kit.params`. The engine flavors'
-names come from kit/engines/flavor_names.py, not the flavor registry, whose modules name these types.
+"""The params sections of the stages (`probe`, `decide`, `data` and its sources, `generate` with its
+sampling and Ray, `analyse`, `export`, `report`): one frozen section per key, each checking what it
+can alone. Those of the model and engine are kit/params/engine.py; the whole file kit/params/run_params.py.
 """
 
 from __future__ import annotations
 
-import os
-import sys
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
-from kit.engines.flavor_names import BACKEND_SETTINGS, FLAVOR_NAMES, KV_CAP_FLAGS, NOT_STARTED
-from kit.errors import ParamsError
-
-
-class _Strict(BaseModel):
-    """Base for every params section: unknown keys are errors, values are frozen once read."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
+from kit.params.section import Section
 
 
-class ModelParams(_Strict):
-    path: Path
-    """A local Hugging Face model directory (config.json, weights, tokenizer)."""
-    demo: bool = False
-    """Build the embedded demo model at `path` when it is absent (no download, a few MB)."""
-    served_name: str | None = None
-    """The model name sent in requests; defaults to what the server lists at /v1/models."""
-
-
-class SpeculativeParams(_Strict):
-    algorithm: Literal["EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM", "MTP"] | None = None
-    num_steps: int | None = Field(default=None, ge=1, le=16)
-    eagle_topk: int | None = Field(default=None, ge=1, le=16)
-    num_draft_tokens: int | None = Field(default=None, ge=1, le=64)
-    draft_model_path: Path | None = None
-    adaptive: bool | None = None
-    """The engine's own adaptive speculation, num_steps its ceiling (the sweep's `decide.adaptive_k` arm
-    sets it; SGLang `--speculative-adaptive`, vLLM a batch-size schedule: docs/decision.md)."""
-
-
-SECRET_WORDS = {"KEY", "APIKEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD"}
-"""Words of an environment variable's name (split at `_`) that mark it as a secret."""
-
-
-FlavorName = Literal[FLAVOR_NAMES]  # type: ignore[valid-type]
-"""An engine flavor's name: one per module of kit/engines/flavors/ (kit/engines/flavor_names.py, which
-its registry `FLAVORS` checks itself against)."""
-
-
-class EngineParams(_Strict):
-    flavor: FlavorName = "transformers"
-    python: Path | None = None
-    """Interpreter of the engine's own environment (often another venv); default: this one."""
-    base_url: str | None = None
-    """For `external`: the URL of a server someone else runs, e.g. http://10.0.0.5:30000."""
-    host: str = "127.0.0.1"
-    port: int | None = Field(default=None, ge=1, le=65535)
-    """Port to bind; default: a free port chosen at start."""
-    startup_timeout_s: float = Field(default=600.0, gt=0)
-    device: str = "cpu"
-    """transformers flavor only: the torch device (`cpu`, `cuda`)."""
-    tp_size: int = Field(default=1, ge=1)
-    dp_size: int = Field(default=1, ge=1)
-    mem_fraction_static: float | None = Field(default=None, gt=0, lt=1)
-    max_running_requests: int | None = Field(default=None, ge=1)
-    cuda_graph_max_bs: int | None = Field(default=None, ge=1)
-    context_length: int | None = Field(default=None, ge=1)
-    attention_backend: str | None = None
-    sampling_backend: str | None = None
-    """SGLang's `--sampling-backend` (flashinfer, pytorch); unset: the engine's own choice."""
-    mamba_strategy: Literal["no_buffer", "extra_buffer", "extra_buffer_lazy"] | None = None
-    enable_metrics: bool = True
-    tool_call_parser: str | None = "auto"
-    """The engine's tool-call parser (sglang, vllm): `auto` picks it from the model's chat template
-    (docs/engines.md), null launches without one, any other name is passed as it is."""
-    reasoning_parser: str | None = "auto"
-    """The engine's reasoning parser, which splits the `<think>` block out of the answer: `auto`
-    picks it when the chat template can think, null keeps the thinking inside the completion."""
-    replicas: int = Field(default=1, ge=1)
-    """Independent servers to start, one per GPU group, balanced by the client (SGLang's own
-    `dp_size` is usually simpler: one server, N replicas behind one port)."""
-    gpus_per_replica: int | None = Field(default=None, ge=1)
-    """With `replicas > 1`: GPUs each server gets through CUDA_VISIBLE_DEVICES (default tp_size)."""
-    replica_gpus: list[str] | None = None
-    """With `replicas > 1`: each server's CUDA_VISIBLE_DEVICES, one entry per replica, where the
-    contiguous groups of `gpus_per_replica` do not fit: `["0,1", "4,5"]` skips busy GPUs, `["0", "0"]`
-    puts two servers on one GPU (each then needs a KV cache of its own size in `extra_args`, e.g.
-    SGLang's `--max-total-tokens`: an engine sizes its cache from the memory free at its start).
-    The local executor only: on Ray each actor is given its GPUs by Ray."""
-    speculative: SpeculativeParams = SpeculativeParams()
-    extra_args: list[str] = []
-    """Flags passed through verbatim to the launcher, after the kit's own."""
-    env: dict[str, str] = {}
-    """Extra environment variables for the server process (saved in params.yaml: no secrets here;
-    the server inherits the kit's own environment)."""
-    api_key_env: str | None = None
-    """Name of the environment variable that holds the key of a server started with `--api-key`
-    (sent as `Authorization: Bearer`). The key itself is never written to the run folder."""
-
-    @model_validator(mode="after")
-    def _external_needs_url(self) -> EngineParams:
-        if self.flavor in NOT_STARTED and not self.base_url:
-            raise ValueError(f"flavor {self.flavor!r} needs engine.base_url (the server's URL)")
-        return self
-
-    @model_validator(mode="after")
-    def _spelt_by_the_flavor(self) -> EngineParams:
-        if self.sampling_backend and "sampling_backend" not in BACKEND_SETTINGS[self.flavor]:
-            raise ValueError(
-                f"engine.sampling_backend is set, but {self.flavor} has no sampling backend to choose: "
-                "remove it (only flavor sglang takes --sampling-backend)"
-            )
-        return self
-
-    @model_validator(mode="after")
-    def _one_gpu_group_per_replica(self) -> EngineParams:
-        groups = self.replica_gpus
-        if groups is None:
-            return self
-        if len(groups) != self.replicas:
-            raise ValueError(
-                f"engine.replica_gpus names {len(groups)} GPU group(s) for {self.replicas} replica(s): "
-                "give one CUDA_VISIBLE_DEVICES value per replica, or set engine.replicas to match"
-            )
-        seen = [g.strip() for group in groups for g in group.split(",")]
-        cap = KV_CAP_FLAGS.get(self.flavor)
-        if len(seen) != len(set(seen)) and cap and cap not in self.extra_args:
-            raise ValueError(
-                f"engine.replica_gpus puts two servers on one GPU ({groups}), and {self.flavor} sizes its KV "
-                f"cache from the memory free when it starts, so the later one would find none: add "
-                f"{cap} N to engine.extra_args (N tokens of KV cache each, small enough for all to fit)"
-            )
-        return self
-
-    @model_validator(mode="after")
-    def _no_secret_in_the_run_folder(self) -> EngineParams:
-        if any(a == "--api-key" or a.startswith("--api-key=") for a in self.extra_args):
-            raise ValueError(
-                "engine.extra_args holds --api-key: it would be saved in params.yaml and the server's "
-                "log. Export the key in an environment variable and name it in engine.api_key_env"
-            )
-        secret = [k for k in self.env if SECRET_WORDS & set(k.upper().split("_"))]
-        if secret:
-            raise ValueError(
-                f"engine.env sets {', '.join(secret)}: params.yaml keeps engine.env, so a secret there "
-                "lands in the run folder. Export it in the shell instead (the server inherits the kit's "
-                "environment); a server key goes in a variable named by engine.api_key_env"
-            )
-        return self
-
-    def api_key(self) -> str | None:
-        """The key named by `api_key_env`, read from the environment now (None without one)."""
-        if self.api_key_env is None:
-            return None
-        key = os.environ.get(self.api_key_env)
-        if not key:
-            raise ParamsError(
-                f"engine.api_key_env is {self.api_key_env}, but no such environment variable is set: "
-                f"export {self.api_key_env}=<the server's key> before running the kit"
-            )
-        return key
-
-
-class ProbeParams(_Strict):
+class ProbeParams(Section):
     measure_gpu: bool = False
     """Time a device-to-device copy and a bf16 matmul (< 10 s) when a GPU is present."""
     context_length: int = Field(default=4096, ge=1)
@@ -177,7 +21,7 @@ class ProbeParams(_Strict):
     mem_fraction: float = Field(default=0.85, gt=0, lt=1)
 
 
-class DecideParams(_Strict):
+class DecideParams(Section):
     concurrencies: list[int] = [1, 4, 16]
     num_prompts: int = Field(default=32, ge=1)
     """Prompts in the fixed sweep sample (cycled when a concurrency needs more)."""
@@ -272,7 +116,7 @@ class DecideParams(_Strict):
         return self
 
 
-class SourceParams(_Strict):
+class SourceParams(Section):
     name: str
     """Name of this source in the outputs (the `source` column)."""
     adapter: str
@@ -292,7 +136,7 @@ class SourceParams(_Strict):
     """Output budget for this source's prompts (default: generate.sampling.max_tokens)."""
 
 
-class DataParams(_Strict):
+class DataParams(Section):
     seed: int = 0
     demo_fixtures: Path | None = None
     """Write the bundled fixture files (all six source schemas) to this folder when absent."""
@@ -302,7 +146,7 @@ class DataParams(_Strict):
     dedup: bool = True
 
 
-class SamplingParams(_Strict):
+class SamplingParams(Section):
     """What each request asks of the engine. Unset fields (None) are not sent, so the engine's and
     the model's defaults apply; the kit refuses, before the run, a field the engine would reject."""
 
@@ -329,7 +173,7 @@ class SamplingParams(_Strict):
     """Engine-specific request fields (e.g. SGLang's `ignore_eos`), sent as they are."""
 
 
-class RayParams(_Strict):
+class RayParams(Section):
     """Stage 3 on a Ray cluster (`generate.executor: ray`): one engine replica per Ray actor."""
 
     address: str | None = None
@@ -349,7 +193,7 @@ class RayParams(_Strict):
     always go to the actors left)."""
 
 
-class GenerateParams(_Strict):
+class GenerateParams(Section):
     sampling: SamplingParams = SamplingParams()
     executor: Literal["local", "ray"] = "local"
     """`local`: this process and its servers (engine.replicas); `ray`: engine replicas as Ray
@@ -394,7 +238,7 @@ class GenerateParams(_Strict):
     it restarts (requests still out then are sent again, never lost or doubled)."""
 
 
-class AnalyseParams(_Strict):
+class AnalyseParams(Section):
     refusal_patterns: list[str] = [
         r"^\s*(I'm sorry|I am sorry|I cannot|I can't|As an AI)",
     ]
@@ -407,48 +251,11 @@ class AnalyseParams(_Strict):
     near_duplicate_num_perm: int = Field(default=128, ge=16, le=1024)
 
 
-class ExportParams(_Strict):
+class ExportParams(Section):
     license: str | None = None
     """The dataset card's `license` (a Hub license id such as apache-2.0); unset: `unknown`."""
     pretty_name: str | None = None
 
 
-class ReportParams(_Strict):
+class ReportParams(Section):
     hide_code: bool = True
-
-
-class RunParams(_Strict):
-    run: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
-    """Run name: outputs go to `<output_dir>/<run>/`."""
-    output_dir: Path = Path("../outputs")
-    model: ModelParams
-    engine: EngineParams = EngineParams()
-    probe: ProbeParams = ProbeParams()
-    decide: DecideParams = DecideParams()
-    data: DataParams = DataParams()
-    generate: GenerateParams = GenerateParams()
-    analyse: AnalyseParams = AnalyseParams()
-    export: ExportParams = ExportParams()
-    report: ReportParams = ReportParams()
-    source_file: Path | None = None
-    """Where these params were read from (set by `load_params`)."""
-
-    @model_validator(mode="after")
-    def _backends_spelt_by_the_flavor(self) -> RunParams:
-        spelt = BACKEND_SETTINGS[self.engine.flavor]
-        unknown = [k for k in self.decide.backends if k not in spelt]
-        if unknown:
-            can = f"it can measure {', '.join(spelt)}" if spelt else "it measures none"
-            raise ValueError(
-                f"decide.backends names {', '.join(unknown)}, which {self.engine.flavor} cannot be "
-                f"launched with ({can}): remove it from decide.backends, or use flavor sglang"
-            )
-        return self
-
-    @property
-    def run_dir(self) -> Path:
-        return self.output_dir / self.run
-
-    @property
-    def engine_python(self) -> Path:
-        return self.engine.python or Path(sys.executable)

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING
 from kit.engines.flavor_names import FLAVOR_NAMES, NOT_STARTED
 
 if TYPE_CHECKING:
-    from kit.params_sections import RunParams
+    from kit.params.run_params import RunParams
 
 LOCAL_BUILDERS = ("json", "parquet", "csv", "text")
 """`dataset` values whose data_files are local files (datasets' packaged builders)."""

@@ -1,13 +1,11 @@
-"""Run parameters: one YAML file per run, validated into frozen, typed config objects.
+"""Reading a params file: YAML (a key given twice refused) validated into `RunParams`, every bad key
+named with what is allowed, every path checked (kit/params/paths.py), then relative paths resolved.
 
 Relative paths in a params file are resolved against the directory that holds the file, so
 `params/demo.yaml` can say `model: {path: ../.cache/demo/model}` and work from any working
 directory (the shell, JupyterLab's `notebooks/`, papermill). Every input path that does not exist
 (relative or absolute), and a folder to make that would start a new tree at the filesystem root,
-is refused with its key named, all of them in one error (kit.params_paths).
-
-Here: reading a file (`load_params`, `saved_params`, `dump_params`). The sections it validates into
-(`RunParams`, `EngineParams`, ...) live in kit/params_sections.py and are imported from here.
+is refused with its key named, all of them in one error.
 """
 
 from __future__ import annotations
@@ -20,48 +18,8 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from kit.errors import ParamsError
-from kit.params_paths import path_problems
-from kit.params_sections import (
-    SECRET_WORDS,
-    AnalyseParams,
-    DataParams,
-    DecideParams,
-    EngineParams,
-    ExportParams,
-    FlavorName,
-    GenerateParams,
-    ModelParams,
-    ProbeParams,
-    RayParams,
-    ReportParams,
-    RunParams,
-    SamplingParams,
-    SourceParams,
-    SpeculativeParams,
-)
-
-__all__ = [
-    "SECRET_WORDS",
-    "AnalyseParams",
-    "DataParams",
-    "DecideParams",
-    "DuplicateKeyError",
-    "EngineParams",
-    "ExportParams",
-    "FlavorName",
-    "GenerateParams",
-    "ModelParams",
-    "ProbeParams",
-    "RayParams",
-    "ReportParams",
-    "RunParams",
-    "SamplingParams",
-    "SourceParams",
-    "SpeculativeParams",
-    "dump_params",
-    "load_params",
-    "saved_params",
-]
+from kit.params.paths import path_problems
+from kit.params.run_params import RunParams
 
 
 def _resolve_paths(obj: Any, base: Path) -> Any:
@@ -135,7 +93,7 @@ def load_params(path: str | Path, run: str | None = None, *, check_paths: bool =
     """Read and validate a params file; `run` overrides the run name in it.
 
     Raises `ParamsError` naming the file and every bad key with what is allowed, and (`check_paths`)
-    every input path that does not exist (kit.params_paths), before anything is built or launched.
+    every input path that does not exist (kit/params/paths.py), before anything is built or launched.
     A run folder's saved copy is read without that check: its inputs may have moved since it ran.
     """
     path = Path(path).expanduser()
