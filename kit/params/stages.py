@@ -42,7 +42,7 @@ class DecideParams(Section):
     and the decision compares the intervals of their medians (kit.decide.measure.noise)."""
     time_budget_s: float | None = Field(default=None, gt=0)
     """Seconds the sweep may take: rounds that would overrun it are left out (at least one runs).
-    Unset: `budget_share` of the job's forecast hours on the plain arm (kit.decide.sweep.budget)."""
+    Unset: `budget_share` of the job's forecast hours on the plain arm (kit.decide.sweep.limits)."""
     budget_share: float = Field(default=0.02, ge=0, le=1)
     """Without `time_budget_s`, the sweep may take this share of the job it decides for (the plan's
     output tokens at plain decoding's measured rate, read after the first round), never less than
@@ -50,7 +50,7 @@ class DecideParams(Section):
     gets its repetitions. 0: no budget (every round runs)."""
     racing: bool = True
     """After each round, leave out the (arm, level) measurements already ruled out outside the
-    noise (kit.decide.sweep.racing): the rounds that remain go to the close calls. False: every round
+    noise (kit.decide.sweep.limits): the rounds that remain go to the close calls. False: every round
     measures every arm at every level."""
     crash_restarts: int = Field(default=2, ge=0)
     """Times an arm's server that dies while measured is restarted (and its level measured again)
