@@ -151,7 +151,7 @@ class Noise(Record):
 
 @dataclass(frozen=True, kw_only=True)
 class SkippedMeasurement(Record):
-    """One measurement the sweep did not make because racing had settled it (kit.decide.sweep.racing): the
+    """One measurement the sweep did not make because racing had settled it (kit.decide.sweep.limits): the
     arm at that level in that round, and why."""
 
     arm: str = ""
@@ -187,7 +187,7 @@ class SweepCost(Record):
     """The time budget the sweep ran under (None: none)."""
     budget_rule: str = ""
     """Where the budget came from: the params' decide.time_budget_s, or a share of the job's
-    forecast hours (kit.decide.sweep.budget)."""
+    forecast hours (kit.decide.sweep.limits)."""
     runs: int = 1
     """The `kit decide` runs the sweep took (more than one: stopped part way and resumed)."""
     compile_cache: str | None = optional()

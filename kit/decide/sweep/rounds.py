@@ -1,6 +1,6 @@
 """The sweep's rounds: the drift check's start, then each round of interleaved measurements, the
-rounds after the first racing (only the (arm, level) pairs still open are measured: kit.decide.sweep.racing)
-while the time budget allows (kit.decide.sweep.budget: the user's, else a share of the job, sized after
+rounds after the first racing (only the (arm, level) pairs still open are measured: kit.decide.sweep.limits)
+while the time budget allows (kit.decide.sweep.limits: the user's, else a share of the job, sized after
 the first round). What was left out, and why, and what the sweep cost (decision.json's `sweep_cost`)
 are kept here.
 

@@ -77,7 +77,7 @@ def skip_reason(params: RunParams, arm: Arm, mtp_status: str | None) -> str | No
 
 def run_sweep(setup: SweepSetup, fresh: bool = False) -> SweepResult:
     """Measure every arm in interleaved rounds, racing (each round after the first measures only
-    what is still open: kit.decide.sweep.racing) within the time budget (kit.decide.sweep.budget); write
+    what is still open: kit.decide.sweep.limits) within the time budget (kit.decide.sweep.limits); write
     `sweep_runs.parquet` (every measurement) and `sweep.parquet` (per arm and level, with intervals)
     and return them with what the sweep learnt of itself (`SweepResult`). The pilot's prompts are
     answered once by the plain arm's server at the end, as stage 3 samples (kit.decide.measure.pilot), then
