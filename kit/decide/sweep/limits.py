@@ -34,7 +34,6 @@ Stage 3's tail and server start are left out: the budget is a share of the job's
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TypeVar
@@ -42,10 +41,10 @@ from typing import TypeVar
 import pandas as pd
 
 from kit.columns import OUTPUT_TOK_S
+from kit.decide.choose.measured import arm_bests
 from kit.decide.forecast.inputs import plan_lengths
+from kit.decide.measure.noise import MIN_PAIRS, Lead
 from kit.decide.measure.pilot import ANSWER_COLUMNS, Answer
-from kit.decide.measure.servers import ArmServers, Slot
-from kit.decide.measure.slots import SweepLog
 from kit.decide.measure.tables import RUN_COLUMNS, SweepRow, arm_lead, flag_slow, summarise
 from kit.decide.sweep.setup import SweepSetup
 from kit.display import hours
@@ -81,12 +80,15 @@ class Settled:
 def settle(runs: pd.DataFrame, adaptive: Iterable[str] = ()) -> list[Settled]:
     """The (arm, level) pairs the measurements so far settle (module docstring); `runs` are the
     sweep's measurements as sweep_runs.parquet keeps them, `adaptive` names the engine's own
-    adaptive arms."""
+    adaptive arms. An arm's best level, the figure the decision compares across levels, stays open
+    while that comparison is (`open_bests`)."""
     adaptive = set(adaptive)
     if runs.empty:
         return []
     table = summarise(runs)
     table = table[(table.status == "ok") & table[OUTPUT_TOK_S].notna()]
+    spread = replicate_ratio(runs)
+    keep = open_bests(table[~table.arm.isin(adaptive)], runs, spread)
     out: list[Settled] = []
     for c, g in table.groupby("concurrency", sort=True):
         core = g[~g.arm.isin(adaptive)]
@@ -99,12 +101,58 @@ def settle(runs: pd.DataFrame, adaptive: Iterable[str] = ()) -> list[Settled]:
             if arm == leader:
                 continue
             lead = arm_lead(runs, leader, level, arm, level)
-            if lead.counts:
+            if decisive(lead, spread):
                 here.append(Settled(arm, level, leader, lead.ratio.median, lead.ratio.n))
-        out += here
         if len(here) == len(g) - 1 and len(g) > 1:
-            out.append(Settled(leader, level, leader, 1.0, min(s.rounds for s in here)))
+            here.append(Settled(leader, level, leader, 1.0, min(s.rounds for s in here)))
+        out += [s for s in here if (s.arm, s.concurrency) not in keep]
     return out
+
+
+def open_bests(table: pd.DataFrame, runs: pd.DataFrame, spread: float = 1.0) -> set[tuple[str, int]]:
+    """The (arm, best level) pairs the decision's own comparison still needs (kit.decide.choose.measured:
+    each arm at its best level against the leader at its best): an arm the leader does not yet beat
+    outside the noise there, and the leader's best while any such arm is left. A level every other
+    arm lost may still be its leader's best: the decision reads that figure against the other arms'
+    bests at other levels (a CPU sweep replayed chose n-gram k=1 over plain once plain's best level
+    was left at one round)."""
+    bests = arm_bests(table)
+    if len(bests) < 2:
+        return set()
+    leader = max(bests, key=lambda b: b.median)
+    close = {
+        (b.arm, b.concurrency)
+        for b in bests
+        if b is not leader
+        and not decisive(arm_lead(runs, leader.arm, leader.concurrency, b.arm, b.concurrency), spread)
+    }
+    return close | {(leader.arm, leader.concurrency)} if close else set()
+
+
+def replicate_ratio(runs: pd.DataFrame) -> float:
+    """The largest ratio between measurements of one (arm, level) that the first round already
+    repeats: the drift check's start (plain at the top level) and the same arm and level in the
+    rounds. A lead read off fewer than three rounds must exceed it as well as the ±10% assumed of an
+    arm measured once, or it is the machine's noise, not the arms': on the H100 the 27B shape's
+    plain arm at 256 measured 1,727 and 1,732 tok/s (1.003); on this 2-core CPU the demo's plain at 8
+    measured 693 then 269 (2.58), and a round-0 lead of 1.71x that the full sweep found inside the
+    noise would otherwise have settled the decision. 1.0 where nothing is repeated yet."""
+    start = runs[(runs.phase == "start") & (runs.status == "ok") & runs[OUTPUT_TOK_S].notna()]
+    if start.empty:
+        return 1.0
+    arm, level = start.arm.iloc[0], start.concurrency.iloc[0]
+    same = runs[(runs.arm == arm) & (runs.concurrency == level) & (runs.status == "ok")]
+    values = [float(v) for v in same[OUTPUT_TOK_S].dropna() if float(v) > 0]
+    return max(values) / min(values) if len(values) >= 2 else 1.0
+
+
+def decisive(lead: Lead, spread: float) -> bool:
+    """A lead racing acts on: one the decision counts (kit.decide.measure.noise.Lead.counts), and,
+    read off fewer than `MIN_PAIRS` rounds, larger than the first round's own repeat (`spread`)."""
+    if not lead.counts:
+        return False
+    r = lead.ratio.median
+    return lead.ratio.n >= MIN_PAIRS or max(r, 1 / r) > spread
 
 
 def race(slots: Iterable[S], closed: Iterable[Settled]) -> tuple[list[S], list[S]]:
@@ -206,33 +254,3 @@ def runs_frame(rows: list[SweepRow]) -> pd.DataFrame:
     if not rows:
         return pd.DataFrame(columns=RUN_COLUMNS)
     return flag_slow(pd.DataFrame(rows).reindex(columns=RUN_COLUMNS))
-
-
-def fits(
-    rows: list[SweepRow],
-    budget: float | None,
-    t0: float,
-    slots: list[Slot],
-    end: list[Slot],
-    servers: ArmServers,
-    sweep_log: SweepLog,
-    what: str,
-) -> bool:
-    """Whether measuring `slots`, then the end check, fits in the time budget, at the sweep's pace so
-    far: its levels' mean time, plus a server start (their mean so far) for each change of arm when
-    the servers run one at a time (`what`: the log's word on what is left out when it does not
-    fit). On the H200 a Qwen3-32B server took ~95 s to start and a level
-    ~11 s: two disturbed levels cost three restarts, not two levels' time; and three servers side
-    by side took 170 s to come up, once, before rounds of ~110 s (the first start is paid once)."""
-    if budget is None or not rows:
-        return True
-    elapsed = time.monotonic() - t0
-    starting = sum(servers.start_s)
-    per_level = max(elapsed - starting, 0.0) / len(rows)
-    per_start = starting / len(servers.start_s) if servers.start_s else 0.0
-    more = (len(slots) + len(end)) * per_level + servers.starts_for(slots + end) * per_start
-    if elapsed + more <= budget:
-        return True
-    spent = f"about {more:.0f} s more with the end check, {elapsed:.0f} s spent"
-    sweep_log.line(f"time budget {budget:g} s: {what} ({spent})")
-    return False

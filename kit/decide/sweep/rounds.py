@@ -23,7 +23,6 @@ from kit.decide.measure.tables import SweepRow
 from kit.decide.sweep.limits import (
     Settled,
     SweepBudget,
-    fits,
     params_budget,
     race,
     round_budget,
@@ -146,3 +145,33 @@ class Race:
             runs=1 + len(before),
             compile_cache=str(servers.compile_cache) if servers.compile_cache else None,
         )
+
+
+def fits(
+    rows: list[SweepRow],
+    budget: float | None,
+    t0: float,
+    slots: list[Slot],
+    end: list[Slot],
+    servers: ArmServers,
+    sweep_log: SweepLog,
+    what: str,
+) -> bool:
+    """Whether measuring `slots`, then the end check, fits in the time budget, at the sweep's pace so
+    far: its levels' mean time, plus a server start (their mean so far) for each change of arm when
+    the servers run one at a time (`what`: the log's word on what is left out when it does not
+    fit). On the H200 a Qwen3-32B server took ~95 s to start and a level
+    ~11 s: two disturbed levels cost three restarts, not two levels' time; and three servers side
+    by side took 170 s to come up, once, before rounds of ~110 s (the first start is paid once)."""
+    if budget is None or not rows:
+        return True
+    elapsed = time.monotonic() - t0
+    starting = sum(servers.start_s)
+    per_level = max(elapsed - starting, 0.0) / len(rows)
+    per_start = starting / len(servers.start_s) if servers.start_s else 0.0
+    more = (len(slots) + len(end)) * per_level + servers.starts_for(slots + end) * per_start
+    if elapsed + more <= budget:
+        return True
+    spent = f"about {more:.0f} s more with the end check, {elapsed:.0f} s spent"
+    sweep_log.line(f"time budget {budget:g} s: {what} ({spent})")
+    return False
