@@ -43,6 +43,7 @@ def test_sweep_decision_and_generation_through_sglang_flags(write_params, tmp_pa
                 "num_prompts": 4,
                 "max_tokens": 32,
                 "servers": "one_at_a_time",  # as on a GPU box: each arm's server in turn, every round
+                "racing": False,  # every round measures every arm: the launches below are the schedule's
                 "answers_check": False,  # the stand-in's answers are no model's; its launches are counted
             },
             generate={"concurrency": None, "sampling": {"max_tokens": 32, "seed": 0}},
