@@ -63,3 +63,18 @@ def test_sglang_servers_get_its_own_caches_of_both_versions_too() -> None:
         names
     )
     assert len(set(names.values())) == len(names)
+
+
+def test_torchs_own_default_is_not_taken_for_the_users_choice() -> None:
+    """torch writes its default Inductor folder into TORCHINDUCTOR_CACHE_DIR of any process that used
+    Inductor (a notebook kernel that profiled; CI's test session, 2026-12-07): that value is not the
+    user's, and the kit's folder wins over it; a folder the user named is kept."""
+    from kit.engines.compile_cache import torch_default_inductor_dir, users_environ
+
+    torch_set = {"TORCHINDUCTOR_CACHE_DIR": torch_default_inductor_dir(), "PATH": "/bin"}
+    assert users_environ(torch_set) == {"PATH": "/bin"}
+    mine = {"TORCHINDUCTOR_CACHE_DIR": "/data/inductor"}
+    assert users_environ(mine) == mine
+    import torch._inductor.runtime.cache_dir_utils as torch_cache
+
+    assert torch_default_inductor_dir() == torch_cache.default_cache_dir()

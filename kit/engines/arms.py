@@ -10,9 +10,12 @@ flavor spells it (`kit.engines.flavors`: SGLang's steps / top-k / draft tokens, 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from kit.columns import SPEC_K
+
+if TYPE_CHECKING:
+    from kit.params import SpeculativeParams
 
 DraftSource = Literal["heads", "model", "none"]
 
@@ -121,3 +124,17 @@ def resolve_algorithm(name: str | None, has_draft_model: bool) -> Algorithm:
     heads, as in SGLang."""
     a = ALGORITHMS[name or DEFAULT_ALGORITHM]
     return ALGORITHMS["MTP"] if a.name == "EAGLE" and not has_draft_model else a
+
+
+# ---- reading `engine.speculative` (what the user wrote, or what `spell_arm` made) ------------------
+def section_algorithm(spec: SpeculativeParams) -> Algorithm:
+    """The algorithm of a speculative params section."""
+    return resolve_algorithm(spec.algorithm, spec.draft_model_path is not None)
+
+
+def draft_length(spec: SpeculativeParams) -> int | None:
+    """k of a speculative section: `num_steps` (every flavor spells an arm's k there), else the
+    draft tokens a user wrote less the verified one."""
+    if spec.num_steps:
+        return spec.num_steps
+    return spec.num_draft_tokens - 1 if spec.num_draft_tokens and spec.num_draft_tokens > 1 else None

@@ -15,8 +15,11 @@ as the user set it (`kit.engines.process.ServerProcess` adds these under both).
 
 from __future__ import annotations
 
+import getpass
 import hashlib
 import os
+import re
+import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -63,6 +66,27 @@ def compile_cache_folder(flavor_name: str, python: str | Path, installed: str | 
 def compile_cache_env(variables: Mapping[str, str], folder: Path) -> dict[str, str]:
     """Each compile-cache variable (variable -> subfolder) pointed at its subfolder of `folder`."""
     return {name: str(folder / sub) for name, sub in variables.items()}
+
+
+def torch_default_inductor_dir() -> str:
+    """Where torch's Inductor caches when TORCHINDUCTOR_CACHE_DIR is unset (torch 2.13,
+    torch/_inductor/runtime/cache_dir_utils.py `default_cache_dir`: $TMPDIR/torchinductor_<user>)."""
+    try:
+        user = getpass.getuser()
+    except (KeyError, ModuleNotFoundError, OSError):
+        user = f"uid_{os.getuid()}" if hasattr(os, "getuid") else "unknown_user"
+    return os.path.join(tempfile.gettempdir(), "torchinductor_" + re.sub(r'[\\/:*?"<>|]', "_", user))
+
+
+def users_environ(environ: Mapping[str, str]) -> dict[str, str]:
+    """`environ` as the user set it: torch writes its own default into TORCHINDUCTOR_CACHE_DIR of any
+    process that used Inductor (`cache_dir()` sets os.environ: a notebook kernel that profiled, a
+    test session), which would otherwise pass for the user's choice and keep every server the kit
+    starts from there out of the kit's folder (CI, 2026-12-07)."""
+    env = dict(environ)
+    if env.get("TORCHINDUCTOR_CACHE_DIR") == torch_default_inductor_dir():
+        del env["TORCHINDUCTOR_CACHE_DIR"]
+    return env
 
 
 def kept_by_user(variables: Mapping[str, str], *given: Mapping[str, str]) -> list[str]:

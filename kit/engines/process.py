@@ -28,7 +28,7 @@ import psutil
 from kit.engines import launcher as launchers
 from kit.engines import reaper
 from kit.engines.client import is_loopback, key_refused
-from kit.engines.compile_cache import compile_cache_env, compile_cache_folder, kept_by_user
+from kit.engines.compile_cache import compile_cache_env, compile_cache_folder, kept_by_user, users_environ
 from kit.engines.crashes import Crash, read_crash
 from kit.engines.flavors import flavor, server_command, server_env
 from kit.engines.start_failures import explain_start_failure, start_failure_name
@@ -219,12 +219,12 @@ class ServerProcess:
         environment and the flavor's variables and `engine.env` (a variable set there wins)."""
         variables = flavor(self.params.engine.flavor).compile_cache_vars
         own = compile_cache_env(variables, self.compile_cache) if self.compile_cache else {}
-        return {**own, **os.environ, **server_env(self.params)}
+        return {**own, **users_environ(os.environ), **server_env(self.params)}
 
     def _compile_cache_note(self) -> str:
         """The log line that names the compile-cache folder, and the variables the user set."""
         variables = flavor(self.params.engine.flavor).compile_cache_vars
-        kept = kept_by_user(variables, os.environ, server_env(self.params))
+        kept = kept_by_user(variables, users_environ(os.environ), server_env(self.params))
         note = f"==== kit: compile caches in {self.compile_cache}"
         return note + (f" (kept as set: {', '.join(kept)})" if kept else "") + "\n"
 

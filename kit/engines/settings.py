@@ -18,8 +18,8 @@ from typing import Any, TypedDict, cast
 
 from kit.artifacts.decision_json import EngineSettings
 from kit.engines import flavors
-from kit.engines.arms import DEFAULT_ALGORITHM, Algorithm, Arm
-from kit.engines.flavors.base import ArmSpelling, SpeculativeJson, section_algorithm
+from kit.engines.arms import DEFAULT_ALGORITHM, Algorithm, Arm, section_algorithm
+from kit.engines.flavors.base import ArmSpelling, SpeculativeJson
 from kit.params import EngineParams, RunParams, SpeculativeParams
 
 __all__ = [

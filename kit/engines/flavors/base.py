@@ -14,13 +14,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypedDict
 
-from kit.engines.arms import Algorithm, Arm, resolve_algorithm
+from kit.engines.arms import Arm
 from kit.engines.compile_cache import TORCH_CACHE_VARS
 from kit.errors import EngineError
 from kit.modelshape import shape_of
 
 if TYPE_CHECKING:  # annotations only: the flavors load without pydantic (benchmarks/probe_gpu.py)
-    from kit.params import EngineParams, RunParams, SamplingParams, SpeculativeParams
+    from kit.params import EngineParams, RunParams, SamplingParams
 
 DEFAULT_CPU_CACHE_GIB = 4.0
 """KV cache a server on a CPU is assumed to take when its flavor says nothing else."""
@@ -285,20 +285,6 @@ class Flavor:
     def cpu_cache_gib(self, eng: EngineParams) -> float:
         """GiB of KV cache one of its servers takes on a CPU."""
         return DEFAULT_CPU_CACHE_GIB
-
-
-# ---- reading `engine.speculative` (what the user wrote, or what `spell_arm` made) ------------------
-def section_algorithm(spec: SpeculativeParams) -> Algorithm:
-    """The algorithm of a speculative params section."""
-    return resolve_algorithm(spec.algorithm, spec.draft_model_path is not None)
-
-
-def draft_length(spec: SpeculativeParams) -> int | None:
-    """k of a speculative section: `num_steps` (every flavor spells an arm's k there), else the
-    draft tokens a user wrote less the verified one."""
-    if spec.num_steps:
-        return spec.num_steps
-    return spec.num_draft_tokens - 1 if spec.num_draft_tokens and spec.num_draft_tokens > 1 else None
 
 
 def opt(flag: str, value: object) -> list[str]:

@@ -15,9 +15,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from kit.engines import parsers
-from kit.engines.arms import Arm, adaptive_bands
+from kit.engines.arms import Arm, adaptive_bands, draft_length, section_algorithm
 from kit.engines.compile_cache import CUDA_CACHE_VARS, TORCH_CACHE_VARS
-from kit.engines.flavors.base import ArmSpelling, Flavor, draft_length, opt, section_algorithm
+from kit.engines.flavors.base import ArmSpelling, Flavor, opt
 from kit.engines.start_parts import NUMBER, parts, span, stamped, summed
 
 if TYPE_CHECKING:

