@@ -6,7 +6,7 @@ are kept here.
 
     race = Race(setup, arms, done, sweep_log)
     new = race.rounds(plan, measured, servers, bar, journal)   # every measurement made
-    cost = race.cost(wall_s, measurements, servers)
+    cost = race.cost(wall_s, measurements, rounds, servers, journal.spent)
 """
 
 from __future__ import annotations
@@ -43,10 +43,8 @@ class Race:
         self.adaptive = {a.name for a in arms if a.adaptive}
         self.t0 = time.monotonic()
         self.budget: SweepBudget = params_budget(setup.params) or SweepBudget(None, "")
-        """The user's, or (empty rule) sized after the first round from the job (`_size`)."""
+        """The user's, or (empty rule) sized after the first round from the job (`round_budget`)."""
         self.skipped: list[tuple[Slot, Settled]] = []
-        self.began = 0
-        """Rounds begun (a round with nothing left open is not begun)."""
 
     def rounds(
         self,
@@ -86,7 +84,6 @@ class Race:
                 bar.total -= len(todo) + len([s for s in plan if s.phase == "sweep" and s.round > r])
                 log.warning("the sweep's time budget (%s) allows %d round(s)", self.budget.rule, r)
                 break
-            self.began += 1
             new += run_slots(todo, servers, prompts, bar, self.log, self.t0, journal)
         return new
 
@@ -118,10 +115,10 @@ class Race:
         )
 
     def cost(
-        self, wall_s: float, measurements: int, servers: ArmServers, before: list[Spent] | None = None
+        self, wall_s: float, measurements: int, rounds: int, servers: ArmServers, before: list[Spent]
     ) -> SweepCost:
-        """decision.json's `sweep_cost`: this run of the sweep and the stopped runs `before` it."""
-        before = before or []
+        """decision.json's `sweep_cost`: this run of the sweep and the stopped runs `before` it
+        (`rounds`: the planned rounds that measured anything, over every run)."""
         parts: dict[str, float] = {}
         for start in servers.start_parts:
             for name, seconds in start.items():
@@ -139,7 +136,7 @@ class Race:
                 )
                 for slot, s in self.skipped
             ],
-            rounds=self.began,
+            rounds=rounds,
             budget_s=None if self.budget.seconds is None else round(self.budget.seconds, 1),
             budget_rule=self.budget.rule or "no budget",
             runs=1 + len(before),

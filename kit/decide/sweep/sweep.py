@@ -28,7 +28,6 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterable
-from dataclasses import replace
 
 import pandas as pd
 
@@ -180,9 +179,7 @@ def run_sweep(setup: SweepSetup, fresh: bool = False) -> SweepResult:
         resumed=len(prior),
         servers_idle_cpu_pct=None if servers.idle_cpu is None else round(100 * servers.idle_cpu, 1),
         servers_held=servers.held,
-        cost=replace(
-            race.cost(wall_s, len(new), servers, journal.spent), rounds=_rounds(runs, d.repetitions)
-        ),
+        cost=race.cost(wall_s, len(new), _rounds(runs, d.repetitions), servers, journal.spent),
     )
 
 
