@@ -216,7 +216,8 @@ def generate(
         log.info(
             "engine settings from %s: %s", folder.decision, applied_words(applied, speculation_label(params))
         )
-    params, _ = with_cpu_kv_space(params, folder.read_probe(lenient=True))  # said in the log
+    # said in the log; the decision's mem_fraction_static is the cost model's, not the user's sizing
+    params, _ = with_cpu_kv_space(params, folder.read_probe(lenient=True), users=given)
     problems = check_sampling(params)
     return run_generation(
         params,

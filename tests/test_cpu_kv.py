@@ -60,3 +60,17 @@ def test_nothing_is_set_where_the_user_or_the_machine_decides(demo_model: Path, 
     before = params(demo_model, **engine)
     given, said = with_cpu_kv_space(before, report)
     assert given == before and said is None
+
+
+def test_a_fraction_the_decision_filled_in_is_not_the_users_sizing(demo_model: Path) -> None:
+    """Stage 3 hands the params its decision filled in (engine_settings' mem_fraction_static 0.85,
+    the cost model's) with the user's own: the cache is still sized, as in stage 2's sweep (CI: vLLM
+    handed --gpu-memory-utilization 0.85 alone refused to start with 19.9 of 23.5 GiB free); where
+    the user set the fraction it is not."""
+    users = params(demo_model)
+    filled = params(demo_model, mem_fraction_static=0.85)
+    given, said = with_cpu_kv_space(filled, probe(18.0), users=users)
+    assert given.engine.env == {"VLLM_CPU_KVCACHE_SPACE": "1"} and said is not None
+    assert given.engine.mem_fraction_static == 0.85
+    own = params(demo_model, mem_fraction_static=0.5)
+    assert with_cpu_kv_space(filled, probe(18.0), users=own) == (filled, None)

@@ -10,6 +10,11 @@ probe found free (shared by the servers that run at once) less the weights and a
 overhead; in whole GiB (vLLM reads the variable as an integer), at least 1.
 
     params, said = with_cpu_kv_space(params, probe)   # stages 2 and 3, before a server starts
+
+Stage 3 asks with the params the decision filled in, and names the user's own (`users`): a
+decision's engine_settings carry the cost model's mem_fraction_static (0.85), which is not the
+user sizing the cache; vLLM's CPU build, handed that as --gpu-memory-utilization without the
+variable, refused to start where 0.85 of the machine was not free (CI, issue 60).
 """
 
 from __future__ import annotations
@@ -65,12 +70,17 @@ class KvSpace:
         )
 
 
-def with_cpu_kv_space(params: RunParams, probe: ProbeReport | None) -> tuple[RunParams, str | None]:
+def with_cpu_kv_space(
+    params: RunParams, probe: ProbeReport | None, users: RunParams | None = None
+) -> tuple[RunParams, str | None]:
     """`params` with the engine's CPU KV cache size set where the engine would take most of the
-    machine's memory (see the module's docstring), and the sentence saying so; else as they are."""
+    machine's memory (see the module's docstring), and the sentence saying so; else as they are.
+    `users`: the params as the user wrote them, where `params` had settings filled in (stage 3's
+    decision): whether the user sized the cache through engine.mem_fraction_static is read there."""
     eng = params.engine
     fl = flavor(eng.flavor)
-    if (probe is not None and probe.gpus.devices) or eng.mem_fraction_static is not None:
+    fraction = (users or params).engine.mem_fraction_static
+    if (probe is not None and probe.gpus.devices) or fraction is not None:
         return params, None
     distribution = _distribution(params, probe)
     variable = fl.cpu_kv_variable(eng, distribution)
