@@ -40,7 +40,16 @@ def main() -> None:
     folder = RunFolder(params.run_dir).ensure()
     sample, _ = pilot_prompts(params, folder)
     t0 = time.monotonic()
-    setup = SweepSetup(params, params, folder, [], hybrid=False, together=False, pilot_prompts=sample)
+    setup = SweepSetup(
+        params,
+        params,
+        folder,
+        [],
+        hybrid=False,
+        together=False,
+        pilot_prompts=sample,
+        arms=list(arms.values()),
+    )
     check, plain = check_answers(setup, arms[args.arm])
     out = {
         "arm": args.arm,

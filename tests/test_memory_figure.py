@@ -18,6 +18,8 @@ from kit.decide.choose.scenario import run_scenario
 from kit.decide.forecast.inputs import job_settings
 from kit.decide.measure.tables import summarise
 from kit.decide.sweep.layout import running_caps
+from kit.engines.flavors import flavor
+from kit.engines.settings import sweep_arms
 from kit.modelshape import SHAPES
 from kit.params import RunParams
 from kit.probe.gpu import lookup_datasheet
@@ -45,7 +47,7 @@ def test_the_27b_shape_on_80_gb_states_one_figure_per_arm(tmp_path: Path) -> Non
     arch = arch_from_config(SHAPES["qwen3.6-27b"].config)
     probe = ProbeReport(gpus=GpuSection(devices=[H100], datasheet=lookup_datasheet(H100["name"])))
     prompts = [{"prompt_tokens": 139}] * 256  # the recorded sweep's mean prompt
-    caps = running_caps(p, probe, arch, prompts)
+    caps = running_caps(p, probe, arch, prompts, sweep_arms(p), flavor("sglang"))
     assert caps == {0: 80, 1: 16, 3: 8}, "what SGLang 0.5.16 started on this card"
     model = run_scenario(p, RunFolder(tmp_path), probe, arch, prompts, caps)
     runs = pd.read_parquet(RECORDED)
@@ -71,7 +73,7 @@ def test_a_chosen_speculative_arm_runs_stage_3_at_its_figure_and_the_others_keep
     arch = arch_from_config(SHAPES["qwen3.6-27b"].config)
     probe = ProbeReport(gpus=GpuSection(devices=[H100], datasheet=lookup_datasheet(H100["name"])))
     prompts = [{"prompt_tokens": 139}] * 256
-    caps = running_caps(p, probe, arch, prompts)
+    caps = running_caps(p, probe, arch, prompts, sweep_arms(p), flavor("sglang"))
     runs = pd.read_parquet(RECORDED)
     faster = runs.arm == "spec_k1"
     runs.loc[faster, "output_tok_s"] = runs.loc[faster, "output_tok_s"] * 5  # MTP k=1 ahead everywhere

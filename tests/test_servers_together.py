@@ -8,7 +8,10 @@ import pytest
 from conftest import REPO
 
 from kit.artifacts import GpuSection, ProbeReport
-from kit.decide.sweep.layout import GIB, servers_together, sweep_kv_tokens
+from kit.decide.sweep import layout
+from kit.decide.sweep.layout import GIB, sweep_kv_tokens
+from kit.engines.flavors import flavor
+from kit.engines.settings import sweep_arms
 from kit.params import RunParams
 
 H200 = {"name": "NVIDIA H200", "memory_total_bytes": 143771 * 2**20, "index": 0}
@@ -31,10 +34,25 @@ def probe(gpus=(H200,)) -> ProbeReport:
     return ProbeReport(gpus=GpuSection(devices=list(gpus)))
 
 
+def servers_together(p: RunParams, report: ProbeReport, *sizes):
+    """kit.decide.sweep.layout.servers_together as the stage's set-up calls it: the params' flavor
+    and their sweep's arms."""
+    return layout.servers_together(p, report, flavor(p.engine.flavor), len(sweep_arms(p)), *sizes)
+
+
+def running_caps(p: RunParams, report: ProbeReport, arch, prompts) -> dict[int, int]:
+    """kit.decide.sweep.layout.running_caps as the stage's set-up calls it."""
+    return layout.running_caps(p, report, arch, prompts, sweep_arms(p), flavor(p.engine.flavor))
+
+
+def sweep_server_params(p: RunParams, cap):
+    return layout.sweep_server_params(p, flavor(p.engine.flavor), cap)
+
+
 def test_kv_tokens_cover_the_top_level_at_the_mean_prompt(tmp_path):
     p = params(tmp_path)
     prompts = [{"prompt_tokens": n} for n in range(100, 401)]  # mean 250
-    assert sweep_kv_tokens(p, prompts) == int(1.25 * 256 * (250 + 128 + 3 + 1))
+    assert sweep_kv_tokens(p, prompts, sweep_arms(p)) == int(1.25 * 256 * (250 + 128 + 3 + 1))
 
 
 def test_an_8b_model_shares_the_h200_with_a_cap_per_server(tmp_path):
@@ -109,8 +127,6 @@ def test_the_sweeps_servers_run_without_a_prefix_cache_and_stage_3s_keep_theirs(
     """The sweep sends its prompts again at every level (stage 3 sends each once): its servers get
     the flavor's prefix cache off, and the KV cap when the arms share a GPU; stage 3's params are
     not touched, and a user's own prefix-cache flag is kept as it is."""
-    from kit.decide.sweep.layout import sweep_server_params
-
     sglang = params(tmp_path)
     sweep, added = sweep_server_params(sglang, ["--max-total-tokens", "91052"])
     assert added == ["--max-total-tokens", "91052", "--disable-radix-cache"]
@@ -131,7 +147,6 @@ def test_a_speculative_arm_of_a_hybrid_model_is_capped_to_what_its_state_leaves(
     layer and an embedding and LM head of its own), so 61.65 GiB for pools under 0.85. The kit's cap
     must fit in that, state and KV of the sweep's sequences together, and not waste half of it."""
     from kit.arch import arch_from_config
-    from kit.decide.sweep.layout import running_caps
     from kit.engines.arms import Arm
     from kit.engines.settings import arm_engine
     from kit.modelshape import SHAPES
@@ -167,7 +182,7 @@ def test_plain_decoding_of_a_hybrid_model_is_capped_too_where_its_state_does_not
     each running request's recurrent state, ~147 MiB here, without speculation too. The plain arm
     gets a cap of its own (k 0), larger than any speculative arm's, and the sentence names it."""
     from kit.arch import arch_from_config
-    from kit.decide.sweep.layout import running_cap_sentence, running_caps
+    from kit.decide.sweep.layout import running_cap_sentence
     from kit.engines.arms import Arm
     from kit.engines.settings import arm_engine
     from kit.modelshape import SHAPES

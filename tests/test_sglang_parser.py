@@ -121,7 +121,8 @@ def test_every_command_the_kit_builds_parses(example: RunParams, launcher: Launc
             "draft_model_path": "/models/draft" if algo.draft == "model" else None,
         }
         p = with_engine(example, speculative=example.engine.speculative.model_copy(update=spec))
-        p, _ = sweep_server_params(p, ["--max-total-tokens", "91052"])  # the arms side by side
+        # the arms side by side
+        p, _ = sweep_server_params(p, flavor("sglang"), ["--max-total-tokens", "91052"])
         for k in (0, 1, 2, 3):
             arm_params = p.model_copy(update={"engine": arm_engine(p, Arm(k, algo.name), hybrid=True)})
             named[f"sweep {algo.name} k={k}"] = kit_command(arm_params, launcher)

@@ -49,6 +49,7 @@ from kit.decide.sweep.setup import SweepSetup, pilot_prompts
 from kit.engines.arms import Arm
 from kit.engines.cpu_kv import with_cpu_kv_space
 from kit.engines.flavors import flavor
+from kit.engines.settings import sweep_arms
 from kit.params import load_params
 from kit.runfolder import RunFolder
 
@@ -453,7 +454,16 @@ def test_speculation_that_changes_sampled_answers_is_set_aside(vllm_run: Path, t
 
     sweep = pd.read_parquet(folder.sweep)
     params, _ = with_cpu_kv_space(params, folder.read_probe())  # as stage 2 hands its params on
-    setup = SweepSetup(params, params, folder, [], hybrid=False, together=False, pilot_prompts=sample)
+    setup = SweepSetup(
+        params,
+        params,
+        folder,
+        [],
+        hybrid=False,
+        together=False,
+        pilot_prompts=sample,
+        arms=sweep_arms(params),
+    )
     sweep, decided = answers_checked(setup, sweep, spec, redecide)
     check = (decided.answers_check or {}).get("spec_k1")
     assert check is not None and check["changed"], (check, decided.reasons[-2:])

@@ -37,7 +37,7 @@ from kit.decide.measure.pilot import Answer, SweepPrompt, pilot
 from kit.decide.measure.servers import ArmServers
 from kit.decide.measure.slots import SweepLog
 from kit.decide.sweep.setup import SweepSetup
-from kit.engines.settings import Arm, sweep_arms
+from kit.engines.settings import Arm
 
 if TYPE_CHECKING:
     from kit.artifacts import Decision
@@ -285,7 +285,7 @@ def answers_checked(
         or params.generate.sampling.temperature == 0
     ):
         return sweep, decision
-    arms = {a.name: a for a in sweep_arms(params)}
+    arms = {a.name: a for a in setup.arms}
     checks: dict[str, ArmAnswersCheck] = {}
     plain: list[Answer] | None = None
     lines: list[str] = []

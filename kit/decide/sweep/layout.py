@@ -16,8 +16,8 @@ from kit.artifacts import ProbeReport
 from kit.decide import costmodel as cm
 from kit.decide.choose.scenario import sweep_workload
 from kit.decide.measure.pilot import SweepPrompt
-from kit.engines.flavors import flavor
-from kit.engines.settings import sweep_arms
+from kit.engines.flavors import Flavor
+from kit.engines.settings import Arm
 from kit.params import RunParams
 
 log = logging.getLogger(__name__)
@@ -43,17 +43,17 @@ def mean_prompt_tokens(params: RunParams, prompts: list[SweepPrompt]) -> float:
     return sum(lens) / len(lens) if lens else params.data.max_prompt_tokens
 
 
-def sweep_kv_tokens(params: RunParams, prompts: list[SweepPrompt]) -> int:
+def sweep_kv_tokens(params: RunParams, prompts: list[SweepPrompt], arms: list[Arm]) -> int:
     """KV-cache tokens one arm's server needs for the sweep's top level: that many sequences of the
     sweep's mean prompt (the sum over a few hundred sampled prompts is close to its mean times their
-    count) plus `decide.max_tokens` and the drafted tokens, with `KV_HEADROOM`."""
+    count) plus `decide.max_tokens` and the drafted tokens of the longest of `arms`, with `KV_HEADROOM`."""
     d = params.decide
-    per_seq = mean_prompt_tokens(params, prompts) + d.max_tokens + max(a.k for a in sweep_arms(params)) + 1
+    per_seq = mean_prompt_tokens(params, prompts) + d.max_tokens + max(a.k for a in arms) + 1
     return int(KV_HEADROOM * max(d.concurrencies) * per_seq)
 
 
 def running_caps(
-    params: RunParams, probe: ProbeReport, arch: Any, prompts: list[SweepPrompt]
+    params: RunParams, probe: ProbeReport, arch: Any, prompts: list[SweepPrompt], arms: list[Arm], fl: Flavor
 ) -> dict[int, int]:
     """k -> the running requests an arm's server is started with (0: plain decoding), for the arms
     whose GPU memory cannot hold the sweep's top level (none when the params set max_running_requests).
@@ -66,10 +66,10 @@ def running_caps(
     for the KV cache", 2026-12-06). The cap is the arm's one memory figure, the table's
     `mem_max_running` (kit.decide.costmodel.arm_capacity, at the workload the cost model predicts:
     kit.decide.choose.scenario.sweep_workload), so the arm is measured as it can run; its levels
-    above the cap queue."""
+    above the cap queue. `arms`: the sweep's; `fl`: the engine's flavor."""
     eng = params.engine
     devices = probe.gpus.devices if probe.gpus else []
-    if eng.max_running_requests or not arch.is_hybrid or not flavor(eng.flavor).spec_state_up_front:
+    if eng.max_running_requests or not arch.is_hybrid or not fl.spec_state_up_front:
         return {}
     if not devices or not devices[0].get("memory_total_bytes"):
         return {}
@@ -78,7 +78,7 @@ def running_caps(
     memory = int(devices[0]["memory_total_bytes"])
     top = max(params.decide.concurrencies)
     caps = {}
-    for k in sorted({a.k for a in sweep_arms(params)}):  # an adaptive arm: at its ceiling
+    for k in sorted({a.k for a in arms}):  # an adaptive arm: at its ceiling
         held = cm.arm_capacity(arch, memory, work, draft, k).running
         if 0 < held < top:
             caps[k] = held
@@ -88,25 +88,26 @@ def running_caps(
 def servers_together(
     params: RunParams,
     probe: ProbeReport,
+    fl: Flavor,
+    arms: int,
     weight_bytes: float,
     kv_tokens: int | None = None,
     kv_bytes_per_token: int | None = None,
     state_bytes_per_seq: int = 0,
 ) -> tuple[bool, str, list[str]]:
     """Whether the sweep keeps every arm's server up at once, why (decide.servers: auto), and the
-    flags that cap each server's KV cache when they share a GPU (else []). `state_bytes_per_seq`: a
-    hybrid model's recurrent state, which the engine holds for each running sequence besides the KV."""
+    flags that cap each server's KV cache when they share a GPU (else []). `fl`: the engine's flavor;
+    `arms`: how many servers the sweep runs; `state_bytes_per_seq`: a hybrid model's recurrent
+    state, which the engine holds for each running sequence besides the KV."""
     mode = params.decide.servers
     eng = params.engine
-    arms = len(sweep_arms(params))
-    fl = flavor(eng.flavor)
     if mode == "one_at_a_time":
         return False, f"decide.servers is {mode}", []
     if not fl.can_speculate:
         return False, f"{eng.flavor} runs one server (it has no speculative arms)", []
     if probe.gpus.devices:
         return _together_on_gpu(
-            params, probe, arms, weight_bytes, kv_tokens, kv_bytes_per_token, state_bytes_per_seq
+            params, probe, fl, arms, weight_bytes, kv_tokens, kv_bytes_per_token, state_bytes_per_seq
         )
     if mode == "together":
         return True, f"decide.servers is {mode}", []
@@ -123,6 +124,7 @@ def servers_together(
 def _together_on_gpu(
     params: RunParams,
     probe: ProbeReport,
+    fl: Flavor,
     arms: int,
     weight_bytes: float,
     kv_tokens: int | None,
@@ -136,8 +138,8 @@ def _together_on_gpu(
     one_at_a_time = "each arm's server takes the GPUs' memory, so the arms run one at a time"
     if eng.tp_size > 1 or eng.dp_size > 1 or eng.replicas > 1:
         return False, f"{one_at_a_time} (a server spans several GPUs)", []
-    flag = flavor(eng.flavor).kv_cap_flag
-    cap = flavor(eng.flavor).kv_cap_args(kv_tokens) if kv_tokens else None
+    flag = fl.kv_cap_flag
+    cap = fl.kv_cap_args(kv_tokens) if kv_tokens else None
     if flag in eng.extra_args:  # the user's own cap: kept, and the sizes read from it
         kv_tokens, cap = int(eng.extra_args[eng.extra_args.index(flag) + 1]), []
     memory = probe.gpus.devices[0].get("memory_total_bytes")
@@ -163,7 +165,9 @@ PREFIX_CACHE_WORDS = ("prefix-caching", "radix-cache")
 """A user's own extra_args naming one of these chose the prefix cache: the sweep keeps that choice."""
 
 
-def sweep_server_params(params: RunParams, kv_cap: list[str] | None) -> tuple[RunParams, list[str]]:
+def sweep_server_params(
+    params: RunParams, fl: Flavor, kv_cap: list[str] | None
+) -> tuple[RunParams, list[str]]:
     """The params of the sweep's servers and the flags added to stage 3's for them: the KV cap that
     lets arms share a GPU (`servers_together`), and the prefix cache off (`Flavor.no_prefix_cache_args`).
     The sweep sends its prompts again at every level while stage 3 sends each once, so with the cache
@@ -173,7 +177,7 @@ def sweep_server_params(params: RunParams, kv_cap: list[str] | None) -> tuple[Ru
     eng = params.engine
     added = list(kv_cap or [])
     if not any(w in a for a in eng.extra_args for w in PREFIX_CACHE_WORDS):
-        added += flavor(eng.flavor).no_prefix_cache_args
+        added += fl.no_prefix_cache_args
     if not added:
         return params, []
     engine = eng.model_copy(update={"extra_args": [*eng.extra_args, *added]})

@@ -27,6 +27,8 @@ from kit.decide.sweep.layout import (
     sweep_kv_tokens,
     sweep_server_params,
 )
+from kit.engines.flavors import flavor
+from kit.engines.settings import Arm, engine_unavailable_reason, sweep_arms
 from kit.params import RunParams
 from kit.prompts.plan import take_prompts, tools_list
 from kit.prompts.prompt_set import ensure_plan
@@ -63,6 +65,15 @@ class SweepSetup:
     """The flags that cap each server's KV cache when the arms' servers share a GPU."""
     extra_args: list[str] = field(default_factory=list)
     """The flags the sweep adds to stage 3's for its servers (the KV cap, the prefix cache off)."""
+    arms: list[Arm] = field(default_factory=list)
+    """The sweep's arms (kit.engines.settings.sweep_arms), read once from the params."""
+    skipped: dict[str, str] = field(default_factory=dict)
+    """Arm name -> why the engine cannot run it here (an MTP arm without MTP weights...)."""
+
+    @property
+    def runnable(self) -> list[Arm]:
+        """The arms the sweep measures."""
+        return [a for a in self.arms if a.name not in self.skipped]
 
     @property
     def label(self) -> str:
@@ -81,17 +92,23 @@ class SweepSetup:
 
 def sweep_setup(params: RunParams, folder: RunFolder, probe: ProbeReport, arch: Any) -> SweepSetup:
     """The stage's set-up, built once: the sweep's prompts and the pilot's, how the arms' servers run
-    (side by side or in turn, memory's running caps, the flags the sweep adds)."""
+    (side by side or in turn, memory's running caps, the flags the sweep adds). The engine's flavor
+    and the arms are read from the params here, once; what follows is handed them."""
+    fl = flavor(params.engine.flavor)
+    arms = sweep_arms(params)
+    cannot = engine_unavailable_reason(params.engine, probe.mtp_status)
     prompts = sweep_prompts(params, folder)
     together, why, cap = servers_together(
         params,
         probe,
+        fl,
+        len(arms),
         cm.weight_bytes(arch),
-        sweep_kv_tokens(params, prompts),
+        sweep_kv_tokens(params, prompts, arms),
         arch.kv_bytes_per_token(),
         arch.state_bytes_per_seq(),
     )
-    server_params, added = sweep_server_params(params, cap)
+    server_params, added = sweep_server_params(params, fl, cap)
     sample, more = pilot_prompts(params, folder)
     return SweepSetup(
         params,
@@ -100,13 +117,15 @@ def sweep_setup(params: RunParams, folder: RunFolder, probe: ProbeReport, arch: 
         prompts,
         arch.is_hybrid,
         together,
-        running_caps(params, probe, arch, prompts),
+        running_caps(params, probe, arch, prompts, arms, fl),
         probe.mtp_status,
         sample,
         more,
         why_together=why,
         kv_cap_args=list(cap),
         extra_args=added,
+        arms=arms,
+        skipped={a.name: cannot for a in arms if a.speculative and cannot},
     )
 
 

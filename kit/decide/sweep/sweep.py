@@ -37,8 +37,7 @@ from kit.decide.measure.slots import SweepLog, pilot_on_plain, run_slots, slot_h
 from kit.decide.measure.tables import RUN_COLUMNS, SweepRow, flag_slow, write_tables
 from kit.decide.sweep.rounds import Race
 from kit.decide.sweep.setup import SweepResult, SweepSetup
-from kit.engines.settings import Arm, engine_unavailable_reason, sweep_arms
-from kit.params import RunParams
+from kit.engines.settings import Arm
 from kit.progress import progress
 
 log = logging.getLogger(__name__)
@@ -69,11 +68,6 @@ def interleaved(arms: list[Arm], levels: list[int], rounds: Iterable[int], toget
     return slots
 
 
-def skip_reason(params: RunParams, arm: Arm, mtp_status: str | None) -> str | None:
-    """Why `arm` cannot run here, or None when it can."""
-    return None if not arm.speculative else engine_unavailable_reason(params.engine, mtp_status)
-
-
 def run_sweep(setup: SweepSetup, fresh: bool = False) -> SweepResult:
     """Measure every arm in interleaved rounds, racing (each round after the first measures only
     what is still open: kit.decide.sweep.limits) within the time budget (kit.decide.sweep.limits); write
@@ -86,11 +80,10 @@ def run_sweep(setup: SweepSetup, fresh: bool = False) -> SweepResult:
     set aside and the sweep starts over)."""
     params, folder = setup.server_params, setup.folder
     d = params.decide
-    arms = sweep_arms(params)
-    runnable = [a for a in arms if not skip_reason(params, a, setup.mtp_status)]
+    runnable = setup.runnable
     rows: list[SweepRow] = []
-    for arm in arms:
-        reason = skip_reason(params, arm, setup.mtp_status)
+    for arm in setup.arms:
+        reason = setup.skipped.get(arm.name)
         if reason:
             rows += [slot_head(arm, c) | {"status": "skipped", "reason": reason} for c in d.concurrencies]
     plan = schedule(runnable, d.concurrencies, d.repetitions, setup.together) if runnable else []
