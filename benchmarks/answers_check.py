@@ -24,6 +24,7 @@ from kit.decide.checks.answers import SAMPLES, check_answers  # noqa: E402
 from kit.decide.sweep.setup import SweepSetup, pilot_prompts  # noqa: E402
 from kit.engines.settings import sweep_arms  # noqa: E402
 from kit.params import load_params  # noqa: E402
+from kit.prompts.prompt_set import ensure_plan  # noqa: E402
 from kit.runfolder import RunFolder  # noqa: E402
 
 
@@ -38,7 +39,7 @@ def main() -> None:
     if args.arm not in arms or not arms[args.arm].speculative:
         sys.exit(f"--arm {args.arm}: not a speculative arm of these params ({', '.join(arms)})")
     folder = RunFolder(params.run_dir).ensure()
-    sample, _ = pilot_prompts(params, folder)
+    sample, _ = pilot_prompts(ensure_plan(params, folder), params.data.seed, params.decide.pilot_per_source)
     t0 = time.monotonic()
     setup = SweepSetup(
         params,

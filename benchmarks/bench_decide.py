@@ -102,11 +102,12 @@ def side_by_side(work: Path, pairs: int, settle_s: float) -> dict[str, list[floa
     from kit.engines import start_server
     from kit.engines.settings import Arm
     from kit.params import load_params
+    from kit.prompts.prompt_set import ensure_plan
     from kit.runfolder import RunFolder
 
     params = load_params(demo_params(work, "side"))
     folder = RunFolder(params.output_dir / params.run).ensure()
-    prompts = sweep_prompts(params, folder)
+    prompts = sweep_prompts(ensure_plan(params, folder), params.data.seed, params.decide.num_prompts)
     plain, other = arm_params(params, Arm(0), False), arm_params(params, Arm(1, "NGRAM"), False)
     seen: dict[str, list[float]] = {"alone": [], "beside an idle server": []}
     with start_server(plain, folder.logs, name="a") as a:

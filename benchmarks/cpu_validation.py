@@ -212,6 +212,7 @@ def main() -> None:
     from kit import stages
     from kit.decide.sweep.setup import sweep_prompts
     from kit.params import load_params
+    from kit.prompts.prompt_set import ensure_plan
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--params", type=Path, default=ROOT / "params" / "demo.yaml")
@@ -229,7 +230,7 @@ def main() -> None:
     folder = stages.prepare(params)
     args.model, args.logs = Path(params.model.path), folder.root / "logs"
     args.logs.mkdir(parents=True, exist_ok=True)
-    planned = sweep_prompts(params, folder)
+    planned = sweep_prompts(ensure_plan(params, folder), params.data.seed, params.decide.num_prompts)
     prompts = [
         json.loads(p["messages"]) if isinstance(p["messages"], str) else p["messages"] for p in planned
     ]

@@ -51,6 +51,7 @@ from kit.engines.cpu_kv import with_cpu_kv_space
 from kit.engines.flavors import flavor
 from kit.engines.settings import sweep_arms
 from kit.params import load_params
+from kit.prompts.prompt_set import ensure_plan
 from kit.runfolder import RunFolder
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
@@ -440,7 +441,7 @@ def test_speculation_that_changes_sampled_answers_is_set_aside(vllm_run: Path, t
     shutil.copytree(vllm_run, run)
     params = load_params(run / "params.yaml")
     folder = RunFolder(run)
-    sample, _ = pilot_prompts(params, folder)
+    sample, _ = pilot_prompts(ensure_plan(params, folder), params.data.seed, params.decide.pilot_per_source)
     plain = Decision.from_json(json.loads((run / "decision.json").read_text()))
     assert plain.arm is not None and not plain.arm.speculative, (
         "the sweep itself chose n-gram: see the parser test"
@@ -659,7 +660,7 @@ def test_a_level_above_the_servers_cap_sends_two_waves_of_the_cap(
     256 clients sent at least once in the level's `level_s`."""
     from types import SimpleNamespace
 
-    from kit.decide.measure.level import measure_level
+    from kit.decide.measure.level import level_ask, measure_level
     from kit.params import RunParams
 
     path = external(tmp_path, hand_server, "capped", {"use_decision": False})
@@ -684,7 +685,7 @@ def test_a_level_above_the_servers_cap_sends_two_waves_of_the_cap(
                 "decide": {**params["decide"], "level_s": level_s},
             }
         )
-        figures = asyncio.run(measure_level(p, server, prompts, c))
+        figures = asyncio.run(measure_level(level_ask(p), server, prompts, c))
         assert figures.get("status", "ok") == "ok" and not figures["errors"], figures
         assert figures["concurrency"] == c
         return figures["requests"], figures["clients"]

@@ -239,7 +239,7 @@ def arm_answers(
             return None
 
         async def go() -> list[Answer]:
-            async with arm_client(servers.arm_params[arm.name], server) as client:
+            async with arm_client(servers.asks[arm.name], server) as client:
                 return (await pilot(params, client, [p for p in prompts for _ in range(samples)]))[0]
 
         return run_coroutine(go())

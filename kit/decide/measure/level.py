@@ -11,6 +11,7 @@ import contextlib
 import statistics
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, TypedDict
 
 from kit.decide.measure.pilot import Answer, SweepPrompt, answer_of
@@ -209,14 +210,54 @@ def _accept(
     return None, None, None
 
 
-def arm_client(params: RunParams, server: Any) -> EngineClient:
-    return EngineClient(
-        server.base_url,
-        params.engine.flavor,
-        params.model.served_name,
-        params.generate.request_timeout_s,
-        api_key=params.engine.api_key(),
+@dataclass(frozen=True)
+class LevelAsk:
+    """What one arm's levels send and how, read from the arm's params once (`level_ask`): the
+    client's settings, the run's chat-template switches and tool fields (so the sweep thinks and
+    calls tools as stage 3 will), the sweep's answer length, how long a level lasts, and what the
+    arm's server runs at once (its `max_running_requests`: a memory cap of the sweep's or the user's)."""
+
+    flavor: str
+    served_name: str | None
+    timeout_s: float
+    api_key: str | None
+    max_tokens: int
+    level_s: float
+    requests_per_level: int | None
+    cap: int | None
+    template: RequestFields
+    tools: ToolFields
+    stage3: Sampling
+    """The run's own sampling (`stage3_sampling`), for a level sampled as stage 3 samples."""
+
+
+def level_ask(params: RunParams) -> LevelAsk:
+    """An arm's `LevelAsk` from its params (kit.decide.measure.servers keeps one per arm)."""
+    d = params.decide
+    run = run_request_fields(params)
+    template = (
+        RequestFields(chat_template_kwargs=run["chat_template_kwargs"])
+        if "chat_template_kwargs" in run
+        else RequestFields()
     )
+    return LevelAsk(
+        flavor=params.engine.flavor,
+        served_name=params.model.served_name,
+        timeout_s=params.generate.request_timeout_s,
+        api_key=params.engine.api_key(),
+        max_tokens=d.max_tokens,
+        level_s=d.level_s,
+        requests_per_level=d.requests_per_level,
+        cap=params.engine.max_running_requests,
+        template=template,
+        tools=tool_request_fields(params),
+        stage3=stage3_sampling(params),
+    )
+
+
+def arm_client(ask: LevelAsk, server: Any) -> EngineClient:
+    """A client of the arm's `server`, as its levels ask."""
+    return EngineClient(server.base_url, ask.flavor, ask.served_name, ask.timeout_s, api_key=ask.api_key)
 
 
 def stage3_sampling(params: RunParams) -> Sampling:
@@ -226,9 +267,10 @@ def stage3_sampling(params: RunParams) -> Sampling:
 
 
 async def measure_level(
-    params: RunParams, server: Any, prompts: list[SweepPrompt], c: int, sampled: bool = False
+    ask: LevelAsk, server: Any, prompts: list[SweepPrompt], c: int, sampled: bool = False
 ) -> LevelFigures:
-    """One level on `server`: greedy, or sampled as stage 3 samples (`sampled`, `stage3_sampling`).
+    """One level on `server`, as the arm asks (`LevelAsk`): greedy, or sampled as stage 3 samples
+    (`sampled`, `stage3_sampling`).
 
     Twice the level's requests, or twice what the server runs at once where that is fewer (its
     `max_running_requests`: a memory cap of the sweep's or the user's own): two waves of what it
@@ -237,21 +279,23 @@ async def measure_level(
     concurrency: each client sends at least once while the level lasts `decide.level_s`, so on the
     Qwen3.6-27B shape capped at 8 on an H100 the level at 256 sent 264 requests for 135 s
     (2026-12-06 night) for the figure 16 give. Its latencies are then those of twice the cap out."""
-    d = params.decide
-    how = stage3_sampling(params) if sampled else None
-    run = run_request_fields(params)
-    template = (
-        RequestFields(chat_template_kwargs=run["chat_template_kwargs"])
-        if "chat_template_kwargs" in run
-        else RequestFields()
-    )
-    async with arm_client(params, server) as client:
-        cap = params.engine.max_running_requests
-        clients = min(c, 2 * cap) if cap else c
-        n = d.requests_per_level or 2 * min(c, cap or c)
-        tools = tool_request_fields(params)
+    how = ask.stage3 if sampled else None
+    cap = ask.cap
+    clients = min(c, 2 * cap) if cap else c
+    n = ask.requests_per_level or 2 * min(c, cap or c)
+    async with arm_client(ask, server) as client:
         return await _level(
-            client, prompts, n, c, d.max_tokens, template, tools, d.level_s, _serving(server), how, clients
+            client,
+            prompts,
+            n,
+            c,
+            ask.max_tokens,
+            ask.template,
+            ask.tools,
+            ask.level_s,
+            _serving(server),
+            how,
+            clients,
         )
 
 

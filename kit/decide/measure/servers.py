@@ -13,7 +13,7 @@ from typing import Any
 
 from kit.asyncrun import run_coroutine
 from kit.decide.machine.watch import DISTURBED_CPU, idle_cpu, pause
-from kit.decide.measure.level import Sampling, arm_client
+from kit.decide.measure.level import LevelAsk, Sampling, arm_client, level_ask
 from kit.decide.measure.pilot import SweepPrompt
 from kit.engines import start_server
 from kit.engines.process import ServerProcess
@@ -93,6 +93,8 @@ class ArmServers:
         """Crashes seen per arm."""
         caps = running_caps or {}
         self.arm_params = {a.name: arm_params(params, a, hybrid, caps.get(a.k)) for a in arms}
+        self.asks: dict[str, LevelAsk] = {name: level_ask(p) for name, p in self.arm_params.items()}
+        """What each arm's levels send (kit.decide.measure.level.LevelAsk), read from its params once."""
         self.idle_cpu: float | None = None
         """Share of the machine the servers took between them while idle, side by side."""
         self.held = False
@@ -194,6 +196,7 @@ class ArmServers:
                 "engine": eng.model_copy(update={"max_running_requests": lower, "cuda_graph_max_bs": graphs})
             }
         )
+        self.asks[name] = level_ask(self.arm_params[name])
         self.lowered.setdefault(name, [running]).append(lower)
         log.warning("sweep arm %s: no memory at %d running requests; starting it at %d", name, running, lower)
         return True
@@ -234,16 +237,16 @@ class ArmServers:
         sweep's length, then the top level's count of the sweep's prompts at once, each asking for
         `WARMUP_BURST_TOKENS` (so the first level measured, the drift check's, is not the one that
         pays for the engine's first large prefill)."""
-        p = self.arm_params[name]
-        top = max(p.decide.concurrencies)
+        ask = self.asks[name]
+        top = max(self.params.decide.concurrencies)
         burst = [self.prompts[i % len(self.prompts)] for i in range(top)] if self.prompts else []
 
         async def warm() -> None:
-            async with arm_client(p, self.up[name]) as client:
+            async with arm_client(ask, self.up[name]) as client:
                 hello = [{"role": "user", "content": "Hello"}]
                 await asyncio.gather(
                     *(
-                        client.chat(hello, max_tokens=p.decide.max_tokens, **self.warm_sampling)
+                        client.chat(hello, max_tokens=ask.max_tokens, **self.warm_sampling)
                         for _ in range(WARMUP_REQUESTS)
                     )
                 )

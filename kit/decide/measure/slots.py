@@ -90,14 +90,14 @@ def _run_slot(
     sampled: bool = False,
 ) -> SweepRow:
     """One measurement, bracketed by what else the machine did."""
-    p = servers.arm_params[slot.arm.name]
+    ask = servers.asks[slot.arm.name]
     what = f"round {slot.round} {slot.phase} {slot.arm.name} at {slot.concurrency}"
     sweep_log.line(f"start {what}")
     near = servers.neighbours(slot.arm)
     before = MachineReading.now(servers.pids(), near)
     started = time.monotonic() - t0
     try:
-        measured = run_coroutine(measure_level(p, server, prompts, slot.concurrency, sampled))
+        measured = run_coroutine(measure_level(ask, server, prompts, slot.concurrency, sampled))
     except EngineError as e:  # no answer to the level's scrapes: the arm's measurement failed
         measured = LevelFigures(status="failed", reason=str(e)[:2000], concurrency=slot.concurrency)
     seen = interference(before, servers.pids(), near)
@@ -128,7 +128,7 @@ def pilot_on_plain(
     sweep_log.line(f"pilot: {len(prompts)} prompts as stage 3 samples them, on {plain.name}")
 
     async def go() -> tuple[list[Answer], PilotFigures]:
-        async with arm_client(servers.arm_params[plain.name], server) as client:
+        async with arm_client(servers.asks[plain.name], server) as client:
             return await pilot(params, client, prompts, more)
 
     answers, figures = run_coroutine(go())

@@ -97,7 +97,8 @@ def sweep_setup(params: RunParams, folder: RunFolder, probe: ProbeReport, arch: 
     fl = flavor(params.engine.flavor)
     arms = sweep_arms(params)
     cannot = engine_unavailable_reason(params.engine, probe.mtp_status)
-    prompts = sweep_prompts(params, folder)
+    plan = ensure_plan(params, folder)  # planned once: the sweep's sample and the pilot's read it
+    prompts = sweep_prompts(plan, params.data.seed, params.decide.num_prompts)
     together, why, cap = servers_together(
         params,
         probe,
@@ -109,7 +110,7 @@ def sweep_setup(params: RunParams, folder: RunFolder, probe: ProbeReport, arch: 
         arch.state_bytes_per_seq(),
     )
     server_params, added = sweep_server_params(params, fl, cap)
-    sample, more = pilot_prompts(params, folder)
+    sample, more = pilot_prompts(plan, params.data.seed, params.decide.pilot_per_source)
     return SweepSetup(
         params,
         server_params,
@@ -129,12 +130,12 @@ def sweep_setup(params: RunParams, folder: RunFolder, probe: ProbeReport, arch: 
     )
 
 
-def sweep_prompts(params: RunParams, folder: RunFolder) -> list[SweepPrompt]:
-    """A fixed, seeded sample of the planned prompts for every arm of the sweep."""
-    path = ensure_plan(params, folder)
+def sweep_prompts(path: Path, seed: int, n: int) -> list[SweepPrompt]:
+    """A fixed sample of `n` of the planned prompts (`path`: prompts.parquet, kit.prompts.prompt_set.
+    ensure_plan) in a shuffle seeded by `seed` (`data.seed`), for every arm of the sweep."""
     order = list(range(pq.ParquetFile(path).metadata.num_rows))
-    random.Random(params.data.seed).shuffle(order)  # shuffle positions: only the sample is read
-    return _prompts(path, order[: params.decide.num_prompts])
+    random.Random(seed).shuffle(order)  # shuffle positions: only the sample is read
+    return _prompts(path, order[:n])
 
 
 def _prompts(path: Path, at: list[int]) -> list[SweepPrompt]:
@@ -148,17 +149,16 @@ PILOT_MORE = 2048
 13,000 tok/s and 64-token answers, 5 s is about 1,000 requests)."""
 
 
-def pilot_prompts(params: RunParams, folder: RunFolder) -> tuple[list[SweepPrompt], list[SweepPrompt]]:
-    """(`decide.pilot_per_source` planned prompts of each source: its first in a seeded shuffle of the
-    plan, for the pilot that measures the run's own output lengths; then up to `PILOT_MORE` further
-    planned prompts in that shuffle, which the pilot sends while it is too short to time)."""
-    k = params.decide.pilot_per_source
+def pilot_prompts(path: Path, seed: int, k: int) -> tuple[list[SweepPrompt], list[SweepPrompt]]:
+    """(`k` (`decide.pilot_per_source`) planned prompts of each source: its first in a shuffle of the
+    plan (`path`) seeded by `seed` + 1 (`data.seed`), for the pilot that measures the run's own
+    output lengths; then up to `PILOT_MORE` further planned prompts in that shuffle, which the pilot
+    sends while it is too short to time)."""
     if not k:
         return [], []
-    path = ensure_plan(params, folder)
     sources = pq.read_table(path, columns=["source"]).column("source").to_pylist()
     order = list(range(len(sources)))
-    random.Random(params.data.seed + 1).shuffle(order)
+    random.Random(seed + 1).shuffle(order)
     taken: dict[str, list[int]] = {}
     for i in order:
         mine = taken.setdefault(sources[i], [])
