@@ -22,7 +22,6 @@ from kit.decide.checks.settings_sweep import check_backends
 from kit.decide.choose.scenario import RunScenario
 from kit.decide.measure.adaptive import AdaptiveFrames, check_adaptive, split, with_adaptive
 from kit.decide.sweep.setup import SweepResult, SweepSetup
-from kit.engines.flavors import flavor
 from kit.params import RunParams
 
 
@@ -56,6 +55,7 @@ def checked_decision(setup: SweepSetup, result: SweepResult, model: RunScenario)
 def compared(setup: SweepSetup, checked: Checked, decision: Decision) -> Decision:
     """The decision with the engine's own adaptive arm compared with its pick per level, then the
     settings sweep's verdict (each where the params ask for it)."""
-    title = flavor(setup.params.engine.flavor).title
-    decision = with_adaptive(decision, checked.adaptive, checked.sweep, checked.runs, title, setup.label)
+    decision = with_adaptive(
+        decision, checked.adaptive, checked.sweep, checked.runs, setup.engine_title, setup.label
+    )
     return settings_sweep(setup, decision)

@@ -234,6 +234,7 @@ class LevelAsk:
 def level_ask(params: RunParams) -> LevelAsk:
     """An arm's `LevelAsk` from its params (kit.decide.measure.servers keeps one per arm)."""
     d = params.decide
+    stage3 = stage3_sampling(params)
     run = run_request_fields(params)
     template = (
         RequestFields(chat_template_kwargs=run["chat_template_kwargs"])
@@ -251,7 +252,7 @@ def level_ask(params: RunParams) -> LevelAsk:
         cap=params.engine.max_running_requests,
         template=template,
         tools=tool_request_fields(params),
-        stage3=stage3_sampling(params),
+        stage3=stage3,
     )
 
 

@@ -69,6 +69,8 @@ class SweepSetup:
     """The sweep's arms (kit.engines.settings.sweep_arms), read once from the params."""
     skipped: dict[str, str] = field(default_factory=dict)
     """Arm name -> why the engine cannot run it here (an MTP arm without MTP weights...)."""
+    engine_title: str = ""
+    """The engine's name as the reasons say it (`Flavor.title`: SGLang, vLLM...)."""
 
     @property
     def runnable(self) -> list[Arm]:
@@ -94,11 +96,12 @@ def sweep_setup(params: RunParams, folder: RunFolder, probe: ProbeReport, arch: 
     """The stage's set-up, built once: the sweep's prompts and the pilot's, how the arms' servers run
     (side by side or in turn, memory's running caps, the flags the sweep adds). The engine's flavor
     and the arms are read from the params here, once; what follows is handed them."""
+    plan = ensure_plan(params, folder)  # planned once: the sweep's sample and the pilot's read it
+    prompts = sweep_prompts(plan, params.data.seed, params.decide.num_prompts)
+    sample, more = pilot_prompts(plan, params.data.seed, params.decide.pilot_per_source)
     fl = flavor(params.engine.flavor)
     arms = sweep_arms(params)
     cannot = engine_unavailable_reason(params.engine, probe.mtp_status)
-    plan = ensure_plan(params, folder)  # planned once: the sweep's sample and the pilot's read it
-    prompts = sweep_prompts(plan, params.data.seed, params.decide.num_prompts)
     together, why, cap = servers_together(
         params,
         probe,
@@ -110,7 +113,6 @@ def sweep_setup(params: RunParams, folder: RunFolder, probe: ProbeReport, arch: 
         arch.state_bytes_per_seq(),
     )
     server_params, added = sweep_server_params(params, fl, cap)
-    sample, more = pilot_prompts(plan, params.data.seed, params.decide.pilot_per_source)
     return SweepSetup(
         params,
         server_params,
@@ -127,6 +129,7 @@ def sweep_setup(params: RunParams, folder: RunFolder, probe: ProbeReport, arch: 
         extra_args=added,
         arms=arms,
         skipped={a.name: cannot for a in arms if a.speculative and cannot},
+        engine_title=fl.title,
     )
 
 

@@ -94,14 +94,14 @@ def run_sweep(setup: SweepSetup, fresh: bool = False) -> SweepResult:
     )
     key = sweep_key(params, setup.prompts, [a.name for a in runnable], setup.together, setup.running_caps)
     journal = SweepJournal.open(folder.sweep_journal, key, fresh)
+    done = journal.done()
+    prior = _resumed(journal, len(done), sweep_log)
+    race = Race(setup, runnable, done, sweep_log)
     servers = ArmServers(
         params, folder, runnable, setup.hybrid, setup.together, setup.prompts, setup.running_caps
     )
     servers.crashes.update(journal.crashes())
     servers.crashed.update(journal.given_up)
-    done = journal.done()
-    prior = _resumed(journal, len(done), sweep_log)
-    race = Race(setup, runnable, done, sweep_log)
     kept = len([s for s in plan if slot_of(s) in done])
     bar = progress(total=len(plan), desc="sweep", unit="level", initial=kept)
     piloted, figures = [], None  # the pilot's answers and figures, where it runs
