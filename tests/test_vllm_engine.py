@@ -118,18 +118,29 @@ def test_without_a_kv_space_the_kit_gives_one_that_fits_and_the_arms_are_measure
     said = [r for r in decision["reasons"] if "engine.env sets no VLLM_CPU_KVCACHE_SPACE" in r]
     assert len(said) == 1 and "the kit gives each server VLLM_CPU_KVCACHE_SPACE=1 (GiB)" in said[0], said
     assert decision["decided_by"] == "measured" and not decision["unmeasured"], decision["unmeasured"]
-    for arm in ("plain", "spec_k1", "spec_k3"):
-        log = (vllm_run / "logs" / f"sweep-{arm}.log").read_text()
-        assert re.search(r"Explicitly set \(1\.0/[\d.]+\) GiB for KV cache", log), arm  # round(GiB, 2)
-        assert "Auto set (" not in log, arm
+    # the sweep's arms, and stage 3's server (the decision fills in mem_fraction_static 0.85: not the
+    # user's sizing, CI at abcddb9: handed alone, vLLM refused to start with 19.9 of 23.5 GiB free)
+    for name in ("sweep-plain", "sweep-spec_k1", "sweep-spec_k3", "server-0"):
+        log = (vllm_run / "logs" / f"{name}.log").read_text()
+        assert re.search(r"Explicitly set \(1\.0/[\d.]+\) GiB for KV cache", log), name  # round(GiB, 2)
+        assert "Auto set (" not in log, name
     assert "VLLM_CPU_KVCACHE_SPACE" not in (vllm_run / "params.yaml").read_text()  # the user's, as given
 
 
 def test_stage2_measures_plain_and_ngram_for_real(vllm_run: Path) -> None:
+    """Every arm measured; an n-gram arm the measurements chose is then set aside by the answers
+    check (vLLM's CPU n-gram does not sample as plain decoding: on a fresh clone at f5dd508 n-gram
+    k=3 led plain at 8, 1290 to 992 tok/s, and was set aside), so the statuses are `ok` or
+    `answers_differ`."""
     sweep = pd.read_parquet(vllm_run / "sweep.parquet")
-    assert set(sweep.arm) == {"plain", "spec_k1", "spec_k3"} and set(sweep.status) == {"ok"}, sweep
-    assert (sweep.output_tok_s > 0).all() and (sweep.errors == 0).all()
     decision = json.loads((vllm_run / "decision.json").read_text())
+    assert set(sweep.arm) == {"plain", "spec_k1", "spec_k3"}, sweep
+    assert set(sweep.status) <= {"ok", "answers_differ"}, sweep
+    aside = set(sweep[sweep.status == "answers_differ"].arm)
+    checked = decision.get("answers_check") or {}
+    assert aside == {arm for arm, check in checked.items() if check["changed"]}, (aside, checked)
+    assert decision_arm(decision).name not in aside
+    assert (sweep.output_tok_s > 0).all() and (sweep.errors == 0).all()
     cost = decision["sweep_cost"]
     settled = {(m["arm"], m["concurrency"]) for m in cost["skipped_measurements"]}
     once = sweep[sweep.repetitions < 2]
@@ -453,7 +464,7 @@ def test_speculation_that_changes_sampled_answers_is_set_aside(vllm_run: Path, t
         tables.append(table)
         return plain
 
-    sweep = pd.read_parquet(folder.sweep)
+    sweep = before = pd.read_parquet(folder.sweep)
     params, _ = with_cpu_kv_space(params, folder.read_probe())  # as stage 2 hands its params on
     setup = SweepSetup(
         params,
@@ -474,7 +485,8 @@ def test_speculation_that_changes_sampled_answers_is_set_aside(vllm_run: Path, t
     assert len(tables) == 1 and set(tables[0][tables[0].arm == "spec_k1"].status) == {"answers_differ"}
     on_disk = pd.read_parquet(folder.sweep)
     assert set(on_disk[on_disk.arm == "spec_k1"].status) == {"answers_differ"}
-    assert set(on_disk[on_disk.arm != "spec_k1"].status) == {"ok"}
+    others = on_disk.arm != "spec_k1"  # as the module's own decision left them (its check may set one aside)
+    assert on_disk[others].status.tolist() == before[before.arm != "spec_k1"].status.tolist()
     assert unmeasured(on_disk) == {}, "measured, and set aside: not an arm that could not be measured"
     log = (folder.logs / "sweep.log").read_text()
     assert "answers check: " in log and "spec_k1 changed the answers" in log

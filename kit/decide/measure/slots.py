@@ -97,7 +97,8 @@ def _run_slot(
     before = MachineReading.now(servers.pids(), near)
     started = time.monotonic() - t0
     try:
-        measured = run_coroutine(measure_level(ask, server, prompts, slot.concurrency, sampled))
+        level = measure_level(ask, server, prompts, slot.concurrency, sampled)
+        measured = run_coroutine(level)
     except EngineError as e:  # no answer to the level's scrapes: the arm's measurement failed
         measured = LevelFigures(status="failed", reason=str(e)[:2000], concurrency=slot.concurrency)
     seen = interference(before, servers.pids(), near)
