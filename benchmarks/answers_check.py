@@ -21,10 +21,9 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from kit.decide.checks.answers import SAMPLES, check_answers  # noqa: E402
-from kit.decide.sweep.setup import SweepSetup, pilot_prompts  # noqa: E402
+from kit.decide.sweep.setup import answers_check_setup  # noqa: E402
 from kit.engines.settings import sweep_arms  # noqa: E402
 from kit.params import load_params  # noqa: E402
-from kit.prompts.prompt_set import ensure_plan  # noqa: E402
 from kit.runfolder import RunFolder  # noqa: E402
 
 
@@ -38,19 +37,9 @@ def main() -> None:
     arms = {a.name: a for a in sweep_arms(params)}
     if args.arm not in arms or not arms[args.arm].speculative:
         sys.exit(f"--arm {args.arm}: not a speculative arm of these params ({', '.join(arms)})")
-    folder = RunFolder(params.run_dir).ensure()
-    sample, _ = pilot_prompts(ensure_plan(params, folder), params.data.seed, params.decide.pilot_per_source)
+    setup = answers_check_setup(params, RunFolder(params.run_dir).ensure(), hybrid=False)
+    sample = setup.pilot_prompts
     t0 = time.monotonic()
-    setup = SweepSetup(
-        params,
-        params,
-        folder,
-        [],
-        hybrid=False,
-        together=False,
-        pilot_prompts=sample,
-        arms=list(arms.values()),
-    )
     check, plain = check_answers(setup, arms[args.arm])
     out = {
         "arm": args.arm,

@@ -45,13 +45,11 @@ from kit.decide.choose.decision import decision_arm
 from kit.decide.measure.arm_status import unmeasured
 from kit.decide.measure.noise import UNMEASURED_NOISE
 from kit.decide.measure.tables import arm_lead
-from kit.decide.sweep.setup import SweepSetup, pilot_prompts
+from kit.decide.sweep.setup import answers_check_setup
 from kit.engines.arms import Arm
 from kit.engines.cpu_kv import with_cpu_kv_space
 from kit.engines.flavors import flavor
-from kit.engines.settings import sweep_arms
 from kit.params import load_params
-from kit.prompts.prompt_set import ensure_plan
 from kit.runfolder import RunFolder
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
@@ -452,7 +450,6 @@ def test_speculation_that_changes_sampled_answers_is_set_aside(vllm_run: Path, t
     shutil.copytree(vllm_run, run)
     params = load_params(run / "params.yaml")
     folder = RunFolder(run)
-    sample, _ = pilot_prompts(ensure_plan(params, folder), params.data.seed, params.decide.pilot_per_source)
     plain = Decision.from_json(json.loads((run / "decision.json").read_text()))
     assert plain.arm is not None and not plain.arm.speculative, (
         "the sweep itself chose n-gram: see the parser test"
@@ -466,16 +463,8 @@ def test_speculation_that_changes_sampled_answers_is_set_aside(vllm_run: Path, t
 
     sweep = before = pd.read_parquet(folder.sweep)
     params, _ = with_cpu_kv_space(params, folder.read_probe())  # as stage 2 hands its params on
-    setup = SweepSetup(
-        params,
-        params,
-        folder,
-        [],
-        hybrid=False,
-        together=False,
-        pilot_prompts=sample,
-        arms=sweep_arms(params),
-    )
+    setup = answers_check_setup(params, folder, hybrid=False)
+    sample = setup.pilot_prompts
     sweep, decided = answers_checked(setup, sweep, spec, redecide)
     check = (decided.answers_check or {}).get("spec_k1")
     assert check is not None and check["changed"], (check, decided.reasons[-2:])

@@ -133,6 +133,24 @@ def sweep_setup(params: RunParams, folder: RunFolder, probe: ProbeReport, arch: 
     )
 
 
+def answers_check_setup(params: RunParams, folder: RunFolder, *, hybrid: bool) -> SweepSetup:
+    """A set-up for the answers check on its own, outside a sweep (benchmarks/answers_check.py and
+    its test): the run's params for its servers as they are, one server at a time, no sweep sample,
+    the pilot's prompts (`pilot_prompts`) and the sweep's arms."""
+    plan = ensure_plan(params, folder)
+    sample, _ = pilot_prompts(plan, params.data.seed, params.decide.pilot_per_source)
+    return SweepSetup(
+        params,
+        params,
+        folder,
+        [],
+        hybrid=hybrid,
+        together=False,
+        pilot_prompts=sample,
+        arms=sweep_arms(params),
+    )
+
+
 def sweep_prompts(path: Path, seed: int, n: int) -> list[SweepPrompt]:
     """A fixed sample of `n` of the planned prompts (`path`: prompts.parquet, kit.prompts.prompt_set.
     ensure_plan) in a shuffle seeded by `seed` (`data.seed`), for every arm of the sweep."""
