@@ -17,6 +17,7 @@ from kit.decide.choose.decision import decide, decision_arm, with_gpus
 from kit.decide.costmodel import Hardware, Scenario, Workload
 from kit.decide.measure.tables import RUN_COLUMNS, summarise
 from kit.engines.arms import Arm
+from kit.engines.settings import speculation
 from kit.params import DecideParams
 
 CONFIGS = Path(__file__).parent / "configs"
@@ -69,8 +70,8 @@ def _sweep(rows: list[tuple]) -> tuple[pd.DataFrame, pd.DataFrame]:
 def decide_measured(sweep_runs: tuple[pd.DataFrame, pd.DataFrame], params: DecideParams, **kw) -> dict:
     sweep, runs = sweep_runs
     arch = load_arch_from(kw.pop("model", "qwen3_32b"))
-    return decide(Scenario(arch, H200), sweep, params, mtp_status="present",
-                  engine_flavor=kw.pop("flavor", "sglang"), runs=runs, **kw)  # fmt: skip
+    return decide(Scenario(arch, H200), sweep, params, speculation(kw.pop("flavor", "sglang"), "present"),
+                  runs=runs, **kw)  # fmt: skip
 
 
 def measured(levels: dict, drift: tuple[float, float] | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -83,7 +84,7 @@ def test_seed_case_no_mtp_weights_on_eight_rtx_pro_6000(qwen36_without_mtp: Path
     assert arch.mtp_layers == 1
     seed = with_gpus(Scenario(arch, RTX_PRO_6000, work=Workload(1024, 1024, 0.85)), gpu_count=8)
     params = DecideParams(concurrencies=[1, 8, 64, 256, 512], spec_steps=[1, 2, 3], accept_lengths={3: 3.2})
-    d = decide(seed, None, params, mtp_status="missing", engine_flavor="sglang")
+    d = decide(seed, None, params, speculation("sglang", "missing"))
     json.dumps(d.to_json())
     assert d["arm"] == {"k": 0, "algorithm": None} and not d["speculation_available"]
     assert "lacks their weights" in d["speculation_unavailable_reason"]
@@ -401,7 +402,7 @@ def test_a_measured_fall_caps_the_batch_and_nothing_else_does() -> None:
 def test_speculation_chosen_sets_explicit_running_cap_and_extra_buffer() -> None:
     arch = load_arch_from("qwen3_6_27b")
     params = DecideParams(concurrencies=[1, 4, 16], spec_steps=[3], accept_lengths={3: 3.2})
-    d = decide(Scenario(arch, H200), None, params, mtp_status="present", engine_flavor="sglang")
+    d = decide(Scenario(arch, H200), None, params, speculation("sglang", "present"))
     s = d["engine_settings"]
     assert d["arm"] == {"k": 3, "algorithm": "MTP"} and not set(EARLIER_ARM_KEYS) & set(s), "the arm once"
     memory = [r for r in d["table"] if r["arm"] == "spec_k3"][0]["mem_max_running"]
@@ -420,7 +421,9 @@ def test_the_prediction_prices_speculation_at_the_engines_own_fixed_costs() -> N
     params = DecideParams(concurrencies=[1, 48], spec_steps=[3], accept_lengths={3: 3.2})
 
     def spec(flavor: str, backend: str | None = None) -> tuple[dict, dict]:
-        d = decide(Scenario(arch, H200), None, params, "present", flavor, attention_backend=backend)
+        d = decide(
+            Scenario(arch, H200), None, params, speculation(flavor, "present"), attention_backend=backend
+        )
         return d["efficiency"], {r["concurrency"]: r["predicted_tok_s"] for r in d["table"] if r["spec_k"]}
 
     for flavor, backend in (("sglang", None), ("sglang", "triton"), ("vllm", None)):
@@ -439,8 +442,7 @@ def test_transformers_flavor_has_no_speculation() -> None:
         Scenario(arch, H200),
         None,
         DecideParams(concurrencies=[1, 4]),
-        mtp_status="present",
-        engine_flavor="transformers",
+        speculation("transformers", "present"),
     )
     assert (
         decision_arm(d).name == "plain"
@@ -451,9 +453,9 @@ def test_transformers_flavor_has_no_speculation() -> None:
 def test_latency_bound_objective_limits_concurrency() -> None:
     arch = load_arch_from("qwen3_32b")
     ladder = dict(concurrencies=[1, 16, 256], spec_steps=[3])
-    loose = decide(Scenario(arch, H200), None, DecideParams(**ladder), "absent", "sglang")
+    loose = decide(Scenario(arch, H200), None, DecideParams(**ladder), speculation("sglang", "absent"))
     tight = DecideParams(**ladder, objective="latency_bound", latency_bound_s=18.0)
-    d = decide(Scenario(arch, H200, work=Workload(1024, 1024)), None, tight, "absent", "sglang")
+    d = decide(Scenario(arch, H200, work=Workload(1024, 1024)), None, tight, speculation("sglang", "absent"))
     assert loose["engine_settings"]["max_running_requests"] is None, "throughput: the engine's capacity"
     capped = d["engine_settings"]["max_running_requests"]
     assert capped == d["engine_settings"]["measured_at_concurrency"] < 256, "latency: the bound caps it"
@@ -571,7 +573,7 @@ def test_every_reason_agrees_with_the_numbers(qwen36_without_mtp: Path) -> None:
     arch = load_arch(qwen36_without_mtp)
     eight = with_gpus(Scenario(arch, RTX_PRO_6000, work=Workload(1024, 1024, 0.85)), gpu_count=8)
     params = DecideParams(concurrencies=[1, 8, 64, 256, 512], spec_steps=[1, 2, 3], accept_lengths={3: 3.2})
-    seed = decide(eight, None, params, mtp_status="missing", engine_flavor="sglang")
+    seed = decide(eight, None, params, speculation("sglang", "missing"))
     noisy = decide_measured(
         measured(NOISY, drift=(2300.0, 2250.0)), DecideParams(concurrencies=[16], spec_steps=[1, 3])
     )

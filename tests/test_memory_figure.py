@@ -19,7 +19,7 @@ from kit.decide.forecast.inputs import job_settings
 from kit.decide.measure.tables import summarise
 from kit.decide.sweep.layout import running_caps
 from kit.engines.flavors import flavor
-from kit.engines.settings import sweep_arms
+from kit.engines.settings import engine_speculation, sweep_arms
 from kit.modelshape import SHAPES
 from kit.params import RunParams
 from kit.probe.gpu import lookup_datasheet
@@ -49,7 +49,8 @@ def test_the_27b_shape_on_80_gb_states_one_figure_per_arm(tmp_path: Path) -> Non
     prompts = [{"prompt_tokens": 139}] * 256  # the recorded sweep's mean prompt
     caps = running_caps(p, probe, arch, prompts, sweep_arms(p), flavor("sglang"))
     assert caps == {0: 80, 1: 16, 3: 8}, "what SGLang 0.5.16 started on this card"
-    model = run_scenario(p, RunFolder(tmp_path), probe, arch, prompts, caps)
+    spec = engine_speculation(p.engine, probe.mtp_status)
+    model = run_scenario(p, RunFolder(tmp_path), probe, arch, prompts, caps, fl=flavor("sglang"), spec=spec)
     runs = pd.read_parquet(RECORDED)
     decision = model.decide(summarise(runs), runs)
     table = {(r.arm, r.concurrency): r for r in decision.table}
@@ -77,7 +78,9 @@ def test_a_chosen_speculative_arm_runs_stage_3_at_its_figure_and_the_others_keep
     runs = pd.read_parquet(RECORDED)
     faster = runs.arm == "spec_k1"
     runs.loc[faster, "output_tok_s"] = runs.loc[faster, "output_tok_s"] * 5  # MTP k=1 ahead everywhere
-    decision = run_scenario(p, RunFolder(tmp_path), probe, arch, prompts, caps).decide(summarise(runs), runs)
+    spec = engine_speculation(p.engine, probe.mtp_status)
+    model = run_scenario(p, RunFolder(tmp_path), probe, arch, prompts, caps, fl=flavor("sglang"), spec=spec)
+    decision = model.decide(summarise(runs), runs)
     assert decision.arm is not None and decision.arm.name == "spec_k1"
     assert decision.engine_settings.max_running_requests == 16
     assert job_settings(p, decision, None).capacity == {"plain": 80, "spec_k1": 16, "spec_k3": 8}

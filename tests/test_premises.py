@@ -19,6 +19,7 @@ from kit.decide.choose.decision import decide
 from kit.decide.costmodel import Scenario
 from kit.decide.measure.tables import summarise
 from kit.engines.capacity import Capacity
+from kit.engines.settings import speculation
 from kit.generate.metrics import load_timeline
 from kit.generate.premise_kinds import ACCEPT_MARGIN, GRACE_S, THROUGHPUT_WINDOW_S
 from kit.generate.premises import WARMUP_S, PremiseCheck, check_timeline, session_total
@@ -325,9 +326,7 @@ def test_no_decision_checks_capacity_and_says_why_not_the_rest() -> None:
 def test_a_predicted_decision_and_an_old_one_say_what_they_lack(spec_decision: Decision) -> None:
     arch = load_arch_from("qwen3_32b")
     params = DecideParams(concurrencies=[1, 64], spec_steps=[3], accept_lengths={3: 3.5})
-    predicted = _json(
-        decide(Scenario(arch, H200), None, params, mtp_status="present", engine_flavor="sglang")
-    )
+    predicted = _json(decide(Scenario(arch, H200), None, params, speculation("sglang", "present")))
     r = PremiseCheck(predicted, CAP, 3).report()["premises"]
     assert "stage 2 decided on predictions" in r["throughput"]["why_not"]
     old = Decision.from_json({k: v for k, v in spec_decision.to_json().items() if k != "table"})

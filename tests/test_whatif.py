@@ -20,6 +20,7 @@ from kit.decide.choose.decision import decide
 from kit.decide.costmodel import Hardware, Scenario, Workload, accept_length
 from kit.decide.views.whatif import LIVE_NOTE, draw, what_if
 from kit.decide.views.whatif_model import RunBasis, gpu_names, predict_scenario, spec_wins_up_to
+from kit.engines.settings import speculation
 from kit.errors import CostModelError, KitError
 from kit.params import DecideParams
 from kit.runfolder import RunFolder
@@ -64,7 +65,11 @@ def cpu_run(tmp_path_factory) -> RunFolder:
     cpu = Hardware(20e9, 200e9, 16e9, name="cpu")
     arch = load_arch_from("tinyllama_1_1b")
     decision = decide(
-        Scenario(arch, cpu, work=Workload(40, 32)), sweep, params, "absent", "transformers", runs=runs
+        Scenario(arch, cpu, work=Workload(40, 32)),
+        sweep,
+        params,
+        speculation("transformers", "absent"),
+        runs=runs,
     )
     return _run_folder(tmp_path_factory.mktemp("cpu"), "tinyllama_1_1b", decision, "transformers")
 

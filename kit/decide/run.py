@@ -23,11 +23,20 @@ from kit.runfolder import RunFolder
 def run_decision(params: RunParams, folder: RunFolder, probe: ProbeReport, fresh: bool = False) -> Decision:
     """Run the sweep (going on from a stopped one's journal unless `fresh`), predict, decide; write
     decision.json and return it."""
-    arch = load_arch(params.model.path)
     refuse_what_cannot_run(params)
+    arch = load_arch(params.model.path)
     setup = sweep_setup(params, folder, probe, arch)
     result = run_sweep(setup, fresh)
-    model = run_scenario(params, folder, probe, arch, setup.prompts, setup.running_caps)
+    model = run_scenario(
+        params,
+        folder,
+        probe,
+        arch,
+        setup.prompts,
+        setup.running_caps,
+        fl=setup.flavor,
+        spec=setup.speculation,
+    )
     checked = checked_decision(setup, result, model)
     decision = model.with_profile_notes(with_sweep_notes(checked.decision, setup, result))
     decision = replace(decision, mtp_status=probe.mtp_status)

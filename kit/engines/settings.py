@@ -14,23 +14,27 @@ Request fields live in `kit.engines.request_fields`.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, TypedDict, cast
 
 from kit.artifacts.decision_json import EngineSettings
 from kit.engines import flavors
-from kit.engines.arms import DEFAULT_ALGORITHM, Algorithm, Arm, section_algorithm
+from kit.engines.arms import DEFAULT_ALGORITHM, Algorithm, Arm, resolve_algorithm, section_algorithm
 from kit.engines.flavors.base import ArmSpelling, SpeculativeJson
 from kit.params import EngineParams, RunParams, SpeculativeParams
 
 __all__ = [
     "SETTING_FIELDS",
     "Arm",
+    "Speculation",
     "EngineSettings",
     "AppliedSettings",
     "apply_settings",
     "arm_engine",
     "decided_settings",
+    "engine_speculation",
     "engine_unavailable_reason",
+    "speculation",
     "speculative_params",
     "sweep_arms",
     "unavailable_reason",
@@ -94,8 +98,37 @@ def unavailable_reason(
 
 def engine_unavailable_reason(eng: EngineParams, mtp_status: str | None) -> str | None:
     """`unavailable_reason` for the engine params of a run."""
-    has_draft = eng.speculative.draft_model_path is not None
-    return unavailable_reason(eng.flavor, section_algorithm(eng.speculative), has_draft, mtp_status)
+    return engine_speculation(eng, mtp_status).unavailable
+
+
+@dataclass(frozen=True)
+class Speculation:
+    """The speculation a run's engine would run, read once: the engine's flavor (its name), the
+    algorithm of the speculative arms, and why they cannot run with this engine and model directory
+    (None: they can)."""
+
+    flavor: str
+    algo: Algorithm
+    unavailable: str | None
+
+    @property
+    def label(self) -> str:
+        """What the speculative arms are called (MTP, n-gram, EAGLE, draft model)."""
+        return self.algo.label
+
+
+def speculation(
+    flavor: str, mtp_status: str | None, algorithm: str | None = None, draft_model: bool = False
+) -> Speculation:
+    """`Speculation` of `algorithm` (default MTP) on this flavor, for the probe's `mtp_status`."""
+    algo = resolve_algorithm(algorithm, draft_model)
+    return Speculation(flavor, algo, unavailable_reason(flavor, algo, draft_model, mtp_status))
+
+
+def engine_speculation(eng: EngineParams, mtp_status: str | None) -> Speculation:
+    """`Speculation` of a run's engine params."""
+    spec = eng.speculative
+    return speculation(eng.flavor, mtp_status, spec.algorithm, spec.draft_model_path is not None)
 
 
 # ---- the engine of one arm, and the settings a decision hands to stage 3 ---------------------

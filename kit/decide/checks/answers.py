@@ -31,7 +31,6 @@ import numpy as np
 import pandas as pd
 
 from kit.asyncrun import run_coroutine
-from kit.decide.choose.decision import decision_arm
 from kit.decide.measure.level import arm_client, stage3_sampling
 from kit.decide.measure.pilot import Answer, SweepPrompt, pilot
 from kit.decide.measure.servers import ArmServers
@@ -290,7 +289,7 @@ def answers_checked(
     plain: list[Answer] | None = None
     lines: list[str] = []
     while True:
-        chosen = decision_arm(decision)
+        chosen = decision.arm
         arm = arms.get(chosen.name) if chosen is not None and chosen.speculative else None
         if arm is None or arm.name in checks:
             break

@@ -45,7 +45,7 @@ from kit.decide.measure.arm_status import (
 )
 from kit.decide.profile.profiler import calibrate
 from kit.engines.arms import Arm, resolve_algorithm
-from kit.engines.settings import decided_settings, unavailable_reason
+from kit.engines.settings import Speculation, decided_settings
 from kit.errors import CostModelError
 
 if TYPE_CHECKING:
@@ -207,24 +207,24 @@ def decide(
     s: Scenario,
     sweep: pd.DataFrame | None,
     params: DecideParams,
-    mtp_status: str,
-    engine_flavor: str,
+    spec: Speculation,
     *,
     runs: pd.DataFrame | None = None,
     profile: pd.DataFrame | None = None,
     attention_backend: str | None = None,
-    algorithm: str | None = None,
-    draft_model: bool = False,
     running_caps: Mapping[int, int] | None = None,
 ) -> Decision:
     """The content of decision.json for the scenario `s` (model, hardware, workload, and the draft the
     speculative arms run; its efficiency is the start, calibrated on `profile` when one is given).
-    `params` is a DecideParams (concurrencies, spec_steps, accept_lengths, objective, latency_bound_s).
+    `params` is a DecideParams (concurrencies, spec_steps, accept_lengths, objective, latency_bound_s);
+    `spec` the engine's flavor, the speculative arms' algorithm and why they cannot run here
+    (kit.engines.settings.speculation).
     Measured rows decide (`sweep`: one row per arm and level with its interval; `runs`: every
     measurement, for leads paired by round); predictions explain. `running_caps`: k -> the running
     requests the sweep's server of that arm was started with (kit.decide.sweep.layout.running_caps,
     the table's `mem_max_running` where memory set it): the levels above it are predicted queued
     at it, as they were measured."""
+    engine_flavor, algo, unavailable, name = spec.flavor, spec.algo, spec.unavailable, spec.label
     if profile is not None:
         s = replace(s, eff=calibrate(profile, s.arch, s.hw))
     # the speculative fixed costs of this engine (and backend, where measured apart): issue 32
@@ -246,9 +246,6 @@ def decide(
             f"plain decoding does not fit: {s.arch.model_type} at context "
             f"{work.input_len + work.output_len} leaves no room for one sequence on {s.hw.name}"
         )
-    algo = resolve_algorithm(algorithm, draft_model)
-    unavailable = unavailable_reason(engine_flavor, algo, draft_model, mtp_status)
-    name = algo.label
     table = _joined(predicted, sweep)
     bound = params.latency_bound_s if params.objective == "latency_bound" else None
     choice, measured = _pick_measured(sweep, runs, bound, name) if _has_rows(sweep) else (None, None)

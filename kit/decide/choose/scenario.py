@@ -7,7 +7,7 @@ step profile of the model's own config, so the demo predicts its own curve hones
 profile never takes more memory than the machine has (kit.decide.profile.budget): a model too big
 to build whole is profiled on a few layers and scaled, or not at all, and decision.json says which.
 
-    model = run_scenario(params, folder, probe, arch, prompts)
+    model = run_scenario(params, folder, probe, arch, prompts, fl=flavor, spec=speculation)
     decision = model.decide(sweep_table, sweep_runs)
 """
 
@@ -27,7 +27,8 @@ from kit.decide import costmodel as cm
 from kit.decide.choose.decision import decide, with_gpus
 from kit.decide.profile.budget import ProfilePlan, plan_cpu_profile
 from kit.decide.profile.profiler import ProfileGrid, load_profile, profile_steps
-from kit.engines.flavors import flavor
+from kit.engines.flavors import Flavor
+from kit.engines.settings import Speculation
 from kit.errors import CostModelError
 from kit.params import RunParams
 from kit.runfolder import RunFolder
@@ -38,35 +39,31 @@ log = logging.getLogger(__name__)
 @dataclass(frozen=True)
 class RunScenario:
     """The cost model of this run and what it needs to decide: the scenario, the step profile (None:
-    the roofline), the CPU profile's plan, the attention backend, the probe's word on MTP weights,
-    and the running caps the sweep's servers had (k -> requests: the arms' memory figure)."""
+    the roofline), the CPU profile's plan, the attention backend, the engine's speculation (its
+    flavor, the arms' algorithm, why they cannot run here), and the running caps the sweep's servers
+    had (k -> requests: the arms' memory figure)."""
 
     params: RunParams
     scenario: cm.Scenario
     profile: pd.DataFrame | None
     plan: ProfilePlan | None
     backend: str | None
-    mtp: str | None
+    spec: Speculation
     running_caps: dict[int, int] = field(default_factory=dict)
 
     def decide(self, table: pd.DataFrame, runs: pd.DataFrame | None) -> Decision:
         """The decision from the sweep's table and its measurements (kit.decide.choose.decision),
         with what it says of the CPU profile."""
-        eng = self.params.engine
-        decision = decide(
+        return decide(
             self.scenario,
             table,
             self.params.decide,
-            self.mtp or "absent",
-            eng.flavor,
+            self.spec,
             profile=self.profile,
             attention_backend=self.backend,
-            algorithm=eng.speculative.algorithm,
-            draft_model=eng.speculative.draft_model_path is not None,
             runs=runs,
             running_caps=self.running_caps,
         )
-        return decision
 
     def with_profile_notes(self, decision: Decision) -> Decision:
         """The decision with what it says of the CPU profile (efficiency source, warnings)."""
@@ -85,19 +82,23 @@ def run_scenario(
     arch: Any,
     prompts: list[Any],
     running_caps: dict[int, int] | None = None,
+    *,
+    fl: Flavor,
+    spec: Speculation,
 ) -> RunScenario:
     """The cost model of this run: hardware from the probe (or a CPU profile), the workload of the
     sweep's prompts, every GPU used where the params leave the layout open; `running_caps`: the
-    sweep's servers' (kit.decide.sweep.layout.running_caps)."""
+    sweep's servers' (kit.decide.sweep.layout.running_caps); `fl` and `spec`: the engine's flavor
+    and speculation as the sweep's set-up read them (kit.decide.sweep.setup.SweepSetup)."""
     hw, profile, n_gpus, plan = hardware(params, folder, probe)
     eng = params.engine
     work = sweep_workload(params, prompts)
     scenario = cm.Scenario(arch, hw, work=work, draft=cm.draft_for(params.decide, eng.speculative))
     if n_gpus > 1 and eng.tp_size == 1 and eng.dp_size == 1:
         scenario = with_gpus(scenario, n_gpus)  # params leave the layout open: use every GPU
-    probed = probe.recommended.attention_backend if flavor(eng.flavor).attention_backends else None
+    probed = probe.recommended.attention_backend if fl.attention_backends else None
     backend = eng.attention_backend or probed  # the probe's names are SGLang's
-    return RunScenario(params, scenario, profile, plan, backend, probe.mtp_status, dict(running_caps or {}))
+    return RunScenario(params, scenario, profile, plan, backend, spec, dict(running_caps or {}))
 
 
 def sweep_workload(params: RunParams, prompts: list[Any]) -> cm.Workload:

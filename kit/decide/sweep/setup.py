@@ -27,8 +27,8 @@ from kit.decide.sweep.layout import (
     sweep_kv_tokens,
     sweep_server_params,
 )
-from kit.engines.flavors import flavor
-from kit.engines.settings import Arm, engine_unavailable_reason, sweep_arms
+from kit.engines.flavors import Flavor, flavor
+from kit.engines.settings import Arm, Speculation, engine_speculation, sweep_arms
 from kit.params import RunParams
 from kit.prompts.plan import take_prompts, tools_list
 from kit.prompts.prompt_set import ensure_plan
@@ -69,8 +69,16 @@ class SweepSetup:
     """The sweep's arms (kit.engines.settings.sweep_arms), read once from the params."""
     skipped: dict[str, str] = field(default_factory=dict)
     """Arm name -> why the engine cannot run it here (an MTP arm without MTP weights...)."""
-    engine_title: str = ""
-    """The engine's name as the reasons say it (`Flavor.title`: SGLang, vLLM...)."""
+    flavor: Flavor | None = None
+    """The engine's flavor (kit.engines.flavors), read once."""
+    speculation: Speculation | None = None
+    """The speculative arms' algorithm and why they cannot run here (kit.engines.settings.speculation),
+    read once: the decision says it as the sweep skipped it."""
+
+    @property
+    def engine_title(self) -> str:
+        """The engine's name as the reasons say it (`Flavor.title`: SGLang, vLLM...)."""
+        return self.flavor.title if self.flavor else ""
 
     @property
     def runnable(self) -> list[Arm]:
@@ -80,7 +88,7 @@ class SweepSetup:
     @property
     def label(self) -> str:
         """What this run's speculative arms are called (MTP, n-gram, EAGLE, draft model)."""
-        return speculation_label(self.params)
+        return self.speculation.label if self.speculation else speculation_label(self.params)
 
     def notes(self) -> SweepNotes:
         """How the servers were set up, as decision.json's `noise` keeps it."""
@@ -97,11 +105,12 @@ def sweep_setup(params: RunParams, folder: RunFolder, probe: ProbeReport, arch: 
     (side by side or in turn, memory's running caps, the flags the sweep adds). The engine's flavor
     and the arms are read from the params here, once; what follows is handed them."""
     plan = ensure_plan(params, folder)  # planned once: the sweep's sample and the pilot's read it
-    prompts = sweep_prompts(plan, params.data.seed, params.decide.num_prompts)
-    sample, more = pilot_prompts(plan, params.data.seed, params.decide.pilot_per_source)
+    prompts, sample, more = planned_samples(
+        plan, params.data.seed, params.decide.num_prompts, params.decide.pilot_per_source
+    )
     fl = flavor(params.engine.flavor)
     arms = sweep_arms(params)
-    cannot = engine_unavailable_reason(params.engine, probe.mtp_status)
+    spec = engine_speculation(params.engine, probe.mtp_status)
     together, why, cap = servers_together(
         params,
         probe,
@@ -128,8 +137,9 @@ def sweep_setup(params: RunParams, folder: RunFolder, probe: ProbeReport, arch: 
         kv_cap_args=list(cap),
         extra_args=added,
         arms=arms,
-        skipped={a.name: cannot for a in arms if a.speculative and cannot},
-        engine_title=fl.title,
+        skipped={a.name: spec.unavailable for a in arms if a.speculative and spec.unavailable},
+        flavor=fl,
+        speculation=spec,
     )
 
 
@@ -148,15 +158,34 @@ def answers_check_setup(params: RunParams, folder: RunFolder, *, hybrid: bool) -
         together=False,
         pilot_prompts=sample,
         arms=sweep_arms(params),
+        flavor=flavor(params.engine.flavor),
+        speculation=engine_speculation(params.engine, None),
     )
+
+
+def planned_samples(
+    path: Path, seed: int, n: int, k: int
+) -> tuple[list[SweepPrompt], list[SweepPrompt], list[SweepPrompt]]:
+    """The sweep's sample (`sweep_positions`), the pilot's and the pilot's further prompts
+    (`pilot_positions`) of the planned prompts at `path`, their rows read in one pass."""
+    sweep_at = sweep_positions(path, seed, n)
+    pilot_at, more_at = pilot_positions(path, seed, k)
+    at = sorted({*sweep_at, *pilot_at, *more_at})
+    rows = dict(zip(at, _prompts(path, at), strict=True))
+    return [rows[i] for i in sweep_at], [rows[i] for i in pilot_at], [rows[i] for i in more_at]
 
 
 def sweep_prompts(path: Path, seed: int, n: int) -> list[SweepPrompt]:
     """A fixed sample of `n` of the planned prompts (`path`: prompts.parquet, kit.prompts.prompt_set.
     ensure_plan) in a shuffle seeded by `seed` (`data.seed`), for every arm of the sweep."""
+    return _prompts(path, sweep_positions(path, seed, n))
+
+
+def sweep_positions(path: Path, seed: int, n: int) -> list[int]:
+    """The positions of `sweep_prompts`' sample, in its order."""
     order = list(range(pq.ParquetFile(path).metadata.num_rows))
     random.Random(seed).shuffle(order)  # shuffle positions: only the sample is read
-    return _prompts(path, order[:n])
+    return order[:n]
 
 
 def _prompts(path: Path, at: list[int]) -> list[SweepPrompt]:
@@ -175,6 +204,12 @@ def pilot_prompts(path: Path, seed: int, k: int) -> tuple[list[SweepPrompt], lis
     plan (`path`) seeded by `seed` + 1 (`data.seed`), for the pilot that measures the run's own
     output lengths; then up to `PILOT_MORE` further planned prompts in that shuffle, which the pilot
     sends while it is too short to time)."""
+    picked, more = pilot_positions(path, seed, k)
+    return _prompts(path, picked), _prompts(path, more)
+
+
+def pilot_positions(path: Path, seed: int, k: int) -> tuple[list[int], list[int]]:
+    """The positions of `pilot_prompts`' two lists, in their order."""
     if not k:
         return [], []
     sources = pq.read_table(path, columns=["source"]).column("source").to_pylist()
@@ -187,8 +222,7 @@ def pilot_prompts(path: Path, seed: int, k: int) -> tuple[list[SweepPrompt], lis
             mine.append(i)
     picked = sorted(i for mine in taken.values() for i in mine)
     chosen = set(picked)
-    more = [i for i in order if i not in chosen][:PILOT_MORE]
-    return _prompts(path, picked), _prompts(path, more)
+    return picked, [i for i in order if i not in chosen][:PILOT_MORE]
 
 
 @dataclass(frozen=True)
