@@ -17,7 +17,6 @@ import pyarrow.parquet as pq
 
 from kit.artifacts import Decision, ProbeReport, SweepCost
 from kit.decide import costmodel as cm
-from kit.decide.choose.decision import speculation_label
 from kit.decide.measure.pilot import PilotFigures, SweepPrompt
 from kit.decide.measure.tables import SweepNotes
 from kit.decide.sweep.layout import (
@@ -69,16 +68,16 @@ class SweepSetup:
     """The sweep's arms (kit.engines.settings.sweep_arms), read once from the params."""
     skipped: dict[str, str] = field(default_factory=dict)
     """Arm name -> why the engine cannot run it here (an MTP arm without MTP weights...)."""
-    flavor: Flavor | None = None
+    flavor: Flavor = field(kw_only=True)
     """The engine's flavor (kit.engines.flavors), read once."""
-    speculation: Speculation | None = None
+    speculation: Speculation = field(kw_only=True)
     """The speculative arms' algorithm and why they cannot run here (kit.engines.settings.speculation),
     read once: the decision says it as the sweep skipped it."""
 
     @property
     def engine_title(self) -> str:
         """The engine's name as the reasons say it (`Flavor.title`: SGLang, vLLM...)."""
-        return self.flavor.title if self.flavor else ""
+        return self.flavor.title
 
     @property
     def runnable(self) -> list[Arm]:
@@ -88,7 +87,7 @@ class SweepSetup:
     @property
     def label(self) -> str:
         """What this run's speculative arms are called (MTP, n-gram, EAGLE, draft model)."""
-        return self.speculation.label if self.speculation else speculation_label(self.params)
+        return self.speculation.label
 
     def notes(self) -> SweepNotes:
         """How the servers were set up, as decision.json's `noise` keeps it."""
