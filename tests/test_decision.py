@@ -388,6 +388,19 @@ def test_a_change_inside_a_wide_noise_is_not_called_no_drift() -> None:
     assert "no drift" not in sentence
 
 
+def test_a_drift_check_on_a_level_measured_once_says_its_noise_is_assumed() -> None:
+    """The 22,400-prompt forecast's sweep (H100, 2026-12-08): one round, so plain at 512 had no noise
+    of its own, and the reason said "(-2%, within its ±10% noise): no drift" of the assumed ±10%."""
+    once = {("plain", 0, 16): [6417.0], ("plain", 0, 64): [13371.0]}
+    d = decide_measured(measured(once, drift=(13488.0, 13208.0)), DecideParams(concurrencies=[16, 64]))
+    line = next(r for r in d["reasons"] if r.startswith("plain decoding at 64 concurrent measured"))
+    assert line.endswith("(-2%, within the ±10% assumed: the level was measured once): no drift"), line
+    assert d["noise"]["drift"]["assumed"] is True
+    twice = {("plain", 0, 64): [13371.0, 13300.0]}
+    d = decide_measured(measured(twice, drift=(13488.0, 13208.0)), DecideParams(concurrencies=[64]))
+    assert "assumed" not in next(r for r in d["reasons"] if "at the start of the sweep" in r)
+
+
 def test_a_measured_fall_caps_the_batch_and_nothing_else_does() -> None:
     falls = {("plain", 0, 8): [3000.0, 2900.0, 3100.0], ("plain", 0, 64): [2000.0, 1900.0, 2050.0]}
     d = decide_measured(measured(falls), DecideParams(concurrencies=[8, 64], spec_steps=[1]), flavor="vllm")

@@ -283,10 +283,12 @@ def drift_check(runs: pd.DataFrame, sweep: pd.DataFrame) -> Drift | None:
     c = int(start.concurrency.iloc[0])
     level = sweep[(sweep.arm == start.arm.iloc[0]) & (sweep.concurrency == c)]
     noise = float(level.noise_pct.iloc[0]) / 100 if len(level) and pd.notna(level.noise_pct.iloc[0]) else 0.0
-    if len(level) and int(level.repetitions.iloc[0]) < 2:  # measured once: its noise is the assumed one
+    once = bool(len(level) and int(level.repetitions.iloc[0]) < 2)
+    if once:  # measured once: its noise is the assumed one
         noise = max(noise, UNMEASURED_NOISE)
     seen = bool(flags(pd.concat([start, end]).disturbed).any())
-    return Drift(c, float(start.output_tok_s.iloc[0]), float(end.output_tok_s.iloc[0]), noise, seen)
+    start_tok_s, end_tok_s = float(start.output_tok_s.iloc[0]), float(end.output_tok_s.iloc[0])
+    return Drift(c, start_tok_s, end_tok_s, noise, seen, assumed=once and noise == UNMEASURED_NOISE)
 
 
 def noise_sentences(noise: NoiseFigures | None, planned: int | None = None) -> list[str]:
@@ -319,7 +321,7 @@ def noise_sentences(noise: NoiseFigures | None, planned: int | None = None) -> l
         )
     drift = noise.get("drift")
     if drift:
-        keys = ("concurrency", "start", "end", "noise", "disturbed")
+        keys = ("concurrency", "start", "end", "noise", "disturbed", "assumed")
         out.append(Drift(**{k: drift[k] for k in keys if k in drift}).sentence())
     disturbed = noise.get("disturbed") or []
     sweep = [d for d in disturbed if d["phase"] == "sweep"]

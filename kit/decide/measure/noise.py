@@ -154,6 +154,8 @@ class Drift:
     """That level's relative noise over the sweep's rounds."""
     disturbed: bool = False
     """Whether the start or the end measurement ran while others disturbed the machine."""
+    assumed: bool = False
+    """Whether `noise` is the one assumed for a level measured once (its noise was not measured)."""
 
     @property
     def change(self) -> float:
@@ -169,13 +171,17 @@ class Drift:
             f"start of the sweep and {self.end:.0f} at its end ({100 * self.change:+.0f}%"
         )
         seen = "; other processes were seen at the start or the end" if self.disturbed else ""
+        noise = f"±{_pct(self.noise)} " + (
+            "assumed: the level was measured once" if self.assumed else "noise"
+        )
+        its = "the" if self.assumed else "its"
         if self.drifted:
             changed = "the machine changed under the sweep"
-            return f"{head}, beyond its ±{_pct(self.noise)} noise{seen}): {changed}"
+            return f"{head}, beyond {its} {noise}{seen}): {changed}"
         if self.noise > DRIFT_SEEN:
             unseen = f"cannot tell at this noise (a drift of up to ±{_pct(self.noise)} would not show)"
-            return f"{head}, within its ±{_pct(self.noise)} noise{seen}): {unseen}"
-        return f"{head}, within its ±{_pct(self.noise)} noise{seen}): no drift"
+            return f"{head}, within {its} {noise}{seen}): {unseen}"
+        return f"{head}, within {its} {noise}{seen}): no drift"
 
     def as_dict(self) -> dict[str, object]:
         return {**asdict(self), "change_pct": 100 * self.change, "drifted": self.drifted}
