@@ -57,16 +57,18 @@ def test_kv_tokens_cover_the_top_level_at_the_mean_prompt(tmp_path):
 
 def test_kv_tokens_hold_the_longest_request_where_the_top_level_is_small(tmp_path):
     """The demo model on SGLang at 1 concurrent (H100, 2026-12-08): the mean prompt's KV gave each
-    server 281 tokens and SGLang refused the longer prompts (628 tokens) and the pilot's answers."""
+    server 287 tokens and SGLang refused the longer prompts (628 tokens) and the pilot's answers."""
     p = RunParams.model_validate(
         {**params(tmp_path, decide={"concurrencies": [1], "spec_steps": [3], "max_tokens": 96}).model_dump(),
          "data": {"max_prompt_tokens": 1536, "sources": []},
          "generate": {"sampling": {"max_tokens": 192}}}
     )  # fmt: skip
     prompts = [{"prompt_tokens": n} for n in (20, 100, 630)]  # mean 250
-    assert sweep_kv_tokens(p, prompts, sweep_arms(p)) == int(1.25 * (1536 + 192 + 3 + 1))
-    unbounded = p.model_copy(update={"data": p.data.model_copy(update={"max_prompt_tokens": None})})
-    assert sweep_kv_tokens(unbounded, prompts, sweep_arms(p)) == int(1.25 * (630 + 192 + 3 + 1))
+    assert sweep_kv_tokens(p, prompts, sweep_arms(p)) == int(1.25 * (630 + 192 + 3 + 1))
+    pilot = [{"prompt_tokens": 900}]  # the pilot's prompts go to plain's server too
+    assert sweep_kv_tokens(p, prompts, sweep_arms(p), prompts + pilot) == int(1.25 * (900 + 192 + 3 + 1))
+    uncounted = [{"prompt_tokens": None}]  # no count: the plan's bound
+    assert sweep_kv_tokens(p, uncounted, sweep_arms(p)) == int(1.25 * (1536 + 192 + 3 + 1))
     many = params(tmp_path)  # at 256 the top level's sum is the larger
     assert sweep_kv_tokens(many, prompts, sweep_arms(many)) == int(1.25 * 256 * (250 + 128 + 3 + 1))
 

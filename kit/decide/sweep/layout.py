@@ -43,28 +43,31 @@ def mean_prompt_tokens(params: RunParams, prompts: list[SweepPrompt]) -> float:
     return sum(lens) / len(lens) if lens else params.data.max_prompt_tokens
 
 
-def sweep_kv_tokens(params: RunParams, prompts: list[SweepPrompt], arms: list[Arm]) -> int:
+def sweep_kv_tokens(
+    params: RunParams, prompts: list[SweepPrompt], arms: list[Arm], sent: list[SweepPrompt] | None = None
+) -> int:
     """KV-cache tokens one arm's server needs for the sweep's top level: that many sequences of the
     sweep's mean prompt (the sum over a few hundred sampled prompts is close to its mean times their
     count) plus `decide.max_tokens` and the drafted tokens of the longest of `arms`, and never less
-    than the longest request the stage sends (`longest_request_tokens`), with `KV_HEADROOM`.
+    than the longest request the stage sends a server (`longest_request_tokens` over `sent`: the
+    sweep's prompts and the pilot's; `prompts` when not given), with `KV_HEADROOM`.
 
     The floor matters where the top level is small: at 1 concurrent the mean alone gave the demo
-    model's servers 281 tokens on SGLang, which refused every longer prompt ("Input length (628
+    model's servers 287 tokens on SGLang, which refused every longer prompt ("Input length (628
     tokens) exceeds the maximum allowed length (281 tokens)", H100, 2026-12-08)."""
     draft = max(a.k for a in arms) + 1
     per_seq = mean_prompt_tokens(params, prompts) + params.decide.max_tokens + draft
     top = max(params.decide.concurrencies) * per_seq
-    return int(KV_HEADROOM * max(top, longest_request_tokens(params, prompts) + draft))
+    return int(KV_HEADROOM * max(top, longest_request_tokens(params, sent or prompts) + draft))
 
 
-def longest_request_tokens(params: RunParams, prompts: list[SweepPrompt]) -> int:
-    """The longest request stage 2 sends one server, in tokens: the plan's longest prompt
-    (`data.max_prompt_tokens`, else the sweep's longest) and the largest output budget its requests
-    carry (the sweep's `decide.max_tokens`; the pilot's and the answers check's, sampled as stage 3:
-    `generate.sampling.max_tokens` and each source's own)."""
-    counted = [int(p["prompt_tokens"]) for p in prompts if p.get("prompt_tokens")]
-    prompt = params.data.max_prompt_tokens or max(counted, default=0)
+def longest_request_tokens(params: RunParams, sent: list[SweepPrompt]) -> int:
+    """The longest request stage 2 sends one server, in tokens: the longest prompt of `sent` (else
+    `data.max_prompt_tokens`, where no prompt was counted) and the largest output budget its
+    requests carry (the sweep's `decide.max_tokens`; the pilot's and the answers check's, sampled as
+    stage 3: `generate.sampling.max_tokens` and each source's own)."""
+    counted = [int(p["prompt_tokens"]) for p in sent if p.get("prompt_tokens")]
+    prompt = max(counted) if counted else params.data.max_prompt_tokens or 0
     budgets = [s.max_tokens for s in params.data.sources if s.max_tokens]
     return prompt + max(params.decide.max_tokens, params.generate.sampling.max_tokens, *budgets)
 

@@ -116,7 +116,7 @@ def sweep_setup(params: RunParams, folder: RunFolder, probe: ProbeReport, arch: 
         fl,
         len(arms),
         cm.weight_bytes(arch),
-        sweep_kv_tokens(params, prompts, arms),
+        sweep_kv_tokens(params, prompts, arms, [*prompts, *sample, *more]),
         arch.kv_bytes_per_token(),
         arch.state_bytes_per_seq(),
     )
