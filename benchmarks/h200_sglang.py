@@ -986,7 +986,7 @@ def demo(s: Session) -> dict:
         "generate": {"sampling": {"max_tokens": 192, "temperature": 0.7, "top_p": 0.95, "seed": 0}},
     })  # fmt: skip
     stages = os.environ.get("H200_DEMO_STAGES", "decide,generate,analyse").split(",")
-    limits = {"decide": 300, "generate": 240, "analyse": 120}
+    limits = {"decide": 480, "generate": 240, "analyse": 120}  # decide: the answers check's two starts too
     return {stage_: s.kit(stage_, params, limits[stage_]) for stage_ in stages}
 
 
