@@ -520,12 +520,19 @@ def test_the_sweeps_and_the_pilots_samples_read_in_one_pass_are_the_same(
     """Stage 2 reads its sweep sample, the pilot's prompts and the pilot's further ones in one pass
     over the plan (kit.decide.sweep.setup.planned_samples): the same prompts, in the same order, as
     each read on its own; a position in two samples appears in both."""
-    from kit.decide.sweep.setup import pilot_prompts, planned_samples, sweep_prompts
+    from kit.decide.sweep.setup import (
+        pilot_positions,
+        pilot_prompts,
+        planned_samples,
+        prompts_at,
+        sweep_prompts,
+    )
 
     result = _plan(tmp_path, DataParams(seed=1, total=120, sources=plan_sources_from_files(files)))
     sweep, pilot, more = planned_samples(result.prompts, 1, 40, 3)
     assert sweep == sweep_prompts(result.prompts, 1, 40)
-    assert (pilot, more) == pilot_prompts(result.prompts, 1, 3)
+    assert pilot == pilot_prompts(result.prompts, 1, 3)
+    assert more == prompts_at(result.prompts, pilot_positions(result.prompts, 1, 3)[1])
     assert len(sweep) == 40 and pilot and len(pilot) + len(more) == 120
     assert {p["id"] for p in sweep} & {p["id"] for p in pilot}, "these samples share prompts"
     assert planned_samples(result.prompts, 1, 5, 0)[1:] == ([], [])

@@ -2,7 +2,7 @@
 hands back (`SweepResult`): the sweep (kit.decide.sweep.sweep), the answers check and the settings
 sweep read the same set-up, and what the sweep learnt of itself comes back typed, not as keys
 written into a shared dict. Its prompts: a fixed, seeded sample of the plan (`sweep_prompts`) and the
-pilot's few per source (`pilot_prompts`); how its servers run: kit.decide.sweep.layout.
+pilot's few per source (`pilot_positions`); how its servers run: kit.decide.sweep.layout.
 """
 
 from __future__ import annotations
@@ -147,7 +147,7 @@ def answers_check_setup(params: RunParams, folder: RunFolder, *, hybrid: bool) -
     its test): the run's params for its servers as they are, one server at a time, no sweep sample,
     the pilot's prompts (`pilot_prompts`) and the sweep's arms."""
     plan = ensure_plan(params, folder)
-    sample, _ = pilot_prompts(plan, params.data.seed, params.decide.pilot_per_source)
+    sample = pilot_prompts(plan, params.data.seed, params.decide.pilot_per_source)
     return SweepSetup(
         params,
         params,
@@ -170,14 +170,14 @@ def planned_samples(
     sweep_at = sweep_positions(path, seed, n)
     pilot_at, more_at = pilot_positions(path, seed, k)
     at = sorted({*sweep_at, *pilot_at, *more_at})
-    rows = dict(zip(at, _prompts(path, at), strict=True))
+    rows = dict(zip(at, prompts_at(path, at), strict=True))
     return [rows[i] for i in sweep_at], [rows[i] for i in pilot_at], [rows[i] for i in more_at]
 
 
 def sweep_prompts(path: Path, seed: int, n: int) -> list[SweepPrompt]:
     """A fixed sample of `n` of the planned prompts (`path`: prompts.parquet, kit.prompts.prompt_set.
     ensure_plan) in a shuffle seeded by `seed` (`data.seed`), for every arm of the sweep."""
-    return _prompts(path, sweep_positions(path, seed, n))
+    return prompts_at(path, sweep_positions(path, seed, n))
 
 
 def sweep_positions(path: Path, seed: int, n: int) -> list[int]:
@@ -187,7 +187,7 @@ def sweep_positions(path: Path, seed: int, n: int) -> list[int]:
     return order[:n]
 
 
-def _prompts(path: Path, at: list[int]) -> list[SweepPrompt]:
+def prompts_at(path: Path, at: list[int]) -> list[SweepPrompt]:
     """The planned prompts at these positions, with their tools parsed for the engine's client."""
     rows = take_prompts(path, at).to_pylist() if at else []
     return [cast(SweepPrompt, {**r, "tools_list": tools_list(r)}) for r in rows]
@@ -198,17 +198,16 @@ PILOT_MORE = 2048
 13,000 tok/s and 64-token answers, 5 s is about 1,000 requests)."""
 
 
-def pilot_prompts(path: Path, seed: int, k: int) -> tuple[list[SweepPrompt], list[SweepPrompt]]:
-    """(`k` (`decide.pilot_per_source`) planned prompts of each source: its first in a shuffle of the
-    plan (`path`) seeded by `seed` + 1 (`data.seed`), for the pilot that measures the run's own
-    output lengths; then up to `PILOT_MORE` further planned prompts in that shuffle, which the pilot
-    sends while it is too short to time)."""
-    picked, more = pilot_positions(path, seed, k)
-    return _prompts(path, picked), _prompts(path, more)
+def pilot_prompts(path: Path, seed: int, k: int) -> list[SweepPrompt]:
+    """`k` (`decide.pilot_per_source`) planned prompts of each source, for the pilot that measures the
+    run's own output lengths (`pilot_positions`' first list; the further prompts are left unread)."""
+    return prompts_at(path, pilot_positions(path, seed, k)[0])
 
 
 def pilot_positions(path: Path, seed: int, k: int) -> tuple[list[int], list[int]]:
-    """The positions of `pilot_prompts`' two lists, in their order."""
+    """(the positions of `k` planned prompts of each source: its first in a shuffle of the plan
+    (`path`) seeded by `seed` + 1 (`data.seed`); then of up to `PILOT_MORE` further planned prompts in
+    that shuffle, which the pilot sends while it is too short to time), each in its order."""
     if not k:
         return [], []
     sources = pq.read_table(path, columns=["source"]).column("source").to_pylist()
